@@ -1,0 +1,67 @@
+"""Small functions that say where and with what a run was measured; the dict travels with
+the results in metadata.json."""
+
+from __future__ import annotations
+
+import platform
+import socket
+import subprocess
+import sys
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return importlib_metadata.version(name)
+    except importlib_metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_name() -> str:
+    if sys.platform.startswith("linux"):
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.lower().startswith(("model name", "hardware", "processor\t: a")):
+                    return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+    return platform.processor() or platform.machine()
+
+
+def git_commit(cwd: Path | None = None) -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd or Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def qnn_sdk_version() -> str | None:
+    try:
+        from .target_qnn import qnn_versions
+
+        return qnn_versions().get("qnn_sdk")
+    except Exception:  # noqa: BLE001 - metadata never fails a run
+        return None
+
+
+def environment() -> dict:
+    import psutil
+
+    return {
+        "os": platform.platform(),
+        "system": platform.system(),
+        "arch": platform.machine(),
+        "cpu": cpu_name(),
+        "cpu_count": psutil.cpu_count(logical=True),
+        "ram_bytes": int(psutil.virtual_memory().total),
+        "python": platform.python_version(),
+        "onnxruntime": package_version("onnxruntime"),
+        "onnxruntime_qnn": package_version("onnxruntime-qnn"),
+        "qnn_sdk": qnn_sdk_version(),
+        "numpy": package_version("numpy"),
+        "hostname": socket.gethostname(),
+        "git_commit": git_commit(),
+    }

@@ -1,0 +1,101 @@
+"""The one schema for result rows and summary rows: workers, CSV, HTML and tests all use it.
+
+Data flows one way: spec -> workers -> `ResultRow` -> `SummaryRow` -> report. Columns are
+declared once here, with their dtype and unit, and the CSV writers/readers, the README's
+column table and the report's tables are all derived from these declarations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+#: Bumped whenever a column changes meaning or is removed (adding one is compatible).
+FORMAT_VERSION = 1
+
+TARGETS = ("cpu", "ort-native", "qnn")
+MODES = ("mapped", "heap")
+#: How the QNN EP itself treated file mapping, read from its log (qnn target only).
+EP_FILE_MAPPING = ("active", "unavailable", "retried", "disabled", "n/a")
+
+
+def col(dtype: str, unit: str, doc: str, default: Any = None) -> Any:
+    """Declare a column: pandas dtype name, unit and meaning travel with the field."""
+    return field(default=default, metadata={"dtype": dtype, "unit": unit, "doc": doc})
+
+
+@dataclass
+class ResultRow:
+    """One worker process, one mode, one repeat."""
+
+    target: str = col("string", "", "cpu | ort-native | qnn")
+    mode: str = col("string", "", "mapped (disable_file_mapped_weights=0) or heap (=1)")
+    disable_file_mapped_weights: str = col("string", "", 'provider option value passed: "0" or "1"')
+    processes: int = col("Int64", "count", "worker processes alive together (N)")
+    sessions_per_process: int = col("Int64", "count", "ORT sessions in each worker (M)")
+    repeat: int = col("Int64", "index", "repeat number, from 0")
+    worker: int = col("Int64", "index", "worker number within the run, from 0")
+    pid: int = col("Int64", "", "worker process id")
+    path_taken: str = col("string", "", "mapped | heap | fallback (how the weights were loaded)")
+    map_attempts: int = col("Int64", "count", "mapping attempts made by mapper_impl")
+    ep_file_mapping: str = col("string", "", "active | unavailable | retried | disabled | n/a")
+    init_s: float = col("Float64", "s", "load_s + create_s: time until the sessions exist")
+    load_s: float = col("Float64", "s", "time to load (map or read) the weights")
+    create_s: float = col("Float64", "s", "time to create the M InferenceSessions")
+    first_run_s: float = col("Float64", "s", "first inference of the first session")
+    rss_bytes: int = col("Int64", "bytes", "resident set / working set (counts shared pages)")
+    uss_bytes: int = col("Int64", "bytes", "unique set size: pages only this process has")
+    pss_bytes: int = col("Int64", "bytes", "proportional set size (Linux only; empty elsewhere)")
+    private_bytes: int = col("Int64", "bytes", "Windows private bytes; USS on Linux")
+    peak_bytes: int = col("Int64", "bytes", "peak resident / peak working set of the worker")
+    weights_bytes: int = col("Int64", "bytes", "size of the weights file the sessions use")
+    output_ok: bool = col("boolean", "", "first inference matched the reference output")
+    error: str = col("string", "", "why the worker failed or fell back (empty when clean)")
+    memory_note: str = col("string", "", "why a memory figure is empty (e.g. AccessDenied)")
+    exit_code: int = col("Int64", "", "worker exit code (negative: killed by that signal)")
+    map_errors: str = col("string", "", "mapping errors before a retry or fallback, '; '-joined")
+    ep_log_tail: str = col("string", "", "last EP log lines about file mapping (qnn)")
+
+
+@dataclass
+class SummaryRow:
+    """One target x mode x processes (x repeat) group of `ResultRow`s."""
+
+    target: str = col("string", "", "cpu | ort-native | qnn")
+    mode: str = col("string", "", "mapped | heap")
+    processes: int = col("Int64", "count", "worker processes (N)")
+    sessions_per_process: int = col("Int64", "count", "sessions per worker (M)")
+    repeat: int = col("Int64", "index", "repeat number")
+    init_s_median: float = col("Float64", "s", "median init_s over workers")
+    create_s_median: float = col("Float64", "s", "median create_s over workers")
+    sum_rss_bytes: int = col("Int64", "bytes", "sum of rss_bytes (double-counts shared pages)")
+    sum_uss_bytes: int = col("Int64", "bytes", "sum of uss_bytes")
+    sum_pss_bytes: int = col("Int64", "bytes", "sum of pss_bytes (Linux)")
+    sum_private_bytes: int = col("Int64", "bytes", "sum of private_bytes")
+    system_delta_bytes: int = col("Int64", "bytes", "drop in system available memory, all alive")
+    weights_bytes: int = col("Int64", "bytes", "weights file size")
+    ok_workers: int = col("Int64", "count", "workers that finished with a correct output")
+    failed_workers: int = col("Int64", "count", "workers that crashed, hung, raised or were wrong")
+    fallback_workers: int = col("Int64", "count", "workers whose weights fell back to the heap")
+    ep_file_mapping: str = col("string", "", "EP path(s) seen, '|'-joined")
+
+
+def columns(row_type: type) -> list[str]:
+    """CSV column order of a row type."""
+    return [f.name for f in fields(row_type)]
+
+
+def dtypes(row_type: type) -> dict[str, str]:
+    """pandas dtypes to read a CSV of ``row_type`` with (``pd.read_csv(dtype=...)``)."""
+    return {f.name: f.metadata["dtype"] for f in fields(row_type)}
+
+
+def column_docs(row_type: type) -> list[tuple[str, str, str, str]]:
+    """(name, dtype, unit, meaning) for the README and the report."""
+    return [(f.name, f.metadata["dtype"], f.metadata["unit"], f.metadata["doc"]) for f in fields(row_type)]
+
+
+def row_from_dict(row_type: type, data: dict) -> Any:
+    """Build a row from a dict, ignoring unknown keys (newer writers) and keeping defaults."""
+    names = set(columns(row_type))
+    return row_type(**{k: v for k, v in data.items() if k in names})

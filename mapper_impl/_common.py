@@ -1,0 +1,207 @@
+"""Error tree, file checks, file identity and region rules shared by every platform.
+
+Platform modules (`_posix`, `_windows`) turn OS errors into the domain errors defined here,
+and only there (``raise ... from err``), so callers never see a raw ``OSError`` from a mapping.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat as stat_mod
+import sys
+from dataclasses import dataclass
+
+#: Bytes hashed at each end of a file for its identity: same-size rewrites inside one mtime
+#: tick are common (a build step rewriting a .bin), and stat alone would miss them.
+IDENTITY_EDGE_BYTES = 64 * 1024
+
+#: Largest size a mapping can have on this interpreter (upstream: "size fits in size_t").
+MAX_MAPPABLE = sys.maxsize
+
+U64_MAX = (1 << 64) - 1
+
+
+class MapperError(Exception):
+    """Base of every error raised by mapper_impl."""
+
+
+class FileCheckError(MapperError):
+    """The file cannot be used at all (an input error: never retried, never a fallback)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{reason}: {path}")
+        self.path = path
+        self.reason = reason
+
+
+class FileMissingError(FileCheckError):
+    """The path does not exist (or a symlink on it dangles or loops)."""
+
+
+class NotARegularFileError(FileCheckError):
+    """The path names a directory, a device, a FIFO..."""
+
+
+class EmptyFileError(FileCheckError):
+    """The file has zero bytes: there is nothing to map."""
+
+
+class FileTooLargeError(FileCheckError):
+    """The file does not fit in this process's address space (size_t)."""
+
+
+class FileAccessError(FileCheckError):
+    """The file exists but cannot be opened for reading (permissions, sharing)."""
+
+
+class MappingError(MapperError):
+    """The OS refused to map the file. Retried by the retry policy, then a heap fallback."""
+
+    def __init__(self, message: str, *, os_error: int | None = None) -> None:
+        super().__init__(message)
+        self.os_error = os_error
+
+
+class PlatformUnavailableError(MappingError):
+    """File mapping is not available here at all: retrying cannot help."""
+
+
+class RegionError(MapperError, ValueError):
+    """A region request (offset, size) was refused, by the same rules as upstream."""
+
+
+class FeatureDisabledError(RegionError):
+    """Region requests are refused because mapping was disabled after an earlier error."""
+
+
+class StaleFileError(MapperError):
+    """The file changed on disk (replaced, rewritten, truncated) since it was mapped."""
+
+
+class ClosedError(MapperError, ValueError):
+    """The object was used after close()."""
+
+
+class HeapReadError(MapperError):
+    """The heap read (the fallback path) failed too."""
+
+
+def parse_disable_flag(value: object) -> bool:
+    """Accept the EP's string values ("0"/"1") and bools for `disable_file_mapped_weights`.
+
+    Anything else is a clear ValueError: "yes", "2" or "" silently meaning "off" is how a
+    nightly run ends up measuring the wrong mode.
+    """
+    if isinstance(value, bool):
+        return value
+    if value in ("0", "1"):
+        return value == "1"
+    raise ValueError(
+        f'disable_file_mapped_weights must be "0", "1", True or False, got {value!r}'
+    )
+
+
+def check_file(path: str) -> os.stat_result:
+    """Upstream's checks before mapping, each with its own error: exists, regular, not empty,
+    fits in size_t. Returns the stat result so callers do not stat twice."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError as err:
+        raise FileMissingError(path, "no such file") from err
+    except PermissionError as err:
+        raise FileAccessError(path, "permission denied") from err
+    except OSError as err:  # ELOOP, ENAMETOOLONG, ENOTDIR...
+        raise FileMissingError(path, f"cannot stat ({err.strerror or err})") from err
+    if not stat_mod.S_ISREG(st.st_mode):
+        kind = "a directory" if stat_mod.S_ISDIR(st.st_mode) else "not a regular file"
+        raise NotARegularFileError(path, kind)
+    if st.st_size == 0:
+        raise EmptyFileError(path, "file is empty")
+    if st.st_size > MAX_MAPPABLE:
+        raise FileTooLargeError(path, f"file of {st.st_size} bytes does not fit in size_t")
+    return st
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What makes "the same file": device, inode / file index, size, mtime and an edge hash."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    edge_hash: str
+
+    def describe_change(self, other: FileIdentity) -> str:
+        """Name the first field that differs, for a useful stale-file message."""
+        for field in ("device", "inode", "size", "mtime_ns", "edge_hash"):
+            if getattr(self, field) != getattr(other, field):
+                return f"{field} changed ({getattr(self, field)} -> {getattr(other, field)})"
+        return "unchanged"
+
+
+def edge_hash(read_at, size: int) -> str:
+    """Hash the first and last IDENTITY_EDGE_BYTES of a file via ``read_at(offset, n)``."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(read_at(0, min(size, IDENTITY_EDGE_BYTES)))
+    if size > IDENTITY_EDGE_BYTES:
+        tail = max(IDENTITY_EDGE_BYTES, size - IDENTITY_EDGE_BYTES)
+        h.update(read_at(tail, size - tail))
+    return h.hexdigest()
+
+
+def identity_of_fd(fd: int) -> FileIdentity:
+    """Identity of an open file: stat and hash the *opened* file, not the path, so a rename
+    between open and identity cannot mix two files."""
+    st = os.fstat(fd)
+
+    def read_at(offset: int, n: int) -> bytes:
+        if hasattr(os, "pread"):
+            return os.pread(fd, n, offset)
+        os.lseek(fd, offset, os.SEEK_SET)
+        return os.read(fd, n)
+
+    return FileIdentity(
+        st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, edge_hash(read_at, st.st_size)
+    )
+
+
+def identity_of_path(path: str) -> FileIdentity:
+    """Identity of whatever the path names now."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    try:
+        return identity_of_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def validate_region(
+    offset: int,
+    size: int,
+    file_size: int,
+    *,
+    feature_enabled: bool = True,
+    base_is_null: bool = False,
+    needs_backend_mapping: bool = True,
+) -> None:
+    """Refuse a weight-region request exactly where upstream's callback refuses one."""
+    if not feature_enabled:
+        raise FeatureDisabledError("file mapping was disabled after an earlier error")
+    if base_is_null:
+        raise RegionError("mapping base pointer is null")
+    if size == 0:
+        raise RegionError("region size is 0")
+    if not needs_backend_mapping:
+        raise RegionError("request does not need backend mapping")
+    if offset < 0 or size < 0:
+        raise RegionError(f"negative offset or size ({offset}, {size})")
+    if offset > U64_MAX - size:
+        raise RegionError(f"offset {offset} + size {size} overflows 64 bits")
+    if offset + size > file_size:
+        raise RegionError(f"region [{offset}, {offset + size}) runs past end of file ({file_size})")
+
+
+def align_down(offset: int, granularity: int) -> int:
+    """Start of the allocation-granularity block that holds ``offset``."""
+    return offset - (offset % granularity)

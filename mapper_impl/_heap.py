@@ -1,0 +1,46 @@
+"""The heap path: one private buffer per load, filled with ``readinto`` (no second copy).
+
+This is what the EP does with `disable_file_mapped_weights=1` and after a mapping failure.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ._common import FileAccessError, HeapReadError, check_file
+from ._faults import FaultCursor
+from ._stats import track
+
+
+class HeapBuffer(bytearray):
+    """A bytearray that can be weak-referenced, so the stats see when it is really freed."""
+
+
+def read_into_heap(path: str, faults: FaultCursor | None = None) -> HeapBuffer:
+    """Read the whole file into one new private buffer. Raises HeapReadError on I/O failure
+    or if the file shrinks while being read; FileCheckError for unusable paths."""
+    check_file(path)
+    try:
+        with open(path, "rb", buffering=0) as f:
+            size = os.fstat(f.fileno()).st_size
+            if faults is not None:
+                faults.before_heap_read()
+            buf = HeapBuffer(size)
+            view = memoryview(buf)
+            try:
+                filled = 0
+                while filled < size:
+                    n = f.readinto(view[filled:])
+                    if not n:
+                        raise HeapReadError(
+                            f"{path}: file shrank while being read ({filled} of {size} bytes)"
+                        )
+                    filled += n
+            finally:
+                view.release()
+    except PermissionError as err:
+        raise FileAccessError(path, "permission denied") from err
+    except OSError as err:
+        raise HeapReadError(f"cannot read {path}: {err}") from err
+    track(buf, "heap_buffers", "heap_bytes", size)
+    return buf
