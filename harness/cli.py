@@ -127,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     run.add_argument("--inject-worker-fault", type=_worker_fault, action="append", default=[],
                      help=argparse.SUPPRESS)  # reliability suites: make worker I crash/hang/raise
+    bench = sub.add_parser("bench", help="the headline benchmark: cpu mapped/heap vs ort-native, criteria table")
+    bench.add_argument("--model-size", type=_size, default=512 * 1024**2, help="default 512MiB")
+    bench.add_argument("--processes", type=_positive_int, default=4, metavar="N")
+    bench.add_argument("--repeat", type=_positive_int, default=1, metavar="R")
+    bench.add_argument("--out", type=Path)
+    bench.add_argument("--cache-dir", type=Path)
     rep = sub.add_parser("report", help="render report.html from run folders", add_help=False)
     rep.add_argument("args", nargs=argparse.REMAINDER)
     return parser
@@ -195,6 +201,12 @@ def main(argv: list[str] | None = None) -> int:
             from reports.cli import report_main
 
             return report_main(ns.args)
+        if ns.command == "bench":
+            from .bench import run_bench
+            from .run import command_line
+
+            return run_bench(model_size=ns.model_size, processes=ns.processes, repeat=ns.repeat, out=ns.out,
+                             cache_dir=ns.cache_dir, command=command_line(argv))
         return cmd_run(ns, argv)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
