@@ -133,8 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeat", type=_positive_int, default=1, metavar="R")
     bench.add_argument("--out", type=Path)
     bench.add_argument("--cache-dir", type=Path)
-    rep = sub.add_parser("report", help="render report.html from run folders", add_help=False)
-    rep.add_argument("args", nargs=argparse.REMAINDER)
+    sub.add_parser("report", help="render report.html from run folders (see: harness report --help)")
     return parser
 
 
@@ -196,11 +195,11 @@ def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        ns = build_parser().parse_args(argv)
-        if ns.command == "report":
+        if argv[:1] == ["report"]:  # its own parser, options included (--help too)
             from reports.cli import report_main
 
-            return report_main(ns.args)
+            return report_main(argv[1:])
+        ns = build_parser().parse_args(argv)
         if ns.command == "bench":
             from .bench import run_bench
             from .run import command_line

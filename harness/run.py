@@ -65,8 +65,9 @@ class RunOutcome:
     notes: list[str]
 
 
-def prepare_model(opts: RunOptions) -> tuple[PreparedModel, str]:
-    """The model folder workers load, and for qnn the compiled EPContext model path."""
+def prepare_model(opts: RunOptions) -> tuple[PreparedModel, str, int]:
+    """The model folder workers load, for qnn the compiled EPContext model path, and the
+    bytes the sessions load (weights file, or QNN context binary)."""
     from . import models
 
     if opts.target == "qnn":
@@ -74,8 +75,10 @@ def prepare_model(opts: RunOptions) -> tuple[PreparedModel, str]:
 
         return prepare_qnn_model(opts)
     if opts.model is not None:
-        return models.prepare_user_model(opts.model, opts.shapes, cache_dir=opts.cache_dir), ""
-    return models.generated_matmul_chain(opts.model_size, cache_dir=opts.cache_dir), ""
+        model = models.prepare_user_model(opts.model, opts.shapes, cache_dir=opts.cache_dir)
+    else:
+        model = models.generated_matmul_chain(opts.model_size, cache_dir=opts.cache_dir)
+    return model, "", model.weights_bytes
 
 
 def estimated_peak_bytes(opts: RunOptions, weights_bytes: int) -> int:
@@ -124,7 +127,8 @@ def default_out_dir() -> Path:
     return Path("results") / f"run-{stamp}"
 
 
-def plan_groups(opts: RunOptions, model: PreparedModel, qnn_onnx: str, out: Path) -> list[GroupSpec]:
+def plan_groups(opts: RunOptions, model: PreparedModel, qnn_onnx: str, weights_bytes: int,
+                out: Path) -> list[GroupSpec]:
     groups = []
     for repeat in range(opts.repeat):
         for n in opts.processes:
@@ -136,7 +140,7 @@ def plan_groups(opts: RunOptions, model: PreparedModel, qnn_onnx: str, out: Path
                     workdir=(out / "workers" / f"{opts.target}-{mode}-n{n}-r{repeat}").resolve(),
                     worker_timeout_s=opts.worker_timeout_s, map_failures=opts.map_failures,
                     max_attempts=opts.max_attempts, share_ep_contexts=opts.share_ep_contexts,
-                    qnn_onnx=qnn_onnx, fault_actions=opts.fault_actions,
+                    qnn_onnx=qnn_onnx, weights_bytes=weights_bytes, fault_actions=opts.fault_actions,
                 ))
     return groups
 
@@ -157,15 +161,13 @@ def run_notes(opts: RunOptions, rows: list[ResultRow]) -> list[str]:
     return notes
 
 
-def _metadata(opts: RunOptions, model: PreparedModel, started: str, status: str, t0: float,
-              notes: list[str]) -> dict:
-    from .metadata import environment
-
+def _metadata(opts: RunOptions, model: PreparedModel, weights_bytes: int, started: str, status: str, t0: float,
+              notes: list[str], env: dict) -> dict:
     return {
         "format_version": FORMAT_VERSION,
         "status": status,
         "run": {
-            "target": opts.target, "model": model.source, "weights_bytes": model.weights_bytes,
+            "target": opts.target, "model": model.source, "weights_bytes": weights_bytes,
             "processes": opts.processes, "sessions_per_process": opts.sessions_per_process,
             "modes": opts.modes, "repeat": opts.repeat, "map_failures": opts.map_failures,
             "max_attempts": opts.max_attempts, "embed_mode": opts.embed_mode,
@@ -173,7 +175,7 @@ def _metadata(opts: RunOptions, model: PreparedModel, started: str, status: str,
             "finished": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
             "duration_s": round(time.monotonic() - t0, 3), "command": opts.command,
         },
-        "env": environment(),
+        "env": env,
         "notes": notes,
     }
 
@@ -191,20 +193,22 @@ def write_outputs(out: Path, rows: list[ResultRow], deltas: dict, meta: dict) ->
 def execute(opts: RunOptions, progress) -> RunOutcome:
     """Run every group; on Ctrl-C, write what was measured and mark the run interrupted."""
     from .memory import system_available_bytes
+    from .metadata import environment
 
     check_memory_budget(opts, expected_weights_bytes(opts), system_available_bytes())
-    model, qnn_onnx = prepare_model(opts)
-    check_memory_budget(opts, model.weights_bytes, system_available_bytes())
+    model, qnn_onnx, weights_bytes = prepare_model(opts)
+    check_memory_budget(opts, weights_bytes, system_available_bytes())
     out = opts.out or default_out_dir()
     out.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now().astimezone().isoformat(timespec="seconds")
     t0 = time.monotonic()
     warm_page_cache(model.weights_path if opts.target != "qnn" else Path(qnn_onnx))
-    groups = plan_groups(opts, model, qnn_onnx, out)
+    groups = plan_groups(opts, model, qnn_onnx, weights_bytes, out)
+    env = environment()
     rows: list[ResultRow] = []
     deltas: dict[tuple, int | None] = {}
     status = "running"
-    write_outputs(out, rows, deltas, _metadata(opts, model, started, status, t0, []))
+    write_outputs(out, rows, deltas, _metadata(opts, model, weights_bytes, started, status, t0, [], env))
     try:
         for i, group in enumerate(groups):
             progress.group_started(i, len(groups), group)
@@ -213,12 +217,12 @@ def execute(opts: RunOptions, progress) -> RunOutcome:
             deltas[(group.target, group.mode, group.processes, group.sessions_per_process,
                     group.repeat)] = result.system_delta_bytes
             progress.group_finished(i, len(groups), group, result)
-            write_outputs(out, rows, deltas, _metadata(opts, model, started, status, t0, []))
+            write_outputs(out, rows, deltas, _metadata(opts, model, weights_bytes, started, status, t0, [], env))
         status = "complete"
     except KeyboardInterrupt:
         status = "interrupted"
     notes = run_notes(opts, rows)
-    summary = write_outputs(out, rows, deltas, _metadata(opts, model, started, status, t0, notes))
+    summary = write_outputs(out, rows, deltas, _metadata(opts, model, weights_bytes, started, status, t0, notes, env))
     failed = any(s.failed_workers for s in summary)
     code = 130 if status == "interrupted" else (1 if failed else 0)
     return RunOutcome(out, rows, summary, code, notes)

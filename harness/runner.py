@@ -41,6 +41,7 @@ class GroupSpec:
     max_attempts: int = 3
     share_ep_contexts: bool = False
     qnn_onnx: str = ""
+    weights_bytes: int = 0
     fault_actions: dict[int, str] = field(default_factory=dict)
 
 
@@ -77,6 +78,7 @@ def _spawn(group: GroupSpec, index: int) -> _Worker:
         max_attempts=group.max_attempts, ready_path=f"{stem}.ready.json",
         result_path=f"{stem}.result.json", log_path=f"{stem}.log",
         share_ep_contexts=group.share_ep_contexts, qnn_onnx=group.qnn_onnx,
+        weights_bytes=group.weights_bytes,
         fault_action=group.fault_actions.get(index, ""),
     )
     spec.write(Path(f"{stem}.spec.json"))

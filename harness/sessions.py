@@ -125,7 +125,7 @@ def create_qnn(spec: WorkerSpec, model: PreparedModel, record: WorkerRecord) -> 
     record.ep_file_mapping, record.ep_log_tail = classify_ep_log(
         log_text, disable_file_mapped_weights=spec.disable_flag)
     record.path_taken = {"active": "mapped", "retried": "fallback"}.get(record.ep_file_mapping, "heap")
-    record.weights_bytes = int(model.extra.get("context_bytes") or model.weights_bytes)
+    record.weights_bytes = spec.weights_bytes or model.weights_bytes
     return live
 
 

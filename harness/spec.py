@@ -27,6 +27,7 @@ class WorkerSpec:
     log_path: str = ""
     share_ep_contexts: bool = False
     qnn_onnx: str = ""  # compiled EPContext model (qnn)
+    weights_bytes: int = 0  # bytes the sessions load: weights file, or the QNN context binary
     fault_action: str = ""  # test hook: "crash", "hang", "raise", "sigbus" (reliability suites)
     spec_version: int = SPEC_VERSION
 

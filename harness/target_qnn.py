@@ -2,21 +2,7 @@
 (cached) to an EPContext model, open sessions with ``disable_file_mapped_weights`` "0"/"1", and
 read from the EP's own log how it treated file mapping.
 
-Why the log: outside Windows ARM64 the EP turns the feature off and says so only as a warning;
-the harness must report that ("unavailable"), not pretend the two option values differ. Texts
-matched (WARNING unless noted; "seen" = printed here by onnxruntime-qnn 2.7.0 / QNN SDK 2.51,
-the rest read in onnxruntime/onnxruntime-qnn@003edc9f, qnn_execution_provider.cc and
-builder/qnn_backend_manager.cc):
-- gate (seen): "File mapped weights feature is only available on Windows arm64 devices for QNN
-  API versions >= 2.32. Feature will be disabled by default"; option "1" (seen): "User specified
-  disable_file_mapped_weights: 1"
-- retry: "Failed to create context with file mapping enabled. Error: <e>, Code : <n>. Retrying
-  with feature disabled." (shared-VTCM path: "<error>. Retrying with feature disabled."), later
-  "... file mapping has been disabled, possibly due to an error in a previous request."
-- EP-side disable: "... incompatible with embedded EP contexts ...", "Node <n> is using an
-  embedded cache. Disabling file mapping for this node.", "Context binary of <n> is <v>. File
-  mapping is only supported for versions >= 3.3.3. Disabling file mapping for this node."
-- mapping at work (INFO, hence log_severity 1): "Mapping DMA data for request: ...".
+How the EP's log is read: see harness/eplog.py (`classify_ep_log`, re-exported here).
 onnxruntime/onnx/numpy are imported inside functions so ``import harness.target_qnn`` stays cheap.
 """
 
@@ -27,7 +13,6 @@ import json
 import math
 import os
 import platform
-import re
 import shutil
 import sys
 import threading
@@ -37,26 +22,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .eplog import OPTION_VALUES, check_disable_flag, classify_ep_log
+
 if TYPE_CHECKING:
     import numpy
     import onnxruntime
 
+__all__ = ["OPTION_VALUES", "CompiledModel", "QnnInputError", "QnnUnavailableError",
+           "check_disable_flag", "classify_ep_log", "compare_outputs", "compile_epcontext",
+           "make_feeds", "make_qdq_model", "qnn_platform_supported", "qnn_session_options",
+           "qnn_versions", "reference_output", "register_qnn_ep"]
+
 EP_NAME = "QNNExecutionProvider"
 #: Session config key for sharing EP resources (onnxruntime_session_options_config_keys.h).
 SHARE_EP_CONTEXTS_KEY = "ep.share_ep_contexts"
-OPTION_VALUES = ("0", "1")
 _COMPILE_NOTHING = "Unable to compile any nodes"
 _register_lock = threading.Lock()
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+\s+")
-_GATE = re.compile(r"File mapped weights feature is only available on", re.I)
-_RETRY = re.compile(r"Retrying with feature disabled|Failed to create context with file mapping"
-                    r"|file mapping has been disabled, possibly due to an error", re.I)
-_EP_DISABLED = re.compile(r"incompatible with embedded EP contexts"
-                          r"|Disabling file mapping for this node", re.I)
-_USER_DISABLED = re.compile(r"User specified disable_file_mapped_weights", re.I)
-_ACTIVE = re.compile(r"Mapping DMA data for request|Created DMA data mapping", re.I)
 
 
 class QnnInputError(ValueError):
@@ -86,10 +67,9 @@ def qnn_platform_supported() -> tuple[bool, str]:
     machine = platform.machine().lower()
     if sys.platform.startswith("linux") and machine in ("x86_64", "amd64"):
         return True, "Linux x86_64 (HTP simulator)"
-    if sys.platform == "win32" and machine in ("arm64", "aarch64"):
-        return True, "Windows ARM64"
-    return False, f"onnxruntime-qnn has wheels for Linux x86_64 and Windows ARM64, not " \
-                  f"{sys.platform} {machine}"
+    ok = sys.platform == "win32" and machine in ("arm64", "aarch64")
+    return ok, "Windows ARM64" if ok else f"onnxruntime-qnn needs Linux x86_64 or Windows ARM64, " \
+                                          f"not {sys.platform} {machine}"
 
 
 def qnn_versions() -> dict[str, str | None]:
@@ -195,11 +175,11 @@ def make_feeds(info: dict, *, seed: int = 1) -> dict:
     return {info["input_name"]: rng.uniform(-1.0, 1.0, info["input_shape"]).astype(np.float32)}
 
 
-def _load_onnx(path: Path, *, external: bool = False) -> Any:
+def _load_onnx(path: Path) -> Any:
     import onnx
 
     try:
-        return onnx.load(str(path), load_external_data=external)
+        return onnx.load(str(path), load_external_data=False)
     except Exception as e:  # noqa: BLE001 - protobuf DecodeError and friends
         raise QnnInputError(f"{path} is not a readable ONNX model ({type(e).__name__})") from e
 
@@ -333,13 +313,6 @@ def compile_epcontext(src: Path, out_dir: Path, *, embed_mode: int = 0) -> Compi
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _check_option(value: object) -> str:
-    if not isinstance(value, str) or value not in OPTION_VALUES:
-        raise ValueError(f'disable_file_mapped_weights must be the string "0" (feature on) or "1" '
-                         f"(feature off), got {value!r}")
-    return value
-
-
 def qnn_session_options(*, disable_file_mapped_weights: str, share_ep_contexts: bool = False,
                         log_severity: int = 1) -> onnxruntime.SessionOptions:
     """SessionOptions with the QNN HTP device added and the option under test set explicitly.
@@ -347,7 +320,7 @@ def qnn_session_options(*, disable_file_mapped_weights: str, share_ep_contexts: 
     log_severity must be <= 2 (warning): the classification needs the EP's warnings, and at 1
     (info, the default) also its "Mapping DMA data" lines, the positive sign of active mapping.
     """
-    value = _check_option(disable_file_mapped_weights)
+    value = check_disable_flag(disable_file_mapped_weights)
     if log_severity not in (0, 1, 2):
         raise ValueError(f"log_severity must be 0, 1 or 2 so the EP's file-mapping warnings are "
                          f"visible, got {log_severity!r}")
@@ -361,37 +334,6 @@ def qnn_session_options(*, disable_file_mapped_weights: str, share_ep_contexts: 
     if share_ep_contexts:
         so.add_session_config_entry(SHARE_EP_CONTEXTS_KEY, "1")
     return so
-
-
-def _clean(line: str) -> str:
-    return _TIMESTAMP.sub("", _ANSI.sub("", line)).strip()[:300]
-
-
-def classify_ep_log(text: str, *, disable_file_mapped_weights: str) -> tuple[str, str]:
-    """How the EP treated file mapping, from its log: (state, evidence).
-
-    Precedence: "unavailable" (platform gate logged) > "retried" (mapping failed, EP fell back
-    to reading the .bin) > "disabled" (option "1", or the EP switched mapping off for an embedded
-    or too-old context binary) > "active". Evidence is the last 3 relevant lines, without colour
-    codes and timestamps.
-    """
-    value = _check_option(disable_file_mapped_weights)
-    lines = [_clean(ln) for ln in _ANSI.sub("", text or "").splitlines()]
-    relevant = [ln for ln in lines if any(p.search(ln) for p in
-                                          (_GATE, _RETRY, _EP_DISABLED, _USER_DISABLED, _ACTIVE))]
-    evidence = "\n".join(relevant[-3:])
-    if any(_GATE.search(ln) for ln in relevant):
-        state = "unavailable"
-    elif any(_RETRY.search(ln) for ln in relevant):
-        state = "retried"
-    elif value == "1" or any(_EP_DISABLED.search(ln) for ln in relevant):
-        state = "disabled"
-    else:
-        state = "active"
-    if not evidence:
-        evidence = ("no file-mapping line in the EP log" if "qnn" in (text or "").lower()
-                    else "no QNN EP log captured")
-    return state, evidence
 
 
 def reference_output(model_path: Path, feeds: dict) -> numpy.ndarray:

@@ -1,0 +1,276 @@
+"""The real QNN EP (HTP simulator on Linux x86_64, the NPU on Windows ARM64): compile a small QDQ
+model once, load it with disable_file_mapped_weights "0"/"1", read the EP's log, compare outputs
+with the CPU EP, and check the input errors users will hit. Log-classification and option checks
+are pure unit tests and run everywhere; the rest skips cleanly without onnxruntime-qnn.
+
+Device branch (Windows ARM64): the same tests expect "active" / "disabled" instead of
+"unavailable"; it runs in the device CI only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from harness.eplog import capture_native_stderr
+from harness.target_qnn import (
+    CompiledModel,
+    QnnInputError,
+    classify_ep_log,
+    compare_outputs,
+    compile_epcontext,
+    make_feeds,
+    make_qdq_model,
+    qnn_platform_supported,
+    qnn_session_options,
+    qnn_versions,
+    reference_output,
+    register_qnn_ep,
+)
+
+pytestmark = pytest.mark.qnn
+
+_PLATFORM_OK, _PLATFORM = qnn_platform_supported()
+
+
+def _qnn_importable() -> bool:
+    try:
+        import onnxruntime_qnn  # noqa: F401 - cheap: the package only computes library paths
+    except ImportError:
+        return False
+    return True
+
+
+_HAVE_QNN = _qnn_importable()
+needs_qnn = pytest.mark.skipif(
+    not (_PLATFORM_OK and _HAVE_QNN),
+    reason=_PLATFORM if not _PLATFORM_OK else "onnxruntime-qnn is not installed")
+ON_DEVICE = sys.platform == "win32"  # Windows ARM64 with a real NPU: the feature can be active
+
+GATE = ("\x1b[0;93m2026-11-29 18:24:40.654687234 [W:onnxruntime:, qnn_execution_provider.cc:933 "
+        "QnnEp] File mapped weights feature is only available on Windows arm64 devices for QNN "
+        "API versions >= 2.32. Feature will be disabled by default\x1b[m")
+USER_OFF = ("\x1b[0;93m2026-11-29 18:24:41.465103416 [W:onnxruntime:, qnn_execution_provider.cc:927 "
+            "QnnEp] User specified disable_file_mapped_weights: 1\x1b[m")
+RETRY = ("2026-11-29 18:30:00.000000001 [W:onnxruntime:, qnn_backend_manager.cc:1321 "
+         "LoadCachedQnnContextFromBuffer] Failed to create context with file mapping enabled. "
+         "Error: QNN_COMMON_ERROR_GENERAL, Code : 1000. Retrying with feature disabled.")
+RETRY_SHARED = ("[W:onnxruntime:, qnn_backend_manager.cc:1120 CreateContextVtcmBackupBuffer"
+                "SharingEnabled] Failed to map context binary: C:\\m\\model_qnn.bin. Retrying with "
+                "feature disabled.")
+EMBEDDED = ("[W:onnxruntime:, qnn_backend_manager.cc:1290 LoadCachedQnnContextFromBuffer] Node "
+            "QNNExecutionProvider_QNN_1_0 is using an embedded cache. Disabling file mapping for "
+            "this node.")
+DMA = ("2026-11-29 18:30:00.1 [I:onnxruntime:, qnn_backend_manager.cc:1001 MapDmaData] Mapping DMA "
+       "data for request: memory mapped base pointer(0x1000), offset(0), size(65536), total file "
+       "size(17000000) isBackendMappingNeeded(1)")
+INFO = ("2026-11-29 18:24:40.654647364 [I:onnxruntime:, qnn_provider_factory.cc:253 CreateEpImpl] "
+        "Creating QNN EP\n")
+
+
+# ----------------------------------------------------------------------------- pure unit tests
+
+@pytest.mark.parametrize("flag", ["0", "1"])
+def test_classify_gate_means_unavailable_whatever_the_option(flag: str) -> None:
+    text = INFO + (USER_OFF + "\n" if flag == "1" else "") + GATE + "\n"
+    state, evidence = classify_ep_log(text, disable_file_mapped_weights=flag)
+    assert state == "unavailable"
+    assert "only available on Windows arm64" in evidence
+    assert "\x1b[" not in evidence and "2026-11-29" not in evidence  # colour codes, stamps gone
+
+
+@pytest.mark.parametrize("line", [RETRY, RETRY_SHARED], ids=["per-context", "shared-vtcm"])
+def test_classify_retry(line: str) -> None:
+    state, evidence = classify_ep_log(INFO + line + "\n", disable_file_mapped_weights="0")
+    assert (state, evidence.splitlines()[-1].endswith("Retrying with feature disabled.")) == \
+        ("retried", True)
+
+
+def test_classify_disabled_by_option_and_by_ep() -> None:
+    state, evidence = classify_ep_log(INFO + USER_OFF, disable_file_mapped_weights="1")
+    assert state == "disabled" and "disable_file_mapped_weights: 1" in evidence
+    state, evidence = classify_ep_log(INFO + EMBEDDED, disable_file_mapped_weights="0")
+    assert state == "disabled" and "embedded cache" in evidence
+    quiet = INFO + "[W:onnxruntime:, qnn_execution_provider.cc:1 QnnEp] something else\n"
+    state, evidence = classify_ep_log(quiet, disable_file_mapped_weights="1")
+    assert state == "disabled" and "did not confirm option 1" in evidence
+
+
+def test_classify_active() -> None:
+    state, evidence = classify_ep_log(INFO + DMA, disable_file_mapped_weights="0")
+    assert state == "active" and evidence.startswith("[I:onnxruntime:, qnn_backend_manager.cc")
+    state, evidence = classify_ep_log(INFO, disable_file_mapped_weights="0")
+    assert state == "active" and "no file-mapping line" in evidence
+    assert classify_ep_log("", disable_file_mapped_weights="0") == ("active", "no QNN EP log captured")
+
+
+def test_classify_many_sessions_keeps_three_distinct_lines() -> None:
+    text = "\n".join([USER_OFF, GATE] * 10 + [RETRY, EMBEDDED])
+    state, evidence = classify_ep_log(text, disable_file_mapped_weights="1")
+    assert state == "unavailable"
+    assert len(evidence.splitlines()) == 3 and "embedded cache" in evidence.splitlines()[-1]
+
+
+@pytest.mark.parametrize("bad", ["", "2", "yes", None, 0, 1, True, " 0", "0 "])
+def test_invalid_option_values_are_value_errors(bad: object) -> None:
+    with pytest.raises(ValueError, match="disable_file_mapped_weights must be"):
+        qnn_session_options(disable_file_mapped_weights=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="disable_file_mapped_weights must be"):
+        classify_ep_log(GATE, disable_file_mapped_weights=bad)  # type: ignore[arg-type]
+
+
+def test_log_severity_that_hides_warnings_is_refused() -> None:
+    with pytest.raises(ValueError, match="log_severity"):
+        qnn_session_options(disable_file_mapped_weights="0", log_severity=3)
+
+
+def test_capture_native_stderr_catches_fd2_and_restores(tmp_path: Path) -> None:
+    before = os.fstat(2)
+    with capture_native_stderr(tmp_path / "ep.log") as read:
+        os.write(2, b"native line\n")
+        print("python line", file=sys.stderr)
+        text = read()
+    assert "native line" in text and "python line" in text
+    assert os.fstat(2).st_ino == before.st_ino  # fd 2 points where it did before
+
+
+def test_versions_never_raise() -> None:
+    v = qnn_versions()
+    assert set(v) >= {"onnxruntime_qnn", "qnn_sdk"}
+    if _HAVE_QNN:
+        assert v["onnxruntime_qnn"] and v["qnn_sdk"]
+
+
+def _write_model(path: Path, op: str, in_shape: list, out_shape: list | None = None) -> Path:
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node(op, ["X"], ["Y"])] if op else []
+    outs = ["Y" if op else "X"]
+    graph = helper.make_graph(
+        nodes, op or "empty", [helper.make_tensor_value_info("X", TensorProto.FLOAT, in_shape)],
+        [helper.make_tensor_value_info(outs[0], TensorProto.FLOAT, out_shape or in_shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.save(model, str(path))
+    return path
+
+
+def test_dynamic_shape_gets_the_shape_hint(tmp_path: Path) -> None:
+    src = _write_model(tmp_path / "dyn.onnx", "Relu", ["batch", 3, 224, 224])
+    with pytest.raises(QnnInputError, match=r"X\[batch,3,224,224\].*--shape X=1x3x224x224"):
+        compile_epcontext(src, tmp_path / "out")
+
+
+def test_not_onnx_and_empty_graph_are_input_errors(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\x00definitely not a protobuf model\xff" * 10)
+    with pytest.raises(QnnInputError, match="not a readable ONNX model"):
+        compile_epcontext(junk, tmp_path / "out")
+    with pytest.raises(QnnInputError, match="no node assigned to QNN"):
+        compile_epcontext(_write_model(tmp_path / "empty.onnx", "", [1, 4]), tmp_path / "out")
+    with pytest.raises(QnnInputError, match="not found"):
+        compile_epcontext(tmp_path / "missing.onnx", tmp_path / "out")
+
+
+# ----------------------------------------------------------------------------- real EP
+
+
+@pytest.fixture(scope="session")
+def qdq(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """One 3 MiB QDQ model, compiled once (embed_mode 0), with a CPU reference output."""
+    if not (_PLATFORM_OK and _HAVE_QNN):
+        pytest.skip(_PLATFORM if not _PLATFORM_OK else "onnxruntime-qnn is not installed")
+    d = tmp_path_factory.mktemp("qnn")
+    src = d / "qdq.onnx"
+    info = make_qdq_model(src, 3 << 20, seed=0)
+    feeds = make_feeds(info, seed=1)
+    return SimpleNamespace(dir=d, src=src, info=info, feeds=feeds,
+                           ref=reference_output(src, feeds),
+                           compiled=compile_epcontext(src, d / "ctx", embed_mode=0))
+
+
+def _load(compiled: CompiledModel, flag: str, log: Path) -> tuple[object, str, str]:
+    import onnxruntime as ort
+
+    with capture_native_stderr(log) as read:
+        session = ort.InferenceSession(str(compiled.onnx_path),
+                                       qnn_session_options(disable_file_mapped_weights=flag))
+        text = read()
+    state, evidence = classify_ep_log(text, disable_file_mapped_weights=flag)
+    return session, state, evidence
+
+
+def _check_output(qdq: SimpleNamespace, session: object) -> None:
+    out = session.run(None, qdq.feeds)[0]  # type: ignore[attr-defined]
+    res = compare_outputs(out, qdq.ref, quant_step=qdq.info["output_scale"])
+    assert res["ok"], res
+
+
+@needs_qnn
+def test_register_is_idempotent() -> None:
+    assert len(register_qnn_ep()) == len(register_qnn_ep()) >= 1
+
+
+@needs_qnn
+def test_compiled_model_shape(qdq: SimpleNamespace) -> None:
+    c = qdq.compiled
+    assert c.embed_mode == 0 and len(c.bin_paths) == 1 and c.bin_paths[0].name.endswith("_qnn.bin")
+    assert c.context_bytes == c.bin_paths[0].stat().st_size >= qdq.info["weights_bytes"]
+    assert c.onnx_path.stat().st_size < 64 * 1024  # the weights live in the .bin, not the onnx
+
+
+@needs_qnn
+@pytest.mark.parametrize("flag", ["0", "1"])
+def test_load_both_option_values(qdq: SimpleNamespace, flag: str, tmp_path: Path) -> None:
+    session, state, evidence = _load(qdq.compiled, flag, tmp_path / f"ep{flag}.log")
+    if ON_DEVICE:
+        assert state == {"0": "active", "1": "disabled"}[flag], evidence
+    else:
+        assert state == "unavailable", evidence
+        assert "File mapped weights feature is only available on Windows arm64" in evidence
+    _check_output(qdq, session)
+
+
+@needs_qnn
+def test_embed_mode_1(qdq: SimpleNamespace, tmp_path: Path) -> None:
+    c = compile_epcontext(qdq.src, qdq.dir / "ctx", embed_mode=1)
+    assert c.embed_mode == 1 and c.bin_paths == [] and not c.cached
+    assert qdq.info["weights_bytes"] <= c.context_bytes <= c.onnx_path.stat().st_size
+    session, state, evidence = _load(c, "0", tmp_path / "ep.log")
+    # upstream: "Node ... is using an embedded cache. Disabling file mapping for this node."
+    assert state == ("disabled" if ON_DEVICE else "unavailable"), evidence
+    _check_output(qdq, session)
+
+
+@needs_qnn
+def test_cache_reuses_compiled_files(qdq: SimpleNamespace) -> None:
+    first = qdq.compiled
+    files = [first.onnx_path, *first.bin_paths]
+    stamps = [p.stat().st_mtime_ns for p in files]
+    again = compile_epcontext(qdq.src, qdq.dir / "ctx", embed_mode=0)
+    assert again.cached and again.onnx_path == first.onnx_path
+    assert again.source_sha256 == first.source_sha256
+    assert [p.stat().st_mtime_ns for p in files] == stamps
+
+
+@needs_qnn
+def test_changed_source_is_recompiled(tmp_path: Path) -> None:
+    src = tmp_path / "m.onnx"
+    make_qdq_model(src, 1 << 20, seed=0)
+    first = compile_epcontext(src, tmp_path / "ctx")
+    make_qdq_model(src, 1 << 20, seed=1)  # same name, other weights
+    second = compile_epcontext(src, tmp_path / "ctx")
+    assert not second.cached and second.source_sha256 != first.source_sha256
+
+
+@needs_qnn
+def test_no_node_for_qnn_is_an_input_error(tmp_path: Path) -> None:
+    src = _write_model(tmp_path / "det.onnx", "Det", [2, 3, 3], [2])  # QNN has no Det
+    with pytest.raises(QnnInputError, match="no node was assigned to QNN"):
+        compile_epcontext(src, tmp_path / "out")
+    assert not list((tmp_path / "out").glob(".compile-*"))  # scratch folder cleaned up

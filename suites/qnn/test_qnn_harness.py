@@ -1,0 +1,91 @@
+"""`harness run --target qnn` end to end with the real QNN EP (HTP simulator on Linux x86_64).
+
+On Linux the EP's file mapping is gated off: the harness must detect that from the EP's own
+log and say so, not pretend a difference. On a Windows ARM64 device the same test asserts the
+feature is active and saves memory.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.qnn, pytest.mark.memory]
+
+ON_DEVICE = sys.platform == "win32" and platform.machine().upper() in ("ARM64", "AARCH64")
+
+
+@pytest.fixture(autouse=True)
+def _needs_qnn():
+    pytest.importorskip("onnxruntime_qnn", reason="onnxruntime-qnn is not installed")
+    from harness.target_qnn import qnn_platform_supported
+
+    ok, why = qnn_platform_supported()
+    if not ok:
+        pytest.skip(why)
+
+
+def _rows_by_mode(outcome):
+    rows = outcome.results()
+    return {m: [r for r in rows if r.mode == m] for m in ("mapped", "heap")}
+
+
+def test_qnn_run_classifies_the_ep_path(run_harness):
+    outcome = run_harness("run", "--target", "qnn", "--model-size", "8MiB", "--processes", "2",
+                          "--quiet", "--no-report")
+    assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+    rows = _rows_by_mode(outcome)
+    assert all(r.output_ok for rs in rows.values() for r in rs), [r.error for rs in rows.values() for r in rs]
+    if ON_DEVICE:
+        assert {r.ep_file_mapping for r in rows["mapped"]} == {"active"}
+        assert {r.ep_file_mapping for r in rows["heap"]} == {"disabled"}
+    else:
+        assert {r.ep_file_mapping for r in rows["mapped"] + rows["heap"]} == {"unavailable"}
+        assert all("only available on Windows arm64" in r.ep_log_tail for r in rows["mapped"])
+        meta = json.loads((outcome.out / "metadata.json").read_text())
+        assert any("unavailable on this platform" in note for note in meta["notes"])
+        assert "unavailable on this platform" in outcome.stdout
+    assert all(r.weights_bytes and r.weights_bytes >= 8 * 1024**2 * 0.9 for r in rows["mapped"])
+
+
+@pytest.mark.device
+def test_qnn_mapping_saves_private_memory_on_device(run_harness):
+    """On the device the mapped mode's summed private bytes stay well under heap's."""
+    outcome = run_harness("run", "--target", "qnn", "--model-size", "64MiB", "--processes", "2",
+                          "--quiet", "--no-report")
+    assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+    rows = _rows_by_mode(outcome)
+    weights = rows["heap"][0].weights_bytes
+    heap = sum(r.private_bytes for r in rows["heap"])
+    mapped = sum(r.private_bytes for r in rows["mapped"])
+    assert mapped < heap - 0.8 * weights
+
+
+def test_embed_mode_and_shared_contexts(run_harness):
+    """Context embedded in the ONNX file, M=2 sessions sharing EP contexts: runs and is correct."""
+    outcome = run_harness("run", "--target", "qnn", "--model-size", "4MiB", "--processes", "1",
+                          "--sessions-per-process", "2", "--embed-mode", "1", "--share-ep-contexts",
+                          "--quiet", "--no-report")
+    assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+    rows = outcome.results()
+    assert len(rows) == 2 and all(r.output_ok for r in rows)
+    assert all(r.sessions_per_process == 2 for r in rows)
+
+
+def test_qnn_dynamic_shape_model_is_a_clear_error(run_harness, tmp_path):
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    w = numpy_helper.from_array(np.ones((16, 16), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])], [w])
+    path = tmp_path / "dyn.onnx"
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    outcome = run_harness("run", "--target", "qnn", "--model", str(path), "--quiet")
+    assert outcome.returncode == 2
+    assert len(outcome.stderr.strip().splitlines()) == 1
+    assert "--shape x=" in outcome.stderr
