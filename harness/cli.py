@@ -158,6 +158,23 @@ def _options(ns: argparse.Namespace, argv: list[str]):
     )
 
 
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM (a CI timeout, ``kill``, a container stop) ends the run like Ctrl-C: workers
+    are killed and what was measured is written. By default it would end this process on
+    the spot and leave a hung worker running with no parent. A SIGTERM disposition someone
+    chose deliberately (ignored, or a handler) is left alone."""
+    import signal
+    import threading
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers (main() called from a test thread)
+    if hasattr(signal, "SIGTERM") and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, interrupt)
+
+
 def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
     from rich.console import Console
 
@@ -169,8 +186,11 @@ def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
     if opts.gates_file is not None and not opts.gates_file.is_file():
         raise InputError(f"--gates-file {opts.gates_file}: no such file")
     progress = Progress(quiet=ns.quiet)
+    _interrupt_on_sigterm()
     outcome = execute(opts, progress)
-    console = Console(highlight=False)
+    if outcome.exit_code == EXIT_INTERRUPTED:
+        print(f"interrupted: what was measured is in {outcome.out}", file=sys.stderr)
+    console = Console(highlight=False, soft_wrap=True)  # notes and gate lines: never wrapped mid-word
     console.print(summary_table(outcome.summary))
     outcomes = outcome_table(outcome.rows)
     if outcomes is not None and (opts.repeat > 1 or opts.map_failures):

@@ -73,6 +73,22 @@ class PreparedModel:
         data["tensors"] = [TensorEntry(**t) for t in data["tensors"]]
         return cls(**data)
 
+    def check_weights_file(self) -> None:
+        """InputError if weights.bin is missing or shorter than the tensor table says (a
+        damaged cache, or a file truncated since it was prepared): a clear message instead of
+        a worker reading past the end of the file (a SIGBUS when it is mapped)."""
+        if not self.tensors:
+            return  # nothing externalised (the qnn target's source model keeps its weights inline)
+        need = max(t.offset + t.length for t in self.tensors)
+        try:
+            size = self.weights_path.stat().st_size
+        except OSError:
+            size = -1
+        if size < need:
+            have = "is missing" if size < 0 else f"has {size} bytes"
+            raise InputError(f"{self.weights_path} {have}, the model needs {need}: the model cache is "
+                             f"damaged or the file was truncated; delete {self.folder} to rebuild it")
+
 
 def default_cache_dir() -> Path:
     """``$HARNESS_CACHE_DIR`` or ``~/.cache/qnn-fmw-harness``: generated models are big and
@@ -85,9 +101,15 @@ def _cached(folder: Path, build) -> PreparedModel:
     """Return the prepared model in ``folder``, building it into a temp folder and renaming
     it into place first if needed (a crash mid-build never leaves a half model behind)."""
     if (folder / "manifest.json").exists():
-        return PreparedModel.load(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".tmp-", dir=folder.parent))
+        model = PreparedModel.load(folder)
+        model.check_weights_file()
+        return model
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".tmp-", dir=folder.parent))
+    except OSError as err:
+        raise InputError(f"model cache {folder.parent}: cannot create a folder there "
+                         f"({err.strerror or err}); choose another with --cache-dir") from None
     try:
         model = build(tmp)
         model.folder = tmp
@@ -209,14 +231,28 @@ def prepare_user_model(path: Path, shapes: dict[str, list[int]], *, cache_dir: P
 
 
 def _load_onnx(path: Path):
+    """The model with its external data loaded; InputError naming a missing external file."""
     import onnx
+    from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_model, uses_external_data
 
     try:
-        return onnx.load(str(path))
-    except FileNotFoundError as err:  # external data file missing
-        raise InputError(f"--model {path}: external data missing ({err.filename or err})") from None
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as err:  # noqa: BLE001 - protobuf raises several unrelated types
         raise InputError(f"--model {path}: not a readable ONNX model ({type(err).__name__})") from None
+    for tensor in model.graph.initializer:
+        if uses_external_data(tensor):
+            location = ExternalDataInfo(tensor).location
+            if not (path.parent / location).is_file():
+                raise InputError(f"--model {path}: external data file {location!r} of tensor "
+                                 f"{tensor.name!r} is missing (expected next to the model)")
+    try:
+        load_external_data_for_model(model, str(path.parent))
+    except FileNotFoundError as err:
+        raise InputError(f"--model {path}: external data missing ({err.filename or err})") from None
+    except Exception as err:  # noqa: BLE001 - onnx raises ValidationError, OSError, ValueError...
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(f"--model {path}: cannot load its external data ({first})") from None
+    return model
 
 
 def _externalise(path: Path, shapes: dict[str, list[int]], tmp: Path) -> PreparedModel:
@@ -241,9 +277,11 @@ def _externalise(path: Path, shapes: dict[str, list[int]], tmp: Path) -> Prepare
                 d.ClearField("dim_param")
                 d.dim_value = v
         if any(d.dim_value <= 0 for d in dims):
-            shown = "x".join(d.dim_param or "?" if d.dim_value <= 0 else str(d.dim_value) for d in dims)
+            shown = ", ".join(d.dim_param or "?" if d.dim_value <= 0 else str(d.dim_value) for d in dims)
+            example = "x".join(str(d.dim_value) if d.dim_value > 0 else "1" for d in dims)
             raise InputError(
-                f"input {inp.name!r} has dynamic shape {shown}: fix it with --shape {inp.name}=1x..."
+                f"input {inp.name!r} has dynamic shape [{shown}]: fix it with --shape, "
+                f"e.g. --shape {inp.name}={example}"
             )
         inputs[inp.name] = [d.dim_value for d in dims]
         dtypes[inp.name] = str(helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type))

@@ -122,6 +122,24 @@ def warm_page_cache(path: Path) -> None:
             pass
 
 
+def check_out_dir(out: Path) -> None:
+    """Refuse an --out that can never be a folder (an existing file, or a file on its path)
+    before anything is built; creates nothing."""
+    for parent in (out, *out.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"--out {out}: {parent} is a file, not a folder")
+            return
+
+
+def make_out_dir(out: Path) -> None:
+    """Create the output folder; InputError (not a traceback) when the OS refuses."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"--out {out}: cannot create the folder ({err.strerror or err})") from None
+
+
 def default_out_dir() -> Path:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path("results") / f"run-{stamp}"
@@ -181,11 +199,10 @@ def _metadata(opts: RunOptions, model: PreparedModel, weights_bytes: int, starte
 
 
 def write_outputs(out: Path, rows: list[ResultRow], deltas: dict, meta: dict) -> list[SummaryRow]:
-    from reports.csvio import write_rows
+    from reports.csvio import write_run_tables
 
     summary = summarize(rows, deltas)
-    write_rows(out / "results.csv", rows, ResultRow)
-    write_rows(out / "summary.csv", summary, SummaryRow)
+    write_run_tables(out, rows, summary, run_id=out.name)
     write_json_atomic(out / "metadata.json", meta)
     return summary
 
@@ -196,10 +213,11 @@ def execute(opts: RunOptions, progress) -> RunOutcome:
     from .metadata import environment
 
     check_memory_budget(opts, expected_weights_bytes(opts), system_available_bytes())
+    out = opts.out or default_out_dir()
+    check_out_dir(out)
     model, qnn_onnx, weights_bytes = prepare_model(opts)
     check_memory_budget(opts, weights_bytes, system_available_bytes())
-    out = opts.out or default_out_dir()
-    out.mkdir(parents=True, exist_ok=True)
+    make_out_dir(out)
     started = dt.datetime.now().astimezone().isoformat(timespec="seconds")
     t0 = time.monotonic()
     warm_page_cache(model.weights_path if opts.target != "qnn" else Path(qnn_onnx))

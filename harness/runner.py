@@ -175,10 +175,12 @@ def _row(group: GroupSpec, w: _Worker) -> ResultRow:
     record = _read_record(w.spec.result_path) or w.ready or WorkerRecord(pid=w.proc.pid)
     code = w.proc.returncode
     error = record.error
+    how = f"worker {w.index} {describe_exit(code, w.timed_out, group.worker_timeout_s)}"
     if not error and (code != 0 or w.timed_out):
-        error = f"worker {describe_exit(code, w.timed_out, group.worker_timeout_s)}: {stderr_tail(w.spec.log_path)}"
+        tail = stderr_tail(w.spec.log_path)
+        error = f"{how}: {tail}" if tail else f"{how} (no output)"
     elif error and code not in (0, None):
-        error = f"{error} (worker {describe_exit(code, w.timed_out, group.worker_timeout_s)})"
+        error = f"{error} ({how})"
     init = None if record.load_s is None or record.create_s is None else record.load_s + record.create_s
     return ResultRow(
         target=group.target, mode=group.mode, disable_file_mapped_weights=w.spec.disable_flag,

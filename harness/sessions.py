@@ -51,6 +51,7 @@ def create_cpu(spec: WorkerSpec, model: PreparedModel, record: WorkerRecord) -> 
 
     from mapper_impl import FaultPlan, load_weights
 
+    model.check_weights_file()  # truncated since the parent prepared it: a clear error, not a bad read
     faults = FaultPlan(map_failures=spec.map_failures) if spec.map_failures else None
     live = LiveSessions()
     record.load_s = record.create_s = 0.0
@@ -85,6 +86,7 @@ def create_ort_native(spec: WorkerSpec, model: PreparedModel, record: WorkerReco
 
     from mapper_impl import load_weights
 
+    model.check_weights_file()
     live = LiveSessions()
     record.load_s = record.create_s = 0.0
     for _ in range(spec.sessions):

@@ -57,9 +57,9 @@ def create_mapper() -> FileMapper:
     return _default_mapper
 
 
-def shared_users(path: str) -> int:
+def shared_users(path: str, mapper: FileMapper | None = None) -> int:
     """How many live loads share the current mapping of ``path`` in this process."""
-    return REGISTRY.users(path)
+    return REGISTRY.users(path, mapper or create_mapper())
 
 
 __all__ = [

@@ -7,8 +7,8 @@ granularity, region validation, and close() that never unmaps memory a caller st
 
 Lifetime rule (why close() cannot segfault): the object that owns an OS view unmaps it when
 it is garbage collected. close() only drops mapper_impl's own references; if a numpy array
-or memoryview still pins the view, the unmap is deferred until the last one goes, and
-`stats().deferred_unmaps` says so.
+or memoryview still pins the whole-file view or a region view, that view's unmap is deferred
+until the last user goes, and `stats().deferred_unmaps` counts it (one per deferred OS view).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from ._common import (
     MappingError,
     StaleFileError,
     align_down,
+    identity_of_path,
     validate_region,
 )
 from ._faults import FaultCursor
@@ -35,6 +36,11 @@ class FileMapper(ABC):
     #: Views must start on a multiple of this (64 KiB on Windows, the page size on POSIX).
     allocation_granularity: int
     name: str
+
+    def identity_of_path(self, path: str) -> FileIdentity:
+        """Identity of what ``path`` names now, read the way this mapper reads it for a
+        mapping (the registry compares the two, so both must come from the same API)."""
+        return identity_of_path(path)
 
     @abstractmethod
     def map_file(self, path: str, faults: FaultCursor | None = None) -> MappedFile:
@@ -53,6 +59,10 @@ class MappedFile(ABC):
         self.feature_enabled = True
         self._lock = threading.Lock()
         self._closed = False
+        # weak refs to region views (owners need not be hashable, so no WeakSet), pruned as
+        # the list grows: close() counts the live ones as deferred unmaps
+        self._region_refs: list[weakref.ref] = []
+        self._prune_at = 64
         owner = self._map_view(0, size)
         self._owner_ref = weakref.ref(owner)
         self._buffer: memoryview | None = memoryview(owner).cast("B").toreadonly()
@@ -113,6 +123,11 @@ class MappedFile(ABC):
                 ) from err
         owner = self._map_view(aligned, delta + size)
         self._track_region_view(owner, delta + size)
+        with self._lock:
+            if len(self._region_refs) >= self._prune_at:
+                self._region_refs = [r for r in self._region_refs if r() is not None]
+                self._prune_at = max(64, 2 * len(self._region_refs))
+            self._region_refs.append(weakref.ref(owner))
         return memoryview(owner).cast("B").toreadonly()[delta : delta + size]
 
     def verify(self) -> None:
@@ -126,24 +141,26 @@ class MappedFile(ABC):
             raise StaleFileError(f"{self.path}: {change} since it was mapped")
 
     def close(self) -> bool:
-        """Release the mapping. True if it was unmapped now, False if a live view defers it."""
+        """Release the mapping. True if it was unmapped now, False if a live view (of the whole
+        file or of a region) defers it."""
         with self._lock:
             if self._closed:
                 return True
             self._closed = True
             buffer, self._buffer = self._buffer, None
+            region_owners = [r() for r in self._region_refs]
+            self._region_refs = []
         try:
             buffer.release()
         except BufferError:
             pass  # someone exported our memoryview directly; the view's owner defers the unmap
         del buffer
         self._release_handles()
-        owner = self._owner_ref()
-        if owner is None:
-            return True
-        COUNTERS.add(deferred_unmaps=1)
-        weakref.finalize(owner, COUNTERS.add, deferred_unmaps=-1)
-        return False
+        owners = [o for o in (self._owner_ref(), *region_owners) if o is not None]
+        for owner in owners:
+            COUNTERS.add(deferred_unmaps=1)
+            weakref.finalize(owner, COUNTERS.add, deferred_unmaps=-1)
+        return not owners
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"

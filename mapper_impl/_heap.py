@@ -19,6 +19,10 @@ class HeapBuffer(bytearray):
 def read_into_heap(path: str, faults: FaultCursor | None = None) -> HeapBuffer:
     """Read the whole file into one new private buffer. Raises HeapReadError on I/O failure
     or if the file shrinks while being read; FileCheckError for unusable paths."""
+    if os.name == "nt":  # long paths need the \\?\ form unless the system enables them
+        from ._windows import win32_path
+
+        path = win32_path(os.fsdecode(path))
     check_file(path)
     try:
         with open(path, "rb", buffering=0) as f:

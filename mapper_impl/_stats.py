@@ -33,7 +33,9 @@ class MapperStats:
 
 class _Counters:
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        # Re-entrant: a view freed by the cyclic GC runs its finalizer (which calls add()) at
+        # whatever allocation triggered the collection, possibly inside add() on this thread.
+        self.lock = threading.RLock()
         self.values = dict.fromkeys(MapperStats.__dataclass_fields__, 0)
 
     def add(self, **deltas: int) -> None:

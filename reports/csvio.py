@@ -1,0 +1,269 @@
+"""The single reader/writer of the run CSVs, driven by `harness.schema`.
+
+Every CSV a run leaves behind goes through here so the column order, the empty-cell convention
+(empty = figure not measured) and the dtypes stay the ones `harness.schema` declares. Writes are
+atomic (temp file in the same folder + ``os.replace``): a reader, a crash or a Ctrl-C never
+leaves a half-written file that looks complete.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import fields
+from pathlib import Path
+from typing import IO, Any
+
+from harness.errors import InputError
+from harness.schema import ResultRow, columns, dtypes, row_from_dict
+
+RESULTS_CSV = "results.csv"
+SUMMARY_CSV = "summary.csv"
+LONG_CSV = "results_long.csv"
+
+#: Columns that say *which* measurement a long-format line belongs to.
+LONG_ID_COLUMNS = ("target", "mode", "processes", "sessions_per_process", "repeat", "worker", "pid")
+#: Long-format columns and the pandas dtypes to read them with.
+LONG_DTYPES = {
+    "run_id": "string",
+    "target": "string",
+    "mode": "string",
+    "processes": "Int64",
+    "sessions_per_process": "Int64",
+    "repeat": "Int64",
+    "worker": "Int64",
+    "pid": "Int64",
+    "metric": "string",
+    "value": "Float64",
+    "unit": "string",
+}
+_TRUE = {"true", "1", "yes"}
+#: The process umask, read once: temp files are created 0600 and get umask-normal modes back.
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+_FALSE = {"false", "0", "no"}
+
+
+@contextmanager
+def atomic_writer(path: Path | str, newline: str | None = None) -> Iterator[IO[str]]:
+    """Open a temp file next to ``path``; on success fsync it and rename it over ``path``.
+
+    The temp file lives in the same folder so ``os.replace`` is a same-filesystem rename, which
+    is atomic on POSIX and Windows. On any error the temp file is removed and ``path`` keeps
+    its previous content (or stays absent)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.replace(tmp, path)
+    except BaseException:
+        with _suppress_oserror():
+            os.unlink(tmp)
+        raise
+
+
+@contextmanager
+def _suppress_oserror() -> Iterator[None]:
+    try:
+        yield
+    except OSError:
+        pass
+
+
+def format_cell(value: Any, dtype: str) -> str:
+    """One value -> CSV text. ``None``/NaN -> empty cell, which every reader takes as missing.
+
+    Floats use ``repr`` so a round trip gives back the very same float."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if dtype == "Float64":
+        return repr(float(value))
+    if dtype == "Int64":
+        return str(int(value))
+    if dtype == "boolean":
+        return "True" if value else "False"
+    return str(value)
+
+
+def parse_cell(text: str, dtype: str) -> Any:
+    """CSV text -> Python value of the column's dtype; empty -> ``None``."""
+    if text == "":
+        return None
+    if dtype == "Int64":
+        return int(text) if text.lstrip("-").isdigit() else int(float(text))
+    if dtype == "Float64":
+        return float(text)
+    if dtype == "boolean":
+        lowered = text.strip().lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+        raise ValueError(f"not a boolean: {text!r}")
+    return text
+
+
+def _row_type_of(rows: list, row_type: type | None) -> type:
+    if row_type is not None:
+        return row_type
+    if not rows:
+        raise ValueError("write_rows needs row_type when there are no rows (the header needs it)")
+    return type(rows[0])
+
+
+def rows_to_csv_text(rows: Iterable[Any], row_type: type | None = None) -> str:
+    """Rows of one schema dataclass -> CSV text with the header in `schema.columns` order."""
+    rows = list(rows)
+    row_type = _row_type_of(rows, row_type)
+    kinds = dtypes(row_type)
+    names = columns(row_type)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(names)
+    for row in rows:
+        if not isinstance(row, row_type):
+            raise TypeError(f"expected {row_type.__name__}, got {type(row).__name__}")
+        writer.writerow([format_cell(getattr(row, n), kinds[n]) for n in names])
+    return buffer.getvalue()
+
+
+def write_rows(path: Path | str, rows: Iterable[Any], row_type: type | None = None) -> Path:
+    """Write ``rows`` (ResultRow or SummaryRow) to ``path`` atomically; returns the path."""
+    text = rows_to_csv_text(rows, row_type)
+    with atomic_writer(path, newline="") as handle:
+        handle.write(text)
+    return Path(path)
+
+
+def read_rows(path: Path | str, row_type: type) -> list[Any]:
+    """Read a CSV written by `write_rows` back into ``row_type`` objects.
+
+    Columns the schema does not know (a newer writer) are ignored and columns the file lacks
+    (an older writer) keep their defaults, matching `schema.row_from_dict`. A malformed cell
+    raises `InputError` naming the file, line and column."""
+    path = Path(path)
+    kinds = dtypes(row_type)
+    out = []
+    with open(path, encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle)
+        if reader.fieldnames is None:
+            raise InputError(f"{path}: empty file, no header")
+        for data in reader:
+            values: dict[str, Any] = {}
+            for name, text in data.items():
+                if name not in kinds or text is None:
+                    continue
+                try:
+                    values[name] = parse_cell(text, kinds[name])
+                except ValueError as exc:
+                    raise InputError(
+                        f"{path}:{reader.line_num}: column {name}: {exc}"
+                    ) from None
+            out.append(row_from_dict(row_type, values))
+    return out
+
+
+def read_frame(path: Path | str, row_type: type) -> Any:
+    """Read a run CSV into a pandas DataFrame with the schema's dtypes, in schema order.
+
+    Only empty cells are missing: a string such as "NA" or "None" in an error column stays
+    text. Columns the file lacks are added as all-missing so code can rely on every column."""
+    import pandas as pd
+
+    kinds = dtypes(row_type)
+    frame = pd.read_csv(path, dtype=kinds, keep_default_na=False, na_values=[""])
+    for name, kind in kinds.items():
+        if name not in frame.columns:
+            frame[name] = pd.Series([pd.NA] * len(frame), dtype=kind)
+    extra = [c for c in frame.columns if c not in kinds]
+    return frame[[*kinds, *extra]]
+
+
+def frame_from_rows(rows: Iterable[Any], row_type: type) -> Any:
+    """Rows -> DataFrame with the schema dtypes (what `read_frame` returns for the same rows)."""
+    import pandas as pd
+
+    rows = list(rows)
+    kinds = dtypes(row_type)
+    return pd.DataFrame(
+        {n: pd.array([getattr(r, n) for r in rows], dtype=kinds[n]) for n in columns(row_type)}
+    )
+
+
+def long_metrics(row_type: type = ResultRow) -> list[tuple[str, str]]:
+    """(metric, unit) pairs that go into the long format: the numeric columns with a unit.
+
+    Derived from the schema so a new measured column shows up without touching this module;
+    identity columns (N, worker number...) stay columns of their own."""
+    return [
+        (f.name, f.metadata["unit"])
+        for f in fields(row_type)
+        if f.metadata["dtype"] in ("Int64", "Float64")
+        and f.metadata["unit"]
+        and f.name not in LONG_ID_COLUMNS
+    ]
+
+
+def long_records(rows: Iterable[ResultRow], run_id: str) -> list[dict[str, Any]]:
+    """One dict per run x worker x measured metric; missing figures are left out (tidy data)."""
+    metrics = long_metrics()
+    out = []
+    for row in rows:
+        ident = {"run_id": run_id, **{c: getattr(row, c) for c in LONG_ID_COLUMNS}}
+        for metric, unit in metrics:
+            value = getattr(row, metric)
+            if value is not None:
+                out.append({**ident, "metric": metric, "value": value, "unit": unit})
+    return out
+
+
+def _long_cell(value: Any, dtype: str) -> str:
+    """Integer figures (bytes, counts) stay integers in the text; pandas reads them as Float64."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return format_cell(value, dtype)
+
+
+def write_long(path: Path | str, rows: Iterable[ResultRow], run_id: str) -> Path:
+    """Write ``results_long.csv`` (columns of `LONG_DTYPES`) atomically."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(list(LONG_DTYPES))
+    for record in long_records(rows, run_id):
+        writer.writerow([_long_cell(record[c], LONG_DTYPES[c]) for c in LONG_DTYPES])
+    with atomic_writer(path, newline="") as handle:
+        handle.write(buffer.getvalue())
+    return Path(path)
+
+
+def read_long(path: Path | str) -> Any:
+    """``results_long.csv`` -> DataFrame with `LONG_DTYPES` (what ``pd.read_csv`` would need)."""
+    import pandas as pd
+
+    return pd.read_csv(path, dtype=LONG_DTYPES, keep_default_na=False, na_values=[""])
+
+
+def write_run_tables(
+    run_dir: Path | str, results: list[ResultRow], summary: list[Any], run_id: str | None = None
+) -> dict[str, Path]:
+    """Write results.csv, summary.csv and results_long.csv of one run folder.
+
+    The harness runner calls this once after a run; ``run_id`` defaults to the folder name."""
+    from harness.schema import SummaryRow
+
+    run_dir = Path(run_dir)
+    run_id = run_id or run_dir.name
+    return {
+        RESULTS_CSV: write_rows(run_dir / RESULTS_CSV, results, ResultRow),
+        SUMMARY_CSV: write_rows(run_dir / SUMMARY_CSV, summary, SummaryRow),
+        LONG_CSV: write_long(run_dir / LONG_CSV, results, run_id),
+    }

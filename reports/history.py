@@ -1,0 +1,157 @@
+"""A history CSV across runs: each run's summary rows and headline, for the trend chart.
+
+One file, one table, two kinds of line told apart by the ``record`` column: ``summary`` lines
+are the run's `SummaryRow`s; one ``headline`` line carries `harness.summary.headline` (whose
+totals reuse the SummaryRow column of the same name). Every line also says which run, commit,
+date, host and target it came from, so a nightly fleet can append to one shared file and
+filter later. Appending is one ``write`` on a file opened for append (atomic for small writes
+on a local POSIX disk); a header that no longer matches is rewritten whole, atomically.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from harness.schema import SummaryRow, columns, dtypes
+
+from .csvio import atomic_writer, format_cell
+from .gates import gate_values, known_metrics
+from .rundata import RunData
+
+CONTEXT_COLUMNS = ("record", "run_id", "date", "commit", "host", "system", "model")
+DEFAULT_TREND_RUNS = 10
+
+
+def history_columns() -> list[str]:
+    """Context columns, then SummaryRow's, then headline keys SummaryRow lacks."""
+    summary_cols = columns(SummaryRow)
+    extra = [k for k in known_metrics() if k not in summary_cols]
+    return [*CONTEXT_COLUMNS, *summary_cols, *extra]
+
+
+def history_dtypes() -> dict[str, str]:
+    """pandas dtypes of the history file (ratios are Float64, counts Int64)."""
+    kinds = {c: "string" for c in CONTEXT_COLUMNS} | dtypes(SummaryRow)
+    for key in history_columns():
+        if key not in kinds:
+            kinds[key] = "Int64" if key in ("sessions",) else "Float64"
+    return kinds
+
+
+def _context(run: RunData) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "date": run.run.get("started") or "",
+        "commit": run.env.get("git_commit") or "",
+        "host": run.env.get("hostname") or "",
+        "system": run.env.get("system") or run.env.get("os") or "",
+        "model": run.run.get("model") or "",
+    }
+
+
+def history_records(run: RunData) -> list[dict[str, Any]]:
+    """The lines one run adds: its summary rows, then its headline."""
+    context = _context(run)
+    records = [
+        {"record": "summary", **context, **{f.name: getattr(s, f.name) for f in fields(s)}}
+        for s in run.summary
+    ]
+    records.append({"record": "headline", **context, "target": run.target,
+                    **gate_values(run.summary)})
+    return records
+
+
+def _csv_text(records: list[dict[str, Any]], cols: list[str], header: bool) -> str:
+    kinds = history_dtypes()
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    if header:
+        writer.writerow(cols)
+    for record in records:
+        writer.writerow([format_cell(record.get(c), kinds.get(c, "string")) for c in cols])
+    return buffer.getvalue()
+
+
+def read_history(path: Path | str) -> tuple[list[str], list[dict[str, str]]]:
+    """(header, raw rows as text dicts); ([], []) when the file does not exist yet."""
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0:
+        return [], []
+    with open(path, encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle)
+        rows = list(reader)
+        return list(reader.fieldnames or []), rows
+
+
+def append_history(path: Path | str, run: RunData) -> bool:
+    """Append ``run`` to the history file; False when that run (id + date) is already in it.
+
+    The duplicate check makes re-rendering a report idempotent for the trend."""
+    path = Path(path)
+    cols = history_columns()
+    header, rows = read_history(path)
+    context = _context(run)
+    if any(r.get("record") == "headline" and r.get("run_id") == context["run_id"]
+           and r.get("date", "") == context["date"] for r in rows):
+        return False
+    records = history_records(run)
+    if not header:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_writer(path, newline="") as handle:
+            handle.write(_csv_text(records, cols, header=True))
+    elif header == cols:
+        with open(path, "a", encoding="utf-8", newline="") as handle:
+            handle.write(_csv_text(records, cols, header=False))
+    else:  # written by another version: keep old columns, rewrite the file whole
+        merged = cols + [c for c in header if c not in cols]
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(merged)
+        writer.writerows([[r.get(c) or "" for c in merged] for r in rows])  # old text as is
+        with atomic_writer(path, newline="") as handle:
+            handle.write(buffer.getvalue() + _csv_text(records, merged, header=False))
+    return True
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def trend(
+    path: Path | str, k: int = DEFAULT_TREND_RUNS, *, target: str | None = None,
+    host: str | None = None,
+) -> list[dict[str, Any]]:
+    """The last ``k`` runs' headline figures, oldest first, for `charts.ratio_trend`.
+
+    Filtered to one target (and host, when given) because ratios from different devices or
+    targets on one line would read as a regression that is not one."""
+    _, rows = read_history(path)
+    heads = [r for r in rows if r.get("record") == "headline"
+             and (target is None or r.get("target") == target)
+             and (host is None or r.get("host") == host)]
+    heads.sort(key=lambda r: r.get("date") or "")
+    out = []
+    for row in heads[-k:] if k > 0 else []:
+        point: dict[str, Any] = {c: row.get(c, "") for c in CONTEXT_COLUMNS}
+        point["target"] = row.get("target", "")
+        for key in known_metrics():
+            point[key] = _float(row.get(key))
+        commit = (row.get("commit") or "")[:7]
+        point["label"] = " ".join(x for x in ((row.get("date") or "")[:10], commit) if x) or (
+            row.get("run_id") or "?")
+        out.append(point)
+    return out
+
+
+def read_history_frame(path: Path | str) -> Any:
+    """The history file as a DataFrame with `history_dtypes` (for notebooks)."""
+    import pandas as pd
+
+    return pd.read_csv(path, dtype=history_dtypes(), keep_default_na=False, na_values=[""])

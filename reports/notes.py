@@ -1,0 +1,186 @@
+"""Plain-language notes that tell a reader what a run's numbers can and cannot show.
+
+Numbers alone mislead here: RSS looks like "no saving", a platform without the EP feature
+looks like "the feature does nothing", a single N looks like a trend. Each rule below looks
+at the rows and metadata and, when it applies, says so in words a non-specialist can act on.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from harness.summary import paired
+from harness.units import fmt_bytes
+
+from .rundata import RunData
+
+SMALL_WEIGHTS = 128 * 1024**2  # below this a worker's own overhead hides the saving
+MAX_DETAILS = 12
+
+
+@dataclass
+class Note:
+    kind: str  # "info" | "warn" | "error"
+    title: str
+    text: str
+    details: list[str] = field(default_factory=list)
+
+
+def _counted(messages: Iterable[str]) -> list[str]:
+    """Identical messages once each, with how many workers said it, most frequent first."""
+    counts = Counter(m.strip() for m in messages if m and m.strip())
+    lines = [f"{n} x {m}" if n > 1 else m for m, n in counts.most_common(MAX_DETAILS)]
+    if len(counts) > MAX_DETAILS:
+        lines.append(f"... and {len(counts) - MAX_DETAILS} other messages (see the worker table)")
+    return lines
+
+
+RSS_NOTE = Note(
+    "info",
+    "Why RSS cannot show the saving",
+    "RSS on Linux and the working set on Windows count shared pages in full in every process "
+    "that touches them. Weights mapped once and shared by N processes therefore add up to the "
+    "same summed RSS as N private copies. Read USS (pages only that process has), PSS (each "
+    "shared page split between the processes sharing it; Linux only) or Windows private bytes, "
+    "and the drop in system available memory, instead.",
+)
+
+
+def _qnn_notes(run: RunData) -> list[Note]:
+    notes = []
+    paths = Counter(r.ep_file_mapping for r in run.results if r.ep_file_mapping)
+    if paths.get("unavailable"):
+        notes.append(Note(
+            "warn",
+            "Feature unavailable on this platform",
+            "The QNN EP's file mapping was inactive on this platform: the EP reported that file "
+            "mapped weights exist only on Windows on ARM64 with QNN API 2.32 or newer, and "
+            "turned them off. Both modes therefore loaded the weights into the heap, so "
+            "'mapped' and 'heap' measure the same path here and any difference between them is "
+            f"noise, not the feature ({paths['unavailable']} worker(s) affected).",
+            _counted(r.ep_log_tail for r in run.results if r.ep_file_mapping == "unavailable"),
+        ))
+    if paths.get("retried"):
+        notes.append(Note(
+            "warn",
+            "The EP retried without file mapping",
+            f"In {paths['retried']} worker(s) creating the QNN contexts with file mapping failed "
+            "and the EP retried the whole creation reading the context binary into the heap. "
+            "Those workers ran, but on the heap path.",
+            _counted(r.ep_log_tail for r in run.results if r.ep_file_mapping == "retried"),
+        ))
+    disabled = [r for r in run.results if r.ep_file_mapping == "disabled" and r.mode == "mapped"]
+    if disabled:
+        notes.append(Note(
+            "warn", "File mapping was disabled in mapped mode",
+            f"{len(disabled)} mapped-mode worker(s) saw the EP report the feature as disabled.",
+            _counted(r.ep_log_tail for r in disabled),
+        ))
+    if run.run.get("embed_mode") in (1, "1", True):
+        notes.append(Note(
+            "info", "Context embedded in the ONNX file",
+            "The QNN context was embedded in the model (ep.context_embed_mode=1); the EP does "
+            "not map an embedded context, so mapped mode is not expected to save memory.",
+        ))
+    return notes
+
+
+def _worker_notes(run: RunData) -> list[Note]:
+    notes = []
+    failed = [r for r in run.results if not (r.output_ok and not r.error)]
+    if failed:
+        notes.append(Note(
+            "error", f"{len(failed)} worker(s) failed",
+            "These workers crashed, hung, raised or produced a wrong output; their memory is "
+            "left out of the sums. They are highlighted in the worker table.",
+            _counted(
+                r.error or (f"exit code {r.exit_code}" if r.exit_code else "wrong output")
+                for r in failed
+            ),
+        ))
+    uneven = [(m, h) for m, h in paired(run.summary) if m.ok_workers != h.ok_workers]
+    if uneven:
+        notes.append(Note(
+            "warn", "Ratios compare unequal numbers of workers",
+            "Summed figures only count workers that finished, so where one mode lost workers "
+            "its sums are smaller and its ratios are not like for like:",
+            [f"N={m.processes}, repeat {m.repeat}: mapped summed {m.ok_workers} worker(s), "
+             f"heap {h.ok_workers}" for m, h in uneven],
+        ))
+    fallback = [r for r in run.results if r.path_taken == "fallback"]
+    retried = [r for r in run.results if (r.map_attempts or 0) > 1 and r.path_taken != "fallback"]
+    if fallback:
+        notes.append(Note(
+            "warn", f"{len(fallback)} worker(s) fell back to the heap",
+            "Mapping the weights failed in these workers and they read the weights into the "
+            "heap instead: they ran, but without the saving.",
+            _counted(e for r in fallback for e in (r.map_errors or r.error or "").split("; ")),
+        ))
+    if retried:
+        notes.append(Note(
+            "info", f"{len(retried)} worker(s) mapped after a retry",
+            "The first mapping attempt failed and a later one succeeded.",
+            _counted(e for r in retried for e in (r.map_errors or "").split("; ")),
+        ))
+    missing = [r.memory_note for r in run.results if r.memory_note]
+    if missing:
+        notes.append(Note(
+            "warn", "Some memory figures are missing",
+            "Empty cells in the tables are figures that could not be read, for these reasons:",
+            _counted(missing),
+        ))
+    return notes
+
+
+def _coverage_notes(run: RunData) -> list[Note]:
+    notes = []
+    modes = run.modes
+    if len(modes) == 1:
+        notes.append(Note(
+            "info", f"Only {modes[0]} mode was run",
+            "With one mode there is nothing to compare: the mapped/heap ratios, their gates and "
+            "the saving cannot be shown. Run both modes to see them.",
+        ))
+    counts = run.process_counts
+    if len(counts) == 1:
+        notes.append(Note(
+            "info", f"Only N={counts[0]} was measured",
+            "One process count gives one point per mode: the memory-vs-N chart shows no trend "
+            "and the fixed/per-session split and projection need a sweep (e.g. --processes "
+            "1,2,4).",
+        ))
+    if run.results and all(r.pss_bytes is None for r in run.results):
+        notes.append(Note(
+            "info", "No PSS on this platform",
+            "PSS exists only on Linux. The figures that show the saving here are USS / private "
+            "bytes and the drop in system available memory.",
+        ))
+    weights = run.weights_bytes
+    if weights and weights < SMALL_WEIGHTS and len(modes) > 1:
+        notes.append(Note(
+            "info", "Small weights",
+            f"The weights ({fmt_bytes(weights)}) are small next to a worker's own overhead "
+            "(Python and ONNX Runtime take some 25-35 MiB each), so the ratios stay nearer 1 "
+            "even when sharing works. The default saving gates start at 128 MiB.",
+        ))
+    return notes
+
+
+def run_notes(run: RunData) -> list[Note]:
+    """Every note that applies to ``run``, most important first; the RSS note always."""
+    notes = [*_worker_notes(run), *_qnn_notes(run), *_coverage_notes(run), RSS_NOTE]
+    status = run.meta.get("status")
+    if status and status != "complete":
+        notes.append(Note(
+            "warn", f"Run {status}",
+            f"metadata.json says the run is {status}: the figures cover only the groups that "
+            "finished before it stopped.",
+        ))
+    for text in run.load_notes:
+        notes.append(Note("warn", "Incomplete run folder", text))
+    for text in run.runner_notes:
+        notes.append(Note("info", "Note from the runner", str(text)))
+    order = {"error": 0, "warn": 1, "info": 2}
+    return sorted(notes, key=lambda n: order.get(n.kind, 3))

@@ -1,0 +1,39 @@
+"""The README's column tables, generated from `harness.schema` so they cannot drift.
+
+``python -m reports.readme`` prints the Markdown for results.csv, summary.csv and
+results_long.csv; a README test can compare its tables with `column_tables()`.
+"""
+
+from __future__ import annotations
+
+from harness.schema import ResultRow, SummaryRow, column_docs
+
+from .csvio import LONG_DTYPES
+
+
+def column_table(row_type: type) -> str:
+    """A Markdown table: column | dtype | unit | meaning, in CSV column order."""
+    lines = ["| column | dtype | unit | meaning |", "| --- | --- | --- | --- |"]
+    for name, dtype, unit, doc in column_docs(row_type):
+        lines.append(f"| `{name}` | {dtype} | {unit or ''} | {doc.replace('|', '&#124;')} |")
+    return "\n".join(lines)
+
+
+def long_table() -> str:
+    lines = ["| column | dtype |", "| --- | --- |"]
+    lines += [f"| `{name}` | {dtype} |" for name, dtype in LONG_DTYPES.items()]
+    return "\n".join(lines)
+
+
+def column_tables() -> str:
+    """All three tables with their headings, as the README shows them."""
+    return "\n\n".join([
+        "#### results.csv (one row per worker x mode x repeat)", column_table(ResultRow),
+        "#### summary.csv (one row per target x mode x N x M x repeat)", column_table(SummaryRow),
+        "#### results_long.csv (one row per run x worker x metric; missing figures left out)",
+        long_table(),
+    ])
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(column_tables())

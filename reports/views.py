@@ -1,0 +1,240 @@
+"""Display-ready view of one run: the formatted tables the HTML template walks over.
+
+Keeping the formatting here (not in the template) makes it testable and keeps the template a
+layout file; every column name, unit and meaning still comes from `harness.schema`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.schema import ResultRow, SummaryRow, column_docs
+from harness.summary import paired, row_ok
+from harness.units import fmt_bytes, fmt_ratio, fmt_seconds
+
+from . import charts
+from .gates import GateResult
+from .notes import Note, run_notes
+from .projection import (
+    DEFAULT_PROJECTION,
+    consecutive_marginals,
+    fit_sweep,
+    projection_text,
+)
+from .rundata import RunData
+
+ENV_KEYS = ("os", "system", "arch", "cpu", "cpu_count", "ram_bytes", "python", "onnxruntime",
+            "onnxruntime_qnn", "qnn_sdk", "hostname", "git_commit")
+#: (label, SummaryRow column, headline key, how to read it)
+HEADLINE_ROWS = (
+    ("Summed PSS", "sum_pss_bytes", "mapped_pss_ratio",
+     "each shared page split between its sharers: the fair total (Linux)"),
+    ("Summed private bytes", "sum_private_bytes", "mapped_private_ratio",
+     "committed private memory (Windows); equals USS on Linux"),
+    ("Summed USS", "sum_uss_bytes", "mapped_uss_ratio", "pages only one process has"),
+    ("Summed RSS", "sum_rss_bytes", "mapped_rss_ratio",
+     "counts shared pages in every process: cannot show the saving"),
+    ("Drop in system available memory", "system_delta_bytes", "system_delta_ratio",
+     "what the machine as a whole lost while all workers were alive"),
+    ("Median init (load + create)", "init_s_median", "init_ratio",
+     "time until the sessions exist"),
+    ("Median session creation", "create_s_median", "create_ratio",
+     "InferenceSession construction alone"),
+)
+
+
+def fmt_value(value: Any, unit: str) -> str:
+    """One cell for people: sizes in KiB/MiB/GiB, times in ms/s, empty as a dash."""
+    if value is None or value == "":
+        return "–"
+    if unit == "bytes":
+        return fmt_bytes(value)
+    if unit == "s":
+        return fmt_seconds(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+@dataclass
+class Table:
+    columns: list[tuple[str, str, str]]  # (name, unit, doc)
+    rows: list[dict[str, Any]]  # {"cells": [(text, sort_key)], "failed": bool}
+
+
+@dataclass
+class RunView:
+    anchor: str
+    run_id: str
+    folder: str
+    target: str
+    header: list[tuple[str, str]]
+    env: list[tuple[str, str]]
+    headline_at: str
+    headline: list[dict[str, str]]
+    marginal: list[str]
+    projection: list[str]
+    charts: list[charts.Chart]
+    notes: list[Note]
+    gates: list[GateResult]
+    summary_table: Table
+    worker_table: Table
+    values: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gates_passed(self) -> bool:
+        return all(g.passed for g in self.gates)
+
+
+def _table(rows: list[Any], row_type: type, failed: Any = None) -> Table:
+    docs = column_docs(row_type)
+    out = []
+    for row in rows:
+        cells = []
+        for name, _dtype, unit, _doc in docs:
+            value = getattr(row, name)
+            sort_key = "" if value is None else value
+            cells.append((fmt_value(value, unit), sort_key))
+        out.append({"cells": cells, "failed": bool(failed and failed(row))})
+    return Table([(n, u, d) for n, _t, u, d in docs], out)
+
+
+def _header(run: RunData) -> list[tuple[str, str]]:
+    r = run.run
+    model = str(r.get("model") or "?")
+    pairs = [
+        ("Target", run.target),
+        ("Model", model),
+        ("Weights", fmt_bytes(run.weights_bytes) if run.weights_bytes else "–"),
+        ("Processes (N)", _processes(run)),
+        ("Sessions per process (M)", str(r.get("sessions_per_process") or "–")),
+        ("Modes", ", ".join(r.get("modes") or run.modes)),
+        ("Repeats", str(r.get("repeat") or "–")),
+        ("Started", str(r.get("started") or "–")),
+        ("Duration", fmt_seconds(r.get("duration_s")) if r.get("duration_s") else "–"),
+        ("Git commit", str(run.env.get("git_commit") or "–")),
+    ]
+    for key in ("map_failures", "embed_mode", "share_ep_contexts"):
+        if r.get(key) not in (None, "", 0, False):
+            pairs.append((key.replace("_", " ").capitalize(), str(r[key])))
+    if r.get("command"):
+        pairs.append(("Command", str(r["command"])))
+    return pairs
+
+
+def _processes(run: RunData) -> str:
+    """The N measured, and what was asked when that differs (an interrupted run, say)."""
+    measured = ", ".join(map(str, run.process_counts))
+    asked = ", ".join(map(str, run.run.get("processes") or []))
+    if not measured:
+        return asked or "–"
+    return measured if not asked or asked == measured else f"{measured} (asked: {asked})"
+
+
+def _env(run: RunData) -> list[tuple[str, str]]:
+    env = run.env
+    out = []
+    for key in ENV_KEYS:
+        if env.get(key) not in (None, ""):
+            value = fmt_bytes(env[key]) if key == "ram_bytes" else str(env[key])
+            out.append((key.replace("_", " "), value))
+    return out
+
+
+def _median(values: list[Any]) -> Any:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
+    """Mapped and heap side by side at the headline's N, with the headline's ratios."""
+    pairs = paired(run.summary)
+    head = run.headline
+    if pairs:
+        top = max(m.processes * m.sessions_per_process for m, _ in pairs)
+        at_top = [(m, h) for m, h in pairs if m.processes * m.sessions_per_process == top]
+        mapped = [m for m, _ in at_top]
+        heap = [h for _, h in at_top]
+        at = (f"N={head.get('processes')} processes, {top} sessions in all; median over "
+              f"{len(at_top)} repeat(s)")
+    else:  # one mode only: show what exists at its largest N, without ratios
+        rows = run.summary
+        top = max((s.processes or 0) * (s.sessions_per_process or 1) for s in rows) if rows else 0
+        chosen = [s for s in rows if (s.processes or 0) * (s.sessions_per_process or 1) == top]
+        mapped = [s for s in chosen if s.mode == "mapped"]
+        heap = [s for s in chosen if s.mode == "heap"]
+        at = f"{top} sessions in all; no mapped/heap pair, so no ratios"
+    has_pss = any(s.sum_pss_bytes is not None for s in run.summary)
+    out = []
+    for label, column, key, hint in HEADLINE_ROWS:
+        if column == "sum_pss_bytes" and not has_pss:
+            continue
+        if column == "sum_private_bytes" and has_pss:
+            continue  # on Linux private bytes are USS: one row is enough
+        unit = "s" if column.endswith("_median") else "bytes"
+        m_val = _median([getattr(s, column) for s in mapped])
+        h_val = _median([getattr(s, column) for s in heap])
+        diff = h_val - m_val if m_val is not None and h_val is not None else None
+        out.append({
+            "label": label, "hint": hint, "mapped": fmt_value(m_val, unit),
+            "heap": fmt_value(h_val, unit), "diff": fmt_value(diff, unit),
+            "ratio": fmt_ratio(head.get(key)), "key": key,
+        })
+    return at, out
+
+
+def _marginal(run: RunData) -> list[str]:
+    system = str(run.env.get("system") or "Linux")
+    sweep = fit_sweep(run.summary, system=system)
+    lines = []
+    for mode, fit in sorted(sweep.fits.items()):
+        lines.append(
+            f"{mode}: one more session costs {fmt_bytes(fit.marginal_bytes)} of "
+            f"{fit.metric.upper()} (fit over S = {', '.join(str(s) for s, _ in fit.points)}; "
+            f"RMS residual {fmt_bytes(fit.rms_residual_bytes)})"
+        )
+    if sweep.metric:
+        for mode, steps in sorted(consecutive_marginals(run.summary, sweep.metric).items()):
+            for s1, s2, per in steps:
+                lines.append(f"{mode}: from {s1} to {s2} sessions, {fmt_bytes(per)} of "
+                             f"{sweep.metric.upper()} per extra session")
+    if not lines:
+        lines.append("Needs at least two process counts (a sweep) to show the cost of one more "
+                     "session.")
+    return lines
+
+
+def build_run_view(run: RunData, index: int, gates: list[GateResult],
+                   trend_points: list[dict] | None) -> RunView:
+    """Everything the template shows for one run."""
+    at, headline = _headline(run)
+    chart_list = [
+        charts.memory_vs_n(run.summary),
+        charts.init_distribution(run.results),
+        charts.per_worker_bars(run.results),
+    ]
+    if trend_points is not None:
+        chart_list.append(charts.ratio_trend(trend_points))
+    weights, sessions = DEFAULT_PROJECTION
+    return RunView(
+        anchor=f"run-{index}",
+        run_id=run.run_id,
+        folder=str(run.folder),
+        target=run.target,
+        header=_header(run),
+        env=_env(run),
+        headline_at=at,
+        headline=headline,
+        marginal=_marginal(run),
+        projection=projection_text(run.summary, weights_bytes=weights, sessions=sessions,
+                                   system=str(run.env.get("system") or "Linux")),
+        charts=chart_list,
+        notes=run_notes(run),
+        gates=gates,
+        summary_table=_table(run.summary, SummaryRow,
+                             failed=lambda s: (s.failed_workers or 0) > 0),
+        worker_table=_table(run.results, ResultRow, failed=lambda r: not row_ok(r)),
+        values=dict(run.headline),
+    )

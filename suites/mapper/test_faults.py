@@ -1,0 +1,274 @@
+"""Fault injection: the retry policy, the heap fallback and its failure, region faults, and
+FaultPlan itself. Every case ends with clean stats (the autouse guard checks it)."""
+
+from __future__ import annotations
+
+import errno
+import pickle
+
+import pytest
+from mapper_support import (  # noqa: F401 (stats_guard: autouse fixture)
+    assert_clean,
+    fd_count,
+    stats_guard,
+    write_file,
+)
+
+from mapper_impl import (
+    FaultPlan,
+    HeapReadError,
+    MappingError,
+    PlatformUnavailableError,
+    RetryPolicy,
+    load_weights,
+    stats,
+)
+
+SIZE = 20_000
+
+
+@pytest.fixture
+def weights_file(tmp_path):
+    path = tmp_path / "faulty.bin"
+    return path, write_file(path, SIZE, seed=4)
+
+
+@pytest.mark.parametrize(("k", "max_attempts"), [(1, 3), (2, 3), (4, 5), (1, 2)])
+def test_fewer_failures_than_attempts_ends_mapped(weights_file, k, max_attempts):
+    """K < max_attempts mapping failures: the load ends "mapped" after K+1 attempts and
+    records the K errors."""
+    path, data = weights_file
+    with load_weights(path, faults=FaultPlan(map_failures=k), max_attempts=max_attempts) as w:
+        assert w.path_taken == "mapped"
+        assert w.attempts == k + 1
+        assert len(w.errors) == k
+        for i, error in enumerate(w.errors, start=1):
+            assert error.startswith(f"attempt {i}:")
+            assert "injected by FaultPlan" in error
+            assert "Cannot allocate memory" in error
+        assert bytes(w.buffer) == data
+        assert stats().live_mappings == 1
+    assert_clean()
+
+
+@pytest.mark.parametrize(("k", "max_attempts"), [(3, 3), (10, 3), (1, 1)])
+def test_as_many_failures_as_attempts_ends_in_fallback(weights_file, k, max_attempts):
+    """K >= max_attempts: every attempt fails, the load falls back to the heap and keeps
+    each reason."""
+    path, data = weights_file
+    with load_weights(path, faults=FaultPlan(map_failures=k), max_attempts=max_attempts) as w:
+        assert w.path_taken == "fallback"
+        assert not w.mapped
+        assert w.attempts == max_attempts
+        assert len(w.errors) == max_attempts
+        assert all("Cannot allocate memory" in e for e in w.errors)
+        assert bytes(w.buffer) == data
+        snapshot = stats()
+        assert (snapshot.live_mappings, snapshot.heap_buffers) == (0, 1)
+    assert_clean()
+
+
+def test_no_fallback_raises_mapping_error(weights_file):
+    """fallback_to_heap=False turns exhausted retries into a MappingError that keeps the OS
+    error code and the last underlying error."""
+    path, _ = weights_file
+    with pytest.raises(MappingError, match=r"after 3 attempt\(s\)") as info:
+        load_weights(path, faults=FaultPlan(map_failures=3), fallback_to_heap=False)
+    err = info.value
+    assert "attempt 3" in str(err)
+    assert err.os_error == errno.ENOMEM
+    assert isinstance(err.__cause__, MappingError)
+    assert_clean()
+
+
+def test_no_fallback_still_maps_when_a_retry_succeeds(weights_file):
+    """fallback_to_heap=False does not stop the retry policy from succeeding."""
+    path, _ = weights_file
+    with load_weights(path, faults=FaultPlan(map_failures=2), fallback_to_heap=False) as w:
+        assert (w.path_taken, w.attempts) == ("mapped", 3)
+
+
+def test_heap_read_failure_after_mapping_failure(weights_file):
+    """When the fallback read fails too, HeapReadError carries every mapping error."""
+    path, _ = weights_file
+    plan = FaultPlan(map_failures=3, heap_read_failures=1)
+    with pytest.raises(HeapReadError) as info:
+        load_weights(path, faults=plan)
+    message = str(info.value)
+    assert "Input/output error" in message
+    assert "after mapping failed" in message
+    for attempt in (1, 2, 3):
+        assert f"attempt {attempt}:" in message
+    assert "Cannot allocate memory" in message
+    assert_clean()
+
+
+def test_heap_read_failure_on_disabled_path(weights_file):
+    """With mapping disabled, a failing heap read is a plain HeapReadError (no mapping
+    errors to report)."""
+    path, _ = weights_file
+    with pytest.raises(HeapReadError, match="Input/output error") as info:
+        load_weights(path, disable_file_mapped_weights="1", faults=FaultPlan(heap_read_failures=1))
+    assert "after mapping failed" not in str(info.value)
+    assert_clean()
+
+
+def test_heap_read_failures_do_not_touch_a_successful_mapping(weights_file):
+    """heap_read_failures only matter when the heap is used."""
+    path, _ = weights_file
+    with load_weights(path, faults=FaultPlan(heap_read_failures=5)) as w:
+        assert w.path_taken == "mapped"
+
+
+def test_platform_unavailable_is_not_retried(weights_file):
+    """Mapping unavailable on the platform: one attempt, no retry, then the heap fallback."""
+    path, data = weights_file
+    with load_weights(path, faults=FaultPlan(platform_unavailable=True), max_attempts=5) as w:
+        assert w.path_taken == "fallback"
+        assert w.attempts == 1
+        assert len(w.errors) == 1 and "unavailable" in w.errors[0]
+        assert bytes(w.buffer) == data
+    with pytest.raises(MappingError, match=r"after 1 attempt\(s\)") as info:
+        load_weights(path, faults=FaultPlan(platform_unavailable=True), fallback_to_heap=False)
+    assert isinstance(info.value.__cause__, PlatformUnavailableError)
+
+
+def test_retry_policy_rules():
+    """RetryPolicy retries MappingError up to max_attempts, never PlatformUnavailableError."""
+    policy = RetryPolicy(max_attempts=3)
+    assert policy.should_retry(MappingError("x"), 1)
+    assert policy.should_retry(MappingError("x"), 2)
+    assert not policy.should_retry(MappingError("x"), 3)
+    assert not policy.should_retry(PlatformUnavailableError("x"), 1)
+
+
+@pytest.mark.parametrize("backoff", [-1.0, float("nan"), "0.1"])
+def test_retry_policy_rejects_bad_backoff(weights_file, backoff):
+    """A negative / NaN / non-number backoff is refused up front, not mid-retry by sleep()."""
+    path, _ = weights_file
+    with pytest.raises(ValueError, match="backoff_s"):
+        RetryPolicy(3, backoff)
+    with pytest.raises(ValueError, match="backoff_s"):
+        load_weights(path, faults=FaultPlan(map_failures=1), backoff_s=backoff)
+    assert_clean()
+
+
+def test_backoff_is_applied_between_attempts(weights_file, monkeypatch):
+    """backoff_s waits backoff_s * attempts_made between attempts."""
+    path, _ = weights_file
+    sleeps = []
+    monkeypatch.setattr("mapper_impl._weights.time.sleep", sleeps.append)
+    with load_weights(path, faults=FaultPlan(map_failures=2), backoff_s=0.5) as w:
+        assert w.attempts == 3
+    assert sleeps == [0.5, 1.0]
+
+
+def test_region_failures_raise_mapping_error(weights_file):
+    """region_failures=K: the first K region views fail with MappingError (ENOMEM), then
+    regions work again; no view leaks from the failures."""
+    path, data = weights_file
+    with load_weights(path, faults=FaultPlan(region_failures=2)) as w:
+        for _ in range(2):
+            with pytest.raises(MappingError, match="cannot map region") as info:
+                w.region(100, 10)
+            assert info.value.os_error == errno.ENOMEM
+            assert stats().live_views == 0
+        assert bytes(w.region(100, 10)) == data[100:110]
+    assert_clean()
+
+
+def test_region_failures_are_counted_per_load(weights_file):
+    """Each load has its own fault counters, even when two loads share one mapping."""
+    path, data = weights_file
+    plan = FaultPlan(region_failures=1)
+    with load_weights(path, faults=plan) as a, load_weights(path, faults=plan) as b:
+        with pytest.raises(MappingError):
+            a.region(0, 4)
+        with pytest.raises(MappingError):
+            b.region(0, 4)
+        assert bytes(a.region(0, 4)) == bytes(b.region(0, 4)) == data[:4]
+
+
+def test_region_failures_do_not_apply_to_heap_regions(weights_file):
+    """Heap regions are slices, not views: nothing to fail."""
+    path, data = weights_file
+    plan = FaultPlan(region_failures=3)
+    with load_weights(path, disable_file_mapped_weights="1", faults=plan) as w:
+        assert bytes(w.region(5, 5)) == data[5:10]
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        FaultPlan(),
+        FaultPlan(map_failures=1),
+        FaultPlan(map_failures=3),
+        FaultPlan(platform_unavailable=True),
+        FaultPlan(map_failures=1, region_failures=1),
+    ],
+    ids=repr,
+)
+def test_a_plan_is_deterministic(weights_file, plan):
+    """The same plan gives the same outcome every time (counters live in a fresh cursor per
+    load, not in the plan)."""
+    path, _ = weights_file
+    outcomes = []
+    for _ in range(3):
+        with load_weights(path, faults=plan) as w:
+            region_ok = True
+            try:
+                w.region(0, 8)
+            except MappingError:
+                region_ok = False
+            outcomes.append((w.path_taken, w.attempts, tuple(w.errors), region_ok))
+        assert_clean()
+    assert outcomes[0] == outcomes[1] == outcomes[2]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"map_failures": -1},
+        {"region_failures": -2},
+        {"heap_read_failures": -1},
+        {"map_failures": True},
+        {"region_failures": False},
+        {"heap_read_failures": 1.0},
+        {"map_failures": "1"},
+        {"platform_unavailable": "no"},
+        {"platform_unavailable": 1},
+        {"platform_unavailable": None},
+    ],
+)
+def test_fault_plan_validation(kwargs):
+    """Counts must be ints >= 0 (not bools); platform_unavailable must be a real bool:
+    a truthy "no" silently breaking mapping would fool a nightly run."""
+    with pytest.raises(ValueError, match="FaultPlan"):
+        FaultPlan(**kwargs)
+
+
+def test_fault_plan_is_plain_picklable_configuration():
+    """A plan is frozen, hashable and survives pickling (it travels in worker specs)."""
+    plan = FaultPlan(map_failures=2, heap_read_failures=1)
+    assert pickle.loads(pickle.dumps(plan)) == plan
+    assert plan.to_dict() == {
+        "map_failures": 2,
+        "region_failures": 0,
+        "heap_read_failures": 1,
+        "platform_unavailable": False,
+    }
+    with pytest.raises(AttributeError):
+        plan.map_failures = 5
+    assert hash(plan) == hash(FaultPlan(map_failures=2, heap_read_failures=1))
+
+
+def test_failed_attempts_leak_no_descriptors(weights_file):
+    """Every failed attempt closes the file it opened."""
+    path, _ = weights_file
+    before = fd_count()
+    for _ in range(20):
+        load_weights(path, faults=FaultPlan(map_failures=3)).close()
+        with pytest.raises(MappingError):
+            load_weights(path, faults=FaultPlan(map_failures=3), fallback_to_heap=False)
+    assert fd_count() == before
+    assert_clean()
