@@ -239,6 +239,8 @@ def _load_onnx(path: Path):
         model = onnx.load(str(path), load_external_data=False)
     except Exception as err:  # noqa: BLE001 - protobuf raises several unrelated types
         raise InputError(f"--model {path}: not a readable ONNX model ({type(err).__name__})") from None
+    if not model.graph.node:  # an empty file, or bytes that happen to parse as an empty message
+        raise InputError(f"--model {path}: not an ONNX model (no graph nodes)")
     for tensor in model.graph.initializer:
         if uses_external_data(tensor):
             location = ExternalDataInfo(tensor).location

@@ -93,16 +93,20 @@ class Weights:
 
     def region(self, offset: int, size: int) -> memoryview:
         """A weight region, refused by upstream's rules; mapped loads get an aligned OS view."""
-        buffer = self.buffer
-        if self._mapping is not None:
-            return self._mapping.region(offset, size, self._faults)
-        validate_region(offset, size, self.size)
-        return buffer[offset : offset + size]
+        with self._lock:  # one consistent (buffer, mapping) pair even if another thread closes
+            buffer, mapping = self._buffer, self._mapping
+            if buffer is None:
+                raise ClosedError(f"weights of {self.path} are closed")
+            if mapping is not None:
+                return mapping.region(offset, size, self._faults)
+            validate_region(offset, size, self.size)
+            return buffer[offset : offset + size]
 
     def verify(self) -> None:
         """Raise StaleFileError if a mapped file changed on disk (no-op for heap loads)."""
-        if self._mapping is not None:
-            self._mapping.verify()
+        mapping = self._mapping
+        if mapping is not None:
+            mapping.verify()
 
     def close(self) -> None:
         """Idempotent. The mapping is unmapped when its last user closes and no view pins it."""
