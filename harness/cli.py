@@ -145,6 +145,8 @@ def _options(ns: argparse.Namespace, argv: list[str]):
         raise InputError("--shape fixes inputs of --model; the generated model has static shapes")
     if ns.map_failures and ns.target != "cpu":
         raise InputError("--map-failures drives mapper_impl's FaultPlan: it needs --target cpu")
+    if ns.no_report and (ns.gate or ns.gates_file or ns.history):
+        raise InputError("--gate, --gates-file and --history are evaluated by the report: drop --no-report")
     if ns.share_ep_contexts and ns.target != "qnn":
         raise InputError("--share-ep-contexts only applies to --target qnn")
     return RunOptions(

@@ -111,9 +111,13 @@ def _cached(folder: Path, build) -> PreparedModel:
         raise InputError(f"model cache {folder.parent}: cannot create a folder there "
                          f"({err.strerror or err}); choose another with --cache-dir") from None
     try:
-        model = build(tmp)
-        model.folder = tmp
-        model.save()
+        try:
+            model = build(tmp)
+            model.folder = tmp
+            model.save()
+        except OSError as err:  # disk full, quota, a cache folder gone read-only mid-build
+            raise InputError(f"model cache {folder.parent}: cannot write the model "
+                             f"({err.strerror or err}); free space or choose another --cache-dir") from None
         try:
             os.replace(tmp, folder)
         except OSError:  # another process won the race: use theirs
@@ -224,7 +228,7 @@ def prepare_user_model(path: Path, shapes: dict[str, list[int]], *, cache_dir: P
     """Externalise a user model's large initializers into one aligned weights.bin and fix
     its dynamic input shapes. Every problem is an InputError with a one-line message."""
     if not path.is_file():
-        raise InputError(f"--model {path}: no such file")
+        raise InputError(f"--model {path}: {'a folder, not an ONNX file' if path.is_dir() else 'no such file'}")
     key = _file_digest(path) + hashlib.blake2b(json.dumps(shapes, sort_keys=True).encode(), digest_size=6).hexdigest()
     folder = (cache_dir or default_cache_dir()) / f"user-{path.stem}-{key}"
     return _cached(folder, lambda tmp: _externalise(path, shapes, tmp))
@@ -275,7 +279,10 @@ def _externalise(path: Path, shapes: dict[str, list[int]], tmp: Path) -> Prepare
         if fixed is not None:
             if len(fixed) != len(dims):
                 raise InputError(f"--shape {inp.name}: model input has rank {len(dims)}, got {len(fixed)} dims")
-            for d, v in zip(dims, fixed, strict=True):
+            for axis, (d, v) in enumerate(zip(dims, fixed, strict=True)):
+                if d.dim_value > 0 and d.dim_value != v:
+                    raise InputError(f"--shape {inp.name}: dimension {axis} is fixed to {d.dim_value} "
+                                     f"in the model, got {v}")
                 d.ClearField("dim_param")
                 d.dim_value = v
         if any(d.dim_value <= 0 for d in dims):

@@ -122,13 +122,17 @@ def warm_page_cache(path: Path) -> None:
             pass
 
 
-def check_out_dir(out: Path) -> None:
-    """Refuse an --out that can never be a folder (an existing file, or a file on its path)
-    before anything is built; creates nothing."""
-    for parent in (out, *out.parents):
+def check_creatable(path: Path, option: str, *, folder: bool) -> None:
+    """Refuse, before anything is built or measured, a path the run could never write: a
+    file on its way, or (``folder``) a file where the folder should be, or (not ``folder``)
+    a folder where the file should be. Creates nothing."""
+    if path.exists() and path.is_dir() != folder:
+        found, wanted = ("file", "folder") if folder else ("folder", "file")
+        raise InputError(f"{option} {path}: is a {found}, not a {wanted}")
+    for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
-                raise InputError(f"--out {out}: {parent} is a file, not a folder")
+                raise InputError(f"{option} {path}: {parent} is a file, not a folder")
             return
 
 
@@ -214,7 +218,9 @@ def execute(opts: RunOptions, progress) -> RunOutcome:
 
     check_memory_budget(opts, expected_weights_bytes(opts), system_available_bytes())
     out = opts.out or default_out_dir()
-    check_out_dir(out)
+    check_creatable(out, "--out", folder=True)
+    if opts.history is not None:
+        check_creatable(opts.history, "--history", folder=False)
     model, qnn_onnx, weights_bytes = prepare_model(opts)
     check_memory_budget(opts, weights_bytes, system_available_bytes())
     make_out_dir(out)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import asdict
@@ -20,6 +21,26 @@ from .spec import WorkerRecord, WorkerSpec, write_json_atomic
 
 #: Exit codes of a worker (the parent maps them to the `error` column).
 EXIT_OK, EXIT_FAILED, EXIT_BAD_SPEC = 0, 1, 2
+#: How often a worker checks that the harness that started it is still alive.
+PARENT_POLL_S = 0.25
+
+
+def exit_with_parent(poll_s: float = PARENT_POLL_S) -> None:
+    """End this worker as soon as the harness that started it is gone (SIGKILL, the OOM
+    killer, a crash): the parent's cleanup never runs then, and a worker hung in session
+    creation would outlive the run holding its memory. POSIX: a dead parent's children are
+    re-parented, so ``getppid()`` changes. (Windows keeps the old parent id: not watched.)"""
+    if os.name != "posix":
+        return
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:
+                os._exit(EXIT_FAILED)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
 def apply_fault_action(action: str) -> None:
@@ -62,6 +83,7 @@ def run_worker(spec: WorkerSpec) -> int:
     from .models import PreparedModel, load_reference
     from .sessions import CREATORS
 
+    exit_with_parent()
     record = WorkerRecord(pid=os.getpid())
     live = None
     try:

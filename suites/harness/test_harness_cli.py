@@ -23,6 +23,7 @@ import pytest
         (["--model-size", "1GiB", "--processes", "200"], "is available"),
         (["--gates-file", "/nonexistent/gates.txt"], "no such file"),
         (["--bogus"], "unrecognized arguments"),
+        (["--no-report", "--history", "h.csv"], "drop --no-report"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(run_harness, args, expected):

@@ -1,0 +1,119 @@
+"""Shared helpers for the reliability suites (plain functions, no fixtures of their own).
+
+Every harness run here is a real ``python -m harness`` subprocess with real worker
+processes; these helpers check what such a run must leave behind: one stderr line for a
+user mistake, readable CSVs, and no process of the run still alive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from conftest import ROOT, HarnessOutcome, harness_env
+
+#: Fastest model that still exercises mapping, sharing and the reference check.
+SMALL = ("--model-size", "8MiB")
+
+
+def fd_count() -> int:
+    """Open file descriptors of this process."""
+    return len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else psutil.Process().num_fds()
+
+
+def processes_of(out: Path) -> list[psutil.Process]:
+    """Live processes whose command line names the run folder ``out`` (its workers: their
+    spec path is inside it) or is a harness run writing there."""
+    needle = str(out.resolve())
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = proc.info["cmdline"] or []
+        if proc.pid == os.getpid() or proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        if any(needle in part for part in cmdline):
+            found.append(proc)
+    return found
+
+
+def worker_processes(out: Path) -> list[psutil.Process]:
+    """Live ``harness.worker`` processes of the run folder ``out``."""
+    return [p for p in processes_of(out) if "harness.worker" in " ".join(p.info["cmdline"] or [])]
+
+
+def assert_no_survivors(out: Path, timeout: float = 5.0) -> None:
+    """No process of the run outlives it (a short grace for the kernel to reap)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = processes_of(out)
+        if not alive or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not alive, [" ".join(p.info["cmdline"] or []) for p in alive]
+
+
+def assert_usage_error(outcome: HarnessOutcome, *expected: str) -> str:
+    """Exit 2, exactly one stderr line containing every ``expected`` text, no traceback,
+    nothing written to the output folder. Returns the line."""
+    assert outcome.returncode == 2, f"exit {outcome.returncode}\n{outcome.stdout}\n{outcome.stderr}"
+    lines = outcome.stderr.strip().splitlines()
+    assert len(lines) == 1, outcome.stderr
+    assert "Traceback" not in outcome.stderr + outcome.stdout
+    for text in expected:
+        assert text in lines[0], lines[0]
+    assert not outcome.out.exists() or not any(outcome.out.iterdir()), sorted(outcome.out.iterdir())
+    return lines[0]
+
+
+def metadata(out: Path) -> dict:
+    return json.loads((out / "metadata.json").read_text())
+
+
+def start_harness(args: list[str], model_cache: Path, *, new_session: bool = True) -> subprocess.Popen:
+    """``python -m harness <args>`` in the background, as a terminal would start it: SIGINT at
+    its default disposition (a background job of a non-interactive shell, or an xdist
+    worker, may have inherited SIG_IGN) and, with ``new_session``, its own process group
+    so a Ctrl-C to that group reaches it and its workers but never pytest."""
+
+    def as_from_a_terminal() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", *args], cwd=ROOT, env=harness_env(model_cache),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=new_session, preexec_fn=as_from_a_terminal,
+    )
+
+
+def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None) -> None:
+    """Poll ``predicate`` until true; fail naming ``what`` (and the process's output if it
+    ended early)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc is not None and proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"harness ended (exit {proc.returncode}) before {what}\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Kill a harness subprocess a failed test left running (its workers die with the group)."""
+    if proc.poll() is None:
+        try:
+            own_group = os.getpgid(proc.pid) == proc.pid  # never pytest's own group
+        except OSError:
+            own_group = False
+        if own_group:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+        proc.communicate()

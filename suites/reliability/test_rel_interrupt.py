@@ -1,0 +1,106 @@
+"""Interrupting a run: SIGINT to the harness (what `kill -INT` does), Ctrl-C in a terminal
+(SIGINT to the whole process group, workers included) and SIGTERM (a CI timeout, a container
+stop). Expected each time: exit 130 within seconds although a worker is hung with a long
+--worker-timeout, metadata.json "status": "interrupted", results.csv readable with what was
+measured, and no worker left alive. SIGKILL, which no process can handle: the workers
+still exit on their own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from rel_support import SMALL, assert_no_survivors, metadata, start_harness, stop, wait_for, worker_processes
+
+from harness.schema import ResultRow
+from reports.csvio import read_rows
+
+pytestmark = pytest.mark.memory
+
+WORKERS = 2
+
+
+def _start(out, model_cache, worker_timeout: str):
+    return start_harness(["run", *SMALL, "--processes", str(WORKERS), "--modes", "mapped,heap", "--quiet",
+                          "--no-report", "--inject-worker-fault", "0=hang", "--worker-timeout", worker_timeout,
+                          "--out", str(out)], model_cache)
+
+
+def _interrupted(proc, out, send) -> tuple[str, str, float]:
+    """Deliver the interruption with ``send``; return stdout, stderr and seconds to exit."""
+    t0 = time.monotonic()
+    send()
+    try:
+        stdout, stderr = proc.communicate(timeout=15)
+    finally:
+        stop(proc)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 130, f"exit {proc.returncode}\n{stdout}\n{stderr}"
+    assert "Traceback" not in stderr
+    assert metadata(out)["status"] == "interrupted"
+    assert_no_survivors(out)
+    return stdout, stderr, elapsed
+
+
+@pytest.mark.parametrize("to_group", [False, True], ids=["sigint-to-harness", "ctrl-c-to-process-group"])
+def test_sigint_while_a_worker_hangs(model_cache, tmp_path, to_group):
+    out = tmp_path / "run"
+    proc = _start(out, model_cache, "300")
+    try:
+        wait_for(lambda: len(worker_processes(out)) == WORKERS, 60, "both workers to exist", proc)
+        wait_for((out / "workers" / "cpu-mapped-n2-r0" / "w1.ready.json").exists, 60, "worker 1 ready", proc)
+    except BaseException:
+        stop(proc)
+        raise
+
+    def send() -> None:
+        if to_group:
+            os.killpg(proc.pid, signal.SIGINT)  # its own session: pytest is not in this group
+        else:
+            proc.send_signal(signal.SIGINT)
+
+    _, stderr, elapsed = _interrupted(proc, out, send)
+    assert elapsed < 10, f"took {elapsed:.1f} s to stop"
+    assert f"interrupted: what was measured is in {out}" in stderr
+    assert read_rows(out / "results.csv", ResultRow) == []  # parses; the interrupted group is not a result
+
+
+def test_sigterm_in_the_second_group_keeps_the_first_groups_rows(model_cache, tmp_path):
+    """SIGTERM mid-run: the completed group's rows are kept, the hung worker is killed."""
+    out = tmp_path / "run"
+    proc = _start(out, model_cache, "5")  # the first (mapped) group ends when worker 0 times out
+    try:
+        wait_for((out / "workers" / "cpu-heap-n2-r0" / "w1.ready.json").exists, 60,
+                 "the second group's worker 1 to be ready", proc)
+    except BaseException:
+        stop(proc)
+        raise
+    _, stderr, elapsed = _interrupted(proc, out, lambda: proc.send_signal(signal.SIGTERM))
+    assert elapsed < 10
+    rows = read_rows(out / "results.csv", ResultRow)
+    assert sorted((r.mode, r.worker) for r in rows) == [("mapped", 0), ("mapped", 1)]
+    by_worker = {r.worker: r for r in rows}
+    assert "timed out" in by_worker[0].error
+    assert by_worker[1].output_ok and by_worker[1].path_taken == "mapped"
+    assert (out / "summary.csv").is_file()
+
+
+def test_harness_killed_outright_leaves_no_worker_behind(model_cache, tmp_path):
+    """SIGKILL (the OOM killer, a cancelled CI job) gives the harness no chance to clean up:
+    its workers notice their parent is gone and exit (a hung one included), and the run
+    folder never claims to be complete."""
+    out = tmp_path / "run"
+    proc = _start(out, model_cache, "300")
+    try:
+        wait_for((out / "workers" / "cpu-mapped-n2-r0" / "w1.ready.json").exists, 60, "worker 1 ready", proc)
+        assert len(worker_processes(out)) == WORKERS
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=15)
+    finally:
+        stop(proc)
+    assert proc.returncode == -signal.SIGKILL
+    assert_no_survivors(out, timeout=5)
+    assert metadata(out)["status"] == "running"
