@@ -29,15 +29,30 @@ def exit_with_parent(poll_s: float = PARENT_POLL_S) -> None:
     """End this worker as soon as the harness that started it is gone (SIGKILL, the OOM
     killer, a crash): the parent's cleanup never runs then, and a worker hung in session
     creation would outlive the run holding its memory. POSIX: a dead parent's children are
-    re-parented, so ``getppid()`` changes. (Windows keeps the old parent id: not watched.)"""
-    if os.name != "posix":
-        return
+    re-parented, so ``getppid()`` changes. Windows keeps the old parent id, so there the
+    parent process is looked up by pid and creation time (pids are reused)."""
     parent = os.getppid()
+    if os.name == "posix":
+        def parent_alive() -> bool:
+            return os.getppid() == parent
+    else:
+        import psutil
+
+        try:
+            born = psutil.Process(parent).create_time()
+        except psutil.Error:
+            return
+
+        def parent_alive() -> bool:
+            try:
+                return psutil.Process(parent).create_time() == born
+            except psutil.Error:
+                return False
 
     def watch() -> None:
         while True:
             time.sleep(poll_s)
-            if os.getppid() != parent:
+            if not parent_alive():
                 os._exit(EXIT_FAILED)
 
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
