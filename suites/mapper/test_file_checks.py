@@ -4,15 +4,16 @@ a clear message, is never retried and never falls back to the heap."""
 from __future__ import annotations
 
 import os
-import pwd
 import stat
 
 import pytest
 from mapper_support import (  # noqa: F401 (stats_guard: autouse fixture)
+    WINDOWS,
     assert_clean,
-    fd_count,
+    open_handle_count,
     run_child,
     stats_guard,
+    symlink_or_skip,
     write_file,
 )
 
@@ -21,26 +22,36 @@ from mapper_impl import (
     EmptyFileError,
     FileAccessError,
     FileCheckError,
+    FileMapper,
     FileMissingError,
     FileTooLargeError,
     NotARegularFileError,
-    PosixFileMapper,
+    create_mapper,
     load_weights,
     stats,
 )
 from mapper_impl import _common as common
 from mapper_impl import _weights as weights_mod
 
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
-class CountingMapper(PosixFileMapper):
-    """The real POSIX mapper, counting how often a load asks it to map."""
+
+class CountingMapper(FileMapper):
+    """The platform's real mapper (POSIX mmap or Windows kernel32), counting how often a load
+    asks it to map."""
 
     def __init__(self) -> None:
+        self.real = create_mapper()
+        self.name = f"counting-{self.real.name}"
+        self.allocation_granularity = self.real.allocation_granularity
         self.calls = 0
+
+    def identity_of_path(self, path):
+        return self.real.identity_of_path(path)
 
     def map_file(self, path, faults=None):
         self.calls += 1
-        return super().map_file(path, faults)
+        return self.real.map_file(path, faults)
 
 
 @pytest.fixture
@@ -81,14 +92,14 @@ def make_fifo(tmp_path):
 
 def make_symlink_loop(tmp_path):
     a, b = tmp_path / "loop_a.bin", tmp_path / "loop_b.bin"
-    a.symlink_to(b)
-    b.symlink_to(a)
+    symlink_or_skip(a, b)
+    symlink_or_skip(b, a)
     return a
 
 
 def make_dangling_symlink(tmp_path):
     path = tmp_path / "dangling.bin"
-    path.symlink_to(tmp_path / "nowhere.bin")
+    symlink_or_skip(path, tmp_path / "nowhere.bin")
     return path
 
 
@@ -98,20 +109,30 @@ def make_not_a_directory(tmp_path):
     return parent / "child.bin"
 
 
+no_fifo_on_windows = pytest.mark.skipif(WINDOWS, reason="os.mkfifo does not exist on Windows")
+
+# On Windows os.stat reports a symlink loop as WinError 1921 (EINVAL: "cannot stat (...)") and
+# a path under a plain file as WinError 3 (FileNotFoundError: "no such file"); glibc says
+# ELOOP ("Too many levels of symbolic links") and ENOTDIR. The error class is the same.
+LOOP_REASON = ("cannot stat", "no such file") if WINDOWS else ("symbolic links",)
+NOT_A_DIRECTORY_REASON = ("cannot stat", "no such file") if WINDOWS else ("cannot stat",)
+
+# (make, error, accepted reasons: the error's reason contains one of them)
 CASES = [
-    pytest.param(make_missing, FileMissingError, "no such file", id="missing"),
-    pytest.param(make_empty, EmptyFileError, "file is empty", id="empty"),
-    pytest.param(make_directory, NotARegularFileError, "a directory", id="directory"),
-    pytest.param(make_fifo, NotARegularFileError, "not a regular file", id="fifo"),
-    pytest.param(make_symlink_loop, FileMissingError, "symbolic links", id="symlink-loop"),
-    pytest.param(make_dangling_symlink, FileMissingError, "no such file", id="dangling-symlink"),
-    pytest.param(make_not_a_directory, FileMissingError, "cannot stat", id="not-a-directory"),
+    pytest.param(make_missing, FileMissingError, ("no such file",), id="missing"),
+    pytest.param(make_empty, EmptyFileError, ("file is empty",), id="empty"),
+    pytest.param(make_directory, NotARegularFileError, ("a directory",), id="directory"),
+    pytest.param(make_fifo, NotARegularFileError, ("not a regular file",), id="fifo",
+                 marks=no_fifo_on_windows),
+    pytest.param(make_symlink_loop, FileMissingError, LOOP_REASON, id="symlink-loop"),
+    pytest.param(make_dangling_symlink, FileMissingError, ("no such file",), id="dangling-symlink"),
+    pytest.param(make_not_a_directory, FileMissingError, NOT_A_DIRECTORY_REASON, id="not-a-directory"),
 ]
 
 
 @pytest.mark.parametrize("flag", ["0", "1"], ids=["mapped", "heap"])
-@pytest.mark.parametrize(("make", "error", "reason"), CASES)
-def test_unusable_path_raises_specific_error(tmp_path, make, error, reason, flag):
+@pytest.mark.parametrize(("make", "error", "reasons"), CASES)
+def test_unusable_path_raises_specific_error(tmp_path, make, error, reasons, flag):
     """Each unusable path raises its own FileCheckError subclass whose message names the
     reason and the path (on the mapped and the heap path alike)."""
     path = make(tmp_path)
@@ -120,14 +141,14 @@ def test_unusable_path_raises_specific_error(tmp_path, make, error, reason, flag
     err = info.value
     assert isinstance(err, FileCheckError)
     assert err.path == str(path)
-    assert reason in err.reason
+    assert any(reason in err.reason for reason in reasons), err.reason
     assert str(err) == f"{err.reason}: {path}"
     assert_clean()
 
 
-@pytest.mark.parametrize(("make", "error", "reason"), CASES)
+@pytest.mark.parametrize(("make", "error", "reasons"), CASES)
 def test_file_check_errors_are_never_retried_nor_fall_back(tmp_path, heap_reads, make, error,
-                                                           reason):
+                                                           reasons):
     """An input error is final: the mapper is asked once and the heap is never tried."""
     path = make(tmp_path)
     mapper = CountingMapper()
@@ -137,6 +158,7 @@ def test_file_check_errors_are_never_retried_nor_fall_back(tmp_path, heap_reads,
     assert heap_reads == []
 
 
+@no_fifo_on_windows
 def test_fifo_is_refused_without_blocking(tmp_path):
     """A FIFO is refused from its stat alone: opening it for reading would block forever."""
     path = make_fifo(tmp_path)
@@ -146,9 +168,11 @@ def test_fifo_is_refused_without_blocking(tmp_path):
 
 
 def test_character_device_is_not_a_regular_file():
-    """A device node (/dev/null) is not a weights file."""
-    with pytest.raises(NotARegularFileError, match="not a regular file"):
-        load_weights("/dev/null")
+    """A character device (/dev/null; NUL on Windows, which os.stat reports as S_IFCHR) is
+    not a weights file, on the mapped and the heap path."""
+    for flag in ("0", "1"):
+        with pytest.raises(NotARegularFileError, match="not a regular file"):
+            load_weights(os.devnull, disable_file_mapped_weights=flag)
 
 
 def test_file_larger_than_size_t_is_refused(tmp_path, monkeypatch):
@@ -162,7 +186,9 @@ def test_file_larger_than_size_t_is_refused(tmp_path, monkeypatch):
             load_weights(path, disable_file_mapped_weights=flag)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root bypasses file permissions (CI runs as root: "
+@pytest.mark.skipif(WINDOWS, reason="os.chmod on Windows only toggles the read-only attribute, the "
+                    "file stays readable (see test_file_open_for_writing_is_refused_on_windows)")
+@pytest.mark.skipif(IS_ROOT, reason="root bypasses file permissions (CI runs as root: "
                     "see test_unreadable_file_as_unprivileged_child)")
 def test_unreadable_file_raises_file_access_error(tmp_path):
     """A file without read permission raises FileAccessError on both paths."""
@@ -196,11 +222,14 @@ CHILD_ACCESS = """
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to an unprivileged user")
+@pytest.mark.skipif(WINDOWS, reason="POSIX uids, setuid() and mode bits: no Windows equivalent")
+@pytest.mark.skipif(not IS_ROOT, reason="needs root to drop to an unprivileged user")
 def test_unreadable_file_as_unprivileged_child(tmp_path):
     """As root, prove FileAccessError for real in a child that drops to 'nobody': an unreadable
     file in a searchable directory fails at open(); one behind an unsearchable directory
     fails at stat(). Neither loads by any path."""
+    import pwd  # POSIX only: imported here so the module collects on Windows
+
     try:
         nobody = pwd.getpwnam("nobody").pw_uid
     except KeyError:
@@ -240,12 +269,35 @@ def test_path_with_spaces_and_non_ascii_characters(tmp_path):
         assert bytes(mapped.region(4097, 100)) == data[4097:4197]
 
 
+@pytest.mark.skipif(not WINDOWS, reason="Windows share modes (POSIX has no mandatory locks)")
+def test_file_open_for_writing_is_refused_on_windows(tmp_path, heap_reads):
+    """Windows: while another handle has the file open for writing, CreateFileW with
+    FILE_SHARE_READ fails with a sharing violation: the mapped load raises FileAccessError
+    (an input error: asked once, no retry, no heap fallback). The heap path's plain open
+    shares writing, so it still reads the file."""
+    path = tmp_path / "being_written.bin"
+    data = write_file(path, 5000, seed=9)
+    mapper = CountingMapper()
+    with open(path, "r+b"):
+        with pytest.raises(FileAccessError, match="open for writing by another process") as info:
+            load_weights(path, mapper=mapper, max_attempts=5)
+        assert "Windows error 32" in info.value.reason
+        assert mapper.calls == 1
+        assert heap_reads == []
+        with load_weights(path, disable_file_mapped_weights="1") as heap:
+            assert bytes(heap.buffer) == data
+    with load_weights(path, mapper=mapper) as mapped:  # the writer is gone: it maps
+        assert mapped.path_taken == "mapped"
+        assert bytes(mapped.buffer) == data
+    assert_clean()
+
+
 def test_file_check_error_leaves_no_fd_or_mapping(tmp_path):
-    """A refused file leaves no open descriptor and nothing in the stats."""
+    """A refused file leaves no open descriptor (Windows: handle) and nothing in the stats."""
     empty = make_empty(tmp_path)
-    before = fd_count()
+    before = open_handle_count()
     for _ in range(50):
         with pytest.raises(EmptyFileError):
             load_weights(empty)
-    assert fd_count() == before
+    assert open_handle_count() == before
     assert stats().is_clean()

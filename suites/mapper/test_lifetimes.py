@@ -11,7 +11,7 @@ import pytest
 from mapper_support import (  # noqa: F401 (stats_guard: autouse fixture)
     GRANULARITY,
     assert_clean,
-    fd_count,
+    open_handle_count,
     run_child,
     stats_guard,
     write_file,
@@ -190,7 +190,7 @@ def test_open_close_cycles_keep_fds_and_stats_flat(weights_file):
     path, data = weights_file
     for _ in range(5):  # warm-up: first-use allocations are not leaks
         load_weights(path).close()
-    before = fd_count()
+    before = open_handle_count()
     for i in range(1000):
         kind = i % 4
         if kind == 0:
@@ -208,7 +208,7 @@ def test_open_close_cycles_keep_fds_and_stats_flat(weights_file):
             w.close()
             assert array.tobytes() == data[i : i + 64]
             del array
-    assert fd_count() == before
+    assert open_handle_count() == before
     assert_clean()
 
 

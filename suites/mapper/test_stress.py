@@ -10,15 +10,17 @@ import threading
 import numpy as np
 from mapper_support import (  # noqa: F401 (stats_guard: autouse fixture)
     GRANULARITY,
+    WINDOWS,
     assert_clean,
     child_command,
     child_env,
-    fd_count,
+    is_refused_while_mapped,
+    open_handle_count,
     stats_guard,
     write_file,
 )
 
-from mapper_impl import RegionError, load_weights, shared_users
+from mapper_impl import FileAccessError, RegionError, load_weights, shared_users
 
 SIZE = 16 * GRANULARITY + 1234
 THREADS = 16
@@ -52,7 +54,7 @@ def test_threads_load_read_and_close_one_file(tmp_path):
     path = tmp_path / "shared_qnn.bin"
     data = write_file(path, SIZE, seed=11)
     load_weights(path).close()  # warm-up, so first-use allocations are not counted
-    fds_before = fd_count()
+    handles_before = open_handle_count()
 
     def worker(index: int, barrier: threading.Barrier) -> None:
         rng = random.Random(index)
@@ -86,13 +88,18 @@ def test_threads_load_read_and_close_one_file(tmp_path):
     assert not errors, f"{len(errors)} thread errors, first: {errors[0]!r}"
     assert shared_users(str(path)) == 0
     assert_clean()
-    assert fd_count() == fds_before
+    assert open_handle_count() == handles_before
 
 
 def test_threads_see_whole_versions_while_the_file_is_replaced(tmp_path):
     """While a writer keeps replacing the file (os.replace) with one of two versions, every
     load in 8 reader threads sees exactly one version in full, never a mix, and nothing
-    leaks once they are done."""
+    leaks once they are done.
+
+    Windows: a replace is refused (PermissionError) while any reader has the file mapped or
+    open, and a load racing with a replace that does go through can meet the rename's own
+    handle (sharing violation / delete pending: FileAccessError). Both are counted, not
+    errors; every load that succeeds must still see one whole version."""
     path = tmp_path / "swapped.bin"
     versions = {}
     for seed in (21, 22):
@@ -101,26 +108,55 @@ def test_threads_see_whole_versions_while_the_file_is_replaced(tmp_path):
     digests = {hashlib.sha256(v).hexdigest(): seed for seed, v in versions.items()}
     path.write_bytes(versions[21])
     stop = threading.Event()
+    writer_errors: list[BaseException] = []
+    counts = {"replaced": 0, "refused": 0, "loads": 0, "busy": 0}
+    counts_lock = threading.Lock()
+
+    def count(key: str) -> None:
+        with counts_lock:
+            counts[key] += 1
 
     def writer() -> None:
         seed = 21
-        while not stop.is_set():
-            seed = 43 - seed
-            staging = tmp_path / f"staging-{seed}.bin"
-            staging.write_bytes(versions[seed])
-            staging.replace(path)
+        staging = None
+        try:
+            while not stop.is_set():
+                if staging is None:  # the next version, staged once per replace
+                    seed = 43 - seed
+                    staging = tmp_path / f"staging-{seed}.bin"
+                    staging.write_bytes(versions[seed])
+                try:
+                    staging.replace(path)
+                except OSError as err:
+                    if not (WINDOWS and is_refused_while_mapped(err)):
+                        raise
+                    count("refused")  # a reader holds the file: try the same staging again,
+                    stop.wait(0.001)  # without starving the readers of the GIL
+                else:
+                    count("replaced")
+                    staging = None
+        except BaseException as err:  # reported below
+            writer_errors.append(err)
 
     def reader(index: int, barrier: threading.Barrier) -> None:
         rng = random.Random(100 + index)
         barrier.wait()
         for _ in range(60):
             flag = "1" if rng.random() < 0.25 else "0"
-            with load_weights(path, disable_file_mapped_weights=flag) as weights:
+            try:
+                weights = load_weights(path, disable_file_mapped_weights=flag)
+            except FileAccessError:
+                if not WINDOWS:
+                    raise
+                count("busy")
+                continue
+            with weights:
                 digest = hashlib.sha256(weights.buffer).hexdigest()
                 assert digest in digests, "a load saw a mix of two versions"
                 offset = rng.randrange(SIZE - 100)
                 expected = versions[digests[digest]][offset : offset + 100]
                 assert bytes(weights.region(offset, 100)) == expected
+            count("loads")
 
     writer_thread = threading.Thread(target=writer)
     writer_thread.start()
@@ -129,7 +165,13 @@ def test_threads_see_whole_versions_while_the_file_is_replaced(tmp_path):
     finally:
         stop.set()
         writer_thread.join(timeout=30)
+    assert not writer_thread.is_alive(), "the writer thread hung"
     assert not errors, f"{len(errors)} thread errors, first: {errors[0]!r}"
+    assert not writer_errors, f"writer failed: {writer_errors[0]!r}"
+    assert counts["loads"] > 0, counts
+    if not WINDOWS:  # POSIX never refuses a rename and never fails a load
+        assert counts["replaced"] > 0 and counts["refused"] == counts["busy"] == 0, counts
+        assert counts["loads"] == 8 * 60, counts
     assert_clean()
 
 

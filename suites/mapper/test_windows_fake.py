@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import sys
 
 import numpy as np
@@ -24,7 +25,9 @@ from _fake_kernel32 import (
     weights,
 )
 from mapper_support import (  # noqa: F401 (stats_guard: autouse fixture)
+    REFUSED_WINERRORS,
     assert_clean,
+    assert_refused_while_mapped,
     settled_stats,
     stats_guard,
     write_file,
@@ -108,6 +111,8 @@ def test_granularity_comes_from_get_system_info(tmp_path):
     mapped.close()
     gc.collect()
     fake.assert_all_closed()
+    for view in fake.unmapped:  # each mmap holds a file handle: Windows could not clean tmp_path
+        view.close()
 
 
 # -- alignment and offsets ------------------------------------------------------------------
@@ -169,12 +174,15 @@ def test_filetime_conversion():
 
 
 def test_identity_matches_os_stat_so_the_registry_shares(fake, mapper, tmp_path):
-    """The registry compares os.stat's identity with ours: they must agree, or no sharing."""
+    """The registry compares a mapping's identity with the mapper's identity_of_path (both
+    through GetFileInformationByHandle): they must agree, or no sharing. They also agree with
+    os.stat's where BY_HANDLE_FILE_INFORMATION can carry st_dev/st_ino."""
     path = tmp_path / "w.bin"
     weights(path, 150_000)
     if not st_fits_by_handle_info(path):
         pytest.skip("st_dev/st_ino wider than BY_HANDLE_FILE_INFORMATION (see the real test)")
     mapped = mapper.map_file(str(path))
+    assert mapped.identity == mapper.identity_of_path(str(path))
     assert mapped.identity == identity_of_path(str(path))
     mapped.verify()
     mapped.close()
@@ -408,16 +416,26 @@ def test_real_kernel32_maps_a_file(tmp_path, name):
 
 @windows_only
 def test_real_kernel32_keeps_writers_out_while_mapped(tmp_path):
-    """FILE_SHARE_READ only: opening for writing fails with a sharing violation while mapped."""
+    """FILE_SHARE_READ only: while mapped, opening for writing, truncating, replacing and
+    deleting the file all fail (PermissionError: open() and os.truncate go through the CRT and
+    report the sharing violation as errno EACCES with no winerror; os.replace and os.remove
+    carry the Win32 error), and the mapped bytes are untouched; once closed, writers are
+    welcome again."""
     path = tmp_path / "w.bin"
-    write_file(path, 100_000)
+    data = write_file(path, 100_000)
+    staging = tmp_path / "w.bin.new"
+    write_file(staging, 100_000, seed=1)
     with load_weights(path, mapper=WindowsFileMapper()) as loaded:
         assert loaded.path_taken == "mapped"
-        with pytest.raises(PermissionError) as info:
-            open(path, "r+b")
-        assert info.value.winerror == win.ERROR_SHARING_VIOLATION
+        for action, args in ((open, (path, "r+b")), (os.truncate, (path, 10)),
+                             (os.replace, (staging, path)), (os.remove, (path,))):
+            err = assert_refused_while_mapped(action, *args)
+            assert getattr(err, "winerror", None) in (None, *REFUSED_WINERRORS), (action, err)
+        loaded.verify()
+        assert bytes(loaded.buffer) == data
     with open(path, "r+b"):
         pass  # closed: writers are welcome again
+    os.remove(path)
     assert_clean()
 
 
