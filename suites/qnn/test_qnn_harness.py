@@ -34,8 +34,7 @@ def _rows_by_mode(outcome):
 
 
 def test_qnn_run_classifies_the_ep_path(run_harness):
-    outcome = run_harness("run", "--target", "qnn", "--model-size", "8MiB", "--processes", "2",
-                          "--quiet", "--no-report")
+    outcome = run_harness("run", "--target", "qnn", "--model-size", "8MiB", "--processes", "2", "--quiet")
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr
     rows = _rows_by_mode(outcome)
     assert all(r.output_ok for rs in rows.values() for r in rs), [r.error for rs in rows.values() for r in rs]
@@ -48,6 +47,8 @@ def test_qnn_run_classifies_the_ep_path(run_harness):
         meta = json.loads((outcome.out / "metadata.json").read_text())
         assert any("unavailable on this platform" in note for note in meta["notes"])
         assert "unavailable on this platform" in outcome.stdout
+        html = (outcome.out / "report.html").read_text(encoding="utf-8")
+        assert "Feature unavailable on this platform" in html  # the report says it in plain words
     assert all(r.weights_bytes and r.weights_bytes >= 8 * 1024**2 * 0.9 for r in rows["mapped"])
 
 
