@@ -1,0 +1,209 @@
+"""kernel32 as the Windows mapper sees it: Windows-sized types, constants, structures, every
+function's declared signature, and `Kernel32`, a thin wrapper whose failed calls raise
+`Win32Error` with the last error read right after the call (before any cleanup call can
+overwrite it). Importable on every OS, so the mapper can be tested against a fake kernel32.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ntpath
+from collections.abc import Callable
+
+from ._common import U64_MAX, FileIdentity, edge_hash
+
+# Windows sizes on every platform (ctypes.wintypes.DWORD is c_ulong: 64 bits off Windows).
+HANDLE = LPVOID = ctypes.c_void_p
+DWORD = ctypes.c_uint32
+WORD = ctypes.c_uint16
+BOOL = ctypes.c_int32
+SIZE_T = ctypes.c_size_t
+LPCWSTR = ctypes.c_wchar_p
+LARGE_INTEGER = ctypes.c_int64
+
+INVALID_HANDLE_VALUE = ctypes.c_void_p(-1).value
+GENERIC_READ = 0x80000000
+FILE_SHARE_READ = 0x00000001
+OPEN_EXISTING = 3
+FILE_ATTRIBUTE_NORMAL = 0x80
+PAGE_READONLY = 0x02
+FILE_MAP_READ = 0x0004
+MAX_PATH = 260
+
+ERROR_FILE_NOT_FOUND = 2
+ERROR_PATH_NOT_FOUND = 3
+ERROR_ACCESS_DENIED = 5
+ERROR_SHARING_VIOLATION = 32
+ERROR_HANDLE_EOF = 38
+ERROR_FILE_INVALID = 1006
+
+#: 100 ns ticks between 1601-01-01 (FILETIME) and 1970-01-01 (Unix epoch).
+_EPOCH_AS_FILETIME = 116_444_736_000_000_000
+
+
+class FILETIME(ctypes.Structure):
+    _fields_ = [("dwLowDateTime", DWORD), ("dwHighDateTime", DWORD)]
+
+
+class BY_HANDLE_FILE_INFORMATION(ctypes.Structure):
+    _fields_ = [("dwFileAttributes", DWORD), ("ftCreationTime", FILETIME),
+                ("ftLastAccessTime", FILETIME), ("ftLastWriteTime", FILETIME),
+                ("dwVolumeSerialNumber", DWORD), ("nFileSizeHigh", DWORD),
+                ("nFileSizeLow", DWORD), ("nNumberOfLinks", DWORD),
+                ("nFileIndexHigh", DWORD), ("nFileIndexLow", DWORD)]
+
+
+class SYSTEM_INFO(ctypes.Structure):
+    _fields_ = [("dwOemId", DWORD),  # a union with two WORDs: same size
+                ("dwPageSize", DWORD), ("lpMinimumApplicationAddress", LPVOID),
+                ("lpMaximumApplicationAddress", LPVOID), ("dwActiveProcessorMask", SIZE_T),
+                ("dwNumberOfProcessors", DWORD), ("dwProcessorType", DWORD),
+                ("dwAllocationGranularity", DWORD), ("wProcessorLevel", WORD),
+                ("wProcessorRevision", WORD)]
+
+
+class OVERLAPPED(ctypes.Structure):
+    _fields_ = [("Internal", SIZE_T), ("InternalHigh", SIZE_T), ("Offset", DWORD),
+                ("OffsetHigh", DWORD), ("hEvent", HANDLE)]
+
+
+#: name -> (argtypes, restype) of every kernel32 function this module calls.
+SIGNATURES: dict[str, tuple[tuple[type, ...], type | None]] = {
+    "CreateFileW": ((LPCWSTR, DWORD, DWORD, LPVOID, DWORD, DWORD, HANDLE), HANDLE),
+    "GetFileSizeEx": ((HANDLE, ctypes.POINTER(LARGE_INTEGER)), BOOL),
+    "GetFileInformationByHandle": ((HANDLE, ctypes.POINTER(BY_HANDLE_FILE_INFORMATION)), BOOL),
+    "ReadFile": ((HANDLE, LPVOID, DWORD, ctypes.POINTER(DWORD), ctypes.POINTER(OVERLAPPED)), BOOL),
+    "CreateFileMappingW": ((HANDLE, LPVOID, DWORD, DWORD, DWORD, LPCWSTR), HANDLE),
+    "MapViewOfFile": ((HANDLE, DWORD, DWORD, DWORD, SIZE_T), LPVOID),
+    "UnmapViewOfFile": ((LPVOID,), BOOL),
+    "CloseHandle": ((HANDLE,), BOOL),
+    "GetSystemInfo": ((ctypes.POINTER(SYSTEM_INFO),), None),
+}
+
+
+def split_u64(value: int) -> tuple[int, int]:
+    """(high, low) DWORDs of a 64-bit offset, as MapViewOfFile and OVERLAPPED take it."""
+    if not 0 <= value <= U64_MAX:
+        raise ValueError(f"offset {value} does not fit in 64 bits")
+    return value >> 32, value & 0xFFFFFFFF
+
+
+def filetime_to_unix_ns(high: int, low: int) -> int:
+    """FILETIME (100 ns ticks since 1601) to ns since the Unix epoch, as os.stat computes it."""
+    return (((high << 32) | low) - _EPOCH_AS_FILETIME) * 100
+
+
+def win32_path(path: str) -> str:
+    """The string handed to CreateFileW: ``path`` itself, or its ``\\\\?\\`` form when its
+    absolute form is too long for the Win32 path parser (MAX_PATH)."""
+    if path.startswith(("\\\\?\\", "\\\\.\\")):
+        return path
+    full = ntpath.abspath(path)  # GetFullPathNameW on Windows: the resolution CreateFileW does
+    if len(full) < MAX_PATH:
+        return path
+    if full.startswith("\\\\"):
+        return "\\\\?\\UNC\\" + full[2:]
+    return "\\\\?\\" + full
+
+
+class Win32Error(Exception):
+    """A failed kernel32 call, with the last error read right after it (internal only)."""
+
+    def __init__(self, api: str, code: int, detail: str = "") -> None:
+        self.api = api
+        self.code = code
+        text = detail or _format_error(code)
+        super().__init__(f"{api} failed: Windows error {code}" + (f" ({text})" if text else ""))
+
+
+def _format_error(code: int) -> str:
+    format_error = getattr(ctypes, "FormatError", None)  # Windows only
+    return format_error(code).strip() if format_error is not None else ""
+
+
+class Kernel32:
+    """kernel32 with every signature declared; failed calls raise Win32Error."""
+
+    def __init__(self, dll: object, get_last_error: Callable[[], int]) -> None:
+        self._fn: dict[str, Callable] = {}
+        for name, (argtypes, restype) in SIGNATURES.items():
+            fn = getattr(dll, name)
+            fn.argtypes = argtypes
+            fn.restype = restype
+            self._fn[name] = fn
+        self._get_last_error = get_last_error
+
+    def _failed(self, api: str) -> Win32Error:
+        """Call this first thing after a failure: any later kernel32 call may reset the error."""
+        return Win32Error(api, self._get_last_error())
+
+    def allocation_granularity(self) -> int:
+        info = SYSTEM_INFO()
+        self._fn["GetSystemInfo"](ctypes.byref(info))
+        return info.dwAllocationGranularity
+
+    def open_file(self, native_path: str) -> int:
+        handle = self._fn["CreateFileW"](native_path, GENERIC_READ, FILE_SHARE_READ, None,
+                                         OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, None)
+        if handle is None or handle == INVALID_HANDLE_VALUE:  # documented failure: INVALID
+            raise self._failed("CreateFileW")
+        return handle
+
+    def identity(self, handle: int) -> FileIdentity:
+        """Volume serial + file index, as os.stat reported them before Python 3.12 (3.12+
+        reads FileIdInfo, whose volume serial is 64 bits: the registry compares the two)."""
+        size = LARGE_INTEGER()
+        if not self._fn["GetFileSizeEx"](handle, ctypes.byref(size)):
+            raise self._failed("GetFileSizeEx")
+        info = BY_HANDLE_FILE_INFORMATION()
+        if not self._fn["GetFileInformationByHandle"](handle, ctypes.byref(info)):
+            raise self._failed("GetFileInformationByHandle")
+        written = info.ftLastWriteTime
+        return FileIdentity(
+            device=info.dwVolumeSerialNumber,
+            inode=(info.nFileIndexHigh << 32) | info.nFileIndexLow,
+            size=size.value,
+            mtime_ns=filetime_to_unix_ns(written.dwHighDateTime, written.dwLowDateTime),
+            edge_hash=edge_hash(lambda offset, n: self.read_at(handle, offset, n), size.value),
+        )
+
+    def read_at(self, handle: int, offset: int, n: int) -> bytes:
+        """Positional read of the open handle (OVERLAPPED offset on a synchronous handle):
+        hashes the file we hold, not whatever the path names now, and needs no file pointer."""
+        buf = ctypes.create_string_buffer(n)
+        got = 0
+        while got < n:
+            overlapped = OVERLAPPED()
+            overlapped.OffsetHigh, overlapped.Offset = split_u64(offset + got)
+            done = DWORD(0)
+            ok = self._fn["ReadFile"](handle, ctypes.addressof(buf) + got, n - got,
+                                      ctypes.byref(done), ctypes.byref(overlapped))
+            if not ok:
+                err = self._failed("ReadFile")
+                if err.code == ERROR_HANDLE_EOF:
+                    break
+                raise err
+            if done.value == 0:
+                break
+            got += done.value
+        return buf.raw[:got]
+
+    def create_mapping(self, file: int) -> int:
+        # NULL on failure (upstream compares with INVALID_HANDLE_VALUE and misses it).
+        mapping = self._fn["CreateFileMappingW"](file, None, PAGE_READONLY, 0, 0, None)
+        if not mapping:
+            raise self._failed("CreateFileMappingW")
+        return mapping
+
+    def map_view(self, mapping: int, offset: int, length: int) -> int:
+        high, low = split_u64(offset)
+        address = self._fn["MapViewOfFile"](mapping, FILE_MAP_READ, high, low, length)
+        if not address:
+            raise self._failed("MapViewOfFile")
+        return address
+
+    def unmap(self, address: int) -> bool:
+        return bool(self._fn["UnmapViewOfFile"](address))
+
+    def close(self, handle: int) -> bool:
+        return bool(self._fn["CloseHandle"](handle))
