@@ -221,12 +221,18 @@ def execute(opts: RunOptions, progress) -> RunOutcome:
     check_creatable(out, "--out", folder=True)
     if opts.history is not None:
         check_creatable(opts.history, "--history", folder=False)
+    progress.note(f"preparing the {opts.target} model (built once, then cached)...")
     model, qnn_onnx, weights_bytes = prepare_model(opts)
+    progress.note(f"model: {model.source}, {weights_bytes} bytes of weights")
     check_memory_budget(opts, weights_bytes, system_available_bytes())
     make_out_dir(out)
     started = dt.datetime.now().astimezone().isoformat(timespec="seconds")
     t0 = time.monotonic()
-    warm_page_cache(model.weights_path if opts.target != "qnn" else Path(qnn_onnx))
+    if opts.target == "qnn":
+        for path in (Path(qnn_onnx), *Path(qnn_onnx).parent.glob("*.bin")):
+            warm_page_cache(path)
+    else:
+        warm_page_cache(model.weights_path)
     groups = plan_groups(opts, model, qnn_onnx, weights_bytes, out)
     env = environment()
     rows: list[ResultRow] = []
