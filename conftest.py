@@ -35,6 +35,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="keep every measurement's run folder here and render one report at the end")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks to group the nodeids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """memory tests share one xdist group; device tests skip off-device; slow ones need -m."""
     on_device = sys.platform == "win32" and platform.machine().upper() in ("ARM64", "AARCH64")

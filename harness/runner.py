@@ -81,6 +81,8 @@ def _spawn(group: GroupSpec, index: int) -> _Worker:
         weights_bytes=group.weights_bytes,
         fault_action=group.fault_actions.get(index, ""),
     )
+    for stale in (spec.ready_path, spec.result_path):  # from an earlier run into the same --out:
+        Path(stale).unlink(missing_ok=True)  # a leftover "ready" would end the barrier early
     spec.write(Path(f"{stem}.spec.json"))
     log_file = open(spec.log_path, "wb")  # noqa: SIM115 - closed in _finish
     proc = subprocess.Popen(
