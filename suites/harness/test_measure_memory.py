@@ -137,3 +137,16 @@ def test_sessions_per_process_share_one_mapping(run_harness):
     weights = rows["heap"][0].weights_bytes
     assert rows["heap"][0].uss_bytes >= 2.7 * weights
     assert rows["mapped"][0].uss_bytes < rows["heap"][0].uss_bytes - 1.5 * weights
+
+
+def test_rerun_into_the_same_out_folder_measures_afresh(run_harness, tmp_path):
+    """A second run into the same --out must not see the first run's worker files: a stale
+    "ready" record would end the barrier before the new workers loaded anything."""
+    out = tmp_path / "same"
+    for _ in range(2):
+        outcome = run_harness("run", "--model-size", "16MiB", "--processes", "2", "--modes", "heap",
+                              "--quiet", "--no-report", out=out)
+        assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+    rows = outcome.results()
+    assert len(rows) == 2
+    assert all(r.uss_bytes >= 0.9 * r.weights_bytes for r in rows), [(r.uss_bytes, r.weights_bytes) for r in rows]
