@@ -7,6 +7,10 @@ fixed input, which every worker compares with the QNN EP's output.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import InputError
@@ -32,6 +36,31 @@ def _generated_qdq(size: int, cache_dir: Path) -> PreparedModel:
     return _cached(cache_dir / f"qdq-chain-{size}-s0", build)
 
 
+def _flush_c_stdio() -> None:
+    if os.name != "posix":
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).fflush(None)
+
+
+@contextlib.contextmanager
+def native_stdout_to_stderr() -> Iterator[None]:
+    """The QNN libraries print banner lines to fd 1 when they load; stdout carries the
+    summary table, so send those lines to stderr (the progress stream) instead."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        _flush_c_stdio()  # the libraries write through C stdio: flush while fd 1 is redirected
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def prepare_qnn_model(opts) -> tuple[PreparedModel, str, int]:
     """(source model folder, compiled EPContext onnx path, context bytes). Every problem the
     user can fix (platform, missing package, dynamic shapes, nothing for QNN) is an InputError."""
@@ -47,7 +76,8 @@ def prepare_qnn_model(opts) -> tuple[PreparedModel, str, int]:
     if not supported:
         raise InputError(f"--target qnn: {why}")
     try:
-        register_qnn_ep()
+        with native_stdout_to_stderr():
+            register_qnn_ep()
     except QnnUnavailableError as err:
         raise InputError(f"--target qnn: {err}") from None
     cache_dir = opts.cache_dir or default_cache_dir()
