@@ -130,7 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="the headline benchmark: cpu mapped/heap vs ort-native, criteria table")
     bench.add_argument("--model-size", type=_size, default=512 * 1024**2, help="default 512MiB")
     bench.add_argument("--processes", type=_positive_int, default=4, metavar="N")
-    bench.add_argument("--repeat", type=_positive_int, default=1, metavar="R")
+    bench.add_argument("--repeat", type=_positive_int, default=3, metavar="R",
+                       help="repeats; criteria use the median over them (default 3: single ms-scale "
+                            "init times on a 2-core machine are noisy)")
     bench.add_argument("--out", type=Path)
     bench.add_argument("--cache-dir", type=Path)
     sub.add_parser("report", help="render report.html from run folders (see: harness report --help)")
