@@ -10,18 +10,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from .errors import InputError
+from .errors import InputError, OneLineArgumentParser
 from .schema import MODES, TARGETS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 WORKER_FAULTS = ("crash", "signal", "hang", "raise")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (the usage dump hides the actual problem)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise InputError(f"{self.prog}: {message} (see --help)")
 
 
 def _int_at_least(minimum: int):
@@ -89,8 +82,8 @@ def _worker_fault(text: str) -> tuple[int, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="harness", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = OneLineArgumentParser(prog="harness", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineArgumentParser)
     run = sub.add_parser("run", help="measure N sessions with and without file-mapped weights")
     run.add_argument("--target", choices=TARGETS, default="cpu",
                      help="cpu: mapper_impl + ORT CPU EP (default); ort-native: ORT maps external "

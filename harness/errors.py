@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 
 class InputError(ValueError):
     """A usage or input mistake: one line on stderr, exit code 2, no traceback."""
@@ -9,3 +11,11 @@ class InputError(ValueError):
 
 class RunInterrupted(RuntimeError):
     """Ctrl-C during a run: children are killed, what was measured is still written."""
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors raise InputError: one line on stderr and exit 2, because
+    the usage dump argparse prints hides the actual problem."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise InputError(f"{self.prog}: {message} (see --help)")

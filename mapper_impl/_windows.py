@@ -212,15 +212,19 @@ class WindowsFileMapper(FileMapper):
             raise PlatformUnavailableError(f"GetSystemInfo: bad allocation granularity {granularity}")
         self.allocation_granularity = granularity
 
+    def _open(self, path: str) -> int:
+        """CreateFileW on the wide (and, when long, ``\\\\?\\``) path; FileCheckError on failure."""
+        try:
+            return self._api.open_file(win32_path(os.fsdecode(path)))
+        except Win32Error as err:
+            raise _open_error(err, path) from err
+
     def identity_of_path(self, path: str) -> FileIdentity:
         """Through the same handle API as a mapping: ``os.stat`` on Python 3.12+ reports a
         64-bit volume serial where GetFileInformationByHandle gives 32 bits, so mixing the two
         would make every load look like a changed file."""
         api = self._api
-        try:
-            handle = api.open_file(win32_path(os.fsdecode(path)))
-        except Win32Error as err:
-            raise _open_error(err, path) from err
+        handle = self._open(path)
         try:
             return api.identity(handle)
         except Win32Error as err:
@@ -233,10 +237,7 @@ class WindowsFileMapper(FileMapper):
             raise PlatformUnavailableError("file mapping unavailable on this platform (injected)")
         check_file(win32_path(os.fsdecode(path)) if os.name == "nt" else path)  # long paths: \\?\ form
         api = self._api
-        try:
-            file = api.open_file(win32_path(os.fsdecode(path)))
-        except Win32Error as err:
-            raise _open_error(err, path) from err
+        file = self._open(path)
         try:
             if faults is not None:
                 faults.before_map()

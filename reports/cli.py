@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.errors import InputError
+from harness.errors import InputError, OneLineArgumentParser
 
 from .gates import known_metrics, read_gates_file
 from .html import REPORT_HTML, ReportOutcome, render_report, render_run_report
@@ -19,15 +19,8 @@ from .html import REPORT_HTML, ReportOutcome, render_report, render_run_report
 __all__ = ["build_parser", "render_run_report", "report_main"]
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of printing usage and exiting, so errors stay one line."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise InputError(message)
-
-
 def build_parser(prog: str = "python -m harness report") -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineArgumentParser(
         prog=prog,
         description="Render one self-contained report.html from run folders and check gates.",
         epilog=f"Gate metrics: {', '.join(known_metrics())}. Exit codes: 0 all gates pass, "

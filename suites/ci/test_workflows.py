@@ -17,46 +17,27 @@ drift checks always run); when PyYAML is present it is cross-checked against PyY
 from __future__ import annotations
 
 import re
-import shlex
-import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-WORKFLOWS_DIR = ROOT / ".github" / "workflows"
-ACTIONLINT_CONFIG = Path(__file__).with_name("actionlint.yaml")
-NIGHTLY, WINDOWS_MAPPER, LINUX = "nightly-device.yml", "windows-mapper.yml", "linux.yml"
-EXPECTED = (NIGHTLY, WINDOWS_MAPPER, LINUX)
-
-
-def workflow_files() -> list[Path]:
-    return sorted([*WORKFLOWS_DIR.glob("*.yml"), *WORKFLOWS_DIR.glob("*.yaml")])
+from workflow_support import (
+    ACTIONLINT_CONFIG,
+    EXPECTED,
+    ROOT,
+    WORKFLOWS_DIR,
+    all_commands,
+    find_actionlint,
+    run_scripts,
+    workflow_files,
+)
 
 
 def test_expected_workflows_exist():
     names = {p.name for p in workflow_files()}
     missing = [n for n in EXPECTED if n not in names]
     assert not missing, f"missing workflow files in {WORKFLOWS_DIR}: {missing}"
-
-
-# --------------------------------------------------------------------------- actionlint
-
-
-def find_actionlint() -> str | None:
-    """The binary on PATH, or next to this interpreter (a venv used without activating it)."""
-    found = shutil.which("actionlint")
-    if found:
-        return found
-    for name in ("actionlint", "actionlint.exe"):
-        candidate = Path(sys.executable).parent / name
-        if candidate.is_file():
-            return str(candidate)
-    return None
 
 
 def test_actionlint_reports_nothing():
@@ -71,112 +52,6 @@ def test_actionlint_reports_nothing():
     assert proc.returncode == 0 and not findings, f"actionlint exit {proc.returncode}:\n{findings}"
 
 
-# --------------------------------------------------------------------------- run: scripts
-
-
-_RUN_KEY = re.compile(r"^(?P<indent>\s*)(?:-\s+)?run:\s*(?P<rest>.*)$")
-
-
-def run_scripts(text: str) -> list[str]:
-    """Every ``run:`` value of a workflow, from its text: inline scalars and ``|`` / ``>``
-    block scalars (with ``-``/``+`` chomping), which is all a workflow needs."""
-    lines = text.splitlines()
-    scripts: list[str] = []
-    i = 0
-    while i < len(lines):
-        match = _RUN_KEY.match(lines[i])
-        i += 1
-        if not match:
-            continue
-        rest = match.group("rest").strip()
-        if not rest or rest.startswith("#"):  # a mapping such as `defaults: run: shell: ...`
-            continue
-        if not rest.startswith(("|", ">")):
-            value = rest.split(" #", 1)[0].strip()
-            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-                value = value[1:-1]
-            scripts.append(value)
-            continue
-        key_indent = len(lines[i - 1]) - len(lines[i - 1].lstrip())
-        body: list[str] = []
-        while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > key_indent):
-            body.append(lines[i])
-            i += 1
-        while body and not body[-1].strip():
-            body.pop()
-        indent = min((len(b) - len(b.lstrip()) for b in body if b.strip()), default=0)
-        body = [b[indent:] for b in body]
-        if rest.startswith(">"):  # folded: lines of the same indentation join with a space
-            value = re.sub(r"(?<=\S)\n(?=\S)", " ", "\n".join(body))
-        else:
-            value = "\n".join(body)
-        scripts.append(value if "-" in rest[:2] else value + "\n")
-    return scripts
-
-
-def logical_lines(script: str) -> list[str]:
-    """Script lines with bash (``\\``) and PowerShell (`````) continuations joined."""
-    out: list[str] = []
-    pending = ""
-    for line in script.splitlines():
-        stripped = line.rstrip()
-        if stripped.endswith(("\\", "`")):
-            pending += stripped[:-1] + " "
-            continue
-        out.append((pending + stripped).strip())
-        pending = ""
-    if pending.strip():
-        out.append(pending.strip())
-    return [ln for ln in out if ln and not ln.startswith("#")]
-
-
-_PY_MODULE = re.compile(r"(?:^|[\s&;|(])(?:[\w.\\/:-]*[\\/])?python(?:3(?:\.\d+)?)?(?:\.exe)?\s+-m\s+(\w+)\b(.*)$")
-_SHELL_STOP = {"|", "||", "&&", ";", ">", ">>", "2>&1", "2>", "|&"}
-
-
-@dataclass
-class Command:
-    workflow: str
-    module: str  # "harness" | "pytest" | ...
-    args: list[str]
-    line: str
-
-    def options(self) -> list[str]:
-        """Option names used (``--gate``, ``-m``), without values."""
-        return [a.split("=", 1)[0] for a in self.args if a.startswith("-") and a != "-"]
-
-    def values(self, option: str) -> list[str]:
-        """Every value given to ``option`` (``--opt VALUE`` or ``--opt=VALUE``)."""
-        found = []
-        for i, arg in enumerate(self.args):
-            if arg == option and i + 1 < len(self.args):
-                found.append(self.args[i + 1])
-            elif arg.startswith(option + "="):
-                found.append(arg.split("=", 1)[1])
-        return found
-
-
-def commands(path: Path, module: str | None = None) -> list[Command]:
-    """``python -m MODULE ...`` commands in a workflow's run: scripts, tokenised like a shell."""
-    found = []
-    for script in run_scripts(path.read_text(encoding="utf-8")):
-        for line in logical_lines(script):
-            match = _PY_MODULE.search(line)
-            if not match or (module and match.group(1) != module):
-                continue
-            args = []
-            for token in shlex.split(match.group(2), posix=True):
-                if token in _SHELL_STOP:
-                    break
-                args.append(token)
-            found.append(Command(path.name, match.group(1), args, line))
-    return found
-
-
-def all_commands(module: str) -> list[Command]:
-    return [c for p in workflow_files() for c in commands(p, module)]
-
-
 def test_run_script_reader_agrees_with_pyyaml():
     yaml = pytest.importorskip("yaml", reason="PyYAML not installed: cross-check of the run: reader skipped")
     for path in workflow_files():
@@ -184,11 +59,12 @@ def test_run_script_reader_agrees_with_pyyaml():
         expected = [s["run"] for job in doc["jobs"].values() for s in job.get("steps", []) if "run" in s]
         assert run_scripts(path.read_text(encoding="utf-8")) == expected, path.name
 
-
 # --------------------------------------------------------------------------- drift: CLI
 
 
 @cache
+
+
 def help_text(*argv: str) -> str:
     proc = subprocess.run([sys.executable, "-m", *argv, "--help"], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, stdin=subprocess.DEVNULL)
@@ -243,6 +119,8 @@ def test_harness_commands_match_the_cli():
 
 
 @cache
+
+
 def _marker_list() -> str:
     proc = subprocess.run([sys.executable, "-m", "pytest", "--markers"], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, stdin=subprocess.DEVNULL)
@@ -290,168 +168,3 @@ def test_installs_use_an_existing_extra_and_scripts_exist():
                 assert set(extra.split(",")) <= extras, f"{path.name}: unknown extra [{extra}]"
             for ci_script in re.findall(r"\bbash\s+([\w./-]+)", script):
                 assert (ROOT / ci_script).is_file(), f"{path.name}: runs {ci_script}, which does not exist"
-
-
-# --------------------------------------------------------------------------- structure (PyYAML)
-
-
-@dataclass
-class Workflow:
-    name: str
-    doc: dict
-    triggers: dict = field(default_factory=dict)
-
-    @property
-    def jobs(self) -> dict:
-        return self.doc["jobs"]
-
-    def steps(self) -> list[tuple[dict, dict]]:
-        return [(job, step) for job in self.jobs.values() for step in job.get("steps", [])]
-
-
-def load(name: str) -> Workflow:
-    yaml = pytest.importorskip("yaml", reason="PyYAML not installed: workflow structure checks skipped "
-                                              "(actionlint and the CLI drift checks still ran)")
-    doc = yaml.safe_load((WORKFLOWS_DIR / name).read_text(encoding="utf-8"))
-    # YAML 1.1 reads the bare key `on` as the boolean True
-    triggers = doc.get("on", doc.get(True))
-    if isinstance(triggers, str):
-        triggers = {triggers: None}
-    elif isinstance(triggers, list):
-        triggers = dict.fromkeys(triggers)
-    return Workflow(name, doc, triggers or {})
-
-
-def labels(job: dict) -> list[str]:
-    runs_on = job["runs-on"]
-    return [str(x).lower() for x in ([runs_on] if isinstance(runs_on, str) else runs_on)]
-
-
-def uses(step: dict, action: str) -> bool:
-    return str(step.get("uses", "")).split("@")[0].startswith(action)
-
-
-def always(step: dict) -> bool:
-    return "always()" in str(step.get("if", ""))
-
-
-def env_of(wf: Workflow, job: dict, step: dict | None = None) -> dict[str, str]:
-    return {**wf.doc.get("env", {}), **job.get("env", {}), **((step or {}).get("env", {}))}
-
-
-def expand(value: str, env: dict[str, str]) -> str:
-    """Resolve `$env:NAME`, `$NAME`, `${NAME}` and `${{ env.NAME }}` from the workflow's env;
-    other `${{ ... }}` expressions (run numbers and the like) become the text EXPR."""
-    def sub(match: re.Match) -> str:
-        name = next(g for g in match.groups() if g)
-        return str(env.get(name, match.group(0)))
-
-    for _ in range(3):  # env values may refer to other expressions
-        value = re.sub(r"\$\{\{\s*env\.(\w+)\s*\}\}|\$env:(\w+)|\$\{(\w+)\}|\$(\w+)", sub, value)
-    return re.sub(r"\$\{\{.*?\}\}", "EXPR", value)
-
-
-def covered(target: str, paths: list[str]) -> bool:
-    """Is `target` (a file or folder) inside one of `paths` (an upload or cache `path:` list)?"""
-    norm = target.replace("\\", "/").strip("/").removeprefix("./")
-    for p in paths:
-        p = p.replace("\\", "/").strip().strip("/").removeprefix("./")
-        if p and not p.startswith("!") and (norm == p or norm.startswith(p + "/")):
-            return True
-    return False
-
-
-def path_list(step: dict) -> list[str]:
-    return [ln.strip() for ln in str(step.get("with", {}).get("path", "")).splitlines() if ln.strip()]
-
-
-def test_every_job_has_a_timeout():
-    for name in EXPECTED:
-        wf = load(name)
-        for job_id, job in wf.jobs.items():
-            assert job.get("timeout-minutes"), f"{name}: job {job_id} has no timeout-minutes"
-
-
-def test_nightly_triggers_runner_and_concurrency():
-    wf = load(NIGHTLY)
-    schedule = wf.triggers.get("schedule") or []
-    assert schedule and all(s.get("cron") for s in schedule), "nightly needs a schedule: cron trigger"
-    assert "workflow_dispatch" in wf.triggers
-    concurrency = wf.doc.get("concurrency") or {}
-    assert concurrency.get("group") and concurrency.get("cancel-in-progress") is False, \
-        "two nightlies must queue on the one device, never overlap or cancel a measurement"
-    (job,) = wf.jobs.values()
-    assert {"self-hosted", "windows", "arm64"} <= set(labels(job)), labels(job)
-
-
-def test_nightly_runs_the_device_markers_and_the_qnn_sweep():
-    wf = load(NIGHTLY)
-    (job,) = wf.jobs.values()
-    tests = commands(WORKFLOWS_DIR / NIGHTLY, "pytest")
-    marker_exprs = [e for c in tests for e in c.values("-m")]
-    assert any({"qnn", "device"} <= set(re.findall(r"\w+", e)) for e in marker_exprs), marker_exprs
-    assert any(c.values("--report-dir") for c in tests), "pytest should keep its run folders (--report-dir)"
-
-    (sweep,) = [c for c in commands(WORKFLOWS_DIR / NIGHTLY, "harness") if c.args[:1] == ["run"]]
-    assert sweep.values("--target") == ["qnn"]
-    (processes,) = sweep.values("--processes")
-    assert len(processes.split(",")) >= 2, "a sweep over several N"
-    gates = sweep.values("--gate")
-    metrics = {re.match(r"\w+", g).group(0) for g in gates}
-    assert {"failed_workers", "mapped_private_ratio"} <= metrics, gates
-    assert sweep.values("--history") and sweep.values("--out")
-
-
-def test_nightly_keeps_history_and_uploads_everything_always():
-    wf = load(NIGHTLY)
-    (job,) = wf.jobs.values()
-    steps = job["steps"]
-    env = env_of(wf, job)
-    sweep_index = next(i for i, s in enumerate(steps) if "harness run" in str(s.get("run", "")))
-    sweep = next(c for c in commands(WORKFLOWS_DIR / NIGHTLY, "harness") if c.args[:1] == ["run"])
-    history = expand(sweep.values("--history")[0], env)
-    run_dir = expand(sweep.values("--out")[0], env)
-    report_dir = commands(WORKFLOWS_DIR / NIGHTLY, "pytest")[0].values("--report-dir")[0]
-    assert "$" not in history + run_dir, (history, run_dir)
-
-    restores = [s for s in steps[:sweep_index] if uses(s, "actions/cache") or uses(s, "actions/download-artifact")]
-    assert any(covered(history, path_list(s)) for s in restores), f"{history} is not restored before the sweep"
-    saves = [s for s in steps[sweep_index + 1:] if uses(s, "actions/cache/save") or uses(s, "actions/upload-artifact")]
-    assert any(covered(history, path_list(s)) and always(s) for s in saves), f"{history} is not saved, always"
-    assert "cancelled()" in str(steps[sweep_index].get("if", "")) or always(steps[sweep_index]), \
-        "the sweep should run even when the device tests failed"
-
-    uploads = [s for s in steps if uses(s, "actions/upload-artifact")]
-    assert uploads and all(always(s) for s in uploads), "artifacts must upload with if: always()"
-    uploaded = [p for s in uploads for p in path_list(s)]
-    for needed in (run_dir, report_dir, history):
-        assert covered(needed, uploaded), f"{needed} is not uploaded: {uploaded}"
-
-
-def test_windows_mapper_runs_the_mapper_suites_on_windows():
-    wf = load(WINDOWS_MAPPER)
-    assert {"push", "pull_request"} <= set(wf.triggers)
-    (job,) = wf.jobs.values()
-    assert any(lbl.startswith("windows") for lbl in labels(job)), labels(job)
-    tests = commands(WORKFLOWS_DIR / WINDOWS_MAPPER, "pytest")
-    assert any(any(a.rstrip("/\\") == "suites/mapper" for a in c.args) for c in tests), [c.line for c in tests]
-
-
-def test_linux_runs_the_ci_script_and_uploads_report_artifacts():
-    wf = load(LINUX)
-    assert {"push", "pull_request"} <= set(wf.triggers)
-    (job,) = wf.jobs.values()
-    assert any(lbl.startswith("ubuntu") for lbl in labels(job)), labels(job)
-    assert any(re.search(r"\bbash\s+\.ci/run\b", str(s.get("run", ""))) for _, s in wf.steps())
-    env = env_of(wf, job)
-    artifact_dir = env.get("REPORT_ARTIFACT_DIR")
-    assert artifact_dir, "REPORT_ARTIFACT_DIR must be set for the browser test's screenshot"
-    uploads = [s for s in job["steps"] if uses(s, "actions/upload-artifact")]
-    assert any(always(s) and expand(artifact_dir, env) in [expand(p, env) for p in path_list(s)]
-               for s in uploads), "REPORT_ARTIFACT_DIR must be uploaded with if: always()"
-
-
-def test_actions_are_pinned_to_a_major_version():
-    for path in workflow_files():
-        for ref in re.findall(r"uses:\s*([^\s#]+)", path.read_text(encoding="utf-8")):
-            assert re.fullmatch(r"[\w.-]+/[\w./-]+@(v\d+(\.\d+)*|[0-9a-f]{40})", ref), f"{path.name}: unpinned {ref}"

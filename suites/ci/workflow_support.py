@@ -1,0 +1,213 @@
+"""Reading GitHub workflow files for the suites/ci tests: their run: scripts (a small
+block-scalar reader that needs no YAML library), the ``python -m MODULE ...`` commands in
+them, and, with PyYAML, their parsed structure (triggers, runners, steps, env, paths)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS_DIR = ROOT / ".github" / "workflows"
+ACTIONLINT_CONFIG = Path(__file__).with_name("actionlint.yaml")
+NIGHTLY, WINDOWS_MAPPER, LINUX = "nightly-device.yml", "windows-mapper.yml", "linux.yml"
+EXPECTED = (NIGHTLY, WINDOWS_MAPPER, LINUX)
+
+
+def workflow_files() -> list[Path]:
+    return sorted([*WORKFLOWS_DIR.glob("*.yml"), *WORKFLOWS_DIR.glob("*.yaml")])
+
+
+def find_actionlint() -> str | None:
+    """The binary on PATH, or next to this interpreter (a venv used without activating it)."""
+    found = shutil.which("actionlint")
+    if found:
+        return found
+    for name in ("actionlint", "actionlint.exe"):
+        candidate = Path(sys.executable).parent / name
+        if candidate.is_file():
+            return str(candidate)
+    return None
+
+
+_RUN_KEY = re.compile(r"^(?P<indent>\s*)(?:-\s+)?run:\s*(?P<rest>.*)$")
+
+
+def run_scripts(text: str) -> list[str]:
+    """Every ``run:`` value of a workflow, from its text: inline scalars and ``|`` / ``>``
+    block scalars (with ``-``/``+`` chomping), which is all a workflow needs."""
+    lines = text.splitlines()
+    scripts: list[str] = []
+    i = 0
+    while i < len(lines):
+        match = _RUN_KEY.match(lines[i])
+        i += 1
+        if not match:
+            continue
+        rest = match.group("rest").strip()
+        if not rest or rest.startswith("#"):  # a mapping such as `defaults: run: shell: ...`
+            continue
+        if not rest.startswith(("|", ">")):
+            value = rest.split(" #", 1)[0].strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
+            scripts.append(value)
+            continue
+        key_indent = len(lines[i - 1]) - len(lines[i - 1].lstrip())
+        body: list[str] = []
+        while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > key_indent):
+            body.append(lines[i])
+            i += 1
+        while body and not body[-1].strip():
+            body.pop()
+        indent = min((len(b) - len(b.lstrip()) for b in body if b.strip()), default=0)
+        body = [b[indent:] for b in body]
+        if rest.startswith(">"):  # folded: lines of the same indentation join with a space
+            value = re.sub(r"(?<=\S)\n(?=\S)", " ", "\n".join(body))
+        else:
+            value = "\n".join(body)
+        scripts.append(value if "-" in rest[:2] else value + "\n")
+    return scripts
+
+
+def logical_lines(script: str) -> list[str]:
+    """Script lines with bash (``\\``) and PowerShell (`````) continuations joined."""
+    out: list[str] = []
+    pending = ""
+    for line in script.splitlines():
+        stripped = line.rstrip()
+        if stripped.endswith(("\\", "`")):
+            pending += stripped[:-1] + " "
+            continue
+        out.append((pending + stripped).strip())
+        pending = ""
+    if pending.strip():
+        out.append(pending.strip())
+    return [ln for ln in out if ln and not ln.startswith("#")]
+
+
+_PY_MODULE = re.compile(r"(?:^|[\s&;|(])(?:[\w.\\/:-]*[\\/])?python(?:3(?:\.\d+)?)?(?:\.exe)?\s+-m\s+(\w+)\b(.*)$")
+_SHELL_STOP = {"|", "||", "&&", ";", ">", ">>", "2>&1", "2>", "|&"}
+
+
+@dataclass
+
+
+class Command:
+    workflow: str
+    module: str  # "harness" | "pytest" | ...
+    args: list[str]
+    line: str
+
+    def options(self) -> list[str]:
+        """Option names used (``--gate``, ``-m``), without values."""
+        return [a.split("=", 1)[0] for a in self.args if a.startswith("-") and a != "-"]
+
+    def values(self, option: str) -> list[str]:
+        """Every value given to ``option`` (``--opt VALUE`` or ``--opt=VALUE``)."""
+        found = []
+        for i, arg in enumerate(self.args):
+            if arg == option and i + 1 < len(self.args):
+                found.append(self.args[i + 1])
+            elif arg.startswith(option + "="):
+                found.append(arg.split("=", 1)[1])
+        return found
+
+
+def commands(path: Path, module: str | None = None) -> list[Command]:
+    """``python -m MODULE ...`` commands in a workflow's run: scripts, tokenised like a shell."""
+    found = []
+    for script in run_scripts(path.read_text(encoding="utf-8")):
+        for line in logical_lines(script):
+            match = _PY_MODULE.search(line)
+            if not match or (module and match.group(1) != module):
+                continue
+            args = []
+            for token in shlex.split(match.group(2), posix=True):
+                if token in _SHELL_STOP:
+                    break
+                args.append(token)
+            found.append(Command(path.name, match.group(1), args, line))
+    return found
+
+
+def all_commands(module: str) -> list[Command]:
+    return [c for p in workflow_files() for c in commands(p, module)]
+
+
+@dataclass
+
+
+class Workflow:
+    name: str
+    doc: dict
+    triggers: dict = field(default_factory=dict)
+
+    @property
+    def jobs(self) -> dict:
+        return self.doc["jobs"]
+
+    def steps(self) -> list[tuple[dict, dict]]:
+        return [(job, step) for job in self.jobs.values() for step in job.get("steps", [])]
+
+
+def load(name: str) -> Workflow:
+    yaml = pytest.importorskip("yaml", reason="PyYAML not installed: workflow structure checks skipped "
+                                              "(actionlint and the CLI drift checks still ran)")
+    doc = yaml.safe_load((WORKFLOWS_DIR / name).read_text(encoding="utf-8"))
+    # YAML 1.1 reads the bare key `on` as the boolean True
+    triggers = doc.get("on", doc.get(True))
+    if isinstance(triggers, str):
+        triggers = {triggers: None}
+    elif isinstance(triggers, list):
+        triggers = dict.fromkeys(triggers)
+    return Workflow(name, doc, triggers or {})
+
+
+def labels(job: dict) -> list[str]:
+    runs_on = job["runs-on"]
+    return [str(x).lower() for x in ([runs_on] if isinstance(runs_on, str) else runs_on)]
+
+
+def uses(step: dict, action: str) -> bool:
+    return str(step.get("uses", "")).split("@")[0].startswith(action)
+
+
+def always(step: dict) -> bool:
+    return "always()" in str(step.get("if", ""))
+
+
+def env_of(wf: Workflow, job: dict, step: dict | None = None) -> dict[str, str]:
+    return {**wf.doc.get("env", {}), **job.get("env", {}), **((step or {}).get("env", {}))}
+
+
+def expand(value: str, env: dict[str, str]) -> str:
+    """Resolve `$env:NAME`, `$NAME`, `${NAME}` and `${{ env.NAME }}` from the workflow's env;
+    other `${{ ... }}` expressions (run numbers and the like) become the text EXPR."""
+    def sub(match: re.Match) -> str:
+        name = next(g for g in match.groups() if g)
+        return str(env.get(name, match.group(0)))
+
+    for _ in range(3):  # env values may refer to other expressions
+        value = re.sub(r"\$\{\{\s*env\.(\w+)\s*\}\}|\$env:(\w+)|\$\{(\w+)\}|\$(\w+)", sub, value)
+    return re.sub(r"\$\{\{.*?\}\}", "EXPR", value)
+
+
+def covered(target: str, paths: list[str]) -> bool:
+    """Is `target` (a file or folder) inside one of `paths` (an upload or cache `path:` list)?"""
+    norm = target.replace("\\", "/").strip("/").removeprefix("./")
+    for p in paths:
+        p = p.replace("\\", "/").strip().strip("/").removeprefix("./")
+        if p and not p.startswith("!") and (norm == p or norm.startswith(p + "/")):
+            return True
+    return False
+
+
+def path_list(step: dict) -> list[str]:
+    return [ln.strip() for ln in str(step.get("with", {}).get("path", "")).splitlines() if ln.strip()]
