@@ -90,14 +90,14 @@ class HarnessOutcome:
     out: Path
 
     def results(self) -> list:
-        from harness.schema import ResultRow
-        from reports.csvio import read_rows
+        from harness.core.schema import ResultRow
+        from harness.core.tables import read_rows
 
         return read_rows(self.out / "results.csv", ResultRow)
 
     def summary(self) -> list:
-        from harness.schema import SummaryRow
-        from reports.csvio import read_rows
+        from harness.core.schema import SummaryRow
+        from harness.core.tables import read_rows
 
         return read_rows(self.out / "summary.csv", SummaryRow)
 

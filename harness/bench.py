@@ -18,10 +18,10 @@ import statistics
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from .errors import InputError
-from .schema import FORMAT_VERSION, SummaryRow
-from .spec import write_json_atomic
-from .units import fmt_bytes, fmt_ratio, fmt_seconds
+from harness.core.errors import InputError
+from harness.core.schema import FORMAT_VERSION, SummaryRow
+from harness.core.units import fmt_bytes, fmt_ratio, fmt_seconds
+from harness.runner.spec import write_json_atomic
 
 
 @dataclass
@@ -85,8 +85,8 @@ def run_bench(*, model_size: int, processes: int, repeat: int, out: Path | None,
     from rich.console import Console
     from rich.table import Table
 
-    from .progress import Progress
-    from .run import RunOptions, default_out_dir, execute
+    from harness.runner.progress import Progress
+    from harness.runner.sweep import RunOptions, default_out_dir, execute
 
     if processes < 2:
         raise InputError("harness bench: --processes must be >= 2 (sharing needs two processes)")
@@ -101,7 +101,7 @@ def run_bench(*, model_size: int, processes: int, repeat: int, out: Path | None,
         table.add_column(column)
     for c in criteria:
         table.add_row(c.name, c.detail, "[green]pass[/]" if c.passed else "[bold red]FAIL[/]")
-    from .table import summary_table
+    from harness.console import summary_table
 
     console = Console(highlight=False)
     console.print(summary_table(cpu.summary + native.summary))

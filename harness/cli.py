@@ -10,8 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .errors import InputError, OneLineArgumentParser
-from .schema import MODES, TARGETS
+from harness.core.errors import InputError, OneLineArgumentParser
+from harness.core.schema import MODES, TARGETS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 WORKER_FAULTS = ("crash", "signal", "hang", "raise")
@@ -66,7 +66,7 @@ def _timeout(text: str) -> float:
 
 
 def _size(text: str) -> int:
-    from .units import parse_size
+    from harness.core.units import parse_size
 
     try:
         return parse_size(text)
@@ -133,8 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _options(ns: argparse.Namespace, argv: list[str]):
-    from .models import parse_shapes
-    from .run import RunOptions, command_line
+    from harness.models import parse_shapes
+    from harness.runner.sweep import RunOptions, command_line
 
     if ns.shape and ns.model is None and ns.target != "qnn":
         raise InputError("--shape fixes inputs of --model; the generated model has static shapes")
@@ -175,9 +175,9 @@ def _interrupt_on_sigterm() -> None:
 def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
     from rich.console import Console
 
-    from .progress import Progress
-    from .run import execute
-    from .table import outcome_table, summary_table
+    from harness.console import outcome_table, summary_table
+    from harness.runner.progress import Progress
+    from harness.runner.sweep import execute
 
     opts = _options(ns, argv)
     if opts.gates_file is not None and not opts.gates_file.is_file():
@@ -218,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
             return report_main(argv[1:])
         ns = build_parser().parse_args(argv)
         if ns.command == "bench":
-            from .bench import run_bench
-            from .run import command_line
+            from harness.bench import run_bench
+            from harness.runner.sweep import command_line
 
             return run_bench(model_size=ns.model_size, processes=ns.processes, repeat=ns.repeat, out=ns.out,
                              cache_dir=ns.cache_dir, command=command_line(argv))

@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import InputError
+from harness.core.errors import InputError
 
 ALIGNMENT = 64 * 1024
 #: Initializers smaller than this stay inside the ONNX file (shape tensors, scales...): ORT

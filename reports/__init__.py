@@ -16,8 +16,17 @@ importing this package stays cheap for worker processes.
 
 from __future__ import annotations
 
-from .cli import report_main
-from .csvio import (
+from harness.core.gates import (
+    GateResult,
+    default_gates,
+    evaluate,
+    gate_values,
+    known_metrics,
+    parse_gate,
+    read_gates_file,
+)
+from harness.core.rundata import RunData, load_run
+from harness.core.tables import (
     LONG_CSV,
     RESULTS_CSV,
     SUMMARY_CSV,
@@ -28,19 +37,10 @@ from .csvio import (
     write_rows,
     write_run_tables,
 )
-from .gates import (
-    GateResult,
-    default_gates,
-    evaluate,
-    gate_values,
-    known_metrics,
-    parse_gate,
-    read_gates_file,
-)
-from .history import append_history, read_history_frame, trend
-from .html import REPORT_HTML, ReportOutcome, render_report, render_run_report
-from .projection import fit_sweep, project, projection_text
-from .rundata import RunData, load_run
+from reports.cli import report_main
+from reports.history import append_history, read_history_frame, trend
+from reports.html import REPORT_HTML, ReportOutcome, render_report, render_run_report
+from reports.projection import fit_sweep, project, projection_text
 
 __all__ = [
     "LONG_CSV",

@@ -12,10 +12,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from harness.schema import MODES, ResultRow, SummaryRow
-from harness.summary import row_ok
-
-from .svg import (
+from harness.core.schema import MODES, ResultRow, SummaryRow
+from harness.core.summary import row_ok
+from reports.svg import (
     FAIL_COLOR,
     INK,
     METRIC_COLOR,

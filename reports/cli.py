@@ -11,10 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.errors import InputError, OneLineArgumentParser
-
-from .gates import known_metrics, read_gates_file
-from .html import REPORT_HTML, ReportOutcome, render_report, render_run_report
+from harness.core.errors import InputError, OneLineArgumentParser
+from harness.core.gates import known_metrics, read_gates_file
+from reports.html import REPORT_HTML, ReportOutcome, render_report, render_run_report
 
 __all__ = ["build_parser", "render_run_report", "report_main"]
 

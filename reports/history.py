@@ -16,11 +16,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from harness.schema import SummaryRow, columns, dtypes
-
-from .csvio import atomic_writer, format_cell
-from .gates import gate_values, known_metrics
-from .rundata import RunData
+from harness.core.gates import gate_values, known_metrics
+from harness.core.rundata import RunData
+from harness.core.schema import SummaryRow, columns, dtypes
+from harness.core.tables import atomic_writer, format_cell
 
 CONTEXT_COLUMNS = ("record", "run_id", "date", "commit", "host", "system", "model")
 DEFAULT_TREND_RUNS = 10

@@ -14,11 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import InputError
-from harness.units import fmt_bytes, fmt_ratio
-
-from .csvio import LONG_CSV, RESULTS_CSV, atomic_writer, write_long
-from .gates import (
+from harness.core.errors import InputError
+from harness.core.gates import (
     Gate,
     GateResult,
     default_gates,
@@ -26,9 +23,11 @@ from .gates import (
     gate_values,
     parse_gates,
 )
-from .history import append_history, trend
-from .rundata import RunData, load_run
-from .views import RunView, build_run_view
+from harness.core.rundata import RunData, load_run
+from harness.core.tables import LONG_CSV, RESULTS_CSV, atomic_writer, write_long
+from harness.core.units import fmt_bytes, fmt_ratio
+from reports.history import append_history, trend
+from reports.views import RunView, build_run_view
 
 REPORT_HTML = "report.html"
 #: (headline key, column title) of the cross-run comparison table.
@@ -190,7 +189,7 @@ def render_run_report(
 
     Gates checked: ``gates`` + the lines of ``gates_file`` + the target's defaults (unless
     ``default_gates`` is False). Raises `InputError` for bad gates or a broken run folder."""
-    from .gates import read_gates_file
+    from harness.core.gates import read_gates_file
 
     run_dir = Path(run_dir)
     exprs = list(gates or []) + (read_gates_file(gates_file) if gates_file is not None else [])

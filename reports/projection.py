@@ -16,8 +16,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from harness.schema import SummaryRow
-from harness.units import fmt_bytes
+from harness.core.schema import SummaryRow
+from harness.core.units import fmt_bytes
 
 GIB = 1024**3
 #: The example deployment the report projects when nobody asks for another one.

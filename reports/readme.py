@@ -6,9 +6,8 @@ results_long.csv; a README test can compare its tables with `column_tables()`.
 
 from __future__ import annotations
 
-from harness.schema import ResultRow, SummaryRow, column_docs
-
-from .csvio import LONG_DTYPES
+from harness.core.schema import ResultRow, SummaryRow, column_docs
+from harness.core.tables import LONG_DTYPES
 
 
 def column_table(row_type: type) -> str:

@@ -10,20 +10,19 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.schema import ResultRow, SummaryRow, column_docs
-from harness.summary import paired, row_ok
-from harness.units import fmt_bytes, fmt_ratio, fmt_seconds
-
-from . import charts
-from .gates import GateResult
-from .notes import Note, run_notes
-from .projection import (
+from harness.core.gates import GateResult
+from harness.core.notes import Note, run_notes
+from harness.core.rundata import RunData
+from harness.core.schema import ResultRow, SummaryRow, column_docs
+from harness.core.summary import paired, row_ok
+from harness.core.units import fmt_bytes, fmt_ratio, fmt_seconds
+from reports import charts
+from reports.projection import (
     DEFAULT_PROJECTION,
     consecutive_marginals,
     fit_sweep,
     projection_text,
 )
-from .rundata import RunData
 
 ENV_KEYS = ("os", "system", "arch", "cpu", "cpu_count", "ram_bytes", "python", "onnxruntime",
             "onnxruntime_qnn", "qnn_sdk", "hostname", "git_commit")

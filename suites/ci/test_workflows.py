@@ -95,7 +95,7 @@ def test_harness_commands_match_the_cli():
     """Each option is in `python -m harness SUB --help`, the real parser accepts the whole
     command line (choices, LIST and size values) and every --gate expression parses."""
     from harness.cli import build_parser
-    from reports.gates import parse_gate
+    from harness.core.gates import parse_gate
 
     for cmd in all_commands("harness"):
         assert cmd.args, f"{cmd.workflow}: bare `python -m harness` in {cmd.line!r}"

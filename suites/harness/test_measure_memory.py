@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from harness.schema import ResultRow, columns
-from harness.units import parse_size
+from harness.core.schema import ResultRow, columns
+from harness.core.units import parse_size
 
 pytestmark = pytest.mark.memory
 

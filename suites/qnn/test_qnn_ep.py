@@ -16,8 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.eplog import capture_native_stderr
-from harness.target_qnn import (
+from harness.targets.qnn.ep import (
     CompiledModel,
     QnnInputError,
     classify_ep_log,
@@ -31,6 +30,7 @@ from harness.target_qnn import (
     reference_output,
     register_qnn_ep,
 )
+from harness.targets.qnn.eplog import capture_native_stderr
 
 pytestmark = pytest.mark.qnn
 

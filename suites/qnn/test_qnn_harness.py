@@ -21,7 +21,7 @@ ON_DEVICE = sys.platform == "win32" and platform.machine().upper() in ("ARM64", 
 @pytest.fixture(autouse=True)
 def _needs_qnn():
     pytest.importorskip("onnxruntime_qnn", reason="onnxruntime-qnn is not installed")
-    from harness.target_qnn import qnn_platform_supported
+    from harness.targets.qnn.ep import qnn_platform_supported
 
     ok, why = qnn_platform_supported()
     if not ok:

@@ -43,8 +43,8 @@ def processes_of(out: Path) -> list[psutil.Process]:
 
 
 def worker_processes(out: Path) -> list[psutil.Process]:
-    """Live ``harness.worker`` processes of the run folder ``out``."""
-    return [p for p in processes_of(out) if "harness.worker" in " ".join(p.info["cmdline"] or [])]
+    """Live ``harness.runner.worker`` processes of the run folder ``out``."""
+    return [p for p in processes_of(out) if "harness.runner.worker" in " ".join(p.info["cmdline"] or [])]
 
 
 def assert_no_survivors(out: Path, timeout: float = 5.0) -> None:

@@ -20,8 +20,8 @@ from rel_support import (
     wait_for,
 )
 
-from harness.schema import ResultRow
-from reports.csvio import read_rows
+from harness.core.schema import ResultRow
+from harness.core.tables import read_rows
 
 
 def _tiny_model(path: Path) -> Path:

@@ -15,8 +15,8 @@ import time
 import pytest
 from rel_support import SMALL, assert_no_survivors, metadata, start_harness, stop, wait_for, worker_processes
 
-from harness.schema import ResultRow
-from reports.csvio import read_rows
+from harness.core.schema import ResultRow
+from harness.core.tables import read_rows
 
 pytestmark = pytest.mark.memory
 

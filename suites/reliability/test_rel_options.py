@@ -33,11 +33,11 @@ def test_qnn_session_options_rejects_ambiguous_flag(value):
     """Checked before the QNN EP is registered: the error is the same with or without
     onnxruntime-qnn installed."""
     try:
-        target_qnn = importlib.import_module("harness.target_qnn")
+        target_qnn = importlib.import_module("harness.targets.qnn.ep")
     except ImportError as err:  # pragma: no cover - the module ships with the harness
-        pytest.skip(f"harness.target_qnn not importable: {err}")
+        pytest.skip(f"harness.targets.qnn.ep not importable: {err}")
     if not hasattr(target_qnn, "qnn_session_options"):
-        pytest.skip("harness.target_qnn has no qnn_session_options")
+        pytest.skip("harness.targets.qnn.ep has no qnn_session_options")
     with pytest.raises(ValueError, match="disable_file_mapped_weights"):
         target_qnn.qnn_session_options(disable_file_mapped_weights=value)
 

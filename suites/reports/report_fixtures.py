@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.schema import FORMAT_VERSION, ResultRow, SummaryRow
-from harness.summary import summarize
-from reports.csvio import write_rows
+from harness.core.schema import FORMAT_VERSION, ResultRow, SummaryRow
+from harness.core.summary import summarize
+from harness.core.tables import write_rows
 
 MIB = 1024**2
 GIB = 1024**3

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 from report_fixtures import MIB, fail_worker, fake_results
 
-from harness.schema import ResultRow, SummaryRow, columns, dtypes
-from harness.summary import summarize
-from reports.csvio import (
+from harness.core.schema import ResultRow, SummaryRow, columns, dtypes
+from harness.core.summary import summarize
+from harness.core.tables import (
     LONG_DTYPES,
     long_metrics,
     read_frame,

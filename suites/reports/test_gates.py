@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 from report_fixtures import MIB, Law, fail_worker, fake_results
 
-from harness.summary import headline, summarize
-from reports.gates import (
+from harness.core.gates import (
     default_gates,
     evaluate,
     evaluate_gate,
@@ -15,6 +14,7 @@ from reports.gates import (
     parse_gate,
     read_gates_file,
 )
+from harness.core.summary import headline, summarize
 
 
 def test_known_metrics_are_headline_keys():

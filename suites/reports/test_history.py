@@ -6,6 +6,7 @@ import json
 
 from report_fixtures import fake_results, metadata, write_run
 
+from harness.core.rundata import load_run
 from reports.history import (
     append_history,
     history_columns,
@@ -13,7 +14,6 @@ from reports.history import (
     read_history_frame,
     trend,
 )
-from reports.rundata import load_run
 
 
 def make_run(tmp_path, name, day, commit, target="cpu", host="testhost"):

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from report_fixtures import GIB, MIB, Law, fake_results
 
-from harness.summary import summarize
+from harness.core.summary import summarize
 from reports.projection import (
     choose_metric,
     consecutive_marginals,

@@ -10,9 +10,9 @@ import re
 
 import pytest
 
-from harness.schema import ResultRow
+from harness.core.rundata import load_run
+from harness.core.schema import ResultRow
 from reports import read_frame, read_long, render_run_report
-from reports.rundata import load_run
 
 
 @pytest.mark.memory

@@ -19,8 +19,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import IO, Any
 
-from harness.errors import InputError
-from harness.schema import ResultRow, columns, dtypes, row_from_dict
+from harness.core.errors import InputError
+from harness.core.schema import ResultRow, columns, dtypes, row_from_dict
 
 RESULTS_CSV = "results.csv"
 SUMMARY_CSV = "summary.csv"
@@ -258,7 +258,7 @@ def write_run_tables(
     """Write results.csv, summary.csv and results_long.csv of one run folder.
 
     The harness runner calls this once after a run; ``run_id`` defaults to the folder name."""
-    from harness.schema import SummaryRow
+    from harness.core.schema import SummaryRow
 
     run_dir = Path(run_dir)
     run_id = run_id or run_dir.name

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .eplog import OPTION_VALUES, check_disable_flag, classify_ep_log
+from harness.targets.qnn.eplog import OPTION_VALUES, check_disable_flag, classify_ep_log
 
 if TYPE_CHECKING:
     import numpy

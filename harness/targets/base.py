@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .models import PreparedModel
-from .spec import WorkerRecord, WorkerSpec
+from harness.models import PreparedModel
+from harness.runner.spec import WorkerRecord, WorkerSpec
 
 _PATH_RANK = {"mapped": 0, "heap": 1, "fallback": 2}
 
@@ -113,7 +113,7 @@ def create_ort_native(spec: WorkerSpec, model: PreparedModel, record: WorkerReco
 def create_qnn(spec: WorkerSpec, model: PreparedModel, record: WorkerRecord) -> LiveSessions:
     import onnxruntime as ort
 
-    from .target_qnn import classify_ep_log, qnn_session_options
+    from harness.targets.qnn.ep import classify_ep_log, qnn_session_options
 
     live = LiveSessions()
     t0 = time.perf_counter()

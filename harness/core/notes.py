@@ -11,10 +11,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from harness.summary import paired
-from harness.units import fmt_bytes
-
-from .rundata import RunData
+from harness.core.rundata import RunData
+from harness.core.summary import paired
+from harness.core.units import fmt_bytes
 
 SMALL_WEIGHTS = 128 * 1024**2  # below this a worker's own overhead hides the saving
 MAX_DETAILS = 12

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .schema import SummaryRow
-from .summary import paired, ratio
-from .units import fmt_bytes, fmt_ratio, fmt_seconds
+from harness.core.schema import SummaryRow
+from harness.core.summary import paired, ratio
+from harness.core.units import fmt_bytes, fmt_ratio, fmt_seconds
 
 #: (label, SummaryRow column, formatter)
 TABLE_METRICS = [

@@ -13,11 +13,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from harness.errors import InputError
-from harness.schema import FORMAT_VERSION, MODES, ResultRow, SummaryRow
-from harness.summary import headline, summarize
-
-from .csvio import RESULTS_CSV, SUMMARY_CSV, read_rows
+from harness.core.errors import InputError
+from harness.core.schema import FORMAT_VERSION, MODES, ResultRow, SummaryRow
+from harness.core.summary import headline, summarize
+from harness.core.tables import RESULTS_CSV, SUMMARY_CSV, read_rows
 
 METADATA_JSON = "metadata.json"
 

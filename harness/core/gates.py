@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import InputError
-from harness.schema import MODES, SummaryRow
-from harness.summary import headline
-from harness.units import parse_size
+from harness.core.errors import InputError
+from harness.core.schema import MODES, SummaryRow
+from harness.core.summary import headline
+from harness.core.units import parse_size
 
 OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
@@ -194,7 +194,7 @@ def default_gates(target: str, run: dict | None = None) -> list[Gate]:
 
 def _fmt(metric: str, value: float | int) -> str:
     if metric.endswith("_bytes"):
-        from harness.units import fmt_bytes
+        from harness.core.units import fmt_bytes
 
         return fmt_bytes(value)
     return f"{value:.4g}" if isinstance(value, float) else str(value)

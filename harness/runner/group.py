@@ -16,9 +16,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .memory import MemorySample, sample_process, system_available_bytes
-from .schema import ResultRow
-from .spec import WorkerRecord, WorkerSpec
+from harness.core.schema import ResultRow
+from harness.runner.memory import MemorySample, sample_process, system_available_bytes
+from harness.runner.spec import WorkerRecord, WorkerSpec
 
 POLL_S = 0.02
 RELEASE_TIMEOUT_S = 60.0
@@ -86,7 +86,7 @@ def _spawn(group: GroupSpec, index: int) -> _Worker:
     spec.write(Path(f"{stem}.spec.json"))
     log_file = open(spec.log_path, "wb")  # noqa: SIM115 - closed in _finish
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.worker", f"{stem}.spec.json"],
+        [sys.executable, "-m", "harness.runner.worker", f"{stem}.spec.json"],
         stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT,
         cwd=str(Path(__file__).resolve().parent.parent),
     )

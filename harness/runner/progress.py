@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from .units import fmt_seconds
+from harness.core.units import fmt_seconds
 
 
 class Progress:

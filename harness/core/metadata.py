@@ -40,7 +40,7 @@ def git_commit(cwd: Path | None = None) -> str | None:
 
 def qnn_sdk_version() -> str | None:
     try:
-        from .target_qnn import qnn_versions
+        from harness.targets.qnn.ep import qnn_versions
 
         return qnn_versions().get("qnn_sdk")
     except Exception:  # noqa: BLE001 - metadata never fails a run

@@ -10,7 +10,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from .schema import ResultRow, SummaryRow
+from harness.core.schema import ResultRow, SummaryRow
 
 #: Headline metric -> SummaryRow column whose mapped/heap ratio it is.
 RATIO_COLUMNS = {

@@ -1,4 +1,4 @@
-"""A worker process: ``python -m harness.worker SPEC.json``.
+"""A worker process: ``python -m harness.runner.worker SPEC.json``.
 
 Creates its M sessions, runs one inference and checks it against the reference, writes a
 "ready" record, then blocks on stdin until the parent has sampled every worker's memory
@@ -17,7 +17,7 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
-from .spec import WorkerRecord, WorkerSpec, write_json_atomic
+from harness.runner.spec import WorkerRecord, WorkerSpec, write_json_atomic
 
 #: Exit codes of a worker (the parent maps them to the `error` column).
 EXIT_OK, EXIT_FAILED, EXIT_BAD_SPEC = 0, 1, 2
@@ -85,7 +85,7 @@ def check_output(outputs: list, reference: dict, names: list[str], rtol: float, 
 
 def check_qnn_output(outputs: list, reference: dict, model) -> tuple[bool, str]:
     """The QNN EP quantizes every activation: compare by cosine and quantization steps."""
-    from .target_qnn import compare_outputs
+    from harness.targets.qnn.ep import compare_outputs
 
     for name, got in zip(model.outputs, outputs, strict=False):
         result = compare_outputs(got, reference[name], quant_step=model.extra.get("quant_step"))
@@ -95,8 +95,8 @@ def check_qnn_output(outputs: list, reference: dict, model) -> tuple[bool, str]:
 
 
 def run_worker(spec: WorkerSpec) -> int:
-    from .models import PreparedModel, load_reference
-    from .sessions import CREATORS
+    from harness.models import PreparedModel, load_reference
+    from harness.targets.base import CREATORS
 
     exit_with_parent()
     record = WorkerRecord(pid=os.getpid())
@@ -130,7 +130,7 @@ def run_worker(spec: WorkerSpec) -> int:
 
 
 def _peak() -> int | None:
-    from .memory import own_peak_bytes
+    from harness.runner.memory import own_peak_bytes
 
     return own_peak_bytes()
 
@@ -138,12 +138,12 @@ def _peak() -> int | None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m harness.worker SPEC.json", file=sys.stderr)
+        print("usage: python -m harness.runner.worker SPEC.json", file=sys.stderr)
         return EXIT_BAD_SPEC
     try:
         spec = WorkerSpec.read(Path(argv[0]))
     except (OSError, ValueError, TypeError) as err:
-        print(f"harness.worker: bad spec {argv[0]}: {err}", file=sys.stderr)
+        print(f"harness.runner.worker: bad spec {argv[0]}: {err}", file=sys.stderr)
         return EXIT_BAD_SPEC
     return run_worker(spec)
 

@@ -16,12 +16,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import InputError
-from .models import PreparedModel
-from .runner import GroupResult, GroupSpec, run_group
-from .schema import FORMAT_VERSION, ResultRow, SummaryRow
-from .spec import write_json_atomic
-from .summary import summarize
+from harness.core.errors import InputError
+from harness.core.schema import FORMAT_VERSION, ResultRow, SummaryRow
+from harness.core.summary import summarize
+from harness.models import PreparedModel
+from harness.runner.group import GroupResult, GroupSpec, run_group
+from harness.runner.spec import write_json_atomic
 
 #: Memory a worker needs beyond the weights (Python, numpy, ORT, arenas): measured ~60-120 MiB
 #: here; 200 MiB keeps the refusal conservative.
@@ -68,10 +68,10 @@ class RunOutcome:
 def prepare_model(opts: RunOptions) -> tuple[PreparedModel, str, int]:
     """The model folder workers load, for qnn the compiled EPContext model path, and the
     bytes the sessions load (weights file, or QNN context binary)."""
-    from . import models
+    from harness import models
 
     if opts.target == "qnn":
-        from .qnn_models import prepare_qnn_model
+        from harness.targets.qnn.compile import prepare_qnn_model
 
         return prepare_qnn_model(opts)
     if opts.model is not None:
@@ -105,7 +105,7 @@ def check_memory_budget(opts: RunOptions, weights_bytes: int, available: int) ->
     """Refuse before starting a run that would push the machine into swap or the OOM killer."""
     need = estimated_peak_bytes(opts, weights_bytes)
     if need > available * MEMORY_BUDGET_SHARE:
-        from .units import fmt_bytes
+        from harness.core.units import fmt_bytes
 
         raise InputError(
             f"--processes {max(opts.processes)} x {opts.sessions_per_process} session(s) needs about "
@@ -203,7 +203,7 @@ def _metadata(opts: RunOptions, model: PreparedModel, weights_bytes: int, starte
 
 
 def write_outputs(out: Path, rows: list[ResultRow], deltas: dict, meta: dict) -> list[SummaryRow]:
-    from reports.csvio import write_run_tables
+    from harness.core.tables import write_run_tables
 
     summary = summarize(rows, deltas)
     write_run_tables(out, rows, summary, run_id=out.name)
@@ -213,8 +213,8 @@ def write_outputs(out: Path, rows: list[ResultRow], deltas: dict, meta: dict) ->
 
 def execute(opts: RunOptions, progress) -> RunOutcome:
     """Run every group; on Ctrl-C, write what was measured and mark the run interrupted."""
-    from .memory import system_available_bytes
-    from .metadata import environment
+    from harness.core.metadata import environment
+    from harness.runner.memory import system_available_bytes
 
     check_memory_budget(opts, expected_weights_bytes(opts), system_available_bytes())
     out = opts.out or default_out_dir()

@@ -13,15 +13,15 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import InputError
-from .models import PreparedModel, _cached, default_cache_dir, prepare_user_model
+from harness.core.errors import InputError
+from harness.models import PreparedModel, _cached, default_cache_dir, prepare_user_model
 
 
 def _generated_qdq(size: int, cache_dir: Path) -> PreparedModel:
     def build(tmp: Path) -> PreparedModel:
         import numpy as np
 
-        from .target_qnn import make_feeds, make_qdq_model, reference_output
+        from harness.targets.qnn.ep import make_feeds, make_qdq_model, reference_output
 
         info = make_qdq_model(tmp / "model.onnx", size)
         feeds = make_feeds(info)
@@ -64,7 +64,7 @@ def native_stdout_to_stderr() -> Iterator[None]:
 def prepare_qnn_model(opts) -> tuple[PreparedModel, str, int]:
     """(source model folder, compiled EPContext onnx path, context bytes). Every problem the
     user can fix (platform, missing package, dynamic shapes, nothing for QNN) is an InputError."""
-    from .target_qnn import (
+    from harness.targets.qnn.ep import (
         QnnInputError,
         QnnUnavailableError,
         compile_epcontext,
