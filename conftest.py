@@ -26,7 +26,9 @@ ROOT = Path(__file__).resolve().parent
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("harness", "file-mapped weights harness")
-    group.addoption("--target", default="cpu", choices=("cpu", "ort-native", "qnn"),
+    from harness.targets import NAMES
+
+    group.addoption("--target", default="cpu", choices=NAMES,
                     help="target for the measurement suites (default cpu)")
     group.addoption("--processes", default="2", help="N for the measurement suites (default 2)")
     group.addoption("--model-size", default="64MiB", help="generated model size (default 64MiB)")

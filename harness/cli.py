@@ -1,20 +1,28 @@
-"""Command line: ``python -m harness run [options]`` and ``python -m harness report ...``.
+"""Command line of the harness (``python -m harness`` or the ``qnn-fmw-harness`` script):
+``run``, ``bench``, ``report``.
 
-Exit codes (a contract CI relies on): 0 success, 1 a worker failed or a gate failed,
-2 usage or input error (one line on stderr, never a traceback), 130 interrupted.
+This module is the composition root: it is the only module of `harness` that imports
+`reports`. The runner records facts, `harness.core` interprets them (one `Judgement` per run),
+and this module prints that judgement and has `reports` render it.
+
+Exit codes (a contract CI relies on): 0 success, 1 a worker failed, a gate failed or the run is
+incomplete, 2 usage or input error (one line on stderr, never a traceback), 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
+from typing import Any
 
 from harness.core.errors import InputError, OneLineArgumentParser
-from harness.core.schema import MODES, TARGETS
+from harness.core.schema import MODES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 WORKER_FAULTS = ("crash", "signal", "hang", "raise")
+PROG = "python -m harness"
 
 
 def _int_at_least(minimum: int):
@@ -34,7 +42,6 @@ def _int_at_least(minimum: int):
 
 
 _positive_int = _int_at_least(1)
-_non_negative_int = _int_at_least(0)
 
 
 def _processes(text: str) -> list[int]:
@@ -60,8 +67,8 @@ def _timeout(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds > 0")
     return value
 
 
@@ -81,13 +88,50 @@ def _worker_fault(text: str) -> tuple[int, str]:
     return int(index), action
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineArgumentParser(prog="harness", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineArgumentParser)
-    run = sub.add_parser("run", help="measure N sessions with and without file-mapped weights")
-    run.add_argument("--target", choices=TARGETS, default="cpu",
-                     help="cpu: mapper_impl + ORT CPU EP (default); ort-native: ORT maps external "
-                          "data itself; qnn: the real QNN EP (HTP simulator on Linux x86_64)")
+def _label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip() or any(c in key for c in ",;=\n"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE, e.g. device=x-elite")
+    return key.strip(), value.strip()
+
+
+def _target_option_type(option: Any):
+    """argparse type for a target option: its own parser, its message on one line."""
+
+    def parse(text: str) -> Any:
+        try:
+            return option.parse(text)
+        except (ValueError, TypeError) as err:
+            raise argparse.ArgumentTypeError(f"{text!r}: {err}") from None
+
+    parse.__name__ = option.name
+    return parse
+
+
+def _add_target_options(parser: argparse.ArgumentParser) -> None:
+    """Every registered target's own options; each records None unless given, so giving one to
+    another target is caught (see `_target_options`)."""
+    from harness.targets import all_targets
+
+    for target in all_targets():
+        group = parser.add_argument_group(f"--target {target.name} options")
+        for option in target.options:
+            dest = f"target_option_{option.name}"
+            text = f"{option.help} (default {option.default})"
+            if option.parse is None:
+                group.add_argument(option.flag, dest=dest, action="store_const", const=True, default=None, help=text)
+            else:
+                group.add_argument(option.flag, dest=dest, type=_target_option_type(option), default=None,
+                                   choices=option.choices, metavar=option.metavar, help=text)
+
+
+def _add_run_arguments(run: argparse.ArgumentParser) -> None:
+    from harness.targets import DEFAULT, NAMES, get_target
+
+    run.add_argument("--target", choices=NAMES, default=DEFAULT,
+                     help="; ".join(f"{n}: {get_target(n).summary}" for n in NAMES))
+    run.add_argument("--peer", choices=NAMES, default=None,
+                     help="also measure this target in mapped mode beside --target (e.g. ort-native)")
     src = run.add_mutually_exclusive_group()
     src.add_argument("--model", type=Path, help="any ONNX model (weights externalised to one aligned file)")
     src.add_argument("--model-size", type=_size, default=256 * 1024**2,
@@ -99,28 +143,30 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--sessions-per-process", type=_positive_int, default=1, metavar="M")
     run.add_argument("--modes", type=_modes, default=list(MODES), help="mapped,heap (default both)")
     run.add_argument("--repeat", type=_positive_int, default=1, metavar="R")
-    run.add_argument("--map-failures", type=_non_negative_int, default=0, metavar="K",
-                     help="cpu target: the first K mapping attempts in each worker fail (FaultPlan)")
-    run.add_argument("--max-attempts", type=_positive_int, default=3,
-                     help="mapping attempts before falling back to the heap (default 3)")
     run.add_argument("--worker-timeout", type=_timeout, default=300.0, metavar="S",
                      help="kill a worker not ready after S seconds (default 300)")
     run.add_argument("--out", type=Path, help="output folder (default: a new folder under results/)")
-    run.add_argument("--embed-mode", type=int, choices=(0, 1), default=0,
-                     help="qnn: 0 = context in an external .bin (mappable), 1 = inside the ONNX file")
-    run.add_argument("--share-ep-contexts", action="store_true",
-                     help="qnn: the M sessions of one process share their QNN contexts")
     run.add_argument("--cache-dir", type=Path, help="where generated/compiled models are cached")
     run.add_argument("--gate", action="append", default=[], metavar="EXPR",
                      help="e.g. mapped_pss_ratio<=0.35 (repeatable); a failing gate exits 1")
     run.add_argument("--gates-file", type=Path)
     run.add_argument("--no-default-gates", action="store_true")
+    run.add_argument("--label", type=_label, action="append", default=[], metavar="KEY=VALUE",
+                     help="tag the run (repeatable), e.g. device=x-elite: kept in metadata.json and the history")
     run.add_argument("--history", type=Path, help="append this run's summary to a history CSV")
     run.add_argument("--no-report", action="store_true", help="skip report.html")
     run.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     run.add_argument("--inject-worker-fault", type=_worker_fault, action="append", default=[],
                      help=argparse.SUPPRESS)  # reliability suites: make worker I crash/hang/raise
-    bench = sub.add_parser("bench", help="the headline benchmark: cpu mapped/heap vs ort-native, criteria table")
+    _add_target_options(run)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineArgumentParser(prog=PROG, description=__doc__.splitlines()[0].rstrip(":"))
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineArgumentParser)
+    run = sub.add_parser("run", help="measure N sessions with and without file-mapped weights")
+    _add_run_arguments(run)
+    bench = sub.add_parser("bench", help="the headline benchmark: cpu mapped/heap vs ort-native, criteria as gates")
     bench.add_argument("--model-size", type=_size, default=512 * 1024**2, help="default 512MiB")
     bench.add_argument("--processes", type=_positive_int, default=4, metavar="N")
     bench.add_argument("--repeat", type=_positive_int, default=3, metavar="R",
@@ -128,30 +174,49 @@ def build_parser() -> argparse.ArgumentParser:
                             "init times on a 2-core machine are noisy)")
     bench.add_argument("--out", type=Path)
     bench.add_argument("--cache-dir", type=Path)
-    sub.add_parser("report", help="render report.html from run folders (see: harness report --help)")
+    bench.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    sub.add_parser("report", help="render report.html from run folders (see: report --help)")
     return parser
+
+
+def _target_options(ns: argparse.Namespace) -> dict[str, Any]:
+    """The options given for the chosen target; InputError for another target's option."""
+    from harness.targets import all_targets
+
+    chosen: dict[str, Any] = {}
+    for target in all_targets():
+        for option in target.options:
+            value = getattr(ns, f"target_option_{option.name}")
+            if value is None:
+                continue
+            if target.name != ns.target:
+                raise InputError(f"{option.flag} only applies to --target {target.name}")
+            chosen[option.name] = value
+    return chosen
+
+
+def read_gate_expressions(exprs: list[str], gates_file: Path | None) -> list[str]:
+    """--gate and --gates-file, parsed now: a typo costs a second, not a whole sweep."""
+    from harness.core.gates import parse_gates, read_gates_file
+
+    exprs = list(exprs) + (read_gates_file(gates_file) if gates_file is not None else [])
+    parse_gates(exprs)
+    return exprs
 
 
 def _options(ns: argparse.Namespace, argv: list[str]):
     from harness.models import parse_shapes
     from harness.runner.sweep import RunOptions, command_line
 
-    if ns.shape and ns.model is None and ns.target != "qnn":
-        raise InputError("--shape fixes inputs of --model; the generated model has static shapes")
-    if ns.map_failures and ns.target != "cpu":
-        raise InputError("--map-failures drives mapper_impl's FaultPlan: it needs --target cpu")
-    if ns.no_report and (ns.gate or ns.gates_file or ns.history):
-        raise InputError("--gate, --gates-file and --history are evaluated by the report: drop --no-report")
-    if ns.share_ep_contexts and ns.target != "qnn":
-        raise InputError("--share-ep-contexts only applies to --target qnn")
+    if ns.no_report and ns.history:
+        raise InputError("--history is written with the report: drop --no-report")
     return RunOptions(
-        target=ns.target, model=ns.model, model_size=ns.model_size, shapes=parse_shapes(ns.shape),
-        processes=ns.processes, sessions_per_process=ns.sessions_per_process, modes=ns.modes,
-        repeat=ns.repeat, map_failures=ns.map_failures, max_attempts=ns.max_attempts,
-        worker_timeout_s=ns.worker_timeout, out=ns.out, embed_mode=ns.embed_mode,
-        share_ep_contexts=ns.share_ep_contexts, cache_dir=ns.cache_dir, gates=ns.gate,
-        gates_file=ns.gates_file, default_gates=not ns.no_default_gates, history=ns.history,
-        report=not ns.no_report, fault_actions=dict(ns.inject_worker_fault), command=command_line(argv),
+        target=ns.target, target_options=_target_options(ns), peer=ns.peer, model=ns.model,
+        model_size=ns.model_size, shapes=parse_shapes(ns.shape), processes=ns.processes,
+        sessions_per_process=ns.sessions_per_process, modes=ns.modes, repeat=ns.repeat,
+        worker_timeout_s=ns.worker_timeout, out=ns.out, cache_dir=ns.cache_dir,
+        gates=read_gate_expressions(ns.gate, ns.gates_file), default_gates=not ns.no_default_gates,
+        labels=dict(ns.label), fault_actions=dict(ns.inject_worker_fault), command=command_line(argv),
     )
 
 
@@ -172,41 +237,61 @@ def _interrupt_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, interrupt)
 
 
-def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
-    from rich.console import Console
+def report_run(out: Path, *, history: Path | None, render: bool, outcomes: bool) -> Any:
+    """Judge a finished run folder, print the judgement, render its report (and history)."""
+    from harness.console import make_console, print_judgement
+    from harness.core.rundata import load_run
+    from harness.core.verdict import judge
 
-    from harness.console import outcome_table, summary_table
+    judgement = judge(load_run(out))
+    console = make_console()
+    print_judgement(console, judgement, outcomes=outcomes)
+    if render:
+        from reports import publish
+
+        published = publish([judgement], out / "report.html", history=history)
+        console.print(f"report: {published.path}")
+    console.print(f"results: {out}")
+    return judgement
+
+
+def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
     from harness.runner.progress import Progress
     from harness.runner.sweep import execute
 
     opts = _options(ns, argv)
-    if opts.gates_file is not None and not opts.gates_file.is_file():
-        raise InputError(f"--gates-file {opts.gates_file}: no such file")
+    if ns.history is not None:
+        from reports import check_history
+
+        check_history(ns.history)
     progress = Progress(quiet=ns.quiet)
     _interrupt_on_sigterm()
     outcome = execute(opts, progress)
     if outcome.exit_code == EXIT_INTERRUPTED:
         print(f"interrupted: what was measured is in {outcome.out}", file=sys.stderr)
-    console = Console(highlight=False, soft_wrap=True)  # notes and gate lines: never wrapped mid-word
-    console.print(summary_table(outcome.summary))
-    outcomes = outcome_table(outcome.rows)
-    if outcomes is not None and (opts.repeat > 1 or opts.map_failures):
-        console.print(outcomes)
-    for note in outcome.notes:
-        console.print(f"note: {note}")
-    code = outcome.exit_code
-    if opts.report and outcome.rows:
-        from reports import render_run_report
+    show_outcomes = opts.repeat > 1 or bool(opts.target_options.get("map_failures"))
+    judgement = report_run(outcome.out, history=ns.history, render=not ns.no_report and bool(outcome.rows),
+                           outcomes=show_outcomes)
+    if outcome.exit_code != EXIT_OK:
+        return outcome.exit_code
+    return judgement.exit_code
 
-        report = render_run_report(outcome.out, gates=opts.gates, gates_file=opts.gates_file,
-                                   default_gates=opts.default_gates, history=opts.history)
-        console.print(f"report: {report.path}")
-        for line in report.gate_lines():
-            console.print(line)
-        if code == EXIT_OK and not report.gates_passed:
-            code = EXIT_FAILED
-    console.print(f"results: {outcome.out}")
-    return code
+
+def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
+    from harness.bench import bench_options, write_bench_json
+    from harness.runner.progress import Progress
+    from harness.runner.sweep import command_line, execute
+
+    opts = bench_options(model_size=ns.model_size, processes=ns.processes, repeat=ns.repeat, out=ns.out,
+                         cache_dir=ns.cache_dir, command=command_line(argv))
+    _interrupt_on_sigterm()
+    outcome = execute(opts, Progress(quiet=ns.quiet))
+    judgement = report_run(outcome.out, history=None, render=bool(outcome.rows), outcomes=False)
+    path = write_bench_json(outcome.out, judgement)
+    print(f"bench: {path}")
+    if outcome.exit_code != EXIT_OK:
+        return outcome.exit_code
+    return judgement.exit_code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,14 +300,10 @@ def main(argv: list[str] | None = None) -> int:
         if argv[:1] == ["report"]:  # its own parser, options included (--help too)
             from reports.cli import report_main
 
-            return report_main(argv[1:])
+            return report_main(argv[1:], prog=f"{PROG} report")
         ns = build_parser().parse_args(argv)
         if ns.command == "bench":
-            from harness.bench import run_bench
-            from harness.runner.sweep import command_line
-
-            return run_bench(model_size=ns.model_size, processes=ns.processes, repeat=ns.repeat, out=ns.out,
-                             cache_dir=ns.cache_dir, command=command_line(argv))
+            return cmd_bench(ns, argv)
         return cmd_run(ns, argv)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -1,8 +1,17 @@
-"""The summary table printed on stdout: mapped and heap side by side, with ratios."""
+"""What the command line prints on stdout: mapped and heap side by side with their ratios, how
+each repeat ended, the notes, the gates and the verdict, all from one `Judgement`.
+
+Every piece of text that comes from data (errors, paths, run ids, gate expressions) is printed
+as plain text, never as rich markup: "[run-1]" must not vanish and an error that contains
+"[/path]" must not raise a MarkupError in the middle of a run.
+"""
 
 from __future__ import annotations
 
-from harness.core.schema import SummaryRow
+from collections import Counter
+from typing import Any
+
+from harness.core.schema import ResultRow, SummaryRow
 from harness.core.summary import paired, ratio
 from harness.core.units import fmt_bytes, fmt_ratio, fmt_seconds
 
@@ -17,14 +26,22 @@ TABLE_METRICS = [
 ]
 
 
-def summary_table(summary: list[SummaryRow]):
+def make_console(*, stderr: bool = False) -> Any:
+    """A rich Console that never interprets markup or highlights numbers in data."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, markup=False)
+
+
+def summary_table(summary: list[SummaryRow]) -> Any:
     """A rich Table: one block of metric lines per (target, N, M, repeat)."""
     from rich.table import Table
 
     table = Table(title="file-mapped weights: mapped vs heap", show_lines=False)
     for name in ("target", "N x M", "rep", "metric", "mapped", "heap", "mapped/heap"):
         table.add_column(name, justify="left" if name in ("target", "metric") else "right")
-    for mapped, heap in paired(summary):
+    pairs = paired(summary)
+    for mapped, heap in pairs:
         first = True
         for label, column, fmt in TABLE_METRICS:
             m, h = getattr(mapped, column), getattr(heap, column)
@@ -36,18 +53,16 @@ def summary_table(summary: list[SummaryRow]):
                 end_section=column == TABLE_METRICS[-1][1],
             )
             first = False
-    unpaired = [s for s in summary if not any(s in p for p in paired(summary))]
-    for s in unpaired:
+    in_pairs = {id(s) for pair in pairs for s in pair}
+    for s in (s for s in summary if id(s) not in in_pairs):
         table.add_row(s.target, f"{s.processes} x {s.sessions_per_process}", str(s.repeat),
                       f"{s.mode} only: sum PSS / init", fmt_bytes(s.sum_pss_bytes),
                       fmt_seconds(s.init_s_median), "-")
     return table
 
 
-def outcome_table(rows) -> object | None:
-    """With faults or retries and --repeat: how each repeat ended, to show determinism."""
-    from collections import Counter
-
+def outcome_table(rows: list[ResultRow]) -> Any | None:
+    """With faults or retries: how each repeat ended, to show that recovery is deterministic."""
     from rich.table import Table
 
     interesting = [r for r in rows if r.path_taken == "fallback" or (r.map_attempts or 0) > 1
@@ -60,5 +75,30 @@ def outcome_table(rows) -> object | None:
     counts = Counter((r.repeat, r.mode, r.processes, r.path_taken, r.map_attempts, r.ep_file_mapping,
                       bool(r.error)) for r in rows)
     for (rep, mode, n, path, attempts, ep, err), count in sorted(counts.items(), key=str):
-        table.add_row(str(rep), mode, str(n), str(path), str(attempts), ep, str(count), "yes" if err else "")
+        table.add_row(str(rep), mode, str(n), str(path), str(attempts), str(ep), str(count), "yes" if err else "")
     return table
+
+
+def note_lines(judgement: Any) -> list[str]:
+    """Warnings and errors in full, other notes by title (the report has their text)."""
+    lines = []
+    for note in judgement.notes:
+        if note.title.startswith("Why RSS"):
+            continue  # always true, explained in the report
+        lines.append(f"note: {note.title}: {note.text}" if note.kind in ("error", "warn") else f"note: {note.title}")
+    return lines
+
+
+def print_judgement(console: Any, judgement: Any, *, outcomes: bool = False) -> None:
+    """The run's summary table, outcomes, notes, gates and verdict."""
+    console.print(summary_table(judgement.run.summary))
+    table = outcome_table(judgement.run.results) if outcomes else None
+    if table is not None:
+        console.print(table)
+    for line in note_lines(judgement):
+        console.print(line)
+    from harness.core.verdict import gates_summary_line
+
+    for line in [*judgement.gate_lines(), gates_summary_line([judgement])]:
+        console.print(line)
+    console.print(judgement.verdict_line())

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
+from harness.cache import CorruptEntry, cached_build, default_cache_dir
 from harness.core.errors import InputError
+from harness.core.files import write_json_atomic
 
 ALIGNMENT = 64 * 1024
 #: Initializers smaller than this stay inside the ONNX file (shape tensors, scales...): ORT
@@ -62,16 +62,33 @@ class PreparedModel:
 
     def save(self) -> None:
         data = asdict(self) | {"folder": None, "manifest_version": MANIFEST_VERSION}
-        (self.folder / "manifest.json").write_text(json.dumps(data, indent=1))
+        write_json_atomic(self.folder / "manifest.json", data)
 
     @classmethod
-    def load(cls, folder: Path) -> PreparedModel:
-        data = json.loads((folder / "manifest.json").read_text())
-        if data.pop("manifest_version", None) != MANIFEST_VERSION:
-            raise InputError(f"{folder}: model cache from another harness version; delete it")
-        data["folder"] = folder
-        data["tensors"] = [TensorEntry(**t) for t in data["tensors"]]
-        return cls(**data)
+    def load(cls, folder: Path, *, check_files: bool = True) -> PreparedModel:
+        """The model described by ``folder/manifest.json``. Raises `CorruptEntry` when the
+        manifest is missing, unreadable, from another harness version or (``check_files``)
+        names missing or short files: the cache rebuilds such an entry. Workers load without
+        the file check and call `check_weights_file`, whose message names the remedy."""
+        try:
+            data = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+            if data.pop("manifest_version", None) != MANIFEST_VERSION:
+                raise CorruptEntry("manifest from another harness version")
+            data["folder"] = Path(folder)
+            data["tensors"] = [TensorEntry(**t) for t in data["tensors"]]
+            model = cls(**data)
+        except (OSError, ValueError, TypeError, KeyError) as err:
+            raise CorruptEntry(f"unreadable manifest.json ({type(err).__name__})") from None
+        if not check_files:
+            return model
+        for path in (model.onnx_path, model.reference_path):
+            if not path.is_file():
+                raise CorruptEntry(f"{path.name} is missing")
+        if model.tensors:
+            need = max(t.offset + t.length for t in model.tensors)
+            if not model.weights_path.is_file() or model.weights_path.stat().st_size < need:
+                raise CorruptEntry(f"{model.weights_path.name} is missing or shorter than {need} bytes")
+        return model
 
     def check_weights_file(self) -> None:
         """InputError if weights.bin is missing or shorter than the tensor table says (a
@@ -90,42 +107,16 @@ class PreparedModel:
                              f"damaged or the file was truncated; delete {self.folder} to rebuild it")
 
 
-def default_cache_dir() -> Path:
-    """``$HARNESS_CACHE_DIR`` or ``~/.cache/qnn-fmw-harness``: generated models are big and
-    deterministic, so they are built once per machine."""
-    env = os.environ.get("HARNESS_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "qnn-fmw-harness"
+def cached_model(folder: Path, build) -> PreparedModel:
+    """The prepared model cached in ``folder``, built by ``build(scratch) -> PreparedModel``
+    on a miss (see `harness.cache`)."""
 
+    def build_into(scratch: Path) -> None:
+        model = build(scratch)
+        model.folder = scratch
+        model.save()
 
-def _cached(folder: Path, build) -> PreparedModel:
-    """Return the prepared model in ``folder``, building it into a temp folder and renaming
-    it into place first if needed (a crash mid-build never leaves a half model behind)."""
-    if (folder / "manifest.json").exists():
-        model = PreparedModel.load(folder)
-        model.check_weights_file()
-        return model
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".tmp-", dir=folder.parent))
-    except OSError as err:
-        raise InputError(f"model cache {folder.parent}: cannot create a folder there "
-                         f"({err.strerror or err}); choose another with --cache-dir") from None
-    try:
-        try:
-            model = build(tmp)
-            model.folder = tmp
-            model.save()
-        except OSError as err:  # disk full, quota, a cache folder gone read-only mid-build
-            raise InputError(f"model cache {folder.parent}: cannot write the model "
-                             f"({err.strerror or err}); free space or choose another --cache-dir") from None
-        try:
-            os.replace(tmp, folder)
-        except OSError:  # another process won the race: use theirs
-            shutil.rmtree(tmp, ignore_errors=True)
-        return PreparedModel.load(folder)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    return cached_build(folder, build_into, PreparedModel.load)
 
 
 def _write_aligned(f, data: bytes | memoryview) -> int:
@@ -198,7 +189,7 @@ def generated_matmul_chain(weights_bytes: int, *, seed: int = 0, cache_dir: Path
         write_reference(prepared)
         return prepared
 
-    return _cached(folder, build)
+    return cached_model(folder, build)
 
 
 def parse_shapes(specs: list[str]) -> dict[str, list[int]]:
@@ -217,10 +208,36 @@ def parse_shapes(specs: list[str]) -> dict[str, list[int]]:
     return shapes
 
 
-def _file_digest(path: Path) -> str:
+def _file_identity(path: Path) -> str:
+    """What makes "the same file" for the cache key: where it is, its size, mtime, inode and a
+    hash of its first and last 64 KiB (a same-size rewrite inside one mtime tick is caught)."""
+    from mapper_impl._common import identity_of_path
+
+    ident = identity_of_path(str(path))
+    return f"{path.resolve()}|{ident.device}|{ident.inode}|{ident.size}|{ident.mtime_ns}|{ident.edge_hash}"
+
+
+def external_data_files(path: Path, model: Any) -> list[Path]:
+    """Every external-data file the model reads (initializers, also inside subgraphs)."""
+    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+
+    names = {ExternalDataInfo(t).location for t in _get_all_tensors(model) if uses_external_data(t)}
+    return sorted(path.parent / name for name in names)
+
+
+def source_key(path: Path, model: Any, extra: object = None) -> str:
+    """Cache key of a user model: the ONNX file and every external-data file it reads (new
+    weights beside an unchanged graph are a new entry), plus ``extra`` (e.g. the shapes)."""
     h = hashlib.blake2b(digest_size=12)
-    st = path.stat()
-    h.update(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
+    for file in [path, *external_data_files(path, model)]:
+        try:
+            h.update(_file_identity(file).encode())
+        except FileNotFoundError:
+            raise InputError(f"--model {path}: external data file {file.name!r} is missing (expected next to "
+                             "the model)") from None
+        except OSError as err:
+            raise InputError(f"--model {path}: cannot read {file.name} ({err.strerror or err})") from None
+    h.update(json.dumps(extra, sort_keys=True, default=str).encode())
     return h.hexdigest()
 
 
@@ -229,71 +246,121 @@ def prepare_user_model(path: Path, shapes: dict[str, list[int]], *, cache_dir: P
     its dynamic input shapes. Every problem is an InputError with a one-line message."""
     if not path.is_file():
         raise InputError(f"--model {path}: {'a folder, not an ONNX file' if path.is_dir() else 'no such file'}")
-    key = _file_digest(path) + hashlib.blake2b(json.dumps(shapes, sort_keys=True).encode(), digest_size=6).hexdigest()
-    folder = (cache_dir or default_cache_dir()) / f"user-{path.stem}-{key}"
-    return _cached(folder, lambda tmp: _externalise(path, shapes, tmp))
+    graph_only = load_onnx(path, external_data=False)
+    folder = (cache_dir or default_cache_dir()) / f"user-{path.stem}-{source_key(path, graph_only, shapes)}"
+    return cached_model(folder, lambda tmp: _externalise(path, shapes, tmp))
 
 
-def _load_onnx(path: Path):
-    """The model with its external data loaded; InputError naming a missing external file."""
+def load_onnx(path: Path, *, external_data: bool = True, label: str = "--model") -> Any:
+    """The model (with its external data loaded when asked); InputError, one line, naming the
+    user's file, for anything that is not a readable model with a graph."""
     import onnx
-    from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_model, uses_external_data
+    from onnx.external_data_helper import load_external_data_for_model
 
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{label} {path}: {'a folder, not an ONNX file' if path.is_dir() else 'model file not found'}")
     try:
         model = onnx.load(str(path), load_external_data=False)
-    except Exception as err:  # noqa: BLE001 - protobuf raises several unrelated types
-        raise InputError(f"--model {path}: not a readable ONNX model ({type(err).__name__})") from None
+    except Exception as err:  # protobuf raises several unrelated types
+        raise InputError(f"{label} {path}: not a readable ONNX model ({type(err).__name__})") from None
     if not model.graph.node:  # an empty file, or bytes that happen to parse as an empty message
-        raise InputError(f"--model {path}: not an ONNX model (no graph nodes)")
-    for tensor in model.graph.initializer:
-        if uses_external_data(tensor):
-            location = ExternalDataInfo(tensor).location
-            if not (path.parent / location).is_file():
-                raise InputError(f"--model {path}: external data file {location!r} of tensor "
-                                 f"{tensor.name!r} is missing (expected next to the model)")
+        raise InputError(f"{label} {path}: not an ONNX model (no graph nodes): no node assigned to QNN "
+                         "or any other EP")
+    if not external_data:
+        return model
+    for file in external_data_files(path, model):
+        if not file.is_file():
+            raise InputError(f"{label} {path}: external data file {file.name!r} is missing (expected next to "
+                             "the model)")
     try:
         load_external_data_for_model(model, str(path.parent))
     except FileNotFoundError as err:
-        raise InputError(f"--model {path}: external data missing ({err.filename or err})") from None
-    except Exception as err:  # noqa: BLE001 - onnx raises ValidationError, OSError, ValueError...
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise InputError(f"--model {path}: cannot load its external data ({first})") from None
+        raise InputError(f"{label} {path}: external data missing ({err.filename or err})") from None
+    except Exception as err:  # onnx raises ValidationError, OSError, ValueError...
+        raise InputError(f"{label} {path}: cannot load its external data ({first_line(err)})") from None
     return model
 
 
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's text (ORT and onnx put whole reports in theirs)."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def graph_inputs(model: Any) -> list[Any]:
+    """The graph inputs that are real inputs (not initializers with a default)."""
+    init_names = {t.name for t in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in init_names]
+
+
+def dims_of(value_info: Any) -> list[int | str] | None:
+    """Dimensions of a tensor input: ints where fixed, the symbolic name (or "?") where not;
+    None when the input declares no shape at all."""
+    tt = value_info.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?") for d in tt.shape.dim]
+
+
+def dynamic_inputs(model: Any) -> list[tuple[str, list[int | str] | None]]:
+    """(name, dims) of every tensor input whose shape is not fully fixed."""
+    found = []
+    for vi in graph_inputs(model):
+        if not vi.type.HasField("tensor_type"):
+            continue
+        dims = dims_of(vi)
+        if dims is None or any(not isinstance(d, int) for d in dims):
+            found.append((vi.name, dims))
+    return found
+
+
+def shape_hint(dynamic: list[tuple[str, list[int | str] | None]]) -> str:
+    """One message naming every dynamic input with a ready ``--shape`` for each."""
+    parts, fixes = [], []
+    for name, dims in dynamic:
+        shown = "?..." if dims is None else ",".join(str(d) for d in dims)
+        parts.append(f"{name}[{shown}]")
+        example = "1x3x224x224" if dims is None else "x".join(str(d) if isinstance(d, int) else "1" for d in dims)
+        fixes.append(f"--shape {name}={example}")
+    return (f"input shape(s) not static: {'; '.join(parts)}. Fix each with --shape (your model's real sizes), "
+            f"e.g. {' '.join(fixes)}")
+
+
+def _fix_shapes(model: Any, shapes: dict[str, list[int]], path: Path) -> None:
+    """Apply --shape to the graph inputs; InputError for unknown names, rank or fixed-dim clashes."""
+    inputs = graph_inputs(model)
+    unknown = set(shapes) - {i.name for i in inputs}
+    if unknown:
+        names = ", ".join(i.name for i in inputs)
+        raise InputError(f"--shape names unknown input(s) {sorted(unknown)}; the model's inputs: {names}")
+    for inp in inputs:
+        fixed = shapes.get(inp.name)
+        if fixed is None:
+            continue
+        dims = inp.type.tensor_type.shape.dim
+        if len(fixed) != len(dims):
+            raise InputError(f"--shape {inp.name}: model input has rank {len(dims)}, got {len(fixed)} dims")
+        for axis, (d, v) in enumerate(zip(dims, fixed, strict=True)):
+            if d.dim_value > 0 and d.dim_value != v:
+                raise InputError(f"--shape {inp.name}: dimension {axis} is fixed to {d.dim_value} in the model, "
+                                 f"got {v}")
+            d.ClearField("dim_param")
+            d.dim_value = v
+    dynamic = dynamic_inputs(model)
+    if dynamic:
+        raise InputError(f"--model {path}: {shape_hint(dynamic)}")
+
+
 def _externalise(path: Path, shapes: dict[str, list[int]], tmp: Path) -> PreparedModel:
+    import onnx
     from onnx import helper, numpy_helper
 
-    model = _load_onnx(path)
+    model = load_onnx(path)
     graph = model.graph
-    init_names = {t.name for t in graph.initializer}
-    real_inputs = [i for i in graph.input if i.name not in init_names]
-    unknown = set(shapes) - {i.name for i in real_inputs}
-    if unknown:
-        names = ", ".join(i.name for i in real_inputs)
-        raise InputError(f"--shape names unknown input(s) {sorted(unknown)}; the model's inputs: {names}")
-    inputs, dtypes = {}, {}
-    for inp in real_inputs:
-        dims = inp.type.tensor_type.shape.dim
-        fixed = shapes.get(inp.name)
-        if fixed is not None:
-            if len(fixed) != len(dims):
-                raise InputError(f"--shape {inp.name}: model input has rank {len(dims)}, got {len(fixed)} dims")
-            for axis, (d, v) in enumerate(zip(dims, fixed, strict=True)):
-                if d.dim_value > 0 and d.dim_value != v:
-                    raise InputError(f"--shape {inp.name}: dimension {axis} is fixed to {d.dim_value} "
-                                     f"in the model, got {v}")
-                d.ClearField("dim_param")
-                d.dim_value = v
-        if any(d.dim_value <= 0 for d in dims):
-            shown = ", ".join(d.dim_param or "?" if d.dim_value <= 0 else str(d.dim_value) for d in dims)
-            example = "x".join(str(d.dim_value) if d.dim_value > 0 else "1" for d in dims)
-            raise InputError(
-                f"input {inp.name!r} has dynamic shape [{shown}]: fix it with --shape, "
-                f"e.g. --shape {inp.name}={example}"
-            )
-        inputs[inp.name] = [d.dim_value for d in dims]
-        dtypes[inp.name] = str(helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type))
+    _fix_shapes(model, shapes, path)
+    inputs = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph_inputs(model)}
+    dtypes = {i.name: str(helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)) for i in graph_inputs(model)}
     tensors = []
     with open(tmp / "weights.bin", "wb") as f:
         for proto in graph.initializer:
@@ -307,8 +374,6 @@ def _externalise(path: Path, shapes: dict[str, list[int]], tmp: Path) -> Prepare
             proto.CopyFrom(new)
     if not tensors:
         raise InputError(f"--model {path}: no initializer of {EXTERNAL_THRESHOLD} bytes or more to map")
-    import onnx
-
     onnx.save(model, str(tmp / "model.onnx"))
     prepared = PreparedModel(tmp, str(path), tensors, inputs, dtypes, [o.name for o in graph.output],
                              sum(t.length for t in tensors))
@@ -333,21 +398,39 @@ def reference_inputs(model: PreparedModel) -> dict:
     return feeds
 
 
+def cpu_session_options():
+    """ORT CPU EP session options of every cpu/ort-native session AND of the reference run:
+    prepacking off (it would copy every weight, and the mapping would buy nothing). The
+    reference must use exactly these options: with prepacking on, fp16 and int8 kernels
+    round differently and every worker would be called wrong."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.disable_prepacking", "1")
+    so.log_severity_level = 2
+    return so
+
+
 def write_reference(model: PreparedModel) -> None:
-    """Run the model once on ORT's CPU EP (ORT loading the external data itself) and store
-    input and outputs: every worker compares its first inference against this."""
-    import numpy as np
+    """Run the model once on ORT's CPU EP (ORT loading the external data itself, with the
+    workers' session options) and store input and outputs: every worker compares its first
+    inference against this."""
     import onnxruntime as ort
 
     feeds = reference_inputs(model)
     try:
-        session = ort.InferenceSession(str(model.onnx_path), providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(str(model.onnx_path), cpu_session_options(), providers=["CPUExecutionProvider"])
         outputs = session.run(model.outputs, feeds)
-    except Exception as err:  # noqa: BLE001 - ORT raises its own exception types
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise InputError(f"model {model.source}: ONNX Runtime cannot run it: {first}") from None
-    np.savez(model.reference_path, **{f"in:{k}": v for k, v in feeds.items()},
-             **{f"out:{k}": v for k, v in zip(model.outputs, outputs, strict=True)})
+    except Exception as err:  # ORT raises its own exception types
+        raise InputError(f"model {model.source}: ONNX Runtime cannot run it: {first_line(err)}") from None
+    save_reference(model.reference_path, feeds, dict(zip(model.outputs, outputs, strict=True)))
+
+
+def save_reference(path: Path, feeds: dict, outputs: dict) -> None:
+    """The fixed input and the reference output(s), in one ``.npz`` every worker reads."""
+    import numpy as np
+
+    np.savez(path, **{f"in:{k}": v for k, v in feeds.items()}, **{f"out:{k}": v for k, v in outputs.items()})
 
 
 def load_reference(model: PreparedModel) -> tuple[dict, dict]:
@@ -357,3 +440,11 @@ def load_reference(model: PreparedModel) -> tuple[dict, dict]:
         feeds = {k[3:]: data[k] for k in data.files if k.startswith("in:")}
         outputs = {k[4:]: data[k] for k in data.files if k.startswith("out:")}
     return feeds, outputs
+
+
+def prepare_cpu_model(opts: Any, progress: Any) -> PreparedModel:
+    """The model folder of the cpu and ort-native targets: the user's model externalised, or
+    the generated fp32 chain."""
+    if opts.model is not None:
+        return prepare_user_model(opts.model, opts.shapes, cache_dir=opts.cache_dir)
+    return generated_matmul_chain(opts.model_size, cache_dir=opts.cache_dir)

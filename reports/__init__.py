@@ -1,75 +1,35 @@
-"""reports: CSV I/O, charts, projection, gates, history and the HTML report of harness runs.
+"""reports: lay out judged runs as one self-contained HTML page, keep a history CSV across runs,
+project bigger deployments, and the ``report`` command.
 
-Public API (the harness runner and the suites import these names):
+Public API: `publish` (history + report.html for judged runs), `render_runs` (load, judge and
+publish run folders), `Published`, `REPORT_HTML`,
+`check_history`, `append_history`, `trend`, `read_history_frame`, `fit_sweep`, `project`,
+`projection_text`, `report_main`.
 
-- CSV: `write_rows`, `read_rows`, `read_frame`, `write_long`, `read_long`, `write_run_tables`
-- run folders: `load_run`, `RunData`
-- gates: `parse_gate`, `evaluate`, `default_gates`, `known_metrics`, `read_gates_file`,
-  `gate_values`, `GateResult`
-- projection: `fit_sweep`, `project`, `projection_text`
-- history: `append_history`, `trend`, `read_history_frame`
-- report: `render_report`, `render_run_report`, `ReportOutcome`, `report_main`
-
-Heavy dependencies (pandas, jinja2) are imported inside the functions that need them, so
-importing this package stays cheap for worker processes.
+What runs mean (gates, notes, verdicts) is decided in `harness.core.verdict`; this package only
+presents it. It depends on the harness's bottom layer (`harness.core`) and never on the runner
+or the targets. Heavy dependencies (pandas, jinja2) are imported inside the functions that need
+them, so importing this package stays cheap.
 """
 
 from __future__ import annotations
 
-from harness.core.gates import (
-    GateResult,
-    default_gates,
-    evaluate,
-    gate_values,
-    known_metrics,
-    parse_gate,
-    read_gates_file,
-)
-from harness.core.rundata import RunData, load_run
-from harness.core.tables import (
-    LONG_CSV,
-    RESULTS_CSV,
-    SUMMARY_CSV,
-    read_frame,
-    read_long,
-    read_rows,
-    write_long,
-    write_rows,
-    write_run_tables,
-)
-from reports.cli import report_main
-from reports.history import append_history, read_history_frame, trend
-from reports.html import REPORT_HTML, ReportOutcome, render_report, render_run_report
-from reports.projection import fit_sweep, project, projection_text
+from .cli import report_main
+from .history import append_history, check_history, read_history_frame, trend
+from .html import REPORT_HTML, Published, publish, render_runs
+from .projection import fit_sweep, project, projection_text
 
 __all__ = [
-    "LONG_CSV",
     "REPORT_HTML",
-    "RESULTS_CSV",
-    "SUMMARY_CSV",
-    "GateResult",
-    "ReportOutcome",
-    "RunData",
+    "Published",
     "append_history",
-    "default_gates",
-    "evaluate",
+    "check_history",
     "fit_sweep",
-    "gate_values",
-    "known_metrics",
-    "load_run",
-    "parse_gate",
     "project",
     "projection_text",
-    "read_frame",
-    "read_gates_file",
+    "publish",
     "read_history_frame",
-    "read_long",
-    "read_rows",
-    "render_report",
-    "render_run_report",
+    "render_runs",
     "report_main",
     "trend",
-    "write_long",
-    "write_rows",
-    "write_run_tables",
 ]

@@ -1,7 +1,8 @@
-"""``python -m harness report RUN_DIR [RUN_DIR ...]``: write report.html and judge the gates.
+"""``python -m harness report RUN_DIR [RUN_DIR ...]``: judge run folders, write report.html.
 
-Exit codes are the contract CI scripts rely on: 0 every gate passed (or was skipped), 1 a gate
-failed, 2 a usage or input error (missing folder, missing results.csv, bad gate expression,
+Exit codes are the contract CI scripts rely on: 0 every run's verdict is pass, 1 a gate
+failed, a worker failed or a run is incomplete (interrupted, killed, no valid rows), 2 a usage
+or input error (missing folder, files that are not this harness's tables, bad gate expression,
 unknown format_version) reported as ONE line on stderr, never a traceback.
 """
 
@@ -13,17 +14,19 @@ from pathlib import Path
 
 from harness.core.errors import InputError, OneLineArgumentParser
 from harness.core.gates import known_metrics, read_gates_file
-from reports.html import REPORT_HTML, ReportOutcome, render_report, render_run_report
+from harness.core.verdict import gates_summary_line
 
-__all__ = ["build_parser", "render_run_report", "report_main"]
+from .html import Published, render_runs
+
+__all__ = ["build_parser", "report_main"]
 
 
 def build_parser(prog: str = "python -m harness report") -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(
         prog=prog,
-        description="Render one self-contained report.html from run folders and check gates.",
-        epilog=f"Gate metrics: {', '.join(known_metrics())}. Exit codes: 0 all gates pass, "
-               "1 a gate fails, 2 usage or input error.",
+        description="Judge run folders and render one self-contained report.html.",
+        epilog=f"Gate metrics: {', '.join(known_metrics())}. Exit codes: 0 every run passes, "
+               "1 a gate or worker failed or a run is incomplete, 2 usage or input error.",
     )
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR",
                         help="run folder(s) written by `python -m harness run`")
@@ -32,20 +35,24 @@ def build_parser(prog: str = "python -m harness report") -> argparse.ArgumentPar
     parser.add_argument("--history", type=Path, metavar="FILE",
                         help="CSV to append this run's summary and headline to; adds a trend chart")
     parser.add_argument("--gate", action="append", default=[], metavar="EXPR",
-                        help="gate such as 'mapped_pss_ratio<=0.35' (repeatable)")
+                        help="gate such as 'mapped_pss_ratio<=0.35' (repeatable), on top of the run's own")
     parser.add_argument("--gates-file", type=Path, metavar="FILE",
                         help="file with one gate expression per line, '#' comments")
     parser.add_argument("--no-default-gates", action="store_true",
-                        help="check only the gates given here, not the target's defaults")
+                        help="check only the gates given here and at run time, not the target's defaults")
     return parser
 
 
-def _print_outcome(outcome: ReportOutcome) -> None:
-    print(f"report: {outcome.path}")
-    if outcome.history_appended:
-        print(f"history: appended {', '.join(outcome.history_appended)}")
-    for line in outcome.gate_lines():
-        print(line)
+def _print(published: Published) -> None:
+    print(f"report: {published.path}")
+    if published.history_appended:
+        print(f"history: appended {', '.join(published.history_appended)}")
+    for judgement in published.judgements:
+        for line in judgement.gate_lines():
+            print(line)
+    print(gates_summary_line(published.judgements))
+    for judgement in published.judgements:
+        print(f"[{judgement.run.run_id}] {judgement.verdict_line()}")
 
 
 def _fail(message: str) -> int:
@@ -54,31 +61,21 @@ def _fail(message: str) -> int:
     return 2
 
 
-def report_main(argv: list[str]) -> int:
+def report_main(argv: list[str], prog: str = "python -m harness report") -> int:
     """Run the report command; returns the exit code (the caller passes it to sys.exit)."""
     try:
-        args = build_parser().parse_args(argv)
-        gates = list(args.gate)
-        if args.gates_file is not None:
-            gates += read_gates_file(args.gates_file)
-        out = args.out
-        if out is None:
-            out = args.run_dirs[0] / REPORT_HTML if len(args.run_dirs) == 1 else Path(REPORT_HTML)
-        outcome = render_report(
-            args.run_dirs,
-            out,
-            gates=gates,
-            use_default_gates=not args.no_default_gates,
-            history=args.history,
-        )
+        args = build_parser(prog).parse_args(argv)
+        gates = [*args.gate, *(read_gates_file(args.gates_file) if args.gates_file else [])]
+        published = render_runs(args.run_dirs, args.out, gates=gates, use_default_gates=not args.no_default_gates,
+                                history=args.history)
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
     except InputError as exc:
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"{exc.filename or ''}: {exc.strerror or exc}")
-    _print_outcome(outcome)
-    return outcome.exit_code
+    _print(published)
+    return published.exit_code
 
 
 if __name__ == "__main__":  # pragma: no cover - convenience: python -m reports.cli

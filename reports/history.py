@@ -11,17 +11,20 @@ on a local POSIX disk); a header that no longer matches is rewritten whole, atom
 from __future__ import annotations
 
 import csv
-import io
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from harness.core.gates import gate_values, known_metrics
+from harness.core.errors import InputError
+from harness.core.files import check_creatable, replaceable_path, write_text_atomic
+from harness.core.gates import known_metrics
 from harness.core.rundata import RunData
 from harness.core.schema import SummaryRow, columns, dtypes
-from harness.core.tables import atomic_writer, format_cell
+from harness.core.tables import csv_text, format_cell
+from harness.core.verdict import Judgement
 
-CONTEXT_COLUMNS = ("record", "run_id", "date", "commit", "host", "system", "model")
+CONTEXT_COLUMNS = ("record", "run_id", "date", "commit", "host", "system", "model", "labels", "verdict",
+                   "onnxruntime", "onnxruntime_qnn", "qnn_sdk", "python")
 DEFAULT_TREND_RUNS = 10
 
 
@@ -49,70 +52,79 @@ def _context(run: RunData) -> dict[str, Any]:
         "host": run.env.get("hostname") or "",
         "system": run.env.get("system") or run.env.get("os") or "",
         "model": run.run.get("model") or "",
+        "labels": ";".join(f"{k}={v}" for k, v in sorted((run.run.get("labels") or {}).items())),
+        **{key: run.env.get(key) or "" for key in ("onnxruntime", "onnxruntime_qnn", "qnn_sdk", "python")},
     }
 
 
-def history_records(run: RunData) -> list[dict[str, Any]]:
-    """The lines one run adds: its summary rows, then its headline."""
+def history_records(judgement: Judgement) -> list[dict[str, Any]]:
+    """The lines one run adds: its summary rows, then its headline (with the run's verdict)."""
+    run = judgement.run
     context = _context(run)
     records = [
         {"record": "summary", **context, **{f.name: getattr(s, f.name) for f in fields(s)}}
         for s in run.summary
     ]
-    records.append({"record": "headline", **context, "target": run.target,
-                    **gate_values(run.summary)})
+    records.append({"record": "headline", **context, "verdict": judgement.verdict, "target": run.target,
+                    **judgement.values})
     return records
 
 
 def _csv_text(records: list[dict[str, Any]], cols: list[str], header: bool) -> str:
     kinds = history_dtypes()
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    if header:
-        writer.writerow(cols)
-    for record in records:
-        writer.writerow([format_cell(record.get(c), kinds.get(c, "string")) for c in cols])
-    return buffer.getvalue()
+    lines = ([format_cell(record.get(c), kinds.get(c, "string")) for c in cols] for record in records)
+    return csv_text(cols if header else [], lines)
 
 
 def read_history(path: Path | str) -> tuple[list[str], list[dict[str, str]]]:
-    """(header, raw rows as text dicts); ([], []) when the file does not exist yet."""
-    path = Path(path)
+    """(header, raw rows as text dicts); ([], []) when the file does not exist yet. InputError
+    (one line) for a file that is not a history CSV, before anything is appended to it."""
+    path = replaceable_path(path, "--history")
     if not path.is_file() or path.stat().st_size == 0:
         return [], []
-    with open(path, encoding="utf-8", newline="") as handle:
-        reader = csv.DictReader(handle)
-        rows = list(reader)
-        return list(reader.fieldnames or []), rows
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            reader = csv.DictReader(handle)
+            rows = list(reader)
+            header = list(reader.fieldnames or [])
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise InputError(f"--history {path}: not a readable history CSV ({type(err).__name__})") from None
+    if "record" not in header or "run_id" not in header:
+        raise InputError(f"--history {path}: not a history CSV of this harness (no record/run_id columns)")
+    return header, rows
 
 
-def append_history(path: Path | str, run: RunData) -> bool:
-    """Append ``run`` to the history file; False when that run (id + date) is already in it.
+def check_history(path: Path | str) -> None:
+    """Refuse (InputError) a --history that could not be appended to, before any work: a
+    folder, a device, a foreign or corrupt file, a folder that does not exist."""
+    path = Path(path)
+    check_creatable(path, "--history", folder=False)
+    read_history(path)
+
+
+def append_history(path: Path | str, judgement: Judgement) -> bool:
+    """Append a judged run to the history file; False when that run (id + date) is already in it.
 
     The duplicate check makes re-rendering a report idempotent for the trend."""
     path = Path(path)
     cols = history_columns()
     header, rows = read_history(path)
+    run = judgement.run
     context = _context(run)
     if any(r.get("record") == "headline" and r.get("run_id") == context["run_id"]
            and r.get("date", "") == context["date"] for r in rows):
         return False
-    records = history_records(run)
+    records = history_records(judgement)
     if not header:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_writer(path, newline="") as handle:
-            handle.write(_csv_text(records, cols, header=True))
+        write_text_atomic(path, _csv_text(records, cols, header=True), newline="", what="--history")
     elif header == cols:
         with open(path, "a", encoding="utf-8", newline="") as handle:
             handle.write(_csv_text(records, cols, header=False))
     else:  # written by another version: keep old columns, rewrite the file whole
         merged = cols + [c for c in header if c not in cols]
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(merged)
-        writer.writerows([[r.get(c) or "" for c in merged] for r in rows])  # old text as is
-        with atomic_writer(path, newline="") as handle:
-            handle.write(buffer.getvalue() + _csv_text(records, merged, header=False))
+        old = csv_text(merged, ([r.get(c) or "" for c in merged] for r in rows))  # old text as is
+        write_text_atomic(path, old + _csv_text(records, merged, header=False), newline="", what="--history")
     return True
 
 

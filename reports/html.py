@@ -1,9 +1,9 @@
-"""Render one self-contained report.html for one or several run folders, and judge the gates.
+"""Render one self-contained report.html for one or several judged runs (`publish`).
 
-This is the entry point both the command line (`reports.cli`) and the harness runner (right
-after a run, through `render_run_report`) use, so "what a report contains" and "did it pass"
-are decided in one place. The page has no external resource: CSS, SVG and the few lines of
-table-sorting JS are inline, so it opens offline, in CI artifacts and in mail.
+Both `harness run` (right after a run) and `harness report` come through here with the runs'
+`Judgement`s, which `harness.core.verdict` decided: this module lays them out, it decides
+nothing. The page has no external resource: CSS, SVG and the few lines of table-sorting JS
+are inline, so it opens offline, in CI artifacts and in mail.
 """
 
 from __future__ import annotations
@@ -15,18 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import InputError
-from harness.core.gates import (
-    Gate,
-    GateResult,
-    default_gates,
-    evaluate,
-    gate_values,
-    parse_gates,
-)
-from harness.core.rundata import RunData, load_run
-from harness.core.tables import LONG_CSV, RESULTS_CSV, atomic_writer, write_long
+from harness.core.files import replaceable_path, write_text_atomic
+from harness.core.rundata import METADATA_JSON, RunData
+from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV, write_long
 from harness.core.units import fmt_bytes, fmt_ratio
-from reports.history import append_history, trend
+from harness.core.verdict import Judgement
+from reports.history import append_history, check_history, trend
 from reports.views import RunView, build_run_view
 
 REPORT_HTML = "report.html"
@@ -43,47 +37,17 @@ COMPARE_KEYS = (
 
 
 @dataclass
-class RunOutcome:
-    run_id: str
-    folder: Path
-    target: str
-    gates: list[GateResult]
-
-    @property
-    def passed(self) -> bool:
-        return all(g.passed for g in self.gates)
-
-
-@dataclass
-class ReportOutcome:
-    """Where the report went and what the gates said (exit code 0 pass, 1 fail)."""
+class Published:
+    """Where the report went and which runs were added to the history."""
 
     path: Path
-    runs: list[RunOutcome] = field(default_factory=list)
+    judgements: list[Judgement] = field(default_factory=list)
     history_appended: list[str] = field(default_factory=list)
 
     @property
-    def gates_passed(self) -> bool:
-        return all(r.passed for r in self.runs)
-
-    passed = gates_passed
-
-    @property
     def exit_code(self) -> int:
-        return 0 if self.gates_passed else 1
-
-    def gate_lines(self) -> list[str]:
-        """Lines for the terminal: one per gate, then the verdict."""
-        lines = []
-        for run in self.runs:
-            for result in run.gates:
-                lines.append(f"{result.status.upper():4} [{run.run_id}] {result.gate.expr}: "
-                             f"{result.reason}")
-        failed = sum(1 for r in self.runs for g in r.gates if not g.passed)
-        total = sum(len(r.gates) for r in self.runs)
-        lines.append(f"gates: {total - failed} of {total} passed or skipped, {failed} failed"
-                     if total else "gates: none")
-        return lines
+        """0 when every run's verdict is pass, 1 otherwise (fail or incomplete)."""
+        return max((j.exit_code for j in self.judgements), default=1)
 
 
 def _environment() -> Any:
@@ -115,7 +79,7 @@ def _comparison(runs: Sequence[RunData], views: Sequence[RunView]) -> dict[str, 
                   or "–",
             "ratios": [fmt_ratio(head.get(k)) for k, _ in COMPARE_KEYS],
             "failed": head.get("failed_workers", 0), "fallback": head.get("fallback_workers", 0),
-            "gates": "pass" if view.gates_passed else "fail",
+            "gates": view.verdict,
         })
     return {"columns": [title for _, title in COMPARE_KEYS], "rows": rows}
 
@@ -133,70 +97,93 @@ def _ensure_long_csv(run: RunData) -> None:
             pass  # a read-only run folder still gets its report
 
 
-def render_report(
-    run_dirs: Sequence[Path | str],
+def _run_files(judgements: Sequence[Judgement]) -> set[Path]:
+    """Files the runs are made of: a report must never be written over one of them."""
+    files = set()
+    for j in judgements:
+        for name in (RESULTS_CSV, SUMMARY_CSV, LONG_CSV, METADATA_JSON):
+            files.add((j.run.folder / name).resolve())
+    return files
+
+
+def check_report_path(out: Path, judgements: Sequence[Judgement]) -> Path:
+    """The report's path, refused (InputError) when its folder is missing, when something other
+    than a regular file is there, or when it is one of the runs' own files."""
+    out = Path(out)
+    if not out.parent.is_dir():
+        raise InputError(f"{out.parent}: output folder does not exist")
+    if out.resolve() in _run_files(judgements):
+        raise InputError(f"--out {out}: is one of the run's own files; refusing to write the report over it")
+    replaceable_path(out, "--out")
+    return out
+
+
+def render_html(judgements: Sequence[Judgement], trends: Sequence[list[dict] | None]) -> str:
+    """The self-contained page for one or several judged runs."""
+    views = [build_run_view(j, index, points) for index, (j, points) in enumerate(zip(judgements, trends,
+                                                                                           strict=True))]
+    runs = [j.run for j in judgements]
+    return _environment().get_template("report.html.j2").render(
+        runs=views,
+        comparison=_comparison(runs, views) if len(runs) > 1 else None,
+        generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        verdict=_overall(judgements),
+        passed=all(j.verdict == "pass" for j in judgements),
+        gate_count=sum(len(j.gates) for j in judgements),
+    )
+
+
+def _overall(judgements: Sequence[Judgement]) -> str:
+    verdicts = {j.verdict for j in judgements}
+    return "fail" if "fail" in verdicts else "incomplete" if "incomplete" in verdicts else "pass"
+
+
+def publish(
+    judgements: Sequence[Judgement],
     out: Path | str,
+    *,
+    history: Path | str | None = None,
+    trend_runs: int = 10,
+) -> Published:
+    """Append the runs to the history (when given), then write the report atomically."""
+    if not judgements:
+        raise InputError("no run folder given")
+    out_path = check_report_path(Path(out), judgements)
+    published = Published(path=out_path, judgements=list(judgements))
+    trends: list[list[dict] | None] = []
+    for judgement in judgements:
+        run = judgement.run
+        points = None
+        if history is not None:
+            if append_history(history, judgement):
+                published.history_appended.append(run.run_id)
+            points = trend(history, trend_runs, target=run.target, host=run.env.get("hostname") or None)
+        trends.append(points)
+        _ensure_long_csv(run)
+    write_text_atomic(out_path, render_html(judgements, trends), what="report")
+    return published
+
+
+def render_runs(
+    run_dirs: Sequence[Path | str],
+    out: Path | str | None = None,
     *,
     gates: Sequence[str] = (),
     use_default_gates: bool = True,
     history: Path | str | None = None,
-    trend_runs: int = 10,
-) -> ReportOutcome:
-    """Load runs, judge gates, update history, write the report. `InputError` on bad input."""
+) -> Published:
+    """Load, judge and publish run folders in one call (what `harness report` does): the report
+    goes to ``out``, by default RUN_DIR/report.html for one run and ./report.html for several."""
+    from harness.core.gates import parse_gates
+    from harness.core.rundata import load_run
+    from harness.core.verdict import judge
+
     if not run_dirs:
         raise InputError("no run folder given")
-    user_gates: list[Gate] = parse_gates(gates)
-    runs = [load_run(d) for d in run_dirs]
-    out_path = Path(out)
-    if not out_path.parent.is_dir():  # before the history is touched
-        raise InputError(f"{out_path.parent}: output folder does not exist")
-    outcome = ReportOutcome(path=out_path)
-    views = []
-    for index, run in enumerate(runs):
-        run_gates = user_gates + (default_gates(run.target, run.run) if use_default_gates else [])
-        results = evaluate(run_gates, gate_values(run.summary))
-        outcome.runs.append(RunOutcome(run.run_id, run.folder, run.target, results))
-        points = None
-        if history is not None:
-            if append_history(history, run):
-                outcome.history_appended.append(run.run_id)
-            points = trend(history, trend_runs, target=run.target,
-                           host=run.env.get("hostname") or None)
-        _ensure_long_csv(run)
-        views.append(build_run_view(run, index, results, points))
-    html = _environment().get_template("report.html.j2").render(
-        runs=views,
-        comparison=_comparison(runs, views) if len(runs) > 1 else None,
-        generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        passed=outcome.passed,
-        gate_count=sum(len(r.gates) for r in outcome.runs),
-    )
-    with atomic_writer(out_path) as handle:
-        handle.write(html)
-    return outcome
-
-
-def render_run_report(
-    run_dir: Path,
-    *,
-    gates: list[str] | None = None,
-    history: Path | None = None,
-    gates_file: Path | None = None,
-    default_gates: bool = True,
-    out: Path | None = None,
-) -> ReportOutcome:
-    """The runner's hook after a run: report.html inside ``run_dir``.
-
-    Gates checked: ``gates`` + the lines of ``gates_file`` + the target's defaults (unless
-    ``default_gates`` is False). Raises `InputError` for bad gates or a broken run folder."""
-    from harness.core.gates import read_gates_file
-
-    run_dir = Path(run_dir)
-    exprs = list(gates or []) + (read_gates_file(gates_file) if gates_file is not None else [])
-    return render_report(
-        [run_dir],
-        out if out is not None else run_dir / REPORT_HTML,
-        gates=exprs,
-        use_default_gates=default_gates,
-        history=history,
-    )
+    extra = parse_gates(gates)
+    if history is not None:
+        check_history(history)
+    judgements = [judge(load_run(d), extra, use_default_gates=use_default_gates) for d in run_dirs]
+    if out is None:
+        out = Path(run_dirs[0]) / REPORT_HTML if len(run_dirs) == 1 else Path(REPORT_HTML)
+    return publish(judgements, out, history=history)

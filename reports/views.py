@@ -1,21 +1,22 @@
 """Display-ready view of one run: the formatted tables the HTML template walks over.
 
 Keeping the formatting here (not in the template) makes it testable and keeps the template a
-layout file; every column name, unit and meaning still comes from `harness.schema`.
+layout file; every column name, unit and meaning still comes from `harness.core.schema`, and
+every judgement (gates, notes, verdict) from `harness.core.verdict`.
 """
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness.core.gates import GateResult
-from harness.core.notes import Note, run_notes
+from harness.core.notes import Note
 from harness.core.rundata import RunData
 from harness.core.schema import ResultRow, SummaryRow, column_docs
-from harness.core.summary import paired, row_ok
+from harness.core.summary import headline_pairs, largest_groups, median, row_ok, sessions_of
 from harness.core.units import fmt_bytes, fmt_ratio, fmt_seconds
+from harness.core.verdict import Judgement
 from reports import charts
 from reports.projection import (
     DEFAULT_PROJECTION,
@@ -80,6 +81,9 @@ class RunView:
     gates: list[GateResult]
     summary_table: Table
     worker_table: Table
+    verdict: str = "incomplete"
+    feature: str = ""
+    feature_state: str = "unknown"
     values: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -115,9 +119,12 @@ def _header(run: RunData) -> list[tuple[str, str]]:
         ("Duration", fmt_seconds(r.get("duration_s")) if r.get("duration_s") else "–"),
         ("Git commit", str(run.env.get("git_commit") or "–")),
     ]
-    for key in ("map_failures", "embed_mode", "share_ep_contexts"):
-        if r.get(key) not in (None, "", 0, False):
-            pairs.append((key.replace("_", " ").capitalize(), str(r[key])))
+    for key, value in run.target_options.items():  # whatever options the target declares
+        pairs.append((f"{run.target} option {key}", str(value)))
+    if r.get("peer"):
+        pairs.append(("Peer target (mapped)", str(r["peer"])))
+    for key, value in (r.get("labels") or {}).items():
+        pairs.append((f"Label {key}", str(value)))
     if r.get("command"):
         pairs.append(("Command", str(r["command"])))
     return pairs
@@ -142,29 +149,21 @@ def _env(run: RunData) -> list[tuple[str, str]]:
     return out
 
 
-def _median(values: list[Any]) -> Any:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
-
-
 def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
     """Mapped and heap side by side at the headline's N, with the headline's ratios."""
-    pairs = paired(run.summary)
+    own = [s for s in run.summary if s.target == run.target]
+    at_top = headline_pairs(own)
     head = run.headline
-    if pairs:
-        top = max(m.processes * m.sessions_per_process for m, _ in pairs)
-        at_top = [(m, h) for m, h in pairs if m.processes * m.sessions_per_process == top]
+    if at_top:
         mapped = [m for m, _ in at_top]
         heap = [h for _, h in at_top]
-        at = (f"N={head.get('processes')} processes, {top} sessions in all; median over "
+        at = (f"N={head.get('processes')} processes, {head.get('sessions')} sessions in all; median over "
               f"{len(at_top)} repeat(s)")
     else:  # one mode only: show what exists at its largest N, without ratios
-        rows = run.summary
-        top = max((s.processes or 0) * (s.sessions_per_process or 1) for s in rows) if rows else 0
-        chosen = [s for s in rows if (s.processes or 0) * (s.sessions_per_process or 1) == top]
+        chosen = largest_groups(own)
         mapped = [s for s in chosen if s.mode == "mapped"]
         heap = [s for s in chosen if s.mode == "heap"]
-        at = f"{top} sessions in all; no mapped/heap pair, so no ratios"
+        at = f"{sessions_of(chosen[0]) if chosen else 0} sessions in all; no mapped/heap pair, so no ratios"
     has_pss = any(s.sum_pss_bytes is not None for s in run.summary)
     out = []
     for label, column, key, hint in HEADLINE_ROWS:
@@ -173,8 +172,8 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
         if column == "sum_private_bytes" and has_pss:
             continue  # on Linux private bytes are USS: one row is enough
         unit = "s" if column.endswith("_median") else "bytes"
-        m_val = _median([getattr(s, column) for s in mapped])
-        h_val = _median([getattr(s, column) for s in heap])
+        m_val = median([getattr(s, column) for s in mapped])
+        h_val = median([getattr(s, column) for s in heap])
         diff = h_val - m_val if m_val is not None and h_val is not None else None
         out.append({
             "label": label, "hint": hint, "mapped": fmt_value(m_val, unit),
@@ -205,9 +204,9 @@ def _marginal(run: RunData) -> list[str]:
     return lines
 
 
-def build_run_view(run: RunData, index: int, gates: list[GateResult],
-                   trend_points: list[dict] | None) -> RunView:
-    """Everything the template shows for one run."""
+def build_run_view(judgement: Judgement, index: int, trend_points: list[dict] | None) -> RunView:
+    """Everything the template shows for one run, from its one judgement."""
+    run = judgement.run
     at, headline = _headline(run)
     chart_list = [
         charts.memory_vs_n(run.summary),
@@ -230,10 +229,13 @@ def build_run_view(run: RunData, index: int, gates: list[GateResult],
         projection=projection_text(run.summary, weights_bytes=weights, sessions=sessions,
                                    system=str(run.env.get("system") or "Linux")),
         charts=chart_list,
-        notes=run_notes(run),
-        gates=gates,
+        notes=judgement.notes,
+        gates=judgement.gates,
+        verdict=judgement.verdict,
+        feature=judgement.feature.text,
+        feature_state=judgement.feature.state,
         summary_table=_table(run.summary, SummaryRow,
                              failed=lambda s: (s.failed_workers or 0) > 0),
         worker_table=_table(run.results, ResultRow, failed=lambda r: not row_ok(r)),
-        values=dict(run.headline),
+        values=dict(judgement.values),
     )

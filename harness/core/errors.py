@@ -9,10 +9,6 @@ class InputError(ValueError):
     """A usage or input mistake: one line on stderr, exit code 2, no traceback."""
 
 
-class RunInterrupted(RuntimeError):
-    """Ctrl-C during a run: children are killed, what was measured is still written."""
-
-
 class OneLineArgumentParser(argparse.ArgumentParser):
     """argparse whose usage errors raise InputError: one line on stderr and exit 2, because
     the usage dump argparse prints hides the actual problem."""

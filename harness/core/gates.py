@@ -3,7 +3,7 @@
 A gate is ``METRIC OP NUMBER`` (ops ``<= < >= > == !=``), optionally followed by
 ``if METRIC OP NUMBER [and ...]``: a gate whose condition does not hold, or cannot be checked,
 is *skipped* rather than failed, so e.g. a sharing gate only applies once two processes exist.
-Metric names are the keys of `harness.summary.headline` plus ``weights_bytes`` (the model's
+Metric names are the keys of `harness.core.summary.headline` plus ``weights_bytes`` (the model's
 weights size: every saving the feature makes is in proportion to it). Numbers may carry a
 size unit (``128MiB``) or a time unit (``50ms``). A measured value of ``None`` fails a gate
 with the reason "not measured": a gate that cannot see its figure must not pass silently.
@@ -35,44 +35,11 @@ RUN_FACTS = ("weights_bytes",)
 
 _COND = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=|==|!=|<|>)\s*([^\s<>=!]+)\s*")
 
-# Default gates for the cpu target, each with the physics that sets its threshold. A worker's
-# own overhead O (Python + numpy + onnxruntime + one session) measured ~26 MiB of USS and
-# ~34 MiB of PSS on Linux x86_64 (2026-11); the weights W are shared in mapped mode and copied
-# per session in heap mode. Measured there with W=256 MiB, N=4: USS ratio 0.09, PSS ratio 0.33,
-# init ratio 0.02-0.07. The saving gates only apply once W clearly exceeds O (W >= 128 MiB)
-# and, for memory, once two processes share the file: below that the ratios are honest but
-# small. system_delta_ratio gets no gate: the machine's available memory moves with everything
-# else running (it even went negative between repeats), so it is reported, not judged.
-CPU_DEFAULT_GATES: tuple[tuple[str, str], ...] = (
-    (
-        "failed_workers==0",
-        "A crash, hang, exception or wrong output is a defect in either mode.",
-    ),
-    (
-        "fallback_workers==0",
-        "The cpu target maps a local file on a healthy disk: a fall-back to the heap means the "
-        "mapping path broke (skipped for runs that inject mapping failures).",
-    ),
-    (
-        "mapped_uss_ratio<=0.5 if processes>=2 and weights_bytes>=128MiB",
-        "Once two processes share the mapping its pages leave every worker's USS, so the ratio "
-        "is about O/(O+W): ~0.17 at W=128 MiB, O=26 MiB. Above 0.5 the weights are not shared.",
-    ),
-    (
-        "mapped_pss_ratio<=0.8 if processes>=2 and weights_bytes>=128MiB",
-        "PSS charges a shared page 1/N to each of N sharers: the ratio is (W/N+O)/(W+O), about "
-        "0.6 at N=2, W=128 MiB, O=34 MiB; 0.8 leaves room for noise and still catches no "
-        "sharing (~1.0).",
-    ),
-    (
-        "init_ratio<=0.5 if weights_bytes>=128MiB",
-        "Mapping costs the same whatever the weights size while the heap path reads every byte "
-        "(256 MiB took ~0.5 s per worker vs ~15 ms mapped); session creation is common to both "
-        "and workers contend for the disk, hence 0.5 rather than ~0.",
-    ),
+#: What a run is judged by when it recorded no default gates of its own (older runs):
+#: correctness does not depend on the platform.
+BASE_DEFAULT_GATES: tuple[tuple[str, str], ...] = (
+    ("failed_workers==0", "A crash, hang, exception or wrong output is a defect in either mode."),
 )
-#: Every target gets at least this one: correctness does not depend on the platform.
-BASE_DEFAULT_GATES: tuple[tuple[str, str], ...] = CPU_DEFAULT_GATES[:1]
 
 
 @dataclass(frozen=True)
@@ -170,25 +137,47 @@ def parse_gates(exprs: Iterable[str]) -> list[Gate]:
     return [parse_gate(e) for e in exprs]
 
 
-def read_gates_file(path: Path | str) -> list[str]:
-    """One expression per line; blank lines and ``#`` comments (whole or trailing) ignored."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise InputError(f"gates file {path}: {exc.strerror or exc}") from None
-    exprs = [line.split("#", 1)[0].strip() for line in lines]
+def read_gates_text(text: str) -> list[str]:
+    """One expression per line; blank lines and ``#`` comments (whole or trailing) ignored.
+    A UTF-8 byte-order mark (Windows editors write one) and CRLF line ends are fine."""
+    exprs = [line.split("#", 1)[0].strip() for line in text.lstrip("\ufeff").splitlines()]
     return [e for e in exprs if e]
 
 
-def default_gates(target: str, run: dict | None = None) -> list[Gate]:
-    """The gates a run of ``target`` gets unless ``--no-default-gates``.
+def read_gates_file(path: Path | str) -> list[str]:
+    """The expressions of a gates file, each checked: InputError (one line, naming the file and
+    line) for an unreadable file, a binary file or a bad expression."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"gates file {path}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"gates file {path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"gates file {path}: not a UTF-8 text file") from None
+    if "\x00" in text:
+        raise InputError(f"gates file {path}: not a text file (it holds NUL bytes)")
+    exprs = read_gates_text(text)
+    for number, expr in enumerate(exprs, 1):
+        try:
+            parse_gate(expr)
+        except InputError as err:
+            raise InputError(f"gates file {path}, expression {number}: {err}") from None
+    return exprs
 
-    Only the cpu target has physics we can pin down here (the mapping is ours and always
-    available); other targets depend on the device and SDK, so they get the correctness gate
-    only. A run that injects mapping failures expects fall-backs: correctness only, too."""
-    injected = bool((run or {}).get("map_failures"))
-    pairs = CPU_DEFAULT_GATES if target == "cpu" and not injected else BASE_DEFAULT_GATES
+
+def default_gates(meta: dict | None) -> list[Gate]:
+    """The gates a run is judged by unless --no-default-gates: the ones its target declared,
+    recorded in the run's metadata (``default_gates``), so a report re-rendered later judges
+    the run as the run itself did. Runs without that record get `BASE_DEFAULT_GATES`."""
+    recorded = (meta or {}).get("default_gates")
+    if recorded is None:
+        pairs = list(BASE_DEFAULT_GATES)
+    else:
+        pairs = [(g["expr"], g.get("why", "")) for g in recorded]
     return [parse_gate(expr, why) for expr, why in pairs]
 
 
@@ -222,7 +211,3 @@ def evaluate_gate(gate: Gate, values: dict[str, float | int | None]) -> GateResu
 
 def evaluate(gates: Iterable[Gate], values: dict[str, float | int | None]) -> list[GateResult]:
     return [evaluate_gate(g, values) for g in gates]
-
-
-def all_passed(results: Iterable[GateResult]) -> bool:
-    return all(r.passed for r in results)

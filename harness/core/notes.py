@@ -11,9 +11,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from harness.core.rundata import RunData
-from harness.core.summary import paired
-from harness.core.units import fmt_bytes
+from .rundata import RunData
+from .summary import paired, row_ok
+from .units import fmt_bytes
 
 SMALL_WEIGHTS = 128 * 1024**2  # below this a worker's own overhead hides the saving
 MAX_DETAILS = 12
@@ -77,7 +77,7 @@ def _qnn_notes(run: RunData) -> list[Note]:
             f"{len(disabled)} mapped-mode worker(s) saw the EP report the feature as disabled.",
             _counted(r.ep_log_tail for r in disabled),
         ))
-    if run.run.get("embed_mode") in (1, "1", True):
+    if run.target_options.get("embed_mode") in (1, "1", True):
         notes.append(Note(
             "info", "Context embedded in the ONNX file",
             "The QNN context was embedded in the model (ep.context_embed_mode=1); the EP does "
@@ -88,7 +88,7 @@ def _qnn_notes(run: RunData) -> list[Note]:
 
 def _worker_notes(run: RunData) -> list[Note]:
     notes = []
-    failed = [r for r in run.results if not (r.output_ok and not r.error)]
+    failed = [r for r in run.results if not row_ok(r)]
     if failed:
         notes.append(Note(
             "error", f"{len(failed)} worker(s) failed",
@@ -156,6 +156,12 @@ def _coverage_notes(run: RunData) -> list[Note]:
             "PSS exists only on Linux. The figures that show the saving here are USS / private "
             "bytes and the drop in system available memory.",
         ))
+    if 1 in counts and run.results and any(r.pss_bytes is not None for r in run.results):
+        notes.append(Note(
+            "info", "N=1: a lone mapping counts in USS",
+            "With N=1 a mapped file's pages are private to the one process, so USS counts them; "
+            "sharing shows from N=2 on.",
+        ))
     weights = run.weights_bytes
     if weights and weights < SMALL_WEIGHTS and len(modes) > 1:
         notes.append(Note(
@@ -179,7 +185,7 @@ def run_notes(run: RunData) -> list[Note]:
         ))
     for text in run.load_notes:
         notes.append(Note("warn", "Incomplete run folder", text))
-    for text in run.runner_notes:
-        notes.append(Note("info", "Note from the runner", str(text)))
+    for text in run.target_notes:
+        notes.append(Note("info", f"How the {run.target} target measures", str(text)))
     order = {"error": 0, "warn": 1, "info": 2}
     return sorted(notes, key=lambda n: order.get(n.kind, 3))

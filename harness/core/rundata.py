@@ -7,16 +7,16 @@ exists, results.csv exists, format_version is one we understand) live here, once
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import InputError
-from harness.core.schema import FORMAT_VERSION, MODES, ResultRow, SummaryRow
-from harness.core.summary import headline, summarize
-from harness.core.tables import RESULTS_CSV, SUMMARY_CSV, read_rows
+from .errors import InputError
+from .files import read_json
+from .schema import FORMAT_VERSION, MODES, ResultRow, SummaryRow
+from .summary import headline, primary_target, summarize
+from .tables import RESULTS_CSV, SUMMARY_CSV, read_rows
 
 METADATA_JSON = "metadata.json"
 
@@ -41,8 +41,18 @@ class RunData:
         return self.meta.get("env") or {}
 
     @property
-    def runner_notes(self) -> list[str]:
-        return list(self.meta.get("notes") or [])
+    def target_notes(self) -> list[str]:
+        """How the run's target measures, in its own words (recorded by the runner)."""
+        return [str(t) for t in self.meta.get("target_notes") or []]
+
+    @property
+    def target_options(self) -> dict[str, Any]:
+        return dict(self.run.get("target_options") or {})
+
+    @property
+    def status(self) -> str:
+        """"complete", "running" or "interrupted" as metadata.json says; "unknown" without it."""
+        return str(self.meta.get("status") or "unknown")
 
     @property
     def run_id(self) -> str:
@@ -50,8 +60,7 @@ class RunData:
 
     @property
     def target(self) -> str:
-        targets = sorted({r.target for r in self.results if r.target})
-        return str(self.run.get("target") or "|".join(targets) or "?")
+        return str(self.run.get("target") or primary_target(self.summary) or "?")
 
     @property
     def weights_bytes(self) -> int | None:
@@ -80,7 +89,7 @@ def _read_metadata(folder: Path, notes: list[str]) -> dict[str, Any]:
         notes.append(f"{METADATA_JSON} is missing: the header lacks the run's settings.")
         return {}
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
+        meta = read_json(path)
     except (OSError, ValueError) as exc:
         raise InputError(f"{path}: not readable JSON ({exc})") from None
     if not isinstance(meta, dict):

@@ -13,10 +13,15 @@ from typing import Any
 #: Bumped whenever a column changes meaning or is removed (adding one is compatible).
 FORMAT_VERSION = 1
 
-TARGETS = ("cpu", "ort-native", "qnn")
 MODES = ("mapped", "heap")
-#: How the QNN EP itself treated file mapping, read from its log (qnn target only).
-EP_FILE_MAPPING = ("active", "unavailable", "retried", "disabled", "n/a")
+#: The value of the provider option ``disable_file_mapped_weights`` each mode passes.
+_DISABLE_FLAG = {"mapped": "0", "heap": "1"}
+
+
+def disable_flag(mode: str) -> str:
+    """``disable_file_mapped_weights`` for a mode: "0" (mapped) or "1" (heap); KeyError otherwise."""
+    return _DISABLE_FLAG[mode]
+
 
 
 def col(dtype: str, unit: str, doc: str, default: Any = None) -> Any:

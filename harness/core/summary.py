@@ -1,16 +1,17 @@
-"""Result rows -> summary rows -> headline ratios. Pure functions over the schema.
+"""Result rows -> summary rows -> headline figures. Pure functions over the schema.
 
-The headline ratios are what the stdout table, the HTML report and the gates all quote, so
-they are computed here once: mapped figure / heap figure at the same target, N and repeat.
+This is where "ok", "median", "the largest N" and "the ratio" are defined, once: the terminal
+table, the HTML report, the gates, `harness bench` and the tests all quote these, so two places
+can never give the same question two answers.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
-from harness.core.schema import ResultRow, SummaryRow
+from .schema import ResultRow, SummaryRow
 
 #: Headline metric -> SummaryRow column whose mapped/heap ratio it is.
 RATIO_COLUMNS = {
@@ -22,11 +23,29 @@ RATIO_COLUMNS = {
     "init_ratio": "init_s_median",
     "create_ratio": "create_s_median",
 }
+#: Headline metrics that are not mapped/heap ratios, with what they mean (docs and gates).
+OTHER_METRICS = {
+    "mapped_weight_copies": "mapped summed PSS (private bytes where there is no PSS) minus the heap "
+    "run's non-weight overhead, in weights: ~1 when every session shares one copy",
+    "heap_copies_per_session": "heap summed PSS (private bytes where there is no PSS) over sessions x "
+    "weights: >= 1 when every heap session holds its own copy",
+    "peer_init_ratio": "median init of the mapped target over the peer target's mapped init (--peer)",
+    "failed_workers": "workers that crashed, hung, raised or were wrong, over every group",
+    "fallback_workers": "workers whose weights fell back to the heap, over every group",
+    "processes": "N of the headline (the largest N x M measured in both modes)",
+    "sessions": "N x M of the headline",
+}
 
 
 def row_ok(row: ResultRow) -> bool:
     """A worker counts as ok when it produced a correct output and raised nothing."""
     return bool(row.output_ok) and not row.error
+
+
+def median(values: Iterable[float | int | None]) -> float | None:
+    """Median of the figures present; None when there is none (missing is not zero)."""
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
 
 
 def _sum(values: Iterable[int | None]) -> int | None:
@@ -36,23 +55,22 @@ def _sum(values: Iterable[int | None]) -> int | None:
     return int(sum(values))
 
 
-def _median(values: Iterable[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
+def group_key(row: ResultRow | SummaryRow) -> tuple:
+    """(target, mode, N, M, repeat): the rows of one group of workers alive together."""
+    return (row.target, row.mode, row.processes, row.sessions_per_process, row.repeat)
 
 
 def summarize(
     rows: Iterable[ResultRow], system_deltas: Mapping[tuple, int | None] | None = None
 ) -> list[SummaryRow]:
-    """Group rows by (target, mode, processes, sessions_per_process, repeat).
+    """Group rows by `group_key`.
 
     Memory sums only use workers that got as far as the barrier (``ok`` rows); a crashed
     worker's memory would otherwise be counted as zero. ``system_deltas`` maps the same group
     key to the drop in system available memory measured by the runner."""
     groups: dict[tuple, list[ResultRow]] = defaultdict(list)
     for row in rows:
-        key = (row.target, row.mode, row.processes, row.sessions_per_process, row.repeat)
-        groups[key].append(row)
+        groups[group_key(row)].append(row)
     out = []
     for key, members in sorted(groups.items(), key=lambda kv: tuple(str(k) for k in kv[0])):
         ok = [r for r in members if row_ok(r)]
@@ -64,8 +82,8 @@ def summarize(
                 processes=key[2],
                 sessions_per_process=key[3],
                 repeat=key[4],
-                init_s_median=_median(r.init_s for r in ok),
-                create_s_median=_median(r.create_s for r in ok),
+                init_s_median=median(r.init_s for r in ok),
+                create_s_median=median(r.create_s for r in ok),
                 sum_rss_bytes=_sum(r.rss_bytes for r in ok) if ok else None,
                 sum_uss_bytes=_sum(r.uss_bytes for r in ok) if ok else None,
                 sum_pss_bytes=_sum(r.pss_bytes for r in ok) if ok else None,
@@ -88,6 +106,11 @@ def ratio(mapped: float | None, heap: float | None) -> float | None:
     return mapped / heap
 
 
+def sessions_of(row: SummaryRow) -> int:
+    """N x M of a summary row (the "size" of a group)."""
+    return int(row.processes or 0) * int(row.sessions_per_process or 1)
+
+
 def paired(summary: Iterable[SummaryRow]) -> list[tuple[SummaryRow, SummaryRow]]:
     """(mapped, heap) summary rows measured at the same target, N, M and repeat."""
     by_key: dict[tuple, dict[str, SummaryRow]] = defaultdict(dict)
@@ -96,22 +119,89 @@ def paired(summary: Iterable[SummaryRow]) -> list[tuple[SummaryRow, SummaryRow]]
     return [(v["mapped"], v["heap"]) for _, v in sorted(by_key.items()) if {"mapped", "heap"} <= v.keys()]
 
 
-def headline(summary: Iterable[SummaryRow]) -> dict[str, float | int | None]:
-    """The ratios the report leads with and the gates check, at the largest N measured
-    (median over repeats), plus the total of failed workers over every group."""
-    summary = list(summary)
+def primary_target(summary: Sequence[SummaryRow]) -> str | None:
+    """The run's own target: the one measured in both modes (a --peer is measured mapped only)."""
     pairs = paired(summary)
+    if pairs:
+        return pairs[0][0].target
+    return summary[0].target if summary else None
+
+
+def headline_pairs(summary: Iterable[SummaryRow]) -> list[tuple[SummaryRow, SummaryRow]]:
+    """The (mapped, heap) pairs the headline is about: the largest N x M measured in both
+    modes (one pair per repeat)."""
+    pairs = paired(summary)
+    if not pairs:
+        return []
+    top = max(sessions_of(m) for m, _ in pairs)
+    return [(m, h) for m, h in pairs if sessions_of(m) == top]
+
+
+def largest_groups(summary: Iterable[SummaryRow]) -> list[SummaryRow]:
+    """Every summary row at the largest N x M (any mode): what to show when no pair exists."""
+    rows = list(summary)
+    if not rows:
+        return []
+    top = max(sessions_of(s) for s in rows)
+    return [s for s in rows if sessions_of(s) == top]
+
+
+def _fair_bytes(row: SummaryRow) -> int | None:
+    """The figure that charges shared pages fairly: PSS, or private bytes where there is none."""
+    return row.sum_pss_bytes if row.sum_pss_bytes is not None else row.sum_private_bytes
+
+
+def weight_copies(mapped: SummaryRow, heap: SummaryRow) -> tuple[float | None, float | None]:
+    """(mapped copies of the weights, heap copies per session), from one mapped/heap pair.
+
+    The heap run holds S = N x M copies of the weights W plus an overhead O (Python, ORT, the
+    sessions): O = heap - S x W. Whatever the mapped run holds beyond O is its weights, so
+    (mapped - O) / W counts how many copies it really keeps (1 = all share one)."""
+    weights = heap.weights_bytes or mapped.weights_bytes
+    m, h = _fair_bytes(mapped), _fair_bytes(heap)
+    sessions = sessions_of(heap)
+    if not weights or m is None or h is None or not sessions:
+        return None, None
+    overhead = h - sessions * weights
+    return (m - overhead) / weights, h / (sessions * weights)
+
+
+def _peer_init_ratio(summary: Sequence[SummaryRow], pairs: list[tuple[SummaryRow, SummaryRow]]) -> float | None:
+    """Mapped init of the run's target over a peer target's mapped init, at the same N x M and
+    repeat (a --peer run), median over repeats."""
+    if not pairs:
+        return None
+    target = pairs[0][0].target
+    values = []
+    for mapped, _ in pairs:
+        peers = [s for s in summary if s.target != target and s.mode == "mapped"
+                 and s.processes == mapped.processes and s.sessions_per_process == mapped.sessions_per_process
+                 and s.repeat == mapped.repeat]
+        for peer in peers:
+            values.append(ratio(mapped.init_s_median, peer.init_s_median))
+    return median(values)
+
+
+def headline(summary: Iterable[SummaryRow]) -> dict[str, float | int | None]:
+    """The figures the report leads with and the gates check, at the largest N x M measured
+    in both modes (median over repeats), plus totals over every group."""
+    summary = list(summary)
+    target = primary_target(summary)
+    own = [s for s in summary if s.target == target]
+    pairs = headline_pairs(own)
     result: dict[str, float | int | None] = {
         "failed_workers": sum(s.failed_workers or 0 for s in summary),
         "fallback_workers": sum(s.fallback_workers or 0 for s in summary),
     }
     if not pairs:
-        return result | dict.fromkeys(RATIO_COLUMNS)
-    top = max(m.processes * m.sessions_per_process for m, _ in pairs)
-    at_top = [(m, h) for m, h in pairs if m.processes * m.sessions_per_process == top]
-    result["processes"] = at_top[0][0].processes
-    result["sessions"] = top
+        return result | dict.fromkeys([*RATIO_COLUMNS, "mapped_weight_copies", "heap_copies_per_session",
+                                       "peer_init_ratio"])
+    result["processes"] = pairs[0][0].processes
+    result["sessions"] = sessions_of(pairs[0][0])
     for name, column in RATIO_COLUMNS.items():
-        values = [ratio(getattr(m, column), getattr(h, column)) for m, h in at_top]
-        result[name] = _median(values)
+        result[name] = median(ratio(getattr(m, column), getattr(h, column)) for m, h in pairs)
+    copies = [weight_copies(m, h) for m, h in pairs]
+    result["mapped_weight_copies"] = median(c[0] for c in copies)
+    result["heap_copies_per_session"] = median(c[1] for c in copies)
+    result["peer_init_ratio"] = _peer_init_ratio(summary, pairs)
     return result

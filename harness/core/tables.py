@@ -1,9 +1,10 @@
-"""The single reader/writer of the run CSVs, driven by `harness.schema`.
+"""The single reader/writer of the run's tables (results, summary, long format), driven by
+`harness.core.schema`.
 
 Every CSV a run leaves behind goes through here so the column order, the empty-cell convention
-(empty = figure not measured) and the dtypes stay the ones `harness.schema` declares. Writes are
-atomic (temp file in the same folder + ``os.replace``): a reader, a crash or a Ctrl-C never
-leaves a half-written file that looks complete.
+(empty = figure not measured) and the dtypes stay the ones the schema declares. Writes are
+atomic (`harness.core.files`): a reader, a crash or a Ctrl-C never leaves a half-written file
+that looks complete.
 """
 
 from __future__ import annotations
@@ -11,16 +12,14 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
-import tempfile
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import fields
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from harness.core.errors import InputError
-from harness.core.schema import ResultRow, columns, dtypes, row_from_dict
+from .errors import InputError
+from .files import write_text_atomic
+from .schema import ResultRow, SummaryRow, columns, dtypes, row_from_dict
 
 RESULTS_CSV = "results.csv"
 SUMMARY_CSV = "summary.csv"
@@ -43,40 +42,7 @@ LONG_DTYPES = {
     "unit": "string",
 }
 _TRUE = {"true", "1", "yes"}
-#: The process umask, read once: temp files are created 0600 and get umask-normal modes back.
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
 _FALSE = {"false", "0", "no"}
-
-
-@contextmanager
-def atomic_writer(path: Path | str, newline: str | None = None) -> Iterator[IO[str]]:
-    """Open a temp file next to ``path``; on success fsync it and rename it over ``path``.
-
-    The temp file lives in the same folder so ``os.replace`` is a same-filesystem rename, which
-    is atomic on POSIX and Windows. On any error the temp file is removed and ``path`` keeps
-    its previous content (or stays absent)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)
-        os.replace(tmp, path)
-    except BaseException:
-        with _suppress_oserror():
-            os.unlink(tmp)
-        raise
-
-
-@contextmanager
-def _suppress_oserror() -> Iterator[None]:
-    try:
-        yield
-    except OSError:
-        pass
 
 
 def format_cell(value: Any, dtype: str) -> str:
@@ -112,36 +78,39 @@ def parse_cell(text: str, dtype: str) -> Any:
     return text
 
 
-def _row_type_of(rows: list, row_type: type | None) -> type:
-    if row_type is not None:
-        return row_type
-    if not rows:
-        raise ValueError("write_rows needs row_type when there are no rows (the header needs it)")
-    return type(rows[0])
-
-
-def rows_to_csv_text(rows: Iterable[Any], row_type: type | None = None) -> str:
-    """Rows of one schema dataclass -> CSV text with the header in `schema.columns` order."""
-    rows = list(rows)
-    row_type = _row_type_of(rows, row_type)
-    kinds = dtypes(row_type)
-    names = columns(row_type)
+def csv_text(header: list[str], lines: Iterable[list[str]]) -> str:
+    """The one CSV dialect every table of the harness is written in (results, summary, long
+    format, history): comma-separated, ``\\n`` line ends, cells already formatted."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(names)
-    for row in rows:
-        if not isinstance(row, row_type):
-            raise TypeError(f"expected {row_type.__name__}, got {type(row).__name__}")
-        writer.writerow([format_cell(getattr(row, n), kinds[n]) for n in names])
+    if header:
+        writer.writerow(header)
+    writer.writerows(lines)
     return buffer.getvalue()
 
 
+def rows_to_csv_text(rows: Iterable[Any], row_type: type) -> str:
+    """Rows of one schema dataclass -> CSV text with the header in `schema.columns` order."""
+    kinds = dtypes(row_type)
+    names = columns(row_type)
+
+    def cells(row: Any) -> list[str]:
+        if not isinstance(row, row_type):
+            raise TypeError(f"expected {row_type.__name__}, got {type(row).__name__}")
+        return [format_cell(getattr(row, n), kinds[n]) for n in names]
+
+    return csv_text(names, (cells(r) for r in rows))
+
+
 def write_rows(path: Path | str, rows: Iterable[Any], row_type: type | None = None) -> Path:
-    """Write ``rows`` (ResultRow or SummaryRow) to ``path`` atomically; returns the path."""
-    text = rows_to_csv_text(rows, row_type)
-    with atomic_writer(path, newline="") as handle:
-        handle.write(text)
-    return Path(path)
+    """Write ``rows`` (ResultRow or SummaryRow) to ``path`` atomically; returns the path.
+    ``row_type`` may be left out when there is at least one row (the header needs it)."""
+    rows = list(rows)
+    if row_type is None:
+        if not rows:
+            raise ValueError("write_rows needs row_type when there are no rows (the header needs it)")
+        row_type = type(rows[0])
+    return write_text_atomic(path, rows_to_csv_text(rows, row_type), newline="")
 
 
 def read_rows(path: Path | str, row_type: type) -> list[Any]:
@@ -188,17 +157,6 @@ def read_frame(path: Path | str, row_type: type) -> Any:
     return frame[[*kinds, *extra]]
 
 
-def frame_from_rows(rows: Iterable[Any], row_type: type) -> Any:
-    """Rows -> DataFrame with the schema dtypes (what `read_frame` returns for the same rows)."""
-    import pandas as pd
-
-    rows = list(rows)
-    kinds = dtypes(row_type)
-    return pd.DataFrame(
-        {n: pd.array([getattr(r, n) for r in rows], dtype=kinds[n]) for n in columns(row_type)}
-    )
-
-
 def long_metrics(row_type: type = ResultRow) -> list[tuple[str, str]]:
     """(metric, unit) pairs that go into the long format: the numeric columns with a unit.
 
@@ -235,14 +193,8 @@ def _long_cell(value: Any, dtype: str) -> str:
 
 def write_long(path: Path | str, rows: Iterable[ResultRow], run_id: str) -> Path:
     """Write ``results_long.csv`` (columns of `LONG_DTYPES`) atomically."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(list(LONG_DTYPES))
-    for record in long_records(rows, run_id):
-        writer.writerow([_long_cell(record[c], LONG_DTYPES[c]) for c in LONG_DTYPES])
-    with atomic_writer(path, newline="") as handle:
-        handle.write(buffer.getvalue())
-    return Path(path)
+    lines = ([_long_cell(record[c], LONG_DTYPES[c]) for c in LONG_DTYPES] for record in long_records(rows, run_id))
+    return write_text_atomic(path, csv_text(list(LONG_DTYPES), lines), newline="")
 
 
 def read_long(path: Path | str) -> Any:
@@ -257,9 +209,8 @@ def write_run_tables(
 ) -> dict[str, Path]:
     """Write results.csv, summary.csv and results_long.csv of one run folder.
 
-    The harness runner calls this once after a run; ``run_id`` defaults to the folder name."""
-    from harness.core.schema import SummaryRow
-
+    The runner rewrites them after every group (so an interrupted run keeps what it measured);
+    ``run_id`` defaults to the folder name."""
     run_dir = Path(run_dir)
     run_id = run_id or run_dir.name
     return {

@@ -9,20 +9,23 @@ exception) is data in its row: it never aborts the run, and no child outlives th
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from harness.core.schema import ResultRow
+from harness.core.files import read_json
+from harness.core.schema import ResultRow, disable_flag
 from harness.runner.memory import MemorySample, sample_process, system_available_bytes
+from harness.runner.spawn import KillOnCloseJob, worker_interpreter, worker_pid_in_tree
 from harness.runner.spec import WorkerRecord, WorkerSpec
 
 POLL_S = 0.02
 RELEASE_TIMEOUT_S = 60.0
+KILL_WAIT_S = 10.0
 STDERR_TAIL_LINES = 5
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -37,11 +40,10 @@ class GroupSpec:
     model_folder: Path
     workdir: Path
     worker_timeout_s: float
-    map_failures: int = 0
-    max_attempts: int = 3
-    share_ep_contexts: bool = False
-    qnn_onnx: str = ""
     weights_bytes: int = 0
+    options: dict[str, Any] = field(default_factory=dict)  # the target's options, generic
+    parent_pid: int = 0
+    parent_create_time: float = 0.0
     fault_actions: dict[int, str] = field(default_factory=dict)
 
 
@@ -56,40 +58,44 @@ class _Worker:
     index: int
     spec: WorkerSpec
     proc: subprocess.Popen
-    log_file: object
+    log_file: Any
     ready: WorkerRecord | None = None
     timed_out: bool = False
     memory: MemorySample = field(default_factory=MemorySample)
+    sampled_pid: int | None = None
 
 
 def _read_record(path: str) -> WorkerRecord | None:
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        return WorkerRecord.from_dict(read_json(path))
+    except (OSError, ValueError, TypeError, AttributeError):
         return None
-    return WorkerRecord(**{k: v for k, v in data.items() if k in WorkerRecord.__dataclass_fields__})
 
 
-def _spawn(group: GroupSpec, index: int) -> _Worker:
+def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob) -> _Worker:
     stem = group.workdir / f"w{index}"
     spec = WorkerSpec(
         target=group.target, mode=group.mode, model_folder=str(group.model_folder),
-        sessions=group.sessions_per_process, map_failures=group.map_failures,
-        max_attempts=group.max_attempts, ready_path=f"{stem}.ready.json",
-        result_path=f"{stem}.result.json", log_path=f"{stem}.log",
-        share_ep_contexts=group.share_ep_contexts, qnn_onnx=group.qnn_onnx,
-        weights_bytes=group.weights_bytes,
+        sessions=group.sessions_per_process, ready_path=f"{stem}.ready.json",
+        result_path=f"{stem}.result.json", log_path=f"{stem}.log", weights_bytes=group.weights_bytes,
+        options=dict(group.options), parent_pid=group.parent_pid, parent_create_time=group.parent_create_time,
+        release_timeout_s=RELEASE_TIMEOUT_S + group.worker_timeout_s,
         fault_action=group.fault_actions.get(index, ""),
     )
     for stale in (spec.ready_path, spec.result_path):  # from an earlier run into the same --out:
         Path(stale).unlink(missing_ok=True)  # a leftover "ready" would end the barrier early
     spec.write(Path(f"{stem}.spec.json"))
-    log_file = open(spec.log_path, "wb")  # noqa: SIM115 - closed in _finish
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.runner.worker", f"{stem}.spec.json"],
-        stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT,
-        cwd=str(Path(__file__).resolve().parent.parent),
-    )
+    interpreter, env = worker_interpreter()
+    log_file = open(spec.log_path, "wb")  # closed in kill_all
+    try:
+        proc = subprocess.Popen(
+            [interpreter, "-m", "harness.runner.worker", f"{stem}.spec.json"],
+            stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT, cwd=str(ROOT), env=env,
+        )
+    except BaseException:
+        log_file.close()
+        raise
+    job.add(getattr(proc, "_handle", 0))
     return _Worker(index, spec, proc, log_file)
 
 
@@ -113,6 +119,17 @@ def _wait_until_ready(workers: list[_Worker], timeout_s: float) -> None:
             time.sleep(POLL_S)
 
 
+def _sample(w: _Worker) -> None:
+    """Sample the process the worker says it is, once that pid is verified to be ours."""
+    reported = w.ready.pid if w.ready is not None else 0
+    if reported and worker_pid_in_tree(w.proc.pid, reported):
+        w.sampled_pid = reported
+        w.memory = sample_process(reported)
+    else:
+        w.memory = MemorySample(note=f"worker reported pid {reported}, which is not process {w.proc.pid} or "
+                                     "one of its children: not sampled")
+
+
 def _release(workers: list[_Worker]) -> None:
     for w in workers:
         if w.proc.poll() is None and w.proc.stdin is not None:
@@ -128,7 +145,7 @@ def _release(workers: list[_Worker]) -> None:
         except subprocess.TimeoutExpired:
             w.timed_out = True
             w.proc.kill()
-            w.proc.wait()
+            w.proc.wait(timeout=KILL_WAIT_S)
 
 
 def kill_all(workers: list[_Worker]) -> None:
@@ -137,7 +154,7 @@ def kill_all(workers: list[_Worker]) -> None:
         if w.proc.poll() is None:
             w.proc.kill()
         try:
-            w.proc.wait(timeout=10)
+            w.proc.wait(timeout=KILL_WAIT_S)
         except subprocess.TimeoutExpired:
             pass
         if w.proc.stdin is not None:
@@ -185,9 +202,10 @@ def _row(group: GroupSpec, w: _Worker) -> ResultRow:
         error = f"{error} ({how})"
     init = None if record.load_s is None or record.create_s is None else record.load_s + record.create_s
     return ResultRow(
-        target=group.target, mode=group.mode, disable_file_mapped_weights=w.spec.disable_flag,
+        target=group.target, mode=group.mode, disable_file_mapped_weights=disable_flag(group.mode),
         processes=group.processes, sessions_per_process=group.sessions_per_process,
-        repeat=group.repeat, worker=w.index, pid=w.proc.pid, path_taken=record.path_taken or None,
+        repeat=group.repeat, worker=w.index, pid=w.sampled_pid or record.pid or w.proc.pid,
+        path_taken=record.path_taken or None,
         map_attempts=record.map_attempts, ep_file_mapping=record.ep_file_mapping,
         init_s=init, load_s=record.load_s, create_s=record.create_s, first_run_s=record.first_run_s,
         rss_bytes=w.memory.rss_bytes, uss_bytes=w.memory.uss_bytes, pss_bytes=w.memory.pss_bytes,
@@ -203,23 +221,20 @@ def run_group(group: GroupSpec) -> GroupResult:
     group.workdir.mkdir(parents=True, exist_ok=True)
     before = system_available_bytes()
     workers: list[_Worker] = []
+    job = KillOnCloseJob()
+    during = None
     try:
         for i in range(group.processes):
-            workers.append(_spawn(group, i))
+            workers.append(_spawn(group, i, job))
         _wait_until_ready(workers, group.worker_timeout_s)
-        ready = [w for w in workers if w.ready is not None and w.proc.poll() is None]
-        for w in ready:
-            w.memory = sample_process(w.proc.pid)
+        for w in workers:
+            if w.ready is not None and w.proc.poll() is None:
+                _sample(w)
         during = system_available_bytes()
         _release(workers)
     finally:
         kill_all(workers)
-    delta = before - during if workers and any(w.ready for w in workers) else None
+        job.close()
+    delta = before - during if during is not None and any(w.ready for w in workers) else None
     rows = [_row(group, w) for w in workers]
     return GroupResult(rows, delta)
-
-
-def group_dict(group: GroupSpec) -> dict:
-    data = asdict(group)
-    data["model_folder"], data["workdir"] = str(group.model_folder), str(group.workdir)
-    return data

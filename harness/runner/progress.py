@@ -1,4 +1,6 @@
-"""Progress of a long run, on stderr (stdout carries the summary table)."""
+"""Progress of a long run, on stderr (stdout carries the summary table).
+
+Text from data (worker errors, paths) is printed as it is, never as rich markup."""
 
 from __future__ import annotations
 
@@ -8,12 +10,12 @@ from harness.core.units import fmt_seconds
 
 
 class Progress:
-    """One line per group: which group, then how it went. Plain text, so CI logs read well."""
+    """One line per group: which group, then how it went."""
 
     def __init__(self, quiet: bool = False) -> None:
-        from rich.console import Console
+        from harness.console import make_console
 
-        self.console = Console(stderr=True, highlight=False)
+        self.console = make_console(stderr=True)
         self.quiet = quiet
         self._t0 = 0.0
 
@@ -30,7 +32,7 @@ class Progress:
         ok = sum(1 for r in result.rows if r.output_ok)
         failed = len(result.rows) - ok
         took = fmt_seconds(time.monotonic() - self._t0)
-        status = f"{ok} ok" + (f", [bold red]{failed} failed[/]" if failed else "")
+        status = f"{ok} ok" + (f", {failed} failed" if failed else "")
         self.note(f"[{index + 1}/{total}] done in {took}: {status}")
         for row in result.rows:
             if row.error:

@@ -7,40 +7,42 @@ timings and output check; memory is sampled by the parent while every worker is 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-SPEC_VERSION = 1
+from harness.core.files import write_json_atomic
+
+SPEC_VERSION = 2
 
 
 @dataclass
 class WorkerSpec:
     target: str
     mode: str  # "mapped" | "heap"
-    model_folder: str  # PreparedModel folder (cpu, ort-native) or compiled model folder (qnn)
+    model_folder: str  # the PreparedModel folder (manifest.json, reference.npz)
     sessions: int = 1
-    map_failures: int = 0
-    max_attempts: int = 3
     ready_path: str = ""
     result_path: str = ""
     log_path: str = ""
-    share_ep_contexts: bool = False
-    qnn_onnx: str = ""  # compiled EPContext model (qnn)
     weights_bytes: int = 0  # bytes the sessions load: weights file, or the QNN context binary
-    fault_action: str = ""  # test hook: "crash", "hang", "raise", "sigbus" (reliability suites)
+    options: dict[str, Any] = field(default_factory=dict)  # the target's options and prepared paths
+    #: The harness that started this worker (pid + creation time, as psutil reports it): the
+    #: worker watches THIS process, not whatever ``getppid()`` says when it starts (if the
+    #: harness died first, that is already init).
+    parent_pid: int = 0
+    parent_create_time: float = 0.0
+    #: How long the worker waits at the barrier for its release before giving up.
+    release_timeout_s: float = 3600.0
+    fault_action: str = ""  # test hook: "crash", "signal", "hang", "raise" (reliability suites)
     spec_version: int = SPEC_VERSION
-
-    @property
-    def disable_flag(self) -> str:
-        return "1" if self.mode == "heap" else "0"
 
     def write(self, path: Path) -> None:
         write_json_atomic(path, asdict(self))
 
     @classmethod
     def read(cls, path: Path) -> WorkerSpec:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
         if data.get("spec_version") != SPEC_VERSION:
             raise ValueError(f"{path}: spec_version {data.get('spec_version')} != {SPEC_VERSION}")
         return cls(**data)
@@ -50,7 +52,7 @@ class WorkerSpec:
 class WorkerRecord:
     """What a worker measured about itself (the parent adds memory and exit status)."""
 
-    pid: int = 0
+    pid: int = 0  # the worker's own pid: the process the parent samples
     path_taken: str = ""
     map_attempts: int | None = None
     map_errors: list[str] = field(default_factory=list)
@@ -65,10 +67,6 @@ class WorkerRecord:
     peak_bytes: int | None = None
     error: str = ""
 
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    """Write then rename: a reader never sees half a record."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    @classmethod
+    def from_dict(cls, data: dict) -> WorkerRecord:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})

@@ -1,27 +1,31 @@
-"""`harness run`: plan the groups, run them, write results, summary, metadata and report.
+"""`harness run`: plan the groups, run them, write results, summary and metadata.
 
 Data flows one way: options -> prepared model -> groups of workers -> `ResultRow`s ->
-`SummaryRow`s -> CSV / stdout table / HTML report. results.csv and summary.csv are
-rewritten (atomically) after every group, and metadata.json says whether the run is
-"running", "complete" or "interrupted", so a partial run never looks complete.
+`SummaryRow`s -> CSV files. The runner records facts only; what they mean (notes, gates,
+verdicts) is `harness.core`'s job, and the report is rendered by the command line after the
+run. results.csv and summary.csv are rewritten (atomically) after every group, and
+metadata.json says whether the run is "running", "complete" or "interrupted", so a partial run
+never looks complete.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import shlex
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness.core.errors import InputError
-from harness.core.schema import FORMAT_VERSION, ResultRow, SummaryRow
-from harness.core.summary import summarize
-from harness.models import PreparedModel
+from harness.core.files import check_creatable, write_json_atomic
+from harness.core.rundata import METADATA_JSON
+from harness.core.schema import FORMAT_VERSION, MODES, ResultRow, SummaryRow
+from harness.core.summary import group_key, summarize
+from harness.core.tables import write_run_tables
 from harness.runner.group import GroupResult, GroupSpec, run_group
-from harness.runner.spec import write_json_atomic
+from harness.targets import get_target
+from harness.targets.base import Prepared, Target
 
 #: Memory a worker needs beyond the weights (Python, numpy, ORT, arenas): measured ~60-120 MiB
 #: here; 200 MiB keeps the refusal conservative.
@@ -33,27 +37,28 @@ MEMORY_BUDGET_SHARE = 0.85
 @dataclass
 class RunOptions:
     target: str = "cpu"
+    target_options: dict[str, Any] = field(default_factory=dict)  # the target's own options, generic
+    peer: str | None = None  # a second target measured in mapped mode beside it (e.g. ort-native)
     model: Path | None = None
     model_size: int = 256 * 1024**2
     shapes: dict[str, list[int]] = field(default_factory=dict)
     processes: list[int] = field(default_factory=lambda: [4])
     sessions_per_process: int = 1
-    modes: list[str] = field(default_factory=lambda: ["mapped", "heap"])
+    modes: list[str] = field(default_factory=lambda: list(MODES))
     repeat: int = 1
-    map_failures: int = 0
-    max_attempts: int = 3
     worker_timeout_s: float = 300.0
     out: Path | None = None
-    embed_mode: int = 0
-    share_ep_contexts: bool = False
     cache_dir: Path | None = None
-    gates: list[str] = field(default_factory=list)
-    gates_file: Path | None = None
+    gates: list[str] = field(default_factory=list)  # user gate expressions (validated before any work)
     default_gates: bool = True
-    history: Path | None = None
-    report: bool = True
+    labels: dict[str, str] = field(default_factory=dict)  # KEY=VALUE tags (device kind...) for history
     fault_actions: dict[int, str] = field(default_factory=dict)
     command: str = ""
+
+    def options_of(self, target: Target) -> dict[str, Any]:
+        """``target``'s options: its defaults, overridden by what was given (for the run's own target)."""
+        given = self.target_options if target.name == self.target else {}
+        return {o.name: given.get(o.name, o.default) for o in target.options}
 
 
 @dataclass
@@ -62,30 +67,19 @@ class RunOutcome:
     rows: list[ResultRow]
     summary: list[SummaryRow]
     exit_code: int
-    notes: list[str]
+    status: str
 
 
-def prepare_model(opts: RunOptions) -> tuple[PreparedModel, str, int]:
-    """The model folder workers load, for qnn the compiled EPContext model path, and the
-    bytes the sessions load (weights file, or QNN context binary)."""
-    from harness import models
-
-    if opts.target == "qnn":
-        from harness.targets.qnn.compile import prepare_qnn_model
-
-        return prepare_qnn_model(opts)
-    if opts.model is not None:
-        model = models.prepare_user_model(opts.model, opts.shapes, cache_dir=opts.cache_dir)
-    else:
-        model = models.generated_matmul_chain(opts.model_size, cache_dir=opts.cache_dir)
-    return model, "", model.weights_bytes
+def command_line(argv: list[str]) -> str:
+    """How this run was started, for the report header (shell-quoted)."""
+    return shlex.join(["python", "-m", "harness", *argv])
 
 
 def estimated_peak_bytes(opts: RunOptions, weights_bytes: int) -> int:
     """Memory the largest group needs: heap copies every session's weights, mapping once."""
     n = max(opts.processes)
     sessions = n * opts.sessions_per_process
-    heap_like = "heap" in opts.modes or opts.map_failures >= opts.max_attempts
+    heap_like = "heap" in opts.modes or get_target(opts.target).mapped_may_copy(opts)
     weights = sessions * weights_bytes if heap_like else weights_bytes
     return weights + n * WORKER_OVERHEAD_BYTES
 
@@ -97,7 +91,7 @@ def expected_weights_bytes(opts: RunOptions) -> int:
         try:
             return opts.model.stat().st_size
         except OSError:
-            return 0  # prepare_model reports the missing file
+            return 0  # preparation reports the missing file
     return opts.model_size
 
 
@@ -115,25 +109,11 @@ def check_memory_budget(opts: RunOptions, weights_bytes: int, available: int) ->
 
 
 def warm_page_cache(path: Path) -> None:
-    """Read the weights once so both modes start from a warm page cache: init times then
-    compare mapping with copying, not a cold disk with a warm one."""
+    """Read a file once so both modes start from a warm page cache: init times then compare
+    mapping with copying, not a cold disk with a warm one."""
     with open(path, "rb", buffering=0) as f:
         while f.read(16 * 1024**2):
             pass
-
-
-def check_creatable(path: Path, option: str, *, folder: bool) -> None:
-    """Refuse, before anything is built or measured, a path the run could never write: a
-    file on its way, or (``folder``) a file where the folder should be, or (not ``folder``)
-    a folder where the file should be. Creates nothing."""
-    if path.exists() and path.is_dir() != folder:
-        found, wanted = ("file", "folder") if folder else ("folder", "file")
-        raise InputError(f"{option} {path}: is a {found}, not a {wanted}")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise InputError(f"{option} {path}: {parent} is a file, not a folder")
-            return
 
 
 def make_out_dir(out: Path) -> None:
@@ -144,123 +124,129 @@ def make_out_dir(out: Path) -> None:
         raise InputError(f"--out {out}: cannot create the folder ({err.strerror or err})") from None
 
 
-def default_out_dir() -> Path:
+def default_out_dir(prefix: str = "run") -> Path:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("results") / f"run-{stamp}"
+    return Path("results") / f"{prefix}-{stamp}"
 
 
-def plan_groups(opts: RunOptions, model: PreparedModel, qnn_onnx: str, weights_bytes: int,
-                out: Path) -> list[GroupSpec]:
+def check_options(opts: RunOptions) -> None:
+    """Everything that can be refused before work starts (target-independent rules first)."""
+    if opts.shapes and opts.model is None:
+        raise InputError("--shape fixes inputs of --model; the generated model has static shapes")
+    if opts.peer is not None:
+        if opts.peer == opts.target:
+            raise InputError(f"--peer {opts.peer}: the peer must be another target than --target")
+        if "mapped" not in opts.modes:
+            raise InputError("--peer is compared with the mapped mode: keep mapped in --modes")
+    get_target(opts.target).check(opts)
+
+
+def plan_groups(
+    opts: RunOptions, prepared: dict[str, Prepared], out: Path, parent: tuple[int, float]
+) -> list[GroupSpec]:
+    """Every (target, mode, N, repeat) group in run order: repeats outermost, so a drift over
+    time spreads over both modes instead of biasing one."""
     groups = []
     for repeat in range(opts.repeat):
         for n in opts.processes:
-            for mode in opts.modes:
+            plan = [(opts.target, mode) for mode in opts.modes]
+            if opts.peer is not None:
+                plan.append((opts.peer, "mapped"))
+            for target_name, mode in plan:
+                target = get_target(target_name)
+                ready = prepared[target_name]
                 groups.append(GroupSpec(
-                    target=opts.target, mode=mode, processes=n,
+                    target=target_name, mode=mode, processes=n,
                     sessions_per_process=opts.sessions_per_process, repeat=repeat,
-                    model_folder=model.folder.resolve(),
-                    workdir=(out / "workers" / f"{opts.target}-{mode}-n{n}-r{repeat}").resolve(),
-                    worker_timeout_s=opts.worker_timeout_s, map_failures=opts.map_failures,
-                    max_attempts=opts.max_attempts, share_ep_contexts=opts.share_ep_contexts,
-                    qnn_onnx=qnn_onnx, weights_bytes=weights_bytes, fault_actions=opts.fault_actions,
+                    model_folder=ready.model.folder.resolve(),
+                    workdir=(out / "workers" / f"{target_name}-{mode}-n{n}-r{repeat}").resolve(),
+                    worker_timeout_s=opts.worker_timeout_s, weights_bytes=ready.weights_bytes,
+                    options={**opts.options_of(target), **ready.worker_options},
+                    parent_pid=parent[0], parent_create_time=parent[1],
+                    fault_actions=opts.fault_actions if target_name == opts.target else {},
                 ))
     return groups
 
 
-def run_notes(opts: RunOptions, rows: list[ResultRow]) -> list[str]:
-    """Plain-language notes that travel with the results (and lead the report)."""
-    notes = []
-    if any(r.ep_file_mapping == "unavailable" for r in rows):
-        notes.append("The QNN EP's file-mapped weights feature is unavailable on this platform "
-                     "(it needs Windows on ARM64): mapped and heap runs both took the heap path, "
-                     "so no difference between them is expected here.")
-    if sys.platform.startswith("linux") and 1 in opts.processes:
-        notes.append("With N=1 a mapped file's pages are private to the one process, so USS counts "
-                     "them; sharing shows from N=2 on.")
-    fallbacks = [r for r in rows if r.path_taken == "fallback"]
-    if fallbacks:
-        notes.append(f"{len(fallbacks)} worker(s) fell back to the heap after mapping failed.")
-    return notes
-
-
-def _metadata(opts: RunOptions, model: PreparedModel, weights_bytes: int, started: str, status: str, t0: float,
-              notes: list[str], env: dict) -> dict:
+def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, status: str, t0: float,
+              env: dict) -> dict:
+    target = get_target(opts.target)
+    own = prepared.get(opts.target)
+    default_gates = target.default_gates(opts) if opts.default_gates else []
     return {
         "format_version": FORMAT_VERSION,
         "status": status,
         "run": {
-            "target": opts.target, "model": model.source, "weights_bytes": weights_bytes,
+            "run_id": None,  # filled in by execute: the folder name
+            "target": opts.target, "target_options": opts.options_of(target), "peer": opts.peer,
+            "model": own.source if own else (str(opts.model) if opts.model else "generated"),
+            "weights_bytes": own.weights_bytes if own else None,
             "processes": opts.processes, "sessions_per_process": opts.sessions_per_process,
-            "modes": opts.modes, "repeat": opts.repeat, "map_failures": opts.map_failures,
-            "max_attempts": opts.max_attempts, "embed_mode": opts.embed_mode,
-            "share_ep_contexts": opts.share_ep_contexts, "started": started,
+            "modes": opts.modes, "repeat": opts.repeat, "labels": opts.labels, "started": started,
             "finished": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
             "duration_s": round(time.monotonic() - t0, 3), "command": opts.command,
         },
+        "gates": list(opts.gates),
+        "default_gates": [{"expr": expr, "why": why} for expr, why in default_gates],
+        "target_notes": target.notes(opts),
         "env": env,
-        "notes": notes,
     }
 
 
 def write_outputs(out: Path, rows: list[ResultRow], deltas: dict, meta: dict) -> list[SummaryRow]:
-    from harness.core.tables import write_run_tables
-
     summary = summarize(rows, deltas)
     write_run_tables(out, rows, summary, run_id=out.name)
-    write_json_atomic(out / "metadata.json", meta)
+    meta["run"]["run_id"] = out.name
+    write_json_atomic(out / METADATA_JSON, meta)
     return summary
+
+
+def prepare_all(opts: RunOptions, progress) -> dict[str, Prepared]:
+    """The run's target (and peer) prepared: models built or taken from the cache."""
+    prepared = {}
+    for name in [opts.target, *([opts.peer] if opts.peer else [])]:
+        progress.note(f"preparing the {name} model (built once, then cached)...")
+        prepared[name] = get_target(name).prepare(opts, progress)
+        progress.note(f"model: {prepared[name].source}, {prepared[name].weights_bytes} bytes of weights")
+    return prepared
 
 
 def execute(opts: RunOptions, progress) -> RunOutcome:
     """Run every group; on Ctrl-C, write what was measured and mark the run interrupted."""
-    from harness.core.metadata import environment
     from harness.runner.memory import system_available_bytes
+    from harness.runner.metadata import environment
+    from harness.runner.spawn import harness_identity
 
+    check_options(opts)
     check_memory_budget(opts, expected_weights_bytes(opts), system_available_bytes())
     out = opts.out or default_out_dir()
     check_creatable(out, "--out", folder=True)
-    if opts.history is not None:
-        check_creatable(opts.history, "--history", folder=False)
-    progress.note(f"preparing the {opts.target} model (built once, then cached)...")
-    model, qnn_onnx, weights_bytes = prepare_model(opts)
-    progress.note(f"model: {model.source}, {weights_bytes} bytes of weights")
-    check_memory_budget(opts, weights_bytes, system_available_bytes())
+    prepared = prepare_all(opts, progress)
+    check_memory_budget(opts, prepared[opts.target].weights_bytes, system_available_bytes())
     make_out_dir(out)
     started = dt.datetime.now().astimezone().isoformat(timespec="seconds")
     t0 = time.monotonic()
-    if opts.target == "qnn":
-        for path in (Path(qnn_onnx), *Path(qnn_onnx).parent.glob("*.bin")):
-            warm_page_cache(path)
-    else:
-        warm_page_cache(model.weights_path)
-    groups = plan_groups(opts, model, qnn_onnx, weights_bytes, out)
+    for path in dict.fromkeys(p for ready in prepared.values() for p in ready.warm_files):
+        warm_page_cache(path)
+    groups = plan_groups(opts, prepared, out, harness_identity())
     env = environment()
     rows: list[ResultRow] = []
     deltas: dict[tuple, int | None] = {}
     status = "running"
-    write_outputs(out, rows, deltas, _metadata(opts, model, weights_bytes, started, status, t0, [], env))
+    write_outputs(out, rows, deltas, _metadata(opts, prepared, started, status, t0, env))
     try:
         for i, group in enumerate(groups):
             progress.group_started(i, len(groups), group)
             result: GroupResult = run_group(group)
             rows.extend(result.rows)
-            deltas[(group.target, group.mode, group.processes, group.sessions_per_process,
-                    group.repeat)] = result.system_delta_bytes
+            deltas[group_key(group)] = result.system_delta_bytes
             progress.group_finished(i, len(groups), group, result)
-            write_outputs(out, rows, deltas, _metadata(opts, model, weights_bytes, started, status, t0, [], env))
+            write_outputs(out, rows, deltas, _metadata(opts, prepared, started, status, t0, env))
         status = "complete"
     except KeyboardInterrupt:
         status = "interrupted"
-    notes = run_notes(opts, rows)
-    summary = write_outputs(out, rows, deltas, _metadata(opts, model, weights_bytes, started, status, t0, notes, env))
+    summary = write_outputs(out, rows, deltas, _metadata(opts, prepared, started, status, t0, env))
     failed = any(s.failed_workers for s in summary)
     code = 130 if status == "interrupted" else (1 if failed else 0)
-    return RunOutcome(out, rows, summary, code, notes)
+    return RunOutcome(out, rows, summary, code, status)
 
-
-def command_line(argv: list[str]) -> str:
-    return " ".join(shlex.quote(a) for a in ["python", "-m", "harness", *argv])
-
-
-def load_metadata(out: Path) -> dict:
-    return json.loads((out / "metadata.json").read_text())

@@ -1,9 +1,14 @@
 """A worker process: ``python -m harness.runner.worker SPEC.json``.
 
-Creates its M sessions, runs one inference and checks it against the reference, writes a
-"ready" record, then blocks on stdin until the parent has sampled every worker's memory
-(the barrier), writes its final record and exits. Its stdout/stderr go to a log file the
-parent chose (ORT and the QNN EP log there); results go only to the JSON files.
+Creates its M sessions through its target, runs one inference and checks it against the
+reference, writes a "ready" record, then blocks until the parent has sampled every worker's
+memory (the barrier, with a deadline of its own), writes its final record and exits. Its
+stdout/stderr go to a log file the parent chose (ORT and the QNN EP log there); results go
+only to the JSON files.
+
+A worker never outlives the harness that started it (`exit_with_parent`): the kernel kills it
+(Linux: ``PR_SET_PDEATHSIG``; Windows: the parent's kill-on-close job object), and a watchdog
+thread checks the parent named in the spec as a second line of defence.
 """
 
 from __future__ import annotations
@@ -17,45 +22,76 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
-from harness.runner.spec import WorkerRecord, WorkerSpec, write_json_atomic
+from harness.core.files import write_json_atomic
+from harness.runner.spec import WorkerRecord, WorkerSpec
 
 #: Exit codes of a worker (the parent maps them to the `error` column).
-EXIT_OK, EXIT_FAILED, EXIT_BAD_SPEC = 0, 1, 2
-#: How often a worker checks that the harness that started it is still alive.
-PARENT_POLL_S = 0.25
+EXIT_OK, EXIT_FAILED, EXIT_BAD_SPEC, EXIT_ORPHANED, EXIT_NOT_RELEASED = 0, 1, 2, 4, 5
+#: How often the watchdog checks that the harness that started it is still alive.
+PARENT_POLL_S = 0.1
+_PR_SET_PDEATHSIG = 1
 
 
-def exit_with_parent(poll_s: float = PARENT_POLL_S) -> None:
-    """End this worker as soon as the harness that started it is gone (SIGKILL, the OOM
-    killer, a crash): the parent's cleanup never runs then, and a worker hung in session
-    creation would outlive the run holding its memory. POSIX: a dead parent's children are
-    re-parented, so ``getppid()`` changes. Windows keeps the old parent id, so there the
-    parent process is looked up by pid and creation time (pids are reused)."""
-    parent = os.getppid()
-    if os.name == "posix":
-        def parent_alive() -> bool:
-            return os.getppid() == parent
-    else:
-        import psutil
+def _set_parent_death_signal() -> bool:
+    """Linux: ask the kernel to SIGKILL us when our parent dies, even inside a long native call
+    (a hung session creation) where no Python thread would ever run again. True if set."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
 
-        try:
-            born = psutil.Process(parent).create_time()
-        except psutil.Error:
-            return
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
-        def parent_alive() -> bool:
-            try:
-                return psutil.Process(parent).create_time() == born
-            except psutil.Error:
-                return False
+
+def parent_alive(pid: int, create_time: float) -> bool:
+    """Is the process ``pid`` that was created at ``create_time`` still running? (pids are
+    reused, so the creation time is part of the identity.)"""
+    if os.name == "posix" and pid:
+        return os.getppid() == pid  # a dead parent's children are re-parented at once
+    import psutil
+
+    try:
+        return abs(psutil.Process(pid).create_time() - create_time) < 0.05
+    except psutil.Error:
+        return False
+
+
+def exit_with_parent(spec: WorkerSpec, poll_s: float = PARENT_POLL_S) -> None:
+    """End this worker as soon as the harness named in the spec is gone (SIGKILL, the OOM
+    killer, a crash): the parent's cleanup never runs then, and a worker would otherwise hold
+    its memory forever. If the parent died before we got here, exit now."""
+    if not spec.parent_pid:
+        return  # started by hand (debugging): nobody to watch
+    _set_parent_death_signal()
+    if not parent_alive(spec.parent_pid, spec.parent_create_time):
+        os._exit(EXIT_ORPHANED)
 
     def watch() -> None:
         while True:
             time.sleep(poll_s)
-            if not parent_alive():
-                os._exit(EXIT_FAILED)
+            if not parent_alive(spec.parent_pid, spec.parent_create_time):
+                os._exit(EXIT_ORPHANED)
 
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def wait_for_release(timeout_s: float) -> bool:
+    """The barrier: block until the parent writes a line (or closes stdin), at most
+    ``timeout_s``. A thread does the read so the wait itself has a deadline on every OS."""
+    released = threading.Event()
+
+    def read() -> None:
+        try:
+            sys.stdin.readline()
+        except (OSError, ValueError):
+            pass
+        released.set()
+
+    threading.Thread(target=read, name="release-reader", daemon=True).start()
+    return released.wait(timeout_s)
 
 
 def apply_fault_action(action: str) -> None:
@@ -70,59 +106,39 @@ def apply_fault_action(action: str) -> None:
         raise RuntimeError("worker raised on purpose (fault_action=raise)")
 
 
-def check_output(outputs: list, reference: dict, names: list[str], rtol: float, atol: float) -> tuple[bool, str]:
-    import numpy as np
-
-    for name, got in zip(names, outputs, strict=False):
-        want = reference[name]
-        if got.shape != want.shape:
-            return False, f"{name}: shape {got.shape} != reference {want.shape}"
-        if not np.allclose(got, want, rtol=rtol, atol=atol):
-            worst = float(np.max(np.abs(got.astype("float64") - want.astype("float64"))))
-            return False, f"{name}: max abs diff {worst:.3g} beyond rtol={rtol} atol={atol}"
-    return True, ""
-
-
-def check_qnn_output(outputs: list, reference: dict, model) -> tuple[bool, str]:
-    """The QNN EP quantizes every activation: compare by cosine and quantization steps."""
-    from harness.targets.qnn.ep import compare_outputs
-
-    for name, got in zip(model.outputs, outputs, strict=False):
-        result = compare_outputs(got, reference[name], quant_step=model.extra.get("quant_step"))
-        if not result["ok"]:
-            return False, f"{name}: {result}"
-    return True, ""
+def _error_text(err: BaseException) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def run_worker(spec: WorkerSpec) -> int:
     from harness.models import PreparedModel, load_reference
-    from harness.targets.base import CREATORS
+    from harness.targets import get_target
 
-    exit_with_parent()
+    exit_with_parent(spec)
     record = WorkerRecord(pid=os.getpid())
     live = None
     try:
         apply_fault_action(spec.fault_action)
-        model = PreparedModel.load(Path(spec.model_folder))
-        live = CREATORS[spec.target](spec, model, record)
+        target = get_target(spec.target)
+        model = PreparedModel.load(Path(spec.model_folder), check_files=False)
+        live = target.create_sessions(spec, model, record)
         feeds, reference = load_reference(model)
         t0 = time.perf_counter()
         outputs = live.sessions[0].run(model.outputs, feeds)
         record.first_run_s = time.perf_counter() - t0
-        if spec.target == "qnn":
-            record.output_ok, record.output_detail = check_qnn_output(outputs, reference, model)
-        else:
-            record.output_ok, record.output_detail = check_output(
-                outputs, reference, model.outputs, model.extra.get("rtol", 1e-4), model.extra.get("atol", 1e-5))
+        record.output_ok, record.output_detail = target.check_output(outputs, reference, model)
         if not record.output_ok:
             record.error = f"wrong output: {record.output_detail}"
-    except Exception as err:  # noqa: BLE001 - a worker's failure is data for the parent
+    except Exception as err:  # a worker's failure is data for the parent
         traceback.print_exc()
-        record.error = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+        record.error = _error_text(err)
         write_json_atomic(Path(spec.result_path), asdict(record))
         return EXIT_FAILED
     write_json_atomic(Path(spec.ready_path), asdict(record))
-    sys.stdin.readline()  # the barrier: the parent samples memory, then releases us
+    if not wait_for_release(spec.release_timeout_s):
+        print(f"not released within {spec.release_timeout_s:g} s: exiting", file=sys.stderr)
+        return EXIT_NOT_RELEASED
     record.peak_bytes = _peak()
     write_json_atomic(Path(spec.result_path), asdict(record))
     live.close()

@@ -1,142 +1,127 @@
-"""Creating a worker's M ORT sessions for each target, timed.
+"""The interface every target implements, in the way psutil keeps one module per platform
+behind one API: the runner and the worker only ever talk to a `Target`.
 
-- cpu: weights loaded by `mapper_impl.load_weights` (mapped, or one private heap buffer per
-  session) and handed to the CPU EP in place with `SessionOptions.add_initializer` over
-  OrtValues that point into the buffer. Prepacking is off: it would copy every weight.
-- ort-native: ORT loads the external-data file itself (it maps it when prepacking is off);
-  heap mode gives ORT the file's bytes in memory, which ORT copies.
-- qnn: the real QNN EP loads a compiled EPContext model, with the provider option
-  `disable_file_mapped_weights` doing the work.
+A target has two sides:
+
+- parent side (the `harness run` process): declare its options, check them against the run's
+  options, prepare the model(s) and their cache, say which files to warm, its notes, its default
+  gates and the versions of what it runs on;
+- worker side (each worker process): create the M sessions, say which path each took, check
+  the outputs against the reference.
+
+Target options travel as one generic mapping (``RunOptions.target_options`` ->
+``WorkerSpec.options``), never as target-named fields threaded through the runner.
 """
 
 from __future__ import annotations
 
-import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from harness.models import PreparedModel
-from harness.runner.spec import WorkerRecord, WorkerSpec
+if TYPE_CHECKING:
+    from harness.models import PreparedModel
+    from harness.runner.spec import WorkerRecord, WorkerSpec
+    from harness.runner.sweep import RunOptions
 
-_PATH_RANK = {"mapped": 0, "heap": 1, "fallback": 2}
+#: Every target gets at least this gate: correctness does not depend on the platform.
+CORRECTNESS_GATE = ("failed_workers==0", "A crash, hang, exception or wrong output is a defect in either mode.")
+
+
+@dataclass(frozen=True)
+class TargetOption:
+    """One option of one target: a command-line flag and a key in the options mapping."""
+
+    name: str  # key in the options mapping, e.g. "embed_mode"
+    flag: str  # command-line flag, e.g. "--embed-mode"
+    default: Any
+    help: str
+    parse: Callable[[str], Any] | None = None  # None: an on/off switch
+    choices: tuple | None = None
+    metavar: str | None = None
+
+
+@dataclass
+class Prepared:
+    """What the parent prepared for the workers; everything here is a fact for metadata."""
+
+    model: PreparedModel  # folder with manifest.json and reference.npz
+    weights_bytes: int  # bytes the sessions load (weights file, or the QNN context binaries)
+    warm_files: list[Path]  # read once before the first group: both modes start from a warm cache
+    worker_options: dict[str, Any] = field(default_factory=dict)  # merged into every WorkerSpec.options
+    source: str = ""  # what was measured, for people
 
 
 @dataclass
 class LiveSessions:
-    """Sessions plus everything that must outlive them (weights, OrtValues)."""
+    """A worker's sessions plus everything that must outlive them (weights, OrtValues)."""
 
     sessions: list = field(default_factory=list)
     keepalive: list = field(default_factory=list)
-    weights: list = field(default_factory=list)
+    closers: list[Callable[[], None]] = field(default_factory=list)
 
     def close(self) -> None:
         self.sessions.clear()
         self.keepalive.clear()
-        for w in self.weights:
-            w.close()
-        self.weights.clear()
+        closers, self.closers = self.closers, []
+        for close in closers:
+            close()
 
 
-def _cpu_session_options():
-    import onnxruntime as ort
+class Target(ABC):
+    """One way of loading weights into ORT sessions, measured mapped vs heap."""
 
-    so = ort.SessionOptions()
-    so.add_session_config_entry("session.disable_prepacking", "1")
-    so.log_severity_level = 2
-    return so
+    name: str
+    summary: str  # one line for --help
+    options: tuple[TargetOption, ...] = ()
+
+    # -- parent side -------------------------------------------------------------------
+    def check(self, opts: RunOptions) -> None:  # noqa: B027 - optional hook, deliberately empty
+        """Refuse (InputError) run options this target cannot honour. Called before any work."""
+
+    @abstractmethod
+    def prepare(self, opts: RunOptions, progress: Any) -> Prepared:
+        """Build or reuse (cache) the model the workers load. InputError for user mistakes."""
+
+    def mapped_may_copy(self, opts: RunOptions) -> bool:
+        """True when mapped-mode workers may end up holding private copies (faults injected):
+        the memory budget then plans for heap-like use in both modes."""
+        return False
+
+    def notes(self, opts: RunOptions) -> list[str]:
+        """Plain-language facts about how this target measures (they travel in metadata)."""
+        return []
+
+    def default_gates(self, opts: RunOptions) -> list[tuple[str, str]]:
+        """(expression, why) pairs judged unless --no-default-gates; recorded in metadata."""
+        return [CORRECTNESS_GATE]
+
+    def versions(self) -> dict[str, str | None]:
+        """Versions of what this target runs on, beyond onnxruntime (metadata, history)."""
+        return {}
+
+    # -- worker side -------------------------------------------------------------------
+    @abstractmethod
+    def create_sessions(self, spec: WorkerSpec, model: PreparedModel, record: WorkerRecord) -> LiveSessions:
+        """Create spec.sessions sessions, timed into ``record`` (load_s, create_s, path_taken...)."""
+
+    def check_output(self, outputs: list, reference: dict, model: PreparedModel) -> tuple[bool, str]:
+        """Compare the first inference with the reference: (ok, detail when not ok)."""
+        return check_close(outputs, reference, model.outputs, model.extra.get("rtol", 1e-4),
+                           model.extra.get("atol", 1e-5))
 
 
-def create_cpu(spec: WorkerSpec, model: PreparedModel, record: WorkerRecord) -> LiveSessions:
+def check_close(outputs: list, reference: dict, names: list[str], rtol: float, atol: float) -> tuple[bool, str]:
+    """Element-wise closeness of every output with the reference, shapes first."""
     import numpy as np
-    import onnxruntime as ort
 
-    from mapper_impl import FaultPlan, load_weights
-
-    model.check_weights_file()  # truncated since the parent prepared it: a clear error, not a bad read
-    faults = FaultPlan(map_failures=spec.map_failures) if spec.map_failures else None
-    live = LiveSessions()
-    record.load_s = record.create_s = 0.0
-    record.map_attempts = 0
-    for _ in range(spec.sessions):
-        t0 = time.perf_counter()
-        weights = load_weights(model.weights_path, disable_file_mapped_weights=spec.disable_flag,
-                               max_attempts=spec.max_attempts, faults=faults)
-        t1 = time.perf_counter()
-        live.weights.append(weights)
-        so = _cpu_session_options()
-        for t in model.tensors:
-            count = t.length // np.dtype(t.dtype).itemsize
-            array = np.frombuffer(weights.buffer, dtype=t.dtype, count=count, offset=t.offset).reshape(t.shape)
-            value = ort.OrtValue.ortvalue_from_numpy(array)
-            live.keepalive.append(value)
-            so.add_initializer(t.name, value)
-        live.sessions.append(ort.InferenceSession(str(model.onnx_path), so, providers=["CPUExecutionProvider"]))
-        t2 = time.perf_counter()
-        record.load_s += t1 - t0
-        record.create_s += t2 - t1
-        record.map_attempts += weights.attempts
-        record.map_errors.extend(weights.errors)
-        if _PATH_RANK[weights.path_taken] >= _PATH_RANK.get(record.path_taken, -1):
-            record.path_taken = weights.path_taken
-    record.weights_bytes = model.weights_bytes
-    return live
-
-
-def create_ort_native(spec: WorkerSpec, model: PreparedModel, record: WorkerRecord) -> LiveSessions:
-    import onnxruntime as ort
-
-    from mapper_impl import load_weights
-
-    model.check_weights_file()
-    live = LiveSessions()
-    record.load_s = record.create_s = 0.0
-    for _ in range(spec.sessions):
-        so = _cpu_session_options()
-        t0 = time.perf_counter()
-        if spec.mode == "heap":
-            weights = load_weights(model.weights_path, disable_file_mapped_weights="1")
-            t1 = time.perf_counter()
-            so.add_external_initializers_from_files_in_memory(
-                [model.weights_path.name], [weights.buffer], [weights.size])
-            live.sessions.append(ort.InferenceSession(str(model.onnx_path), so, providers=["CPUExecutionProvider"]))
-            weights.close()  # ORT copied it: the copy is the heap cost being measured
-        else:
-            t1 = t0
-            live.sessions.append(ort.InferenceSession(str(model.onnx_path), so, providers=["CPUExecutionProvider"]))
-        t2 = time.perf_counter()
-        record.load_s += t1 - t0
-        record.create_s += t2 - t1
-    record.path_taken = "heap" if spec.mode == "heap" else "mapped"
-    record.weights_bytes = model.weights_bytes
-    return live
-
-
-def create_qnn(spec: WorkerSpec, model: PreparedModel, record: WorkerRecord) -> LiveSessions:
-    import onnxruntime as ort
-
-    from harness.targets.qnn.ep import classify_ep_log, qnn_session_options
-
-    live = LiveSessions()
-    t0 = time.perf_counter()
-    for _ in range(spec.sessions):
-        so = qnn_session_options(disable_file_mapped_weights=spec.disable_flag,
-                                 share_ep_contexts=spec.share_ep_contexts)
-        live.sessions.append(ort.InferenceSession(spec.qnn_onnx, so))
-    record.create_s = time.perf_counter() - t0
-    record.load_s = 0.0  # the EP maps or reads the context binary inside session creation
-    log_text = _read_text(spec.log_path)
-    record.ep_file_mapping, record.ep_log_tail = classify_ep_log(
-        log_text, disable_file_mapped_weights=spec.disable_flag)
-    record.path_taken = {"active": "mapped", "retried": "fallback"}.get(record.ep_file_mapping, "heap")
-    record.weights_bytes = spec.weights_bytes or model.weights_bytes
-    return live
-
-
-def _read_text(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return ""
-
-
-CREATORS = {"cpu": create_cpu, "ort-native": create_ort_native, "qnn": create_qnn}
+    for name, got in zip(names, outputs, strict=False):
+        want = reference[name]
+        if got.shape != want.shape:
+            return False, f"{name}: shape {got.shape} != reference {want.shape}"
+        if not np.allclose(got, want, rtol=rtol, atol=atol):
+            worst = float(np.max(np.abs(got.astype("float64") - want.astype("float64"))))
+            return False, f"{name}: max abs diff {worst:.3g} beyond rtol={rtol} atol={atol}"
+    return True, ""

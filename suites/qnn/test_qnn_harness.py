@@ -45,8 +45,9 @@ def test_qnn_run_classifies_the_ep_path(run_harness):
         assert {r.ep_file_mapping for r in rows["mapped"] + rows["heap"]} == {"unavailable"}
         assert all("only available on Windows arm64" in r.ep_log_tail for r in rows["mapped"])
         meta = json.loads((outcome.out / "metadata.json").read_text())
-        assert any("unavailable on this platform" in note for note in meta["notes"])
+        assert meta["run"]["target_options"] == {"embed_mode": 0, "share_ep_contexts": False, "backend_type": "htp"}
         assert "unavailable on this platform" in outcome.stdout
+        assert "verdict: PASS; file mapping: unavailable on this platform" in outcome.stdout
         html = (outcome.out / "report.html").read_text(encoding="utf-8")
         assert "Feature unavailable on this platform" in html  # the report says it in plain words
     assert all(r.weights_bytes and r.weights_bytes >= 8 * 1024**2 * 0.9 for r in rows["mapped"])

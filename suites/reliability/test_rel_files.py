@@ -14,7 +14,6 @@ import pytest
 from rel_support import (
     SMALL,
     assert_no_survivors,
-    assert_usage_error,
     start_harness,
     stop,
     wait_for,
@@ -46,17 +45,20 @@ def _tree(folder: Path) -> dict[str, tuple[int, int, int]]:
             for p in sorted(folder.rglob("*"))}
 
 
-def test_weights_truncated_in_the_model_cache_is_refused(run_harness, tmp_path):
-    """A cached model whose weights.bin was cut short (disk full, an interrupted copy): exit
-    2 naming the file and the remedy, instead of workers reading past its end."""
+def test_weights_truncated_in_the_model_cache_is_rebuilt(run_harness, tmp_path):
+    """A cached model whose weights.bin was cut short (disk full, an interrupted copy) fails
+    the entry's own check: the cache rebuilds it instead of workers reading past its end."""
     model, cache = _tiny_model(tmp_path / "tiny.onnx"), tmp_path / "cache"
     args = ("run", "--model", str(model), "--cache-dir", str(cache), "--processes", "1", "--modes", "mapped",
             "--quiet", "--no-report")
     run_harness(*args, out=tmp_path / "first", check_exit=0)
     (weights,) = cache.glob("user-tiny-*/weights.bin")
-    os.truncate(weights, weights.stat().st_size // 2)
-    outcome = run_harness(*args, out=tmp_path / "second")
-    assert_usage_error(outcome, str(weights), f"has {weights.stat().st_size} bytes", "delete")
+    size = weights.stat().st_size
+    os.truncate(weights, size // 2)
+    run_harness(*args, out=tmp_path / "second", check_exit=0)
+    (rebuilt,) = cache.glob("user-tiny-*/weights.bin")
+    assert rebuilt.stat().st_size == size
+    assert not list(cache.glob(".build-*"))  # no scratch left behind
 
 
 @pytest.mark.memory

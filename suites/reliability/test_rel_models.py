@@ -56,7 +56,7 @@ def models(tmp_path_factory) -> Path:
         ("text.onnx", [], ["not a readable ONNX model"]),
         ("empty.onnx", [], ["not an ONNX model"]),
         ("no-data.onnx", ["--shape", "x=1x16"], ["external data file 'no-data.data'", "is missing"]),
-        ("dynamic.onnx", [], ["input 'x' has dynamic shape [batch, 16]", "--shape x=1x16"]),
+        ("dynamic.onnx", [], ["input shape(s) not static: x[batch,16]", "--shape x=1x16"]),
         ("dynamic.onnx", ["--shape", "y=1x16"], ["unknown input(s) ['y']", "the model's inputs: x"]),
         ("dynamic.onnx", ["--shape", "x=1x2x16"], ["--shape x", "rank 2, got 3 dims"]),
         ("dynamic.onnx", ["--shape", "x=1x8"], ["--shape x", "dimension 1 is fixed to 16", "got 8"]),
@@ -107,7 +107,8 @@ def test_real_packaged_model_runs_with_shapes(run_harness):
     if path is None:
         pytest.skip(f"silero-vad is not installed (pip install silero-vad --no-deps ships {SILERO_MODEL})")
     no_shape = run_harness("run", "--model", str(path), "--processes", "2", "--quiet")
-    assert_usage_error(no_shape, "has dynamic shape", "--shape input=")
+    # every dynamic input in ONE error, each with a ready --shape
+    assert_usage_error(no_shape, "input[batch,sequence]", "state[2,batch,128]", "--shape input=", "--shape state=")
     outcome = run_harness("run", "--model", str(path), "--shape", "input=1x512", "--shape", "state=2x1x128",
                           "--processes", "2", "--quiet", "--no-report", check_exit=0)
     rows = outcome.results()

@@ -88,23 +88,34 @@ def fail_worker(rows: list[ResultRow], index: int = -1, error: str = "RuntimeErr
     return rows
 
 
-def metadata(target: str = "cpu", **run: object) -> dict:
+def metadata(target: str = "cpu", status: str = "complete", **run: object) -> dict:
+    """metadata.json as the runner writes it for ``target`` (its options, default gates and
+    notes come from the target itself, as in a real run)."""
+    from harness.runner.sweep import RunOptions
+    from harness.targets import get_target
+
+    opts = RunOptions(target=target)
+    tgt = get_target(target)
     base = {
-        "target": target, "model": "generated:mlp:256MiB", "weights_bytes": 256 * MIB,
+        "target": target, "target_options": opts.options_of(tgt), "peer": None,
+        "model": "generated:mlp:256MiB", "weights_bytes": 256 * MIB,
         "processes": [1, 2, 4], "sessions_per_process": 1, "modes": ["mapped", "heap"],
-        "repeat": 1, "map_failures": 0, "embed_mode": 0, "share_ep_contexts": False,
+        "repeat": 1, "labels": {},
         "started": "2026-11-29T18:00:00+00:00", "finished": "2026-11-29T18:01:00+00:00",
         "duration_s": 60.0, "command": "python -m harness run --model-size 256MiB",
     }
     base.update(run)
     return {
         "format_version": FORMAT_VERSION,
+        "status": status,
+        "gates": [],
+        "default_gates": [{"expr": e, "why": w} for e, w in tgt.default_gates(opts)],
+        "target_notes": tgt.notes(opts),
         "run": base,
         "env": {"os": "Linux-6.1", "system": "Linux", "arch": "x86_64", "cpu": "test cpu",
                 "cpu_count": 2, "ram_bytes": 24 * GIB, "python": "3.11", "onnxruntime": "1.32.0",
                 "onnxruntime_qnn": "2.7.0", "qnn_sdk": "2.51", "hostname": "testhost",
                 "git_commit": "0123456789abcdef"},
-        "notes": ["synthetic test input"],
     }
 
 

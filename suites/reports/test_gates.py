@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from report_fixtures import MIB, Law, fail_worker, fake_results
+from report_fixtures import MIB, Law, fail_worker, fake_results, metadata
 
 from harness.core.gates import (
     default_gates,
@@ -96,9 +96,14 @@ def test_gates_file(tmp_path):
         read_gates_file(tmp_path / "missing.txt")
 
 
+def _defaults(target: str, **options) -> list:
+    """The gates a run of ``target`` records for itself (what the runner writes to metadata)."""
+    return default_gates(metadata(target, target_options=options))
+
+
 def test_default_gates_pass_on_a_healthy_sweep_and_catch_no_sharing():
     values = gate_values(summarize(fake_results()))
-    gates = default_gates("cpu")
+    gates = _defaults("cpu")
     assert [r.status for r in evaluate(gates, values)] == ["pass"] * len(gates)
     assert all(g.why for g in gates)
     # no sharing at all: both modes cost a copy each (test input from the same law)
@@ -111,13 +116,19 @@ def test_default_gates_skip_saving_checks_for_small_weights_and_one_process():
     small = gate_values(summarize(fake_results(law=Law(weights=16 * MIB))))
     one = gate_values(summarize(fake_results(processes=(1,))))
     for values in (small, one):
-        results = evaluate(default_gates("cpu"), values)
+        results = evaluate(_defaults("cpu"), values)
         assert all(r.passed for r in results)
         assert any(r.status == "skip" for r in results)
 
 
 def test_default_gates_per_target_and_fault_injection():
-    assert [g.expr for g in default_gates("qnn")] == ["failed_workers==0"]
-    assert [g.expr for g in default_gates("cpu", {"map_failures": 2})] == ["failed_workers==0"]
+    from harness.runner.sweep import RunOptions
+    from harness.targets import get_target
+
+    assert [e for e, _ in get_target("qnn").default_gates(RunOptions(target="qnn"))] == ["failed_workers==0"]
+    injected = RunOptions(target="cpu", target_options={"map_failures": 2})
+    assert [e for e, _ in get_target("cpu").default_gates(injected)] == ["failed_workers==0"]
     failed = gate_values(summarize(fail_worker(fake_results())))
-    assert not evaluate(default_gates("qnn"), failed)[0].passed
+    assert not evaluate(_defaults("qnn"), failed)[0].passed
+    # runs written before targets recorded their gates: correctness only
+    assert [g.expr for g in default_gates({})] == ["failed_workers==0"]

@@ -7,6 +7,7 @@ import json
 from report_fixtures import fake_results, metadata, write_run
 
 from harness.core.rundata import load_run
+from harness.core.verdict import judge
 from reports.history import (
     append_history,
     history_columns,
@@ -21,7 +22,7 @@ def make_run(tmp_path, name, day, commit, target="cpu", host="testhost"):
     meta = metadata(target, started=f"2026-11-{day:02d}T02:00:00+00:00")
     meta["env"] |= {"git_commit": commit, "hostname": host}
     folder = write_run(tmp_path / name, fake_results(target=target, processes=(1, 2)), meta)
-    return load_run(folder)
+    return judge(load_run(folder))
 
 
 def test_create_then_append(tmp_path):
@@ -31,7 +32,8 @@ def test_create_then_append(tmp_path):
     header, rows = read_history(history)
     assert header == history_columns()
     kinds = [r["record"] for r in rows]
-    assert kinds == ["summary"] * len(first.summary) + ["headline"]
+    assert kinds == ["summary"] * len(first.run.summary) + ["headline"]
+    assert rows[-1]["verdict"] == "pass" and rows[-1]["onnxruntime"] == "1.32.0"
     assert append_history(history, make_run(tmp_path, "r2", 2, "bbbbbbb2"))
     _, rows = read_history(history)
     assert [r["run_id"] for r in rows if r["record"] == "headline"] == ["r1", "r2"]

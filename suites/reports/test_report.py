@@ -8,7 +8,7 @@ import re
 import pytest
 from report_fixtures import fail_worker, fake_results, metadata, write_run
 
-from reports import render_run_report, report_main
+from reports import render_runs, report_main
 
 EXTERNAL = re.compile(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", re.I)
 
@@ -54,8 +54,9 @@ def test_failures_are_highlighted_and_fail_the_default_gate(failed_run, capsys):
 
 
 def test_qnn_unavailable_run_says_so(qnn_run):
-    outcome = render_run_report(qnn_run, gates=None, history=None)
-    assert outcome.passed and outcome.path == qnn_run / "report.html"
+    outcome = render_runs([qnn_run])
+    assert outcome.exit_code == 0 and outcome.path == qnn_run / "report.html"
+    assert outcome.judgements[0].feature.state == "unavailable"
     html = outcome.path.read_text()
     assert "Feature unavailable on this platform" in html
     assert "measure the same path" in html
@@ -101,7 +102,7 @@ def test_history_adds_a_trend_chart(tmp_path):
     for day in (1, 2):
         meta = metadata(started=f"2026-11-0{day}T00:00:00+00:00")
         run = write_run(tmp_path / f"night-{day}", fake_results(), meta)
-        outcome = render_run_report(run, gates=[], history=history)
+        outcome = render_runs([run], history=history)
         assert outcome.history_appended == [f"night-{day}"]
     html = outcome.path.read_text()
     assert "Headline ratios (mapped / heap) over recent runs" in html

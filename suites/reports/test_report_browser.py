@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from report_fixtures import fail_worker, fake_results, metadata, write_run
 
-from reports import render_report
+from reports import render_runs
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
 pytestmark = pytest.mark.skipif(
@@ -72,12 +72,12 @@ def test_report_renders_charts_without_console_errors(tmp_path):
     for day in (1, 2):  # two nights so the trend chart has a line
         meta = metadata(started=f"2026-11-0{day}T01:00:00+00:00")
         cpu = write_run(tmp_path / f"cpu-night-{day}", fake_results(), meta)
-        render_report([cpu], tmp_path / "scratch.html", history=history)
+        render_runs([cpu], tmp_path / "scratch.html", history=history)
     failed = write_run(tmp_path / "failed", fail_worker(fake_results(processes=(2,))))
     qnn = write_run(tmp_path / "qnn", fake_results(target="qnn", ep_file_mapping="unavailable",
                                                    processes=(1, 2)), metadata("qnn"))
     page = tmp_path / "report.html"
-    render_report([cpu, failed, qnn], page, history=history)
+    render_runs([cpu, failed, qnn], page, history=history)
 
     rendered = open_headless(page, tmp_path)
     assert rendered.console == [], rendered.console

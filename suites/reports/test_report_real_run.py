@@ -12,7 +12,8 @@ import pytest
 
 from harness.core.rundata import load_run
 from harness.core.schema import ResultRow
-from reports import read_frame, read_long, render_run_report
+from harness.core.tables import read_frame, read_long
+from reports import render_runs
 
 
 @pytest.mark.memory
@@ -29,8 +30,8 @@ def test_real_run_report(run_harness, tmp_path):
     frame = read_frame(out / "results.csv", ResultRow)
     assert len(frame) == 6 and frame["uss_bytes"].notna().all()
 
-    report = render_run_report(out, gates=["failed_workers==0"], history=tmp_path / "h.csv")
-    assert report.gates_passed, report.gate_lines()
+    report = render_runs([out], gates=["failed_workers==0"], history=tmp_path / "h.csv")
+    assert report.exit_code == 0, [j.gate_lines() for j in report.judgements]
     html = report.path.read_text()
     assert html.count('<svg class="chart"') >= 3 and "shared pages" in html
     assert "Small weights" in html  # 16 MiB: the note explains why ratios stay near 1

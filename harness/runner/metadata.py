@@ -38,13 +38,19 @@ def git_commit(cwd: Path | None = None) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def qnn_sdk_version() -> str | None:
-    try:
-        from harness.targets.qnn.ep import qnn_versions
+def target_versions() -> dict[str, str | None]:
+    """Versions every target reports (onnxruntime-qnn, the QNN SDK...): in every run's
+    metadata whatever its target, so runs of different targets compare side by side."""
+    from harness.targets import all_targets
 
-        return qnn_versions().get("qnn_sdk")
-    except Exception:  # noqa: BLE001 - metadata never fails a run
-        return None
+    versions: dict[str, str | None] = {}
+    for target in all_targets():
+        try:
+            reported = target.versions()
+        except Exception:  # metadata never fails a run
+            continue
+        versions.update({k: v for k, v in reported.items() if v is not None or k not in versions})
+    return versions
 
 
 def environment() -> dict:
@@ -60,8 +66,8 @@ def environment() -> dict:
         "python": platform.python_version(),
         "onnxruntime": package_version("onnxruntime"),
         "onnxruntime_qnn": package_version("onnxruntime-qnn"),
-        "qnn_sdk": qnn_sdk_version(),
+        "qnn_sdk": None,
         "numpy": package_version("numpy"),
         "hostname": socket.gethostname(),
         "git_commit": git_commit(),
-    }
+    } | {k: v for k, v in target_versions().items() if v is not None}

@@ -1,0 +1,124 @@
+"""The model cache: generated, externalised and compiled models, built once and reused.
+
+Why a cache: a 1 GiB generated model takes seconds to build and a QNN compilation even more;
+both are deterministic functions of their inputs, so they are built once per machine. Where:
+``$HARNESS_CACHE_DIR`` or ``~/.cache/qnn-fmw-harness`` (``--cache-dir`` per run).
+
+One mechanism for every entry (`cached_build`): an entry is a folder named by a key that covers
+everything it was built from; it is built in a scratch folder beside it and published with one
+rename, so a reader never sees half an entry and a build killed half-way leaves only scratch,
+which the next build removes. An entry that fails its own check (``load`` raises
+`CorruptEntry`) is rebuilt, once; a second failure is an `InputError` naming the entry.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from harness.core.errors import InputError
+
+T = TypeVar("T")
+SCRATCH_PREFIX = ".build-"
+#: Scratch older than this is removed even if its pid looks alive (pids are reused).
+STALE_SCRATCH_S = 24 * 3600
+
+
+class CorruptEntry(Exception):
+    """A cache entry exists but fails its own consistency check."""
+
+
+def default_cache_dir() -> Path:
+    """``$HARNESS_CACHE_DIR`` or ``~/.cache/qnn-fmw-harness``."""
+    env = os.environ.get("HARNESS_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "qnn-fmw-harness"
+
+
+def _scratch_owner_alive(path: Path) -> bool:
+    """Scratch is named ``.build-<entry>-<pid>-<token>``: alive while that pid runs (and young)."""
+    try:
+        pid = int(path.name.rsplit("-", 2)[-2])
+        if time.time() - path.stat().st_mtime > STALE_SCRATCH_S:
+            return False
+    except (ValueError, IndexError, OSError):
+        return False
+    import psutil
+
+    return pid == os.getpid() or psutil.pid_exists(pid)
+
+
+def remove_stale_scratch(parent: Path) -> list[Path]:
+    """Delete scratch folders left by builds that were killed; returns what was removed."""
+    removed = []
+    try:
+        candidates = [p for p in parent.iterdir() if p.name.startswith(SCRATCH_PREFIX)]
+    except OSError:
+        return removed
+    for path in candidates:
+        if not _scratch_owner_alive(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _mkdir(parent: Path) -> None:
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"model cache {parent}: cannot create a folder there "
+                         f"({err.strerror or err}); choose another with --cache-dir") from None
+
+
+def _discard(folder: Path) -> None:
+    """Move a corrupt entry out of the way first (one rename), then delete it."""
+    trash = folder.with_name(f"{SCRATCH_PREFIX}{folder.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}-trash")
+    try:
+        os.rename(folder, trash)
+    except OSError:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def cached_build(folder: Path, build: Callable[[Path], None], load: Callable[[Path], T]) -> T:
+    """The entry in ``folder``: ``load(folder)`` if it is there and sound, else
+    ``build(scratch)`` and publish scratch as ``folder`` atomically, then ``load`` it.
+
+    ``load`` raises `CorruptEntry` for an entry that fails its check; ``build`` raises
+    InputError for user mistakes (propagated) and OSError for a full or read-only disk
+    (turned into one InputError naming the cache)."""
+    folder = Path(folder)
+    if folder.exists():
+        try:
+            return load(folder)
+        except CorruptEntry:
+            _discard(folder)
+    _mkdir(folder.parent)
+    remove_stale_scratch(folder.parent)
+    scratch = folder.with_name(f"{SCRATCH_PREFIX}{folder.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        try:
+            scratch.mkdir()
+            build(scratch)
+        except OSError as err:  # disk full, quota, a cache folder gone read-only mid-build
+            raise InputError(f"model cache {folder.parent}: cannot write the model "
+                             f"({err.strerror or err}); free space or choose another --cache-dir") from None
+        try:
+            os.rename(scratch, folder)
+        except OSError:
+            if not folder.exists():
+                raise InputError(f"model cache {folder.parent}: cannot publish {folder.name}") from None
+            # another process published the same entry first: use theirs
+        try:
+            return load(folder)
+        except CorruptEntry as err:
+            raise InputError(f"model cache entry {folder} is corrupt ({err}); delete it "
+                             f"(python -m harness cache clear)") from None
+    finally:
+        if scratch.exists():
+            shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,131 @@
+"""The one interpretation of a run: its gate results, its notes, the state of the feature and
+the overall verdict. The terminal, the HTML report, `harness report`, `harness bench` and the
+tests all call `judge`, so they cannot disagree about what a run means.
+
+Verdicts come only from positive evidence: a run that did not complete, or that holds no
+worker with a correct output, is "incomplete" (never "pass"), whatever its gates say.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .gates import Gate, GateResult, default_gates, evaluate, gate_values, parse_gates
+from .notes import Note, run_notes
+from .rundata import RunData
+from .summary import row_ok
+
+VERDICTS = ("pass", "fail", "incomplete")
+
+
+@dataclass(frozen=True)
+class FeatureState:
+    """Was file mapping really exercised in mapped mode? ``state`` is one of: active (every
+    mapped-mode worker took the mapped path, with evidence), partial, unavailable (the EP's
+    platform gate), disabled, unknown (no evidence), not-measured (no mapped-mode worker)."""
+
+    state: str
+    text: str
+
+    @property
+    def exercised(self) -> bool:
+        return self.state == "active"
+
+
+@dataclass
+class Judgement:
+    run: RunData
+    values: dict[str, float | int | None]
+    gates: list[GateResult]
+    notes: list[Note]
+    feature: FeatureState
+    verdict: str  # "pass" | "fail" | "incomplete"
+    reasons: list[str] = field(default_factory=list)  # why not "pass"
+
+    @property
+    def gates_passed(self) -> bool:
+        return all(g.passed for g in self.gates)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.verdict == "pass" else 1
+
+    def gate_lines(self) -> list[str]:
+        """One line per gate, for the terminal (plain text: callers print it unstyled)."""
+        return [f"{g.status.upper():4} [{self.run.run_id}] {g.gate.expr}: {g.reason}" for g in self.gates]
+
+    def verdict_line(self) -> str:
+        why = f" ({'; '.join(self.reasons)})" if self.reasons else ""
+        return f"verdict: {self.verdict.upper()}{why}; file mapping: {self.feature.text}"
+
+
+def gates_summary_line(judgements: Iterable[Judgement]) -> str:
+    """"gates: 4 of 5 passed or skipped, 1 failed" over one or several runs."""
+    results = [g for j in judgements for g in j.gates]
+    failed = sum(1 for g in results if not g.passed)
+    return f"gates: {len(results) - failed} of {len(results)} passed or skipped, {failed} failed" if results \
+        else "gates: none"
+
+
+def feature_state(run: RunData) -> FeatureState:
+    """What the mapped-mode workers' own evidence says about file mapping."""
+    mapped = [r for r in run.results if r.mode == "mapped" and r.target == run.target]
+    if not mapped:
+        return FeatureState("not-measured", "not measured (no mapped-mode worker)")
+    ep = Counter(r.ep_file_mapping or "n/a" for r in mapped)
+    paths = Counter(r.path_taken or "none" for r in mapped)
+    n = len(mapped)
+    if ep.get("unavailable"):
+        return FeatureState("unavailable", f"unavailable on this platform (the EP said so for {ep['unavailable']} "
+                                           f"of {n} mapped-mode workers): mapped and heap took the same path")
+    if any(state in ep for state in ("disabled", "ep-disabled")):
+        count = ep.get("disabled", 0) + ep.get("ep-disabled", 0)
+        return FeatureState("disabled", f"disabled by the EP in {count} of {n} mapped-mode workers")
+    if ep.get("unknown"):
+        return FeatureState("unknown", f"no evidence in the EP log for {ep['unknown']} of {n} mapped-mode workers")
+    mapped_ok = sum(1 for r in mapped if r.path_taken == "mapped" and r.ep_file_mapping in ("active", "n/a", None, "")
+                    and row_ok(r))
+    if mapped_ok == n:
+        return FeatureState("active", f"active in all {n} mapped-mode workers")
+    if mapped_ok:
+        others = ", ".join(f"{k}: {v}" for k, v in sorted(paths.items()) if k != "mapped")
+        return FeatureState("partial", f"active in {mapped_ok} of {n} mapped-mode workers ({others})")
+    return FeatureState("unknown", f"no mapped-mode worker finished on the mapped path ({dict(paths)})")
+
+
+def run_gates(run: RunData, extra: Iterable[Gate] = (), *, use_default_gates: bool = True) -> list[Gate]:
+    """The gates a run is judged by: the ones it was run with, ``extra`` ones (from
+    `harness report --gate`), and its target's defaults unless switched off. Each once."""
+    gates = [*parse_gates(run.meta.get("gates") or []), *extra]
+    if use_default_gates:
+        gates += default_gates(run.meta)
+    unique: dict[str, Gate] = {}
+    for gate in gates:
+        unique.setdefault(gate.expr, gate)
+    return list(unique.values())
+
+
+def judge(run: RunData, extra_gates: Iterable[Gate] = (), *, use_default_gates: bool = True) -> Judgement:
+    """Everything a reader needs to know about ``run``, decided once."""
+    values = gate_values(run.summary)
+    results = evaluate(run_gates(run, extra_gates, use_default_gates=use_default_gates), values)
+    reasons = []
+    if run.status != "complete":
+        reasons.append(f"run status is {run.status}")
+    if not any(row_ok(r) for r in run.results):
+        reasons.append("no worker finished with a correct output")
+    failed = [g for g in results if not g.passed]
+    broken = [r for r in run.results if not row_ok(r)]
+    if reasons:
+        verdict = "incomplete"
+    elif failed or broken:
+        verdict = "fail"
+        if broken:
+            reasons.append(f"{len(broken)} worker(s) failed")
+        if failed:
+            reasons.append(f"{len(failed)} of {len(results)} gate(s) failed")
+    else:
+        verdict = "pass"
+    return Judgement(run, values, results, run_notes(run), feature_state(run), verdict, reasons)

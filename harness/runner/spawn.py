@@ -1,0 +1,145 @@
+"""Starting worker processes so that the process we measure IS the worker, and so that no
+worker outlives the harness.
+
+Windows venvs: ``sys.executable`` there is the venv redirector (``.venv\\Scripts\\python.exe``),
+a small launcher that starts the base interpreter as a CHILD and waits. Sampling the pid that
+``Popen`` returns would measure the 1-2 MB launcher, not the worker. CPython's
+``multiprocessing`` (popen_spawn_win32, bpo-35797) avoids the launcher by starting
+``sys._base_executable`` with ``__PYVENV_LAUNCHER__`` set to the venv's executable, so the base
+interpreter still picks up the venv; we do the same. The worker also reports its own pid, and
+the parent samples that pid only once it is verified to be the spawned process or its child.
+
+Windows has no parent-death signal: each worker is put in a job object whose last handle the
+harness holds, with JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE, so when the harness dies for any
+reason the kernel closes the handle and kills every worker.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+
+def _path_eq(a: str, b: str) -> bool:
+    return a == b or os.path.normcase(a) == os.path.normcase(b)
+
+
+def worker_interpreter(
+    executable: str | None = None,
+    base_executable: str | None = None,
+    platform: str = sys.platform,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[str, dict[str, str] | None]:
+    """(interpreter to start, environment or None to inherit), as multiprocessing does.
+
+    Arguments default to this interpreter; they exist so the Windows rule can be tested
+    anywhere."""
+    executable = sys.executable if executable is None else executable
+    base_executable = getattr(sys, "_base_executable", executable) if base_executable is None else base_executable
+    if platform == "win32" and base_executable and not _path_eq(executable, base_executable):
+        env = dict(os.environ if environ is None else environ)
+        env["__PYVENV_LAUNCHER__"] = executable
+        return base_executable, env
+    return executable, None
+
+
+def worker_pid_in_tree(spawned_pid: int, reported_pid: int) -> bool:
+    """True when the pid a worker reported for itself is the process we spawned or one of its
+    descendants (a launcher in between): anything else is not ours to sample."""
+    if reported_pid == spawned_pid:
+        return True
+    import psutil
+
+    try:
+        return any(child.pid == reported_pid for child in psutil.Process(spawned_pid).children(recursive=True))
+    except psutil.Error:
+        return False
+
+
+def harness_identity() -> tuple[int, float]:
+    """(pid, creation time) of this process: what workers watch (pids are reused)."""
+    import psutil
+
+    return os.getpid(), psutil.Process().create_time()
+
+
+class KillOnCloseJob:
+    """A Windows job object that kills its processes when its last handle closes (the harness
+    exiting, crashing or being killed). Elsewhere every method is a no-op: Linux workers use
+    ``PR_SET_PDEATHSIG`` (see `harness.runner.worker`)."""
+
+    def __init__(self) -> None:
+        self._handle = None
+        if sys.platform == "win32":
+            self._handle = _create_kill_on_close_job()
+
+    def add(self, process_handle: int) -> bool:
+        """Put a started process in the job; False when that could not be done (the worker's
+        own watchdog still ends it when the harness goes)."""
+        if self._handle is None:
+            return False
+        return _assign(self._handle, process_handle)
+
+    def close(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            _kernel32().CloseHandle(handle)
+
+
+def _kernel32():
+    import ctypes
+    from ctypes import wintypes
+
+    k32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    k32.CreateJobObjectW.argtypes = [ctypes.c_void_p, wintypes.LPCWSTR]
+    k32.CreateJobObjectW.restype = wintypes.HANDLE
+    k32.SetInformationJobObject.argtypes = [wintypes.HANDLE, ctypes.c_int, ctypes.c_void_p, wintypes.DWORD]
+    k32.SetInformationJobObject.restype = wintypes.BOOL
+    k32.AssignProcessToJobObject.argtypes = [wintypes.HANDLE, wintypes.HANDLE]
+    k32.AssignProcessToJobObject.restype = wintypes.BOOL
+    k32.CloseHandle.argtypes = [wintypes.HANDLE]
+    k32.CloseHandle.restype = wintypes.BOOL
+    return k32
+
+
+_JOB_OBJECT_EXTENDED_LIMIT_INFORMATION = 9
+_JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE = 0x2000
+
+
+def _create_kill_on_close_job():
+    import ctypes
+    from ctypes import wintypes
+
+    class IO_COUNTERS(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_ulonglong) for name in (
+            "ReadOperationCount", "WriteOperationCount", "OtherOperationCount",
+            "ReadTransferCount", "WriteTransferCount", "OtherTransferCount")]
+
+    class BASIC_LIMIT(ctypes.Structure):
+        _fields_ = [("PerProcessUserTimeLimit", ctypes.c_longlong), ("PerJobUserTimeLimit", ctypes.c_longlong),
+                    ("LimitFlags", wintypes.DWORD), ("MinimumWorkingSetSize", ctypes.c_size_t),
+                    ("MaximumWorkingSetSize", ctypes.c_size_t), ("ActiveProcessLimit", wintypes.DWORD),
+                    ("Affinity", ctypes.c_size_t), ("PriorityClass", wintypes.DWORD),
+                    ("SchedulingClass", wintypes.DWORD)]
+
+    class EXTENDED_LIMIT(ctypes.Structure):
+        _fields_ = [("BasicLimitInformation", BASIC_LIMIT), ("IoInfo", IO_COUNTERS),
+                    ("ProcessMemoryLimit", ctypes.c_size_t), ("JobMemoryLimit", ctypes.c_size_t),
+                    ("PeakProcessMemoryUsed", ctypes.c_size_t), ("PeakJobMemoryUsed", ctypes.c_size_t)]
+
+    k32 = _kernel32()
+    handle = k32.CreateJobObjectW(None, None)
+    if not handle:
+        return None
+    info = EXTENDED_LIMIT()
+    info.BasicLimitInformation.LimitFlags = _JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
+    if not k32.SetInformationJobObject(handle, _JOB_OBJECT_EXTENDED_LIMIT_INFORMATION,
+                                       ctypes.byref(info), ctypes.sizeof(info)):
+        k32.CloseHandle(handle)
+        return None
+    return handle
+
+
+def _assign(job, process_handle: int) -> bool:
+    return bool(_kernel32().AssignProcessToJobObject(job, process_handle))
