@@ -80,12 +80,15 @@ def outcome_table(rows: list[ResultRow]) -> Any | None:
 
 
 def note_lines(judgement: Any) -> list[str]:
-    """Warnings and errors in full, other notes by title (the report has their text)."""
+    """Errors with their first details, warnings in full, other notes by title (the report has
+    their text)."""
     lines = []
     for note in judgement.notes:
         if note.title.startswith("Why RSS"):
             continue  # always true, explained in the report
         lines.append(f"note: {note.title}: {note.text}" if note.kind in ("error", "warn") else f"note: {note.title}")
+        if note.kind == "error":
+            lines += [f"    {detail}" for detail in note.details[:3]]
     return lines
 
 

@@ -72,5 +72,5 @@ def own_peak_bytes() -> int | None:
 
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return int(peak if sys.platform == "darwin" else peak * 1024)
-    except Exception:  # noqa: BLE001 - a missing peak is recorded as empty, never fatal
+    except Exception:  # a missing peak is recorded as empty, never fatal
         return None

@@ -104,3 +104,23 @@ def test_harness_killed_outright_leaves_no_worker_behind(model_cache, tmp_path):
     assert proc.returncode == -signal.SIGKILL
     assert_no_survivors(out, timeout=5)
     assert metadata(out)["status"] == "running"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_bench_interrupted_stops_at_once(model_cache, tmp_path, sig):
+    """`harness bench` is one run: interrupted during its first (cpu mapped) group it exits
+    130 without starting any later group (before, Ctrl-C in the cpu phase still started the
+    whole ort-native phase, and SIGTERM was not handled at all)."""
+    out = tmp_path / "bench"
+    proc = start_harness(["bench", "--model-size", "4MiB", "--processes", "2", "--repeat", "2", "--quiet",
+                          "--out", str(out)], model_cache)
+    try:
+        wait_for((out / "workers" / "cpu-mapped-n2-r0").is_dir, 60, "the first group to start", proc)
+    except BaseException:
+        stop(proc)
+        raise
+    _interrupted(proc, out, lambda: proc.send_signal(sig))
+    # the signal lands within the first group (or, on a slow machine, the next one): never later
+    groups = sorted(p.name for p in (out / "workers").iterdir())
+    assert groups in (["cpu-mapped-n2-r0"], ["cpu-heap-n2-r0", "cpu-mapped-n2-r0"]), groups
+    assert {r.target for r in read_rows(out / "results.csv", ResultRow)} <= {"cpu"}

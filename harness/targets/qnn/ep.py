@@ -46,7 +46,7 @@ def qnn_versions() -> dict[str, str | None]:
 
         out["onnxruntime_qnn"] = str(getattr(onnxruntime_qnn, "__version__", "")) or None
         out["qnn_sdk"] = str(getattr(info, "qnn_version", "")) or None
-    except Exception:  # noqa: BLE001 - any import problem just means "unknown"
+    except Exception:  # any import problem just means "unknown"
         pass
     return out
 
@@ -68,7 +68,7 @@ def register_qnn_ep() -> list:
         if not any(d.ep_name == EP_NAME for d in ort.get_ep_devices()):
             try:
                 ort.register_execution_provider_library(EP_NAME, onnxruntime_qnn.get_library_path())
-            except Exception as e:  # noqa: BLE001 - ORT raises its own Fail type
+            except Exception as e:  # ORT raises its own Fail type
                 if "already registered" not in str(e):
                     raise QnnUnavailableError(f"cannot register the QNN EP library: {e}") from e
         devices = [d for d in ort.get_ep_devices() if d.ep_name == EP_NAME]
