@@ -38,9 +38,13 @@ from workflow_support import (
 
 
 def test_expected_workflows_exist():
+    """Exactly the workflows the structure tests know: a new file must be added to EXPECTED
+    (and get its structure checks), a missing one is a lost lane."""
     names = {p.name for p in workflow_files()}
     missing = [n for n in EXPECTED if n not in names]
     assert not missing, f"missing workflow files in {WORKFLOWS_DIR}: {missing}"
+    unknown = sorted(names - set(EXPECTED))
+    assert not unknown, f"workflow files the suites/ci tests do not know (add to EXPECTED): {unknown}"
 
 
 def test_actionlint_reports_nothing():
