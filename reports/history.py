@@ -1,7 +1,7 @@
 """A history CSV across runs: each run's summary rows and headline, for the trend chart.
 
 One file, one table, two kinds of line told apart by the ``record`` column: ``summary`` lines
-are the run's `SummaryRow`s; one ``headline`` line carries `harness.summary.headline` (whose
+are the run's `SummaryRow`s; one ``headline`` line carries `harness.core.summary.headline` (whose
 totals reuse the SummaryRow column of the same name). Every line also says which run, commit,
 date, host and target it came from, so a nightly fleet can append to one shared file and
 filter later. Appending is one ``write`` on a file opened for append (atomic for small writes

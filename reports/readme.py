@@ -1,4 +1,4 @@
-"""The README's column tables, generated from `harness.schema` so they cannot drift.
+"""The README's column tables, generated from `harness.core.schema` so they cannot drift.
 
 ``python -m reports.readme`` prints the Markdown for results.csv, summary.csv and
 results_long.csv; a README test can compare its tables with `column_tables()`.

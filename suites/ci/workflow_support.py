@@ -1,13 +1,17 @@
 """Reading GitHub workflow files for the suites/ci tests: their run: scripts (a small
 block-scalar reader that needs no YAML library), the ``python -m MODULE ...`` commands in
-them, and, with PyYAML, their parsed structure (triggers, runners, steps, env, paths)."""
+them, and, with PyYAML, their parsed structure (triggers, runners, matrices, steps, env, paths)
+and what their ``if:`` conditions evaluate to in a given situation (a failed step, a
+cancelled run)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,8 +20,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS_DIR = ROOT / ".github" / "workflows"
 ACTIONLINT_CONFIG = Path(__file__).with_name("actionlint.yaml")
-NIGHTLY, WINDOWS_MAPPER, LINUX = "nightly-device.yml", "windows-mapper.yml", "linux.yml"
-EXPECTED = (NIGHTLY, WINDOWS_MAPPER, LINUX)
+NIGHTLY, WINDOWS_MAPPER, WINDOWS_ARM64, LINUX = (
+    "nightly-device.yml", "windows-mapper.yml", "windows-arm64.yml", "linux.yml")
+EXPECTED = (NIGHTLY, WINDOWS_MAPPER, WINDOWS_ARM64, LINUX)
+#: Labels every self-hosted runner may carry without being declared (actionlint's own list).
+STANDARD_SELF_HOSTED_LABELS = frozenset({"self-hosted", "x64", "arm", "arm64", "linux", "macos", "windows"})
 
 
 def workflow_files() -> list[Path]:
@@ -97,8 +104,6 @@ _SHELL_STOP = {"|", "||", "&&", ";", ">", ">>", "2>&1", "2>", "|&"}
 
 
 @dataclass
-
-
 class Command:
     workflow: str
     module: str  # "harness" | "pytest" | ...
@@ -120,21 +125,31 @@ class Command:
         return found
 
 
+def script_commands(script: str, workflow: str, module: str | None = None) -> list[Command]:
+    """``python -m MODULE ...`` commands in one run: script, tokenised like a shell."""
+    found = []
+    for line in logical_lines(script):
+        match = _PY_MODULE.search(line)
+        if not match or (module and match.group(1) != module):
+            continue
+        args = []
+        for token in shlex.split(match.group(2), posix=True):
+            if token in _SHELL_STOP:
+                break
+            args.append(token)
+        found.append(Command(workflow, match.group(1), args, line))
+    return found
+
+
 def commands(path: Path, module: str | None = None) -> list[Command]:
     """``python -m MODULE ...`` commands in a workflow's run: scripts, tokenised like a shell."""
-    found = []
-    for script in run_scripts(path.read_text(encoding="utf-8")):
-        for line in logical_lines(script):
-            match = _PY_MODULE.search(line)
-            if not match or (module and match.group(1) != module):
-                continue
-            args = []
-            for token in shlex.split(match.group(2), posix=True):
-                if token in _SHELL_STOP:
-                    break
-                args.append(token)
-            found.append(Command(path.name, match.group(1), args, line))
-    return found
+    return [c for script in run_scripts(path.read_text(encoding="utf-8"))
+            for c in script_commands(script, path.name, module)]
+
+
+def step_commands(step: dict, module: str | None = None, workflow: str = "") -> list[Command]:
+    """The commands of one parsed step (none for a `uses:` step)."""
+    return script_commands(str(step.get("run", "")), workflow, module)
 
 
 def all_commands(module: str) -> list[Command]:
@@ -142,8 +157,6 @@ def all_commands(module: str) -> list[Command]:
 
 
 @dataclass
-
-
 class Workflow:
     name: str
     doc: dict
@@ -187,16 +200,17 @@ def env_of(wf: Workflow, job: dict, step: dict | None = None) -> dict[str, str]:
     return {**wf.doc.get("env", {}), **job.get("env", {}), **((step or {}).get("env", {}))}
 
 
-def expand(value: str, env: dict[str, str]) -> str:
+def expand(value: str, env: dict[str, str], keep_expressions: bool = False) -> str:
     """Resolve `$env:NAME`, `$NAME`, `${NAME}` and `${{ env.NAME }}` from the workflow's env;
-    other `${{ ... }}` expressions (run numbers and the like) become the text EXPR."""
+    other `${{ ... }}` expressions (run numbers and the like) become the text EXPR, or stay as
+    written with ``keep_expressions`` (to see e.g. that a value comes from ``matrix.kind``)."""
     def sub(match: re.Match) -> str:
         name = next(g for g in match.groups() if g)
         return str(env.get(name, match.group(0)))
 
     for _ in range(3):  # env values may refer to other expressions
         value = re.sub(r"\$\{\{\s*env\.(\w+)\s*\}\}|\$env:(\w+)|\$\{(\w+)\}|\$(\w+)", sub, value)
-    return re.sub(r"\$\{\{.*?\}\}", "EXPR", value)
+    return value if keep_expressions else re.sub(r"\$\{\{.*?\}\}", "EXPR", value)
 
 
 def covered(target: str, paths: list[str]) -> bool:
@@ -211,3 +225,108 @@ def covered(target: str, paths: list[str]) -> bool:
 
 def path_list(step: dict) -> list[str]:
     return [ln.strip() for ln in str(step.get("with", {}).get("path", "")).splitlines() if ln.strip()]
+
+
+def with_input(step: dict, name: str) -> str:
+    return str(step.get("with", {}).get(name, "")).strip()
+
+
+def custom_labels() -> set[str]:
+    """The self-hosted runner labels declared in suites/ci/actionlint.yaml."""
+    yaml = pytest.importorskip("yaml", reason="PyYAML not installed")
+    config = yaml.safe_load(ACTIONLINT_CONFIG.read_text(encoding="utf-8")) or {}
+    return {str(x).lower() for x in (config.get("self-hosted-runner") or {}).get("labels") or []}
+
+
+def matrix_entries(job: dict) -> list[dict]:
+    """The matrix combinations of a job: the product of its keys, then its `include` entries
+    (added as extra combinations: enough for the matrices this repository writes)."""
+    matrix = (job.get("strategy") or {}).get("matrix") or {}
+    keys = {k: v for k, v in matrix.items() if k not in ("include", "exclude")}
+    combos = [dict(zip(keys, values, strict=True)) for values in itertools.product(*keys.values())] if keys else []
+    return combos + [dict(e) for e in matrix.get("include") or []]
+
+
+def runner_label_sets(job: dict) -> list[list[str]]:
+    """One label list per job instance: `runs-on` as written, or resolved through the matrix
+    when it is ``${{ matrix.NAME }}``."""
+    runs_on = job["runs-on"]
+    match = re.fullmatch(r"\$\{\{\s*matrix\.([\w-]+)\s*\}\}", runs_on.strip()) if isinstance(runs_on, str) else None
+    if not match:
+        return [labels(job)]
+    values = [entry.get(match.group(1)) for entry in matrix_entries(job)]
+    return [[str(x).lower() for x in ([v] if isinstance(v, str) else v or [])] for v in values]
+
+
+# --------------------------------------------------------------------------- if: conditions
+
+_STATUS_FUNCTIONS = ("always", "success", "failure", "cancelled")
+_TOKEN = re.compile(
+    r"\s*(?:(?P<str>'(?:[^']|'')*')|(?P<num>\d+(?:\.\d+)?)|(?P<call>[A-Za-z_]\w*)\s*\((?P<args>[^()]*)\)"
+    r"|(?P<ref>[A-Za-z_][\w.-]*)|(?P<op>&&|\|\||==|!=|!|\(|\)))"
+)
+
+
+@dataclass(frozen=True)
+class Situation:
+    """What has happened when a step's (or job's) `if:` is evaluated."""
+
+    failed: bool = False  # an earlier step of the job (for a job: a job it needs) failed
+    cancelled: bool = False  # the workflow run was cancelled
+    outcomes: Mapping[str, str] = field(default_factory=dict)  # steps.ID.outcome; default "success"
+    files_exist: bool = True  # what hashFiles(...) finds
+
+
+def condition_holds(node: dict, situation: Situation) -> bool:
+    """Evaluate a step's or job's `if:` as GitHub does in ``situation``: no `if:` means
+    ``success()``, and an expression with no status function gets ``success() &&`` in front.
+    Only the syntax these workflows use is understood; anything else raises ValueError."""
+    expr = str(node.get("if", "")).strip() or "success()"
+    expr = re.sub(r"^\$\{\{(.*)\}\}$", r"\1", expr, flags=re.S).strip()
+    if not re.search(rf"\b({'|'.join(_STATUS_FUNCTIONS)})\s*\(", expr):
+        expr = f"success() && ({expr})"
+    tokens: list[re.Match] = []
+    pos = 0
+    while expr[pos:].strip():
+        match = _TOKEN.match(expr, pos)
+        if not match or match.end() == pos:
+            raise ValueError(f"cannot read if: {expr!r} at {expr[pos:]!r}")
+        tokens.append(match)
+        pos = match.end()
+    python: list[str] = []
+    for match in tokens:
+        text = _python_token(match, situation)
+        if python and python[-1] == "not" and match.group("op") is None:
+            python[-1] = f"(not {text})"  # `!` binds to its operand, as in GitHub's grammar
+        else:
+            python.append(text)
+    return bool(eval(" ".join(python), {"__builtins__": {}}, {}))  # noqa: S307 - our own tokens only
+
+
+def _python_token(match: re.Match, situation: Situation) -> str:
+    if match.group("str") is not None:
+        return repr(match.group("str")[1:-1].replace("''", "'"))
+    if match.group("num") is not None:
+        return match.group("num")
+    if match.group("call") is not None:
+        name = match.group("call")
+        value = {
+            "always": True,
+            "success": not situation.failed and not situation.cancelled,
+            "failure": situation.failed,
+            "cancelled": situation.cancelled,
+            "hashFiles": "some-hash" if situation.files_exist else "",
+        }
+        if name not in value:
+            raise ValueError(f"if: uses {name}(), which this reader does not evaluate")
+        return repr(value[name])
+    if match.group("ref") is not None:
+        ref = match.group("ref")
+        literals = {"true": "True", "false": "False", "null": "None"}
+        if ref in literals:
+            return literals[ref]
+        step = re.fullmatch(r"steps\.([\w-]+)\.(outcome|conclusion)", ref)
+        if not step:
+            raise ValueError(f"if: refers to {ref}, which this reader does not evaluate")
+        return repr(situation.outcomes.get(step.group(1), "success"))
+    return {"&&": "and", "||": "or", "!": "not", "==": "==", "!=": "!=", "(": "(", ")": ")"}[match.group("op")]
