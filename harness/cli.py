@@ -133,11 +133,31 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--peer", choices=NAMES, default=None,
                      help="also measure this target in mapped mode beside --target (e.g. ort-native)")
     src = run.add_mutually_exclusive_group()
-    src.add_argument("--model", type=Path, help="any ONNX model (weights externalised to one aligned file)")
+    src.add_argument("--model", type=Path, action="append",
+                     help="any ONNX model (cpu targets: weights externalised to one aligned file; qnn: compiled, "
+                          "or measured as it is when it is a compiled EPContext model); repeat it, or give a "
+                          "folder (its genai_config.json, else every *.onnx), to load a pipeline in every "
+                          "session group")
     src.add_argument("--model-size", type=_size, default=256 * 1024**2,
                      help="size of the generated model's weights (default 256MiB)")
     run.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x224x224",
                      help="fix a dynamic input shape (repeatable)")
+    run.add_argument("--free-dim", action="append", default=[], metavar="NAME=VALUE",
+                     help="set a named symbolic dimension in every input, as onnxruntime_perf_test -f (repeatable)")
+    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy|NAME=VALUE",
+                     help="feed this input real values: a .npy array, or one value filled to its shape, "
+                          "e.g. sr=16000 (repeatable)")
+    run.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE",
+                     help="ORT session config entry for every session and the reference (repeatable)")
+    run.add_argument("--provider-option", action="append", default=[], metavar="KEY=VALUE",
+                     help="QNN EP provider option, e.g. soc_model=60 (repeatable; not disable_file_mapped_weights)")
+    run.add_argument("--intra-op-threads", type=_positive_int, default=None, metavar="N",
+                     help="intra-op threads of every session (default: ORT's choice)")
+    run.add_argument("--runs", type=_int_at_least(0), default=0, metavar="R",
+                     help="timed inferences after the first, for latency p50/p90/p99 (default 0)")
+    run.add_argument("--page-cache", choices=("warm", "cold"), default="warm",
+                     help="warm: read the weights once before the first group; cold: evict their pages "
+                          "before each group (Linux) (default warm)")
     run.add_argument("--processes", type=_processes, default=[4], metavar="LIST",
                      help="worker processes, e.g. 4 or 1,2,4,8 for a sweep (default 4)")
     run.add_argument("--sessions-per-process", type=_positive_int, default=1, metavar="M")
@@ -205,14 +225,19 @@ def read_gate_expressions(exprs: list[str], gates_file: Path | None) -> list[str
 
 
 def _options(ns: argparse.Namespace, argv: list[str]):
-    from harness.models import parse_shapes
+    from harness.models import parse_free_dims, parse_input_values, parse_shapes
+    from harness.prep.sessions import parse_key_values
     from harness.runner.sweep import RunOptions, command_line
 
     if ns.no_report and ns.history:
         raise InputError("--history is written with the report: drop --no-report")
     return RunOptions(
-        target=ns.target, target_options=_target_options(ns), peer=ns.peer, model=ns.model,
-        model_size=ns.model_size, shapes=parse_shapes(ns.shape), processes=ns.processes,
+        target=ns.target, target_options=_target_options(ns), peer=ns.peer, models=list(ns.model or []),
+        model_size=ns.model_size, shapes=parse_shapes(ns.shape), free_dims=parse_free_dims(ns.free_dim),
+        input_values=parse_input_values(ns.input),
+        session_config=parse_key_values(ns.session_config, "--session-config"),
+        provider_options=parse_key_values(ns.provider_option, "--provider-option"),
+        intra_op_threads=ns.intra_op_threads, runs=ns.runs, page_cache=ns.page_cache, processes=ns.processes,
         sessions_per_process=ns.sessions_per_process, modes=ns.modes, repeat=ns.repeat,
         worker_timeout_s=ns.worker_timeout, out=ns.out, cache_dir=ns.cache_dir,
         gates=read_gate_expressions(ns.gate, ns.gates_file), default_gates=not ns.no_default_gates,

@@ -1,10 +1,20 @@
 """Models the workers load: generated ones (cached by parameters) and bring-your-own ONNX.
 
-Every model is prepared into one folder holding ``model.onnx`` whose large initializers live
-in ONE external ``weights.bin``, each tensor at an offset aligned to 64 KiB (the Windows
-allocation granularity, a multiple of every POSIX page size), plus ``manifest.json`` saying
-where each tensor is and ``reference.npz`` with a fixed input and the CPU EP's output for
-it, so every worker can check its first inference.
+Every model the cpu targets load is prepared into one folder holding ``model.onnx`` whose
+large initializers live in ONE external ``weights.bin``, each tensor at an offset aligned to
+64 KiB (the Windows allocation granularity, a multiple of every POSIX page size), plus
+``manifest.json`` saying where each tensor is and ``reference.npz`` with a fixed input and ORT's
+own output for it, so every worker can check its first inference.
+
+A user's model goes through (see `harness.prep`): its inputs are resolved (shapes, feeds);
+large Constant-node tensors are lifted into initializers, also inside If/Loop/Scan subgraphs;
+ORT optimizes the graph once, offline, at the level sessions would use, and the OPTIMIZED
+initializers are externalised (a weight ORT rewrites in place under its own name, as the
+transpose optimizer does, would otherwise be replaced by the stale original handed over by
+name); every element type is externalised as the raw bytes ONNX stores (bf16, float8, packed
+int4...). The reference is the ORIGINAL model run by ORT loading its own weights, with the
+workers' session settings, twice: an output that differs between the two runs is recorded as
+non-deterministic instead of calling every worker wrong.
 """
 
 from __future__ import annotations
@@ -18,21 +28,26 @@ from typing import Any
 from harness.cache import CorruptEntry, cached_build, default_cache_dir
 from harness.core.errors import InputError
 from harness.core.files import write_json_atomic
+from harness.prep.inputs import InputRequest
+from harness.prep.sessions import SessionSettings
 
 ALIGNMENT = 64 * 1024
-#: Initializers smaller than this stay inside the ONNX file (shape tensors, scales...): ORT
-#: may need them for graph optimisation, and mapping them buys nothing.
+#: Tensors smaller than this stay inside the ONNX file (shape tensors, scales...): ORT may need
+#: them for graph optimisation, and mapping them buys nothing.
 EXTERNAL_THRESHOLD = 1024
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+#: Bumped when the preparation of user models changes what it writes (a new cache key).
+PREP_VERSION = 2
 
 
 @dataclass
 class TensorEntry:
     name: str
-    dtype: str  # numpy dtype string, e.g. "float32"
+    dtype: str  # element type name, e.g. "float32", "bfloat16", "int4"
     shape: list[int]
     offset: int
-    length: int
+    length: int  # bytes of data (packed for sub-byte types)
+    onnx_type: int = 1  # TensorProto.DataType
 
 
 @dataclass
@@ -42,15 +57,25 @@ class PreparedModel:
     folder: Path
     source: str
     tensors: list[TensorEntry]
-    inputs: dict[str, list[int]]
-    input_dtypes: dict[str, str]
+    inputs: dict[str, list[int]]  # the concrete shape each input is fed with
+    input_types: dict[str, int]  # TensorProto element type of each input
     outputs: list[str]
     weights_bytes: int
+    output_types: dict[str, int] = field(default_factory=dict)
+    #: The ONNX file sessions load when it is not ``folder/model.onnx`` (a pre-compiled
+    #: EPContext model is measured where it is).
+    onnx_file: str = ""
+    #: Graph optimization level of the sessions: "disabled" for a model optimized offline.
+    session_level: str = "all"
     extra: dict = field(default_factory=dict)
 
     @property
     def onnx_path(self) -> Path:
-        return self.folder / "model.onnx"
+        """``onnx_file`` (absolute, or relative to the folder), else ``folder/model.onnx``."""
+        if not self.onnx_file:
+            return self.folder / "model.onnx"
+        path = Path(self.onnx_file)
+        return path if path.is_absolute() else self.folder / path
 
     @property
     def weights_path(self) -> Path:
@@ -59,6 +84,16 @@ class PreparedModel:
     @property
     def reference_path(self) -> Path:
         return self.folder / "reference.npz"
+
+    @property
+    def input_dtypes(self) -> dict[str, str]:
+        from harness.prep.tensors import element_type
+
+        return {name: element_type(t).name for name, t in self.input_types.items()}
+
+    @property
+    def nondeterministic(self) -> list[str]:
+        return list(self.extra.get("nondeterministic") or {})
 
     def save(self) -> None:
         data = asdict(self) | {"folder": None, "manifest_version": MANIFEST_VERSION}
@@ -85,18 +120,24 @@ class PreparedModel:
             if not path.is_file():
                 raise CorruptEntry(f"{path.name} is missing")
         if model.tensors:
-            need = max(t.offset + t.length for t in model.tensors)
+            need = model.weights_extent()
             if not model.weights_path.is_file() or model.weights_path.stat().st_size < need:
                 raise CorruptEntry(f"{model.weights_path.name} is missing or shorter than {need} bytes")
         return model
+
+    def weights_extent(self) -> int:
+        """Bytes weights.bin must have: every tensor's data, and every in-place view of it."""
+        from harness.prep.tensors import view_extent
+
+        return max((t.offset + max(t.length, view_extent(t.onnx_type, t.shape)) for t in self.tensors), default=0)
 
     def check_weights_file(self) -> None:
         """InputError if weights.bin is missing or shorter than the tensor table says (a
         damaged cache, or a file truncated since it was prepared): a clear message instead of
         a worker reading past the end of the file (a SIGBUS when it is mapped)."""
         if not self.tensors:
-            return  # nothing externalised (the qnn target's source model keeps its weights inline)
-        need = max(t.offset + t.length for t in self.tensors)
+            return  # nothing externalised (the qnn target's models keep their weights where they are)
+        need = self.weights_extent()
         try:
             size = self.weights_path.stat().st_size
         except OSError:
@@ -143,6 +184,34 @@ def _external_tensor_proto(name: str, onnx_dtype: int, shape: list[int], offset:
     return t
 
 
+def externalise(model: Any, weights_path: Path, min_bytes: int = EXTERNAL_THRESHOLD) -> list[TensorEntry]:
+    """Move every initializer (subgraphs included) of at least ``min_bytes`` of data into
+    ``weights_path``, aligned, as the raw bytes ONNX stores; the protos become external
+    references. The file is padded so an in-place view of any tensor stays inside it."""
+    from harness.prep.graphs import initializers
+    from harness.prep.tensors import STRING, element_type, packed_size, raw_bytes, view_extent
+
+    tensors = []
+    end = 0
+    with open(weights_path, "wb") as f:
+        for _graph, proto in initializers(model):
+            if proto.data_type == STRING or packed_size(proto.data_type, list(proto.dims)) < min_bytes:
+                continue
+            try:
+                data = raw_bytes(proto)
+            except ValueError as err:
+                raise InputError(f"initializer {err}") from None
+            offset = _write_aligned(f, data)
+            shape = list(proto.dims)
+            tensors.append(TensorEntry(proto.name, element_type(proto.data_type).name, shape, offset, len(data),
+                                       proto.data_type))
+            end = max(end, offset + view_extent(proto.data_type, shape))
+            proto.CopyFrom(_external_tensor_proto(proto.name, proto.data_type, shape, offset, len(data)))
+        if f.tell() < end:
+            f.truncate(end)
+    return tensors
+
+
 def matmul_chain_dims(weights_bytes: int) -> tuple[int, int]:
     """(width D, layers L) of an fp32 MatMul chain holding about ``weights_bytes``."""
     for width in (2048, 1024, 512, 256, 128):
@@ -152,11 +221,20 @@ def matmul_chain_dims(weights_bytes: int) -> tuple[int, int]:
     return 128, max(1, round(weights_bytes / (128 * 128 * 4)))
 
 
-def generated_matmul_chain(weights_bytes: int, *, seed: int = 0, cache_dir: Path | None = None) -> PreparedModel:
+def generated_matmul_chain(weights_bytes: int, *, seed: int = 0, cache_dir: Path | None = None,
+                           settings: SessionSettings | None = None) -> PreparedModel:
     """An fp32 chain y = x W1 W2 ... WL with random weights scaled by 1/sqrt(D), so values
     stay O(1) through the chain and the reference check is meaningful."""
     width, layers = matmul_chain_dims(weights_bytes)
-    folder = (cache_dir or default_cache_dir()) / f"matmul-chain-d{width}-l{layers}-s{seed}"
+    return generated_chain(width, layers, seed=seed, cache_dir=cache_dir, settings=settings)
+
+
+def generated_chain(width: int, layers: int, *, seed: int = 0, cache_dir: Path | None = None,
+                    settings: SessionSettings | None = None) -> PreparedModel:
+    """The chain of `generated_matmul_chain` with explicit dimensions (deep-chain tests)."""
+    settings = settings or SessionSettings()
+    tag = _settings_tag(settings)
+    folder = (cache_dir or default_cache_dir()) / f"matmul-chain-d{width}-l{layers}-s{seed}{tag}"
 
     def build(tmp: Path) -> PreparedModel:
         import numpy as np
@@ -171,7 +249,7 @@ def generated_matmul_chain(weights_bytes: int, *, seed: int = 0, cache_dir: Path
                 w = rng.standard_normal((width, width), dtype=np.float32)
                 w *= scale
                 offset = _write_aligned(f, w.data)
-                tensors.append(TensorEntry(f"W{i}", "float32", [width, width], offset, w.nbytes))
+                tensors.append(TensorEntry(f"W{i}", "float32", [width, width], offset, w.nbytes, TensorProto.FLOAT))
                 protos.append(_external_tensor_proto(f"W{i}", TensorProto.FLOAT, [width, width], offset, w.nbytes))
                 nodes.append(helper.make_node("MatMul", ["x" if i == 0 else f"h{i - 1}", f"W{i}"],
                                               ["y" if i == layers - 1 else f"h{i}"]))
@@ -185,11 +263,23 @@ def generated_matmul_chain(weights_bytes: int, *, seed: int = 0, cache_dir: Path
         model.ir_version = 9
         onnx.save(model, str(tmp / "model.onnx"))
         prepared = PreparedModel(tmp, f"generated:matmul-chain:{layers}x{width}x{width}xfp32", tensors,
-                                 {"x": [1, width]}, {"x": "float32"}, ["y"], layers * width * width * 4)
-        write_reference(prepared)
+                                 {"x": [1, width]}, {"x": TensorProto.FLOAT}, ["y"], layers * width * width * 4,
+                                 output_types={"y": TensorProto.FLOAT})
+        from harness.prep.inputs import InputInfo, generate_feeds
+
+        feeds = generate_feeds([InputInfo("x", "tensor", TensorProto.FLOAT, [1, width])], prepared.inputs, {})
+        write_reference(prepared, prepared.onnx_path, feeds, settings)
         return prepared
 
     return cached_model(folder, build)
+
+
+def _settings_tag(settings: SessionSettings) -> str:
+    """Cache-name suffix for non-default session settings (the reference depends on them)."""
+    if not settings.config and settings.intra_op_threads is None:
+        return ""
+    key = json.dumps({"c": settings.config, "t": settings.intra_op_threads}, sort_keys=True).encode()
+    return "-" + hashlib.blake2b(key, digest_size=6).hexdigest()
 
 
 def parse_shapes(specs: list[str]) -> dict[str, list[int]]:
@@ -206,6 +296,33 @@ def parse_shapes(specs: list[str]) -> dict[str, list[int]]:
         except ValueError:
             raise InputError(f"--shape {spec!r}: expected NAME=DIMxDIM..., e.g. x=1x3x224x224") from None
     return shapes
+
+
+def parse_free_dims(specs: list[str]) -> dict[str, int]:
+    """``["batch=1"]`` -> ``{"batch": 1}``; InputError on a bad spec."""
+    dims = {}
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        try:
+            if not sep or not name.strip():
+                raise ValueError
+            dims[name.strip()] = int(value)
+            if dims[name.strip()] <= 0:
+                raise ValueError
+        except ValueError:
+            raise InputError(f"--free-dim {spec!r}: expected NAME=VALUE with VALUE >= 1, e.g. batch=1") from None
+    return dims
+
+
+def parse_input_values(specs: list[str]) -> dict[str, str]:
+    """``["sr=16000", "ids=ids.npy"]`` -> ``{"sr": "16000", "ids": "ids.npy"}``."""
+    values = {}
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        if not sep or not name.strip() or not value:
+            raise InputError(f"--input {spec!r}: expected NAME=FILE.npy or NAME=VALUE, e.g. sr=16000")
+        values[name.strip()] = value
+    return values
 
 
 def _file_identity(path: Path) -> str:
@@ -225,11 +342,11 @@ def external_data_files(path: Path, model: Any) -> list[Path]:
     return sorted(path.parent / name for name in names)
 
 
-def source_key(path: Path, model: Any, extra: object = None) -> str:
+def source_key(path: Path, model: Any, extra: object = None, files: list[Path] | None = None) -> str:
     """Cache key of a user model: the ONNX file and every external-data file it reads (new
     weights beside an unchanged graph are a new entry), plus ``extra`` (e.g. the shapes)."""
     h = hashlib.blake2b(digest_size=12)
-    for file in [path, *external_data_files(path, model)]:
+    for file in [path, *external_data_files(path, model), *(files or [])]:
         try:
             h.update(_file_identity(file).encode())
         except FileNotFoundError:
@@ -239,16 +356,6 @@ def source_key(path: Path, model: Any, extra: object = None) -> str:
             raise InputError(f"--model {path}: cannot read {file.name} ({err.strerror or err})") from None
     h.update(json.dumps(extra, sort_keys=True, default=str).encode())
     return h.hexdigest()
-
-
-def prepare_user_model(path: Path, shapes: dict[str, list[int]], *, cache_dir: Path | None = None) -> PreparedModel:
-    """Externalise a user model's large initializers into one aligned weights.bin and fix
-    its dynamic input shapes. Every problem is an InputError with a one-line message."""
-    if not path.is_file():
-        raise InputError(f"--model {path}: {'a folder, not an ONNX file' if path.is_dir() else 'no such file'}")
-    graph_only = load_onnx(path, external_data=False)
-    folder = (cache_dir or default_cache_dir()) / f"user-{path.stem}-{source_key(path, graph_only, shapes)}"
-    return cached_model(folder, lambda tmp: _externalise(path, shapes, tmp))
 
 
 def load_onnx(path: Path, *, external_data: bool = True, label: str = "--model") -> Any:
@@ -288,163 +395,234 @@ def first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def graph_inputs(model: Any) -> list[Any]:
-    """The graph inputs that are real inputs (not initializers with a default)."""
-    init_names = {t.name for t in model.graph.initializer}
-    return [i for i in model.graph.input if i.name not in init_names]
+def ort_reason(err: BaseException | str) -> str:
+    """The first line of an ORT error without its status prefix ("[ONNXRuntimeError] : 2 :
+    INVALID_ARGUMENT : "): the reason itself."""
+    import re
+
+    text = err if isinstance(err, str) else first_line(err)
+    text = re.sub(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*", "", text).strip()
+    return _without_source_location(text)
 
 
-def dims_of(value_info: Any) -> list[int | str] | None:
-    """Dimensions of a tensor input: ints where fixed, the symbolic name (or "?") where not;
-    None when the input declares no shape at all."""
-    tt = value_info.type.tensor_type
-    if not tt.HasField("shape"):
-        return None
-    return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?") for d in tt.shape.dim]
+def _without_source_location(text: str) -> str:
+    """Drop the "/onnxruntime_src/...graph.cc:1451 onnxruntime::Graph::Graph(<50 parameters>)"
+    part of an ORT enforce message: the words after it are the reason."""
+    import re
+
+    match = re.search(r"\S+\.(?:cc|cpp|h):\d+ ", text)
+    if not match:
+        return text
+    depth, end = 0, None
+    for i in range(match.end(), len(text)):
+        if text[i] == "(":
+            depth += 1
+        elif text[i] == ")":
+            depth -= 1
+            if depth == 0:
+                end = i + 1
+                break
+    if end is None:
+        return text
+    return (text[:match.start()] + text[end:].lstrip()).strip()
 
 
-def dynamic_inputs(model: Any) -> list[tuple[str, list[int | str] | None]]:
-    """(name, dims) of every tensor input whose shape is not fully fixed."""
-    found = []
-    for vi in graph_inputs(model):
-        if not vi.type.HasField("tensor_type"):
-            continue
-        dims = dims_of(vi)
-        if dims is None or any(not isinstance(d, int) for d in dims):
-            found.append((vi.name, dims))
-    return found
+def resolve_feeds(model: Any, request: InputRequest, label: str) -> tuple[list, dict[str, list[int]], dict]:
+    """(inputs, concrete shapes, feeds) of a user model; InputError for what cannot be fed."""
+    from harness.prep.inputs import generate_feeds, given_feeds, model_inputs, refuse_unfeedable, resolve_shapes
+
+    inputs = model_inputs(model)
+    refuse_unfeedable(inputs, label)
+    given = given_feeds([i for i in inputs if i.name in request.values], request)
+    shapes = resolve_shapes(inputs, request, given, label)
+    return inputs, shapes, generate_feeds(inputs, shapes, given)
 
 
-def shape_hint(dynamic: list[tuple[str, list[int | str] | None]]) -> str:
-    """One message naming every dynamic input with a ready ``--shape`` for each."""
-    parts, fixes = [], []
-    for name, dims in dynamic:
-        shown = "?..." if dims is None else ",".join(str(d) for d in dims)
-        parts.append(f"{name}[{shown}]")
-        example = "1x3x224x224" if dims is None else "x".join(str(d) if isinstance(d, int) else "1" for d in dims)
-        fixes.append(f"--shape {name}={example}")
-    return (f"input shape(s) not static: {'; '.join(parts)}. Fix each with --shape (your model's real sizes), "
-            f"e.g. {' '.join(fixes)}")
+def _mappable_bytes(model: Any) -> int:
+    """Bytes of every initializer and Constant-node tensor of at least EXTERNAL_THRESHOLD."""
+    from harness.prep.graphs import all_graphs
+    from harness.prep.tensors import STRING, packed_size
+
+    total = 0
+    for graph in all_graphs(model.graph):
+        tensors = list(graph.initializer) + [a.t for n in graph.node if n.op_type == "Constant"
+                                             for a in n.attribute if a.name == "value"]
+        for t in tensors:
+            size = packed_size(t.data_type, list(t.dims)) if t.data_type != STRING else 0
+            total += size if size >= EXTERNAL_THRESHOLD else 0
+    return total
 
 
-def _fix_shapes(model: Any, shapes: dict[str, list[int]], path: Path) -> None:
-    """Apply --shape to the graph inputs; InputError for unknown names, rank or fixed-dim clashes."""
-    inputs = graph_inputs(model)
-    unknown = set(shapes) - {i.name for i in inputs}
-    if unknown:
-        names = ", ".join(i.name for i in inputs)
-        raise InputError(f"--shape names unknown input(s) {sorted(unknown)}; the model's inputs: {names}")
-    for inp in inputs:
-        fixed = shapes.get(inp.name)
-        if fixed is None:
-            continue
-        dims = inp.type.tensor_type.shape.dim
-        if len(fixed) != len(dims):
-            raise InputError(f"--shape {inp.name}: model input has rank {len(dims)}, got {len(fixed)} dims")
-        for axis, (d, v) in enumerate(zip(dims, fixed, strict=True)):
-            if d.dim_value > 0 and d.dim_value != v:
-                raise InputError(f"--shape {inp.name}: dimension {axis} is fixed to {d.dim_value} in the model, "
-                                 f"got {v}")
-            d.ClearField("dim_param")
-            d.dim_value = v
-    dynamic = dynamic_inputs(model)
-    if dynamic:
-        raise InputError(f"--model {path}: {shape_hint(dynamic)}")
+def machine_key() -> dict[str, str]:
+    """What an offline-optimized model depends on besides the model: ORT's version and this
+    CPU (level "all" picks NCHWc block sizes by instruction set)."""
+    import platform
+
+    import onnxruntime as ort
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(("model name", "flags")):
+                    cpu += "|" + line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    break
+    except OSError:
+        pass
+    return {"onnxruntime": ort.__version__, "cpu": hashlib.blake2b(cpu.encode(), digest_size=8).hexdigest()}
 
 
-def _externalise(path: Path, shapes: dict[str, list[int]], tmp: Path) -> PreparedModel:
+def refuse_epcontext(model: Any, label: str, target: str) -> None:
+    from harness.prep.epcontext import epcontext_nodes
+
+    if epcontext_nodes(model):
+        raise InputError(f"{label}: a pre-compiled EPContext model (for an EP such as QNN): --target {target} "
+                         "cannot load it; use --target qnn, or give the source model")
+
+
+def prepare_user_model(path: Path, request: InputRequest | dict | None = None, *, cache_dir: Path | None = None,
+                       settings: SessionSettings | None = None, target: str = "cpu") -> PreparedModel:
+    """A user's model prepared for the cpu targets (see the module docstring). Every problem
+    is an InputError with a one-line message naming the user's file."""
+    path = Path(path)
+    if isinstance(request, dict) or request is None:  # the old signature: shapes only
+        request = InputRequest(shapes=dict(request or {}))
+    settings = settings or SessionSettings()
+    label = f"--model {path}"
+    graph_only = load_onnx(path, external_data=False)
+    refuse_epcontext(graph_only, label, target)
+    from harness.prep.inputs import check_request, model_inputs
+
+    check_request(model_inputs(graph_only), request)
+    resolve_feeds(graph_only, request, label)  # refuse bad inputs before any work
+    key = source_key(path, graph_only, {"request": request.key(), "session": settings.to_dict(),
+                                        "machine": machine_key(), "prep": PREP_VERSION})
+    folder = (cache_dir or default_cache_dir()) / f"user-{path.stem}-{key}"
+    return cached_model(folder, lambda tmp: _build_user_model(path, request, settings, tmp, label))
+
+
+def _build_user_model(path: Path, request: InputRequest, settings: SessionSettings, tmp: Path,
+                      label: str) -> PreparedModel:
     import onnx
-    from onnx import helper, numpy_helper
+
+    from harness.prep.graphs import lift_constants, unique_initializer_names
+    from harness.prep.optimize import OFFLINE_LEVEL, SESSION_LEVEL_AFTER, optimize_offline
 
     model = load_onnx(path)
-    graph = model.graph
-    _fix_shapes(model, shapes, path)
-    inputs = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph_inputs(model)}
-    dtypes = {i.name: str(helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)) for i in graph_inputs(model)}
-    tensors = []
-    with open(tmp / "weights.bin", "wb") as f:
-        for proto in graph.initializer:
-            array = numpy_helper.to_array(proto)
-            if array.nbytes < EXTERNAL_THRESHOLD or array.dtype == object:
-                continue
-            data = array.tobytes()
-            offset = _write_aligned(f, data)
-            tensors.append(TensorEntry(proto.name, str(array.dtype), list(array.shape), offset, len(data)))
-            new = _external_tensor_proto(proto.name, proto.data_type, list(array.shape), offset, len(data))
-            proto.CopyFrom(new)
+    if not _mappable_bytes(model):
+        raise InputError(f"{label}: nothing to map: no initializer and no Constant-node tensor (subgraphs "
+                         f"included) holds {EXTERNAL_THRESHOLD} bytes or more")
+    inputs, shapes, feeds = resolve_feeds(model, request, label)
+    source = path
+    lifted = lift_constants(model, EXTERNAL_THRESHOLD)
+    if lifted:  # ORT must see the lifted model: save it (weights external: no 2 GiB protobuf limit)
+        source = tmp / "lifted.onnx"
+        onnx.save(model, str(source), save_as_external_data=True, all_tensors_to_one_file=True,
+                  location="lifted.data", size_threshold=EXTERNAL_THRESHOLD)
+    del model
+    optimized_path = optimize_offline(source, tmp, settings, min_external_bytes=EXTERNAL_THRESHOLD, label=label)
+    optimized = onnx.load(str(optimized_path))  # its external data: optimized.data beside it
+    renamed = unique_initializer_names(optimized)
+    tensors = externalise(optimized, tmp / "weights.bin")
+    onnx.save(optimized, str(tmp / "model.onnx"))
+    del optimized
+    for leftover in ("lifted.onnx", "lifted.data", "optimized.onnx", "optimized.data"):
+        (tmp / leftover).unlink(missing_ok=True)
+    graph_only = load_onnx(tmp / "model.onnx", external_data=False, label="prepared model")
+    output_types = {o.name: o.type.tensor_type.elem_type for o in graph_only.graph.output}
+    prepared = PreparedModel(
+        tmp, str(path), tensors, shapes, {i.name: i.onnx_type for i in inputs}, list(output_types),
+        sum(t.length for t in tensors), output_types=output_types, session_level=SESSION_LEVEL_AFTER,
+        extra={"lifted_constants": lifted, "renamed_initializers": renamed, "optimized_offline": OFFLINE_LEVEL},
+    )
     if not tensors:
-        raise InputError(f"--model {path}: no initializer of {EXTERNAL_THRESHOLD} bytes or more to map")
-    onnx.save(model, str(tmp / "model.onnx"))
-    prepared = PreparedModel(tmp, str(path), tensors, inputs, dtypes, [o.name for o in graph.output],
-                             sum(t.length for t in tensors))
-    write_reference(prepared)
+        raise InputError(f"{label}: nothing to map after ORT's optimizations: no initializer of "
+                         f"{EXTERNAL_THRESHOLD} bytes or more is left")
+    write_reference(prepared, path, feeds, settings, level=OFFLINE_LEVEL, label=label)
     return prepared
 
 
-def reference_inputs(model: PreparedModel) -> dict:
-    """A fixed, seeded input per model input (integers in a small range for int inputs)."""
+def write_reference(model: PreparedModel, run_path: Path, feeds: dict, settings: SessionSettings | None = None,
+                    *, level: str | None = None, label: str | None = None) -> None:
+    """Run ``run_path`` (the original model) twice on ORT's CPU EP, ORT loading the weights
+    itself, with the workers' session settings at ``level``; store input and outputs. Outputs
+    that differ between the two runs are recorded as non-deterministic."""
+    import onnxruntime as ort
+
+    from harness.prep.outputs import nondeterministic_outputs
+    from harness.prep.sessions import cpu_session_options, run_session
+
+    so = cpu_session_options(settings, level=level or model.session_level)
+    so.log_severity_level = 4  # the error is reported in one line below, not as ORT's log lines
+    try:
+        session = ort.InferenceSession(str(run_path), so, providers=["CPUExecutionProvider"])
+        runs = [dict(zip(model.outputs, run_session(session, model.outputs, feeds, model.input_types,
+                                                     model.output_types), strict=True)) for _ in range(2)]
+    except Exception as err:  # ORT raises its own exception types
+        hint = ""
+        if "cannot load" not in str(err):
+            hint = " (if an input needs real values, e.g. a sample rate or token ids, give them with " \
+                   "--input NAME=FILE.npy or --input NAME=VALUE)"
+        raise InputError(f"{label or 'model ' + model.source}: ONNX Runtime cannot run it: {ort_reason(err)}"
+                         f"{hint}") from None
+    unstable = nondeterministic_outputs(runs[0], runs[1])
+    if unstable:
+        model.extra["nondeterministic"] = unstable
+    save_reference(model.reference_path, feeds, runs[0])
+
+
+def _storable(array: Any) -> Any:
+    """numpy can save bfloat16/float8/int4 arrays only as their raw unsigned views."""
     import numpy as np
 
-    rng = np.random.default_rng(1234)
-    feeds = {}
-    for name, shape in model.inputs.items():
-        dtype = np.dtype(model.input_dtypes[name])
-        if dtype.kind == "f":
-            feeds[name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype.kind in "iu":
-            feeds[name] = rng.integers(0, 2, size=shape).astype(dtype)
-        else:
-            feeds[name] = np.zeros(shape, dtype=dtype)
-    return feeds
-
-
-def cpu_session_options():
-    """ORT CPU EP session options of every cpu/ort-native session AND of the reference run:
-    prepacking off (it would copy every weight, and the mapping would buy nothing). The
-    reference must use exactly these options: with prepacking on, fp16 and int8 kernels
-    round differently and every worker would be called wrong."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.add_session_config_entry("session.disable_prepacking", "1")
-    so.log_severity_level = 2
-    return so
-
-
-def write_reference(model: PreparedModel) -> None:
-    """Run the model once on ORT's CPU EP (ORT loading the external data itself, with the
-    workers' session options) and store input and outputs: every worker compares its first
-    inference against this."""
-    import onnxruntime as ort
-
-    feeds = reference_inputs(model)
-    try:
-        session = ort.InferenceSession(str(model.onnx_path), cpu_session_options(), providers=["CPUExecutionProvider"])
-        outputs = session.run(model.outputs, feeds)
-    except Exception as err:  # ORT raises its own exception types
-        raise InputError(f"model {model.source}: ONNX Runtime cannot run it: {first_line(err)}") from None
-    save_reference(model.reference_path, feeds, dict(zip(model.outputs, outputs, strict=True)))
+    array = np.asarray(array)
+    if array.dtype.kind == "V" or type(array.dtype).__module__.startswith("ml_dtypes") or \
+            array.dtype.name in ("bfloat16", "int4", "uint4", "int2", "uint2") or "float8" in array.dtype.name:
+        return array.view(f"u{array.dtype.itemsize}")
+    return array
 
 
 def save_reference(path: Path, feeds: dict, outputs: dict) -> None:
     """The fixed input and the reference output(s), in one ``.npz`` every worker reads."""
     import numpy as np
 
-    np.savez(path, **{f"in:{k}": v for k, v in feeds.items()}, **{f"out:{k}": v for k, v in outputs.items()})
+    np.savez(path, **{f"in:{k}": _storable(v) for k, v in feeds.items()},
+             **{f"out:{k}": _storable(v) for k, v in outputs.items()})
 
 
 def load_reference(model: PreparedModel) -> tuple[dict, dict]:
     import numpy as np
 
-    with np.load(model.reference_path) as data:
-        feeds = {k[3:]: data[k] for k in data.files if k.startswith("in:")}
-        outputs = {k[4:]: data[k] for k in data.files if k.startswith("out:")}
+    from harness.prep.tensors import numpy_dtype
+
+    def typed(array: Any, onnx_type: int | None) -> Any:
+        if onnx_type is None or array.dtype == object:
+            return array
+        want = numpy_dtype(onnx_type)
+        return array if array.dtype == want else array.view(want)
+
+    with np.load(model.reference_path, allow_pickle=True) as data:
+        feeds = {k[3:]: typed(data[k], model.input_types.get(k[3:])) for k in data.files if k.startswith("in:")}
+        outputs = {k[4:]: typed(data[k], model.output_types.get(k[4:])) for k in data.files if k.startswith("out:")}
     return feeds, outputs
 
 
-def prepare_cpu_model(opts: Any, progress: Any) -> PreparedModel:
-    """The model folder of the cpu and ort-native targets: the user's model externalised, or
-    the generated fp32 chain."""
-    if opts.model is not None:
-        return prepare_user_model(opts.model, opts.shapes, cache_dir=opts.cache_dir)
-    return generated_matmul_chain(opts.model_size, cache_dir=opts.cache_dir)
+def prepare_cpu_models(opts: Any, progress: Any = None, *, target: str = "cpu") -> list[PreparedModel]:
+    """The model folders of the cpu and ort-native targets: each user model (a pipeline may
+    have several) prepared, or the generated fp32 chain."""
+    from harness.prep.pipeline import check_pipeline_request, resolve_models
+
+    settings = opts.session_settings()
+    if not opts.models:
+        return [generated_matmul_chain(opts.model_size, cache_dir=opts.cache_dir, settings=settings)]
+    paths = resolve_models(opts.models).paths
+    request = opts.input_request()
+    check_pipeline_request(paths, request)
+    models = []
+    for path in paths:
+        if progress is not None and len(paths) > 1:
+            progress.note(f"preparing {path.name}...")
+        models.append(prepare_user_model(path, request.for_model(load_onnx(path, external_data=False)),
+                                         cache_dir=opts.cache_dir, settings=settings, target=target))
+    return models

@@ -84,6 +84,13 @@ def summarize(
                 repeat=key[4],
                 init_s_median=median(r.init_s for r in ok),
                 create_s_median=median(r.create_s for r in ok),
+                first_run_s_median=median(r.first_run_s for r in ok),
+                startup_s_median=median(r.init_s + r.first_run_s for r in ok
+                                        if r.init_s is not None and r.first_run_s is not None),
+                latency_p50_s_median=median(r.latency_p50_s for r in ok),
+                latency_p90_s_median=median(r.latency_p90_s for r in ok),
+                latency_p99_s_median=median(r.latency_p99_s for r in ok),
+                page_cache="|".join(sorted({r.page_cache for r in members if r.page_cache})) or None,
                 sum_rss_bytes=_sum(r.rss_bytes for r in ok) if ok else None,
                 sum_uss_bytes=_sum(r.uss_bytes for r in ok) if ok else None,
                 sum_pss_bytes=_sum(r.pss_bytes for r in ok) if ok else None,

@@ -208,6 +208,8 @@ def _row(group: GroupSpec, w: _Worker) -> ResultRow:
         path_taken=record.path_taken or None,
         map_attempts=record.map_attempts, ep_file_mapping=record.ep_file_mapping,
         init_s=init, load_s=record.load_s, create_s=record.create_s, first_run_s=record.first_run_s,
+        runs=record.runs, latency_p50_s=record.latency_p50_s, latency_p90_s=record.latency_p90_s,
+        latency_p99_s=record.latency_p99_s,
         rss_bytes=w.memory.rss_bytes, uss_bytes=w.memory.uss_bytes, pss_bytes=w.memory.pss_bytes,
         private_bytes=w.memory.private_bytes, peak_bytes=record.peak_bytes,
         weights_bytes=record.weights_bytes, output_ok=bool(record.output_ok) and not error,

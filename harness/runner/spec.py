@@ -13,7 +13,7 @@ from typing import Any
 
 from harness.core.files import write_json_atomic
 
-SPEC_VERSION = 2
+SPEC_VERSION = 3
 
 
 @dataclass
@@ -26,7 +26,10 @@ class WorkerSpec:
     result_path: str = ""
     log_path: str = ""
     weights_bytes: int = 0  # bytes the sessions load: weights file, or the QNN context binary
-    options: dict[str, Any] = field(default_factory=dict)  # the target's options and prepared paths
+    #: The target's options and what its prepare step hands the workers ("models": every model
+    #: folder of the run, in order), plus the run's session knobs ("session": the
+    #: SessionSettings dict, "runs": timed inferences after the first).
+    options: dict[str, Any] = field(default_factory=dict)
     #: The harness that started this worker (pid + creation time, as psutil reports it): the
     #: worker watches THIS process, not whatever ``getppid()`` says when it starts (if the
     #: harness died first, that is already init).
@@ -61,6 +64,10 @@ class WorkerRecord:
     load_s: float | None = None
     create_s: float | None = None
     first_run_s: float | None = None
+    runs: int = 0  # timed inferences after the first (--runs)
+    latency_p50_s: float | None = None
+    latency_p90_s: float | None = None
+    latency_p99_s: float | None = None
     output_ok: bool = False
     output_detail: str = ""
     weights_bytes: int | None = None

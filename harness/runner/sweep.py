@@ -34,14 +34,27 @@ WORKER_OVERHEAD_BYTES = 200 * 1024**2
 MEMORY_BUDGET_SHARE = 0.85
 
 
+#: What ``--page-cache`` accepts: warm (read the weights once before the first group) or cold
+#: (evict their pages before each group).
+PAGE_CACHE_MODES = ("warm", "cold")
+
+
 @dataclass
 class RunOptions:
     target: str = "cpu"
     target_options: dict[str, Any] = field(default_factory=dict)  # the target's own options, generic
     peer: str | None = None  # a second target measured in mapped mode beside it (e.g. ort-native)
-    model: Path | None = None
+    model: Path | None = None  # the first of ``models`` (kept in step by __post_init__)
+    models: list[Path] = field(default_factory=list)  # --model, repeatable: files or folders (a pipeline)
     model_size: int = 256 * 1024**2
     shapes: dict[str, list[int]] = field(default_factory=dict)
+    free_dims: dict[str, int] = field(default_factory=dict)  # --free-dim NAME=VALUE
+    input_values: dict[str, str] = field(default_factory=dict)  # --input NAME=FILE.npy | NAME=VALUE
+    session_config: dict[str, str] = field(default_factory=dict)  # --session-config KEY=VALUE
+    provider_options: dict[str, str] = field(default_factory=dict)  # --provider-option KEY=VALUE (qnn)
+    intra_op_threads: int | None = None  # --intra-op-threads N
+    runs: int = 0  # --runs R: timed inferences after the first (latency percentiles)
+    page_cache: str = "warm"  # --page-cache warm|cold
     processes: list[int] = field(default_factory=lambda: [4])
     sessions_per_process: int = 1
     modes: list[str] = field(default_factory=lambda: list(MODES))
@@ -54,6 +67,24 @@ class RunOptions:
     labels: dict[str, str] = field(default_factory=dict)  # KEY=VALUE tags (device kind...) for history
     fault_actions: dict[int, str] = field(default_factory=dict)
     command: str = ""
+
+    def __post_init__(self) -> None:
+        if self.models:
+            self.model = self.models[0]
+        elif self.model is not None:
+            self.models = [self.model]
+
+    def session_settings(self):
+        """The ORT session knobs every session (mapped and heap) and the reference share."""
+        from harness.prep.sessions import SessionSettings
+
+        return SessionSettings(dict(self.session_config), self.intra_op_threads, dict(self.provider_options))
+
+    def input_request(self):
+        """What --shape, --free-dim and --input say about the model's inputs."""
+        from harness.prep.inputs import InputRequest
+
+        return InputRequest(dict(self.shapes), dict(self.free_dims), dict(self.input_values))
 
     def options_of(self, target: Target) -> dict[str, Any]:
         """``target``'s options: its defaults, overridden by what was given (for the run's own target)."""
@@ -87,11 +118,15 @@ def estimated_peak_bytes(opts: RunOptions, weights_bytes: int) -> int:
 def expected_weights_bytes(opts: RunOptions) -> int:
     """Weights size known before any model is built or read: a run that cannot fit is
     refused before it spends minutes generating a model."""
-    if opts.model is not None:
-        try:
-            return opts.model.stat().st_size
-        except OSError:
-            return 0  # preparation reports the missing file
+    if opts.models:
+        total = 0
+        for path in opts.models:
+            try:
+                files = [p for p in path.iterdir() if p.is_file()] if path.is_dir() else [path]
+                total += sum(f.stat().st_size for f in files)
+            except OSError:
+                continue  # preparation reports the missing file
+        return total
     return opts.model_size
 
 
@@ -111,9 +146,9 @@ def check_memory_budget(opts: RunOptions, weights_bytes: int, available: int) ->
 def warm_page_cache(path: Path) -> None:
     """Read a file once so both modes start from a warm page cache: init times then compare
     mapping with copying, not a cold disk with a warm one."""
-    with open(path, "rb", buffering=0) as f:
-        while f.read(16 * 1024**2):
-            pass
+    from harness.runner.pagecache import warm
+
+    warm(path)
 
 
 def make_out_dir(out: Path) -> None:
@@ -131,8 +166,20 @@ def default_out_dir(prefix: str = "run") -> Path:
 
 def check_options(opts: RunOptions) -> None:
     """Everything that can be refused before work starts (target-independent rules first)."""
-    if opts.shapes and opts.model is None:
-        raise InputError("--shape fixes inputs of --model; the generated model has static shapes")
+    if (opts.shapes or opts.free_dims or opts.input_values) and opts.model is None:
+        flag = "--shape" if opts.shapes else "--free-dim" if opts.free_dims else "--input"
+        raise InputError(f"{flag} fixes inputs of --model; the generated model has one static input")
+    if opts.provider_options and "qnn" not in (opts.target, opts.peer):
+        raise InputError("--provider-option applies to --target qnn (the QNN EP's provider options)")
+    from harness.prep.sessions import check_provider_options
+
+    check_provider_options(opts.provider_options)
+    if opts.page_cache not in PAGE_CACHE_MODES:
+        raise InputError(f"--page-cache {opts.page_cache}: expected one of {', '.join(PAGE_CACHE_MODES)}")
+    if opts.page_cache == "cold":
+        from harness.runner.pagecache import check_cold_supported
+
+        check_cold_supported()
     if opts.peer is not None:
         if opts.peer == opts.target:
             raise InputError(f"--peer {opts.peer}: the peer must be another target than --target")
@@ -161,7 +208,8 @@ def plan_groups(
                     model_folder=ready.model.folder.resolve(),
                     workdir=(out / "workers" / f"{target_name}-{mode}-n{n}-r{repeat}").resolve(),
                     worker_timeout_s=opts.worker_timeout_s, weights_bytes=ready.weights_bytes,
-                    options={**opts.options_of(target), **ready.worker_options},
+                    options={**opts.options_of(target), **ready.worker_options,
+                             "session": opts.session_settings().to_dict(), "runs": opts.runs},
                     parent_pid=parent[0], parent_create_time=parent[1],
                     fault_actions=opts.fault_actions if target_name == opts.target else {},
                 ))
@@ -180,7 +228,10 @@ def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, sta
             "run_id": None,  # filled in by execute: the folder name
             "target": opts.target, "target_options": opts.options_of(target), "peer": opts.peer,
             "model": own.source if own else (str(opts.model) if opts.model else "generated"),
+            "models": [str(m.source) for m in own.models] if own else [str(m) for m in opts.models],
             "weights_bytes": own.weights_bytes if own else None,
+            "session": opts.session_settings().to_dict(), "runs": opts.runs, "page_cache": opts.page_cache,
+            "inputs": {"shapes": opts.shapes, "free_dims": opts.free_dims, "values": opts.input_values},
             "processes": opts.processes, "sessions_per_process": opts.sessions_per_process,
             "modes": opts.modes, "repeat": opts.repeat, "labels": opts.labels, "started": started,
             "finished": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -188,7 +239,7 @@ def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, sta
         },
         "gates": list(opts.gates),
         "default_gates": [{"expr": expr, "why": why} for expr, why in default_gates],
-        "target_notes": target.notes(opts),
+        "target_notes": target.notes(opts) + [n for ready in prepared.values() for n in ready.notes],
         "env": env,
     }
 
@@ -211,6 +262,20 @@ def prepare_all(opts: RunOptions, progress) -> dict[str, Prepared]:
     return prepared
 
 
+def page_cache_before(opts: RunOptions, ready: Prepared, progress):
+    """Evict the group's weights (--page-cache cold) or measure how warm they are; a failed
+    eviction check is said on the progress stream and recorded in every row of the group."""
+    from harness.runner.pagecache import make_cold, measure
+
+    files = list(dict.fromkeys(ready.warm_files))
+    if opts.page_cache != "cold":
+        return measure(files, "warm")
+    state = make_cold(files)
+    if state.state != "cold":
+        progress.note(f"page cache: eviction not verified: {state.note}")
+    return state
+
+
 def execute(opts: RunOptions, progress) -> RunOutcome:
     """Run every group; on Ctrl-C, write what was measured and mark the run interrupted."""
     from harness.runner.memory import system_available_bytes
@@ -226,8 +291,9 @@ def execute(opts: RunOptions, progress) -> RunOutcome:
     make_out_dir(out)
     started = dt.datetime.now().astimezone().isoformat(timespec="seconds")
     t0 = time.monotonic()
-    for path in dict.fromkeys(p for ready in prepared.values() for p in ready.warm_files):
-        warm_page_cache(path)
+    if opts.page_cache == "warm":
+        for path in dict.fromkeys(p for ready in prepared.values() for p in ready.warm_files):
+            warm_page_cache(path)
     groups = plan_groups(opts, prepared, out, harness_identity())
     env = environment()
     rows: list[ResultRow] = []
@@ -236,8 +302,11 @@ def execute(opts: RunOptions, progress) -> RunOutcome:
     write_outputs(out, rows, deltas, _metadata(opts, prepared, started, status, t0, env))
     try:
         for i, group in enumerate(groups):
+            cache = page_cache_before(opts, prepared[group.target], progress)
             progress.group_started(i, len(groups), group)
             result: GroupResult = run_group(group)
+            for row in result.rows:
+                row.page_cache, row.weights_resident_bytes = cache.state, cache.resident_bytes
             rows.extend(result.rows)
             deltas[group_key(group)] = result.system_delta_bytes
             progress.group_finished(i, len(groups), group, result)

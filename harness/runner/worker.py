@@ -1,10 +1,11 @@
 """A worker process: ``python -m harness.runner.worker SPEC.json``.
 
-Creates its M sessions through its target, runs one inference and checks it against the
-reference, writes a "ready" record, then blocks until the parent has sampled every worker's
-memory (the barrier, with a deadline of its own), writes its final record and exits. Its
-stdout/stderr go to a log file the parent chose (ORT and the QNN EP log there); results go
-only to the JSON files.
+Creates its M session groups through its target (one session per model of the run), runs one
+inference of each model and checks it against that model's reference, then (``--runs R``) R
+more timed inferences for the latency percentiles, writes a "ready" record, then blocks until
+the parent has sampled every worker's memory (the barrier, with a deadline of its own), writes
+its final record and exits. Its stdout/stderr go to a log file the parent chose (ORT and the
+QNN EP log there); results go only to the JSON files.
 
 A worker never outlives the harness that started it (`exit_with_parent`): the kernel kills it
 (Linux: ``PR_SET_PDEATHSIG``; Windows: the parent's kill-on-close job object), and a watchdog
@@ -111,8 +112,54 @@ def _error_text(err: BaseException) -> str:
     return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
 
 
+def model_folders(spec: WorkerSpec) -> list[str]:
+    """Every model folder of the run, in order (one unless the run loads a pipeline)."""
+    return list(spec.options.get("models") or [spec.model_folder])
+
+
+def latency_percentiles(samples: list[float]) -> tuple[float, float, float]:
+    """(p50, p90, p99) of the timed runs, linear interpolation between samples."""
+    import numpy as np
+
+    p50, p90, p99 = np.percentile(np.asarray(samples, dtype=np.float64), [50, 90, 99])
+    return float(p50), float(p90), float(p99)
+
+
+def run_and_check(target, live, models, record: WorkerRecord, runs: int) -> None:
+    """First inference of every model in session group 0 (timed, checked against each model's
+    reference), then ``runs`` more timed passes over all of them for the latency figures."""
+    from harness.models import load_reference
+
+    references = [load_reference(m) for m in models]
+    sessions = live.first_group()
+    t0 = time.perf_counter()
+    outputs = [target.run(s, m, feeds) for s, m, (feeds, _) in zip(sessions, models, references, strict=True)]
+    record.first_run_s = time.perf_counter() - t0
+    details = []
+    record.output_ok = True
+    for model, got, (_, reference) in zip(models, outputs, references, strict=True):
+        ok, detail = target.check_output(got, reference, model)
+        prefix = f"{Path(model.source).name}: " if len(models) > 1 and detail else ""
+        if detail:
+            details.append(prefix + detail)
+        record.output_ok = record.output_ok and ok
+    record.output_detail = "; ".join(details)
+    if not record.output_ok:
+        record.error = f"wrong output: {record.output_detail}"
+        return
+    samples = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        for s, m, (feeds, _) in zip(sessions, models, references, strict=True):
+            target.run(s, m, feeds)
+        samples.append(time.perf_counter() - t0)
+    if samples:
+        record.runs = len(samples)
+        record.latency_p50_s, record.latency_p90_s, record.latency_p99_s = latency_percentiles(samples)
+
+
 def run_worker(spec: WorkerSpec) -> int:
-    from harness.models import PreparedModel, load_reference
+    from harness.models import PreparedModel
     from harness.targets import get_target
 
     exit_with_parent(spec)
@@ -121,15 +168,9 @@ def run_worker(spec: WorkerSpec) -> int:
     try:
         apply_fault_action(spec.fault_action)
         target = get_target(spec.target)
-        model = PreparedModel.load(Path(spec.model_folder), check_files=False)
-        live = target.create_sessions(spec, model, record)
-        feeds, reference = load_reference(model)
-        t0 = time.perf_counter()
-        outputs = live.sessions[0].run(model.outputs, feeds)
-        record.first_run_s = time.perf_counter() - t0
-        record.output_ok, record.output_detail = target.check_output(outputs, reference, model)
-        if not record.output_ok:
-            record.error = f"wrong output: {record.output_detail}"
+        models = [PreparedModel.load(Path(folder), check_files=False) for folder in model_folders(spec)]
+        live = target.create_sessions(spec, models, record)
+        run_and_check(target, live, models, record, int(spec.options.get("runs") or 0))
     except Exception as err:  # a worker's failure is data for the parent
         traceback.print_exc()
         record.error = _error_text(err)

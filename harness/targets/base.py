@@ -6,7 +6,8 @@ A target has two sides:
 - parent side (the `harness run` process): declare its options, check them against the run's
   options, prepare the model(s) and their cache, say which files to warm, its notes, its default
   gates and the versions of what it runs on;
-- worker side (each worker process): create the M sessions, say which path each took, check
+- worker side (each worker process): create the M session groups (one session per model of
+  the run: usually one, several for a pipeline), say which path each took, run them and check
   the outputs against the reference.
 
 Target options travel as one generic mapping (``RunOptions.target_options`` ->
@@ -47,22 +48,42 @@ class TargetOption:
 class Prepared:
     """What the parent prepared for the workers; everything here is a fact for metadata."""
 
-    model: PreparedModel  # folder with manifest.json and reference.npz
-    weights_bytes: int  # bytes the sessions load (weights file, or the QNN context binaries)
-    warm_files: list[Path]  # read once before the first group: both modes start from a warm cache
+    model: PreparedModel  # the first model: folder with manifest.json and reference.npz
+    weights_bytes: int  # bytes the sessions load (weights files, or the QNN context binaries)
+    #: The weights files: read once before the first group (warm page cache) or evicted
+    #: before each group (--page-cache cold).
+    warm_files: list[Path]
     worker_options: dict[str, Any] = field(default_factory=dict)  # merged into every WorkerSpec.options
     source: str = ""  # what was measured, for people
+    models: list[PreparedModel] = field(default_factory=list)  # every model of a pipeline (default: [model])
+    notes: list[str] = field(default_factory=list)  # facts about these models (how the reference was made...)
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            self.models = [self.model]
+        self.worker_options.setdefault("models", [str(m.folder.resolve()) for m in self.models])
 
 
 @dataclass
 class LiveSessions:
-    """A worker's sessions plus everything that must outlive them (weights, OrtValues)."""
+    """A worker's sessions plus everything that must outlive them (weights, OrtValues).
+
+    ``groups[m][k]`` is session group m's session of model k; ``sessions`` all of them."""
 
     sessions: list = field(default_factory=list)
     keepalive: list = field(default_factory=list)
     closers: list[Callable[[], None]] = field(default_factory=list)
+    groups: list[list] = field(default_factory=list)
+
+    def add_group(self, sessions: list) -> None:
+        self.groups.append(list(sessions))
+        self.sessions.extend(sessions)
+
+    def first_group(self) -> list:
+        return self.groups[0] if self.groups else self.sessions[:1]
 
     def close(self) -> None:
+        self.groups.clear()
         self.sessions.clear()
         self.keepalive.clear()
         closers, self.closers = self.closers, []
@@ -104,24 +125,19 @@ class Target(ABC):
 
     # -- worker side -------------------------------------------------------------------
     @abstractmethod
-    def create_sessions(self, spec: WorkerSpec, model: PreparedModel, record: WorkerRecord) -> LiveSessions:
-        """Create spec.sessions sessions, timed into ``record`` (load_s, create_s, path_taken...)."""
+    def create_sessions(self, spec: WorkerSpec, models: list[PreparedModel], record: WorkerRecord) -> LiveSessions:
+        """Create spec.sessions session groups, each one session per model, timed into
+        ``record`` (load_s, create_s, path_taken...)."""
+
+    def run(self, session: Any, model: PreparedModel, feeds: dict) -> list:
+        """One inference of ``model`` in ``session``: its outputs, in ``model.outputs`` order."""
+        from harness.prep.sessions import run_session
+
+        return run_session(session, model.outputs, feeds, model.input_types, model.output_types)
 
     def check_output(self, outputs: list, reference: dict, model: PreparedModel) -> tuple[bool, str]:
-        """Compare the first inference with the reference: (ok, detail when not ok)."""
-        return check_close(outputs, reference, model.outputs, model.extra.get("rtol", 1e-4),
-                           model.extra.get("atol", 1e-5))
+        """Compare the first inference with the reference: (ok, detail). Tolerances follow each
+        output's element type; non-deterministic outputs are compared by shape only."""
+        from harness.prep.outputs import check_outputs
 
-
-def check_close(outputs: list, reference: dict, names: list[str], rtol: float, atol: float) -> tuple[bool, str]:
-    """Element-wise closeness of every output with the reference, shapes first."""
-    import numpy as np
-
-    for name, got in zip(names, outputs, strict=False):
-        want = reference[name]
-        if got.shape != want.shape:
-            return False, f"{name}: shape {got.shape} != reference {want.shape}"
-        if not np.allclose(got, want, rtol=rtol, atol=atol):
-            worst = float(np.max(np.abs(got.astype("float64") - want.astype("float64"))))
-            return False, f"{name}: max abs diff {worst:.3g} beyond rtol={rtol} atol={atol}"
-    return True, ""
+        return check_outputs(outputs, reference, model.outputs, model.nondeterministic)

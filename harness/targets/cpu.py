@@ -13,7 +13,8 @@ import sys
 import time
 
 from harness.core.schema import disable_flag
-from harness.models import PreparedModel, cpu_session_options, prepare_cpu_model
+from harness.models import PreparedModel, prepare_cpu_models
+from harness.prep.sessions import cpu_session_options
 
 from .base import CORRECTNESS_GATE, LiveSessions, Prepared, Target, TargetOption
 
@@ -77,6 +78,26 @@ WINDOWS_PRIVATE_GATE = (
 _PATH_RANK = {"mapped": 0, "heap": 1, "fallback": 2}
 
 
+def prepared_cpu_models(models: list[PreparedModel]) -> Prepared:
+    """What the cpu and ort-native targets hand the runner: every model's weights file."""
+    source = " + ".join(m.source for m in models)
+    notes = []
+    for m in models:
+        unstable = m.extra.get("nondeterministic") or {}
+        if unstable:
+            notes.append(f"{m.source}: output(s) {', '.join(unstable)} differ between two runs of ORT's own reference "
+                         "(non-deterministic model): workers' values for them are checked by shape only.")
+        if m.extra.get("lifted_constants"):
+            notes.append(f"{m.source}: {m.extra['lifted_constants']} Constant-node tensor(s) of 1 KiB or more were "
+                         "lifted into initializers so they can be mapped.")
+    if models[0].extra.get("optimized_offline"):
+        notes.append("User models are optimized once by ORT (level all) before their weights are externalised; "
+                     "sessions load the optimized graph with graph optimizations disabled, so no optimizer can "
+                     "rewrite a weight handed over by name.")
+    return Prepared(models[0], sum(m.weights_bytes for m in models), [m.weights_path for m in models],
+                    source=source, models=models, notes=notes)
+
+
 class CpuTarget(Target):
     name = "cpu"
     summary = "mapper_impl + ORT CPU EP, weights handed over in place (default)"
@@ -88,8 +109,7 @@ class CpuTarget(Target):
     )
 
     def prepare(self, opts, progress) -> Prepared:
-        model = prepare_cpu_model(opts, progress)
-        return Prepared(model, model.weights_bytes, [model.weights_path], source=model.source)
+        return prepared_cpu_models(prepare_cpu_models(opts, progress, target=self.name))
 
     def mapped_may_copy(self, opts) -> bool:
         o = opts.target_options
@@ -103,40 +123,44 @@ class CpuTarget(Target):
                     for expr, why in DEFAULT_GATES]
         return list(DEFAULT_GATES)
 
-    def create_sessions(self, spec, model: PreparedModel, record) -> LiveSessions:
-        import numpy as np
+    def create_sessions(self, spec, models: list[PreparedModel], record) -> LiveSessions:
         import onnxruntime as ort
 
+        from harness.prep.sessions import SessionSettings
+        from harness.prep.tensors import ortvalue_over
         from mapper_impl import FaultPlan, load_weights
 
-        model.check_weights_file()  # truncated since the parent prepared it: a clear error, not a bad read
+        for model in models:
+            model.check_weights_file()  # truncated since the parent prepared it: a clear error, not a bad read
+        settings = SessionSettings.from_dict(spec.options.get("session"))
         map_failures = spec.options.get("map_failures", 0)
         faults = FaultPlan(map_failures=map_failures) if map_failures else None
         live = LiveSessions()
         record.load_s = record.create_s = 0.0
         record.map_attempts = 0
         for _ in range(spec.sessions):
-            t0 = time.perf_counter()
-            weights = load_weights(model.weights_path, disable_file_mapped_weights=disable_flag(spec.mode),
-                                   max_attempts=spec.options.get("max_attempts", 3), faults=faults)
-            t1 = time.perf_counter()
-            live.closers.append(weights.close)
-            so = cpu_session_options()
-            for t in model.tensors:
-                count = t.length // np.dtype(t.dtype).itemsize
-                array = np.frombuffer(weights.buffer, dtype=t.dtype, count=count, offset=t.offset).reshape(t.shape)
-                value = ort.OrtValue.ortvalue_from_numpy(array)
-                live.keepalive.append(value)
-                so.add_initializer(t.name, value)
-            live.sessions.append(ort.InferenceSession(str(model.onnx_path), so, providers=["CPUExecutionProvider"]))
-            t2 = time.perf_counter()
-            record.load_s += t1 - t0
-            record.create_s += t2 - t1
-            record.map_attempts += weights.attempts
-            record.map_errors.extend(weights.errors)
-            if _PATH_RANK[weights.path_taken] >= _PATH_RANK.get(record.path_taken, -1):
-                record.path_taken = weights.path_taken
-        record.weights_bytes = model.weights_bytes
+            group = []
+            for model in models:
+                t0 = time.perf_counter()
+                weights = load_weights(model.weights_path, disable_file_mapped_weights=disable_flag(spec.mode),
+                                       max_attempts=spec.options.get("max_attempts", 3), faults=faults)
+                t1 = time.perf_counter()
+                live.closers.append(weights.close)
+                so = cpu_session_options(settings, level=model.session_level)
+                for t in model.tensors:
+                    value = ortvalue_over(weights.buffer, t.onnx_type, t.shape, t.offset)
+                    live.keepalive.append(value)
+                    so.add_initializer(t.name, value)
+                group.append(ort.InferenceSession(str(model.onnx_path), so, providers=["CPUExecutionProvider"]))
+                t2 = time.perf_counter()
+                record.load_s += t1 - t0
+                record.create_s += t2 - t1
+                record.map_attempts += weights.attempts
+                record.map_errors.extend(weights.errors)
+                if _PATH_RANK[weights.path_taken] >= _PATH_RANK.get(record.path_taken, -1):
+                    record.path_taken = weights.path_taken
+            live.add_group(group)
+        record.weights_bytes = sum(m.weights_bytes for m in models)
         return live
 
 

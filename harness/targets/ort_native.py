@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 
-from harness.models import PreparedModel, cpu_session_options, prepare_cpu_model
+from harness.models import PreparedModel, prepare_cpu_models
+from harness.prep.sessions import cpu_session_options
 
 from .base import LiveSessions, Prepared, Target
 
@@ -20,37 +21,42 @@ class OrtNativeTarget(Target):
     summary = "ORT maps the external data itself (the peer baseline)"
 
     def prepare(self, opts, progress) -> Prepared:
-        model = prepare_cpu_model(opts, progress)
-        return Prepared(model, model.weights_bytes, [model.weights_path], source=model.source)
+        from .cpu import prepared_cpu_models
 
-    def create_sessions(self, spec, model: PreparedModel, record) -> LiveSessions:
+        return prepared_cpu_models(prepare_cpu_models(opts, progress, target=self.name))
+
+    def create_sessions(self, spec, models: list[PreparedModel], record) -> LiveSessions:
         import onnxruntime as ort
 
+        from harness.prep.sessions import SessionSettings
         from mapper_impl import load_weights
 
-        model.check_weights_file()
+        for model in models:
+            model.check_weights_file()
+        settings = SessionSettings.from_dict(spec.options.get("session"))
         live = LiveSessions()
         record.load_s = record.create_s = 0.0
         for _ in range(spec.sessions):
-            so = cpu_session_options()
-            t0 = time.perf_counter()
-            if spec.mode == "heap":
-                weights = load_weights(model.weights_path, disable_file_mapped_weights="1")
-                t1 = time.perf_counter()
-                so.add_external_initializers_from_files_in_memory(
-                    [model.weights_path.name], [weights.buffer], [weights.size])
-                live.sessions.append(ort.InferenceSession(str(model.onnx_path), so,
-                                                          providers=["CPUExecutionProvider"]))
-                weights.close()  # ORT copied it: the copy is the heap cost being measured
-            else:
-                t1 = t0
-                live.sessions.append(ort.InferenceSession(str(model.onnx_path), so,
-                                                          providers=["CPUExecutionProvider"]))
-            t2 = time.perf_counter()
-            record.load_s += t1 - t0
-            record.create_s += t2 - t1
+            group = []
+            for model in models:
+                so = cpu_session_options(settings, level=model.session_level)
+                t0 = time.perf_counter()
+                if spec.mode == "heap":
+                    weights = load_weights(model.weights_path, disable_file_mapped_weights="1")
+                    t1 = time.perf_counter()
+                    so.add_external_initializers_from_files_in_memory(
+                        [model.weights_path.name], [weights.buffer], [weights.size])
+                    group.append(ort.InferenceSession(str(model.onnx_path), so, providers=["CPUExecutionProvider"]))
+                    weights.close()  # ORT copied it: the copy is the heap cost being measured
+                else:
+                    t1 = t0
+                    group.append(ort.InferenceSession(str(model.onnx_path), so, providers=["CPUExecutionProvider"]))
+                t2 = time.perf_counter()
+                record.load_s += t1 - t0
+                record.create_s += t2 - t1
+            live.add_group(group)
         record.path_taken = "heap" if spec.mode == "heap" else "mapped"
-        record.weights_bytes = model.weights_bytes
+        record.weights_bytes = sum(m.weights_bytes for m in models)
         return live
 
 

@@ -47,6 +47,7 @@ def models(tmp_path_factory) -> Path:
     (folder / "no-data.data").unlink()
     (folder / "text.onnx").write_text("this is not an ONNX model\n")
     (folder / "empty.onnx").write_bytes(b"")
+    (folder / "no-models").mkdir()  # a folder is a pipeline of its models: this one has none
     return folder
 
 
@@ -63,7 +64,7 @@ def models(tmp_path_factory) -> Path:
         ("dynamic.onnx", ["--shape", "x=1xlots"], ["--shape 'x=1xlots'", "expected NAME=DIMxDIM"]),
         ("dynamic.onnx", ["--shape", "x=0x16"], ["--shape 'x=0x16'"]),
         ("missing.onnx", [], ["no such file"]),
-        (".", [], ["a folder, not an ONNX file"]),
+        ("no-models", [], ["a folder without .onnx files"]),
     ],
     ids=["not-onnx", "empty-file", "external-data-missing", "dynamic-without-shape", "shape-unknown-input",
          "shape-wrong-rank", "shape-conflicts-with-fixed-dim", "shape-not-a-number", "shape-zero-dim",

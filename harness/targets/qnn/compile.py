@@ -1,8 +1,16 @@
-"""The qnn target's models: a generated QDQ uint8 chain (or the user's model), compiled once
-by the real QNN EP to an EPContext model (``*_ctx.onnx`` + ``*_qnn.bin``) and cached by content.
+"""The qnn target's models: a generated QDQ uint8 chain or the user's model, compiled once by
+the real QNN EP to an EPContext model (``*_ctx.onnx`` + ``*_qnn.bin``) and cached by content;
+or the user's own pre-compiled EPContext model, measured where it is.
 
-The source model's folder also holds ``reference.npz``: the un-compiled model's output on ORT's
-CPU EP for a fixed input, which every worker compares with the QNN EP's output.
+- A user's model is compiled AS IT IS (weights untouched, Constant nodes and all); only inputs
+  with dynamic shapes get a shape-fixed copy of the graph, since the compiler needs static
+  shapes. Its folder holds ``reference.npz``: the un-compiled model's output on ORT's CPU EP
+  for a fixed input, which every worker compares with the QNN EP's output.
+- Compilation runs in a child process (`child`): the QNN compiler can crash, and the EP's own
+  log goes to a file named in every error. The compiled model must also load and run once, or
+  it is refused: a partial compile the EP cannot load is found once, not in every worker.
+- A pre-compiled EPContext model has no CPU original: its reference is its own first inference
+  with file mapping disabled, also in a child process.
 """
 
 from __future__ import annotations
@@ -12,8 +20,8 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,16 +31,20 @@ from harness.cache import CorruptEntry, cached_build, default_cache_dir
 from harness.core.errors import InputError
 from harness.core.files import write_json_atomic
 from harness.models import (
+    PREP_VERSION,
     PreparedModel,
     cached_model,
-    dynamic_inputs,
     external_data_files,
-    first_line,
     load_onnx,
-    prepare_user_model,
+    ort_reason,
+    resolve_feeds,
     save_reference,
-    shape_hint,
+    source_key,
+    write_reference,
 )
+from harness.prep.epcontext import EpContextModel, epcontext_nodes, inspect_epcontext
+from harness.prep.inputs import model_inputs, shape_hint
+from harness.prep.pipeline import check_pipeline_request, resolve_models
 
 from .ep import QnnUnavailableError, qnn_platform_supported, qnn_versions, register_qnn_ep
 
@@ -40,6 +52,10 @@ if TYPE_CHECKING:
     import numpy
 
 _COMPILE_NOTHING = "Unable to compile any nodes"
+#: A compile (or reference run) in the child taking longer than this is killed: QNN compiles of
+#: LLM-sized graphs take minutes, never hours.
+CHILD_TIMEOUT_S = 3600.0
+_ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass
@@ -142,26 +158,79 @@ def _source_sha256(src: Path, model: Any) -> str:
     return h.hexdigest()
 
 
-def _compile(src: Path, out_onnx: Path, embed_mode: int, backend_type: str, label: str) -> float:
-    """Run ORT's compile API with the QNN device; returns seconds spent. Every failure is one
-    InputError naming the user's model (``label``) and the EP's reason."""
-    import onnxruntime as ort
+def qnn_log_dir(cache_dir: Path | None = None) -> Path:
+    """Where the logs of the QNN child processes are kept (named in every error about them)."""
+    return (cache_dir or default_cache_dir()) / "logs"
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3  # compile-time warnings (e.g. the gate) are not what we classify
-    so.add_provider_for_devices(register_qnn_ep(), {"backend_type": backend_type})
-    t0 = time.perf_counter()
-    try:
-        ort.ModelCompiler(so, str(src), bool(embed_mode),
-                          flags=ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED
-                          ).compile_to_file(str(out_onnx))
-    except Exception as e:  # ORT raises its own Fail type
-        if _COMPILE_NOTHING in str(e):
-            raise InputError(f"{label}: no node was assigned to QNN (the {backend_type} backend takes "
-                             "none of its ops as given; it needs static shapes and typically "
-                             "a QDQ-quantized model)") from None
-        raise InputError(f"{label}: QNN compilation failed: {first_line(e)}") from None
-    return time.perf_counter() - t0
+
+def run_child(job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S) -> dict:
+    """Run one `child` job in a child process whose stdout and stderr (the EP's and the QNN
+    libraries' own log) go to ``log_path``; returns its result. A child killed by a signal or
+    past ``timeout_s`` gives ``{"ok": False, "stage": "crash", ...}``; no child is left behind."""
+    import subprocess
+    import tempfile
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="qnn-job-") as tmp:
+        job = dict(job, result=str(Path(tmp) / "result.json"))
+        job_path = Path(tmp) / "job.json"
+        job_path.write_text(json.dumps(job), encoding="utf-8")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "harness.targets.qnn.child", str(job_path)],
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=str(_ROOT),
+                                    env=env)
+            try:
+                code = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                return {"ok": False, "stage": "crash", "error": f"no result after {timeout_s:g} s (killed)"}
+            finally:
+                if proc.poll() is None:  # Ctrl-C while waiting
+                    proc.kill()
+                    proc.wait()
+        try:
+            return json.loads(Path(job["result"]).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {"ok": False, "stage": "crash", "error": _describe_exit(code)}
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        import signal
+
+        try:
+            return f"the process crashed ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"the process was killed by signal {-code}"
+    return f"the process exited with code {code} without a result"
+
+
+def _compile(src: Path, out_onnx: Path, embed_mode: int, backend_type: str, label: str, *,
+             provider_options: dict | None = None, session_config: dict | None = None,
+             check_folder: Path | None = None, log_path: Path) -> float:
+    """Compile in a child process (see `child`); returns seconds spent. Every failure is one
+    InputError naming the user's model (``label``), the EP's reason and the log file."""
+    result = run_child({"kind": "compile", "src": str(src), "out": str(out_onnx), "embed_mode": embed_mode,
+                        "backend_type": backend_type, "provider_options": provider_options or {},
+                        "session_config": session_config or {},
+                        "check_folder": str(check_folder) if check_folder else ""}, log_path)
+    if result.get("ok"):
+        return float(result.get("compile_s") or 0.0)
+    error = str(result.get("error") or "")
+    where = f" (EP log: {log_path})"
+    if _COMPILE_NOTHING in error:
+        raise InputError(f"{label}: no node was assigned to QNN (the {backend_type} backend takes "
+                         "none of its ops as given; it needs static shapes and typically "
+                         "a QDQ-quantized model)")
+    if result.get("stage") == "crash":
+        raise InputError(f"{label}: the QNN compiler crashed: {error}{where}")
+    if result.get("stage") in ("load", "run"):
+        raise InputError(f"{label}: compiled for QNN, but the compiled model does not {result['stage']}: "
+                         f"{ort_reason(error)}{where}")
+    raise InputError(f"{label}: QNN compilation failed: {ort_reason(error)}{where}")
 
 
 def _context_files(onnx_path: Path) -> tuple[list[str], int]:
@@ -193,38 +262,51 @@ def _load_compiled(folder: Path, cached: bool = True) -> CompiledModel:
 
 
 def compile_epcontext(src: Path, out_dir: Path, *, embed_mode: int = 0, backend_type: str = "htp",
-                      label: str | None = None) -> CompiledModel:
+                      label: str | None = None, provider_options: dict | None = None,
+                      session_config: dict | None = None, check_folder: Path | None = None,
+                      log_dir: Path | None = None) -> CompiledModel:
     """Compile `src` for QNN into an EPContext model under `out_dir`, reusing an earlier result.
 
-    The entry is ``out_dir/<stem>_em<mode>-<backend>-<source hash>/``: ``<stem>_em<mode>_ctx.onnx``
-    (+ the ``..._qnn.bin`` the EP names, for embed_mode 0) and ``manifest.json``. Built and
-    published by the model cache (`harness.cache.cached_build`): a reader never sees half a
-    compilation, and a changed source (hash of the .onnx and every external-data file) gets a
-    new entry. ``label`` names the user's file in errors (default: ``src``).
+    The entry is ``out_dir/<stem>_em<mode>-<backend>-<key>/``: ``<stem>_em<mode>_ctx.onnx``
+    (+ the ``..._qnn.bin`` the EP names, for embed_mode 0), ``compile.log`` (the EP's own log)
+    and ``manifest.json``. Built and published by the model cache (`harness.cache.cached_build`):
+    a reader never sees half a compilation, and a changed source (hash of the .onnx and every
+    external-data file) or other provider options get a new entry. The compiler runs in a child
+    process (`child`); with ``check_folder`` (a prepared model with a reference input) the result
+    must also load and run once. ``label`` names the user's file in errors (default: ``src``).
     """
     if embed_mode not in (0, 1):
         raise ValueError(f"embed_mode must be 0 (context in a .bin) or 1 (in the onnx), got {embed_mode!r}")
     src, out_dir = Path(src), Path(out_dir)
     label = label or str(src)
     model = load_onnx(src, external_data=False, label="model")
-    dynamic = dynamic_inputs(model)
+    dynamic = [(i, i.dims) for i in model_inputs(model) if i.kind == "tensor" and
+               (i.dims is None or not all(isinstance(d, int) for d in i.dims))]
     if dynamic:
         raise InputError(f"{label}: {shape_hint(dynamic)} (QNN needs static shapes)")
     sha = _source_sha256(src, model)
+    extra = json.dumps({"p": provider_options or {}, "c": session_config or {}}, sort_keys=True)
+    key = hashlib.sha256(f"{sha}|{extra}".encode()).hexdigest() if provider_options or session_config else sha
     stem = f"{src.stem}_em{embed_mode}"
+    log_path = (log_dir or out_dir) / f"{stem}-{backend_type}-{key[:16]}-compile.log"
 
     def build(scratch: Path) -> None:
-        compile_s = _compile(src, scratch / f"{stem}_ctx.onnx", embed_mode, backend_type, label)
+        compile_s = _compile(src, scratch / f"{stem}_ctx.onnx", embed_mode, backend_type, label,
+                             provider_options=provider_options, session_config=session_config,
+                             check_folder=check_folder, log_path=log_path)
         bins, embedded = _context_files(scratch / f"{stem}_ctx.onnx")
         if not embedded and not bins:
             raise InputError(f"{label}: no node was assigned to QNN (no EPContext node)")
         ops = [n.op_type for n in load_onnx(scratch / f"{stem}_ctx.onnx", external_data=False).graph.node
                if n.op_type != "EPContext"]
+        with contextlib.suppress(OSError):
+            shutil.copyfile(log_path, scratch / "compile.log")
         write_json_atomic(scratch / "manifest.json", {
             "source_sha256": sha, "embed_mode": embed_mode, "backend_type": backend_type,
             "onnx": f"{stem}_ctx.onnx", "bins": bins,
             "context_bytes": embedded + sum((scratch / b).stat().st_size for b in bins),
-            "compile_s": compile_s, "cpu_ops": ops, "versions": qnn_versions()})
+            "compile_s": compile_s, "cpu_ops": ops, "versions": qnn_versions(),
+            "provider_options": provider_options or {}})
 
     built: list[bool] = []
 
@@ -235,7 +317,7 @@ def compile_epcontext(src: Path, out_dir: Path, *, embed_mode: int = 0, backend_
         build(scratch)
         built.append(True)
 
-    return cached_build(out_dir / f"{stem}-{backend_type}-{sha[:16]}", build_once, load)
+    return cached_build(out_dir / f"{stem}-{backend_type}-{key[:16]}", build_once, load)
 
 
 def generated_qdq(size: int, cache_dir: Path) -> PreparedModel:
@@ -246,10 +328,82 @@ def generated_qdq(size: int, cache_dir: Path) -> PreparedModel:
         save_reference(tmp / "reference.npz", feeds, {info["output_name"]: reference_output(tmp / "model.onnx", feeds)})
         source = f"generated:qdq-matmul-chain:{info['layers']}x{info['dim']}x{info['dim']}xuint8"
         return PreparedModel(tmp, source, [], {info["input_name"]: info["input_shape"]},
-                             {info["input_name"]: "float32"}, [info["output_name"]], info["weights_bytes"],
-                             extra={"quant_step": info["output_scale"]})
+                             {info["input_name"]: 1}, [info["output_name"]], info["weights_bytes"],
+                             output_types={info["output_name"]: 1}, extra={"quant_step": info["output_scale"]})
 
     return cached_model(cache_dir / f"qdq-chain-{size}-s0", build)
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    """Make ``src`` visible as ``dst`` without copying when the OS allows it."""
+    for link in (os.symlink, os.link):
+        try:
+            link(src, dst)
+            return
+        except (OSError, NotImplementedError):
+            continue
+    shutil.copyfile(src, dst)
+
+
+def prepare_qnn_source(path: Path, request: Any, settings: Any, cache_dir: Path) -> PreparedModel:
+    """A user's (uncompiled) model for the qnn target: compiled AS IT IS, weights untouched.
+    The folder holds the CPU reference and, when input shapes had to be fixed for the
+    compiler, a shape-fixed copy of the graph (its external data linked, not copied)."""
+    from harness.prep.inputs import fixed_shape_copy
+
+    label = f"--model {path}"
+    graph = load_onnx(path, external_data=False)
+    key = source_key(path, graph, {"request": request.key(), "prep": PREP_VERSION, "qnn_source": 1})
+
+    def build(tmp: Path) -> PreparedModel:
+        import onnx
+
+        inputs, shapes, feeds = resolve_feeds(graph, request, label)
+        onnx_file = str(Path(path).resolve())
+        if any(i.dims != shapes[i.name] for i in inputs):  # dynamic: the compiler needs a static copy
+            onnx_file = Path(path).name  # relative: the folder moves when the cache publishes it
+            onnx.save(fixed_shape_copy(graph, shapes), str(tmp / onnx_file))
+            for data in external_data_files(path, graph):
+                target = tmp / data.relative_to(Path(path).parent)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                _link_or_copy(data.resolve(), target)
+        output_types = {o.name: o.type.tensor_type.elem_type for o in graph.graph.output}
+        model = PreparedModel(tmp, str(path), [], shapes, {i.name: i.onnx_type for i in inputs}, list(output_types),
+                              0, output_types=output_types, onnx_file=onnx_file)
+        write_reference(model, Path(path), feeds, settings, level="all", label=label)
+        return model
+
+    return cached_model(cache_dir / f"qnnsrc-{path.stem}-{key}", build)
+
+
+def prepare_epcontext(path: Path, request: Any, job: dict, cache_dir: Path) -> tuple[PreparedModel, EpContextModel]:
+    """A pre-compiled EPContext model, measured where it is. There is no CPU original to
+    compare with, so its reference is its own first inference on the QNN EP with file mapping
+    disabled (in a child process), and a second one tells whether it is deterministic."""
+    label = f"--model {path}"
+    graph = load_onnx(path, external_data=False)
+    info = inspect_epcontext(path, graph, label)
+    key = source_key(path, graph, {"request": request.key(), "prep": PREP_VERSION, "job": job}, files=info.bins)
+    log_path = qnn_log_dir(cache_dir) / f"ctx-{path.stem}-{key[:16]}-reference.log"
+
+    def build(tmp: Path) -> PreparedModel:
+        inputs, shapes, feeds = resolve_feeds(graph, request, label)
+        output_types = {o.name: o.type.tensor_type.elem_type for o in graph.graph.output}
+        model = PreparedModel(tmp, str(path), [], shapes, {i.name: i.onnx_type for i in inputs}, list(output_types),
+                              info.context_bytes, output_types=output_types, onnx_file=str(Path(path).resolve()),
+                              extra={"reference_kind": "qnn-heap", "context_bins": [str(b) for b in info.bins]})
+        save_reference(model.reference_path, feeds, {})
+        model.save()  # the child reads the manifest
+        result = run_child(dict(job, kind="reference", folder=str(tmp)), log_path)
+        if not result.get("ok"):
+            what = "crashed" if result.get("stage") == "crash" else f"cannot {result.get('stage', 'run')} it"
+            raise InputError(f"{label}: the QNN EP {what} (file mapping disabled, for the reference): "
+                             f"{ort_reason(str(result.get('error') or ''))} (EP log: {log_path})")
+        if result.get("nondeterministic"):
+            model.extra["nondeterministic"] = result["nondeterministic"]
+        return model
+
+    return cached_model(cache_dir / f"qnnctx-{path.stem}-{key}", build), info
 
 
 def _flush_c_stdio() -> None:
@@ -277,9 +431,23 @@ def native_stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def prepare_qnn(opts: Any) -> tuple[PreparedModel, CompiledModel]:
-    """(source model folder, compiled EPContext model). Every problem the user can fix
-    (platform, missing package, dynamic shapes, nothing for QNN) is an InputError."""
+@dataclass
+class QnnModel:
+    """One model a qnn worker loads: the prepared folder (reference) and the EPContext file."""
+
+    model: PreparedModel
+    onnx_path: Path  # the EPContext model the sessions load
+    bins: list[Path]  # its context binaries
+    context_bytes: int
+    compiled: bool  # True: compiled by the harness; False: the user's own EPContext model
+    shares_context: bool = False
+
+
+def prepare_qnn(opts: Any) -> list[QnnModel]:
+    """Every model of the run, ready for the QNN EP: compiled (the generated QDQ chain, or the
+    user's model as it is) or the user's own EPContext model. Every problem the user can fix
+    (platform, missing package, dynamic shapes, nothing for QNN, a compile the EP refuses or
+    crashes in) is an InputError."""
     supported, why = qnn_platform_supported()
     if not supported:
         raise InputError(f"--target qnn: {why}")
@@ -289,12 +457,33 @@ def prepare_qnn(opts: Any) -> tuple[PreparedModel, CompiledModel]:
     except QnnUnavailableError as err:
         raise InputError(f"--target qnn: {err}") from None
     cache_dir = opts.cache_dir or default_cache_dir()
-    if opts.model is not None:
-        model = prepare_user_model(opts.model, opts.shapes, cache_dir=cache_dir)
-    else:
-        model = generated_qdq(opts.model_size, cache_dir)
     options = opts.target_options
-    compiled = compile_epcontext(model.onnx_path, model.folder / "qnn", embed_mode=options.get("embed_mode", 0),
-                                 backend_type=options.get("backend_type", "htp"),
-                                 label=str(opts.model) if opts.model is not None else model.source)
-    return model, compiled
+    settings = opts.session_settings()
+    embed_mode, backend = options.get("embed_mode", 0), options.get("backend_type", "htp")
+
+    def compiled(source: PreparedModel, label: str) -> QnnModel:
+        c = compile_epcontext(source.onnx_path, source.folder / "qnn", embed_mode=embed_mode, backend_type=backend,
+                              label=label, provider_options=settings.provider_options,
+                              session_config=settings.config, check_folder=source.folder,
+                              log_dir=qnn_log_dir(cache_dir))
+        return QnnModel(source, c.onnx_path, c.bin_paths, int(c.context_bytes), True)
+
+    if not opts.models:
+        source = generated_qdq(opts.model_size, cache_dir)
+        return [compiled(source, source.source)]
+    models = resolve_models(opts.models)
+    request = opts.input_request()
+    check_pipeline_request(models.paths, request)
+    job = {"backend_type": backend, "provider_options": settings.provider_options,
+           "session_config": settings.config, "intra_op_threads": settings.intra_op_threads,
+           "share_ep_contexts": bool(options.get("share_ep_contexts")) or models.genai_qnn}
+    out = []
+    for path in models.paths:
+        graph = load_onnx(path, external_data=False)
+        part = request.for_model(graph)
+        if epcontext_nodes(graph):
+            model, info = prepare_epcontext(path, part, job, cache_dir)
+            out.append(QnnModel(model, info.path, info.bins, info.context_bytes, False, info.shares_context))
+        else:
+            out.append(compiled(prepare_qnn_source(path, part, settings, cache_dir), f"--model {path}"))
+    return out

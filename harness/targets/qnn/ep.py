@@ -88,7 +88,8 @@ def disable_option_value(value: object) -> str:
 
 
 def qnn_session_options(*, disable_file_mapped_weights: object, share_ep_contexts: bool = False,
-                        backend_type: str = "htp", log_severity: int = 1) -> onnxruntime.SessionOptions:
+                        backend_type: str = "htp", log_severity: int = 1,
+                        provider_options: dict[str, str] | None = None) -> onnxruntime.SessionOptions:
     """SessionOptions with the QNN device added and the option under test set explicitly.
 
     log_severity must be <= 2 (warning): the classification needs the EP's warnings, and at 1
@@ -103,7 +104,9 @@ def qnn_session_options(*, disable_file_mapped_weights: object, share_ep_context
     devices = register_qnn_ep()
     so = ort.SessionOptions()
     so.log_severity_level = log_severity
-    so.add_provider_for_devices(devices, {"backend_type": backend_type, "disable_file_mapped_weights": value})
+    # The user's provider options first: backend_type and the option under test are the harness's.
+    options = {**(provider_options or {}), "backend_type": backend_type, "disable_file_mapped_weights": value}
+    so.add_provider_for_devices(devices, options)
     if share_ep_contexts:
         so.add_session_config_entry(SHARE_EP_CONTEXTS_KEY, "1")
     return so

@@ -1,0 +1,125 @@
+"""A model's graphs and subgraphs: walking them, lifting Constant nodes into initializers, and
+giving every initializer a name no other tensor of the model has.
+
+Why lift: exporters keep weights in different places. Paddle and some TF exports hold every
+weight in a Constant node (PP-OCR), spox puts them in Constant nodes inside If branches
+(silero VAD); only initializers can be externalised and handed to ORT by name.
+
+Why unique names: ORT binds an OrtValue given with ``SessionOptions.add_initializer`` to EVERY
+initializer of that name, in the main graph and in each subgraph's session state. Two If
+branches each holding a "const_0" of different content would both get the same weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+#: Constant attributes holding something other than one dense tensor (scalars, lists, sparse):
+#: small by nature, left as they are.
+_DENSE_VALUE = "value"
+
+
+def subgraphs(node: Any) -> Iterator[Any]:
+    """The graphs held in a node's attributes (If branches, Loop/Scan bodies)."""
+    from onnx import AttributeProto
+
+    for attr in node.attribute:
+        if attr.type == AttributeProto.GRAPH:
+            yield attr.g
+        elif attr.type == AttributeProto.GRAPHS:
+            yield from attr.graphs
+
+
+def all_graphs(graph: Any) -> Iterator[Any]:
+    """``graph`` and every graph nested in it, outer before inner."""
+    yield graph
+    for node in graph.node:
+        for sub in subgraphs(node):
+            yield from all_graphs(sub)
+
+
+def initializers(model: Any) -> Iterator[tuple[Any, Any]]:
+    """(graph, initializer) for every initializer of the model, subgraphs included."""
+    for graph in all_graphs(model.graph):
+        for init in graph.initializer:
+            yield graph, init
+
+
+def _declared(graph: Any) -> set[str]:
+    """Names a graph itself defines: inputs, initializers, node outputs."""
+    names = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    for node in graph.node:
+        names.update(o for o in node.output if o)
+    return names
+
+
+def lift_constants(model: Any, min_bytes: int) -> int:
+    """Turn every Constant node whose dense ``value`` tensor holds at least ``min_bytes`` of
+    data into an initializer of the graph it is in (same name as the node's output, so no
+    consumer changes). Returns how many were lifted."""
+    from .tensors import STRING, packed_size
+
+    lifted = 0
+    for graph in all_graphs(model.graph):
+        keep = []
+        for node in graph.node:
+            value = next((a.t for a in node.attribute if a.name == _DENSE_VALUE), None) \
+                if node.op_type == "Constant" and node.domain in ("", "ai.onnx") else None
+            if value is None or value.data_type == STRING or packed_size(value.data_type, list(value.dims)) < min_bytes:
+                keep.append(node)
+                continue
+            tensor = graph.initializer.add()
+            tensor.CopyFrom(value)
+            tensor.name = node.output[0]
+            lifted += 1
+        if len(keep) != len(graph.node):
+            del graph.node[:]
+            graph.node.extend(keep)
+    return lifted
+
+
+def _rename_in_scope(graph: Any, old: str, new: str) -> None:
+    """Every use of ``old`` in ``graph`` and in nested graphs that can see it (a nested graph
+    declaring ``old`` itself would shadow it, which ONNX forbids, but stop there anyway)."""
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name == old:
+                node.input[i] = new
+        for sub in subgraphs(node):
+            if old not in _declared(sub):
+                _rename_in_scope(sub, old, new)
+    for out in graph.output:
+        if out.name == old:
+            out.name = new
+    for vi in graph.value_info:
+        if vi.name == old:
+            vi.name = new
+
+
+def unique_initializer_names(model: Any) -> int:
+    """Rename subgraph initializers whose name another tensor of the model already uses.
+    The main graph keeps its names (its inputs and outputs are the model's interface).
+    Returns how many were renamed."""
+    taken: set[str] = set()
+    for graph in all_graphs(model.graph):
+        taken |= _declared(graph)
+    seen: set[str] = set()
+    renamed = 0
+    for index, graph in enumerate(all_graphs(model.graph)):
+        is_main = index == 0  # all_graphs yields the main graph first
+        for init in graph.initializer:
+            if init.name not in seen or is_main:
+                seen.add(init.name)
+                continue
+            k = 1
+            while f"{init.name}__{k}" in taken:
+                k += 1
+            new = f"{init.name}__{k}"
+            old = init.name
+            init.name = new
+            _rename_in_scope(graph, old, new)
+            taken.add(new)
+            seen.add(new)
+            renamed += 1
+    return renamed

@@ -1,0 +1,85 @@
+"""Is a worker's output the reference output? Tolerances follow the output's element type.
+
+- fp32 and fp64: the same kernels on the same graph give the same bits; the tolerance only
+  absorbs what a different (but equally valid) summation order leaves in the last bits.
+- fp16, bf16, float8: a few units in the last place of THEIR precision.
+- 8- and 4-bit integers are quantized values: one step either way is a rounding of a value
+  that sat on a .5 boundary, not a wrong result. Other integers, bools and strings: exact.
+- NaN equals NaN and an infinity equals the same infinity: a model may output them legitimately.
+- An output that already differs between two runs of the reference itself is non-deterministic
+  (random ops, racing reductions): a worker's value for it is not a verdict on the weights, so
+  only its shape is checked, and the report says why.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: dtype name -> (rtol, atol) for floating outputs.
+FLOAT_TOLERANCE = {
+    "float64": (1e-7, 1e-9),
+    "float32": (1e-4, 1e-5),
+    "float16": (1e-2, 1e-3),
+    "bfloat16": (2e-2, 1e-2),
+    "float8_e4m3fn": (0.125, 0.02), "float8_e4m3fnuz": (0.125, 0.02),
+    "float8_e5m2": (0.25, 0.04), "float8_e5m2fnuz": (0.25, 0.04),
+}
+#: Quantized integer outputs: one step.
+QUANTIZED_INTS = {"int8", "uint8", "int4", "uint4", "int2", "uint2"}
+
+
+def tolerance(dtype_name: str) -> tuple[float, float] | None:
+    """(rtol, atol) for a dtype, None when it must match exactly."""
+    if dtype_name in FLOAT_TOLERANCE:
+        return FLOAT_TOLERANCE[dtype_name]
+    if dtype_name in QUANTIZED_INTS:
+        return 0.0, 1.0
+    return None
+
+
+def compare(got: Any, want: Any) -> str:
+    """"" when ``got`` matches ``want``, else one short reason."""
+    import numpy as np
+
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        return f"shape {got.shape} != reference {want.shape}"
+    if want.dtype == object or got.dtype == object:
+        return "" if np.array_equal(got, want) else "strings differ from the reference"
+    tol = tolerance(want.dtype.name)
+    if tol is None:
+        if np.array_equal(got, want):
+            return ""
+        return f"{int(np.count_nonzero(got != want))} of {want.size} values differ (exact match required)"
+    rtol, atol = tol
+    a, b = got.astype(np.float64), want.astype(np.float64)
+    if np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True):
+        return ""
+    diff = np.abs(a - b)
+    diff[np.isnan(a) & np.isnan(b)] = 0.0
+    worst = float(np.nanmax(np.where(np.isnan(diff), np.inf, diff)))
+    return f"max abs diff {worst:.3g} beyond rtol={rtol:g} atol={atol:g} ({want.dtype.name})"
+
+
+def check_outputs(outputs: list[Any], reference: dict[str, Any], names: list[str],
+                  nondeterministic: list[str] | tuple[str, ...] = ()) -> tuple[bool, str]:
+    """(ok, detail): every output against the reference; non-deterministic ones by shape only."""
+    import numpy as np
+
+    notes = []
+    for name, got in zip(names, outputs, strict=False):
+        if name in nondeterministic:
+            if np.shape(got) != np.shape(reference[name]):
+                return False, f"{name}: shape {np.shape(got)} != reference {np.shape(reference[name])}"
+            notes.append(f"{name}: not compared (non-deterministic in the reference itself)")
+            continue
+        why = compare(got, reference[name])
+        if why:
+            return False, f"{name}: {why}"
+    return True, "; ".join(notes)
+
+
+def nondeterministic_outputs(first: dict[str, Any], second: dict[str, Any]) -> dict[str, str]:
+    """Outputs that differ between two runs of the same session on the same input, beyond
+    their dtype's tolerance: name -> how they differ."""
+    return {name: why for name in first if (why := compare(second[name], first[name]))}

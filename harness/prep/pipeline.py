@@ -1,0 +1,121 @@
+"""Several models measured together: every session group of a worker loads all of them.
+
+LLMs on a Snapdragon NPU run as a pipeline of EPContext models (embeddings, prompt processing,
+token generation, LM head) that share context binaries; the field report of a 7B model that
+failed to load unless ``disable_file_mapped_weights=1`` was such a pipeline. The models come
+from a repeated ``--model``, or a folder: the files its onnxruntime-genai ``genai_config.json``
+names (every ``filename`` under ``model``, in the order written), else every ``*.onnx`` in it.
+
+Each model gets its own feeds and reference; outputs are not chained from one model into the
+next (the harness measures loading and running the weights, not the generation loop).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.core.errors import InputError
+
+GENAI_CONFIG = "genai_config.json"
+
+
+@dataclass
+class ModelSet:
+    paths: list[Path]
+    origin: str  # "files" | "folder" | "genai_config"
+    #: onnxruntime-genai always runs QNN pipelines with ep.share_ep_contexts=1.
+    genai_qnn: bool = False
+
+
+def _filenames(node: Any) -> list[str]:
+    """Every "filename" value in a genai_config subtree, in document order."""
+    found: list[str] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "filename" and isinstance(value, str):
+                found.append(value)
+            else:
+                found += _filenames(value)
+    elif isinstance(node, list):
+        for item in node:
+            found += _filenames(item)
+    return found
+
+
+def _mentions_qnn(node: Any) -> bool:
+    if isinstance(node, dict):
+        return any(str(k).lower() == "qnn" or _mentions_qnn(v) for k, v in node.items())
+    if isinstance(node, list):
+        return any(_mentions_qnn(v) for v in node)
+    return False
+
+
+def _from_genai_config(folder: Path) -> tuple[list[Path], bool]:
+    config_path = folder / GENAI_CONFIG
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise InputError(f"--model {folder}: cannot read {GENAI_CONFIG} ({type(err).__name__})") from None
+    names = [n for n in dict.fromkeys(_filenames(config.get("model", config))) if n.lower().endswith(".onnx")]
+    if not names:
+        raise InputError(f"--model {folder}: {GENAI_CONFIG} names no .onnx file under \"model\"")
+    paths = [folder / n for n in names]
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        raise InputError(f"--model {folder}: {GENAI_CONFIG} names {', '.join(missing)}, not found in the folder")
+    return paths, _mentions_qnn(config.get("model", config))
+
+
+def resolve_models(given: list[Path]) -> ModelSet:
+    """The model files a run loads, in order; InputError for an empty or ambiguous folder."""
+    paths: list[Path] = []
+    origin, genai_qnn = "files", False
+    for item in given:
+        item = Path(item)
+        if not item.exists():
+            raise InputError(f"--model {item}: no such file")
+        if not item.is_dir():
+            paths.append(item)
+            continue
+        if (item / GENAI_CONFIG).is_file():
+            found, qnn = _from_genai_config(item)
+            origin, genai_qnn = "genai_config", genai_qnn or qnn
+        else:
+            found = sorted(p for p in item.glob("*.onnx") if p.is_file())
+            origin = "folder"
+            if not found:
+                raise InputError(f"--model {item}: a folder without .onnx files (and without {GENAI_CONFIG})")
+            _refuse_mixed(item, found)
+        paths += found
+    seen: set[Path] = set()
+    for path in paths:
+        if path.resolve() in seen:
+            raise InputError(f"--model {path}: given twice")
+        seen.add(path.resolve())
+    return ModelSet(paths, origin if len(given) == 1 else "files", genai_qnn)
+
+
+def _refuse_mixed(folder: Path, files: list[Path]) -> None:
+    """A folder holding a source model and its compiled EPContext twin is ambiguous."""
+    from harness.models import load_onnx
+
+    from .epcontext import epcontext_nodes
+
+    compiled = [f.name for f in files if epcontext_nodes(load_onnx(f, external_data=False))]
+    if compiled and len(compiled) != len(files):
+        plain = [f.name for f in files if f.name not in compiled]
+        raise InputError(f"--model {folder}: holds compiled EPContext models ({', '.join(compiled)}) and plain "
+                         f"models ({', '.join(plain)}): name the ones to load with repeated --model")
+
+
+def check_pipeline_request(paths: list[Path], request: Any) -> None:
+    """--shape/--input/--free-dim names must exist in at least one model of the set."""
+    from harness.models import load_onnx
+
+    from .inputs import check_request, model_inputs
+
+    inputs = [i for p in paths for i in model_inputs(load_onnx(p, external_data=False))]
+    check_request(inputs, request)
