@@ -213,6 +213,7 @@ def _row(group: GroupSpec, w: _Worker) -> ResultRow:
         weights_bytes=record.weights_bytes, output_ok=bool(record.output_ok) and not error,
         error=error, memory_note=w.memory.note, exit_code=code,
         map_errors="; ".join(record.map_errors), ep_log_tail=record.ep_log_tail,
+        ep_sessions=record.ep_sessions or None, ep_reason=record.ep_reason or None,
     )
 
 

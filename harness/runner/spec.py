@@ -58,6 +58,8 @@ class WorkerRecord:
     map_errors: list[str] = field(default_factory=list)
     ep_file_mapping: str = "n/a"
     ep_log_tail: str = ""
+    ep_sessions: str = ""  # e.g. "active=3 retried=1" (qnn)
+    ep_reason: str = ""
     load_s: float | None = None
     create_s: float | None = None
     first_run_s: float | None = None

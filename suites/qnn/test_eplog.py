@@ -424,7 +424,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     reason = _qnn_ready()
     if reason:
         pytest.skip(reason)
-    from harness.targets.qnn.ep import compile_epcontext, make_qdq_model
+    from harness.targets.qnn.compile import compile_epcontext, make_qdq_model
 
     d = tmp_path_factory.mktemp("eplog")
     make_qdq_model(d / "m.onnx", 1 << 16)
