@@ -97,12 +97,14 @@ class MappedFile(ABC):
     def region(self, offset: object, size: object, *, feature_enabled: bool = True) -> memoryview:
         """``base + offset``: a read-only slice ``[offset, offset+size)`` of the whole-file view,
         refused by upstream's rules (``feature_enabled`` is the asking context's switch)."""
-        with self._lock:  # one consistent buffer even if another thread closes
-            buffer = self._buffer
-        if buffer is None:
+        if self._closed:
             raise ClosedError(f"mapping of {self.path} is closed")
         offset, size = validate_region(offset, size, self.size, feature_enabled=feature_enabled)
-        return buffer[offset : offset + size]
+        with self._lock:  # sliced before a concurrent close() can release the buffer
+            buffer = self._buffer
+            if buffer is None:
+                raise ClosedError(f"mapping of {self.path} is closed")
+            return buffer[offset : offset + size]
 
     def verify(self) -> None:
         """Raise StaleFileError if the file was truncated, replaced or rewritten since it was

@@ -117,7 +117,10 @@ class Weights:
         if mapping is not None:
             return mapping.region(offset, size, feature_enabled=self._enabled)
         offset, size = validate_region(offset, size, self.size, feature_enabled=self._enabled)
-        return buffer[offset : offset + size]
+        with self._lock:  # sliced before a concurrent close() can release the buffer
+            if self._buffer is None:
+                raise ClosedError(f"weights of {self.path} are closed")
+            return self._buffer[offset : offset + size]
 
     def verify(self) -> None:
         """Raise StaleFileError if a mapped file changed on disk (no-op for heap loads)."""
