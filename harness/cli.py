@@ -120,6 +120,9 @@ def _add_target_options(parser: argparse.ArgumentParser) -> None:
             text = f"{option.help} (default {option.default})"
             if option.parse is None:
                 group.add_argument(option.flag, dest=dest, action="store_const", const=True, default=None, help=text)
+            elif option.repeat:
+                group.add_argument(option.flag, dest=dest, type=_target_option_type(option), action="append",
+                                   default=None, metavar=option.metavar, help=text)
             else:
                 group.add_argument(option.flag, dest=dest, type=_target_option_type(option), default=None,
                                    choices=option.choices, metavar=option.metavar, help=text)
@@ -196,7 +199,7 @@ def _target_options(ns: argparse.Namespace) -> dict[str, Any]:
                 continue
             if target.name != ns.target:
                 raise InputError(f"{option.flag} only applies to --target {target.name}")
-            chosen[option.name] = value
+            chosen[option.name] = dict(value) if option.repeat else value
     return chosen
 
 
@@ -274,7 +277,7 @@ def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
     outcome = execute(opts, progress)
     if outcome.exit_code == EXIT_INTERRUPTED:
         print(f"interrupted: what was measured is in {outcome.out}", file=sys.stderr)
-    show_outcomes = opts.repeat > 1 or bool(opts.target_options.get("map_failures"))
+    show_outcomes = opts.repeat > 1 or any(k in opts.target_options for k in ("fault", "map_failures"))
     judgement = report_run(outcome.out, history=ns.history, render=not ns.no_report and bool(outcome.rows),
                            outcomes=show_outcomes)
     if outcome.exit_code != EXIT_OK:

@@ -183,9 +183,12 @@ class _Load:
     errors: list[StageError]
     map_attempts: int = 0
 
-    def call_create(self, weights: Weights, views: list[memoryview]) -> Any:
+    def call_create(self, weights: Weights, views: list[memoryview], *, with_callbacks: bool) -> Any:
+        """The caller's create. Injected create faults model "contextCreateFromBinaryWithCallback
+        failed": they hit only the mapped attempt's creation (with the DMA callbacks); the direct
+        read creates the context from a buffer, a call that has no such failure."""
         value = self.create(weights, list(views))
-        if self.cursor is not None:
+        if with_callbacks and self.cursor is not None:
             self.cursor.after_create()  # an injected failure after the work, as QNN fails
         return value
 
@@ -214,7 +217,7 @@ def _mapped_attempt(load: _Load, mapper: FileMapper, policy: RetryPolicy,
             views.append(view)
             dma.register(view, offset, weights.base_address + offset)
         stage = "create"
-        value = load.call_create(weights, views)
+        value = load.call_create(weights, views, with_callbacks=True)
     except BaseException as err:
         if isinstance(err, Exception):
             load.errors.append(StageError("mapped", stage, describe(err)))
@@ -246,7 +249,7 @@ def _direct_attempt(load: _Load, path_taken: str, fallback_stage: str,
         stage = "regions"
         views = [weights.region(offset, size) for offset, size in load.requests]
         stage = "create"
-        value = load.call_create(weights, views)
+        value = load.call_create(weights, views, with_callbacks=False)
     except Exception as err:
         views.clear()  # the raised error's traceback holds this frame: it must not pin the copy
         if weights is not None:

@@ -38,8 +38,10 @@ class FaultPlan:
       address space or commit charge runs out.
     - ``register_failures``: the first K DMA registrations fail with ENOMEM (what locking
       pages past RLIMIT_MEMLOCK gives): "Failed to register DMA data mapping to RPCMEM".
-    - ``create_failures``: the first K calls of the caller's ``create`` fail after it ran, as a
-      QNN context creation that consumed the regions and then failed.
+    - ``create_failures``: the first K context creations WITH the DMA callbacks (the mapped
+      attempt's ``create``) fail after the caller's ``create`` ran, as a QNN
+      contextCreateFromBinaryWithCallback that consumed the regions and then failed. The direct
+      read's creation (from a buffer, no callbacks) has no such failure and is never injected.
     - ``deregister_failures``: the first K deregistrations fail with EBUSY: the registration
       is kept and retried at the next teardown sweep.
     - ``heap_read_failures``: the first K direct (heap) reads fail with EIO (a flaky disk).

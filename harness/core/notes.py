@@ -129,11 +129,14 @@ def _worker_notes(run: RunData) -> list[Note]:
     fallback = [r for r in run.results if r.path_taken == "fallback"]
     retried = [r for r in run.results if (r.map_attempts or 0) > 1 and r.path_taken != "fallback"]
     if fallback:
+        outcomes = Counter((r.repeat, r.fallback_stage or "?") for r in fallback)
         notes.append(Note(
             "warn", f"{len(fallback)} worker(s) fell back to the heap",
-            "Mapping the weights failed in these workers and they read the weights into the "
-            "heap instead: they ran, but without the saving.",
-            _counted(e for r in fallback for e in (r.map_errors or r.error or "").split("; ")),
+            "A stage of the mapped pipeline (map, register, create) failed in these workers and they "
+            "read the weights directly into the heap instead, exactly once: they ran, but without the "
+            "saving. Per repeat and failing stage, then the errors:",
+            [f"repeat {rep}: {n} worker(s) fell back at {stage}" for (rep, stage), n in sorted(outcomes.items())]
+            + _counted(e for r in fallback for e in (r.map_errors or r.error or "").split("; ")),
         ))
     if retried:
         notes.append(Note(

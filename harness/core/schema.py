@@ -49,6 +49,8 @@ class ResultRow:
     path_taken: str = col("string", "", "mapped | heap | fallback | unknown (how the weights were loaded; "
                           "unknown: the EP log gave no evidence)")
     map_attempts: int = col("Int64", "count", "mapping attempts made by mapper_impl")
+    fallback_stage: str = col("string", "", "the pipeline stage whose failure sent the weights to the direct read: "
+                              "map | register | create (empty when none)")
     ep_file_mapping: str = col("string", "", "worst EP verdict over the worker's sessions: active | retried | "
                                "disabled | ep-disabled | unavailable | unknown; n/a off the qnn target")
     init_s: float = col("Float64", "s", "load_s + create_s: time until the sessions exist")

@@ -217,12 +217,12 @@ def test_opt_in_retry_of_the_map_stage(weights_file):
 @pytest.mark.parametrize(
     ("plan", "create_fails", "expected"),
     [
-        (FaultPlan(create_failures=2), set(), [("mapped", "create"), ("direct", "create")]),
+        (FaultPlan(create_failures=1, heap_read_failures=1), set(), [("mapped", "create"), ("direct", "read")]),
         (FaultPlan(map_failures=1, heap_read_failures=1), set(), [("mapped", "map"), ("direct", "read")]),
         (FaultPlan(register_failures=1, heap_read_failures=1), set(), [("mapped", "register"), ("direct", "read")]),
         (FaultPlan(), {1, 2}, [("mapped", "create"), ("direct", "create")]),
     ],
-    ids=["create-twice", "map-then-read", "register-then-read", "caller-create-twice"],
+    ids=["create-then-read", "map-then-read", "register-then-read", "caller-create-twice"],
 )
 def test_failed_fallback_keeps_every_stage_error(weights_file, plan, create_fails, expected):
     """When the direct read or its create fails too, ContextLoadError's message and errors
@@ -622,3 +622,16 @@ def test_stage_error_and_context_repr(weights_file):
     ctx.close()
     assert "closed" in repr(ctx)
     assert mapper_impl.STAGES == ("map", "register", "create")
+
+
+@pytest.mark.parametrize("disable", ["0", "1"])
+def test_injected_create_faults_hit_only_the_creation_with_callbacks(weights_file, disable):
+    """create faults model contextCreateFromBinaryWithCallback: the direct read's creation from a
+    buffer (the fallback, or option "1") never meets them, however many are planned."""
+    path, _ = weights_file
+    create = Recorder()
+    with load_context(path, REGIONS, create, disable_file_mapped_weights=disable,
+                      faults=FaultPlan(create_failures=5)) as ctx:
+        expected = ("heap", "") if disable == "1" else ("fallback", "create")
+        assert (ctx.path_taken, ctx.fallback_stage) == expected
+    assert_clean()
