@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from mapper_impl import create_mapper, stats
+from mapper_impl import FileMapper, create_mapper, stats
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WINDOWS = sys.platform == "win32"
@@ -191,3 +191,21 @@ def run_child(code: str, *args: str, timeout: float = 30) -> subprocess.Complete
         text=True,
         timeout=timeout,
     )
+
+
+class CountingMapper(FileMapper):
+    """The platform's real mapper (POSIX mmap or Windows kernel32), counting how often a load
+    asks it to map."""
+
+    def __init__(self) -> None:
+        self.real = create_mapper()
+        self.name = f"counting-{self.real.name}"
+        self.allocation_granularity = self.real.allocation_granularity
+        self.calls = 0
+
+    def identity_of_path(self, path):
+        return self.real.identity_of_path(path)
+
+    def map_file(self, path, faults=None):
+        self.calls += 1
+        return self.real.map_file(path, faults)

@@ -13,6 +13,7 @@ import threading
 import numpy as np
 import pytest
 from mapper_support import (  # noqa: F401 (stats_guard: autouse fixture)
+    CountingMapper,
     assert_clean,
     data_address,
     run_child,
@@ -27,12 +28,10 @@ from mapper_impl import (
     UPSTREAM_FALLBACK_STAGES,
     ContextLoadError,
     FaultPlan,
-    FileMapper,
     FileMissingError,
     LoadedContext,
     RetryPolicy,
     StageError,
-    create_mapper,
     load_context,
     shared_users,
     stats,
@@ -70,23 +69,6 @@ class Recorder:
         if len(self.calls) in self.fail_on:
             raise self.error(f"create call {len(self.calls)} failed")
         return ("value", len(self.calls))
-
-
-class CountingMapper(FileMapper):
-    """The platform's mapper, counting map_file calls."""
-
-    def __init__(self) -> None:
-        self.real = create_mapper()
-        self.name = self.real.name
-        self.allocation_granularity = self.real.allocation_granularity
-        self.calls = 0
-
-    def identity_of_path(self, path):
-        return self.real.identity_of_path(path)
-
-    def map_file(self, path, faults=None):
-        self.calls += 1
-        return self.real.map_file(path, faults)
 
 
 @pytest.fixture

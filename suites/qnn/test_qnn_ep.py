@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from qnn_support import qnn_skip_reason
 
 from harness.core.errors import InputError as QnnInputError
 from harness.targets.qnn.compile import (
@@ -24,7 +25,6 @@ from harness.targets.qnn.compile import (
 )
 from harness.targets.qnn.ep import (
     compare_outputs,
-    qnn_platform_supported,
     qnn_session_options,
     qnn_versions,
     register_qnn_ep,
@@ -32,21 +32,9 @@ from harness.targets.qnn.ep import (
 
 pytestmark = pytest.mark.qnn
 
-_PLATFORM_OK, _PLATFORM = qnn_platform_supported()
-
-
-def _qnn_importable() -> bool:
-    try:
-        import onnxruntime_qnn  # noqa: F401 - cheap: the package only computes library paths
-    except ImportError:
-        return False
-    return True
-
-
-_HAVE_QNN = _qnn_importable()
-needs_qnn = pytest.mark.skipif(
-    not (_PLATFORM_OK and _HAVE_QNN),
-    reason=_PLATFORM if not _PLATFORM_OK else "onnxruntime-qnn is not installed")
+_SKIP = qnn_skip_reason()
+_HAVE_QNN = _SKIP is None
+needs_qnn = pytest.mark.skipif(not _HAVE_QNN, reason=_SKIP or "")
 
 # ----------------------------------------------------------------------------- pure unit tests
 # (the EP log classifier has its own suites: test_eplog.py, test_eplog_strings.py)
@@ -110,8 +98,8 @@ def test_not_onnx_and_empty_graph_are_input_errors(tmp_path: Path) -> None:
 @pytest.fixture(scope="session")
 def qdq(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     """One 3 MiB QDQ model, compiled once (embed_mode 0), with a CPU reference output."""
-    if not (_PLATFORM_OK and _HAVE_QNN):
-        pytest.skip(_PLATFORM if not _PLATFORM_OK else "onnxruntime-qnn is not installed")
+    if _SKIP:
+        pytest.skip(_SKIP)
     d = tmp_path_factory.mktemp("qnn")
     src = d / "qdq.onnx"
     info = make_qdq_model(src, 3 << 20, seed=0)

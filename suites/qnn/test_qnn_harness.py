@@ -11,6 +11,7 @@ import json
 import sys
 
 import pytest
+from qnn_support import qnn_skip_reason
 
 pytestmark = [pytest.mark.qnn, pytest.mark.memory]
 
@@ -25,12 +26,9 @@ def on_device() -> bool:
 
 @pytest.fixture(autouse=True)
 def _needs_qnn():
-    pytest.importorskip("onnxruntime_qnn", reason="onnxruntime-qnn is not installed")
-    from harness.targets.qnn.ep import qnn_platform_supported
-
-    ok, why = qnn_platform_supported()
-    if not ok:
-        pytest.skip(why)
+    reason = qnn_skip_reason()
+    if reason:
+        pytest.skip(reason)
 
 
 def _rows_by_mode(outcome):
