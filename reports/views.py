@@ -24,6 +24,7 @@ from reports.projection import (
     fit_sweep,
     projection_text,
 )
+from reports.startup import StartupView, startup_view
 
 ENV_KEYS = ("os", "system", "arch", "cpu", "cpu_count", "ram_bytes", "python", "onnxruntime",
             "onnxruntime_qnn", "qnn_sdk", "hostname", "git_commit")
@@ -82,6 +83,7 @@ class RunView:
     summary_table: Table
     worker_table: Table
     verdict: str = "incomplete"
+    startup: StartupView | None = None
     feature: str = ""
     feature_state: str = "unknown"
     values: dict[str, Any] = field(default_factory=dict)
@@ -237,5 +239,6 @@ def build_run_view(judgement: Judgement, index: int, trend_points: list[dict] | 
         summary_table=_table(run.summary, SummaryRow,
                              failed=lambda s: (s.failed_workers or 0) > 0),
         worker_table=_table(run.results, ResultRow, failed=lambda r: not row_ok(r)),
+        startup=startup_view(run),
         values=dict(judgement.values),
     )
