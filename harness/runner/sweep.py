@@ -262,6 +262,18 @@ def prepare_all(opts: RunOptions, progress) -> dict[str, Prepared]:
     return prepared
 
 
+def keep_logs(out: Path, prepared: dict[str, Prepared]) -> None:
+    """The preparation's logs (the QNN compiler's own output) into the run folder, ``logs/``:
+    they belong with the run, not on the user's terminal."""
+    import shutil
+
+    for ready in prepared.values():
+        for log in ready.logs:
+            if log.is_file():
+                (out / "logs").mkdir(exist_ok=True)
+                shutil.copyfile(log, out / "logs" / f"{log.parent.name}-{log.name}")
+
+
 def page_cache_before(opts: RunOptions, ready: Prepared, progress):
     """Evict the group's weights (--page-cache cold) or measure how warm they are; a failed
     eviction check is said on the progress stream and recorded in every row of the group."""
@@ -289,6 +301,7 @@ def execute(opts: RunOptions, progress) -> RunOutcome:
     prepared = prepare_all(opts, progress)
     check_memory_budget(opts, prepared[opts.target].weights_bytes, system_available_bytes())
     make_out_dir(out)
+    keep_logs(out, prepared)
     started = dt.datetime.now().astimezone().isoformat(timespec="seconds")
     t0 = time.monotonic()
     if opts.page_cache == "warm":

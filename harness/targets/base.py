@@ -59,6 +59,7 @@ class Prepared:
     source: str = ""  # what was measured, for people
     models: list[PreparedModel] = field(default_factory=list)  # every model of a pipeline (default: [model])
     notes: list[str] = field(default_factory=list)  # facts about these models (how the reference was made...)
+    logs: list[Path] = field(default_factory=list)  # logs of the preparation (the QNN compiler's): copied into the run
 
     def __post_init__(self) -> None:
         if not self.models:

@@ -15,13 +15,14 @@ import numpy as np
 OPSET = 21
 
 
-def _save(graph, path: Path, opset: int = OPSET, ir_version: int = 10, extra_opsets=()) -> Path:
+def _save(graph, path: Path, opset: int = OPSET, ir_version: int = 10, extra_opsets=(), check: bool = True) -> Path:
     import onnx
     from onnx import helper
 
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), *extra_opsets])
     model.ir_version = ir_version
-    onnx.checker.check_model(model)
+    if check:  # the checker wants a shape on every graph input; ORT does not
+        onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return path
 
@@ -101,3 +102,145 @@ def int4_model(path: Path) -> Path:
     graph = helper.make_graph(nodes, "int4", [helper.make_tensor_value_info("x", T.FLOAT, [2, 64])],
                               [helper.make_tensor_value_info("y", T.FLOAT, [2, 32])], inits)
     return _save(graph, path)
+
+
+def three_dynamic_inputs_model(path: Path) -> Path:
+    """ids/mask/type_ids [batch, sequence] like a BERT export, plus ``scale``, an input that
+    declares no shape at all (only its element type; unused by the graph)."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    table = numpy_helper.from_array(rng.standard_normal((64, 16)).astype(np.float32), "table")
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"]),
+             helper.make_node("Cast", ["mask"], ["m"], to=T.FLOAT),
+             helper.make_node("Unsqueeze", ["m", "axis"], ["m3"]),
+             helper.make_node("Mul", ["e", "m3"], ["em"]),
+             helper.make_node("Cast", ["type_ids"], ["t"], to=T.FLOAT),
+             helper.make_node("Unsqueeze", ["t", "axis"], ["t3"]),
+             helper.make_node("Add", ["em", "t3"], ["y"])]
+    dims = ["batch", "sequence"]
+    inputs = [helper.make_tensor_value_info(n, T.INT64, dims) for n in ("ids", "mask", "type_ids")]
+    graph = helper.make_graph(nodes, "three", [*inputs, helper.make_tensor_value_info("scale", T.FLOAT, None)],
+                              [helper.make_tensor_value_info("y", T.FLOAT, ["batch", "sequence", 16])],
+                              [table, numpy_helper.from_array(np.array([2], np.int64), "axis")])
+    return _save(graph, path, check=False)
+
+
+def no_shape_input_model(path: Path) -> Path:
+    """An input that declares no shape at all (only its element type)."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((16, 16), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "noshape",
+                              [helper.make_tensor_value_info("x", T.FLOAT, None)],
+                              [helper.make_tensor_value_info("y", T.FLOAT, ["n", 16])], [w])
+    return _save(graph, path, check=False)
+
+
+def string_input_model(path: Path) -> Path:
+    """A string input hashed into a vocabulary (StringNormalizer + LabelEncoder-free: Equal on
+    strings), then a weight lookup: strings in, floats out."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    vocab = helper.make_tensor("vocab", T.STRING, [4], [b"the", b"fox", b"dog", b"jazz"])
+    rng = np.random.default_rng(5)
+    w = numpy_helper.from_array(rng.standard_normal((4, 64)).astype(np.float32), "w")
+    nodes = [helper.make_node("Unsqueeze", ["text", "axis"], ["t2"]),
+             helper.make_node("Equal", ["t2", "vocab"], ["hit"]),
+             helper.make_node("Cast", ["hit"], ["hitf"], to=T.FLOAT),
+             helper.make_node("MatMul", ["hitf", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "strings", [helper.make_tensor_value_info("text", T.STRING, [6])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, [6, 64])],
+                              [vocab, w, numpy_helper.from_array(np.array([1], np.int64), "axis")])
+    return _save(graph, path)
+
+
+def sequence_input_model(path: Path) -> Path:
+    """A sequence input and an optional input: what the harness cannot feed."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((16, 16), np.float32), "w")
+    seq = helper.make_tensor_sequence_value_info("parts", T.FLOAT, [1, 16])
+    opt = helper.make_value_info("maybe", helper.make_optional_type_proto(
+        helper.make_tensor_type_proto(T.FLOAT, [1, 16])))
+    nodes = [helper.make_node("ConcatFromSequence", ["parts"], ["x"], axis=0),
+             helper.make_node("MatMul", ["x", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "seq", [seq, opt], [helper.make_tensor_value_info("y", T.FLOAT, [1, 16])], [w])
+    return _save(graph, path, check=False)
+
+
+def sample_rate_model(path: Path) -> Path:
+    """Like silero VAD: a scalar int64 ``sr`` whose valid values are constrained: the audio
+    frame is reshaped to [1, sr / 500], which only fits the 32 samples when sr is 16000."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((32, 8), np.float32), "w")
+    nodes = [helper.make_node("Div", ["sr", "k"], ["blocks"]),  # 16000 / 500 = 32 columns
+             helper.make_node("Unsqueeze", ["blocks", "axis"], ["b1"]),
+             helper.make_node("Concat", ["one", "b1"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["audio", "shape"], ["frame"], allowzero=1),
+             helper.make_node("MatMul", ["frame", "w"], ["y"])]
+    inits = [w, numpy_helper.from_array(np.array(500, np.int64), "k"),
+             numpy_helper.from_array(np.array([0], np.int64), "axis"),
+             numpy_helper.from_array(np.array([1], np.int64), "one")]
+    graph = helper.make_graph(nodes, "sr", [helper.make_tensor_value_info("audio", T.FLOAT, [32]),
+                                            helper.make_tensor_value_info("sr", T.INT64, [])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, [1, 8])], inits)
+    return _save(graph, path)
+
+
+def nhwc_model(path: Path, channels: int = 256, width: int = 5) -> Path:
+    """The pattern of Yahoo's open_nsfw that broke the cpu target: a Conv (NCHW), a Transpose to
+    NHWC, a normalisation in NHWC with single-use [1,1,1,C] constants (1 KiB each), and a
+    Transpose back to NCHW. ORT's transpose optimizer cancels the two Transposes by pushing the
+    first one through the Add/Sub/Mul, transposing each constant IN PLACE, under its own name,
+    to [1,C,1,1]. With ``width == channels`` the stale [1,1,1,C] original still broadcasts
+    against [1,C,H,W]: no error, just wrong numbers."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(11)
+    consts = [numpy_helper.from_array(rng.standard_normal((1, 1, 1, channels)).astype(np.float32), name)
+              for name in ("shift", "mean", "scale")]
+    conv = numpy_helper.from_array((rng.standard_normal((channels, 8, 1, 1)) / 4).astype(np.float32), "conv_w")
+    nodes = [helper.make_node("Conv", ["image", "conv_w"], ["c"]),
+             helper.make_node("Transpose", ["c"], ["nhwc"], perm=[0, 2, 3, 1]),
+             helper.make_node("Add", ["nhwc", "shift"], ["a"]),
+             helper.make_node("Sub", ["a", "mean"], ["s"]),
+             helper.make_node("Mul", ["s", "scale"], ["m"]),
+             helper.make_node("Transpose", ["m"], ["y"], perm=[0, 3, 1, 2])]
+    graph = helper.make_graph(nodes, "nhwc", [helper.make_tensor_value_info("image", T.FLOAT, [1, 8, 2, width])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, [1, channels, 2, width])], [*consts, conv])
+    return _save(graph, path, opset=17, ir_version=9)
+
+
+def random_output_model(path: Path) -> Path:
+    """A model whose output is random on every run (RandomNormalLike): non-deterministic by
+    design, next to a deterministic output."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((16, 16), np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"]),
+             helper.make_node("RandomNormalLike", ["y"], ["noise"])]
+    graph = helper.make_graph(nodes, "random", [helper.make_tensor_value_info("x", T.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, [1, 16]),
+                               helper.make_tensor_value_info("noise", T.FLOAT, [1, 16])], [w])
+    return _save(graph, path, opset=17, ir_version=9)
+
+
+def nan_output_model(path: Path) -> Path:
+    """A correct output that contains NaN (log of a negative number) and infinities."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    w = numpy_helper.from_array(np.linspace(-1, 1, 256, dtype=np.float32).reshape(16, 16), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Log", ["m"], ["y"])]
+    graph = helper.make_graph(nodes, "nan", [helper.make_tensor_value_info("x", T.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, [1, 16])], [w])
+    return _save(graph, path, opset=17, ir_version=9)

@@ -73,7 +73,7 @@ class QnnTarget(Target):
         return Prepared(models[0], sum(b.stat().st_size for b in bins) + embedded,
                         list(dict.fromkeys([*(p.onnx_path for p in parts), *bins])),
                         worker_options=options, source=" + ".join(m.source for m in models), models=models,
-                        notes=notes)
+                        notes=notes, logs=[p.log for p in parts if p.log is not None])
 
     def notes(self, opts) -> list[str]:
         return ["The reference output of a model the harness compiles is the un-compiled model's output on "

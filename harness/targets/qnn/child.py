@@ -15,16 +15,24 @@ Jobs (JSON, written by `run_child`):
   between the two runs are recorded as non-deterministic).
 
 The result (``ok``, ``stage``, ``error``, timings) goes to the job's ``result`` JSON file.
+
+Test hook: ``HARNESS_TEST_QNN_CHILD_FAULT=segv`` makes the child die by SIGSEGV (SIGABRT where
+there is none) before it starts, as the QNN compiler does on some models; never set by the
+harness itself.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+#: Test hook (see the module docstring).
+FAULT_ENV = "HARNESS_TEST_QNN_CHILD_FAULT"
 
 
 def _session_options(job: dict, *, disable: str) -> Any:
@@ -116,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     from harness.runner.worker import _set_parent_death_signal
 
     _set_parent_death_signal()  # a compile never outlives the harness that asked for it
+    if os.environ.get(FAULT_ENV) == "segv":
+        import signal
+
+        os.kill(os.getpid(), getattr(signal, "SIGSEGV", signal.SIGABRT))
     try:
         result = {"compile": compile_job, "reference": reference_job}[job["kind"]](job)
     except Exception as err:  # anything else: the parent reports it in one line

@@ -401,6 +401,8 @@ def prepare_epcontext(path: Path, request: Any, job: dict, cache_dir: Path) -> t
                              f"{ort_reason(str(result.get('error') or ''))} (EP log: {log_path})")
         if result.get("nondeterministic"):
             model.extra["nondeterministic"] = result["nondeterministic"]
+        with contextlib.suppress(OSError):
+            shutil.copyfile(log_path, tmp / "reference.log")
         return model
 
     return cached_model(cache_dir / f"qnnctx-{path.stem}-{key}", build), info
@@ -441,6 +443,7 @@ class QnnModel:
     context_bytes: int
     compiled: bool  # True: compiled by the harness; False: the user's own EPContext model
     shares_context: bool = False
+    log: Path | None = None  # the EP's log of the compile (or of the reference run)
 
 
 def prepare_qnn(opts: Any) -> list[QnnModel]:
@@ -466,7 +469,8 @@ def prepare_qnn(opts: Any) -> list[QnnModel]:
                               label=label, provider_options=settings.provider_options,
                               session_config=settings.config, check_folder=source.folder,
                               log_dir=qnn_log_dir(cache_dir))
-        return QnnModel(source, c.onnx_path, c.bin_paths, int(c.context_bytes), True)
+        return QnnModel(source, c.onnx_path, c.bin_paths, int(c.context_bytes), True, log=c.onnx_path.parent /
+                        "compile.log")
 
     if not opts.models:
         source = generated_qdq(opts.model_size, cache_dir)
@@ -483,7 +487,8 @@ def prepare_qnn(opts: Any) -> list[QnnModel]:
         part = request.for_model(graph)
         if epcontext_nodes(graph):
             model, info = prepare_epcontext(path, part, job, cache_dir)
-            out.append(QnnModel(model, info.path, info.bins, info.context_bytes, False, info.shares_context))
+            out.append(QnnModel(model, info.path, info.bins, info.context_bytes, False, info.shares_context,
+                                log=model.folder / "reference.log"))
         else:
             out.append(compiled(prepare_qnn_source(path, part, settings, cache_dir), f"--model {path}"))
     return out
