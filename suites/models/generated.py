@@ -235,12 +235,66 @@ def random_output_model(path: Path) -> Path:
 
 
 def nan_output_model(path: Path) -> Path:
-    """A correct output that contains NaN (log of a negative number) and infinities."""
+    """A correct output that contains NaN: the log of sums of which about half are negative."""
     from onnx import TensorProto as T
     from onnx import helper, numpy_helper
 
-    w = numpy_helper.from_array(np.linspace(-1, 1, 256, dtype=np.float32).reshape(16, 16), "w")
+    w = numpy_helper.from_array(np.random.default_rng(2).standard_normal((16, 16)).astype(np.float32), "w")
     nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Log", ["m"], ["y"])]
     graph = helper.make_graph(nodes, "nan", [helper.make_tensor_value_info("x", T.FLOAT, [1, 16])],
                               [helper.make_tensor_value_info("y", T.FLOAT, [1, 16])], [w])
+    return _save(graph, path, opset=17, ir_version=9)
+
+
+def qdq_model(path: Path, weights_bytes: int = 1 << 16, seed: int = 0) -> Path:
+    """A static uint8 QDQ MatMul chain the HTP backend takes whole (the qnn target's own kind)."""
+    from harness.targets.qnn.compile import make_qdq_model
+
+    make_qdq_model(path, weights_bytes, seed=seed)
+    return path
+
+
+def compile_shared_pipeline(folder: Path, names=("prompt", "token")) -> list[Path]:
+    """Two QDQ models compiled into ONE shared QNN context binary, as LLM pipelines ship them
+    (``ep.share_ep_contexts`` while compiling, ``ep.stop_share_ep_contexts`` for the last):
+    ``<first>_ctx.onnx`` and ``<second>_ctx.onnx`` both name ``<first>_ctx_qnn.bin``."""
+    import onnxruntime as ort
+
+    from harness.targets.qnn.ep import register_qnn_ep
+
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i, name in enumerate(names):
+        src = qdq_model(folder / f"{name}.onnx", seed=i)
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.add_provider_for_devices(register_qnn_ep(), {"backend_type": "htp"})
+        so.add_session_config_entry("ep.share_ep_contexts", "1")
+        if i == len(names) - 1:
+            so.add_session_config_entry("ep.stop_share_ep_contexts", "1")
+        ort.ModelCompiler(so, str(src), False).compile_to_file(str(folder / f"{name}_ctx.onnx"))
+        src.unlink()  # the folder holds the compiled pipeline only
+        out.append(folder / f"{name}_ctx.onnx")
+    return out
+
+
+def constant_weights_model(path: Path, width: int = 256, layers: int = 8) -> Path:
+    """Paddle-style: every weight in a Constant node (no initializer at all), a dynamic batch
+    named like paddle2onnx names it; ``layers`` fp32 MatMul+Relu of ``width``."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(23)
+    nodes = []
+    prev = "x"
+    for i in range(layers):
+        w = (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
+        nodes.append(helper.make_node("Constant", [], [f"w{i}"], value=numpy_helper.from_array(w, f"w{i}")))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]))
+        out = "y" if i == layers - 1 else f"h{i}"
+        nodes.append(helper.make_node("Relu", [f"m{i}"], [out]))
+        prev = out
+    graph = helper.make_graph(nodes, "paddle_style",
+                              [helper.make_tensor_value_info("x", T.FLOAT, ["p2o.DynamicDimension.0", width])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, ["p2o.DynamicDimension.0", width])])
     return _save(graph, path, opset=17, ir_version=9)

@@ -46,3 +46,17 @@ def spec_options(out: Path) -> list[dict]:
 def csv_rows(path: Path) -> list[dict]:
     with open(path, newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
+
+
+def qnn_skip_reason() -> str | None:
+    """Why the real QNN EP cannot run here (platform, package), or None."""
+    from harness.targets.qnn.ep import qnn_platform_supported
+
+    ok, why = qnn_platform_supported()
+    if not ok:
+        return why
+    try:
+        import onnxruntime_qnn  # noqa: F401 - cheap: the package only computes library paths
+    except ImportError:
+        return "onnxruntime-qnn is not installed"
+    return None

@@ -136,12 +136,24 @@ class QnnTarget(Target):
 
         details = []
         for name, got in zip(model.outputs, outputs, strict=False):
-            result = compare_outputs(got, reference[name], quant_step=model.extra.get("quant_step"))
+            got, want = np.asarray(got, np.float64), np.asarray(reference[name], np.float64)
+            if got.shape != want.shape:
+                return False, f"{name}: shape {got.shape} != reference {want.shape}"
+            # NaN and infinities are compared as values (NaN equals NaN), the rest by cosine
+            special = ~np.isfinite(got) | ~np.isfinite(want)
+            agree = (np.isnan(got) & np.isnan(want)) | (got == want)
+            if np.any(special & ~agree):
+                count = int(np.count_nonzero(special & ~agree))
+                return False, f"{name}: {count} NaN/inf value(s) where the reference differs"
+            got, want = got[~special], want[~special]
+            if got.size == 0:
+                continue
+            result = compare_outputs(got, want, quant_step=model.extra.get("quant_step"))
             if result["ok"]:
                 continue
             # An output that is ~0 everywhere (a detector's probability map for a random image)
             # has no direction to compare: within fp16's resolution at the output's scale it agrees.
-            scale = max(1.0, float(np.max(np.abs(np.asarray(reference[name], np.float64)), initial=0.0)))
+            scale = max(1.0, float(np.max(np.abs(want), initial=0.0)))
             if model.extra.get("quant_step") is None and result.get("max_abs", np.inf) <= FP16_RESOLUTION * scale:
                 details.append(f"{name}: ~0 everywhere, max |diff| {result['max_abs']:.3g} within fp16 resolution")
                 continue

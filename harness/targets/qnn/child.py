@@ -47,6 +47,8 @@ def _session_options(job: dict, *, disable: str) -> Any:
 
 
 def _first_line(err: BaseException) -> str:
+    """The error's first line for the parent's one-line message; the whole text goes to the log."""
+    print(f"harness: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
 

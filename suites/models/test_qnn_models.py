@@ -1,0 +1,96 @@
+"""qnn with the user's own models: a pre-compiled EPContext model (embed mode 0 or 1) measured as
+it is; a model compiled as it is, its compile in a child process whose crash or failure is one
+line naming the user's file, the EP's reason and the log (never a traceback, never the EP's own
+log on the terminal); Constant-node weights compiled as they are."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import generated
+import pytest
+from models_support import ONE, assert_all_ok, assert_usage_error, qnn_skip_reason
+
+pytestmark = pytest.mark.qnn
+
+
+@pytest.fixture(autouse=True)
+def _needs_qnn():
+    reason = qnn_skip_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """A QDQ model compiled by the harness's own compile (embed mode 0 and 1), then copied
+    elsewhere, as a user holding a ``*_ctx.onnx`` + ``*_qnn.bin`` from a model hub would."""
+    from harness.targets.qnn.compile import compile_epcontext
+
+    work = tmp_path_factory.mktemp("ctx")
+    src = generated.qdq_model(work / "qdq.onnx", 1 << 20)
+    copies = {}
+    for mode in (0, 1):
+        c = compile_epcontext(src, work / "cache", embed_mode=mode)
+        dest = work / f"copied{mode}"
+        dest.mkdir()
+        for f in (c.onnx_path, *c.bin_paths):
+            shutil.copyfile(f, dest / f.name)
+        copies[mode] = (dest / c.onnx_path.name, [dest / b.name for b in c.bin_paths])
+    return copies
+
+
+@pytest.mark.parametrize("embed_mode", [0, 1])
+def test_a_copied_epcontext_model_runs_as_it_is(run_harness, compiled, embed_mode):
+    onnx_path, bins = compiled[embed_mode]
+    outcome = run_harness("run", "--target", "qnn", "--model", str(onnx_path), *ONE)
+    rows = assert_all_ok(outcome, workers=2)
+    assert all(r.ep_file_mapping not in ("", "n/a", "unknown") for r in rows), [r.ep_file_mapping for r in rows]
+    if bins:
+        assert {r.weights_bytes for r in rows} == {sum(b.stat().st_size for b in bins)}
+    meta = json.loads((outcome.out / "metadata.json").read_text())
+    assert any("measured as it is" in n and "file mapping disabled" in n for n in meta["target_notes"])
+    spec = json.loads(next((outcome.out / "workers").rglob("*.spec.json")).read_text())
+    assert spec["options"]["onnx"] == [str(onnx_path)]  # the user's file itself, nothing recompiled
+
+
+def test_a_missing_context_binary_is_one_line(run_harness, compiled, tmp_path):
+    onnx_path, bins = compiled[0]
+    lonely = tmp_path / onnx_path.name
+    shutil.copyfile(onnx_path, lonely)
+    assert_usage_error(run_harness("run", "--target", "qnn", "--model", str(lonely), *ONE),
+                       f"context binary '{bins[0].name}'", "is missing")
+
+
+def test_a_compile_failure_is_one_line_with_the_eps_reason_and_log(run_harness, tmp_path):
+    """An fp32 Conv the simulated HTP backend cannot finalize without a soc_model."""
+    path = generated.nhwc_model(tmp_path / "conv.onnx")
+    line = assert_usage_error(run_harness("run", "--target", "qnn", "--model", str(path), *ONE),
+                              f"--model {path}: QNN compilation failed", "QNN_COMMON_ERROR_MEM_ALLOC", "(EP log: ")
+    log = line.rsplit("(EP log: ", 1)[1].rstrip(")")
+    assert "MEM_ALLOC" in open(log, encoding="utf-8", errors="replace").read()  # the EP's own log is in the file
+    assert "[ONNXRuntimeError]" not in line
+
+
+def test_a_crashing_compiler_is_one_line(run_harness, tmp_path, monkeypatch):
+    """The QNN compiler segfaults on some real models: the compile runs in a child, so the
+    harness reports it instead of dying with it."""
+    monkeypatch.setenv("HARNESS_TEST_QNN_CHILD_FAULT", "segv")
+    path = generated.qdq_model(tmp_path / "crash.onnx", seed=7)
+    assert_usage_error(run_harness("run", "--target", "qnn", "--model", str(path), *ONE),
+                       f"--model {path}: the QNN compiler crashed", "SIGSEGV", "(EP log: ")
+
+
+def test_a_constant_weights_model_is_compiled_as_it_is(run_harness, tmp_path):
+    """Paddle-style weights (Constant nodes only): the cpu targets lift them; qnn compiles the
+    model as it is (nothing externalised, nothing refused), its dynamic batch fixed by
+    --free-dim in a shape-fixed copy of the graph."""
+    path = generated.constant_weights_model(tmp_path / "paddle.onnx")
+    outcome = run_harness("run", "--target", "qnn", "--model", str(path), "--free-dim", "p2o.DynamicDimension.0=1",
+                          *ONE)
+    rows = assert_all_ok(outcome, workers=2)
+    assert all(r.weights_bytes > 0 for r in rows)
+    spec = json.loads(next((outcome.out / "workers").rglob("*.spec.json")).read_text())
+    assert spec["options"]["onnx"][0].endswith("paddle_em0_ctx.onnx")
+    assert (outcome.out / "logs").is_dir() and any((outcome.out / "logs").iterdir())  # the compile log, kept
