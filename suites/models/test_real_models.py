@@ -134,3 +134,9 @@ def test_ppocr_constant_weights_are_shared_when_mapped(run_harness):
     assert weights > 4 * 1024**2
     summary = {s.mode: s for s in outcome.summary()}
     assert summary["mapped"].sum_uss_bytes < summary["heap"].sum_uss_bytes - weights
+
+
+def test_the_readme_lists_every_model_with_its_pinned_version():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for model in MODELS:
+        assert f"`{model.dist}=={pinned()[model.dist]}`" in readme, model.dist
