@@ -298,3 +298,21 @@ def constant_weights_model(path: Path, width: int = 256, layers: int = 8) -> Pat
                               [helper.make_tensor_value_info("x", T.FLOAT, ["p2o.DynamicDimension.0", width])],
                               [helper.make_tensor_value_info("y", T.FLOAT, ["p2o.DynamicDimension.0", width])])
     return _save(graph, path, opset=17, ir_version=9)
+
+
+def float8_model(path: Path) -> Path:
+    """float8 (e4m3fn) weights dequantized per tensor, then MatMul: the float8 storage ORT
+    supports (DequantizeLinear, opset 21)."""
+    import ml_dtypes
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(88)
+    values = rng.standard_normal((64, 32)).astype(ml_dtypes.float8_e4m3fn)
+    w8 = helper.make_tensor("w8", T.FLOAT8E4M3FN, [64, 32], values.view(np.uint8).tobytes(), raw=True)
+    inits = [w8, numpy_helper.from_array(np.array(0.125, np.float32), "s")]
+    nodes = [helper.make_node("DequantizeLinear", ["w8", "s"], ["wd"]),
+             helper.make_node("MatMul", ["x", "wd"], ["y"])]
+    graph = helper.make_graph(nodes, "float8", [helper.make_tensor_value_info("x", T.FLOAT, [2, 64])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, [2, 32])], inits)
+    return _save(graph, path)

@@ -1,8 +1,8 @@
 """Weights wherever and however a model keeps them: every element type externalised as ONNX's
 raw bytes and handed to ORT in place; Constant-node weights (also inside If branches) lifted
 into initializers; names unique across subgraphs; a model with nothing to map refused in one
-line. End to end: fp16, bf16, int8-QDQ and int4 models measure with correct outputs on cpu and
-ort-native."""
+line. End to end: fp16, bf16, int8-QDQ, int4 and float8 models measure with correct outputs on
+cpu and ort-native."""
 
 from __future__ import annotations
 
@@ -142,6 +142,7 @@ TYPED_MODELS = {
     "bf16": (generated.bf16_model, "bfloat16", {"table"}),
     "int8_qdq": (generated.int8_qdq_model, "int8", {"w_q"}),
     "int4": (generated.int4_model, "int4", {"w4"}),
+    "float8": (generated.float8_model, "float8_e4m3fn", {"w8"}),
 }
 
 

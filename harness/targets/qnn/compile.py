@@ -175,10 +175,13 @@ def run_child(job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S) 
         job = dict(job, result=str(Path(tmp) / "result.json"))
         job_path = Path(tmp) / "job.json"
         job_path.write_text(json.dumps(job), encoding="utf-8")
-        env = dict(os.environ)
+        from harness.runner.spawn import worker_interpreter
+
+        interpreter, env = worker_interpreter()  # the real interpreter, not a Windows venv launcher
+        env = dict(env or os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "harness.targets.qnn.child", str(job_path)],
+            proc = subprocess.Popen([interpreter, "-m", "harness.targets.qnn.child", str(job_path)],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=str(_ROOT),
                                     env=env)
             try:
@@ -353,7 +356,8 @@ def prepare_qnn_source(path: Path, request: Any, settings: Any, cache_dir: Path)
 
     label = f"--model {path}"
     graph = load_onnx(path, external_data=False)
-    key = source_key(path, graph, {"request": request.key(), "prep": PREP_VERSION, "qnn_source": 1})
+    key = source_key(path, graph, {"request": request.key(), "prep": PREP_VERSION, "qnn_source": 1,
+                                   "session": settings.to_dict()})
 
     def build(tmp: Path) -> PreparedModel:
         import onnx
