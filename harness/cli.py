@@ -136,7 +136,7 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--peer", choices=NAMES, default=None,
                      help="also measure this target in mapped mode beside --target (e.g. ort-native)")
     src = run.add_mutually_exclusive_group()
-    src.add_argument("--model", type=Path, action="append",
+    src.add_argument("--model", type=Path, action="append", metavar="PATH",
                      help="any ONNX model (cpu targets: weights externalised to one aligned file; qnn: compiled, "
                           "or measured as it is when it is a compiled EPContext model); repeat it, or give a "
                           "folder (its genai_config.json, else every *.onnx), to load a pipeline in every "
