@@ -21,7 +21,10 @@ from harness.core.errors import InputError, OneLineArgumentParser
 from harness.core.schema import MODES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-WORKER_FAULTS = ("crash", "signal", "hang", "raise")
+#: Hidden test hooks of the reliability suites (--inject-worker-fault I=ACTION): make worker I
+#: fail, drop its weight pages before it is sampled, or stop at a moment of its start-up.
+WORKER_FAULTS = ("crash", "signal", "hang", "raise", "drop-weight-pages", "pause-spawn", "pause-start",
+                 "pause-imports", "pause-session")
 PROG = "python -m harness"
 
 
@@ -247,12 +250,33 @@ def report_run(out: Path, *, history: Path | None, render: bool, outcomes: bool)
     console = make_console()
     print_judgement(console, judgement, outcomes=outcomes)
     if render:
+        from harness.runner.resources import describe
+        from harness.runner.sweep import RunFailed
         from reports import publish
 
-        published = publish([judgement], out / "report.html", history=history)
+        try:
+            published = publish([judgement], out / "report.html", history=history)
+        except OSError as err:
+            raise RunFailed(describe(err, "writing report.html or the history"), out) from err
         console.print(f"report: {published.path}")
     console.print(f"results: {out}")
     return judgement
+
+
+def check_history_path(history: Path, out: Path | None) -> None:
+    """--history is checked before any work: appendable, a history CSV, and not one of the
+    files the run itself writes (appending to its own results.csv would corrupt both)."""
+    from harness.runner.outdir import RUN_FILES, RUN_FOLDERS
+    from reports import check_history
+
+    check_history(history)
+    if out is not None:
+        own = {(out / name).resolve() for name in RUN_FILES}
+        inside = [(out / name).resolve() for name in RUN_FOLDERS]
+        target = history.resolve()
+        if target in own or any(folder == target or folder in target.parents for folder in inside):
+            raise InputError(f"--history {history}: is one of the files this run writes in --out {out}; "
+                             "keep the history outside the run folder's own files")
 
 
 def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
@@ -261,17 +285,18 @@ def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
 
     opts = _options(ns, argv)
     if ns.history is not None:
-        from reports import check_history
-
-        check_history(ns.history)
+        check_history_path(ns.history, opts.out)
     progress = Progress(quiet=ns.quiet)
     _interrupt_on_sigterm()
     outcome = execute(opts, progress)
-    if outcome.exit_code == EXIT_INTERRUPTED:
-        print(f"interrupted: what was measured is in {outcome.out}", file=sys.stderr)
-    show_outcomes = opts.repeat > 1 or bool(opts.target_options.get("map_failures"))
-    judgement = report_run(outcome.out, history=ns.history, render=not ns.no_report and bool(outcome.rows),
-                           outcomes=show_outcomes)
+    try:
+        if outcome.exit_code == EXIT_INTERRUPTED:
+            print(f"interrupted: what was measured is in {outcome.out}", file=sys.stderr)
+        show_outcomes = opts.repeat > 1 or bool(opts.target_options.get("map_failures"))
+        judgement = report_run(outcome.out, history=ns.history, render=not ns.no_report and bool(outcome.rows),
+                               outcomes=show_outcomes)
+    finally:
+        outcome.release()
     if outcome.exit_code != EXIT_OK:
         return outcome.exit_code
     return judgement.exit_code
@@ -286,8 +311,11 @@ def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
                          cache_dir=ns.cache_dir, command=command_line(argv))
     _interrupt_on_sigterm()
     outcome = execute(opts, Progress(quiet=ns.quiet))
-    judgement = report_run(outcome.out, history=None, render=bool(outcome.rows), outcomes=False)
-    path = write_bench_json(outcome.out, judgement)
+    try:
+        judgement = report_run(outcome.out, history=None, render=bool(outcome.rows), outcomes=False)
+        path = write_bench_json(outcome.out, judgement)
+    finally:
+        outcome.release()
     print(f"bench: {path}")
     if outcome.exit_code != EXIT_OK:
         return outcome.exit_code
@@ -311,3 +339,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as err:  # resource edges: one line, never a traceback
+        return _failed(err)
+
+
+def _failed(err: Exception) -> int:
+    """A run that could not go on (`RunFailed`: the disk filled, no descriptors left, a worker
+    could not be started), or a resource error outside any run folder: one line, exit 1."""
+    from harness.runner.resources import describe
+    from harness.runner.sweep import RunFailed
+
+    if isinstance(err, RunFailed):
+        where = f"; what was measured before is in {err.out}" if err.out else ""
+        print(f"error: run failed: {err}{where}", file=sys.stderr)
+        return EXIT_FAILED
+    if isinstance(err, (OSError, MemoryError)):
+        where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+        print(f"error: {describe(err, 'in the harness')}{where}", file=sys.stderr)
+        return EXIT_FAILED
+    raise err

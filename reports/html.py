@@ -112,7 +112,9 @@ def check_report_path(out: Path, judgements: Sequence[Judgement]) -> Path:
     out = Path(out)
     if not out.parent.is_dir():
         raise InputError(f"{out.parent}: output folder does not exist")
-    if out.resolve() in _run_files(judgements):
+    resolved = out.resolve()
+    inside_workers = any((j.run.folder / "workers").resolve() in resolved.parents for j in judgements)
+    if resolved in _run_files(judgements) or inside_workers:
         raise InputError(f"--out {out}: is one of the run's own files; refusing to write the report over it")
     replaceable_path(out, "--out")
     return out
@@ -149,6 +151,8 @@ def publish(
     if not judgements:
         raise InputError("no run folder given")
     out_path = check_report_path(Path(out), judgements)
+    if history is not None and Path(history).resolve() == out_path.resolve():
+        raise InputError(f"--out {out} is also --history: the report would replace the history")
     published = Published(path=out_path, judgements=list(judgements))
     trends: list[list[dict] | None] = []
     for judgement in judgements:

@@ -24,9 +24,12 @@ def disable_flag(mode: str) -> str:
 
 
 
-def col(dtype: str, unit: str, doc: str, default: Any = None) -> Any:
-    """Declare a column: pandas dtype name, unit and meaning travel with the field."""
-    return field(default=default, metadata={"dtype": dtype, "unit": unit, "doc": doc})
+def col(dtype: str, unit: str, doc: str, default: Any = None, *, required: bool = True) -> Any:
+    """Declare a column: pandas dtype name, unit and meaning travel with the field.
+
+    ``required``: every table of this format version has it, so a file without it is not one
+    of ours. Columns added later are not required (older files lack them: compatible)."""
+    return field(default=default, metadata={"dtype": dtype, "unit": unit, "doc": doc, "required": required})
 
 
 @dataclass
@@ -56,10 +59,12 @@ class ResultRow:
     weights_bytes: int = col("Int64", "bytes", "size of the weights file the sessions use")
     output_ok: bool = col("boolean", "", "first inference matched the reference output")
     error: str = col("string", "", "why the worker failed or fell back (empty when clean)")
-    memory_note: str = col("string", "", "why a memory figure is empty (e.g. AccessDenied)")
+    memory_note: str = col("string", "", "why a memory figure is empty (e.g. AccessDenied) or implausible")
     exit_code: int = col("Int64", "", "worker exit code (negative: killed by that signal)")
     map_errors: str = col("string", "", "mapping errors before a retry or fallback, '; '-joined")
     ep_log_tail: str = col("string", "", "last EP log lines about file mapping (qnn)")
+    memory_ok: bool = col("boolean", "", "sampled at the barrier with figures physics allows for its mode "
+                          "(why not: memory_note; empty: written by an older harness, not checked)", required=False)
 
 
 @dataclass
@@ -83,6 +88,12 @@ class SummaryRow:
     failed_workers: int = col("Int64", "count", "workers that crashed, hung, raised or were wrong")
     fallback_workers: int = col("Int64", "count", "workers whose weights fell back to the heap")
     ep_file_mapping: str = col("string", "", "EP path(s) seen, '|'-joined")
+    complete: bool = col("boolean", "", "all N workers reached the barrier and were sampled with plausible "
+                         "figures: only complete groups have sums and enter ratios and gates", required=False)
+    system_noise_bytes: int = col("Int64", "bytes", "change of the idle system available memory from before to "
+                                  "after the group: the noise floor of system_delta_bytes", required=False)
+    note: str = col("string", "", "why the group is not complete, or why its system delta is unreliable",
+                    required=False)
 
 
 def columns(row_type: type) -> list[str]:
@@ -98,6 +109,11 @@ def dtypes(row_type: type) -> dict[str, str]:
 def column_docs(row_type: type) -> list[tuple[str, str, str, str]]:
     """(name, dtype, unit, meaning) for the README and the report."""
     return [(f.name, f.metadata["dtype"], f.metadata["unit"], f.metadata["doc"]) for f in fields(row_type)]
+
+
+def required_columns(row_type: type) -> list[str]:
+    """Columns every table of ``row_type`` in this format version has (see `col`)."""
+    return [f.name for f in fields(row_type) if f.metadata.get("required", True)]
 
 
 def row_from_dict(row_type: type, data: dict) -> Any:

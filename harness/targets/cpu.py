@@ -115,6 +115,7 @@ class CpuTarget(Target):
         live = LiveSessions()
         record.load_s = record.create_s = 0.0
         record.map_attempts = 0
+        record.private_copy_bytes = 0
         for _ in range(spec.sessions):
             t0 = time.perf_counter()
             weights = load_weights(model.weights_path, disable_file_mapped_weights=disable_flag(spec.mode),
@@ -134,6 +135,8 @@ class CpuTarget(Target):
             record.create_s += t2 - t1
             record.map_attempts += weights.attempts
             record.map_errors.extend(weights.errors)
+            if weights.path_taken != "mapped":  # a private buffer, every byte written by the read
+                record.private_copy_bytes += weights.size
             if _PATH_RANK[weights.path_taken] >= _PATH_RANK.get(record.path_taken, -1):
                 record.path_taken = weights.path_taken
         record.weights_bytes = model.weights_bytes
