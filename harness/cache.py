@@ -133,14 +133,17 @@ def _mkdir(parent: Path) -> None:
                          f"({err.strerror or err}); choose another with --cache-dir") from None
 
 
-def _discard(folder: Path) -> None:
-    """Move a corrupt entry out of the way first (one rename), then delete it."""
+def _discard(folder: Path, why: CorruptEntry) -> None:
+    """Move a corrupt entry out of the way first (one rename), then delete it. InputError
+    naming the entry when it cannot be moved (a read-only cache): it would be used again."""
     trash = folder.with_name(f"{SCRATCH_PREFIX}{folder.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}-trash")
     try:
         os.rename(folder, trash)
-    except OSError:
-        shutil.rmtree(folder, ignore_errors=True)
-        return
+    except FileNotFoundError:
+        return  # another process discarded it first
+    except OSError as err:
+        raise InputError(f"model cache entry {folder} is corrupt ({why}) and cannot be removed here "
+                         f"({err.strerror or err}): delete it, or choose another --cache-dir") from None
     shutil.rmtree(trash, ignore_errors=True)
 
 
@@ -156,8 +159,8 @@ def cached_build(folder: Path, build: Callable[[Path], None], load: Callable[[Pa
         try:
             check_entry(folder)
             return load(folder)
-        except CorruptEntry:
-            _discard(folder)
+        except CorruptEntry as why:
+            _discard(folder, why)
     _mkdir(folder.parent)
     remove_stale_scratch(folder.parent)
     scratch = folder.with_name(f"{SCRATCH_PREFIX}{folder.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")

@@ -108,8 +108,10 @@ def apply_fault_action(action: str) -> None:
 
 #: Pause points of the start-up (test hook): "start" is before the worker watches its parent
 #: (the window a kernel parent-death signal cannot cover: a real interpreter start takes about
-#: as long), so it is short; the later ones last until the worker is killed.
-PAUSE_POINTS = {"pause-start": 0.5, "pause-imports": 10**6, "pause-session": 10**6}
+#: as long), so it is short; "imports" sleeps until the worker is killed; "session" stands for
+#: a session creation hung in native code: it never returns and holds the GIL, so no Python
+#: thread (the watchdog included) runs again and only the kernel can end the worker.
+PAUSE_POINTS = {"pause-start": 0.5, "pause-imports": 10**6}
 
 
 def pause_point(spec: WorkerSpec, name: str) -> None:
@@ -118,6 +120,10 @@ def pause_point(spec: WorkerSpec, name: str) -> None:
     if spec.fault_action != name:
         return
     Path(f"{spec.log_path}.{name}").touch()
+    if name == "pause-session":
+        import re
+
+        re.match(r"(a+)+$", "a" * 64 + "b")  # exponential backtracking in C, GIL held: never returns
     time.sleep(PAUSE_POINTS[name])
 
 
