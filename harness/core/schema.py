@@ -78,11 +78,13 @@ class SummaryRow:
     repeat: int = col("Int64", "index", "repeat number")
     init_s_median: float = col("Float64", "s", "median init_s over workers")
     create_s_median: float = col("Float64", "s", "median create_s over workers")
-    sum_rss_bytes: int = col("Int64", "bytes", "sum of rss_bytes (double-counts shared pages)")
-    sum_uss_bytes: int = col("Int64", "bytes", "sum of uss_bytes")
-    sum_pss_bytes: int = col("Int64", "bytes", "sum of pss_bytes (Linux)")
-    sum_private_bytes: int = col("Int64", "bytes", "sum of private_bytes")
-    system_delta_bytes: int = col("Int64", "bytes", "drop in system available memory, all alive")
+    sum_rss_bytes: int = col("Int64", "bytes", "sum of rss_bytes over the N workers (double-counts shared "
+                                                "pages); empty unless complete")
+    sum_uss_bytes: int = col("Int64", "bytes", "sum of uss_bytes over the N workers; empty unless complete")
+    sum_pss_bytes: int = col("Int64", "bytes", "sum of pss_bytes over the N workers (Linux); empty unless complete")
+    sum_private_bytes: int = col("Int64", "bytes", "sum of private_bytes over the N workers; empty unless complete")
+    system_delta_bytes: int = col("Int64", "bytes", "drop in system available memory while all were alive "
+                                                     "(see system_noise_bytes)")
     weights_bytes: int = col("Int64", "bytes", "weights file size")
     ok_workers: int = col("Int64", "count", "workers that finished with a correct output")
     failed_workers: int = col("Int64", "count", "workers that crashed, hung, raised or were wrong")

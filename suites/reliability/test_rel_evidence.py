@@ -180,3 +180,23 @@ def test_mapped_only_run_skips_the_default_gates_that_need_both_modes(run_harnes
     assert again.returncode == 1
     line = next(ln for ln in again.stdout.splitlines() if "mapped_pss_ratio<=0.9" in ln)
     assert line.startswith("FAIL") and "only mapped mode was measured" in line, line
+
+
+def test_tables_of_an_older_harness_get_no_assumed_completeness(run_harness, complete_run, tmp_path):
+    """Tables written before completeness existed (no memory_ok, complete, system_noise_bytes,
+    note columns) still load, but nothing vouches for their samples: the groups are
+    incomplete and the report says why, instead of passing on trust."""
+    import csv
+
+    run = _copy(complete_run, tmp_path)
+    for name, dropped in (("results.csv", {"memory_ok"}), ("summary.csv", {"complete", "system_noise_bytes", "note"})):
+        with open(run / name, newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        keep = [c for c in rows[0] if c not in dropped]
+        with open(run / name, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, keep, extrasaction="ignore", lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(rows)
+    outcome = _report(run_harness, run)
+    assert outcome.returncode == 1, outcome.stdout + outcome.stderr
+    assert "verdict: INCOMPLETE" in outcome.stdout and "without complete evidence" in outcome.stdout
