@@ -13,7 +13,6 @@ given, so one report of every measurement is rendered at the end of the session)
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -39,15 +38,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks to group the nodeids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """memory tests share one xdist group; device tests skip off-device; slow ones need -m."""
-    on_device = sys.platform == "win32" and platform.machine().upper() in ("ARM64", "AARCH64")
+    """memory tests share one xdist group; device tests skip where the QNN EP reports no device
+    (probed once per process, only when a device test was collected); slow ones need -m."""
     selected_markers = config.getoption("-m") or ""
+    device_reason = None
+    if any(item.get_closest_marker("device") for item in items):
+        from harness.targets.qnn.device import device_skip_reason
+
+        device_reason = device_skip_reason()
     for item in items:
         if item.get_closest_marker("memory"):
             item.add_marker(pytest.mark.xdist_group("serial"))
-        if item.get_closest_marker("device") and not on_device:
-            item.add_marker(pytest.mark.skip(
-                reason="needs a Windows ARM64 device with a Snapdragon NPU (nightly device CI)"))
+        if item.get_closest_marker("device") and device_reason:
+            item.add_marker(pytest.mark.skip(reason=f"needs a QNN device: {device_reason}"))
         if item.get_closest_marker("slow") and "slow" not in selected_markers:
             item.add_marker(pytest.mark.skip(reason="slow measurement: run with -m slow"))
 

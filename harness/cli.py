@@ -1,5 +1,5 @@
 """Command line of the harness (``python -m harness`` or the ``qnn-fmw-harness`` script):
-``run``, ``bench``, ``report``.
+``run``, ``bench``, ``report``, ``doctor``.
 
 This module is the composition root: it is the only module of `harness` that imports
 `reports`. The runner records facts, `harness.core` interprets them (one `Judgement` per run),
@@ -123,6 +123,9 @@ def _add_target_options(parser: argparse.ArgumentParser) -> None:
             text = f"{option.help} (default {option.default})"
             if option.parse is None:
                 group.add_argument(option.flag, dest=dest, action="store_const", const=True, default=None, help=text)
+            elif option.repeat:
+                group.add_argument(option.flag, dest=dest, type=_target_option_type(option), action="append",
+                                   default=None, metavar=option.metavar, help=text)
             else:
                 group.add_argument(option.flag, dest=dest, type=_target_option_type(option), default=None,
                                    choices=option.choices, metavar=option.metavar, help=text)
@@ -179,6 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--cache-dir", type=Path)
     bench.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     sub.add_parser("report", help="render report.html from run folders (see: report --help)")
+    doctor = sub.add_parser("doctor", help="what the QNN EP reports on this machine: EP devices, NPU, HTP, "
+                                           "RPCMem, file mapping, and whether it is a QNN device")
+    doctor.add_argument("--target", choices=("qnn",), default="qnn")
+    doctor.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
+    doctor.add_argument("--timeout", type=_timeout, default=120.0, metavar="S", help="probe time limit (default 120)")
     return parser
 
 
@@ -194,7 +202,7 @@ def _target_options(ns: argparse.Namespace) -> dict[str, Any]:
                 continue
             if target.name != ns.target:
                 raise InputError(f"{option.flag} only applies to --target {target.name}")
-            chosen[option.name] = value
+            chosen[option.name] = dict(value) if option.repeat else value
     return chosen
 
 
@@ -292,7 +300,7 @@ def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
     try:
         if outcome.exit_code == EXIT_INTERRUPTED:
             print(f"interrupted: what was measured is in {outcome.out}", file=sys.stderr)
-        show_outcomes = opts.repeat > 1 or bool(opts.target_options.get("map_failures"))
+        show_outcomes = opts.repeat > 1 or any(k in opts.target_options for k in ("fault", "map_failures"))
         judgement = report_run(outcome.out, history=ns.history, render=not ns.no_report and bool(outcome.rows),
                                outcomes=show_outcomes)
     finally:
@@ -322,6 +330,24 @@ def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
     return judgement.exit_code
 
 
+def cmd_doctor(ns: argparse.Namespace) -> int:
+    """Probe the QNN EP in a child process and print its verdict. Exit 0 whenever a verdict was
+    reached (a machine without an NPU is a finding, not an error)."""
+    from harness.core.files import write_json_atomic
+    from harness.targets.qnn.device import probe_device
+
+    if ns.json is not None:
+        from harness.core.files import check_creatable
+
+        check_creatable(ns.json, "--json", folder=False)
+    report = probe_device(timeout_s=ns.timeout)
+    for line in report.lines():
+        print(line)
+    if ns.json is not None:
+        write_json_atomic(ns.json, report.to_dict(), what="--json")
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -332,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         ns = build_parser().parse_args(argv)
         if ns.command == "bench":
             return cmd_bench(ns, argv)
+        if ns.command == "doctor":
+            return cmd_doctor(ns)
         return cmd_run(ns, argv)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)

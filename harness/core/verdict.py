@@ -2,9 +2,11 @@
 the overall verdict. The terminal, the HTML report, `harness report`, `harness bench` and the
 tests all call `judge`, so they cannot disagree about what a run means.
 
-Verdicts come only from positive evidence: a run that did not complete, that holds no worker
-with a correct output, or whose groups lack complete evidence (a worker not sampled, a sample
-physics does not allow) is "incomplete" (never "pass"), whatever its gates say.
+Verdicts come only from evidence: "fail" when a worker or a gate failed (a failure is evidence
+too, and it outranks missing evidence); otherwise a run that did not complete, that holds no
+worker with a correct output, or whose groups lack complete evidence (a worker not sampled, a
+sample physics does not allow) is "incomplete" (never "pass"), whatever its gates say; "pass"
+needs all of it.
 """
 
 from __future__ import annotations
@@ -102,7 +104,8 @@ def feature_state(run: RunData) -> FeatureState:
     if mapped_ok:
         others = ", ".join(f"{k}: {v}" for k, v in sorted(paths.items()) if k != "mapped")
         return FeatureState("partial", f"active in {mapped_ok} of {n} mapped-mode workers ({others})")
-    return FeatureState("unknown", f"no mapped-mode worker finished on the mapped path ({dict(paths)})")
+    shown = ", ".join(f"{k}: {v}" for k, v in sorted(paths.items()))
+    return FeatureState("unknown", f"not exercised: no mapped-mode worker finished on the mapped path ({shown})")
 
 
 def run_gates(run: RunData, extra: Iterable[Gate] = (), *, use_default_gates: bool = True) -> list[Gate]:
@@ -153,31 +156,30 @@ def _incomplete_groups(run: RunData) -> list[str]:
 def judge(run: RunData, extra_gates: Iterable[Gate] = (), *, use_default_gates: bool = True) -> Judgement:
     """Everything a reader needs to know about ``run``, decided once.
 
-    incomplete: the run did not complete, no worker has a correct output, or a group lacks
-    evidence (a worker not sampled, an implausible sample) with no failure to explain it;
-    fail: a worker or a gate failed; pass: none of these."""
+    fail: a worker or a gate failed (the run's status is named too when it is not complete);
+    incomplete: otherwise, the run did not complete, no worker has a correct output, or a group
+    lacks evidence (a worker not sampled, an implausible sample); pass: none of these."""
     results = judge_gates(run, extra_gates, use_default_gates=use_default_gates)
     values, _ = gate_values_with_reasons(run.summary)
-    reasons = []
-    if run.status != "complete":
-        reasons.append(f"run status is {run.status}")
-    if not any(row_ok(r) for r in run.results):
-        reasons.append("no worker finished with a correct output")
     failed = [g for g in results if not g.passed]
     broken = [r for r in run.results if not row_ok(r)]
-    incomplete = _incomplete_groups(run)
-    if reasons:
-        verdict = "incomplete"
-    elif failed or broken:
+    reasons = []
+    if broken:
+        reasons.append(f"{len(broken)} worker(s) failed")
+    if failed:
+        reasons.append(f"{len(failed)} of {len(results)} gate(s) failed")
+    if reasons:  # a failure is evidence too, and it outranks missing evidence
         verdict = "fail"
-        if broken:
-            reasons.append(f"{len(broken)} worker(s) failed")
-        if failed:
-            reasons.append(f"{len(failed)} of {len(results)} gate(s) failed")
-    elif incomplete:
-        verdict = "incomplete"
-        shown = ", ".join(incomplete[:3]) + (f" and {len(incomplete) - 3} more" if len(incomplete) > 3 else "")
-        reasons.append(f"{len(incomplete)} group(s) without complete evidence ({shown}): see the notes")
+        if run.status != "complete":
+            reasons.append(f"run status is {run.status}")
     else:
-        verdict = "pass"
+        if run.status != "complete":
+            reasons.append(f"run status is {run.status}")
+        if not any(row_ok(r) for r in run.results):
+            reasons.append("no worker finished with a correct output")
+        incomplete = _incomplete_groups(run)
+        if incomplete and run.results:
+            shown = ", ".join(incomplete[:3]) + (f" and {len(incomplete) - 3} more" if len(incomplete) > 3 else "")
+            reasons.append(f"{len(incomplete)} group(s) without complete evidence ({shown}): see the notes")
+        verdict = "incomplete" if reasons else "pass"
     return Judgement(run, values, results, run_notes(run), feature_state(run), verdict, reasons)

@@ -58,9 +58,12 @@ class WorkerRecord:
     pid: int = 0  # the worker's own pid: the process the parent samples
     path_taken: str = ""
     map_attempts: int | None = None
+    fallback_stage: str = ""
     map_errors: list[str] = field(default_factory=list)
     ep_file_mapping: str = "n/a"
     ep_log_tail: str = ""
+    ep_sessions: str = ""  # e.g. "active=3 retried=1" (qnn)
+    ep_reason: str = ""
     load_s: float | None = None
     create_s: float | None = None
     first_run_s: float | None = None
@@ -74,6 +77,7 @@ class WorkerRecord:
     #: Resident bytes of the model's mapped files in this process's page tables, read from its
     #: own memory maps just before it reported ready: its RSS cannot be below this.
     mapped_resident_bytes: int | None = None
+    teardown: str = ""  # what the worker's teardown left behind (mapper_impl stats), empty when clean
     error: str = ""
 
     @classmethod

@@ -1,0 +1,410 @@
+"""The file-mapping strings of onnxruntime-qnn's provider library, to check `eplog.PATTERNS`
+against the real binaries: every pattern's literal parts must be strings of the binary, and
+every file-mapping string of the binary must be read by a pattern or listed in `eplog.IGNORED`.
+
+Why the binary: the EP's messages are the only evidence of what it did, and a release that
+rewords one would silently turn a verdict into "unknown" (or worse, miss a retry). The check is
+one step per onnxruntime-qnn release: a fixture per version and platform is committed under
+suites/qnn/data with its provenance; a version without one fails the offline test, with the
+command below in the message.
+
+    python -m harness.targets.qnn.epstrings --fetch --out-dir suites/qnn/data
+        downloads the installed version's win_arm64 wheel, reads its DLL and the installed
+        library (Linux x86_64), writes both fixtures
+    python -m harness.targets.qnn.epstrings --extract-strings WHEEL_OR_LIBRARY [--out FILE]
+        one fixture from a wheel or a provider library file
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import re
+import shlex
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.targets.qnn.eplog import IGNORED, LINUX, PATTERNS, WIN, LogPattern
+
+#: the reference list's grep terms (shared/reference/onnxruntime-qnn-2.7.0-ep-strings.txt) ...
+REFERENCE_TERMS = ("file mapp", "DMA data", "rpcmem", "direct read", "Retrying", "read callback", "disable_file_mapped")
+#: ... plus the ones that reach the rest of the mapping path's messages (the retry's first half,
+#: the mapped view, the DMA request checks and callbacks, the SSR version check, the session marker)
+EXTRA_TERMS = (
+    "WithCallback",
+    "mapview",
+    "mapping request",
+    "mapped file",
+    "DmaDataCallback",
+    "mapping release request",
+    "context binary version",
+    "Creating QNN EP",
+)
+SELECT_TERMS = REFERENCE_TERMS + EXTRA_TERMS
+MIN_LEN = 8  # strings -n 8
+LIBRARY_NAMES = {WIN: "onnxruntime_providers_qnn.dll", LINUX: "libonnxruntime_providers_qnn.so"}
+PROVENANCE_KEYS = ("platform", "version", "qnn-sdk", "source", "source-sha256", "library", "library-sha256")
+FIXTURE_DIR = Path(__file__).resolve().parents[3] / "suites" / "qnn" / "data"
+_PRINTABLE = re.compile(rb"[\t\x20-\x7e]{%d,}" % MIN_LEN)
+_NETWORK_ERRORS = re.compile(
+    r"NewConnectionError|Max retries exceeded|Temporary failure in name resolution|"
+    r"Network is unreachable|Connection refused|ConnectTimeout|ReadTimeout|"
+    r"timed out|Could not fetch URL|ProxyError|SSLError|No route to host",
+    re.I,
+)
+
+
+class StringsError(RuntimeError):
+    """A wheel or library that cannot be read, or a download that failed for another reason."""
+
+
+class RegistryUnreachable(StringsError):
+    """pip could not reach the package index (no network, proxy, DNS)."""
+
+
+@dataclass
+class StringsList:
+    """The selected strings of one provider library, with where they came from."""
+
+    platform: str  # WIN or LINUX
+    strings: list[str]
+    header: dict[str, str] = field(default_factory=dict)  # provenance, written as '# key: value'
+
+
+def printable_strings(data: bytes, min_len: int = MIN_LEN) -> list[str]:
+    """Runs of >= min_len printable ASCII characters or tabs: GNU ``strings -a -n 8``."""
+    pattern = _PRINTABLE if min_len == MIN_LEN else re.compile(rb"[\t\x20-\x7e]{%d,}" % min_len)
+    return [m.group().decode("ascii") for m in pattern.finditer(data)]
+
+
+def select(strings: Iterable[str], terms: Sequence[str] = SELECT_TERMS) -> list[str]:
+    """The file-mapping strings: those containing a term, case-insensitively; sorted, unique."""
+    low = [t.lower() for t in terms]
+    return sorted({s for s in strings if any(t in s.lower() for t in low)})
+
+
+def _platform_of(name: str) -> str:
+    if name.endswith(".dll") or "win_arm64" in name:
+        return WIN
+    if name.endswith(".so") or "linux_x86_64" in name:
+        return LINUX
+    raise StringsError(f"{name}: neither a win_arm64 nor a linux x86_64 onnxruntime-qnn wheel or library")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _wheel_version(name: str) -> str:
+    parts = name.split("-")
+    return parts[1] if len(parts) > 2 else ""
+
+
+def extract(path: Path) -> StringsList:
+    """Read a wheel (zip) or a provider library file and select its file-mapping strings."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise StringsError(f"cannot read {path}: {err.strerror}") from err
+    if path.suffix == ".whl":
+        return _from_wheel(path, raw)
+    platform = _platform_of(path.name)
+    header = {
+        "platform": platform,
+        "source": path.name,
+        **_installed_provenance(path),
+        "library": path.name,
+        "library-sha256": _sha256(raw),
+    }
+    return StringsList(platform, select(printable_strings(raw)), header)
+
+
+def _from_wheel(path: Path, raw: bytes) -> StringsList:
+    platform = _platform_of(path.name)
+    try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as z:
+            members = [n for n in z.namelist() if n.rsplit("/", 1)[-1] == LIBRARY_NAMES[platform]]
+            if not members:
+                raise StringsError(f"{path.name}: no {LIBRARY_NAMES[platform]} inside")
+            lib = z.read(members[0])
+            info = [n for n in z.namelist() if n.endswith("onnxruntime_qnn/build_and_package_info.py")]
+            sdk = _qnn_sdk(z.read(info[0]).decode("utf-8", "replace")) if info else ""
+    except zipfile.BadZipFile as err:
+        raise StringsError(f"{path.name} is not a wheel (zip): {err}") from err
+    header = {
+        "platform": platform,
+        "version": _wheel_version(path.name),
+        "qnn-sdk": sdk,
+        "source": path.name,
+        "source-sha256": _sha256(raw),
+        "library": members[0],
+        "library-sha256": _sha256(lib),
+    }
+    return StringsList(platform, select(printable_strings(lib)), header)
+
+
+def _qnn_sdk(build_info: str) -> str:
+    m = re.search(r"qnn_version\s*=\s*['\"]([^'\"]+)", build_info)
+    return m.group(1) if m else ""
+
+
+def _installed_provenance(lib: Path) -> dict[str, str]:
+    """For a library inside an installed onnxruntime-qnn: its version, QNN SDK and wheel tag."""
+    try:
+        sdk = _qnn_sdk((lib.parent / "build_and_package_info.py").read_text(encoding="utf-8"))
+    except OSError:
+        sdk = ""
+    for info in sorted(lib.parent.parent.glob("onnxruntime_qnn-*.dist-info")):
+        try:
+            tags = [
+                ln.split(":", 1)[1].strip() for ln in (info / "WHEEL").read_text().splitlines() if ln.startswith("Tag:")
+            ]
+        except OSError:
+            continue
+        version = info.name[len("onnxruntime_qnn-") : -len(".dist-info")]
+        return {
+            "version": version,
+            "qnn-sdk": sdk,
+            "source": f"installed onnxruntime-qnn {version} (wheel tag {', '.join(tags)})",
+        }
+    return {}
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+def fixture_name(version: str, platform: str) -> str:
+    """suites/qnn/data file name: the win_arm64 list keeps the reference's name."""
+    return (
+        f"onnxruntime-qnn-{version}-ep-strings.txt"
+        if platform == WIN
+        else f"onnxruntime-qnn-{version}-{platform}-ep-strings.txt"
+    )
+
+
+def find_fixture(version: str, platform: str, folder: Path = FIXTURE_DIR) -> Path | None:
+    path = Path(folder) / fixture_name(version, platform)
+    return path if path.is_file() else None
+
+
+def missing_fixture_message(version: str, platform: str) -> str:
+    """What a new onnxruntime-qnn release needs before its verdicts can be trusted."""
+    return (
+        f"no strings fixture for onnxruntime-qnn {version} ({platform}): {fixture_name(version, platform)} "
+        f"is missing in suites/qnn/data. Generate it (on Linux x86_64 with onnxruntime-qnn=={version} "
+        f"installed, network to the package index): python -m harness.targets.qnn.epstrings --fetch "
+        f"--version {version}; then fix eplog.PATTERNS / eplog.IGNORED until the strings tests pass and "
+        f"commit the fixture(s)"
+    )
+
+
+def _reproduce(lst: StringsList) -> list[str]:
+    version = lst.header.get("version", "VERSION")
+    if lst.platform == WIN:
+        return [
+            f"pip download --no-deps --only-binary=:all: --platform win_arm64 --python-version 3.11 "
+            f"onnxruntime-qnn=={version} -d DIR",
+            f"python -m harness.targets.qnn.epstrings --extract-strings DIR/{lst.header.get('source', 'WHEEL')} "
+            f"--out FILE",
+        ]
+    return [
+        f"pip install onnxruntime-qnn=={version}  (Linux x86_64)",
+        "python -m harness.targets.qnn.epstrings --extract-strings "
+        "SITE_PACKAGES/onnxruntime_qnn/libonnxruntime_providers_qnn.so --out FILE",
+    ]
+
+
+def render_fixture(lst: StringsList) -> str:
+    lib = lst.header.get("library", LIBRARY_NAMES[lst.platform])
+    lines = [
+        f"# File-mapping strings of {lib} ({lst.header.get('source', '?')}).",
+        *(f"# {k}: {lst.header[k]}" for k in PROVENANCE_KEYS if k in lst.header),
+        f"# selection: printable ASCII runs of >= {MIN_LEN} characters (strings -a -n {MIN_LEN}) containing, "
+        f"case-insensitively, any of: {', '.join(repr(t) for t in SELECT_TERMS)}",
+        *(f"# reproduce: {cmd}" for cmd in _reproduce(lst)),
+        "# Every line after this header is one string, verbatim (leading/trailing spaces included).",
+    ]
+    return "\n".join(lines + lst.strings) + "\n"
+
+
+def write_fixture(lst: StringsList, out: Path) -> Path:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_fixture(lst), encoding="ascii", newline="\n")
+    return out
+
+
+def read_fixture(path: Path) -> StringsList:
+    lines = Path(path).read_text(encoding="ascii").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    n = 0
+    header: dict[str, str] = {}
+    while n < len(lines) and lines[n].startswith("#"):
+        key, sep, value = lines[n][1:].strip().partition(": ")
+        if sep and " " not in key:
+            header[key] = value
+        n += 1
+    if header.get("platform") not in LIBRARY_NAMES:
+        raise StringsError(f"{path}: no '# platform: win_arm64|linux_x86_64' header line")
+    return StringsList(header["platform"], lines[n:], header)
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _ignored(s: str) -> str | None:
+    return next((reason for rx, reason in IGNORED if re.fullmatch(rx, s)), None)
+
+
+def check(lst: StringsList, patterns: Sequence[LogPattern] = PATTERNS) -> list[str]:
+    """Problems of eplog against one library's strings (empty list: all good).
+
+    - each pattern meant for this platform: every literal part is one of the strings;
+    - each string: a literal part of some pattern, or listed in IGNORED.
+    """
+    have = set(lst.strings)
+    problems = [
+        f"pattern {p.name!r}: {frag!r} is not a string of {lst.platform} {lst.header.get('source', '')}"
+        for p in patterns
+        if lst.platform in p.platforms
+        for frag in p.fragments
+        if frag not in have
+    ]
+    fragments = {frag for p in patterns for frag in p.fragments}
+    problems += [
+        f"string {s!r} of {lst.platform} is neither read by a pattern nor listed in eplog.IGNORED"
+        for s in lst.strings
+        if s not in fragments and _ignored(s) is None
+    ]
+    return problems
+
+
+def unused_ignored(lists: Sequence[StringsList]) -> list[str]:
+    """IGNORED entries that match no string of any of the lists (stale after a release)."""
+    strings = [s for lst in lists for s in lst.strings]
+    return [rx for rx, _ in IGNORED if not any(re.fullmatch(rx, s) for s in strings)]
+
+
+# ----------------------------------------------------------------------------- download
+
+
+def installed_version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("onnxruntime-qnn")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def installed_library() -> Path | None:
+    """The provider library of the installed onnxruntime-qnn, found without importing it."""
+    from importlib import util
+
+    spec = util.find_spec("onnxruntime_qnn")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        for name in LIBRARY_NAMES.values():
+            if (Path(folder) / name).is_file():
+                return Path(folder) / name
+    return None
+
+
+def download_command(version: str, dest: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--platform",
+        "win_arm64",
+        "--python-version",
+        "3.11",
+        f"onnxruntime-qnn=={version}",
+        "-d",
+        str(dest),
+        "--disable-pip-version-check",
+        "--quiet",
+    ]
+
+
+def download_wheel(version: str, dest: Path, *, timeout_s: float = 300.0) -> Path:
+    """The win_arm64 wheel of `version`, through pip (its index, proxy and cache settings)."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = download_command(version, dest)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as err:
+        raise RegistryUnreachable(f"pip download did not finish in {timeout_s:.0f} s") from err
+    wheels = sorted(dest.glob(f"onnxruntime_qnn-{version}-*win_arm64.whl"))
+    if proc.returncode == 0 and wheels:
+        return wheels[0]
+    tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+    if _NETWORK_ERRORS.search(proc.stderr or ""):
+        raise RegistryUnreachable(f"package index unreachable: {tail}")
+    raise StringsError(f"{shlex.join(cmd[1:])} failed (exit {proc.returncode}): {tail}")
+
+
+def fetch(version: str, out_dir: Path, work: Path) -> list[Path]:
+    """Write the fixtures of `version`: the downloaded win_arm64 DLL and, when it is the installed
+    version on Linux x86_64, the installed library."""
+    written = [write_fixture(extract(download_wheel(version, work)), out_dir / fixture_name(version, WIN))]
+    lib = installed_library()
+    if lib is not None and lib.suffix == ".so" and installed_version() == version:
+        lst = extract(lib)
+        written.append(write_fixture(lst, out_dir / fixture_name(version, LINUX)))
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.targets.qnn.epstrings",
+        description="file-mapping strings of onnxruntime-qnn's provider library",
+    )
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--extract-strings", metavar="WHEEL_OR_LIBRARY", type=Path)
+    what.add_argument("--fetch", action="store_true", help="download the win_arm64 wheel and write both fixtures")
+    parser.add_argument("--out", type=Path, help="fixture file to write (default: stdout)")
+    parser.add_argument("--out-dir", type=Path, default=FIXTURE_DIR, help="--fetch: where the fixtures go")
+    parser.add_argument("--version", help="--fetch: onnxruntime-qnn version (default: the installed one)")
+    args = parser.parse_args(argv)
+    try:
+        if args.extract_strings:
+            lst = extract(args.extract_strings)
+            problems = check(lst)
+            if args.out:
+                print(write_fixture(lst, args.out))
+            else:
+                sys.stdout.write(render_fixture(lst))
+        else:
+            import tempfile
+
+            version = args.version or installed_version()
+            if not version:
+                print("error: onnxruntime-qnn is not installed: pass --version", file=sys.stderr)
+                return 2
+            with tempfile.TemporaryDirectory() as work:
+                paths = fetch(version, args.out_dir, Path(work))
+            print("\n".join(map(str, paths)))
+            problems = [p for path in paths for p in check(read_fixture(path))]
+    except StringsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for p in problems:
+        print(f"warning: {p}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,471 @@
+"""eplog: per-session verdicts from the QNN EP's own log.
+
+Unit tests use the real onnxruntime-qnn 2.7.0 message texts (the literal parts are checked
+against the shipped binaries in test_eplog_strings.py) inside ORT's real log-line format as the
+EP prints it on this machine: ``<timestamp> [<S>:onnxruntime:, <file>:<line> <function>] <text>``,
+warnings wrapped in ``ESC[0;93m ... ESC[m``, errors in ``ESC[1;31m``. Line numbers and function
+names of the Windows-only messages are illustrative (the Linux build cannot print them).
+The real-log tests load a compiled model with the real EP in a child process whose stderr is a
+file, exactly as a harness worker does.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from qnn_support import qnn_skip_reason
+
+from harness.targets.qnn.eplog import (
+    EP_DISABLED_REASONS,
+    EP_STATES,
+    EVIDENCE_LINES,
+    MAPPED_STATES,
+    PATTERNS,
+    PRECEDENCE,
+    REASON_EMBEDDED,
+    REASON_READ_CALLBACK,
+    REASON_RPCMEM,
+    REASON_VERSION,
+    WORST_ORDER,
+    EpVerdict,
+    aggregate,
+    check_disable_flag,
+    classify_ep_log,
+    classify_log,
+    classify_session,
+    find_messages,
+    read_log_segment,
+    split_sessions,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+_COLOUR = {"W": ("\x1b[0;93m", "\x1b[m"), "E": ("\x1b[1;31m", "\x1b[m")}
+_n = iter(range(10**9))
+
+
+def ort(sev: str, where: str, text: str) -> str:
+    """One line as ORT's default sink prints it."""
+    pre, post = _COLOUR.get(sev, ("", ""))
+    return f"{pre}2026-11-30 02:21:25.{next(_n):09d} [{sev}:onnxruntime:, {where}] {text}{post}\n"
+
+
+BIN = r"C:\m\model_ctx_qnn.bin"
+SESSION = ort("I", "qnn_provider_factory.cc:253 CreateEpImpl", "Creating QNN EP")
+NOISE = ort("I", "inference_session.cc:2835 operator()", "Initializing session.") + ort(
+    "V", "qnn_backend_manager.cc:2065 LoadCachedQnnContextFromBuffer", "Load from cached QNN Context completed."
+)
+GATE = ort(
+    "W",
+    "qnn_execution_provider.cc:933 QnnEp",
+    "File mapped weights feature is only available on Windows "
+    "arm64 devices for QNN API versions >= 2.32. Feature will be disabled by default",
+)
+OPT1 = ort("W", "qnn_execution_provider.cc:927 QnnEp", "User specified disable_file_mapped_weights: 1")
+OPT0 = ort("W", "qnn_execution_provider.cc:927 QnnEp", "User specified disable_file_mapped_weights: 0")
+MAP = ort(
+    "I", "qnn_windows_file_mapper.cc:31 GetContextBinMappedMemoryPtr", f"Creating context bin file mapping for {BIN}"
+)
+MAP_HANDLE = ort(
+    "V",
+    "qnn_windows_file_mapper.cc:58 GetContextBinMappedMemoryPtr",
+    f"Created file mapping with handle (0000000000000A1C) for context bin:{BIN}",
+)
+
+
+def dma(i: int) -> str:
+    off = i * 65536
+    return ort(
+        "I",
+        "qnn_backend_manager.cc:1187 MapDmaData",
+        "Mapping DMA data for request: memory mapped base "
+        f"pointer(000001D3F2A10000), offset({off}), size(65536), total file size(1130496) "
+        "isBackendMappingNeeded(1)",
+    ) + ort(
+        "I",
+        "qnn_backend_manager.cc:1214 MapDmaData",
+        f"Created DMA data mapping with address: {0x1D3F2A10000 + off:016X}",
+    )
+
+
+MAPPED = MAP + MAP_HANDLE + dma(0) + dma(1) + dma(2)
+RETRY = ort(
+    "W",
+    "qnn_backend_manager.cc:1402 LoadCachedQnnContextFromBuffer",
+    "contextCreateFromBinaryWithCallback failed (QNN_COMMON_ERROR_MEM_ALLOC). Retrying with direct read.",
+)
+RETRY_LIST = ort(
+    "W",
+    "qnn_backend_manager.cc:1296 CreateContextVtcmBackupBufferSharingEnabled",
+    "Failed to create context with file mapping enabled. Error: QNN_COMMON_ERROR_GENERAL, Code: 1000. "
+    "Retrying with feature disabled.",
+)
+REGISTER_FAILED = ort("E", "qnn_backend_manager.cc:1209 MapDmaData", "Failed to register DMA data mapping to RPCMEM")
+OUT_OF_FILE = ort(
+    "E", "qnn_backend_manager.cc:1199 MapDmaData", "Requested offset and size includes memory outside of mapped file"
+)
+AFTER_ERROR = ort(
+    "W",
+    "qnn_backend_manager.cc:1178 MapDmaData",
+    "Attempting to map DMA data but file mapping has been disabled, possibly due to an error in a previous request.",
+)
+RPCMEM = ort(
+    "W",
+    "qnn_execution_provider.cc:1128 QnnEp",
+    "Unable to load RPCMem library: Failed to initialize "
+    "RPCMEM dynamic library handle: The specified module could not be found. - Disabling file mapped weights.",
+)
+RPCMEM_UNINIT = ort(
+    "W",
+    "qnn_backend_manager.cc:1366 LoadCachedQnnContextFromBuffer",
+    "RPCMem Library is required for file mapping but is uninitialized.",
+)
+EMBEDDED = ort(
+    "W",
+    "qnn_backend_manager.cc:1338 LoadCachedQnnContextFromBuffer",
+    "Node QNNExecutionProvider_QNN_1_0 is using an embedded cache. Disabling file mapping for this node.",
+)
+EMBEDDED_EP = ort(
+    "W",
+    "qnn_execution_provider.cc:940 QnnEp",
+    "File mapped weights feature is incompatible with embedded EP contexts. Feature will be disabled by default.",
+)
+OLD_BINARY = ort(
+    "W",
+    "qnn_backend_manager.cc:1349 LoadCachedQnnContextFromBuffer",
+    "Context binary of QNNExecutionProvider_QNN_part0_1_0 is 3.2.1. File mapping is only supported for "
+    "versions >= 3.3.3. Disabling file mapping for this node.",
+)
+SSR_OLD = ort(
+    "W",
+    "qnn_backend_manager.cc:2412 ReloadContextForSSR",
+    "SSR recovery: context binary version 3.2.1 < 3.3.3, file mapping not supported. Falling back to direct read.",
+)
+READ_CB = ort(
+    "W",
+    "qnn_execution_provider.cc:1712 QnnEp",
+    "EPContext read callback registered; disabling file mapping for this session.",
+)
+READ_CB_REUSE = ort(
+    "W",
+    "qnn_execution_provider.cc:1705 QnnEp",
+    "EPContext read callback registered on a session "
+    "reusing an already-set-up backend manager; disabling file mapping for this session.",
+)
+RELEASE = ort(
+    "I",
+    "qnn_backend_manager.cc:1243 ReleaseDmaData",
+    "Releasing DMA data mapping for memory mapped pointer(000001D3F2A10000), address(000001D3F2A10000), size: (65536)",
+)
+DEREGISTER_FAILED = ort(
+    "E", "qnn_backend_manager.cc:1259 ReleaseDmaData", "Failed to deregister buffer from RPCMEM: 000001D3F2A10000"
+)
+
+
+def session(*parts: str) -> str:
+    return SESSION + NOISE + "".join(parts) + NOISE
+
+
+def verdict(*parts: str, flag: str = "0") -> EpVerdict:
+    return classify_session(session(*parts), disable_file_mapped_weights=flag)
+
+
+# ----------------------------------------------------------------------------- done-when checks
+
+
+def test_no_file_mapping_line_is_unknown() -> None:
+    v = verdict()
+    assert (v.state, v.reason) == ("unknown", "no file-mapping line in the EP log")
+    assert not v.mapped
+
+
+def test_the_270_retry_line_is_retried() -> None:
+    v = verdict(MAPPED, RETRY, RELEASE)
+    assert v.state == "retried"
+    assert v.reason == (
+        "contextCreateFromBinaryWithCallback failed (QNN_COMMON_ERROR_MEM_ALLOC). Retrying with direct read"
+    )
+
+
+def test_the_rpcmem_missing_line_is_ep_disabled_rpcmem() -> None:
+    v = verdict(RPCMEM)
+    assert (v.state, v.reason) == ("ep-disabled", REASON_RPCMEM)
+    assert "Unable to load RPCMem library" in v.evidence
+
+
+# ----------------------------------------------------------------------------- every state
+
+
+def test_active_needs_the_mapping_line_and_a_created_dma_region() -> None:
+    v = verdict(MAPPED)
+    assert v.state == "active" and v.mapped
+    assert v.reason == rf"3 DMA region(s) mapped from {BIN}"
+
+
+@pytest.mark.parametrize(
+    ("parts", "why"),
+    [
+        ((MAP, MAP_HANDLE), "QNN requested no weight region"),  # a context without weight regions
+        ((dma(0),), "no 'Creating context bin file mapping' line"),
+        ((MAP, dma(0).splitlines(keepends=True)[0]), "no region created"),
+    ],
+    ids=["mapping-without-regions", "regions-without-mapping", "request-without-region"],
+)
+def test_half_the_positive_evidence_is_unknown(parts: tuple[str, ...], why: str) -> None:
+    v = verdict(*parts)
+    assert v.state == "unknown" and why in v.reason, v
+
+
+def test_shared_resource_retry_is_retried() -> None:
+    v = verdict(MAP, RETRY_LIST)
+    assert v.state == "retried" and "Error: QNN_COMMON_ERROR_GENERAL, Code: 1000" in v.reason
+
+
+@pytest.mark.parametrize(
+    "failure", [REGISTER_FAILED, OUT_OF_FILE, AFTER_ERROR], ids=["register", "out-of-file", "after-error"]
+)
+def test_a_failed_mapping_attempt_without_retry_line_is_retried(failure: str) -> None:
+    v = verdict(MAP, dma(0), failure)
+    assert v.state == "retried" and v.reason.startswith("mapping attempt failed (")
+
+
+def test_option_1_confirmed_by_the_ep_is_disabled() -> None:
+    v = verdict(OPT1, flag="1")
+    assert (v.state, v.reason) == ("disabled", "disable_file_mapped_weights=1 confirmed by the EP")
+
+
+def test_option_1_without_the_eps_word_is_unknown() -> None:
+    v = verdict(flag="1")
+    assert v.state == "unknown" and "did not confirm" in v.reason and "missing" in v.reason
+    v = verdict(OPT0, flag="1")  # an older EP was seen ignoring the option and saying so
+    assert v.state == "unknown" and "the EP printed '0'" in v.reason
+
+
+def test_the_eps_word_beats_what_the_harness_passed() -> None:
+    v = verdict(OPT1, flag="0")
+    assert v.state == "disabled" and 'the harness passed "0"' in v.reason
+    v = verdict(OPT0, MAPPED, flag="1")
+    assert v.state == "active" and 'the EP reported "0"' in v.reason
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (EMBEDDED, REASON_EMBEDDED),
+        (EMBEDDED_EP, REASON_EMBEDDED),
+        (OLD_BINARY, REASON_VERSION),
+        (SSR_OLD, REASON_VERSION),
+        (READ_CB, REASON_READ_CALLBACK),
+        (READ_CB_REUSE, REASON_READ_CALLBACK),
+        (RPCMEM, REASON_RPCMEM),
+        (RPCMEM_UNINIT, REASON_RPCMEM),
+    ],
+    ids=[
+        "embedded-node",
+        "embedded-ep",
+        "old-binary",
+        "ssr-old-binary",
+        "read-callback",
+        "read-callback-reuse",
+        "rpcmem-load",
+        "rpcmem-uninitialized",
+    ],
+)
+def test_ep_disabled_names_the_reason(line: str, reason: str) -> None:
+    v = verdict(line)
+    assert (v.state, v.reason) == ("ep-disabled", reason)
+
+
+@pytest.mark.parametrize("flag", ["0", "1"])
+def test_the_platform_gate_is_unavailable_whatever_the_option(flag: str) -> None:
+    v = verdict(OPT1 if flag == "1" else "", GATE, flag=flag)
+    assert v.state == "unavailable" and v.reason.startswith("platform gate: File mapped weights feature")
+    assert "\x1b[" not in v.evidence and "2026-11-30" not in v.evidence  # colour codes and stamps gone
+
+
+# ----------------------------------------------------------------------------- precedence
+
+
+@pytest.mark.parametrize(
+    ("parts", "flag", "state"),
+    [
+        ((OPT1, GATE), "1", "unavailable"),  # the gate is decided first, when the EP is built
+        ((OPT1, EMBEDDED), "1", "disabled"),  # the user's option is global: per-node policy is moot
+        ((MAPPED, RETRY, RELEASE), "0", "retried"),  # mapped, then creation failed, then the retry
+        ((EMBEDDED, MAP, dma(0), RETRY), "0", "retried"),  # a failure never hides behind a policy
+        ((EMBEDDED, MAPPED), "0", "ep-disabled"),  # node A embedded, node B mapped: not all mapped
+        ((MAPPED, DEREGISTER_FAILED), "0", "active"),  # teardown notes do not change the path
+        ((GATE, MAPPED), "0", "unknown"),  # contradictions are no evidence
+        ((OPT1, MAPPED), "1", "unknown"),
+    ],
+    ids=[
+        "gate>option",
+        "option>ep-disabled",
+        "retry>active",
+        "retry>ep-disabled",
+        "ep-disabled>active",
+        "note-only",
+        "gate+mapped",
+        "option1+mapped",
+    ],
+)
+def test_precedence(parts: tuple[str, ...], flag: str, state: str) -> None:
+    assert verdict(*parts, flag=flag).state == state
+
+
+def test_precedence_and_worst_order_cover_every_state() -> None:
+    assert sorted(PRECEDENCE) == sorted(WORST_ORDER) == sorted(EP_STATES)
+    assert MAPPED_STATES == ("active",)
+    assert set(EP_DISABLED_REASONS) == {p.reason for p in PATTERNS if p.effect == "ep-disabled"}
+
+
+@pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.name)
+def test_every_pattern_is_recognised_in_a_log_line(pattern) -> None:
+    """Filled in and printed as the EP would, each message is read as itself (no pattern shadows
+    another), and its effect shows in the verdict."""
+    text = pattern.template.replace("{}", "X1")
+    line = ort(pattern.level or "W", "qnn_backend_manager.cc:1 F", text)
+    assert find_messages(line, pattern.name) == [text]
+    v = classify_session(SESSION + line, disable_file_mapped_weights="0")
+    expected = {"gate": "unavailable", "ep-disabled": "ep-disabled", "retry": "retried", "map-failed": "retried"}
+    assert v.state == expected.get(pattern.effect, "unknown"), v
+
+
+# ----------------------------------------------------------------------------- evidence
+
+
+def test_evidence_is_the_last_line_per_message_kind_with_counts() -> None:
+    v = verdict(OPT0, MAPPED, RETRY, RELEASE, RELEASE)
+    lines = v.evidence.splitlines()
+    assert len(lines) == EVIDENCE_LINES  # 7 kinds: the release note and the DMA request left out
+    assert lines[0].endswith("User specified disable_file_mapped_weights: 0")
+    assert lines[1].startswith(
+        "[I:onnxruntime:, qnn_windows_file_mapper.cc:31 GetContextBinMappedMemoryPtr] "
+        "Creating context bin file mapping for"
+    )
+    assert "Created DMA data mapping" in lines[3] and lines[3].endswith("[x3]")
+    assert "contextCreateFromBinaryWithCallback failed" in lines[-1]
+    assert not any("\x1b" in ln or ln.startswith("2026") for ln in lines)
+    assert verdict(MAPPED, RELEASE, RELEASE).evidence.splitlines()[-1].endswith("[x2]")
+
+
+def test_unknown_explains_what_is_missing() -> None:
+    assert classify_session("", disable_file_mapped_weights="0").reason == "no QNN EP log captured"
+    warnings_only = ort(
+        "W",
+        "session_state.cc:1618 VerifyEachNodeIsAssignedToAnEp",
+        "Some nodes were not assigned to the preferred execution providers",
+    ) + ort("W", "qnn_model.cc:1 QnnModel", "x")
+    assert "log_severity_level 0 or 1" in classify_session(warnings_only, disable_file_mapped_weights="0").reason
+    cpu_only = ort("I", "inference_session.cc:2835 operator()", "Initializing session.")
+    assert classify_session(cpu_only, disable_file_mapped_weights="0").reason == "no QNN EP line in the log"
+
+
+@pytest.mark.parametrize("bad", ["", "2", "yes", None, 0, 1, True, " 0", "0 "])
+def test_invalid_option_values_are_value_errors(bad: object) -> None:
+    with pytest.raises(ValueError, match="disable_file_mapped_weights must be"):
+        check_disable_flag(bad)
+    with pytest.raises(ValueError, match="disable_file_mapped_weights must be"):
+        classify_session(GATE, disable_file_mapped_weights=bad)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- sessions of a worker
+
+
+def test_aggregate_counts_every_path_and_names_the_worst() -> None:
+    vs = [verdict(MAPPED), verdict(MAPPED, RETRY), verdict(MAPPED), verdict(EMBEDDED)]
+    w = aggregate(vs)
+    assert w.counts == {"active": 2, "retried": 1, "ep-disabled": 1}
+    assert (w.state, w.sessions, w.mapped_sessions) == ("retried", 4, 2)
+    assert w.reason == vs[1].reason and w.counts_text() == "active=2 retried=1 ep-disabled=1"
+    assert aggregate([verdict(MAPPED), verdict()]).state == "unknown"  # no evidence is the worst
+    assert aggregate([]).state == "unknown" and aggregate([]).counts == {}
+    assert w.to_dict()["sessions"] == 4
+
+
+def test_whole_log_is_split_at_each_session() -> None:
+    text = session(MAPPED) + session(MAP, dma(0), RETRY) + session(MAPPED)
+    assert len(split_sessions(text)) == 3
+    w = classify_log(text, disable_file_mapped_weights="0")
+    assert (w.state, w.counts) == ("retried", {"active": 2, "retried": 1})
+    state, detail = classify_ep_log(text, disable_file_mapped_weights="0")  # targets/base.py's interface
+    assert state == "retried" and "Retrying with direct read" in detail
+    assert classify_ep_log("", disable_file_mapped_weights="0") == ("unknown", "no QNN EP log captured")
+    assert split_sessions(GATE + GATE) == [GATE + GATE]  # without INFO there is no marker: one segment
+
+
+def test_read_log_segment_reads_between_offsets(tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    log.write_bytes(b"a\nbb\nccc\n")
+    assert read_log_segment(log, 2, 5) == "bb\n" and read_log_segment(log, 5) == "ccc\n"
+    assert read_log_segment(tmp_path / "missing.log", 0) == ""
+
+
+# ----------------------------------------------------------------------------- the real EP
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    reason = qnn_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from harness.targets.qnn.compile import compile_epcontext, make_qdq_model
+
+    d = tmp_path_factory.mktemp("eplog")
+    make_qdq_model(d / "m.onnx", 1 << 16)
+    return compile_epcontext(d / "m.onnx", d / "ctx").onnx_path
+
+
+_WORKER = """
+import json, pathlib, sys
+import onnxruntime as ort
+from harness.targets.qnn.eplog import LogSegment, stderr_offset
+from harness.targets.qnn.ep import qnn_session_options
+model, flag, log, n, out = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+segments, keep = [], []
+for _ in range(n):
+    with LogSegment(log) as seg:
+        keep.append(ort.InferenceSession(model, qnn_session_options(disable_file_mapped_weights=flag, log_severity=0)))
+    segments.append([seg.start, seg.end])
+pathlib.Path(out).write_text(json.dumps({"segments": segments, "stderr_offset": stderr_offset()}))
+"""
+
+
+def _run_worker(model: Path, flag: str, log: Path, sessions: int) -> dict:
+    """Sessions created in a child whose stderr (and stdout, as in a harness worker) is `log`."""
+    result = log.with_suffix(".json")
+    with open(log, "wb") as out:
+        proc = subprocess.run(
+            [sys.executable, "-c", _WORKER, str(model), flag, str(log), str(sessions), str(result)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+            cwd=str(ROOT),
+        )
+    assert proc.returncode == 0, read_log_segment(log, 0)[-2000:]
+    return json.loads(result.read_text())
+
+
+@pytest.mark.qnn
+@pytest.mark.parametrize("flag", ["0", "1"])
+def test_real_log_of_each_session(compiled: Path, flag: str, tmp_path: Path) -> None:
+    log = tmp_path / "worker.log"
+    out = _run_worker(compiled, flag, log, sessions=2)
+    segments = [read_log_segment(log, a, b) for a, b in out["segments"]]
+    assert out["segments"][0][1] <= out["segments"][1][0] <= out["stderr_offset"]
+    assert all(seg.count("Creating QNN EP") == 1 for seg in segments)  # each holds its own session
+    verdicts = [classify_session(seg, disable_file_mapped_weights=flag) for seg in segments]
+    whole = classify_log(read_log_segment(log, 0), disable_file_mapped_weights=flag)
+    if sys.platform.startswith("linux"):  # the Linux build prints the platform gate: never active
+        assert [v.state for v in verdicts] == ["unavailable", "unavailable"], verdicts
+        assert "only available on Windows arm64" in verdicts[0].reason
+        assert (flag == "1") == ("User specified disable_file_mapped_weights: 1" in verdicts[0].evidence)
+        assert (whole.state, whole.counts) == ("unavailable", {"unavailable": 2})
+    else:  # Windows ARM64: what the EP says, and "1" always confirmed
+        assert all(v.state != "unknown" for v in verdicts), verdicts
+        assert flag == "0" or all(v.state == "disabled" for v in verdicts), verdicts
+    assert all(v.state != "active" for v in verdicts) or flag == "0"
