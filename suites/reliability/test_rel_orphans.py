@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from rel_support import SMALL, kill_survivors, processes_of, start_harness, stop, wait_for
@@ -95,3 +96,43 @@ def test_harness_killed_at_a_delay_after_the_group_starts(model_cache, tmp_path,
         kill_survivors(out)
         raise
     _kill_harness_and_time_the_orphans(proc, out)
+
+
+def test_a_worker_never_released_gives_up_at_its_own_deadline(model_cache, tmp_path):
+    """Every wait has a deadline: a worker whose (living) parent never releases it from the
+    barrier exits by itself once the spec's release timeout has passed."""
+    import os
+    import subprocess
+    import sys
+
+    import psutil
+
+    from conftest import ROOT, harness_env
+    from harness.models import generated_matmul_chain
+    from harness.runner.spec import WorkerSpec
+    from harness.runner.worker import EXIT_NOT_RELEASED
+
+    model = generated_matmul_chain(8 * 1024**2, cache_dir=model_cache)
+    stem = tmp_path / "w0"
+    spec = WorkerSpec(target="cpu", mode="mapped", model_folder=str(model.folder), ready_path=f"{stem}.ready.json",
+                      result_path=f"{stem}.result.json", log_path=f"{stem}.log", weights_bytes=model.weights_bytes,
+                      parent_pid=os.getpid(), parent_create_time=psutil.Process().create_time(),
+                      release_timeout_s=1.0)
+    spec.write(tmp_path / "w0.spec.json")
+    with open(spec.log_path, "wb") as log:
+        worker = subprocess.Popen([sys.executable, "-m", "harness.runner.worker", str(tmp_path / "w0.spec.json")],
+                                  stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                  env=harness_env(model_cache))
+        try:
+            wait_for(Path(spec.ready_path).exists, 60, "the worker to be ready", worker)
+            ready_at = time.monotonic()
+            code = worker.wait(timeout=30)  # stdin stays open: no release ever comes
+            waited = time.monotonic() - ready_at
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+            worker.stdin.close()
+    assert code == EXIT_NOT_RELEASED, Path(spec.log_path).read_text()
+    assert waited < 1.0 + DEADLINE_S + 3, f"gave up only after {waited:.1f} s"
+    assert "not released within 1 s" in Path(spec.log_path).read_text()
