@@ -103,7 +103,7 @@ def _number(text: str, expr: str) -> float:
     try:
         return float(parse_size(text))
     except InputError:
-        raise _bad(expr, f"{text!r} is not a number (units allowed: KiB MiB GiB ms s)") from None
+        raise _bad(expr, f"{text!r} is not a number (units allowed: KiB..TiB, KB..TB, ms, s)") from None
 
 
 def _bad(expr: str, why: str) -> InputError:
