@@ -40,7 +40,7 @@ def test_one_run_report(cpu_run, capsys):
     assert "shared pages" in html and "cannot show the saving" in html
     assert "Feature unavailable" not in html
     assert "Marginal memory of one more session" in html and "Projection for 8 sessions" in html
-    assert "Comparison of runs" not in html
+    assert "Runs side by side" not in html
     assert (cpu_run / "results_long.csv").is_file()
 
 
@@ -67,7 +67,7 @@ def test_several_runs_side_by_side(cpu_run, qnn_run, failed_run, tmp_path, monke
     monkeypatch.chdir(tmp_path)
     assert report_main([str(cpu_run), str(qnn_run), str(failed_run)]) == 1
     html = (tmp_path / "report.html").read_text()  # default out for several runs: ./report.html
-    assert "Comparison of runs" in html
+    assert "Runs side by side" in html
     for anchor in ("run-0", "run-1", "run-2"):
         assert f'id="{anchor}"' in html and f'href="#{anchor}"' in html
     assert html.count('<section class="run"') == 3
