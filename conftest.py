@@ -14,5 +14,8 @@ from harness.pytest_plugin import HarnessOutcome, harness_env
 
 __all__ = ["ROOT", "HarnessOutcome", "harness_env"]
 
+#: The plugin suite runs pytest in temporary projects of its own (pytester).
+pytest_plugins = ["pytester"]
+
 #: This checkout (the suites read its workflows, README and sources).
 ROOT = Path(__file__).resolve().parent

@@ -56,6 +56,7 @@ RUNS = "runs"
 SESSION_DIR = ".harness-session"
 REPORT = "report.html"
 _TOKEN_KEY = "qnn_fmw_harness_token"
+_LOADGROUP_KEY = "qnn_fmw_harness_loadgroup"
 _RECORDER = "qnn_fmw_harness_recorder"
 
 
@@ -105,6 +106,9 @@ class _XdistHooks:
         recorder = node.config.pluginmanager.get_plugin(_RECORDER)
         if recorder is not None:
             node.workerinput[_TOKEN_KEY] = recorder.token
+        # workers parse the original command line again, so "--dist load" turned "loadgroup"
+        # here must be told to them
+        node.workerinput[_LOADGROUP_KEY] = getattr(node.config.option, "dist", None) == "loadgroup"
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -112,7 +116,8 @@ class _XdistHooks:
         ``@group`` (it assigns ``item._nodeid``). pytest 9.2 derives ``nodeid`` from a structured
         id instead, so that assignment is lost and ``memory`` tests spread over the workers,
         measuring each other. Where the suffix did not take, set it on the structured id."""
-        if not getattr(config.option, "loadgroup", False):  # set on workers under --dist loadgroup
+        worker_input = getattr(config, "workerinput", None) or {}
+        if not (getattr(config.option, "loadgroup", False) or worker_input.get(_LOADGROUP_KEY)):
             return
         for item in items:
             names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
@@ -198,11 +203,13 @@ class HarnessOutcome:
         return read_headline(self.out / HEADLINE_JSON)
 
 
-def harness_env(model_cache: Path | None = None, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a harness subprocess: this one, with the session's model cache."""
-    env = dict(os.environ if base is None else base)
+def harness_env(model_cache: Path | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a harness subprocess: this one, with the session's model cache, and
+    ``extra`` variables over both."""
+    env = dict(os.environ)
     if model_cache is not None:
         env["HARNESS_CACHE_DIR"] = str(model_cache)
+    env.update(extra or {})
     return env
 
 

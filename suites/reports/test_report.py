@@ -163,3 +163,35 @@ def test_fallback_retry_and_interruption_are_explained(tmp_path):
     assert "1 worker(s) mapped after a retry" in html and "MappingError: transient" in html
     assert "Run interrupted" in html
     assert "1, 2 (asked: 1, 2, 4)" in html
+
+
+def test_report_opens_with_a_sentence_title_and_badges(cpu_run):
+    html = render_runs([cpu_run]).path.read_text()
+    header = html.split("</header>")[0]
+    assert "<title>File mapped weights, target cpu: run cpu-run</title>" in html
+    assert '<span class="badge pass" title="verdict: pass">pass</span>' in header
+    assert 'class="badge feature-active"' in header
+    lead = header.split('<p class="lead">')[1].split("</p>")[0]
+    assert "768.0 MiB less summed PSS than heap" in lead and "57% saved" in lead
+    assert "faster" in lead and "Verdict: pass" in lead
+
+
+def test_unexercised_feature_never_gets_a_green_badge(qnn_run):
+    html = render_runs([qnn_run]).path.read_text()
+    header = html.split("</header>")[0]
+    assert "target qnn" in header and "QNN file mapped weights" not in html
+    assert '<span class="badge pass-unexercised" title="verdict: pass">pass, feature not exercised</span>' in header
+    assert '<span class="badge feature-unavailable"' in header
+    assert 'class="badge pass"' not in html
+    assert "NOT exercised" in header
+
+
+def test_long_cells_are_clipped_with_the_full_text_on_hover(qnn_run):
+    from html import escape
+
+    from report_fixtures import UNAVAILABLE_LOG
+
+    html = render_runs([qnn_run]).path.read_text()
+    workers = html.split('table class="data sortable workers"')[1]
+    text = escape(UNAVAILABLE_LOG)
+    assert f'class="long" title="{text}"><div class="clip">{text}</div>' in workers
