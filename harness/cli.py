@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import InputError, OneLineArgumentParser
+from harness.core.errors import HelpFormatter, InputError, OneLineArgumentParser
 from harness.core.schema import MODES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -30,37 +30,6 @@ DESCRIPTION = ("Measure N ONNX Runtime sessions with and without file-mapped wei
                "Also installed as the console script qnn-fmw-harness.")
 EXIT_CODES = "Exit codes: 0 pass, 1 a worker or gate failed or the run is incomplete, 2 usage or input error, " \
              "130 interrupted."
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Every option's default in its help ("(default: 256MiB)"), epilogs kept as written (the
-    gate-metric list is one metric per line). Defaults are given as the text a user would type,
-    so they print in the same units."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if action.default in (None, False, [], argparse.SUPPRESS) or "%(default)" in text:
-            return text
-        if isinstance(action.default, list):  # repeatable options start empty: nothing to show
-            return text
-        return text + " (default: %(default)s)"
-
-
-def gate_metrics_epilog() -> str:
-    """The gate metrics, one a line with what each means (for run --help and report --help)."""
-    from harness.core.gates import RUN_FACTS
-    from harness.core.summary import OTHER_METRICS, RATIO_COLUMNS
-
-    lines = ["gate metrics (headline values at the largest N x M measured in both modes, median over repeats):"]
-    for name, column in RATIO_COLUMNS.items():
-        lines.append(f"  {name:24} mapped/heap of summary column {column}")
-    for name, text in OTHER_METRICS.items():
-        lines.append(f"  {name:24} {text}")
-    for name in RUN_FACTS:
-        lines.append(f"  {name:24} size of the weights file (bytes; units allowed in gates: 128MiB)")
-    lines.append("gate syntax: METRIC OP NUMBER [if METRIC OP NUMBER [and ...]], e.g. "
-                 "'mapped_uss_ratio<=0.5 if processes>=2'")
-    return "\n".join(lines)
 
 
 def _int_at_least(minimum: int):
@@ -178,8 +147,8 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     from harness.core.units import SIZE_HELP
     from harness.targets import DEFAULT, NAMES, get_target
 
-    run.add_argument("--target", choices=NAMES, default=DEFAULT,
-                     help="what loads the weights; " + "; ".join(f"{n}: {get_target(n).summary}" for n in NAMES))
+    summaries = "; ".join(f"{n}: {get_target(n).summary.removesuffix(' (default)')}" for n in NAMES)
+    run.add_argument("--target", choices=NAMES, default=DEFAULT, help=f"what loads the weights; {summaries}")
     run.add_argument("--peer", choices=NAMES, default=None,
                      help="also measure this target in mapped mode beside --target, e.g. ort-native (default: none)")
     src = run.add_mutually_exclusive_group()
@@ -232,6 +201,7 @@ def _add_cache_parser(sub: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from harness.core.gates import metrics_epilog
     from harness.core.units import SIZE_HELP
 
     parser = OneLineArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EXIT_CODES,
@@ -242,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Measure N worker processes x M sessions in mapped and heap mode, print the "
                                      "judgement, write results.csv, summary.csv, metadata.json, headline.json and "
                                      "report.html into --out.",
-                         epilog=f"{gate_metrics_epilog()}\n{SIZE_HELP}.\n{EXIT_CODES}", formatter_class=HelpFormatter)
+                         epilog=f"{metrics_epilog()}\n{SIZE_HELP}.\n{EXIT_CODES}", formatter_class=HelpFormatter)
     _add_run_arguments(run)
     bench = sub.add_parser("bench", help="the headline benchmark: cpu mapped/heap vs ort-native, criteria as gates",
                            description="A run of --target cpu with --peer ort-native, judged by the criteria of "

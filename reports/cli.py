@@ -13,8 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.core.errors import InputError, OneLineArgumentParser
-from harness.core.gates import known_metrics, read_gates_file
+from harness.core.errors import HelpFormatter, InputError, OneLineArgumentParser
+from harness.core.gates import metrics_epilog, read_gates_file
 from harness.core.units import SIZE_HELP, parse_projection
 from harness.core.verdict import gates_summary_line
 
@@ -36,11 +36,11 @@ def build_parser(prog: str = "python -m harness report") -> argparse.ArgumentPar
         description="Judge run folders and render one self-contained report.html (several runs: side by side, "
                     "one column each). With --baseline, show each run's absolute values, deltas and percent "
                     "changes against the baseline run, and whether each change exceeds the run-to-run spread.",
-        epilog=f"Gate metrics: {', '.join(known_metrics())}. {SIZE_HELP}. Spread rule: a change exceeds the "
-               "run-to-run spread when the min..max ranges of the two runs' repeats do not overlap (the baseline "
-               "needs --repeat >= 2). Exit codes: 0 every run passes, 1 a gate or worker failed or a run is "
-               "incomplete, 2 usage or input error.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog=f"{metrics_epilog()}\n{SIZE_HELP}.\nSpread rule: a change exceeds the run-to-run spread when the "
+               "min..max ranges of the two runs' repeats do not overlap (the baseline needs --repeat >= 2).\n"
+               "Exit codes: 0 every run passes, 1 a gate or worker failed or a run is incomplete, 2 usage or "
+               "input error.",
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR",
                         help="run folder(s) written by `python -m harness run`")

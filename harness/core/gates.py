@@ -19,7 +19,7 @@ from pathlib import Path
 
 from harness.core.errors import InputError
 from harness.core.schema import MODES, SummaryRow
-from harness.core.summary import headline
+from harness.core.summary import OTHER_METRICS, RATIO_COLUMNS, headline
 from harness.core.units import parse_size
 
 OPS: dict[str, Callable[[float, float], bool]] = {
@@ -211,3 +211,17 @@ def evaluate_gate(gate: Gate, values: dict[str, float | int | None]) -> GateResu
 
 def evaluate(gates: Iterable[Gate], values: dict[str, float | int | None]) -> list[GateResult]:
     return [evaluate_gate(g, values) for g in gates]
+
+
+def metrics_epilog() -> str:
+    """The gate metrics, one a line with what each means (for run --help and report --help)."""
+    lines = ["gate metrics (headline values at the largest N x M measured in both modes, median over repeats):"]
+    for name, column in RATIO_COLUMNS.items():
+        lines.append(f"  {name:24} mapped/heap of summary column {column}")
+    for name, text in OTHER_METRICS.items():
+        lines.append(f"  {name:24} {text}")
+    for name in RUN_FACTS:
+        lines.append(f"  {name:24} size of the weights file (bytes; units allowed in gates: 128MiB)")
+    lines.append("gate syntax: METRIC OP NUMBER [if METRIC OP NUMBER [and ...]], e.g. "
+                 "'mapped_uss_ratio<=0.5 if processes>=2'")
+    return "\n".join(lines)
