@@ -75,7 +75,10 @@ def fmt_percent(value: float | None, *, signed: bool = False) -> str:
     """0.42 -> ``"42%"`` (``"+42%"`` when signed)."""
     if value is None:
         return "-"
-    return f"{value * 100:+.1f}%" if signed else f"{value * 100:.0f}%"
+    percent = value * 100
+    if signed:
+        return "+0.0%" if round(percent, 1) == 0 else f"{percent:+.1f}%"
+    return "0%" if round(percent) == 0 else f"{percent:.0f}%"
 
 
 def parse_projection(text: str) -> tuple[int, int]:
