@@ -1,4 +1,4 @@
-"""Command line of the harness: ``run``, ``bench``, ``report``, ``cache``.
+"""Command line of the harness: ``run``, ``bench``, ``report``, ``cache``, ``doctor``.
 
 One program name everywhere: ``python -m harness`` (the same program is installed as the
 ``qnn-fmw-harness`` console script). Every option's help shows its default and unit.
@@ -138,6 +138,9 @@ def _add_target_options(parser: argparse.ArgumentParser) -> None:
             text = f"{option.help} (default: {default})"
             if option.parse is None:
                 group.add_argument(option.flag, dest=dest, action="store_const", const=True, default=None, help=text)
+            elif option.repeat:
+                group.add_argument(option.flag, dest=dest, type=_target_option_type(option), action="append",
+                                   default=None, metavar=option.metavar, help=text)
             else:
                 group.add_argument(option.flag, dest=dest, type=_target_option_type(option), default=None,
                                    choices=option.choices, metavar=option.metavar, help=text)
@@ -207,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EXIT_CODES,
                                    formatter_class=HelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineArgumentParser,
-                                metavar="{run,bench,report,cache}")
+                                metavar="{run,bench,report,cache,doctor}")
     run = sub.add_parser("run", help="measure N sessions with and without file-mapped weights",
                          description="Measure N worker processes x M sessions in mapped and heap mode, print the "
                                      "judgement, write results.csv, summary.csv, metadata.json, headline.json and "
@@ -231,6 +234,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("report", help="render report.html from run folders, compare with a --baseline (see: report --help)",
                    add_help=False)
     _add_cache_parser(sub)
+    doctor = sub.add_parser("doctor", help="what the QNN EP reports on this machine: EP devices, NPU, HTP, "
+                                           "RPCMem, file mapping, and whether it is a QNN device",
+                            description="Probe the QNN EP in a child process: EP devices, NPU, HTP, RPCMem, file "
+                                        "mapping, and whether this machine is a QNN device.",
+                            epilog="Exit code 0 whenever a verdict was reached (no NPU is a finding, not an error); "
+                                   "2 usage error.", formatter_class=HelpFormatter)
+    doctor.add_argument("--target", choices=("qnn",), default="qnn", help="the target to probe")
+    doctor.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON (default: none)")
+    doctor.add_argument("--timeout", type=_timeout, default="120", metavar="SECONDS", help="probe time limit")
     return parser
 
 
@@ -246,7 +258,7 @@ def _target_options(ns: argparse.Namespace) -> dict[str, Any]:
                 continue
             if target.name != ns.target:
                 raise InputError(f"{option.flag} only applies to --target {target.name}")
-            chosen[option.name] = value
+            chosen[option.name] = dict(value) if option.repeat else value
     return chosen
 
 
@@ -355,7 +367,7 @@ def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
         progress.close()
     if outcome.exit_code == EXIT_INTERRUPTED:
         print(f"interrupted: what was measured is in {outcome.out}", file=sys.stderr)
-    show_outcomes = opts.repeat > 1 or bool(opts.target_options.get("map_failures"))
+    show_outcomes = opts.repeat > 1 or any(k in opts.target_options for k in ("fault", "map_failures"))
     judgement = report_run(outcome.out, history=ns.history, render=not ns.no_report and bool(outcome.rows),
                            outcomes=show_outcomes)
     if outcome.exit_code != EXIT_OK:
@@ -408,6 +420,24 @@ def cmd_cache(ns: argparse.Namespace) -> int:
     return EXIT_FAILED if kept else EXIT_OK
 
 
+def cmd_doctor(ns: argparse.Namespace) -> int:
+    """Probe the QNN EP in a child process and print its verdict. Exit 0 whenever a verdict was
+    reached (a machine without an NPU is a finding, not an error)."""
+    from harness.core.files import write_json_atomic
+    from harness.targets.qnn.device import probe_device
+
+    if ns.json is not None:
+        from harness.core.files import check_creatable
+
+        check_creatable(ns.json, "--json", folder=False)
+    report = probe_device(timeout_s=ns.timeout)
+    for line in report.lines():
+        print(line)
+    if ns.json is not None:
+        write_json_atomic(ns.json, report.to_dict(), what="--json")
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -420,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_bench(ns, argv)
         if ns.command == "cache":
             return cmd_cache(ns)
+        if ns.command == "doctor":
+            return cmd_doctor(ns)
         return cmd_run(ns, argv)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -26,11 +26,19 @@ TABLE_METRICS = [
 ]
 
 
+#: Width of tables when the output is not a terminal (CI logs, pipes): rich's default of 80
+#: columns would cut column titles and values ("fallba…") where nobody can widen the window.
+LOG_WIDTH = 160
+
+
 def make_console(*, stderr: bool = False) -> Any:
     """A rich Console that never interprets markup or highlights numbers in data."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True, markup=False)
+    console = Console(stderr=stderr, highlight=False, soft_wrap=True, markup=False)
+    if not console.is_terminal:
+        console.width = LOG_WIDTH
+    return console
 
 
 def summary_table(summary: list[SummaryRow]) -> Any:
@@ -69,13 +77,15 @@ def outcome_table(rows: list[ResultRow]) -> Any | None:
                    or r.ep_file_mapping in ("retried",) or r.error]
     if not interesting:
         return None
-    table = Table(title="outcomes per repeat (recovery must be deterministic)")
-    for name in ("repeat", "mode", "N", "path_taken", "map_attempts", "ep_file_mapping", "workers", "errors"):
+    table = Table(title="outcomes per repeat and stage (recovery must be deterministic)")
+    for name in ("repeat", "mode", "N", "path_taken", "fallback_stage", "map_attempts", "ep_file_mapping",
+                 "workers", "errors"):
         table.add_column(name)
-    counts = Counter((r.repeat, r.mode, r.processes, r.path_taken, r.map_attempts, r.ep_file_mapping,
-                      bool(r.error)) for r in rows)
-    for (rep, mode, n, path, attempts, ep, err), count in sorted(counts.items(), key=str):
-        table.add_row(str(rep), mode, str(n), str(path), str(attempts), str(ep), str(count), "yes" if err else "")
+    counts = Counter((r.repeat, r.mode, r.processes, r.path_taken, r.fallback_stage or "", r.map_attempts,
+                      r.ep_file_mapping, bool(r.error)) for r in rows)
+    for (rep, mode, n, path, stage, attempts, ep, err), count in sorted(counts.items(), key=str):
+        table.add_row(str(rep), mode, str(n), str(path), stage, str(attempts), str(ep), str(count),
+                      "yes" if err else "")
     return table
 
 

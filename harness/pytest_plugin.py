@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -48,7 +47,8 @@ import pytest
 MARKERS = {
     "memory": "multi-process memory / init-time measurements (run serialized in one xdist group)",
     "qnn": "needs the real QNN EP from onnxruntime-qnn (HTP simulator on Linux x86_64)",
-    "device": "needs a QNN device: Windows on ARM64 with a Snapdragon NPU (skips elsewhere)",
+    "device": "needs a QNN device as the EP reports it (NPU-typed EP device, HTP usable, RPCMem loadable); "
+              "skips elsewhere with the probe's reason",
     "slow": "long measurements, excluded from the default run (-m slow to run them)",
 }
 SERIAL_GROUP = "serial"
@@ -136,14 +136,14 @@ def _set_nodeid(item: pytest.Item, nodeid: str) -> None:
 
 
 def device_skip_reason() -> str | None:
-    """None when this machine can run ``device`` tests, else why they skip.
+    """None when this machine can run ``device`` tests, else why they skip: the QNN device probe
+    asks the EP itself (an NPU-typed EP device, HTP usable, RPCMem loadable), never the OS or the
+    CPU alone. It runs a child process (~1-2 s), once per process, and only when a device test
+    was collected."""
+    from harness.targets.qnn.device import device_skip_reason as probe
 
-    ONE function on purpose: today it is the OS/CPU check (Windows on ARM64); the QNN device
-    probe (`harness.targets.qnn.device.device_skip_reason`, which asks the EP for an NPU, HTP
-    and RPCMem) replaces this body."""
-    if sys.platform == "win32" and platform.machine().upper() in ("ARM64", "AARCH64"):
-        return None
-    return "needs a Windows ARM64 device with a Snapdragon NPU (nightly device CI)"
+    reason = probe()
+    return None if reason is None else f"needs a QNN device: {reason}"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks to group the nodeids

@@ -1,8 +1,15 @@
 """mapper_impl: the QNN EP "file mapped weights" behaviour, portable, in Python.
 
 Public API (the harness, the suites and users import exactly these names):
-``create_mapper``, ``load_weights``, ``Weights``, ``FaultPlan``, ``RetryPolicy``, ``stats``,
-``MapperStats`` and the error tree (``MapperError`` and its subclasses).
+
+- ``load_context`` -> ``LoadedContext``: the EP's pipeline for one context (map, register each
+  region for DMA, create; one direct-read fallback), with ``STAGES``,
+  ``UPSTREAM_FALLBACK_STAGES`` and ``StageError``;
+- ``load_weights`` -> ``Weights``: the lower level (map or read), ``RetryPolicy`` (opt-in);
+- ``FaultPlan``; ``stats``/``MapperStats``; ``sweep_registrations``; ``create_mapper``,
+  ``shared_users``, ``FileMapper``, ``MappedFile``, ``PosixFileMapper``; ``DmaBackend``;
+- the error tree (``MapperError`` and its subclasses), ``parse_disable_flag``,
+  ``validate_region``, ``FileIdentity``.
 
 The platform module is picked once, at import: `WindowsFileMapper` (ctypes over kernel32) on
 Windows, `PosixFileMapper` (mmap) everywhere else.
@@ -15,6 +22,8 @@ import os
 from ._base import FileMapper, MappedFile
 from ._common import (
     ClosedError,
+    ContextLoadError,
+    DeregistrationError,
     EmptyFileError,
     FeatureDisabledError,
     FileAccessError,
@@ -28,21 +37,23 @@ from ._common import (
     NotARegularFileError,
     PlatformUnavailableError,
     RegionError,
+    RegistrationError,
     StaleFileError,
-    align_down,
     parse_disable_flag,
     validate_region,
 )
+from ._context import STAGES, UPSTREAM_FALLBACK_STAGES, LoadedContext, StageError, load_context
+from ._dma import DmaBackend, sweep_registrations
 from ._faults import FaultPlan
 from ._posix import PosixFileMapper
-from ._registry import REGISTRY
+from ._registry import REGISTRY as _REGISTRY
 from ._stats import MapperStats, stats
 from ._weights import PATHS_TAKEN, RetryPolicy, Weights, load_weights
 
 if os.name == "nt":
-    from ._windows import WindowsFileMapper
+    from ._windows import WindowsFileMapper as _WindowsFileMapper
 
-    _PlatformMapper: type[FileMapper] = WindowsFileMapper
+    _PlatformMapper: type[FileMapper] = _WindowsFileMapper
 else:
     _PlatformMapper = PosixFileMapper
 
@@ -59,12 +70,17 @@ def create_mapper() -> FileMapper:
 
 def shared_users(path: str, mapper: FileMapper | None = None) -> int:
     """How many live loads share the current mapping of ``path`` in this process."""
-    return REGISTRY.users(path, mapper or create_mapper())
+    return _REGISTRY.users(path, mapper or create_mapper())
 
 
 __all__ = [
     "PATHS_TAKEN",
+    "STAGES",
+    "UPSTREAM_FALLBACK_STAGES",
     "ClosedError",
+    "ContextLoadError",
+    "DeregistrationError",
+    "DmaBackend",
     "EmptyFileError",
     "FaultPlan",
     "FeatureDisabledError",
@@ -75,6 +91,7 @@ __all__ = [
     "FileMissingError",
     "FileTooLargeError",
     "HeapReadError",
+    "LoadedContext",
     "MappedFile",
     "MapperError",
     "MapperStats",
@@ -83,14 +100,17 @@ __all__ = [
     "PlatformUnavailableError",
     "PosixFileMapper",
     "RegionError",
+    "RegistrationError",
     "RetryPolicy",
+    "StageError",
     "StaleFileError",
     "Weights",
-    "align_down",
     "create_mapper",
+    "load_context",
     "load_weights",
     "parse_disable_flag",
     "shared_users",
     "stats",
+    "sweep_registrations",
     "validate_region",
 ]

@@ -7,6 +7,7 @@ and only there (``raise ... from err``), so callers never see a raw ``OSError`` 
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
 import stat as stat_mod
 import sys
@@ -67,12 +68,55 @@ class PlatformUnavailableError(MappingError):
     """File mapping is not available here at all: retrying cannot help."""
 
 
+#: QNN's status codes for a refused region request (QNN_CONTEXT_ERROR_...), kept on RegionError.
+STATUS_ABORTED = "ABORTED"
+STATUS_INVALID_ARGUMENT = "INVALID_ARGUMENT"
+
+#: Upstream's wording for a request refused because mapping was switched off for the context.
+DISABLED_MESSAGE = (
+    "Attempting to map DMA data but file mapping has been disabled, "
+    "possibly due to an error in a previous request."
+)
+
+
 class RegionError(MapperError, ValueError):
-    """A region request (offset, size) was refused, by the same rules as upstream."""
+    """A region request (offset, size) was refused, by the same rules and in the same order as
+    upstream's DMA-data callback. ``status`` is the QNN status upstream returns for it."""
+
+    def __init__(self, message: str, *, status: str = STATUS_INVALID_ARGUMENT) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class FeatureDisabledError(RegionError):
-    """Region requests are refused because mapping was disabled after an earlier error."""
+    """Region requests are refused because mapping was disabled for this context (load) after
+    an earlier error: upstream's ABORTED."""
+
+    def __init__(self, message: str = DISABLED_MESSAGE) -> None:
+        super().__init__(message, status=STATUS_ABORTED)
+
+
+class RegistrationError(MapperError):
+    """A region could not be registered for DMA (upstream: "Failed to register DMA data mapping
+    to RPCMEM"): the attempt that asked for it fails."""
+
+
+class DeregistrationError(MapperError):
+    """A registered region could not be deregistered (upstream: "Failed to deregister buffer
+    from RPCMEM"): it stays registered and is retried at the next teardown sweep."""
+
+
+class ContextLoadError(MapperError):
+    """Every path a `load_context` was allowed to take failed. The message and ``errors`` keep
+    every stage's error in the order they happened (the mapped attempt's, then the direct
+    read's), so a failed fallback never hides why mapping failed."""
+
+    def __init__(self, path: str, errors: tuple, failed_stage: str = "") -> None:
+        text = "; ".join(str(e) for e in errors) or "no error recorded"
+        super().__init__(f"cannot load {path}: {text}")
+        self.path = path
+        self.errors = tuple(errors)
+        self.failed_stage = failed_stage  # the mapped attempt's failing stage ("" if disabled)
 
 
 class StaleFileError(MapperError):
@@ -176,32 +220,56 @@ def identity_of_path(path: str) -> FileIdentity:
         os.close(fd)
 
 
+def as_index(value: object, name: str) -> int:
+    """``value`` as a Python int, from any integer type (numpy's included, via ``__index__``).
+    A bool or a float is a programming error: TypeError, not a silently truncated offset."""
+    if isinstance(value, bool):
+        raise TypeError(f"region {name} must be an integer, got bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"region {name} must be an integer, got {type(value).__name__}") from None
+
+
 def validate_region(
-    offset: int,
-    size: int,
+    offset: object,
+    size: object,
     file_size: int,
     *,
     feature_enabled: bool = True,
     base_is_null: bool = False,
     needs_backend_mapping: bool = True,
-) -> None:
-    """Refuse a weight-region request exactly where upstream's callback refuses one."""
+) -> tuple[int, int]:
+    """Refuse a weight-region request exactly where, and in the order, upstream's DMA-data
+    callback refuses one: disabled (ABORTED), null base, size 0 or no backend mapping needed,
+    64-bit overflow, past the end of the file (INVALID_ARGUMENT). Negative values, which QNN's
+    uint64 fields cannot carry, are refused before the overflow check.
+
+    Returns ``(offset, size)`` as Python ints (numpy integers and other ``__index__`` types are
+    accepted)."""
+    offset = as_index(offset, "offset")
+    size = as_index(size, "size")
     if not feature_enabled:
-        raise FeatureDisabledError("file mapping was disabled after an earlier error")
+        raise FeatureDisabledError()
     if base_is_null:
-        raise RegionError("mapping base pointer is null")
+        raise RegionError("Attempting to map DMA data for null memory mapped base pointer")
     if size == 0:
-        raise RegionError("region size is 0")
+        raise RegionError("Mapping request size must be > 0 with backend mapping required (region size is 0)")
     if not needs_backend_mapping:
-        raise RegionError("request does not need backend mapping")
+        raise RegionError(
+            "Mapping request size must be > 0 with backend mapping required "
+            "(request does not need backend mapping)"
+        )
     if offset < 0 or size < 0:
-        raise RegionError(f"negative offset or size ({offset}, {size})")
+        raise RegionError(f"negative offset or size ({offset}, {size}): QNN's request fields are uint64")
     if offset > U64_MAX - size:
-        raise RegionError(f"offset {offset} + size {size} overflows 64 bits")
+        raise RegionError(
+            f"Critical error in QNN: mapping request offset + size will overflow 64 bits "
+            f"(offset {offset} + size {size} overflows 64 bits)"
+        )
     if offset + size > file_size:
-        raise RegionError(f"region [{offset}, {offset + size}) runs past end of file ({file_size})")
-
-
-def align_down(offset: int, granularity: int) -> int:
-    """Start of the allocation-granularity block that holds ``offset``."""
-    return offset - (offset % granularity)
+        raise RegionError(
+            f"Requested offset and size includes memory outside of mapped file: region "
+            f"[{offset}, {offset + size}) runs past end of file ({file_size} bytes)"
+        )
+    return offset, size

@@ -1,8 +1,14 @@
-"""Deterministic fault injection for the mapping, region and heap paths.
+"""Deterministic fault injection at every stage of a load: map, register, create, deregister
+and the direct (heap) read.
 
 A `FaultPlan` is plain configuration (frozen, picklable, so it travels in a worker spec); the
 counting happens in a `FaultCursor` made fresh for each load, so the same plan gives the same
 outcome every time. With no plan, nothing is called at all.
+
+Injected errors look like the real ones at the boundary where the real ones appear: an
+``OSError`` with the OS's own errno text for the OS calls (mapping, page locking, reading),
+and the EP's context-creation failure for ``create``. The platform and DMA modules turn them
+into domain errors exactly as they turn real ones.
 """
 
 from __future__ import annotations
@@ -12,25 +18,45 @@ import os
 import threading
 from dataclasses import asdict, dataclass
 
+#: Which cursor counter each FaultPlan count field drives.
+_COUNTS = {
+    "map_failures": "map",
+    "register_failures": "register",
+    "create_failures": "create",
+    "deregister_failures": "deregister",
+    "heap_read_failures": "heap",
+}
+
+INJECTED = "injected by FaultPlan"
+
 
 @dataclass(frozen=True)
 class FaultPlan:
-    """What to break, counted per load.
+    """What to break, counted per load (per `load_context` / `load_weights` call).
 
     - ``map_failures``: the first K mapping attempts fail with ENOMEM, as the OS does when the
       address space or commit charge runs out.
-    - ``region_failures``: the first K region views fail the same way.
-    - ``heap_read_failures``: the first K heap reads fail with EIO (a flaky disk or share).
+    - ``register_failures``: the first K DMA registrations fail with ENOMEM (what locking
+      pages past RLIMIT_MEMLOCK gives): "Failed to register DMA data mapping to RPCMEM".
+    - ``create_failures``: the first K context creations WITH the DMA callbacks (the mapped
+      attempt's ``create``) fail after the caller's ``create`` ran, as a QNN
+      contextCreateFromBinaryWithCallback that consumed the regions and then failed. The direct
+      read's creation (from a buffer, no callbacks) has no such failure and is never injected.
+    - ``deregister_failures``: the first K deregistrations fail with EBUSY: the registration
+      is kept and retried at the next teardown sweep.
+    - ``heap_read_failures``: the first K direct (heap) reads fail with EIO (a flaky disk).
     - ``platform_unavailable``: mapping is not available at all (no retry helps).
     """
 
     map_failures: int = 0
-    region_failures: int = 0
+    register_failures: int = 0
+    create_failures: int = 0
+    deregister_failures: int = 0
     heap_read_failures: int = 0
     platform_unavailable: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("map_failures", "region_failures", "heap_read_failures"):
+        for name in _COUNTS:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"FaultPlan.{name} must be an integer >= 0, got {value!r}")
@@ -47,21 +73,30 @@ class FaultPlan:
 
 def injected_os_error(code: int) -> OSError:
     """The OSError the OS itself would raise for ``code``."""
-    return OSError(code, f"{os.strerror(code)} (injected by FaultPlan)")
+    return OSError(code, f"{os.strerror(code)} ({INJECTED})")
+
+
+class InjectedCreateError(RuntimeError):
+    """What a failed QNN context creation looks like to the caller of ``create``."""
 
 
 class FaultCursor:
-    """Counts attempts of one load against its plan; raises the planned OS errors."""
+    """Counts one load's calls of each stage against its plan; raises the planned errors."""
 
     def __init__(self, plan: FaultPlan) -> None:
         self.plan = plan
         self._lock = threading.Lock()
-        self._counts = {"map": 0, "region": 0, "heap": 0}
+        self._counts = dict.fromkeys(_COUNTS.values(), 0)
 
     def _next(self, kind: str, limit: int) -> bool:
         with self._lock:
             self._counts[kind] += 1
             return self._counts[kind] <= limit
+
+    def counts(self) -> dict[str, int]:
+        """How often each stage was reached in this load (tests read it)."""
+        with self._lock:
+            return dict(self._counts)
 
     @property
     def platform_unavailable(self) -> bool:
@@ -71,9 +106,19 @@ class FaultCursor:
         if self._next("map", self.plan.map_failures):
             raise injected_os_error(errno.ENOMEM)
 
-    def before_region(self) -> None:
-        if self._next("region", self.plan.region_failures):
+    def before_register(self) -> None:
+        if self._next("register", self.plan.register_failures):
             raise injected_os_error(errno.ENOMEM)
+
+    def after_create(self) -> None:
+        if self._next("create", self.plan.create_failures):
+            raise InjectedCreateError(
+                f"contextCreateFromBinaryWithCallback failed (QNN_COMMON_ERROR_SYSTEM) ({INJECTED})"
+            )
+
+    def before_deregister(self) -> None:
+        if self._next("deregister", self.plan.deregister_failures):
+            raise injected_os_error(errno.EBUSY)
 
     def before_heap_read(self) -> None:
         if self._next("heap", self.plan.heap_read_failures):

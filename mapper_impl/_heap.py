@@ -1,6 +1,9 @@
-"""The heap path: one private buffer per load, filled with ``readinto`` (no second copy).
+"""The heap path (upstream's "direct read"): one private buffer per load, filled with
+``readinto`` (no second copy).
 
-This is what the EP does with `disable_file_mapped_weights=1` and after a mapping failure.
+This is what the EP does with `disable_file_mapped_weights=1` and after a failed mapped
+attempt. Every failure, the buffer's own allocation included (a MemoryError), is a
+HeapReadError here, so the caller can keep the earlier errors with it.
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ def read_into_heap(path: str, faults: FaultCursor | None = None) -> HeapBuffer:
             size = os.fstat(f.fileno()).st_size
             if faults is not None:
                 faults.before_heap_read()
-            buf = HeapBuffer(size)
+            try:
+                buf = HeapBuffer(size)
+            except MemoryError as err:  # no Python frame can free 4 GiB: report, keep context
+                raise HeapReadError(f"cannot read {path}: no memory for a {size}-byte copy") from err
             view = memoryview(buf)
             try:
                 filled = 0

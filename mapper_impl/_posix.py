@@ -12,7 +12,9 @@ in a worker process so a SIGBUS is recorded as that worker's failure, not a harn
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import functools
 import mmap
 import os
 
@@ -40,32 +42,66 @@ def _open_readonly(path: str) -> int:
         raise FileAccessError(path, f"cannot open ({err.strerror or err})") from err
 
 
+class _PyBuffer(ctypes.Structure):
+    """CPython's ``Py_buffer`` (stable layout since 3.3)."""
+
+    _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.py_object), ("len", ctypes.c_ssize_t),
+                ("itemsize", ctypes.c_ssize_t), ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
+                ("format", ctypes.c_char_p), ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p),
+                ("suboffsets", ctypes.c_void_p), ("internal", ctypes.c_void_p)]
+
+
+@functools.lru_cache(maxsize=1)
+def _buffer_api() -> tuple:
+    """PyObject_GetBuffer / PyBuffer_Release with their signatures declared on a private
+    handle of the interpreter's own library (never on the shared ``ctypes.pythonapi``
+    function objects another module may have declared differently)."""
+    api = ctypes.PyDLL(ctypes.pythonapi._name, handle=ctypes.pythonapi._handle)
+    get, release = api.PyObject_GetBuffer, api.PyBuffer_Release
+    get.argtypes, get.restype = (ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int), ctypes.c_int
+    release.argtypes, release.restype = (ctypes.POINTER(_PyBuffer),), None
+    return get, release
+
+
+def buffer_address(obj: object) -> int:
+    """Address of the first byte of any object exporting the buffer protocol (a read-only
+    mmap included, which ``ctypes.c_char.from_buffer`` refuses because it is not writable)."""
+    get, release = _buffer_api()
+    view = _PyBuffer()
+    get(obj, ctypes.byref(view), 0)  # PyBUF_SIMPLE; a failure raises BufferError (PyDLL)
+    try:
+        return view.buf or 0
+    finally:
+        release(ctypes.byref(view))
+
+
 class PosixMappedFile(MappedFile):
-    """A read-only ``MAP_SHARED`` mapping of a whole file; the fd stays open while mapped."""
+    """A read-only ``MAP_SHARED`` mapping of a whole file.
 
-    def __init__(self, path: str, fd: int, identity: FileIdentity, granularity: int) -> None:
+    It keeps the file's descriptor open while mapped (plus the duplicate that ``mmap`` itself
+    holds: two per mapped file, none per region), so verify() can fstat and read the mapped
+    inode itself: a truncation is then seen even after the path was pointed elsewhere."""
+
+    def __init__(self, path: str, fd: int, identity: FileIdentity) -> None:
         self._fd: int | None = fd
-        super().__init__(path, identity.size, identity, granularity)
+        super().__init__(path, identity)
 
-    def _map_view(self, aligned_offset: int, length: int) -> mmap.mmap:
-        if self._fd is None:
-            raise MappingError(f"cannot map {self.path}: file is closed")
+    def _map_whole_file(self) -> tuple[mmap.mmap, int]:
         try:
-            return mmap.mmap(self._fd, length, access=mmap.ACCESS_READ, offset=aligned_offset)
+            view = mmap.mmap(self._fd, self.size, access=mmap.ACCESS_READ)
         except (OSError, ValueError, OverflowError) as err:
             code = getattr(err, "errno", None)
             raise MappingError(f"mmap of {self.path} failed: {err}", os_error=code) from err
+        return view, buffer_address(view)
 
-    def _track_whole_view(self, owner: object) -> None:
+    def _track_view(self, owner: object) -> None:
         track(owner, "live_mappings", "mapped_bytes", self.size)
 
-    def _track_region_view(self, owner: object, length: int) -> None:
-        track(owner, "live_views", "view_bytes", length)
-
     def current_identity(self) -> FileIdentity:
-        if self._fd is None:
+        fd = self._fd
+        if fd is None:
             raise ClosedError(f"mapping of {self.path} is closed")
-        return identity_of_fd(self._fd)
+        return identity_of_fd(fd)
 
     def _release_handles(self) -> None:
         fd, self._fd = self._fd, None
@@ -91,7 +127,7 @@ class PosixFileMapper(FileMapper):
             identity = identity_of_fd(fd)
             if identity.size == 0:  # emptied between check and open
                 raise OSError(errno.EINVAL, "file became empty")
-            return PosixMappedFile(path, fd, identity, self.allocation_granularity)
+            return PosixMappedFile(path, fd, identity)
         except OSError as err:
             os.close(fd)
             raise MappingError(f"cannot map {path}: {err}", os_error=err.errno) from err

@@ -1,9 +1,14 @@
 """One mapping per file per process, reference counted, never served stale.
 
-Upstream keeps a map from context-bin path to mapping behind a mutex; so do we, keyed by the
-resolved path, and we also compare the file's identity on every acquire: a file replaced or
-rewritten on disk gets a fresh mapping, while users of the old one keep theirs until they
-release it.
+Upstream keeps a map from context-bin path to mapping behind one mutex, held while it opens
+and maps the file. We key by the resolved path (and mapper), compare the file's identity on
+every acquire (a file replaced or rewritten on disk gets a fresh mapping, while users of the
+old one keep theirs until they release it), and never hold the table's lock during file I/O:
+
+- the table lock (`_lock`) guards only dict and counter updates;
+- a per-key lock serialises the file I/O of one key (identity read, open, map), so one file is
+  still mapped once, while a slow or blocked open of one file (a stalled network share, a
+  FIFO swapped in) never stalls loads and closes of other files.
 """
 
 from __future__ import annotations
@@ -30,31 +35,64 @@ class _Entry:
     refs: int
 
 
+@dataclass
+class _KeyLock:
+    lock: threading.Lock
+    waiters: int  # threads holding or waiting for it: dropped from the table at 0
+
+
 class MappingRegistry:
-    """Thread-safe path -> mapping table with reference counts."""
+    """Thread-safe path -> mapping table with reference counts and per-key I/O locks."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_key: dict[str, _Entry] = {}
         self._by_id: dict[int, _Entry] = {}
+        self._key_locks: dict[str, _KeyLock] = {}
 
+    # -- per-key locks ----------------------------------------------------------------------
+    def _enter_key(self, key: str) -> _KeyLock:
+        with self._lock:
+            key_lock = self._key_locks.get(key)
+            if key_lock is None:
+                key_lock = self._key_locks[key] = _KeyLock(threading.Lock(), 0)
+            key_lock.waiters += 1
+        key_lock.lock.acquire()
+        return key_lock
+
+    def _exit_key(self, key: str, key_lock: _KeyLock) -> None:
+        key_lock.lock.release()
+        with self._lock:
+            key_lock.waiters -= 1
+            if key_lock.waiters == 0 and self._key_locks.get(key) is key_lock:
+                del self._key_locks[key]
+
+    # -- the table --------------------------------------------------------------------------
     def acquire(
         self, path: str, mapper: FileMapper, faults: FaultCursor | None = None
     ) -> MappedFile:
         """The live mapping of ``path`` (refs + 1), or a new one if none or the file changed."""
         key = registry_key(path, mapper)
-        with self._lock:
-            entry = self._by_key.get(key)
-            if entry is not None and self._still_same_file(entry, path, mapper):
-                entry.refs += 1
-                return entry.mapped
-            if entry is not None:  # stale: keep it for its users, stop serving it
-                del self._by_key[key]
-            mapped = mapper.map_file(path, faults)
+        key_lock = self._enter_key(key)
+        try:
+            with self._lock:
+                entry = self._by_key.get(key)
+            if entry is not None:
+                same = self._still_same_file(entry, path, mapper)  # file I/O: table unlocked
+                with self._lock:
+                    if self._by_key.get(key) is entry and entry.refs > 0:
+                        if same:
+                            entry.refs += 1
+                            return entry.mapped
+                        del self._by_key[key]  # stale: keep it for its users, stop serving it
+            mapped = mapper.map_file(path, faults)  # file I/O: only this key waits
             entry = _Entry(key, mapped, refs=1)
-            self._by_key[key] = entry
-            self._by_id[id(mapped)] = entry
+            with self._lock:
+                self._by_key[key] = entry
+                self._by_id[id(mapped)] = entry
             return mapped
+        finally:
+            self._exit_key(key, key_lock)
 
     @staticmethod
     def _still_same_file(entry: _Entry, path: str, mapper: FileMapper) -> bool:
@@ -65,19 +103,21 @@ class MappingRegistry:
 
     def release(self, mapped: MappedFile) -> bool:
         """refs - 1; closes the mapping when the last user leaves. True if it is unmapped now
-        (False while a live view defers the unmap, or while other users hold it)."""
+        (False while something pinning the view defers the unmap, or while other users hold
+        it). The unmap itself runs outside the table lock."""
         with self._lock:
             entry = self._by_id.get(id(mapped))
             if entry is None or entry.mapped is not mapped:
-                return mapped.close()
-            entry.refs -= 1
-            if entry.refs > 0:
-                return False
-            del self._by_id[id(mapped)]
-            # Not registry_key(mapped.path): a symlink retargeted or a relative path after a
-            # chdir resolves elsewhere now. Drop the entry only if it is still the one served.
-            if self._by_key.get(entry.key) is entry:
-                del self._by_key[entry.key]
+                entry = None
+            else:
+                entry.refs -= 1
+                if entry.refs > 0:
+                    return False
+                del self._by_id[id(mapped)]
+                # Not registry_key(mapped.path): a symlink retargeted or a relative path after a
+                # chdir resolves elsewhere now. Drop the entry only if it is still the one served.
+                if self._by_key.get(entry.key) is entry:
+                    del self._by_key[entry.key]
         return mapped.close()
 
     def users(self, path: str, mapper: FileMapper) -> int:

@@ -1,8 +1,10 @@
 """Process-wide accounting of what mapper_impl holds, so tests can prove nothing leaks.
 
-Every OS view and heap buffer registers here when it is created and unregisters from a
+Every whole-file view and heap buffer registers here when it is created and unregisters from a
 `weakref.finalize` callback when its memory is really released (not when an owner merely
-calls close(): a view pinned by a live numpy array stays counted as a deferred unmap).
+calls close(): a view pinned by a live numpy array or region stays counted as a deferred
+unmap). DMA registrations count from register to a successful deregistration; a failed
+deregistration stays counted (and pending) until a teardown sweep succeeds.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from dataclasses import asdict, dataclass
 class MapperStats:
     """A snapshot. ``is_clean()`` is what leak tests assert after closing everything."""
 
-    live_mappings: int
+    live_mappings: int  # whole-file OS views (one per mapped file, shared by its loads)
     mapped_bytes: int
-    live_views: int
-    view_bytes: int
-    heap_buffers: int
+    heap_buffers: int  # private copies (direct reads)
     heap_bytes: int
-    deferred_unmaps: int
+    deferred_unmaps: int  # views closed by mapper_impl but still pinned by a caller
+    dma_registrations: int  # regions registered for DMA, pending ones included
+    dma_registered_bytes: int
+    dma_pending_deregistrations: int  # failed deregistrations waiting for a teardown sweep
 
     def is_clean(self) -> bool:
         return not any(asdict(self).values())
@@ -68,5 +71,5 @@ def track(
 
 
 def stats() -> MapperStats:
-    """Live mappings, mapped bytes, live region views, heap buffers and deferred unmaps."""
+    """Live mappings, heap buffers, deferred unmaps and DMA registrations, process-wide."""
     return COUNTERS.snapshot()

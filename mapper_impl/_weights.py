@@ -1,9 +1,10 @@
-"""`load_weights`: map a weights file with a narrow retry policy, or read it to the heap.
+"""`load_weights`: map a weights file (the map stage alone), or read it to the heap.
 
-The order of decisions follows the EP: disabled -> heap; otherwise try to map, retrying only
-errors a retry can cure; when mapping cannot be had, falling back to the heap is the
-caller's explicit choice (``fallback_to_heap``), recorded in ``path_taken="fallback"`` with
-every error that led there.
+The order of decisions follows the EP: disabled -> heap; otherwise map once (upstream never
+retries the mapping; `RetryPolicy` is an opt-in extension, one attempt by default); when the
+mapping cannot be had, falling back to the heap is the caller's explicit choice
+(``fallback_to_heap``), recorded in ``path_taken="fallback"`` with every error that led there.
+`load_context` builds the whole pipeline (map, register, create, fallback) on top of this.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ PATHS_TAKEN = ("mapped", "heap", "fallback")
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Retry a failed mapping up to ``max_attempts`` times in all, only for MappingError and
-    never for PlatformUnavailableError (no retry can make mapping exist)."""
+    """Opt-in extension (upstream never retries the mapping): try the map stage up to
+    ``max_attempts`` times in all, only after a MappingError and never after
+    PlatformUnavailableError (no retry can make mapping exist). The default is one attempt."""
 
-    max_attempts: int = 3
+    max_attempts: int = 1
     backoff_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -54,7 +56,12 @@ class RetryPolicy:
 
 
 class Weights:
-    """A loaded weights file: ``buffer`` is a read-only memoryview of all of it."""
+    """A loaded weights file: ``buffer`` is a read-only memoryview of all of it.
+
+    Mapping can be switched off for this load alone (`disable()`, upstream's per-node disable
+    after an error): its later region requests are refused with FeatureDisabledError, while
+    every other load, of this file or another, is unaffected. There is no process-wide
+    disabled state."""
 
     def __init__(
         self,
@@ -64,16 +71,16 @@ class Weights:
         attempts: int,
         errors: list[str],
         mapping: MappedFile | None = None,
-        faults: FaultCursor | None = None,
     ) -> None:
         self.path = path
         self.path_taken = path_taken
         self.attempts = attempts
         self.errors = list(errors)
         self.size = len(buffer)
+        self.base_address = mapping.base_address if mapping is not None else None
         self._buffer: memoryview | None = buffer
         self._mapping = mapping
-        self._faults = faults
+        self._enabled = True
         self._lock = threading.Lock()
 
     @property
@@ -85,22 +92,35 @@ class Weights:
         return self._buffer is None
 
     @property
+    def feature_enabled(self) -> bool:
+        return self._enabled
+
+    @property
     def buffer(self) -> memoryview:
         buffer = self._buffer
         if buffer is None:
             raise ClosedError(f"weights of {self.path} are closed")
         return buffer
 
-    def region(self, offset: int, size: int) -> memoryview:
-        """A weight region, refused by upstream's rules; mapped loads get an aligned OS view."""
+    def disable(self) -> None:
+        """Refuse this load's further region requests (ABORTED, upstream's wording)."""
+        self._enabled = False
+
+    def region(self, offset: object, size: object) -> memoryview:
+        """A weight region: a read-only slice of the whole-file buffer (``base + offset``, no
+        copy, no new view), refused by upstream's rules in upstream's order. Offset and size
+        may be any integer type (numpy's included)."""
         with self._lock:  # one consistent (buffer, mapping) pair even if another thread closes
             buffer, mapping = self._buffer, self._mapping
-            if buffer is None:
+        if buffer is None:
+            raise ClosedError(f"weights of {self.path} are closed")
+        if mapping is not None:
+            return mapping.region(offset, size, feature_enabled=self._enabled)
+        offset, size = validate_region(offset, size, self.size, feature_enabled=self._enabled)
+        with self._lock:  # sliced before a concurrent close() can release the buffer
+            if self._buffer is None:
                 raise ClosedError(f"weights of {self.path} are closed")
-            if mapping is not None:
-                return mapping.region(offset, size, self._faults)
-            validate_region(offset, size, self.size)
-            return buffer[offset : offset + size]
+            return self._buffer[offset : offset + size]
 
     def verify(self) -> None:
         """Raise StaleFileError if a mapped file changed on disk (no-op for heap loads)."""
@@ -109,7 +129,8 @@ class Weights:
             mapping.verify()
 
     def close(self) -> None:
-        """Idempotent. The mapping is unmapped when its last user closes and no view pins it."""
+        """Idempotent. The mapping is unmapped when its last user closes and nothing (a region,
+        a numpy array, an OrtValue) still points into it."""
         with self._lock:
             buffer, self._buffer = self._buffer, None
             mapping, self._mapping = self._mapping, None
@@ -135,63 +156,85 @@ class Weights:
         )
 
 
-def _heap_weights(
+def heap_weights(
     path: str, path_taken: str, attempts: int, errors: list[str], faults: FaultCursor | None
 ) -> Weights:
+    """A direct read: the whole file in one private buffer."""
     buf = read_into_heap(path, faults)
     return Weights(path, memoryview(buf).toreadonly(), path_taken, attempts, errors)
+
+
+def default_mapper(mapper: FileMapper | None) -> FileMapper:
+    if mapper is not None:
+        return mapper
+    from . import create_mapper
+
+    return create_mapper()
+
+
+def check_faults(faults: object) -> FaultCursor | None:
+    """A fresh cursor for this load (TypeError for anything but a FaultPlan or None)."""
+    if faults is not None and not isinstance(faults, FaultPlan):
+        raise TypeError(f"faults must be a FaultPlan or None, got {type(faults).__name__}")
+    return faults.cursor() if faults is not None else None
+
+
+def map_stage(
+    path: str, mapper: FileMapper, cursor: FaultCursor | None, policy: RetryPolicy
+) -> tuple[Weights | None, int, list[str], MappingError | None]:
+    """The map stage: acquire the shared mapping, retried only as ``policy`` allows.
+
+    Returns (mapped Weights or None, attempts, errors, last MappingError). FileCheckError
+    (an input error) propagates: it is never retried and never a fallback."""
+    errors: list[str] = []
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            mapped = REGISTRY.acquire(path, mapper, cursor)
+        except MappingError as err:
+            errors.append(f"attempt {attempts}: {err}")
+            if policy.should_retry(err, attempts):
+                policy.wait(attempts)
+                continue
+            return None, attempts, errors, err
+        buffer = mapped.buffer[:]  # this load's own view, released by its own close()
+        return Weights(path, buffer, "mapped", attempts, errors, mapping=mapped), attempts, errors, None
 
 
 def load_weights(
     path: str | os.PathLike,
     *,
     disable_file_mapped_weights: bool | str = False,
-    max_attempts: int = 3,
+    max_attempts: int = 1,
     faults: FaultPlan | None = None,
     fallback_to_heap: bool = True,
     mapper: FileMapper | None = None,
     backoff_s: float = 0.0,
 ) -> Weights:
-    """Load a weights file the way the QNN EP loads a context binary.
+    """Load a weights file: map it (one attempt unless ``max_attempts`` opts into retries), or
+    read it into the heap when disabled or, if ``fallback_to_heap``, when mapping failed.
 
     Raises FileCheckError subclasses for unusable files (missing, empty, directory, no
     permission), MappingError if mapping failed and ``fallback_to_heap`` is False, and
-    HeapReadError if the heap read failed too (its message carries the mapping errors).
+    HeapReadError if the heap read failed too (its message carries the mapping errors, a
+    MemoryError for the copy included).
     """
     disabled = parse_disable_flag(disable_file_mapped_weights)
     policy = RetryPolicy(max_attempts, backoff_s)
-    if faults is not None and not isinstance(faults, FaultPlan):
-        raise TypeError(f"faults must be a FaultPlan or None, got {type(faults).__name__}")
+    cursor = check_faults(faults)
     path = os.fspath(path)
-    cursor = faults.cursor() if faults is not None else None
     if disabled:
-        return _heap_weights(path, "heap", 0, [], cursor)
-    if mapper is None:
-        from . import create_mapper
-
-        mapper = create_mapper()
-    errors: list[str] = []
-    attempts = 0
-    last_error: MappingError | None = None
-    while True:
-        attempts += 1
-        try:
-            mapped = REGISTRY.acquire(path, mapper, cursor)
-        except MappingError as err:
-            last_error = err
-            errors.append(f"attempt {attempts}: {err}")
-            if policy.should_retry(err, attempts):
-                policy.wait(attempts)
-                continue
-            break
-        buffer = mapped.buffer[:]  # this load's own view, released by its own close()
-        return Weights(path, buffer, "mapped", attempts, errors, mapping=mapped, faults=cursor)
+        return heap_weights(path, "heap", 0, [], cursor)
+    weights, attempts, errors, last_error = map_stage(path, default_mapper(mapper), cursor, policy)
+    if weights is not None:
+        return weights
     if not fallback_to_heap:
         raise MappingError(
             f"cannot map {path} after {attempts} attempt(s): {errors[-1]}",
             os_error=last_error.os_error if last_error is not None else None,
         ) from last_error
     try:
-        return _heap_weights(path, "fallback", attempts, errors, cursor)
+        return heap_weights(path, "fallback", attempts, errors, cursor)
     except HeapReadError as err:
         raise HeapReadError(f"{err} (after mapping failed: {'; '.join(errors)})") from err

@@ -24,18 +24,25 @@ LARGE_INTEGER = ctypes.c_int64
 INVALID_HANDLE_VALUE = ctypes.c_void_p(-1).value
 GENERIC_READ = 0x80000000
 FILE_SHARE_READ = 0x00000001
+FILE_SHARE_WRITE = 0x00000002
+FILE_SHARE_DELETE = 0x00000004
+#: Share mode of the short identity reads: never in a writer's or renamer's way.
+FILE_SHARE_ALL = FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE
 OPEN_EXISTING = 3
 FILE_ATTRIBUTE_NORMAL = 0x80
 PAGE_READONLY = 0x02
 FILE_MAP_READ = 0x0004
 MAX_PATH = 260
+FILE_ID_INFO_CLASS = 18  # FILE_INFO_BY_HANDLE_CLASS.FileIdInfo
 
 ERROR_FILE_NOT_FOUND = 2
 ERROR_PATH_NOT_FOUND = 3
 ERROR_ACCESS_DENIED = 5
 ERROR_SHARING_VIOLATION = 32
 ERROR_HANDLE_EOF = 38
+ERROR_INVALID_PARAMETER = 87
 ERROR_FILE_INVALID = 1006
+ERROR_USER_MAPPED_FILE = 1224
 
 #: 100 ns ticks between 1601-01-01 (FILETIME) and 1970-01-01 (Unix epoch).
 _EPOCH_AS_FILETIME = 116_444_736_000_000_000
@@ -51,6 +58,13 @@ class BY_HANDLE_FILE_INFORMATION(ctypes.Structure):
                 ("dwVolumeSerialNumber", DWORD), ("nFileSizeHigh", DWORD),
                 ("nFileSizeLow", DWORD), ("nNumberOfLinks", DWORD),
                 ("nFileIndexHigh", DWORD), ("nFileIndexLow", DWORD)]
+
+
+class FILE_ID_INFO(ctypes.Structure):
+    """The documented unique identity of a file: 64-bit volume serial + 128-bit file id (the
+    64-bit file index is not guaranteed unique on ReFS, e.g. a Dev Drive)."""
+
+    _fields_ = [("VolumeSerialNumber", ctypes.c_uint64), ("FileId", ctypes.c_ubyte * 16)]
 
 
 class SYSTEM_INFO(ctypes.Structure):
@@ -72,6 +86,7 @@ SIGNATURES: dict[str, tuple[tuple[type, ...], type | None]] = {
     "CreateFileW": ((LPCWSTR, DWORD, DWORD, LPVOID, DWORD, DWORD, HANDLE), HANDLE),
     "GetFileSizeEx": ((HANDLE, ctypes.POINTER(LARGE_INTEGER)), BOOL),
     "GetFileInformationByHandle": ((HANDLE, ctypes.POINTER(BY_HANDLE_FILE_INFORMATION)), BOOL),
+    "GetFileInformationByHandleEx": ((HANDLE, ctypes.c_int, LPVOID, DWORD), BOOL),
     "ReadFile": ((HANDLE, LPVOID, DWORD, ctypes.POINTER(DWORD), ctypes.POINTER(OVERLAPPED)), BOOL),
     "CreateFileMappingW": ((HANDLE, LPVOID, DWORD, DWORD, DWORD, LPCWSTR), HANDLE),
     "MapViewOfFile": ((HANDLE, DWORD, DWORD, DWORD, SIZE_T), LPVOID),
@@ -93,13 +108,19 @@ def filetime_to_unix_ns(high: int, low: int) -> int:
     return (((high << 32) | low) - _EPOCH_AS_FILETIME) * 100
 
 
+def utf16_units(text: str) -> int:
+    """Length in UTF-16 code units, the unit of MAX_PATH: a character outside the Basic
+    Multilingual Plane (an emoji, a rare CJK ideograph) counts twice."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
 def win32_path(path: str) -> str:
     """The string handed to CreateFileW: ``path`` itself, or its ``\\\\?\\`` form when its
-    absolute form is too long for the Win32 path parser (MAX_PATH)."""
+    absolute form is too long for the Win32 path parser (MAX_PATH UTF-16 code units)."""
     if path.startswith(("\\\\?\\", "\\\\.\\")):
         return path
     full = ntpath.abspath(path)  # GetFullPathNameW on Windows: the resolution CreateFileW does
-    if len(full) < MAX_PATH:
+    if utf16_units(full) < MAX_PATH:
         return path
     if full.startswith("\\\\"):
         return "\\\\?\\UNC\\" + full[2:]
@@ -142,30 +163,48 @@ class Kernel32:
         self._fn["GetSystemInfo"](ctypes.byref(info))
         return info.dwAllocationGranularity
 
-    def open_file(self, native_path: str) -> int:
-        handle = self._fn["CreateFileW"](native_path, GENERIC_READ, FILE_SHARE_READ, None,
+    def open_file(self, native_path: str, share: int = FILE_SHARE_READ) -> int:
+        handle = self._fn["CreateFileW"](native_path, GENERIC_READ, share, None,
                                          OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, None)
         if handle is None or handle == INVALID_HANDLE_VALUE:  # documented failure: INVALID
             raise self._failed("CreateFileW")
         return handle
 
     def identity(self, handle: int) -> FileIdentity:
-        """Volume serial + file index, as os.stat reported them before Python 3.12 (3.12+
-        reads FileIdInfo, whose volume serial is 64 bits: the registry compares the two)."""
+        """FILE_ID_INFO's 64-bit volume serial and 128-bit file id (what ``os.stat`` reports
+        since Python 3.12), the size, the last-write time and the edge hash. Where FileIdInfo
+        is not supported (FAT, some redirectors) it falls back to the volume serial and 64-bit
+        index of GetFileInformationByHandle, as CPython's stat does. Both the mapping and the
+        registry's path check read it here, so they always compare like with like."""
         size = LARGE_INTEGER()
         if not self._fn["GetFileSizeEx"](handle, ctypes.byref(size)):
             raise self._failed("GetFileSizeEx")
         info = BY_HANDLE_FILE_INFORMATION()
         if not self._fn["GetFileInformationByHandle"](handle, ctypes.byref(info)):
             raise self._failed("GetFileInformationByHandle")
+        device = info.dwVolumeSerialNumber
+        inode = (info.nFileIndexHigh << 32) | info.nFileIndexLow
+        ids = self.file_id_info(handle)
+        if ids is not None:
+            device, inode = ids
         written = info.ftLastWriteTime
         return FileIdentity(
-            device=info.dwVolumeSerialNumber,
-            inode=(info.nFileIndexHigh << 32) | info.nFileIndexLow,
+            device=device,
+            inode=inode,
             size=size.value,
             mtime_ns=filetime_to_unix_ns(written.dwHighDateTime, written.dwLowDateTime),
             edge_hash=edge_hash(lambda offset, n: self.read_at(handle, offset, n), size.value),
         )
+
+    def file_id_info(self, handle: int) -> tuple[int, int] | None:
+        """(volume serial, 128-bit file id) from FileIdInfo, or None where unsupported."""
+        ids = FILE_ID_INFO()
+        ok = self._fn["GetFileInformationByHandleEx"](handle, FILE_ID_INFO_CLASS, ctypes.addressof(ids),
+                                                       ctypes.sizeof(ids))
+        if not ok:
+            self._failed("GetFileInformationByHandleEx")  # read the error now; not reported
+            return None
+        return ids.VolumeSerialNumber, int.from_bytes(bytes(ids.FileId), "little")
 
     def read_at(self, handle: int, offset: int, n: int) -> bytes:
         """Positional read of the open handle (OVERLAPPED offset on a synchronous handle):
@@ -195,7 +234,8 @@ class Kernel32:
             raise self._failed("CreateFileMappingW")
         return mapping
 
-    def map_view(self, mapping: int, offset: int, length: int) -> int:
+    def map_view(self, mapping: int, offset: int = 0, length: int = 0) -> int:
+        """A read-only view; the defaults (offset 0, length 0) map the whole file."""
         high, low = split_u64(offset)
         address = self._fn["MapViewOfFile"](mapping, FILE_MAP_READ, high, low, length)
         if not address:

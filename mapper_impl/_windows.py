@@ -1,20 +1,34 @@
-"""Windows file mapper over kernel32 (ctypes): upstream's `WindowsFileMapper`, with its two
-known weak spots fixed (paths are real wide strings, CreateFileMapping failure is NULL).
+"""Windows file mapper over kernel32 (ctypes): upstream's `WindowsFileMapper`
+(`onnxruntime/core/providers/qnn/builder/qnn_windows_file_mapper.cc`), with its two known
+weak spots fixed (paths are real wide strings, a CreateFileMapping failure is NULL).
 
-Sequence: CreateFileW (GENERIC_READ, FILE_SHARE_READ: while we hold the file, nobody can open
-it for writing, truncate, rename or delete it), CreateFileMappingW (PAGE_READONLY, whole file),
-MapViewOfFile (FILE_MAP_READ) per view. Every kernel32 function gets its ``argtypes`` and
-``restype`` declared: handles and pointers are 64 bits, and ctypes' default ``int`` would cut
-them to 32. The last error is read right after the failing call, before any cleanup call can
-overwrite it. OS errors become domain errors here and nowhere else.
+Sequence, as upstream: CreateFileW (GENERIC_READ, FILE_SHARE_READ, OPEN_EXISTING),
+CreateFileMappingW (PAGE_READONLY, whole file), ONE MapViewOfFile (FILE_MAP_READ, offset 0,
+length 0: the whole file), then both handles are closed: the view keeps the mapping object
+alive. Weight regions are ``base + offset`` inside that view (see `_base`).
 
-Lifetime: each view is a ctypes byte array over the view's address; a finalizer on it calls
-UnmapViewOfFile when the last user (numpy array, memoryview) is gone. The file and mapping
-handles (`_Handles`) are closed once close() was called AND every view is unmapped.
+What closing the handles means (upstream fidelity, decided over keeping the file handle open
+with FILE_SHARE_READ as this mapper used to):
 
-Long paths: a path whose absolute form has MAX_PATH (260) characters or more is passed as
-``\\\\?\\C:\\...`` (``\\\\?\\UNC\\server\\share\\...`` for UNC); shorter paths are passed exactly
-as given, so they resolve the way ``os.stat`` resolved them in `check_file`.
+- While the view exists Windows still refuses to truncate the file (SetEndOfFile fails with
+  ERROR_USER_MAPPED_FILE, 1224) and to delete or replace it (the mapped section cannot be
+  deleted), handles or not: the SIGBUS hazard of POSIX does not exist here.
+- Other processes may open the file for writing: in-place writes are coherent with the view
+  (the same section backs both), so a rewritten file is seen by every load, and the registry's
+  identity check (edge hash, mtime) gives the next load a fresh mapping.
+- verify() reads the identity through the path (there is no handle left to read it from).
+
+Every kernel32 function gets its ``argtypes`` and ``restype`` declared: handles and pointers
+are 64 bits, and ctypes' default ``int`` would cut them to 32. The last error is read right
+after the failing call, before any cleanup call can overwrite it. OS errors become domain
+errors here and nowhere else.
+
+Lifetime: the view is a ctypes byte array over the view's address; a finalizer on it calls
+UnmapViewOfFile when the last user (a region slice, a numpy array, an OrtValue) is gone.
+
+Long paths: a path whose absolute form has MAX_PATH (260) UTF-16 code units or more is passed
+as ``\\\\?\\C:\\...`` (``\\\\?\\UNC\\server\\share\\...`` for UNC); shorter paths are passed
+exactly as given, so they resolve the way ``os.stat`` resolved them in `check_file`.
 """
 
 from __future__ import annotations
@@ -23,7 +37,6 @@ import ctypes
 import functools
 import os
 import sys
-import threading
 import weakref
 from collections.abc import Callable
 
@@ -46,7 +59,11 @@ from ._winapi import (  # noqa: F401 - re-exported: tests and tools read them fr
     ERROR_FILE_NOT_FOUND,
     ERROR_PATH_NOT_FOUND,
     ERROR_SHARING_VIOLATION,
+    ERROR_USER_MAPPED_FILE,
+    FILE_ID_INFO,
+    FILE_ID_INFO_CLASS,
     FILE_MAP_READ,
+    FILE_SHARE_ALL,
     FILE_SHARE_READ,
     GENERIC_READ,
     MAX_PATH,
@@ -58,6 +75,7 @@ from ._winapi import (  # noqa: F401 - re-exported: tests and tools read them fr
     Win32Error,
     filetime_to_unix_ns,
     split_u64,
+    utf16_units,
     win32_path,
 )
 
@@ -76,40 +94,8 @@ def _mapping_error(err: Win32Error, path: str) -> MappingError:
     return MappingError(f"cannot map {path}: {err}", os_error=err.code)
 
 
-class _Handles:
-    """File + mapping handles, closed when the last holder lets go: the mapped file (until
-    close() or garbage collection) and each live view hold one reference. The file handle
-    must outlive every view: its share mode is what keeps writers out."""
-
-    def __init__(self, api: Kernel32, file: int, mapping: int) -> None:
-        self.api = api
-        self.file = file
-        self.mapping = mapping
-        self._refs = 1
-        self._lock = threading.Lock()  # held only over int updates: no GC can run inside
-
-    def retain(self) -> bool:
-        """One more holder; False if the handles are already closed."""
-        with self._lock:
-            if self._refs == 0:
-                return False
-            self._refs += 1
-            return True
-
-    def release(self) -> None:
-        with self._lock:
-            self._refs -= 1
-            last = self._refs == 0
-        if last:  # kernel32 calls outside the lock: finalizers may run here
-            self.api.close(self.mapping)
-            self.api.close(self.file)
-
-
-def _unmap_view(api: Kernel32, address: int, handles: _Handles) -> None:
-    try:
-        api.unmap(address)  # a failure here has nobody to report to; the handles still close
-    finally:
-        handles.release()
+def _unmap_view(api: Kernel32, address: int) -> None:
+    api.unmap(address)  # a failure here has nobody to report to
 
 
 def _finalizer(obj: object, func: Callable, *args: object) -> weakref.finalize:
@@ -128,67 +114,45 @@ def _view_type(length: int) -> type:
 
 
 class WindowsMappedFile(MappedFile):
-    """A read-only mapping of a whole file; handles stay open while anything is mapped."""
+    """One read-only view of a whole file; no handle is kept once the view exists."""
 
-    def __init__(self, path: str, api: Kernel32, handles: _Handles, identity: FileIdentity,
-                 granularity: int) -> None:
+    def __init__(self, path: str, api: Kernel32, mapping: int, identity: FileIdentity,
+                 mapper: WindowsFileMapper) -> None:
         self._api = api
-        self._handles: _Handles | None = handles
-        self._drop_handles = _finalizer(self, handles.release)  # also if never closed
+        self._mapping_handle: int | None = mapping  # used by _map_whole_file, closed by map_file
+        self._mapper = mapper
+        super().__init__(path, identity)
+        self._mapping_handle = None
+
+    def _map_whole_file(self) -> tuple[object, int]:
         try:
-            super().__init__(path, identity.size, identity, granularity)
-        except BaseException:
-            self._release_handles()
-            raise
-
-    def _map_view(self, aligned_offset: int, length: int) -> object:
-        handles = self._handles
-        if handles is None or not handles.retain():
-            raise MappingError(f"cannot map {self.path}: file is closed")
-        try:
-            address = self._api.map_view(handles.mapping, aligned_offset, length)
-        except BaseException as err:  # the last error is already read: now the cleanup
-            handles.release()
-            if isinstance(err, Win32Error):
-                raise _mapping_error(err, self.path) from err
-            raise
-        try:
-            view = _view_type(length).from_address(address)
-        except BaseException:
-            _unmap_view(self._api, address, handles)
-            raise
-        # Unmaps even if the view is dropped before it is tracked; tracking calls it first.
-        view._unmap = _finalizer(view, _unmap_view, self._api, address, handles)
-        return view
-
-    def _track(self, owner: object, count_key: str, bytes_key: str, nbytes: int) -> None:
-        track(owner, count_key, bytes_key, nbytes, on_release=owner._unmap).atexit = False
-
-    def _track_whole_view(self, owner: object) -> None:
-        self._track(owner, "live_mappings", "mapped_bytes", self.size)
-
-    def _track_region_view(self, owner: object, length: int) -> None:
-        self._track(owner, "live_views", "view_bytes", length)
-
-    def current_identity(self) -> FileIdentity:
-        handles = self._handles
-        if handles is None or not handles.retain():
-            raise ClosedError(f"mapping of {self.path} is closed")
-        try:
-            return self._api.identity(handles.file)
+            address = self._api.map_view(self._mapping_handle)  # offset 0, length 0: all of it
         except Win32Error as err:
             raise _mapping_error(err, self.path) from err
-        finally:
-            handles.release()
+        try:
+            view = _view_type(self.size).from_address(address)
+        except BaseException:
+            _unmap_view(self._api, address)
+            raise
+        # Unmaps even if the view is dropped before it is tracked; tracking calls it first.
+        view._unmap = _finalizer(view, _unmap_view, self._api, address)
+        return view, address
+
+    def _track_view(self, owner: object) -> None:
+        track(owner, "live_mappings", "mapped_bytes", self.size, on_release=owner._unmap).atexit = False
+
+    def current_identity(self) -> FileIdentity:
+        if self.closed:
+            raise ClosedError(f"mapping of {self.path} is closed")
+        return self._mapper.identity_of_path(self.path)  # no handle is kept: through the path
 
     def _release_handles(self) -> None:
-        self._handles = None
-        self._drop_handles()  # runs once; the handles close when the last view is unmapped
+        return None  # closed right after mapping, as upstream
 
 
 class WindowsFileMapper(FileMapper):
-    """CreateFileW + CreateFileMappingW + MapViewOfFile: pages come from the system cache,
-    shared by every process that maps the same file.
+    """CreateFileW + CreateFileMappingW + MapViewOfFile, handles closed after mapping: pages
+    come from the system cache, shared by every process that maps the same file.
 
     ``kernel32`` and ``get_last_error`` are for tests (a fake kernel32 on any OS); by default
     ``ctypes.WinDLL("kernel32", use_last_error=True)`` and ``ctypes.get_last_error``."""
@@ -212,19 +176,18 @@ class WindowsFileMapper(FileMapper):
             raise PlatformUnavailableError(f"GetSystemInfo: bad allocation granularity {granularity}")
         self.allocation_granularity = granularity
 
-    def _open(self, path: str) -> int:
+    def _open(self, path: str, share: int = FILE_SHARE_READ) -> int:
         """CreateFileW on the wide (and, when long, ``\\\\?\\``) path; FileCheckError on failure."""
         try:
-            return self._api.open_file(win32_path(os.fsdecode(path)))
+            return self._api.open_file(win32_path(os.fsdecode(path)), share)
         except Win32Error as err:
             raise _open_error(err, path) from err
 
     def identity_of_path(self, path: str) -> FileIdentity:
-        """Through the same handle API as a mapping: ``os.stat`` on Python 3.12+ reports a
-        64-bit volume serial where GetFileInformationByHandle gives 32 bits, so mixing the two
-        would make every load look like a changed file."""
+        """Through the same handle API as a mapping (FILE_ID_INFO), opened with full sharing
+        for the moment it takes: never in a writer's or renamer's way."""
         api = self._api
-        handle = self._open(path)
+        handle = self._open(path, FILE_SHARE_ALL)
         try:
             return api.identity(handle)
         except Win32Error as err:
@@ -238,6 +201,7 @@ class WindowsFileMapper(FileMapper):
         check_file(win32_path(os.fsdecode(path)) if os.name == "nt" else path)  # long paths: \\?\ form
         api = self._api
         file = self._open(path)
+        mapping = None
         try:
             if faults is not None:
                 faults.before_map()
@@ -245,14 +209,12 @@ class WindowsFileMapper(FileMapper):
             if identity.size == 0:  # emptied between check and open
                 raise Win32Error("GetFileSizeEx", ERROR_FILE_INVALID, "file became empty")
             mapping = api.create_mapping(file)
-        except Win32Error as err:
-            api.close(file)
+            return WindowsMappedFile(path, api, mapping, identity, self)
+        except Win32Error as err:  # the last error is already read: now the cleanup
             raise _mapping_error(err, path) from err
         except OSError as err:  # injected by the FaultCursor
-            api.close(file)
             raise MappingError(f"cannot map {path}: {err}", os_error=err.errno) from err
-        except BaseException:
+        finally:  # as upstream: the view (if any) keeps the mapping object alive
+            if mapping is not None:
+                api.close(mapping)
             api.close(file)
-            raise
-        handles = _Handles(api, file, mapping)  # owns both handles from here on
-        return WindowsMappedFile(path, api, handles, identity, self.allocation_granularity)

@@ -68,14 +68,32 @@ def _qnn_notes(run: RunData) -> list[Note]:
             f"In {paths['retried']} worker(s) creating the QNN contexts with file mapping failed "
             "and the EP retried the whole creation reading the context binary into the heap. "
             "Those workers ran, but on the heap path.",
-            _counted(r.ep_log_tail for r in run.results if r.ep_file_mapping == "retried"),
+            _counted(r.ep_reason or r.ep_log_tail for r in run.results if r.ep_file_mapping == "retried"),
         ))
     disabled = [r for r in run.results if r.ep_file_mapping == "disabled" and r.mode == "mapped"]
     if disabled:
         notes.append(Note(
             "warn", "File mapping was disabled in mapped mode",
-            f"{len(disabled)} mapped-mode worker(s) saw the EP report the feature as disabled.",
+            f"{len(disabled)} mapped-mode worker(s) saw the EP confirm the option as disabled.",
             _counted(r.ep_log_tail for r in disabled),
+        ))
+    ep_disabled = [r for r in run.results if r.ep_file_mapping == "ep-disabled"]
+    if ep_disabled:
+        notes.append(Note(
+            "warn", "The EP turned file mapping off itself",
+            f"In {len(ep_disabled)} worker(s) the EP disabled file mapping on its own (embedded context, "
+            "a context binary older than 3.3.3, a read callback, or no RPCMem library), so those "
+            "sessions read the weights into memory. Reasons:",
+            _counted(r.ep_reason for r in ep_disabled),
+        ))
+    unknown = [r for r in run.results if r.ep_file_mapping == "unknown"]
+    if unknown:
+        notes.append(Note(
+            "error", "No evidence of what the EP did",
+            f"For {len(unknown)} worker(s) the EP's log holds no line that says whether the weights were "
+            "mapped (or it contradicts itself). Such sessions are never counted as mapped; the "
+            "unknown_sessions gate metric counts them.",
+            _counted(r.ep_reason or r.ep_log_tail for r in unknown),
         ))
     if run.target_options.get("embed_mode") in (1, "1", True):
         notes.append(Note(
@@ -111,11 +129,14 @@ def _worker_notes(run: RunData) -> list[Note]:
     fallback = [r for r in run.results if r.path_taken == "fallback"]
     retried = [r for r in run.results if (r.map_attempts or 0) > 1 and r.path_taken != "fallback"]
     if fallback:
+        outcomes = Counter((r.repeat, r.fallback_stage or "?") for r in fallback)
         notes.append(Note(
             "warn", f"{len(fallback)} worker(s) fell back to the heap",
-            "Mapping the weights failed in these workers and they read the weights into the "
-            "heap instead: they ran, but without the saving.",
-            _counted(e for r in fallback for e in (r.map_errors or r.error or "").split("; ")),
+            "A stage of the mapped pipeline (map, register, create) failed in these workers and they "
+            "read the weights directly into the heap instead, exactly once: they ran, but without the "
+            "saving. Per repeat and failing stage, then the errors:",
+            [f"repeat {rep}: {n} worker(s) fell back at {stage}" for (rep, stage), n in sorted(outcomes.items())]
+            + _counted(e for r in fallback for e in (r.map_errors or r.error or "").split("; ")),
         ))
     if retried:
         notes.append(Note(

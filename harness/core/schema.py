@@ -14,6 +14,11 @@ from typing import Any
 FORMAT_VERSION = 1
 
 MODES = ("mapped", "heap")
+#: How the QNN EP treated file mapping in a session, from its own log (qnn target; see
+#: harness/targets/qnn/eplog.py for the evidence each needs). Other targets record "n/a".
+EP_STATES = ("active", "retried", "disabled", "ep-disabled", "unavailable", "unknown")
+#: The only EP state a summary or gate may count as "weights came from the mapping".
+MAPPED_STATES = ("active",)
 #: The value of the provider option ``disable_file_mapped_weights`` each mode passes.
 _DISABLE_FLAG = {"mapped": "0", "heap": "1"}
 
@@ -41,9 +46,13 @@ class ResultRow:
     repeat: int = col("Int64", "index", "repeat number, from 0")
     worker: int = col("Int64", "index", "worker number within the run, from 0")
     pid: int = col("Int64", "", "worker process id")
-    path_taken: str = col("string", "", "mapped | heap | fallback (how the weights were loaded)")
+    path_taken: str = col("string", "", "mapped | heap | fallback | unknown (how the weights were loaded; "
+                          "unknown: the EP log gave no evidence)")
     map_attempts: int = col("Int64", "count", "mapping attempts made by mapper_impl")
-    ep_file_mapping: str = col("string", "", "active | unavailable | retried | disabled | n/a")
+    fallback_stage: str = col("string", "", "the pipeline stage whose failure sent the weights to the direct read: "
+                              "map | register | create (empty when none)")
+    ep_file_mapping: str = col("string", "", "worst EP verdict over the worker's sessions: active | retried | "
+                               "disabled | ep-disabled | unavailable | unknown; n/a off the qnn target")
     init_s: float = col("Float64", "s", "load_s + create_s: time until the sessions exist")
     load_s: float = col("Float64", "s", "time to load (map or read) the weights")
     create_s: float = col("Float64", "s", "time to create the M InferenceSessions")
@@ -60,6 +69,10 @@ class ResultRow:
     exit_code: int = col("Int64", "", "worker exit code (negative: killed by that signal)")
     map_errors: str = col("string", "", "mapping errors before a retry or fallback, '; '-joined")
     ep_log_tail: str = col("string", "", "last EP log lines about file mapping (qnn)")
+    ep_sessions: str = col("string", "", "EP verdict per state over the worker's M sessions, e.g. 'active=3 "
+                           "retried=1' (qnn)")
+    ep_reason: str = col("string", "", "why the EP did not map: e.g. 'embedded context', 'RPCMem unavailable', "
+                         "the retry error (qnn)")
 
 
 @dataclass
@@ -83,6 +96,10 @@ class SummaryRow:
     failed_workers: int = col("Int64", "count", "workers that crashed, hung, raised or were wrong")
     fallback_workers: int = col("Int64", "count", "workers whose weights fell back to the heap")
     ep_file_mapping: str = col("string", "", "EP path(s) seen, '|'-joined")
+    unknown_sessions: int = col("Int64", "count", "sessions whose EP log gave no file-mapping evidence (qnn; "
+                                "empty elsewhere)")
+    retried_sessions: int = col("Int64", "count", "sessions where the EP retried with a direct read (qnn; empty "
+                                "elsewhere)")
 
 
 def columns(row_type: type) -> list[str]:

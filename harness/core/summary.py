@@ -31,6 +31,9 @@ OTHER_METRICS = {
     "weights: >= 1 when every heap session holds its own copy",
     "peer_init_ratio": "median init of the mapped target over the peer target's mapped init (--peer)",
     "failed_workers": "workers that crashed, hung, raised or were wrong, over every group",
+    "unknown_sessions": "sessions whose EP log gave no file-mapping evidence, over every group (qnn; not "
+    "measured elsewhere)",
+    "retried_sessions": "sessions where the EP retried with a direct read, over every group (qnn)",
     "fallback_workers": "workers whose weights fell back to the heap, over every group",
     "processes": "N of the headline (the largest N x M measured in both modes)",
     "sessions": "N x M of the headline",
@@ -53,6 +56,26 @@ def _sum(values: Iterable[int | None]) -> int | None:
     if not values or any(v is None for v in values):
         return None  # a missing figure makes the sum meaningless: report it empty
     return int(sum(values))
+
+
+def session_counts(row: ResultRow) -> dict[str, int] | None:
+    """The EP verdict counts of a worker's sessions ("active=3 retried=1"), None when the row
+    carries no EP evidence (targets other than qnn, or a worker that died first)."""
+    if not row.ep_sessions:
+        return None
+    counts: dict[str, int] = {}
+    for part in row.ep_sessions.split():
+        state, _, n = part.partition("=")
+        if n.isdigit():
+            counts[state] = counts.get(state, 0) + int(n)
+    return counts
+
+
+def _count_sessions(members: list[ResultRow], state: str) -> int | None:
+    counted = [session_counts(r) for r in members]
+    if all(c is None for c in counted):
+        return None
+    return sum((c or {}).get(state, 0) for c in counted)
 
 
 def group_key(row: ResultRow | SummaryRow) -> tuple:
@@ -94,9 +117,17 @@ def summarize(
                 failed_workers=len(members) - len(ok),
                 fallback_workers=sum(1 for r in members if r.path_taken == "fallback"),
                 ep_file_mapping="|".join(paths),
+                unknown_sessions=_count_sessions(members, "unknown"),
+                retried_sessions=_count_sessions(members, "retried"),
             )
         )
     return out
+
+
+def _total(values: Iterable[int | None]) -> int | None:
+    """Sum of the figures present; None when no group measured it (no evidence is not zero)."""
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
 
 
 def ratio(mapped: float | None, heap: float | None) -> float | None:
@@ -192,6 +223,8 @@ def headline(summary: Iterable[SummaryRow]) -> dict[str, float | int | None]:
     result: dict[str, float | int | None] = {
         "failed_workers": sum(s.failed_workers or 0 for s in summary),
         "fallback_workers": sum(s.fallback_workers or 0 for s in summary),
+        "unknown_sessions": _total(s.unknown_sessions for s in summary),
+        "retried_sessions": _total(s.retried_sessions for s in summary),
     }
     if not pairs:
         return result | dict.fromkeys([*RATIO_COLUMNS, "mapped_weight_copies", "heap_copies_per_session",

@@ -2,8 +2,9 @@
 the overall verdict. The terminal, the HTML report, `harness report`, `harness bench` and the
 tests all call `judge`, so they cannot disagree about what a run means.
 
-Verdicts come only from positive evidence: a run that did not complete, or that holds no
-worker with a correct output, is "incomplete" (never "pass"), whatever its gates say.
+Verdicts come only from evidence: "fail" when a worker or a gate failed; otherwise a run that
+did not complete, or that holds no worker with a correct output, is "incomplete" (never
+"pass"), whatever its gates say; "pass" needs all of it.
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ def feature_state(run: RunData) -> FeatureState:
     if mapped_ok:
         others = ", ".join(f"{k}: {v}" for k, v in sorted(paths.items()) if k != "mapped")
         return FeatureState("partial", f"active in {mapped_ok} of {n} mapped-mode workers ({others})")
-    return FeatureState("unknown", f"no mapped-mode worker finished on the mapped path ({dict(paths)})")
+    shown = ", ".join(f"{k}: {v}" for k, v in sorted(paths.items()))
+    return FeatureState("unknown", f"not exercised: no mapped-mode worker finished on the mapped path ({shown})")
 
 
 def run_gates(run: RunData, extra: Iterable[Gate] = (), *, use_default_gates: bool = True) -> list[Gate]:
@@ -111,21 +113,19 @@ def judge(run: RunData, extra_gates: Iterable[Gate] = (), *, use_default_gates: 
     """Everything a reader needs to know about ``run``, decided once."""
     values = gate_values(run.summary)
     results = evaluate(run_gates(run, extra_gates, use_default_gates=use_default_gates), values)
-    reasons = []
-    if run.status != "complete":
-        reasons.append(f"run status is {run.status}")
-    if not any(row_ok(r) for r in run.results):
-        reasons.append("no worker finished with a correct output")
     failed = [g for g in results if not g.passed]
     broken = [r for r in run.results if not row_ok(r)]
-    if reasons:
-        verdict = "incomplete"
-    elif failed or broken:
+    reasons = []
+    if broken:
+        reasons.append(f"{len(broken)} worker(s) failed")
+    if failed:
+        reasons.append(f"{len(failed)} of {len(results)} gate(s) failed")
+    if reasons:  # a failure is evidence too, and it outranks missing evidence
         verdict = "fail"
-        if broken:
-            reasons.append(f"{len(broken)} worker(s) failed")
-        if failed:
-            reasons.append(f"{len(failed)} of {len(results)} gate(s) failed")
     else:
-        verdict = "pass"
+        if run.status != "complete":
+            reasons.append(f"run status is {run.status}")
+        if not any(row_ok(r) for r in run.results):
+            reasons.append("no worker finished with a correct output")
+        verdict = "incomplete" if reasons else "pass"
     return Judgement(run, values, results, run_notes(run), feature_state(run), verdict, reasons)

@@ -216,13 +216,15 @@ def _row(group: GroupSpec, w: _Worker) -> ResultRow:
         processes=group.processes, sessions_per_process=group.sessions_per_process,
         repeat=group.repeat, worker=w.index, pid=w.sampled_pid or record.pid or w.proc.pid,
         path_taken=record.path_taken or None,
-        map_attempts=record.map_attempts, ep_file_mapping=record.ep_file_mapping,
+        map_attempts=record.map_attempts, fallback_stage=record.fallback_stage or None,
+        ep_file_mapping=record.ep_file_mapping,
         init_s=init, load_s=record.load_s, create_s=record.create_s, first_run_s=record.first_run_s,
         rss_bytes=w.memory.rss_bytes, uss_bytes=w.memory.uss_bytes, pss_bytes=w.memory.pss_bytes,
         private_bytes=w.memory.private_bytes, peak_bytes=record.peak_bytes,
         weights_bytes=record.weights_bytes, output_ok=bool(record.output_ok) and not error,
         error=error, memory_note=w.memory.note, exit_code=code,
         map_errors="; ".join(record.map_errors), ep_log_tail=record.ep_log_tail,
+        ep_sessions=record.ep_sessions or None, ep_reason=record.ep_reason or None,
     )
 
 

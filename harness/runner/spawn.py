@@ -21,8 +21,13 @@ import sys
 from collections.abc import Mapping
 
 
-def _path_eq(a: str, b: str) -> bool:
-    return a == b or os.path.normcase(a) == os.path.normcase(b)
+def _path_eq(a: str, b: str, platform: str) -> bool:
+    """Same path, compared as the platform does (Windows: case-insensitive, either slash)."""
+    import ntpath
+    import posixpath
+
+    normcase = ntpath.normcase if platform == "win32" else posixpath.normcase
+    return a == b or normcase(a) == normcase(b)
 
 
 def worker_interpreter(
@@ -37,7 +42,7 @@ def worker_interpreter(
     anywhere."""
     executable = sys.executable if executable is None else executable
     base_executable = getattr(sys, "_base_executable", executable) if base_executable is None else base_executable
-    if platform == "win32" and base_executable and not _path_eq(executable, base_executable):
+    if platform == "win32" and base_executable and not _path_eq(executable, base_executable, platform):
         env = dict(os.environ if environ is None else environ)
         env["__PYVENV_LAUNCHER__"] = executable
         return base_executable, env

@@ -55,9 +55,12 @@ class WorkerRecord:
     pid: int = 0  # the worker's own pid: the process the parent samples
     path_taken: str = ""
     map_attempts: int | None = None
+    fallback_stage: str = ""
     map_errors: list[str] = field(default_factory=list)
     ep_file_mapping: str = "n/a"
     ep_log_tail: str = ""
+    ep_sessions: str = ""  # e.g. "active=3 retried=1" (qnn)
+    ep_reason: str = ""
     load_s: float | None = None
     create_s: float | None = None
     first_run_s: float | None = None
@@ -65,6 +68,7 @@ class WorkerRecord:
     output_detail: str = ""
     weights_bytes: int | None = None
     peak_bytes: int | None = None
+    teardown: str = ""  # what the worker's teardown left behind (mapper_impl stats), empty when clean
     error: str = ""
 
     @classmethod

@@ -140,9 +140,25 @@ def run_worker(spec: WorkerSpec) -> int:
         print(f"not released within {spec.release_timeout_s:g} s: exiting", file=sys.stderr)
         return EXIT_NOT_RELEASED
     record.peak_bytes = _peak()
-    write_json_atomic(Path(spec.result_path), asdict(record))
     live.close()
-    return EXIT_OK
+    record.teardown = _teardown_leftovers()
+    if record.teardown:
+        record.error = f"teardown left {record.teardown}"
+    write_json_atomic(Path(spec.result_path), asdict(record))
+    return EXIT_FAILED if record.error else EXIT_OK
+
+
+def _teardown_leftovers() -> str:
+    """What mapper_impl still holds after every session is closed (mappings, heap copies, DMA
+    registrations, failed deregistrations): a worker must end with nothing, whatever faults
+    were injected ("" when clean)."""
+    import gc
+
+    from mapper_impl import stats
+
+    gc.collect()  # sessions and OrtValues in reference cycles
+    left = stats()
+    return "" if left.is_clean() else ", ".join(f"{k}={v}" for k, v in left.to_dict().items() if v)
 
 
 def _peak() -> int | None:

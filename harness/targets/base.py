@@ -41,6 +41,8 @@ class TargetOption:
     parse: Callable[[str], Any] | None = None  # None: an on/off switch
     choices: tuple | None = None
     metavar: str | None = None
+    #: Repeatable: ``parse`` returns a (key, value) pair per use; the option's value is their dict.
+    repeat: bool = False
 
 
 @dataclass

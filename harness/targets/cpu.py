@@ -17,6 +17,21 @@ from harness.models import PreparedModel, cpu_session_options, prepare_cpu_model
 
 from .base import CORRECTNESS_GATE, LiveSessions, Prepared, Target, TargetOption
 
+#: Stages of mapper_impl's pipeline a fault can be injected at (`--fault STAGE[=K]`).
+FAULT_STAGES = ("map", "register", "create", "deregister")
+
+
+def _fault(text: str) -> tuple[str, int]:
+    """``STAGE`` or ``STAGE=K``: the first K attempts of that stage fail in every session."""
+    stage, sep, count = text.partition("=")
+    if stage not in FAULT_STAGES:
+        raise ValueError(f"stages are {','.join(FAULT_STAGES)}")
+    if not sep:
+        return stage, 1
+    if not count.isdigit():
+        raise ValueError("K must be a whole number >= 0")
+    return stage, int(count)
+
 
 def _count(text: str) -> int:
     value = int(text)
@@ -30,6 +45,17 @@ def _attempts(text: str) -> int:
     if value < 1:
         raise ValueError("must be >= 1")
     return value
+
+
+def fault_plan(options: dict):
+    """The FaultPlan the options ask for (``--fault`` and its shorthand ``--map-failures``), or None."""
+    from mapper_impl import FaultPlan
+
+    counts = dict(options.get("fault") or {})
+    if options.get("map_failures"):
+        counts["map"] = options["map_failures"]
+    counts = {stage: k for stage, k in counts.items() if k}
+    return FaultPlan(**{f"{stage}_failures": k for stage, k in counts.items()}) if counts else None
 
 
 # Default gates, each with the physics that sets its threshold. A worker's own overhead O
@@ -81,10 +107,12 @@ class CpuTarget(Target):
     name = "cpu"
     summary = "mapper_impl + ORT CPU EP, weights handed over in place (default)"
     options = (
-        TargetOption("map_failures", "--map-failures", 0, "the first K mapping attempts in each worker fail "
-                     "(mapper_impl's FaultPlan)", parse=_count, metavar="K"),
-        TargetOption("max_attempts", "--max-attempts", 3, "mapping attempts before falling back to the heap",
-                     parse=_attempts, metavar="N"),
+        TargetOption("fault", "--fault", {}, "inject faults into mapper_impl's pipeline: the first K attempts of "
+                     f"STAGE ({', '.join(FAULT_STAGES)}) fail in every session (repeatable; K defaults to 1)",
+                     parse=_fault, metavar="STAGE[=K]", repeat=True),
+        TargetOption("map_failures", "--map-failures", 0, "shorthand for --fault map=K", parse=_count, metavar="K"),
+        TargetOption("max_attempts", "--max-attempts", 1, "mapping attempts before the direct read (upstream never "
+                     "retries the mapping: 1; more is an opt-in extension)", parse=_attempts, metavar="N"),
     )
 
     def prepare(self, opts, progress) -> Prepared:
@@ -92,11 +120,11 @@ class CpuTarget(Target):
         return Prepared(model, model.weights_bytes, [model.weights_path], source=model.source)
 
     def mapped_may_copy(self, opts) -> bool:
-        o = opts.target_options
-        return o.get("map_failures", 0) >= o.get("max_attempts", 3)
+        plan = fault_plan(opts.target_options)
+        return plan is not None and any((plan.map_failures, plan.register_failures, plan.create_failures))
 
     def default_gates(self, opts) -> list[tuple[str, str]]:
-        if opts.target_options.get("map_failures"):
+        if fault_plan(opts.target_options) is not None:
             return [CORRECTNESS_GATE]  # fall-backs are expected: correctness only
         if sys.platform == "win32":  # no PSS on Windows: a PSS gate would always be "not measured"
             return [WINDOWS_PRIVATE_GATE if expr.startswith("mapped_pss_ratio") else (expr, why)
@@ -104,40 +132,70 @@ class CpuTarget(Target):
         return list(DEFAULT_GATES)
 
     def create_sessions(self, spec, model: PreparedModel, record) -> LiveSessions:
-        import numpy as np
-        import onnxruntime as ort
+        """One `mapper_impl.load_context` per session, as the EP loads one context: map (shared
+        by every session of the process) -> register each weight region -> create the ORT
+        session over OrtValues pointing into the regions; a failed stage falls back to exactly
+        one direct read. init = load (map, register, fallback) + create (sessions)."""
+        import numpy  # noqa: F401 - imported before the clock starts: an import is not a load
+        import onnxruntime  # noqa: F401
 
-        from mapper_impl import FaultPlan, load_weights
+        from mapper_impl import RetryPolicy, load_context
 
         model.check_weights_file()  # truncated since the parent prepared it: a clear error, not a bad read
-        map_failures = spec.options.get("map_failures", 0)
-        faults = FaultPlan(map_failures=map_failures) if map_failures else None
+        # the injected faults are the mapping pipeline's: heap mode (option "1") never runs it
+        faults = fault_plan(spec.options) if spec.mode == "mapped" else None
+        attempts = spec.options.get("max_attempts", 1)
+        retry = RetryPolicy(attempts) if attempts > 1 else None
+        regions = [(t.offset, t.length) for t in model.tensors]
         live = LiveSessions()
         record.load_s = record.create_s = 0.0
         record.map_attempts = 0
+        stages = []
         for _ in range(spec.sessions):
+            creating = _SessionFactory(model)
             t0 = time.perf_counter()
-            weights = load_weights(model.weights_path, disable_file_mapped_weights=disable_flag(spec.mode),
-                                   max_attempts=spec.options.get("max_attempts", 3), faults=faults)
-            t1 = time.perf_counter()
-            live.closers.append(weights.close)
-            so = cpu_session_options()
-            for t in model.tensors:
-                count = t.length // np.dtype(t.dtype).itemsize
-                array = np.frombuffer(weights.buffer, dtype=t.dtype, count=count, offset=t.offset).reshape(t.shape)
-                value = ort.OrtValue.ortvalue_from_numpy(array)
-                live.keepalive.append(value)
-                so.add_initializer(t.name, value)
-            live.sessions.append(ort.InferenceSession(str(model.onnx_path), so, providers=["CPUExecutionProvider"]))
-            t2 = time.perf_counter()
-            record.load_s += t1 - t0
-            record.create_s += t2 - t1
-            record.map_attempts += weights.attempts
-            record.map_errors.extend(weights.errors)
-            if _PATH_RANK[weights.path_taken] >= _PATH_RANK.get(record.path_taken, -1):
-                record.path_taken = weights.path_taken
+            ctx = load_context(model.weights_path, regions, creating, faults=faults, retry=retry,
+                               disable_file_mapped_weights=disable_flag(spec.mode))
+            total = time.perf_counter() - t0
+            session, keepalive = ctx.value
+            live.sessions.append(session)
+            live.keepalive.extend(keepalive)
+            live.closers.append(ctx.close)
+            record.create_s += creating.seconds
+            record.load_s += total - creating.seconds
+            record.map_attempts += ctx.map_attempts
+            record.map_errors.extend(str(e) for e in ctx.errors)
+            stages.append(ctx.fallback_stage)
+            if _PATH_RANK[ctx.path_taken] >= _PATH_RANK.get(record.path_taken, -1):
+                record.path_taken = ctx.path_taken
+        record.fallback_stage = next((s for s in stages if s), "")
         record.weights_bytes = model.weights_bytes
         return live
+
+
+class _SessionFactory:
+    """The ``create`` stage: an ORT CPU session whose initializers are OrtValues over the region
+    views (in place: no copy), timed (a create fault may call it twice)."""
+
+    def __init__(self, model: PreparedModel) -> None:
+        self.model = model
+        self.seconds = 0.0
+
+    def __call__(self, weights, views: list) -> tuple:
+        import numpy as np
+        import onnxruntime as ort
+
+        t0 = time.perf_counter()
+        so = cpu_session_options()
+        keepalive = []
+        for t, view in zip(self.model.tensors, views, strict=True):
+            array = np.frombuffer(view, dtype=t.dtype).reshape(t.shape)
+            value = ort.OrtValue.ortvalue_from_numpy(array)
+            keepalive.append(value)
+            so.add_initializer(t.name, value)
+        session = ort.InferenceSession(str(self.model.onnx_path), so, providers=["CPUExecutionProvider"])
+        self.seconds += time.perf_counter() - t0
+        return session, keepalive
 
 
 TARGET = CpuTarget()

@@ -8,9 +8,7 @@ in step with this repository's command lines.
 - Drift: every ``python -m harness ...`` and ``python -m pytest ...`` command a workflow runs is
   checked against the real CLIs (``--help`` output, the real argument parser, the gate parser,
   the declared markers, paths that must exist), so renaming an option breaks this test, not the
-  nightly run at 2 am on the device. CLI pieces the workflows already use but the harness does
-  not have yet are listed in ``PENDING_*`` below and reported as pending (xfail), never passed
-  silently; the list must shrink as soon as the CLI has them.
+  nightly run at 2 am on the device.
 
 The ``run:`` scripts are read by a small block-scalar reader that needs no YAML library (so the
 drift checks always run); when PyYAML is present it is cross-checked against PyYAML.
@@ -77,14 +75,6 @@ def test_run_script_reader_agrees_with_pyyaml():
 
 # --------------------------------------------------------------------------- drift: CLI
 
-# Added by the harness restructure (issue 10: `harness doctor`, `harness run --label KEY=VALUE`,
-# the evidence gate metrics); remove when merged. Until then the drift checks leave exactly these
-# out, and test_pending_cli_items_are_still_pending reports them as pending.
-PENDING_COMMANDS = ("doctor",)
-PENDING_OPTIONS: dict[str, tuple[str, ...]] = {}
-PENDING_GATE_METRICS = ("unknown_sessions", "retried_sessions")
-
-
 @cache
 def help_text(*argv: str) -> str:
     proc = subprocess.run([sys.executable, "-m", *argv, "--help"], cwd=ROOT, capture_output=True, text=True,
@@ -112,21 +102,6 @@ def test_workflows_run_the_harness_and_pytest():
     assert all_commands("pytest"), "no `python -m pytest ...` command in any workflow"
 
 
-def _without_pending_options(sub: str, args: list[str]) -> list[str]:
-    """``args`` minus the pending options of ``sub`` and their values."""
-    pending = PENDING_OPTIONS.get(sub, ())
-    out: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg in pending:
-            skip = True
-        elif arg.split("=", 1)[0] not in pending:
-            out.append(arg)
-    return out
-
-
 def _gate_metrics(expr: str) -> set[str]:
     return set(re.findall(r"([A-Za-z_]\w*)\s*(?:<=|>=|==|!=|<|>)", expr))
 
@@ -140,10 +115,7 @@ def test_harness_commands_match_the_cli():
 
     for cmd in all_commands("harness"):
         assert cmd.args, f"{cmd.workflow}: bare `python -m harness` in {cmd.line!r}"
-        sub = cmd.args[0]
-        if sub in PENDING_COMMANDS:
-            continue  # test_pending_cli_items_are_still_pending
-        args = _without_pending_options(sub, cmd.args)
+        sub, args = cmd.args[0], cmd.args
         text = harness_help(sub)
         unknown = [o for o in Command(cmd.workflow, cmd.module, args, cmd.line).options() if not listed(o, text)]
         assert not unknown, f"{cmd.workflow}: `harness {sub}` has no option(s) {unknown} (see --help)\n{cmd.line}"
@@ -155,38 +127,10 @@ def test_harness_commands_match_the_cli():
         except Exception as err:  # the parsers raise InputError (one line) on a bad command
             pytest.fail(f"{cmd.workflow}: the harness CLI refuses {cmd.line!r}: {err}")
         for expr in cmd.values("--gate"):
-            if _gate_metrics(expr) & set(PENDING_GATE_METRICS):
-                continue
             try:
                 parse_gate(expr)
             except ValueError as err:
                 pytest.fail(f"{cmd.workflow}: {err}")
-
-
-def test_pending_cli_items_are_still_pending():
-    """Every PENDING_* item is used by a workflow (else it does not belong in the list) and is
-    still missing from the CLI (else the list is stale: remove it, and the drift checks above
-    cover it). What is left is reported as an expected failure naming each item."""
-    from harness.cli import build_parser
-    from harness.core.gates import known_metrics
-
-    cmds = all_commands("harness")
-    used = {f"harness {c.args[0]}" for c in cmds if c.args}
-    used |= {f"harness {c.args[0]} {o}" for c in cmds if c.args for o in c.options()}
-    used |= {f"gate metric {m}" for c in cmds for g in c.values("--gate") for m in _gate_metrics(g)}
-    subcommands = next(a.choices for a in build_parser()._actions if getattr(a, "choices", None))
-    present = {f"harness {s}": s in subcommands for s in PENDING_COMMANDS}
-    for sub, options in PENDING_OPTIONS.items():
-        present |= {f"harness {sub} {o}": listed(o, harness_help(sub)) for o in options}
-    present |= {f"gate metric {m}": m in known_metrics() for m in PENDING_GATE_METRICS}
-
-    unused = sorted(item for item in present if item not in used)
-    assert not unused, f"pending but used by no workflow (drop from PENDING_*): {unused}"
-    landed = sorted(item for item, exists in present.items() if exists)
-    assert not landed, f"the CLI now has {landed}: remove them from PENDING_* in {__file__}"
-    if present:
-        pytest.xfail("pending in the harness restructure, used by the workflows but not in this CLI yet: "
-                     + ", ".join(sorted(present)))
 
 
 @cache

@@ -5,6 +5,12 @@ addresses are real, readable, and a sparse 5 GiB file costs nothing). It records
 refuses calls whose ``argtypes``/``restype`` were not declared with 64-bit-safe types (its
 handles do not fit in 32 bits, so a truncating declaration fails loudly), clobbers the last
 error in CloseHandle, and fails any API on demand with a given last-error code.
+
+File identities: BY_HANDLE_FILE_INFORMATION carries the low 32 bits of ``st_dev`` and the
+64-bit ``st_ino``; FILE_ID_INFO (GetFileInformationByHandleEx, FileIdInfo) carries the whole
+``st_dev`` as the 64-bit volume serial and ``st_ino`` as the 128-bit id, unless a test set an
+override in ``ids`` (path -> (volume serial, 128-bit id, 64-bit index)) to play ReFS, where
+two files can share a 64-bit index.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ KINDS = {
     "CreateFileW": (("wstr", "dword", "dword", "ptr", "dword", "dword", "handle"), "handle"),
     "GetFileSizeEx": (("handle", "out"), "bool"),
     "GetFileInformationByHandle": (("handle", "out"), "bool"),
+    "GetFileInformationByHandleEx": (("handle", "enum", "ptr", "dword"), "bool"),
     "ReadFile": (("handle", "ptr", "dword", "out", "out"), "bool"),
     "CreateFileMappingW": (("handle", "ptr", "dword", "dword", "dword", "wstr"), "handle"),
     "MapViewOfFile": (("handle", "dword", "dword", "dword", "size"), "handle"),
@@ -55,6 +62,7 @@ def type_is_safe(kind: str | None, t: object) -> bool:
         "handle": lambda: issubclass(t, ctypes.c_void_p),
         "ptr": lambda: issubclass(t, ctypes.c_void_p),
         "dword": lambda: _unsigned_of_size(t, 4),
+        "enum": lambda: issubclass(t, ctypes._SimpleCData) and ctypes.sizeof(t) == 4 and t(-1).value == -1,
         "size": lambda: _unsigned_of_size(t, ctypes.sizeof(ctypes.c_void_p)),
         "wstr": lambda: t is ctypes.c_wchar_p,
         "out": lambda: issubclass(t, ctypes._Pointer),
@@ -76,13 +84,6 @@ def weights(path, size: int, seed: int = 0) -> bytes:
     st = os.stat(path)
     os.utime(path, ns=(st.st_atime_ns // 100 * 100, st.st_mtime_ns // 100 * 100))
     return data
-
-
-def st_fits_by_handle_info(path) -> bool:
-    """Can BY_HANDLE_FILE_INFORMATION carry this file's st_dev/st_ino (32/64 bits)? Python
-    3.12+ on Windows reports FileIdInfo's 64-bit volume serial, which it cannot."""
-    st = os.stat(path)
-    return st.st_dev <= 0xFFFFFFFF and st.st_ino < 2**64
 
 
 def _target(arg: object) -> object:
@@ -133,6 +134,8 @@ class FakeFunction:
             return arg
         if kind == "dword":
             assert isinstance(arg, int) and 0 <= arg <= 0xFFFFFFFF, f"{self.name}: DWORD {arg!r}"
+        if kind == "enum":
+            assert isinstance(arg, int) and -(2**31) <= arg < 2**31, f"{self.name}: enum {arg!r}"
         assert arg is None or isinstance(arg, int), f"{self.name}: {arg!r} is not an int"
         return t(arg).value  # what the declared type lets through
 
@@ -162,6 +165,7 @@ class FakeKernel32:
         self.views: dict[int, mmap.mmap] = {}
         self.unmapped: list[mmap.mmap] = []  # kept readable: a use after unmap reads stale data
         self.failures: dict[str, list] = {}
+        self.ids: dict[str, tuple[int, int, int]] = {}  # path -> (serial64, id128, index64)
         self._next_handle = HANDLE_BASE
         self.functions = {name: FakeFunction(self, name) for name in KINDS}
 
@@ -234,16 +238,37 @@ class FakeKernel32:
         size.value = os.fstat(file.fd).st_size
         return 1
 
+    def _ids(self, file: FakeFile) -> tuple[int, int, int]:
+        st = os.fstat(file.fd)
+        return self.ids.get(file.path, (st.st_dev, st.st_ino, st.st_ino & 0xFFFFFFFFFFFFFFFF))
+
     def _GetFileInformationByHandle(self, handle, info) -> int:
         file = self._get(handle, FakeFile)
         if file is None:
             return 0
         st = os.fstat(file.fd)
+        serial, _, index = self._ids(file)
         ticks = st.st_mtime_ns // 100 + 116_444_736_000_000_000
         info.ftLastWriteTime.dwHighDateTime, info.ftLastWriteTime.dwLowDateTime = split_u64(ticks)
-        info.dwVolumeSerialNumber = st.st_dev & 0xFFFFFFFF
-        info.nFileIndexHigh, info.nFileIndexLow = split_u64(st.st_ino & 0xFFFFFFFFFFFFFFFF)
+        info.dwVolumeSerialNumber = serial & 0xFFFFFFFF
+        info.nFileIndexHigh, info.nFileIndexLow = split_u64(index)
         info.nFileSizeHigh, info.nFileSizeLow = split_u64(st.st_size)
+        return 1
+
+    def _GetFileInformationByHandleEx(self, handle, info_class, address, size) -> int:
+        file = self._get(handle, FakeFile)
+        if file is None:
+            return 0
+        if info_class != win.FILE_ID_INFO_CLASS:
+            self.last_error = 87  # ERROR_INVALID_PARAMETER: the only class the mapper asks for
+            return 0
+        if size < ctypes.sizeof(win.FILE_ID_INFO):
+            self.last_error = 24  # ERROR_BAD_LENGTH
+            return 0
+        serial, file_id, _ = self._ids(file)
+        info = win.FILE_ID_INFO.from_address(address)
+        info.VolumeSerialNumber = serial
+        ctypes.memmove(info.FileId, file_id.to_bytes(16, "little"), 16)
         return 1
 
     def _ReadFile(self, handle, address, n, done, overlapped) -> int:

@@ -4,8 +4,9 @@ Test modules import ``stats_guard`` (an autouse fixture) so that every test prov
 mapper_impl's process-wide stats as it found them: no mapping, view or heap buffer leaks.
 
 The suites run on Linux and on Windows (the windows-mapper workflow, real kernel32): what is
-POSIX-only is skipped with its reason, what legitimately differs (Windows refuses to replace,
-rewrite, truncate or delete a mapped file) is a branch on ``WINDOWS``.
+POSIX-only is skipped with its reason, what legitimately differs (Windows refuses to truncate
+a mapped file, and may refuse to delete or replace it, while POSIX allows all three) is a
+branch on ``WINDOWS``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from mapper_impl import create_mapper, stats
+from mapper_impl import FileMapper, create_mapper, stats
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WINDOWS = sys.platform == "win32"
@@ -45,6 +46,13 @@ def write_file(path: Path, size: int, seed: int = 0) -> bytes:
     data = make_bytes(size, seed)
     path.write_bytes(data)
     return data
+
+
+def data_address(buffer) -> int:
+    """Address of a buffer's first byte, as numpy (and ORT, through an OrtValue) sees it."""
+    import numpy as np
+
+    return np.frombuffer(buffer, dtype=np.uint8).__array_interface__["data"][0]
 
 
 def settled_stats():
@@ -93,17 +101,58 @@ def symlink_or_skip(link: Path, target: Path) -> None:
 
 
 def is_refused_while_mapped(err: BaseException) -> bool:
-    """Is ``err`` Windows refusing a write/replace/truncate/delete because the file is open
-    with FILE_SHARE_READ only and mapped? (PermissionError for access denied and sharing
+    """Is ``err`` Windows refusing a replace/delete because the file is mapped (or opened by a
+    concurrent load with FILE_SHARE_READ)? (PermissionError for access denied and sharing
     violations; ERROR_USER_MAPPED_FILE maps to a plain OSError.)"""
     return isinstance(err, OSError) and (
         isinstance(err, PermissionError) or getattr(err, "winerror", None) in REFUSED_WINERRORS
     )
 
 
+def set_end_of_file_error(path, size: int) -> int:
+    """Windows: try to truncate ``path`` to ``size`` with SetEndOfFile itself (os.truncate goes
+    through the CRT, which turns the Win32 error into a vague errno) and return the last error
+    (0 if it worked). Every kernel32 signature is declared, as in the mapper."""
+    import ctypes
+    from ctypes import wintypes
+
+    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    create = kernel32.CreateFileW
+    create.argtypes = (wintypes.LPCWSTR, wintypes.DWORD, wintypes.DWORD, ctypes.c_void_p,
+                       wintypes.DWORD, wintypes.DWORD, wintypes.HANDLE)
+    create.restype = wintypes.HANDLE
+    seek = kernel32.SetFilePointerEx
+    seek.argtypes = (wintypes.HANDLE, ctypes.c_int64, ctypes.c_void_p, wintypes.DWORD)
+    seek.restype = wintypes.BOOL
+    set_end = kernel32.SetEndOfFile
+    set_end.argtypes, set_end.restype = (wintypes.HANDLE,), wintypes.BOOL
+    close = kernel32.CloseHandle
+    close.argtypes, close.restype = (wintypes.HANDLE,), wintypes.BOOL
+    generic_write, share_all, open_existing = 0x40000000, 0x7, 3
+    handle = create(str(path), generic_write, share_all, None, open_existing, 0x80, None)
+    if handle is None or handle == ctypes.c_void_p(-1).value:
+        return ctypes.get_last_error()
+    try:
+        if not seek(handle, size, None, 0) or not set_end(handle):
+            return ctypes.get_last_error()
+        return 0
+    finally:
+        close(handle)
+
+
+def assert_truncation_refused_while_mapped(path, size: int) -> None:
+    """Windows: a mapped file cannot be truncated, even though the mapper closed its handles:
+    SetEndOfFile fails with ERROR_USER_MAPPED_FILE (1224), os.truncate raises, the size stays."""
+    before = os.path.getsize(path)
+    assert set_end_of_file_error(path, size) == ERROR_USER_MAPPED_FILE
+    with pytest.raises(OSError):
+        os.truncate(path, size)
+    assert os.path.getsize(path) == before
+
+
 def assert_refused_while_mapped(action, *args) -> OSError:
-    """Windows: ``action(*args)`` (os.replace, os.truncate, open for writing, os.remove on a
-    mapped file) must fail because the mapping keeps writers out; returns the error."""
+    """Windows: ``action(*args)`` must fail with a refusal (access denied, sharing violation,
+    user-mapped file); returns the error."""
     with pytest.raises(OSError) as info:
         action(*args)
     assert is_refused_while_mapped(info.value), repr(info.value)
@@ -142,3 +191,21 @@ def run_child(code: str, *args: str, timeout: float = 30) -> subprocess.Complete
         text=True,
         timeout=timeout,
     )
+
+
+class CountingMapper(FileMapper):
+    """The platform's real mapper (POSIX mmap or Windows kernel32), counting how often a load
+    asks it to map."""
+
+    def __init__(self) -> None:
+        self.real = create_mapper()
+        self.name = f"counting-{self.real.name}"
+        self.allocation_granularity = self.real.allocation_granularity
+        self.calls = 0
+
+    def identity_of_path(self, path):
+        return self.real.identity_of_path(path)
+
+    def map_file(self, path, faults=None):
+        self.calls += 1
+        return self.real.map_file(path, faults)

@@ -1,5 +1,8 @@
-"""Fault injection: the retry policy, the heap fallback and its failure, region faults, and
-FaultPlan itself. Every case ends with clean stats (the autouse guard checks it)."""
+"""Fault injection at the load_weights level (the map stage alone): one mapping attempt by
+default (upstream never retries), the opt-in retry policy, the heap fallback and its failure
+(a real MemoryError included), and FaultPlan itself. The whole pipeline's faults (register,
+create, deregister) are in test_load_context.py. Every case ends with clean stats (the
+autouse guard checks it)."""
 
 from __future__ import annotations
 
@@ -7,11 +10,13 @@ import errno
 import os
 import pickle
 import re
+import sys
 
 import pytest
 from mapper_support import (  # noqa: F401 (stats_guard: autouse fixture)
     assert_clean,
     open_handle_count,
+    run_child,
     stats_guard,
     write_file,
 )
@@ -39,10 +44,22 @@ def weights_file(tmp_path):
     return path, write_file(path, SIZE, seed=4)
 
 
+def test_one_mapping_attempt_by_default(weights_file):
+    """Upstream never retries the mapping: by default one failure is enough to fall back,
+    after exactly one attempt, with its error recorded."""
+    path, data = weights_file
+    with load_weights(path, faults=FaultPlan(map_failures=1)) as w:
+        assert (w.path_taken, w.attempts) == ("fallback", 1)
+        assert len(w.errors) == 1 and w.errors[0].startswith("attempt 1:")
+        assert bytes(w.buffer) == data
+    assert RetryPolicy().max_attempts == 1
+    assert_clean()
+
+
 @pytest.mark.parametrize(("k", "max_attempts"), [(1, 3), (2, 3), (4, 5), (1, 2)])
 def test_fewer_failures_than_attempts_ends_mapped(weights_file, k, max_attempts):
-    """K < max_attempts mapping failures: the load ends "mapped" after K+1 attempts and
-    records the K errors."""
+    """Opt-in retry: K < max_attempts mapping failures end "mapped" after K+1 attempts and
+    record the K errors."""
     path, data = weights_file
     with load_weights(path, faults=FaultPlan(map_failures=k), max_attempts=max_attempts) as w:
         assert w.path_taken == "mapped"
@@ -78,8 +95,10 @@ def test_no_fallback_raises_mapping_error(weights_file):
     """fallback_to_heap=False turns exhausted retries into a MappingError that keeps the OS
     error code and the last underlying error."""
     path, _ = weights_file
+    with pytest.raises(MappingError, match=r"after 1 attempt\(s\)"):
+        load_weights(path, faults=FaultPlan(map_failures=1), fallback_to_heap=False)
     with pytest.raises(MappingError, match=r"after 3 attempt\(s\)") as info:
-        load_weights(path, faults=FaultPlan(map_failures=3), fallback_to_heap=False)
+        load_weights(path, faults=FaultPlan(map_failures=3), fallback_to_heap=False, max_attempts=3)
     err = info.value
     assert "attempt 3" in str(err)
     assert err.os_error == errno.ENOMEM
@@ -90,7 +109,8 @@ def test_no_fallback_raises_mapping_error(weights_file):
 def test_no_fallback_still_maps_when_a_retry_succeeds(weights_file):
     """fallback_to_heap=False does not stop the retry policy from succeeding."""
     path, _ = weights_file
-    with load_weights(path, faults=FaultPlan(map_failures=2), fallback_to_heap=False) as w:
+    plan = FaultPlan(map_failures=2)
+    with load_weights(path, faults=plan, fallback_to_heap=False, max_attempts=3) as w:
         assert (w.path_taken, w.attempts) == ("mapped", 3)
 
 
@@ -99,7 +119,7 @@ def test_heap_read_failure_after_mapping_failure(weights_file):
     path, _ = weights_file
     plan = FaultPlan(map_failures=3, heap_read_failures=1)
     with pytest.raises(HeapReadError) as info:
-        load_weights(path, faults=plan)
+        load_weights(path, faults=plan, max_attempts=3)
     message = str(info.value)
     assert EIO_TEXT in message
     assert "after mapping failed" in message
@@ -107,6 +127,44 @@ def test_heap_read_failure_after_mapping_failure(weights_file):
         assert f"attempt {attempt}:" in message
     assert ENOMEM_TEXT in message
     assert_clean()
+
+
+MEMORY_ERROR_CHILD = """
+    import resource, sys
+    import mapper_impl as m
+    path = sys.argv[1]
+    with open("/proc/self/status") as f:
+        vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    limit = vm + 16 * 2**20   # room for Python, not for a 64 MiB copy
+    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    try:
+        m.load_weights(path, faults=m.FaultPlan(map_failures=1))
+    except m.HeapReadError as err:
+        chain, cause = [], err
+        while cause is not None:
+            chain.append(type(cause).__name__)
+            cause = cause.__cause__
+        print(">".join(chain), err, sep="|")
+    print("clean", m.stats().is_clean(), sep="|")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is enforced on Linux only")
+def test_heap_memory_error_keeps_the_mapping_errors(tmp_path):
+    """A real MemoryError (the address-space limit refuses the 64 MiB copy) after a mapping
+    failure is a HeapReadError that still carries the mapping error (issue 11), in a child so
+    the limit touches nothing else."""
+    path = tmp_path / "big.bin"
+    with open(path, "wb") as f:
+        f.truncate(64 * 2**20)
+    result = run_child(MEMORY_ERROR_CHILD, str(path))
+    assert result.returncode == 0, result.stderr
+    first, clean = result.stdout.splitlines()
+    chain, message = first.split("|")
+    assert chain == "HeapReadError>HeapReadError>MemoryError"
+    assert "no memory for a 67108864-byte copy" in message
+    assert "after mapping failed: attempt 1:" in message and ENOMEM_TEXT in message
+    assert clean == "clean|True"
 
 
 def test_heap_read_failure_on_disabled_path(weights_file):
@@ -129,7 +187,8 @@ def test_heap_read_failures_do_not_touch_a_successful_mapping(weights_file):
 def test_platform_unavailable_is_not_retried(weights_file):
     """Mapping unavailable on the platform: one attempt, no retry, then the heap fallback."""
     path, data = weights_file
-    with load_weights(path, faults=FaultPlan(platform_unavailable=True), max_attempts=5) as w:
+    plan = FaultPlan(platform_unavailable=True)
+    with load_weights(path, faults=plan, max_attempts=5) as w:
         assert w.path_taken == "fallback"
         assert w.attempts == 1
         assert len(w.errors) == 1 and "unavailable" in w.errors[0]
@@ -140,7 +199,9 @@ def test_platform_unavailable_is_not_retried(weights_file):
 
 
 def test_retry_policy_rules():
-    """RetryPolicy retries MappingError up to max_attempts, never PlatformUnavailableError."""
+    """RetryPolicy retries MappingError up to max_attempts, never PlatformUnavailableError;
+    the default policy never retries."""
+    assert not RetryPolicy().should_retry(MappingError("x"), 1)
     policy = RetryPolicy(max_attempts=3)
     assert policy.should_retry(MappingError("x"), 1)
     assert policy.should_retry(MappingError("x"), 2)
@@ -155,7 +216,7 @@ def test_retry_policy_rejects_bad_backoff(weights_file, backoff):
     with pytest.raises(ValueError, match="backoff_s"):
         RetryPolicy(3, backoff)
     with pytest.raises(ValueError, match="backoff_s"):
-        load_weights(path, faults=FaultPlan(map_failures=1), backoff_s=backoff)
+        load_weights(path, faults=FaultPlan(map_failures=1), backoff_s=backoff, max_attempts=2)
     assert_clean()
 
 
@@ -164,43 +225,9 @@ def test_backoff_is_applied_between_attempts(weights_file, monkeypatch):
     path, _ = weights_file
     sleeps = []
     monkeypatch.setattr("mapper_impl._weights.time.sleep", sleeps.append)
-    with load_weights(path, faults=FaultPlan(map_failures=2), backoff_s=0.5) as w:
+    with load_weights(path, faults=FaultPlan(map_failures=2), backoff_s=0.5, max_attempts=3) as w:
         assert w.attempts == 3
     assert sleeps == [0.5, 1.0]
-
-
-def test_region_failures_raise_mapping_error(weights_file):
-    """region_failures=K: the first K region views fail with MappingError (ENOMEM), then
-    regions work again; no view leaks from the failures."""
-    path, data = weights_file
-    with load_weights(path, faults=FaultPlan(region_failures=2)) as w:
-        for _ in range(2):
-            with pytest.raises(MappingError, match="cannot map region") as info:
-                w.region(100, 10)
-            assert info.value.os_error == errno.ENOMEM
-            assert stats().live_views == 0
-        assert bytes(w.region(100, 10)) == data[100:110]
-    assert_clean()
-
-
-def test_region_failures_are_counted_per_load(weights_file):
-    """Each load has its own fault counters, even when two loads share one mapping."""
-    path, data = weights_file
-    plan = FaultPlan(region_failures=1)
-    with load_weights(path, faults=plan) as a, load_weights(path, faults=plan) as b:
-        with pytest.raises(MappingError):
-            a.region(0, 4)
-        with pytest.raises(MappingError):
-            b.region(0, 4)
-        assert bytes(a.region(0, 4)) == bytes(b.region(0, 4)) == data[:4]
-
-
-def test_region_failures_do_not_apply_to_heap_regions(weights_file):
-    """Heap regions are slices, not views: nothing to fail."""
-    path, data = weights_file
-    plan = FaultPlan(region_failures=3)
-    with load_weights(path, disable_file_mapped_weights="1", faults=plan) as w:
-        assert bytes(w.region(5, 5)) == data[5:10]
 
 
 @pytest.mark.parametrize(
@@ -210,35 +237,35 @@ def test_region_failures_do_not_apply_to_heap_regions(weights_file):
         FaultPlan(map_failures=1),
         FaultPlan(map_failures=3),
         FaultPlan(platform_unavailable=True),
-        FaultPlan(map_failures=1, region_failures=1),
+        FaultPlan(map_failures=1, heap_read_failures=0),
     ],
     ids=repr,
 )
 def test_a_plan_is_deterministic(weights_file, plan):
     """The same plan gives the same outcome every time (counters live in a fresh cursor per
-    load, not in the plan)."""
+    load, not in the plan), with and without the opt-in retry."""
     path, _ = weights_file
-    outcomes = []
-    for _ in range(3):
-        with load_weights(path, faults=plan) as w:
-            region_ok = True
-            try:
-                w.region(0, 8)
-            except MappingError:
-                region_ok = False
-            outcomes.append((w.path_taken, w.attempts, tuple(w.errors), region_ok))
-        assert_clean()
-    assert outcomes[0] == outcomes[1] == outcomes[2]
+    for attempts in (1, 3):
+        outcomes = []
+        for _ in range(3):
+            with load_weights(path, faults=plan, max_attempts=attempts) as w:
+                outcomes.append((w.path_taken, w.attempts, tuple(w.errors), bytes(w.region(0, 8))))
+            assert_clean()
+        assert outcomes[0] == outcomes[1] == outcomes[2]
 
 
 @pytest.mark.parametrize(
     "kwargs",
     [
         {"map_failures": -1},
-        {"region_failures": -2},
+        {"register_failures": -2},
+        {"create_failures": -1},
+        {"deregister_failures": -3},
         {"heap_read_failures": -1},
         {"map_failures": True},
-        {"region_failures": False},
+        {"register_failures": False},
+        {"create_failures": 1.0},
+        {"deregister_failures": "1"},
         {"heap_read_failures": 1.0},
         {"map_failures": "1"},
         {"platform_unavailable": "no"},
@@ -255,17 +282,21 @@ def test_fault_plan_validation(kwargs):
 
 def test_fault_plan_is_plain_picklable_configuration():
     """A plan is frozen, hashable and survives pickling (it travels in worker specs)."""
-    plan = FaultPlan(map_failures=2, heap_read_failures=1)
+    plan = FaultPlan(map_failures=2, heap_read_failures=1, deregister_failures=3)
     assert pickle.loads(pickle.dumps(plan)) == plan
     assert plan.to_dict() == {
         "map_failures": 2,
-        "region_failures": 0,
+        "register_failures": 0,
+        "create_failures": 0,
+        "deregister_failures": 3,
         "heap_read_failures": 1,
         "platform_unavailable": False,
     }
     with pytest.raises(AttributeError):
         plan.map_failures = 5
-    assert hash(plan) == hash(FaultPlan(map_failures=2, heap_read_failures=1))
+    assert hash(plan) == hash(FaultPlan(map_failures=2, heap_read_failures=1, deregister_failures=3))
+    with pytest.raises(TypeError):
+        FaultPlan(region_failures=1)  # regions are slices of one view now: nothing to fail
 
 
 def test_failed_attempts_leak_no_descriptors(weights_file):
@@ -273,7 +304,7 @@ def test_failed_attempts_leak_no_descriptors(weights_file):
     path, _ = weights_file
     before = open_handle_count()
     for _ in range(20):
-        load_weights(path, faults=FaultPlan(map_failures=3)).close()
+        load_weights(path, faults=FaultPlan(map_failures=3), max_attempts=3).close()
         with pytest.raises(MappingError):
             load_weights(path, faults=FaultPlan(map_failures=3), fallback_to_heap=False)
     assert open_handle_count() == before

@@ -9,6 +9,7 @@ import stat
 import pytest
 from mapper_support import (  # noqa: F401 (stats_guard: autouse fixture)
     WINDOWS,
+    CountingMapper,
     assert_clean,
     open_handle_count,
     run_child,
@@ -22,11 +23,9 @@ from mapper_impl import (
     EmptyFileError,
     FileAccessError,
     FileCheckError,
-    FileMapper,
     FileMissingError,
     FileTooLargeError,
     NotARegularFileError,
-    create_mapper,
     load_weights,
     stats,
 )
@@ -34,24 +33,6 @@ from mapper_impl import _common as common
 from mapper_impl import _weights as weights_mod
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
-
-
-class CountingMapper(FileMapper):
-    """The platform's real mapper (POSIX mmap or Windows kernel32), counting how often a load
-    asks it to map."""
-
-    def __init__(self) -> None:
-        self.real = create_mapper()
-        self.name = f"counting-{self.real.name}"
-        self.allocation_granularity = self.real.allocation_granularity
-        self.calls = 0
-
-    def identity_of_path(self, path):
-        return self.real.identity_of_path(path)
-
-    def map_file(self, path, faults=None):
-        self.calls += 1
-        return self.real.map_file(path, faults)
 
 
 @pytest.fixture

@@ -182,6 +182,13 @@ def test_mapped_loads_give_the_same_address(weights_file):
         assert stats().heap_buffers == 0
 
 
+def test_one_mapping_attempt_by_default(weights_file):
+    """load_weights maps once by default (upstream never retries the mapping)."""
+    import inspect
+
+    assert inspect.signature(load_weights).parameters["max_attempts"].default == 1
+
+
 def test_invalid_max_attempts_and_faults_type(weights_file):
     """Bad retry settings and a non-FaultPlan `faults` are rejected before any load."""
     path, _ = weights_file
@@ -201,6 +208,7 @@ def test_error_tree():
         "FileCheckError", "FileMissingError", "NotARegularFileError", "EmptyFileError",
         "FileTooLargeError", "FileAccessError", "MappingError", "PlatformUnavailableError",
         "RegionError", "FeatureDisabledError", "StaleFileError", "ClosedError", "HeapReadError",
+        "RegistrationError", "DeregistrationError", "ContextLoadError",
     ):
         assert issubclass(getattr(m, name), MapperError), name
     for name in ("FileMissingError", "NotARegularFileError", "EmptyFileError",
@@ -211,17 +219,25 @@ def test_error_tree():
     assert issubclass(m.RegionError, ValueError)
     assert issubclass(m.ClosedError, ValueError)
     assert not issubclass(m.FileCheckError, m.MappingError)
+    assert not issubclass(m.ContextLoadError, m.HeapReadError)
 
 
 PUBLIC_NAMES = [
-    "create_mapper", "load_weights", "Weights", "FaultPlan", "RetryPolicy", "stats",
-    "MapperStats", "shared_users", "MapperError",
+    "create_mapper", "load_context", "LoadedContext", "StageError", "STAGES", "UPSTREAM_FALLBACK_STAGES",
+    "load_weights", "Weights", "FaultPlan", "RetryPolicy", "stats", "MapperStats", "sweep_registrations",
+    "DmaBackend", "shared_users", "MapperError", "ContextLoadError", "RegistrationError",
+    "DeregistrationError",
 ]
 
 
-def test_public_api_is_exported_by_star_import():
-    """Every name the package docstring calls public is in __all__."""
+def test_public_api_is_exactly_all():
+    """Every name the package docstring calls public is in __all__, and __all__ names exactly
+    the public names the package defines (no private module, no stale name)."""
     import mapper_impl as m
 
     missing = [name for name in PUBLIC_NAMES if name not in m.__all__]
     assert not missing, missing
+    assert len(set(m.__all__)) == len(m.__all__)
+    assert all(hasattr(m, name) for name in m.__all__)
+    public = {n for n in vars(m) if not n.startswith("_") and n not in ("annotations", "os")}
+    assert public == set(m.__all__), public ^ set(m.__all__)

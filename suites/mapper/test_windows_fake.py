@@ -1,35 +1,31 @@
 """WindowsFileMapper against a fake kernel32 (runs anywhere); the real one: test_windows_real.py.
 
 The fake (`_fake_kernel32`) records every call, insists on 64-bit-safe ctypes declarations,
-clobbers the last error in CloseHandle and fails any API on demand; these tests check the
-alignment maths, the error mapping, that every handle and view is closed on every path, and
-the lifetime rule (close() never unmaps memory a caller still sees).
+clobbers the last error in CloseHandle and fails any API on demand; these tests check
+upstream's handle lifetime (one whole-file view, both handles closed right after it), that
+regions never call kernel32, the FILE_ID_INFO identity, the error mapping, the UTF-16 length
+of long paths, and the lifetime rule (close() never unmaps memory a caller still sees).
 """
 
 from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import sys
 
 import numpy as np
 import pytest
 from _fake_kernel32 import (
-    GRANULARITY,
     HANDLE_BASE,
-    FakeFile,
     FakeKernel32,
-    FakeMapping,
-    st_fits_by_handle_info,
     weights,
 )
 from mapper_support import (  # noqa: F401 (stats_guard: autouse fixture)
-    REFUSED_WINERRORS,
     assert_clean,
-    assert_refused_while_mapped,
+    data_address,
     settled_stats,
     stats_guard,
-    write_file,
 )
 
 from mapper_impl import (
@@ -38,13 +34,15 @@ from mapper_impl import (
     FileMissingError,
     MappingError,
     PlatformUnavailableError,
+    StaleFileError,
+    load_context,
     load_weights,
     shared_users,
     stats,
 )
 from mapper_impl import _windows as win
 from mapper_impl._common import identity_of_path
-from mapper_impl._windows import WindowsFileMapper, filetime_to_unix_ns, split_u64, win32_path
+from mapper_impl._windows import WindowsFileMapper, filetime_to_unix_ns, split_u64, utf16_units, win32_path
 
 
 @pytest.fixture
@@ -79,8 +77,10 @@ def test_every_function_declared_64bit_safe(fake, mapper):
     assert not fresh.CloseHandle.declared_safely()
 
 
-def test_open_flags_and_whole_file_view(fake, mapper, tmp_path):
-    """Read-only open that keeps writers out, whole-file PAGE_READONLY mapping, one view."""
+def test_upstream_sequence_one_view_then_both_handles_closed(fake, mapper, tmp_path):
+    """As upstream: read-only open (FILE_SHARE_READ), whole-file PAGE_READONLY mapping, ONE
+    MapViewOfFile of the whole file (offset 0, length 0), then CloseHandle on the mapping and
+    on the file: while mapped, no handle is open, only the view."""
     path = tmp_path / "model_qnn.bin"
     data = weights(path, 200_000, seed=1)
     mapped = mapper.map_file(str(path))
@@ -88,17 +88,41 @@ def test_open_flags_and_whole_file_view(fake, mapper, tmp_path):
     [(name, access, share, security, disposition, _, template)] = fake.args("CreateFileW")
     assert (name, access, share, security, disposition, template) == (
         str(path), win.GENERIC_READ, win.FILE_SHARE_READ, None, win.OPEN_EXISTING, None)
-    file = next(h for h, o in fake.handles.items() if isinstance(o, FakeFile))
-    [(file_arg, *rest)] = fake.args("CreateFileMappingW")
-    assert file_arg == file and rest == [None, win.PAGE_READONLY, 0, 0, None]
-    mapping = next(h for h, o in fake.handles.items() if isinstance(o, FakeMapping))
-    assert fake.args("MapViewOfFile") == [(mapping, win.FILE_MAP_READ, 0, 0, len(data))]
+    [(file, *rest)] = fake.args("CreateFileMappingW")
+    assert rest == [None, win.PAGE_READONLY, 0, 0, None]
+    [(mapping, *view_args)] = fake.args("MapViewOfFile")
+    assert view_args == [win.FILE_MAP_READ, 0, 0, 0]
+    names = fake.names()
+    assert names[names.index("MapViewOfFile"):] == ["MapViewOfFile", "CloseHandle", "CloseHandle"]
+    assert fake.args("CloseHandle") == [(mapping,), (file,)]  # mapping first, as upstream
+    assert not fake.handles and len(fake.views) == 1
+    assert mapped.base_address == next(iter(fake.views))
     assert mapped.close() is True
-    assert fake.names().count("UnmapViewOfFile") == 1 and not fake.handles
+    assert fake.names().count("UnmapViewOfFile") == 1 and not fake.views
+
+
+def test_regions_never_call_kernel32(fake, mapper, tmp_path):
+    """Regions are ``base + offset`` in the one view: 300 of them make no kernel32 call at all
+    (MapViewOfFile would even fail now), and each sits at the view's address + offset."""
+    path = tmp_path / "w.bin"
+    data = weights(path, 300_000, seed=2)
+    mapped = mapper.map_file(str(path))
+    calls = len(fake.calls)
+    fake.fail("MapViewOfFile", 8, times=1000)
+    base = next(iter(fake.views))
+    for i in range(300):
+        offset, size = (i * 997) % 299_000, 1 + i % 1000
+        region = mapped.region(offset, size)
+        assert bytes(region) == data[offset : offset + size]
+        assert data_address(region) == base + offset
+    assert len(fake.calls) == calls
+    del region
+    mapped.close()
 
 
 def test_granularity_comes_from_get_system_info(tmp_path):
-    """Region views align to GetSystemInfo's granularity, not a hard-coded 64 KiB."""
+    """The mapper reports GetSystemInfo's granularity, not a hard-coded 64 KiB; regions do not
+    depend on it (one view of the whole file, sliced)."""
     fake = FakeKernel32(granularity=128 * 1024)
     mapper = WindowsFileMapper(kernel32=fake, get_last_error=fake.get_last_error)
     assert mapper.allocation_granularity == 128 * 1024
@@ -106,31 +130,12 @@ def test_granularity_comes_from_get_system_info(tmp_path):
     data = weights(path, 300_000)
     mapped = mapper.map_file(str(path))
     assert bytes(mapped.region(200_000, 10)) == data[200_000:200_010]
-    assert fake.args("MapViewOfFile")[-1][2:] == (0, 131072, 200_000 - 131072 + 10)
+    assert [args[1:] for args in fake.args("MapViewOfFile")] == [(win.FILE_MAP_READ, 0, 0, 0)]
     mapped.close()
     gc.collect()
     fake.assert_all_closed()
     for view in fake.unmapped:  # each mmap holds a file handle: Windows could not clean tmp_path
         view.close()
-
-
-# -- alignment and offsets ------------------------------------------------------------------
-@pytest.mark.parametrize("offset", [0, 1, 65_535, 65_536, 65_537, 200_000, 299_999])
-def test_region_is_mapped_from_the_aligned_offset(fake, mapper, tmp_path, offset):
-    """MapViewOfFile gets the offset aligned down; the caller gets base + delta."""
-    path = tmp_path / "w.bin"
-    data = weights(path, 300_000, seed=2)
-    mapped = mapper.map_file(str(path))
-    size = min(1000, 300_000 - offset)
-    region = mapped.region(offset, size)
-    assert bytes(region) == data[offset : offset + size]  # base + delta
-    aligned = offset - offset % GRANULARITY
-    _, access, high, low, length = fake.args("MapViewOfFile")[-1]
-    assert (access, high, low, length) == (win.FILE_MAP_READ, 0, aligned, offset - aligned + size)
-    assert stats().live_views == 1
-    del region
-    assert stats().live_views == 0
-    mapped.close()
 
 
 @pytest.mark.parametrize(("value", "split"), [
@@ -150,8 +155,8 @@ def test_split_u64_refuses_out_of_range(value):
 
 @pytest.mark.skipif(sys.maxsize < 2**33, reason="needs a 64-bit address space")
 @pytest.mark.skipif(sys.platform == "win32", reason="NTFS files are not sparse by default")
-def test_region_past_4_gib_splits_the_offset(fake, mapper, tmp_path):
-    """A region past 4 GiB of a sparse file: high DWORD 1, low DWORD the aligned rest."""
+def test_region_past_4_gib_is_base_plus_offset(fake, mapper, tmp_path):
+    """A region past 4 GiB of a sparse 5 GiB file is base + a 64-bit offset in the one view."""
     path = tmp_path / "sparse.bin"
     offset = 4 * 2**30 + 70_000
     with open(path, "wb") as f:
@@ -160,7 +165,8 @@ def test_region_past_4_gib_splits_the_offset(fake, mapper, tmp_path):
         f.write(b"HELLO")
     mapped = mapper.map_file(str(path))
     assert bytes(mapped.region(offset, 5)) == b"HELLO"
-    assert fake.args("MapViewOfFile")[-1][2:] == (1, 65_536, 70_000 - 65_536 + 5)
+    assert data_address(mapped.region(offset, 5)) == mapped.base_address + offset
+    assert [args[2:] for args in fake.args("MapViewOfFile")] == [(0, 0, 0)]  # one whole view
     mapped.close()
 
 
@@ -172,18 +178,83 @@ def test_filetime_conversion():
     assert filetime_to_unix_ns(*split_u64(ticks)) == 1_700_000_000_123_456_700
 
 
-def test_identity_matches_os_stat_so_the_registry_shares(fake, mapper, tmp_path):
-    """The registry compares a mapping's identity with the mapper's identity_of_path (both
-    through GetFileInformationByHandle): they must agree, or no sharing. They also agree with
-    os.stat's where BY_HANDLE_FILE_INFORMATION can carry st_dev/st_ino."""
+def test_identity_is_file_id_info_and_matches_os_stat(fake, mapper, tmp_path):
+    """The identity is FILE_ID_INFO's 64-bit volume serial and 128-bit id (what os.stat reports
+    since Python 3.12; here the fake serves st_dev/st_ino), read for the mapping through the
+    FILE_SHARE_READ handle and for the registry's check through a fully shared one: both
+    agree, or no load would ever share a mapping."""
     path = tmp_path / "w.bin"
     weights(path, 150_000)
-    if not st_fits_by_handle_info(path):
-        pytest.skip("st_dev/st_ino wider than BY_HANDLE_FILE_INFORMATION (see the real test)")
     mapped = mapper.map_file(str(path))
-    assert mapped.identity == mapper.identity_of_path(str(path))
-    assert mapped.identity == identity_of_path(str(path))
+    st = os.stat(path)
+    assert (mapped.identity.device, mapped.identity.inode) == (st.st_dev, st.st_ino)
+    [(_, info_class, _, size)] = fake.args("GetFileInformationByHandleEx")
+    assert (info_class, size) == (win.FILE_ID_INFO_CLASS, ctypes.sizeof(win.FILE_ID_INFO)) == (18, 24)
+    assert mapped.identity == mapper.identity_of_path(str(path)) == identity_of_path(str(path))
+    assert [args[2] for args in fake.args("CreateFileW")] == [win.FILE_SHARE_READ, win.FILE_SHARE_ALL]
     mapped.verify()
+    mapped.close()
+
+
+def test_128bit_file_id_tells_apart_files_sharing_a_64bit_index(fake, mapper, tmp_path):
+    """ReFS (a Dev Drive): two files can share the 64-bit file index; FILE_ID_INFO's 128-bit id
+    differs. A file replaced by one with the same index, size, mtime and bytes is still seen as
+    another file (inode changed), and the registry maps it afresh."""
+    path = tmp_path / "w.bin"
+    weights(path, 70_000, seed=4)
+    key = str(path)
+    fake.ids[key] = (0x1234_5678_9ABC_DEF0, (7 << 64) | 42, 42)
+    first = load_weights(path, mapper=mapper)
+    assert first.path_taken == "mapped"
+    mapping = first._mapping
+    assert (mapping.identity.device, mapping.identity.inode) == (0x1234_5678_9ABC_DEF0, (7 << 64) | 42)
+    fake.ids[key] = (0x1234_5678_9ABC_DEF0, (9 << 64) | 42, 42)  # same 64-bit index
+    now = mapper.identity_of_path(key)
+    assert mapping.identity.describe_change(now).startswith("inode changed")
+    with pytest.raises(StaleFileError, match="inode changed"):
+        first.verify()
+    with load_weights(path, mapper=mapper) as second:
+        assert fake.names().count("CreateFileMappingW") == 2  # not served the old mapping
+        assert shared_users(key, mapper) == 1
+        assert bytes(second.buffer) == bytes(first.buffer)
+    first.close()
+
+
+def test_file_id_info_unsupported_falls_back_to_the_64bit_index(fake, mapper, tmp_path):
+    """Where FileIdInfo is unsupported (FAT, some redirectors: ERROR_INVALID_PARAMETER) the
+    identity falls back to the 32-bit serial and 64-bit index, as CPython's stat does, after
+    reading the error; the mapping and the registry's check agree, so loads still share."""
+    path = tmp_path / "w.bin"
+    data = weights(path, 50_000)
+    fake.fail("GetFileInformationByHandleEx", 87, times=100)
+    with load_weights(path, mapper=mapper) as first, load_weights(path, mapper=mapper) as second:
+        fake.assert_error_read_first("GetFileInformationByHandleEx")
+        st = os.stat(path)
+        identity = first._mapping.identity
+        assert (identity.device, identity.inode) == (st.st_dev & 0xFFFFFFFF, st.st_ino & (2**64 - 1))
+        assert fake.names().count("CreateFileMappingW") == 1 and shared_users(str(path), mapper) == 2
+        assert bytes(second.buffer) == data
+
+
+def test_verify_reads_the_identity_through_the_path(fake, mapper, tmp_path):
+    """No handle is kept, so verify() opens the path (fully shared) and compares: an in-place
+    rewrite (allowed: no handle keeps writers out) is a StaleFileError, and so is a removed
+    file (on Windows the mapped section refuses the removal; the fake's host allows it)."""
+    path = tmp_path / "w.bin"
+    data = weights(path, 90_000, seed=6)
+    mapped = mapper.map_file(str(path))
+    mapped.verify()
+    before = os.stat(path)
+    with open(path, "r+b") as f:
+        f.write(bytes(b ^ 0xFF for b in data[:16]))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with pytest.raises(StaleFileError, match="edge_hash changed"):
+        mapped.verify()
+    assert fake.args("CreateFileW")[-1][2] == win.FILE_SHARE_ALL
+    if sys.platform != "win32":  # the fake's own host mmap keeps a Windows host from removing it
+        os.remove(path)
+        with pytest.raises(StaleFileError, match="cannot read its identity now"):
+            mapped.verify()
     mapped.close()
 
 
@@ -219,7 +290,8 @@ def test_create_mapping_null_is_detected(fake, mapper, tmp_path, code):
 
 
 def test_map_view_failure_closes_mapping_and_file(fake, mapper, tmp_path):
-    """MapViewOfFile fails after both handles exist: both are closed, after the error read."""
+    """MapViewOfFile fails after both handles exist: both are closed (mapping, then file),
+    after the error read."""
     path = tmp_path / "w.bin"
     weights(path, 1000)
     fake.fail("MapViewOfFile", 8)
@@ -228,6 +300,8 @@ def test_map_view_failure_closes_mapping_and_file(fake, mapper, tmp_path):
     assert info.value.os_error == 8
     fake.assert_error_read_first("MapViewOfFile")
     assert fake.names()[-2:] == ["CloseHandle", "CloseHandle"]
+    [(file, *_)] = fake.args("CreateFileMappingW")
+    assert fake.args("CloseHandle")[-1] == (file,)
 
 
 @pytest.mark.parametrize("api", ["GetFileSizeEx", "GetFileInformationByHandle", "ReadFile"])
@@ -240,20 +314,6 @@ def test_identity_failure_closes_the_file(fake, mapper, tmp_path, api):
         mapper.map_file(str(path))
     assert info.value.os_error == 23
     fake.assert_error_read_first(api)
-
-
-def test_region_view_failure_keeps_the_mapping_usable(fake, mapper, tmp_path):
-    """A failed region view costs nothing: the next region request works."""
-    path = tmp_path / "w.bin"
-    data = weights(path, 300_000)
-    mapped = mapper.map_file(str(path))
-    fake.fail("MapViewOfFile", 1455)
-    with pytest.raises(MappingError) as info:
-        mapped.region(100_000, 10)
-    assert info.value.os_error == 1455
-    fake.assert_error_read_first("MapViewOfFile")
-    assert bytes(mapped.region(100_000, 10)) == data[100_000:100_010]
-    mapped.close()
 
 
 # -- paths ------------------------------------------------------------------------------------
@@ -278,6 +338,18 @@ def test_win32_path_prefixes_only_long_paths():
     assert win32_path("\\\\?\\" + long_dir) == "\\\\?\\" + long_dir
 
 
+def test_long_path_limit_counts_utf16_code_units():
+    """MAX_PATH counts UTF-16 code units: a character outside the BMP counts twice. 127
+    emoji make a 134-character path of 261 units, which needs the prefix; 126 make 259
+    units, which does not."""
+    assert utf16_units("a") == 1 and utf16_units("é") == 1 and utf16_units("🙂") == 2
+    for count, prefixed in ((126, False), (127, True)):
+        path = "C:\\" + "🙂" * count + ".bin"
+        assert len(path) < win.MAX_PATH
+        assert utf16_units(path) == 7 + 2 * count
+        assert win32_path(path).startswith("\\\\?\\") is prefixed, count
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="long tmp folders need LongPathsEnabled")
 def test_long_path_is_opened_with_the_prefix(fake, mapper, tmp_path):
     """A path longer than MAX_PATH reaches CreateFileW with the \\\\?\\ prefix."""
@@ -294,15 +366,15 @@ def test_long_path_is_opened_with_the_prefix(fake, mapper, tmp_path):
 
 # -- lifetime ---------------------------------------------------------------------------------
 def test_close_with_live_numpy_array_defers_the_unmap(fake, mapper, tmp_path):
-    """close() with a numpy array over the buffer: no UnmapViewOfFile, handles open, until
-    the array goes."""
+    """close() with a numpy array over the buffer: no UnmapViewOfFile until the array goes
+    (and no handle held meanwhile: the view alone keeps the mapping alive)."""
     path = tmp_path / "w.bin"
     data = weights(path, 100_000)
     loaded = load_weights(path, mapper=mapper)
     array = np.frombuffer(loaded.buffer, dtype=np.uint8)
     loaded.close()
     assert "UnmapViewOfFile" not in fake.names()
-    assert len(fake.handles) == 2  # the file stays open (writers kept out) while mapped
+    assert not fake.handles and len(fake.views) == 1
     assert stats().deferred_unmaps == 1
     assert array.tobytes() == data
     del array
@@ -310,17 +382,17 @@ def test_close_with_live_numpy_array_defers_the_unmap(fake, mapper, tmp_path):
     assert_clean()
 
 
-def test_region_view_keeps_the_handles_until_released(fake, mapper, tmp_path):
-    """A region view outliving close() keeps its view and both handles until released."""
+def test_region_outliving_close_keeps_the_view_until_released(fake, mapper, tmp_path):
+    """A region slice outliving close() keeps the whole view mapped (no handle) until it goes."""
     path = tmp_path / "w.bin"
     data = weights(path, 300_000)
     mapped = mapper.map_file(str(path))
     region = mapped.region(150_000, 100)
-    mapped.close()
-    assert len(fake.handles) == 2 and len(fake.views) == 1
+    assert mapped.close() is False
+    assert not fake.handles and len(fake.views) == 1
     assert bytes(region) == data[150_000:150_100]
     del region
-    assert not fake.handles and not fake.views
+    assert not fake.views and fake.names().count("UnmapViewOfFile") == 1
 
 
 def test_mapper_off_windows_needs_an_injected_kernel32(fake):
@@ -346,48 +418,75 @@ def test_load_weights_end_to_end(fake, mapper, tmp_path):
 
 
 def test_second_load_shares_the_mapping(fake, mapper, tmp_path):
-    """Two loads of one file share one mapping (one CreateFileMappingW); the second load's
-    identity check goes through the same handle API as the mapping (CreateFileW again)."""
+    """Two loads of one file share one mapping (one CreateFileMappingW, one view); the second
+    load's identity check goes through the same handle API as the mapping (CreateFileW again,
+    fully shared, closed at once)."""
     path = tmp_path / "model_qnn.bin"
     data = weights(path, 250_000, seed=3)
     with load_weights(path, mapper=mapper) as first, load_weights(path, mapper=mapper) as second:
         assert first.path_taken == second.path_taken == "mapped"
         assert bytes(second.buffer) == data and shared_users(str(path), mapper) == 2
-        assert fake.names().count("CreateFileMappingW") == 1
-        assert fake.names().count("CreateFileW") == 2
+        assert fake.names().count("CreateFileMappingW") == fake.names().count("MapViewOfFile") == 1
+        assert [args[2] for args in fake.args("CreateFileW")] == [win.FILE_SHARE_READ, win.FILE_SHARE_ALL]
+        assert not fake.handles
     assert_clean()
 
 
-@pytest.mark.parametrize(("failures", "taken", "attempts"), [(2, "mapped", 3), (3, "fallback", 3)])
-def test_map_view_failures_go_through_the_retry_policy(
-    fake, mapper, tmp_path, failures, taken, attempts
+@pytest.mark.parametrize(("failures", "max_attempts", "taken", "attempts"),
+                         [(1, 1, "fallback", 1), (2, 3, "mapped", 3), (3, 3, "fallback", 3)])
+def test_map_view_failures_fall_back_or_go_through_the_opt_in_retry(
+    fake, mapper, tmp_path, failures, max_attempts, taken, attempts
 ):
-    """Injected MapViewOfFile failures are retried, then fall back to the heap."""
+    """A MapViewOfFile failure falls back to the heap after one attempt by default; with the
+    opt-in retry it is retried first. Every failed attempt closes both handles."""
     path = tmp_path / "w.bin"
     data = weights(path, 20_000)
     fake.fail("MapViewOfFile", 1455, times=failures)
-    with load_weights(path, mapper=mapper, max_attempts=3) as loaded:
+    with load_weights(path, mapper=mapper, max_attempts=max_attempts) as loaded:
         assert (loaded.path_taken, loaded.attempts) == (taken, attempts)
-        assert len(loaded.errors) == failures
+        assert len(loaded.errors) == min(failures, max_attempts)
         assert all("MapViewOfFile failed: Windows error 1455" in e for e in loaded.errors)
         assert bytes(loaded.buffer) == data
+        assert not fake.handles
     assert_clean()
 
 
 def test_fault_plan_hooks(fake, mapper, tmp_path):
-    """FaultPlan's platform_unavailable, map and region faults act as on POSIX."""
+    """FaultPlan's platform_unavailable and map faults act as on POSIX, before or after the
+    open (whose handle is closed either way)."""
     path = tmp_path / "w.bin"
     data = weights(path, 20_000)
     plan = FaultPlan(platform_unavailable=True)
     with load_weights(path, mapper=mapper, faults=plan) as loaded:
         assert (loaded.path_taken, loaded.attempts) == ("fallback", 1)
     assert "CreateFileW" not in fake.names()
-    with load_weights(path, mapper=mapper, faults=FaultPlan(map_failures=1)) as loaded:
+    with load_weights(path, mapper=mapper, faults=FaultPlan(map_failures=1), max_attempts=2) as loaded:
         assert (loaded.path_taken, loaded.attempts) == ("mapped", 2)
         assert bytes(loaded.buffer) == data
-        assert fake.names().count("CreateFileW") == 2 and len(fake.handles) == 2
-    with load_weights(path, mapper=mapper, faults=FaultPlan(region_failures=1)) as loaded:
-        with pytest.raises(MappingError):
-            loaded.region(0, 10)
-        assert bytes(loaded.region(0, 10)) == data[:10]
+        assert fake.names().count("CreateFileW") == 2 and not fake.handles
+    assert_clean()
+
+
+@pytest.mark.parametrize("stage", ["map", "register", "create"])
+def test_load_context_over_the_windows_mapper(fake, mapper, tmp_path, stage):
+    """The whole pipeline over kernel32: a fault at each stage falls back to one direct read,
+    and every handle and view is gone after teardown."""
+    path = tmp_path / "w.bin"
+    data = weights(path, 80_000, seed=8)
+    plan = FaultPlan(**{f"{stage}_failures": 1})
+    regions = [(0, 100), (70_000, 10_000)]
+    seen = []
+
+    def create(w, views):
+        seen.append(w.path_taken)
+        return [bytes(v) for v in views]
+
+    with load_context(path, regions, create, disable_file_mapped_weights="0", faults=plan,
+                      mapper=mapper) as ctx:
+        assert (ctx.path_taken, ctx.fallback_stage) == ("fallback", stage)
+        assert ctx.value == [data[:100], data[70_000:]]
+        assert seen == (["mapped", "fallback"] if stage == "create" else ["fallback"])
+        assert not fake.handles and not fake.views  # the failed attempt's view is unmapped
+    with load_context(path, regions, create, disable_file_mapped_weights="0", mapper=mapper) as ctx:
+        assert ctx.path_taken == "mapped" and ctx.registered == 2 and len(fake.views) == 1
     assert_clean()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from qnn_support import qnn_skip_reason
 
 from harness.targets.qnn.device import (
     DeviceReport,
@@ -31,22 +32,9 @@ ROOT = Path(__file__).resolve().parents[2]
 ON_LINUX = sys.platform.startswith("linux")
 
 
-def _qnn_ready() -> str | None:
-    from harness.targets.qnn.ep import qnn_platform_supported
-
-    ok, why = qnn_platform_supported()
-    if not ok:
-        return why
-    try:
-        import onnxruntime_qnn  # noqa: F401
-    except ImportError:
-        return "onnxruntime-qnn is not installed"
-    return None
-
-
 @pytest.fixture(scope="module")
 def report() -> DeviceReport:
-    reason = _qnn_ready()
+    reason = qnn_skip_reason()
     if reason:
         pytest.skip(reason)
     return probe_device()
@@ -111,8 +99,8 @@ def test_doctor_text(report: DeviceReport) -> None:
 
 @pytest.mark.qnn
 def test_a_probe_over_its_time_limit_is_killed_and_reported() -> None:
-    if _qnn_ready():
-        pytest.skip(_qnn_ready())
+    if qnn_skip_reason():
+        pytest.skip(qnn_skip_reason())
     r = probe_device(timeout_s=0.05)
     assert not r.ep_registered and not r.is_device
     assert "did not finish in 0.05 s (killed)" in r.ep_error
@@ -122,8 +110,8 @@ def test_a_probe_over_its_time_limit_is_killed_and_reported() -> None:
 
 @pytest.mark.qnn
 def test_an_ep_library_ort_cannot_load_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    if _qnn_ready():
-        pytest.skip(_qnn_ready())
+    if qnn_skip_reason():
+        pytest.skip(qnn_skip_reason())
     shadow = tmp_path / "shadow" / "onnxruntime_qnn"
     shadow.mkdir(parents=True)
     missing = tmp_path / "libonnxruntime_providers_qnn_missing.so"

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from qnn_support import qnn_skip_reason
 
 from harness.targets.qnn.eplog import (
     EP_DISABLED_REASONS,
@@ -406,25 +407,12 @@ def test_read_log_segment_reads_between_offsets(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- the real EP
 
 
-def _qnn_ready() -> str | None:
-    from harness.targets.qnn.ep import qnn_platform_supported
-
-    ok, why = qnn_platform_supported()
-    if not ok:
-        return why
-    try:
-        import onnxruntime_qnn  # noqa: F401
-    except ImportError:
-        return "onnxruntime-qnn is not installed"
-    return None
-
-
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    reason = _qnn_ready()
+    reason = qnn_skip_reason()
     if reason:
         pytest.skip(reason)
-    from harness.targets.qnn.ep import compile_epcontext, make_qdq_model
+    from harness.targets.qnn.compile import compile_epcontext, make_qdq_model
 
     d = tmp_path_factory.mktemp("eplog")
     make_qdq_model(d / "m.onnx", 1 << 16)

@@ -8,24 +8,27 @@ feature is active and saves memory.
 from __future__ import annotations
 
 import json
-import platform
 import sys
 
 import pytest
+from qnn_support import qnn_skip_reason
 
 pytestmark = [pytest.mark.qnn, pytest.mark.memory]
 
-ON_DEVICE = sys.platform == "win32" and platform.machine().upper() in ("ARM64", "AARCH64")
+
+@pytest.fixture(scope="module")
+def on_device() -> bool:
+    """A QNN device as the EP reports it (NPU device, HTP usable, RPCMem loadable), not an OS guess."""
+    from harness.targets.qnn.device import device_skip_reason
+
+    return device_skip_reason() is None
 
 
 @pytest.fixture(autouse=True)
 def _needs_qnn():
-    pytest.importorskip("onnxruntime_qnn", reason="onnxruntime-qnn is not installed")
-    from harness.targets.qnn.ep import qnn_platform_supported
-
-    ok, why = qnn_platform_supported()
-    if not ok:
-        pytest.skip(why)
+    reason = qnn_skip_reason()
+    if reason:
+        pytest.skip(reason)
 
 
 def _rows_by_mode(outcome):
@@ -33,15 +36,22 @@ def _rows_by_mode(outcome):
     return {m: [r for r in rows if r.mode == m] for m in ("mapped", "heap")}
 
 
-def test_qnn_run_classifies_the_ep_path(run_harness):
+def test_qnn_run_classifies_the_ep_path(run_harness, on_device):
     outcome = run_harness("run", "--target", "qnn", "--model-size", "8MiB", "--processes", "2", "--quiet")
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr
     rows = _rows_by_mode(outcome)
     assert all(r.output_ok for rs in rows.values() for r in rs), [r.error for rs in rows.values() for r in rs]
-    if ON_DEVICE:
+    everyone = rows["mapped"] + rows["heap"]
+    assert all(r.ep_sessions for r in everyone), "every worker records its sessions' verdicts"
+    if on_device:
         assert {r.ep_file_mapping for r in rows["mapped"]} == {"active"}
         assert {r.ep_file_mapping for r in rows["heap"]} == {"disabled"}
-    else:
+    elif sys.platform.startswith("linux"):
+        assert {r.ep_sessions for r in everyone} == {"unavailable=1"}
+        assert {r.path_taken for r in everyone} == {"heap"}  # the gate: both modes read the .bin
+    else:  # Windows ARM64 without an NPU (hosted runner): a verdict, never "active" without evidence
+        assert "active" not in {r.ep_file_mapping for r in everyone}
+    if not on_device and sys.platform.startswith("linux"):
         assert {r.ep_file_mapping for r in rows["mapped"] + rows["heap"]} == {"unavailable"}
         assert all("only available on Windows arm64" in r.ep_log_tail for r in rows["mapped"])
         meta = json.loads((outcome.out / "metadata.json").read_text())
@@ -75,6 +85,8 @@ def test_embed_mode_and_shared_contexts(run_harness):
     rows = outcome.results()
     assert len(rows) == 2 and all(r.output_ok for r in rows)
     assert all(r.sessions_per_process == 2 for r in rows)
+    if sys.platform.startswith("linux"):  # the platform gate, seen in each session's own log slice
+        assert {r.ep_sessions for r in rows} == {"unavailable=2"}
 
 
 def test_qnn_dynamic_shape_model_is_a_clear_error(run_harness, tmp_path):

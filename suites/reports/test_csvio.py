@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -132,3 +133,5 @@ def test_readme_tables_follow_the_schema():
     for name in [*columns(ResultRow), *columns(SummaryRow), *LONG_DTYPES]:
         assert f"| `{name}` |" in text
     assert "| `uss_bytes` | Int64 | bytes |" in text
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert text in readme, "README column tables are stale: paste `python -m reports.readme` into README.md"

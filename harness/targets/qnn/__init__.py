@@ -10,7 +10,6 @@ On Linux x86_64 the HTP backend runs in a simulator and the EP reports the featu
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from harness.core.schema import disable_flag
 from harness.targets.base import LiveSessions, Prepared, Target, TargetOption
@@ -61,24 +60,33 @@ class QnnTarget(Target):
         return qnn_versions()
 
     def create_sessions(self, spec, model, record) -> LiveSessions:
+        """M sessions, each with its own EP verdict read from its own slice of the worker's log
+        (the log file the parent pointed stderr at): how many sessions took each path, not
+        only the worst."""
         import onnxruntime as ort
 
         from .ep import qnn_session_options
-        from .eplog import classify_ep_log
+        from .eplog import LogSegment, aggregate, classify_session
 
         options = spec.options
+        flag = disable_flag(spec.mode)
+        ort.set_default_logger_severity(1)  # some EP lines go through ORT's default logger
         live = LiveSessions()
+        verdicts = []
         t0 = time.perf_counter()
         for _ in range(spec.sessions):
-            so = qnn_session_options(disable_file_mapped_weights=disable_flag(spec.mode),
+            so = qnn_session_options(disable_file_mapped_weights=flag,
                                      share_ep_contexts=bool(options.get("share_ep_contexts")),
                                      backend_type=options.get("backend_type", "htp"))
-            live.sessions.append(ort.InferenceSession(options["onnx"], so))
+            with LogSegment(spec.log_path) as segment:
+                live.sessions.append(ort.InferenceSession(options["onnx"], so))
+            verdicts.append(classify_session(segment.text(), disable_file_mapped_weights=flag))
         record.create_s = time.perf_counter() - t0
         record.load_s = 0.0  # the EP maps or reads the context binary inside session creation
-        record.ep_file_mapping, record.ep_log_tail = classify_ep_log(
-            _read_text(spec.log_path), disable_file_mapped_weights=disable_flag(spec.mode))
-        record.path_taken = {"active": "mapped", "retried": "fallback"}.get(record.ep_file_mapping, "heap")
+        worker = aggregate(verdicts)
+        record.ep_file_mapping, record.ep_log_tail = worker.state, worker.evidence or worker.reason
+        record.ep_sessions, record.ep_reason = worker.counts_text(), worker.reason
+        record.path_taken = path_taken(worker.state, worker.counts)
         record.weights_bytes = spec.weights_bytes or model.weights_bytes
         return live
 
@@ -93,11 +101,17 @@ class QnnTarget(Target):
         return True, ""
 
 
-def _read_text(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
+def path_taken(state: str, counts: dict[str, int]) -> str:
+    """How the weights were loaded, from the EP's own verdicts: "mapped" only when every
+    session was active, "fallback" when any retried with a direct read, "unknown" without
+    evidence, "heap" otherwise (option 1, platform gate, the EP's own policy)."""
+    if counts.get("retried"):
+        return "fallback"
+    if state == "active":
+        return "mapped"
+    if state == "unknown":
+        return "unknown"
+    return "heap"
 
 
 TARGET = QnnTarget()

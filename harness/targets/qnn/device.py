@@ -360,8 +360,9 @@ def _child(workdir: Path) -> int:
     try:
         import onnxruntime as ort
 
+        from harness.targets.qnn import compile as comp
         from harness.targets.qnn import ep
-    except Exception as err:  # noqa: BLE001 - any import problem is a finding
+    except Exception as err:  # any import problem is a finding
         d["ep_error"] = f"cannot import onnxruntime / the qnn target: {type(err).__name__}: {err}"
         rec.save()
         return 0
@@ -373,7 +374,7 @@ def _child(workdir: Path) -> int:
     try:
         used = ep.register_qnn_ep()
         d["ep_registered"] = True
-    except Exception as err:  # noqa: BLE001 - QnnUnavailableError and ORT's own failures
+    except Exception as err:  # QnnUnavailableError and ORT's own failures
         d["ep_error"] = str(err)
     qnn = [x for x in ort.get_ep_devices() if x.ep_name == ep.EP_NAME]
     d["ep_library"] = next((x.ep_metadata.get("library_path") for x in qnn if "library_path" in x.ep_metadata), None)
@@ -381,7 +382,7 @@ def _child(workdir: Path) -> int:
     rec.timed("register", t0)
     if d.get("ep_registered"):
         d["device_type"] = used[0].device.type.name  # the device the harness's sessions use
-        _child_htp(rec, ep, workdir)
+        _child_htp(rec, ep, comp, workdir)
     rec.step("done")
     return 0
 
@@ -399,21 +400,21 @@ def _device_dict(x) -> dict:
     }
 
 
-def _child_htp(rec: _Record, ep, workdir: Path) -> None:
+def _child_htp(rec: _Record, ep, comp, workdir: Path) -> None:
     import onnxruntime as ort
 
     d = rec.data
     rec.step("compile")
     t0 = time.perf_counter()
     try:
-        info = ep.make_qdq_model(workdir / "probe.onnx", PROBE_WEIGHTS)
+        info = comp.make_qdq_model(workdir / "probe.onnx", PROBE_WEIGHTS)
         d["model"] = f"{info['dim']}x{info['dim']} uint8 QDQ MatMul"
-        compiled = ep.compile_epcontext(workdir / "probe.onnx", workdir / "ctx")
-    except Exception as err:  # noqa: BLE001 - the backend's failure is the finding
+        compiled = comp.compile_epcontext(workdir / "probe.onnx", workdir / "ctx")
+    except Exception as err:  # the backend's failure is the finding
         d["compile_error"] = f"compiling for HTP failed: {err}"
         return
     rec.timed("compile", t0)
-    feeds = ep.make_feeds(info)
+    feeds = comp.make_feeds(info)
     rec.step("session")
     t0 = time.perf_counter()
     # some EP messages go through ORT's default logger, not the session's: show those too
@@ -425,7 +426,7 @@ def _child_htp(rec: _Record, ep, workdir: Path) -> None:
             str(compiled.onnx_path), ep.qnn_session_options(disable_file_mapped_weights="0", log_severity=0)
         )
         d["session_ok"] = True
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         d["session_error"] = f"loading the compiled model failed: {err}"
         return
     finally:
@@ -437,9 +438,9 @@ def _child_htp(rec: _Record, ep, workdir: Path) -> None:
     try:
         out = session.run(None, feeds)[0]
         d["run_ok"] = True
-        ref = ep.reference_output(workdir / "probe.onnx", feeds)
+        ref = comp.reference_output(workdir / "probe.onnx", feeds)
         d["output"] = ep.compare_outputs(out, ref, quant_step=info["output_scale"])
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         d["run_error"] = f"running the compiled model failed: {err}"
     rec.timed("run", t0)
 

@@ -54,10 +54,9 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from harness.core.schema import EP_STATES, MAPPED_STATES
+
 OPTION_VALUES = ("0", "1")  # disable_file_mapped_weights: "1" turns the feature off
-EP_STATES = ("active", "retried", "disabled", "ep-disabled", "unavailable", "unknown")
-#: the only state a summary or gate may count as "weights came from the mapping"
-MAPPED_STATES = ("active",)
 #: inside one session's segment: the first state whose evidence is present wins
 PRECEDENCE = ("unavailable", "disabled", "retried", "ep-disabled", "active", "unknown")
 #: across a worker's sessions, worst first: no evidence (nothing can be ruled out, not even a

@@ -1,0 +1,293 @@
+"""DMA registration of weight regions: upstream registers each region it hands QNN with the
+RPCMem (FastRPC) library and deregisters it at release and teardown. This module keeps that
+contract: register a region, deregister it, keep a failed deregistration and retry it at
+teardown sweeps, and count every registration in `stats()`.
+
+What backs a registration (`DmaBackend`):
+
+- ``"bookkeeping"`` (the default): the registration is recorded, nothing else. There is no
+  NPU or RPCMem off a Snapdragon device, and everything the pipeline decides (which stage
+  failed, what is deregistered when, what a leak looks like) lives in the bookkeeping.
+- ``"mlock"`` (opt-in, POSIX): the closest real analogue of importing a buffer for DMA, locking
+  its pages in memory, bounded by ``RLIMIT_MEMLOCK`` (a real "cannot register" that the OS
+  decides). Not the default because locking faults in every page of every region at
+  registration: a mapped load would then pay the whole file's reads at session creation and
+  hold it resident, which changes exactly the init-time and memory figures the harness
+  measures, and a modest RLIMIT_MEMLOCK (8 MiB by default on many distributions) would make
+  every real model fail registration.
+
+Per context (`DmaRegistrations`, one per `load_context`), as upstream's registrations belong
+to the backend manager that made them: a context's teardown deregisters only its own, so one
+session's faults never touch another's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import mmap
+import os
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from ._common import DeregistrationError, PlatformUnavailableError, RegistrationError
+from ._faults import FaultCursor
+from ._stats import COUNTERS
+
+_TOKENS = itertools.count(1)  # upstream gets an fd per registration; we hand out a token
+
+
+class DmaBackend(ABC):
+    """How a registration is realised. Raise OSError on failure (the layer above turns it into
+    RegistrationError / DeregistrationError: OS errors become domain errors at this boundary)."""
+
+    name: str
+
+    @abstractmethod
+    def register(self, address: int, size: int) -> None:
+        """Make ``[address, address+size)`` available for DMA."""
+
+    @abstractmethod
+    def deregister(self, address: int, size: int) -> None:
+        """Undo one `register` of exactly this range."""
+
+
+class BookkeepingBackend(DmaBackend):
+    """Records registrations only (see the module docstring for why it is the default)."""
+
+    name = "bookkeeping"
+
+    def register(self, address: int, size: int) -> None:
+        return None
+
+    def deregister(self, address: int, size: int) -> None:
+        return None
+
+
+class MlockBackend(DmaBackend):
+    """``mlock``/``munlock`` over libc, with a per-page reference count: the kernel does not
+    count locks, so two regions sharing a page (adjacent weights) must not unlock it for each
+    other. Bounded by RLIMIT_MEMLOCK unless the process has CAP_IPC_LOCK."""
+
+    name = "mlock"
+
+    def __init__(self) -> None:
+        if os.name == "nt":
+            raise PlatformUnavailableError("the mlock DMA backend is POSIX only")
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._mlock, self._munlock = libc.mlock, libc.munlock
+        for fn in (self._mlock, self._munlock):
+            fn.argtypes, fn.restype = (ctypes.c_void_p, ctypes.c_size_t), ctypes.c_int
+        self._page = mmap.PAGESIZE
+        self._pages: dict[int, int] = {}  # page number -> registrations holding it
+        self._lock = threading.Lock()
+
+    def _page_range(self, address: int, size: int) -> range:
+        return range(address // self._page, (address + size - 1) // self._page + 1)
+
+    def _runs(self, pages: list[int]) -> list[tuple[int, int]]:
+        """Consecutive page numbers as (address, length) runs: one syscall per run."""
+        runs: list[tuple[int, int]] = []
+        for page in pages:
+            if runs and runs[-1][0] + runs[-1][1] == page * self._page:
+                runs[-1] = (runs[-1][0], runs[-1][1] + self._page)
+            else:
+                runs.append((page * self._page, self._page))
+        return runs
+
+    def _call(self, fn, address: int, length: int) -> None:
+        if fn(address, length) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"{fn.__name__}: {os.strerror(code)}")
+
+    def register(self, address: int, size: int) -> None:
+        with self._lock:
+            pages = list(self._page_range(address, size))
+            new = [p for p in pages if p not in self._pages]
+            locked: list[tuple[int, int]] = []
+            try:
+                for run in self._runs(new):
+                    self._call(self._mlock, *run)
+                    locked.append(run)
+            except OSError:
+                for run in locked:  # all or nothing: a failed registration holds no page
+                    self._munlock(*run)
+                raise
+            for page in pages:
+                self._pages[page] = self._pages.get(page, 0) + 1
+
+    def deregister(self, address: int, size: int) -> None:
+        with self._lock:
+            pages = list(self._page_range(address, size))
+            last = [p for p in pages if self._pages.get(p) == 1]
+            for run in self._runs(last):
+                self._call(self._munlock, *run)
+            for page in pages:
+                count = self._pages.get(page, 0) - 1
+                if count > 0:
+                    self._pages[page] = count
+                else:
+                    self._pages.pop(page, None)
+
+
+BACKENDS = ("bookkeeping", "mlock")
+_shared: dict[str, DmaBackend] = {}
+_shared_lock = threading.Lock()
+
+
+def get_backend(backend: str | DmaBackend) -> DmaBackend:
+    """The process's backend for a name (one per process: page counts must be shared by every
+    context), or ``backend`` itself if it already is one."""
+    if isinstance(backend, DmaBackend):
+        return backend
+    if backend not in BACKENDS:
+        raise ValueError(f"dma_backend must be one of {', '.join(BACKENDS)} or a DmaBackend, got {backend!r}")
+    with _shared_lock:
+        if backend not in _shared:
+            _shared[backend] = BookkeepingBackend() if backend == "bookkeeping" else MlockBackend()
+        return _shared[backend]
+
+
+@dataclass(eq=False)
+class Registration:
+    """One registered region. ``view`` pins the region's memory while it is registered (a
+    failed deregistration must not let the mapping be unmapped under the DMA engine)."""
+
+    token: int
+    path: str
+    offset: int
+    size: int
+    address: int
+    view: memoryview | None = field(default=None, repr=False)
+
+
+class DmaRegistrations:
+    """One context's registrations: live ones, and failed deregistrations kept for a sweep."""
+
+    def __init__(self, path: str, backend: DmaBackend, faults: FaultCursor | None = None) -> None:
+        self.path = path
+        self.backend = backend
+        self._faults = faults
+        self._lock = threading.Lock()
+        self._live: dict[int, Registration] = {}
+        self._pending: dict[int, Registration] = {}
+
+    @property
+    def live(self) -> int:
+        """Registered and not asked to deregister (pending ones excluded)."""
+        with self._lock:
+            return len(self._live)
+
+    @property
+    def pending(self) -> int:
+        """Failed deregistrations waiting for a sweep."""
+        with self._lock:
+            return len(self._pending)
+
+    def register(self, view: memoryview, offset: int, address: int) -> Registration:
+        """Register one region; RegistrationError (the attempt fails) if it cannot be."""
+        size = len(view)
+        try:
+            if self._faults is not None:
+                self._faults.before_register()
+            self.backend.register(address, size)
+        except OSError as err:
+            raise RegistrationError(
+                f"Failed to register DMA data mapping to RPCMEM: {self.path} "
+                f"[{offset}, {offset + size}) at {address:#x} ({err})"
+            ) from err
+        reg = Registration(next(_TOKENS), self.path, offset, size, address, view)
+        with self._lock:
+            self._live[reg.token] = reg
+        COUNTERS.add(dma_registrations=1, dma_registered_bytes=size)
+        return reg
+
+    def _try_deregister(self, reg: Registration) -> DeregistrationError | None:
+        try:
+            if self._faults is not None:
+                self._faults.before_deregister()
+            self.backend.deregister(reg.address, reg.size)
+        except OSError as err:
+            return DeregistrationError(f"Failed to deregister buffer from RPCMEM: {reg.address:#x} "
+                                       f"({self.path} [{reg.offset}, {reg.offset + reg.size}): {err})")
+        return None
+
+    def release(self, reg: Registration) -> DeregistrationError | None:
+        """Deregister ``reg`` (upstream's release callback). A registration this context does
+        not hold (never registered, already released) succeeds as a no-op; a failure keeps it
+        registered and pending, and is returned (not raised: teardown must go on)."""
+        with self._lock:
+            if self._live.pop(reg.token, None) is None:
+                return None
+        error = self._try_deregister(reg)
+        if error is None:
+            self._forget(reg)
+        else:
+            with self._lock:
+                self._pending[reg.token] = reg
+            COUNTERS.add(dma_pending_deregistrations=1)
+        return error
+
+    def _forget(self, reg: Registration) -> None:
+        reg.view = None
+        COUNTERS.add(dma_registrations=-1, dma_registered_bytes=-reg.size)
+
+    def release_all(self) -> list[DeregistrationError]:
+        """Deregister every live registration (a failed attempt's cleanup, or teardown)."""
+        with self._lock:
+            regs = list(self._live.values())
+        return [e for e in map(self.release, regs) if e is not None]
+
+    def sweep(self) -> list[DeregistrationError]:
+        """Retry every pending deregistration once; those that fail again stay pending."""
+        with self._lock:  # claim them: a concurrent sweep (another context's) skips them
+            regs = list(self._pending.values())
+            self._pending.clear()
+        errors = []
+        for reg in regs:
+            error = self._try_deregister(reg)
+            if error is not None:
+                errors.append(error)
+                with self._lock:
+                    self._pending[reg.token] = reg
+                continue
+            COUNTERS.add(dma_pending_deregistrations=-1)
+            self._forget(reg)
+        return errors
+
+    def teardown(self) -> list[DeregistrationError]:
+        """Deregister everything, then sweep the failures (this teardown's and earlier ones)."""
+        return self.release_all() + self.sweep()
+
+
+# Registrations whose context is gone (torn down or failed) but which still hold failed
+# deregistrations: every later teardown sweeps them again, as upstream retries at teardown.
+_unswept: list[DmaRegistrations] = []
+_unswept_lock = threading.Lock()
+
+
+def keep_for_later_sweeps(dma: DmaRegistrations) -> None:
+    """Remember ``dma`` if it still has pending deregistrations."""
+    if dma.pending:
+        with _unswept_lock:
+            if not any(d is dma for d in _unswept):
+                _unswept.append(dma)
+
+
+def sweep_registrations() -> int:
+    """Retry every pending deregistration left by contexts that are gone (torn down, dropped or
+    failed) once, each with its own load's fault cursor so outcomes stay per load; returns how
+    many are still pending. Every teardown runs it; call it to sweep without one."""
+    return sweep_unswept()
+
+
+def sweep_unswept(*, skip: tuple[DmaRegistrations, ...] = ()) -> int:
+    """`sweep_registrations`, except for ``skip`` (a context that swept its own already)."""
+    with _unswept_lock:
+        todo = [d for d in _unswept if not any(d is s for s in skip)]
+    for dma in todo:
+        dma.sweep()
+    with _unswept_lock:
+        _unswept[:] = [d for d in _unswept if d.pending]
+        return sum(d.pending for d in _unswept)

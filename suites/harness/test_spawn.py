@@ -1,0 +1,82 @@
+"""The process the harness measures is the worker itself.
+
+In a Windows venv ``sys.executable`` is a launcher that starts the real interpreter as a child:
+sampling ``Popen.pid`` would measure the 1-2 MB launcher. The harness starts workers the way
+CPython's multiprocessing does (the base interpreter with ``__PYVENV_LAUNCHER__``), samples the
+pid each worker reports for itself, and only after checking it is the spawned process or one of
+its children. The Windows rule is a pure function, tested here on every OS; the Windows CI lanes
+run it for real with a gate on private bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness.runner.spawn import harness_identity, worker_interpreter, worker_pid_in_tree
+
+
+def test_windows_venv_starts_the_base_interpreter_with_the_launcher_variable():
+    exe, env = worker_interpreter(r"C:\p\.venv\Scripts\python.exe", r"C:\Python311\python.exe", "win32",
+                                  {"PATH": "x"})
+    assert exe == r"C:\Python311\python.exe"
+    assert env == {"PATH": "x", "__PYVENV_LAUNCHER__": r"C:\p\.venv\Scripts\python.exe"}
+
+
+@pytest.mark.parametrize(("exe", "base", "platform"), [
+    (r"C:\Python311\python.exe", r"C:\Python311\python.exe", "win32"),  # no venv
+    (r"C:\Python311\PYTHON.EXE", r"c:\python311\python.exe", "win32"),  # same file, other case
+    ("/work/.venv/bin/python", "/usr/bin/python3.11", "linux"),  # POSIX venvs have no launcher
+])
+def test_no_launcher_no_change(exe, base, platform):
+    assert worker_interpreter(exe, base, platform, {}) == (exe, None)
+
+
+def test_a_reported_pid_is_sampled_only_inside_the_spawned_tree():
+    child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
+                              "print(p.pid, flush=True); time.sleep(30)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        grandchild = int(child.stdout.readline())
+        assert worker_pid_in_tree(child.pid, child.pid)
+        assert worker_pid_in_tree(child.pid, grandchild)  # a launcher in between: its child is ours
+        assert not worker_pid_in_tree(child.pid, os.getpid())
+        assert not worker_pid_in_tree(grandchild, child.pid)
+    finally:
+        import psutil
+
+        for proc in psutil.Process(child.pid).children(recursive=True):
+            proc.kill()
+        child.kill()
+        child.wait()
+        child.stdout.close()
+
+
+def test_harness_identity_is_pid_and_creation_time():
+    import psutil
+
+    pid, created = harness_identity()
+    assert pid == os.getpid() and created == psutil.Process().create_time()
+
+
+@pytest.mark.memory
+def test_the_sampled_pid_is_the_workers_own(run_harness):
+    """Every row's pid is the pid the worker reported for itself from inside (os.getpid()),
+    and each is a distinct process that is not the harness."""
+    outcome = run_harness("run", "--model-size", "8MiB", "--processes", "2", "--quiet", "--no-report",
+                          check_exit=0)
+    rows = outcome.results()
+    reported = {}
+    for path in (outcome.out / "workers").glob("*/w*.result.json"):
+        group = path.parent.name
+        reported[(group, int(path.name[1:].split(".")[0]))] = json.loads(path.read_text())["pid"]
+    assert len(reported) == len(rows) == 4
+    for row in rows:
+        assert row.pid == reported[(f"cpu-{row.mode}-n2-r0", row.worker)]
+        assert row.uss_bytes and row.uss_bytes > 5 * 1024**2, "a real Python + ORT worker, not a launcher"
+    assert len({r.pid for r in rows}) == 4
