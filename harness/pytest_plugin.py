@@ -468,13 +468,18 @@ class SessionRecorder:
         if not self.controller:
             return
         from harness.cli import render_test_session
+        from harness.core.errors import InputError
 
         records, counts = self.test_records()
         folders = list(dict.fromkeys(r.folder for r in records if r.folder))
-        path = render_test_session(folders, self.report_dir / REPORT, records, counts)
         terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+        try:
+            path = render_test_session(folders, self.report_dir / REPORT, records, counts)
+            line = f"qnn-fmw-harness: {len(folders)} run(s), report: {path}"
+        except (InputError, OSError) as err:  # the session's own outcome must survive a bad --report-dir
+            line = f"qnn-fmw-harness: no report rendered: {err}"
         if terminal is not None:
-            terminal.write_line(f"qnn-fmw-harness: {len(folders)} run(s), report: {path}")
+            terminal.write_line(line)
 
 
 def _rename_run(folder: Path) -> None:
