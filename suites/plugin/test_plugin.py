@@ -203,3 +203,13 @@ def test_device_and_slow_markers_skip_with_their_reason(project):
         assert "not a QNN device: " in result.stdout.str()  # the probe's own reason
     assert "slow measurement: run with -m slow" in result.stdout.str()
     run_pytest(project, "-m", "slow").assert_outcomes(passed=1, deselected=1)
+
+
+def test_a_report_that_cannot_be_written_does_not_break_the_session(project, tmp_path):
+    project.makepyfile(test_ok="def test_ok():\n    pass\n")
+    report_dir = tmp_path / "rd"
+    (report_dir / "report.html").mkdir(parents=True)  # something that is not a file is in the way
+    result = run_pytest(project, "--report-dir", str(report_dir))
+    result.assert_outcomes(passed=1)
+    assert result.ret == 0 and "INTERNALERROR" not in result.stdout.str()
+    assert "qnn-fmw-harness: no report rendered:" in result.stdout.str()
