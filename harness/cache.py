@@ -24,6 +24,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -187,3 +188,65 @@ def cached_build(folder: Path, build: Callable[[Path], None], load: Callable[[Pa
     finally:
         if scratch.exists():
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+@dataclass
+class CacheEntry:
+    """One published entry of the cache (a model folder), for ``harness cache info``."""
+
+    path: Path
+    bytes: int
+    files: int
+    modified: float
+
+
+def _folder_size(folder: Path) -> tuple[int, int]:
+    total = files = 0
+    for root, _dirs, names in os.walk(folder):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+                files += 1
+            except OSError:
+                pass  # removed while we looked
+    return total, files
+
+
+def cache_entries(cache_dir: Path | None = None) -> list[CacheEntry]:
+    """Published entries (not scratch), largest first; [] when the cache does not exist."""
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    try:
+        children = [p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(SCRATCH_PREFIX)]
+    except OSError:
+        return []
+    entries = []
+    for child in children:
+        size, files = _folder_size(child)
+        try:
+            modified = child.stat().st_mtime
+        except OSError:
+            continue
+        entries.append(CacheEntry(child, size, files, modified))
+    return sorted(entries, key=lambda e: (-e.bytes, e.path.name))
+
+
+def clear_cache(cache_dir: Path | None = None) -> tuple[list[CacheEntry], list[tuple[Path, str]]]:
+    """Remove every entry and the scratch of dead builds: (removed, [(kept, why)]).
+
+    Each entry is renamed aside first (one atomic step: a concurrent run then rebuilds it
+    instead of reading half a folder), then deleted. A build in progress (live scratch) is
+    left alone. On Windows a model still mapped by a running worker cannot be deleted: it is
+    kept and named."""
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    removed, kept = [], []
+    for entry in cache_entries(folder):
+        trash = entry.path.with_name(f"{SCRATCH_PREFIX}{entry.path.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}-trash")
+        try:
+            os.rename(entry.path, trash)
+        except OSError as err:
+            kept.append((entry.path, err.strerror or str(err)))
+            continue
+        shutil.rmtree(trash, ignore_errors=True)
+        removed.append(entry)
+    remove_stale_scratch(folder)
+    return removed, kept

@@ -112,8 +112,10 @@ def print_judgement(console: Any, judgement: Any, *, outcomes: bool = False) -> 
         console.print(table)
     for line in note_lines(judgement):
         console.print(line)
+    from harness.core.headline import headline_sentence
     from harness.core.verdict import gates_summary_line
 
     for line in [*judgement.gate_lines(), gates_summary_line([judgement])]:
         console.print(line)
+    console.print(headline_sentence(judgement))
     console.print(judgement.verdict_line())

@@ -152,9 +152,11 @@ def matmul_chain_dims(weights_bytes: int) -> tuple[int, int]:
     return 128, max(1, round(weights_bytes / (128 * 128 * 4)))
 
 
-def generated_matmul_chain(weights_bytes: int, *, seed: int = 0, cache_dir: Path | None = None) -> PreparedModel:
+def generated_matmul_chain(weights_bytes: int, *, seed: int = 0, cache_dir: Path | None = None,
+                           on_bytes=None) -> PreparedModel:
     """An fp32 chain y = x W1 W2 ... WL with random weights scaled by 1/sqrt(D), so values
-    stay O(1) through the chain and the reference check is meaningful."""
+    stay O(1) through the chain and the reference check is meaningful. ``on_bytes(done,
+    total)`` hears how much of the weights file is written (progress display)."""
     width, layers = matmul_chain_dims(weights_bytes)
     folder = (cache_dir or default_cache_dir()) / f"matmul-chain-d{width}-l{layers}-s{seed}"
 
@@ -175,6 +177,8 @@ def generated_matmul_chain(weights_bytes: int, *, seed: int = 0, cache_dir: Path
                 protos.append(_external_tensor_proto(f"W{i}", TensorProto.FLOAT, [width, width], offset, w.nbytes))
                 nodes.append(helper.make_node("MatMul", ["x" if i == 0 else f"h{i - 1}", f"W{i}"],
                                               ["y" if i == layers - 1 else f"h{i}"]))
+                if on_bytes is not None:
+                    on_bytes((i + 1) * w.nbytes, layers * w.nbytes)
         graph = helper.make_graph(
             nodes, "matmul_chain",
             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
@@ -447,4 +451,5 @@ def prepare_cpu_model(opts: Any, progress: Any) -> PreparedModel:
     the generated fp32 chain."""
     if opts.model is not None:
         return prepare_user_model(opts.model, opts.shapes, cache_dir=opts.cache_dir)
-    return generated_matmul_chain(opts.model_size, cache_dir=opts.cache_dir)
+    return generated_matmul_chain(opts.model_size, cache_dir=opts.cache_dir,
+                                  on_bytes=getattr(progress, "bytes_written", None))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from harness.core.errors import InputError
 from harness.core.schema import MODES, SummaryRow
-from harness.core.summary import PAIR_METRICS, headline, headline_with_reasons
+from harness.core.summary import OTHER_METRICS, PAIR_METRICS, RATIO_COLUMNS, headline, headline_with_reasons
 from harness.core.units import parse_size
 
 OPS: dict[str, Callable[[float, float], bool]] = {
@@ -115,7 +115,7 @@ def _number(text: str, expr: str) -> float:
     try:
         return float(parse_size(text))
     except InputError:
-        raise _bad(expr, f"{text!r} is not a number (units allowed: KiB MiB GiB ms s)") from None
+        raise _bad(expr, f"{text!r} is not a number (units allowed: KiB..TiB, KB..TB, ms, s)") from None
 
 
 def _bad(expr: str, why: str) -> InputError:
@@ -227,3 +227,17 @@ def evaluate_gate(gate: Gate, values: dict[str, float | int | None],
 def evaluate(gates: Iterable[Gate], values: dict[str, float | int | None],
              reasons: dict[str, str] | None = None) -> list[GateResult]:
     return [evaluate_gate(g, values, reasons) for g in gates]
+
+
+def metrics_epilog() -> str:
+    """The gate metrics, one a line with what each means (for run --help and report --help)."""
+    lines = ["gate metrics (headline values at the largest N x M measured in both modes, median over repeats):"]
+    for name, column in RATIO_COLUMNS.items():
+        lines.append(f"  {name:24} mapped/heap of summary column {column}")
+    for name, text in OTHER_METRICS.items():
+        lines.append(f"  {name:24} {text}")
+    for name in RUN_FACTS:
+        lines.append(f"  {name:24} size of the weights file (bytes; units allowed in gates: 128MiB)")
+    lines.append("gate syntax: METRIC OP NUMBER [if METRIC OP NUMBER [and ...]], e.g. "
+                 "'mapped_uss_ratio<=0.5 if processes>=2'")
+    return "\n".join(lines)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,12 @@ POLL_S = 0.02
 RELEASE_TIMEOUT_S = 60.0
 KILL_WAIT_S = 10.0
 STDERR_TAIL_LINES = 5
+#: on_event(worker index, state, detail): the progress display's view of a group.
+EventCallback = Callable[[int, str, str], None]
+
+
+def _no_event(worker: int, state: str, detail: str = "") -> None:
+    pass
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -123,7 +130,7 @@ def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob) -> _Worker:
     return _Worker(index, spec, proc, log_file)
 
 
-def _wait_until_ready(workers: list[_Worker], timeout_s: float) -> None:
+def _wait_until_ready(workers: list[_Worker], timeout_s: float, on_event: EventCallback = _no_event) -> None:
     """Until every worker is ready or dead; kill the ones still busy at the deadline."""
     deadline = time.monotonic() + timeout_s
     pending = list(workers)
@@ -132,12 +139,15 @@ def _wait_until_ready(workers: list[_Worker], timeout_s: float) -> None:
             if Path(w.spec.ready_path).exists():
                 w.ready = _read_record(w.spec.ready_path)
                 pending.remove(w)
+                on_event(w.index, "ready", "")
             elif w.proc.poll() is not None:
                 pending.remove(w)
+                on_event(w.index, "exited", f"exit code {w.proc.returncode}")
         if pending and time.monotonic() > deadline:
             for w in pending:
                 w.timed_out = True
                 w.proc.kill()
+                on_event(w.index, "timed out", f"after {timeout_s:g} s")
             return
         if pending:
             time.sleep(POLL_S)
@@ -247,8 +257,9 @@ def _row(group: GroupSpec, w: _Worker) -> ResultRow:
     )
 
 
-def run_group(group: GroupSpec) -> GroupResult:
-    """Spawn, barrier, sample, release, collect. Never raises for a worker's failure."""
+def run_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupResult:
+    """Spawn, barrier, sample, release, collect. Never raises for a worker's failure.
+    ``on_event`` hears each worker's states (starting, ready/exited/timed out, sampled, done)."""
     group.workdir.mkdir(parents=True, exist_ok=True)
     before = system_available_bytes()
     workers: list[_Worker] = []
@@ -257,12 +268,16 @@ def run_group(group: GroupSpec) -> GroupResult:
     try:
         for i in range(group.processes):
             workers.append(_spawn(group, i, job))
-        _wait_until_ready(workers, group.worker_timeout_s)
+            on_event(i, "starting", "")
+        _wait_until_ready(workers, group.worker_timeout_s, on_event)
         for w in workers:
             if w.ready is not None and w.proc.poll() is None:
                 _sample(w)
+                on_event(w.index, "sampled", "")
         during = system_available_bytes()
         _release(workers)
+        for w in workers:
+            on_event(w.index, "done", f"exit code {w.proc.returncode}")
     finally:
         kill_all(workers)
         job.close()

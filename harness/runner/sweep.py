@@ -61,6 +61,7 @@ class RunOptions:
     labels: dict[str, str] = field(default_factory=dict)  # KEY=VALUE tags (device kind...) for history
     fault_actions: dict[int, str] = field(default_factory=dict)
     command: str = ""
+    project_to: tuple[int, int] | None = None  # (sessions, weights bytes) the report projects to
 
     def options_of(self, target: Target) -> dict[str, Any]:
         """``target``'s options: its defaults, overridden by what was given (for the run's own target)."""
@@ -224,6 +225,8 @@ def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, sta
             "modes": opts.modes, "repeat": opts.repeat, "labels": opts.labels, "started": started,
             "finished": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
             "duration_s": round(time.monotonic() - t0, 3), "command": opts.command,
+            "project_to": ({"sessions": opts.project_to[0], "weights_bytes": opts.project_to[1]}
+                           if opts.project_to else None),
         },
         "gates": list(opts.gates),
         "default_gates": [{"expr": expr, "why": why} for expr, why in default_gates],
@@ -292,8 +295,8 @@ def prepare_all(opts: RunOptions, progress) -> dict[str, Prepared]:
     """The run's target (and peer) prepared: models built or taken from the cache."""
     prepared = {}
     for name in [opts.target, *([opts.peer] if opts.peer else [])]:
-        progress.note(f"preparing the {name} model (built once, then cached)...")
-        prepared[name] = get_target(name).prepare(opts, progress)
+        with progress.stage(f"preparing the {name} model (built once, then cached)"):
+            prepared[name] = get_target(name).prepare(opts, progress)
         progress.note(f"model: {prepared[name].source}, {prepared[name].weights_bytes} bytes of weights")
     return prepared
 
@@ -351,7 +354,7 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
         write_outputs(out, rows, system, meta("running"))
         for i, group in enumerate(groups):
             progress.group_started(i, len(groups), group)
-            result: GroupResult = run_group(group)
+            result: GroupResult = run_group(group, progress.worker_event)
             rows.extend(result.rows)
             system[group_key(group)] = (result.system_delta_bytes, result.system_noise_bytes)
             progress.group_finished(i, len(groups), group, result)
