@@ -15,7 +15,7 @@ from harness.core.errors import InputError
 from harness.core.files import write_json_atomic
 from harness.core.gates import read_gates_text
 from harness.core.schema import FORMAT_VERSION
-from harness.runner.sweep import RunOptions, default_out_dir
+from harness.runner.sweep import RunOptions
 
 BENCH_GATES = "bench.gates"
 
@@ -30,7 +30,7 @@ def bench_options(*, model_size: int, processes: int, repeat: int, out: Path | N
     if processes < 2:
         raise InputError("harness bench: --processes must be >= 2 (sharing needs two processes)")
     return RunOptions(target="cpu", peer="ort-native", model_size=model_size, processes=[processes],
-                      repeat=repeat, out=out or default_out_dir("bench"), cache_dir=cache_dir,
+                      repeat=repeat, out=out, out_prefix="bench", cache_dir=cache_dir,
                       gates=bench_gates(), command=command)
 
 

@@ -7,17 +7,24 @@ both are deterministic functions of their inputs, so they are built once per mac
 One mechanism for every entry (`cached_build`): an entry is a folder named by a key that covers
 everything it was built from; it is built in a scratch folder beside it and published with one
 rename, so a reader never sees half an entry and a build killed half-way leaves only scratch,
-which the next build removes. An entry that fails its own check (``load`` raises
-`CorruptEntry`) is rebuilt, once; a second failure is an `InputError` naming the entry.
+which the next build removes. Every entry carries a record of its files (``.entry.json``:
+size and content hash of each, sampled blocks for big files) written before it is published
+and checked on every use, so a file changed, cut short or replaced since the build (a damaged
+disk, a half-finished copy, someone's edit) is caught before a worker loads it. An entry that
+fails either check (``load`` raises `CorruptEntry`) is rebuilt, once; a second failure is an
+`InputError` naming the entry.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -29,8 +36,61 @@ SCRATCH_PREFIX = ".build-"
 STALE_SCRATCH_S = 24 * 3600
 
 
+#: The record of an entry's files, written into the entry before it is published.
+ENTRY_RECORD = ".entry.json"
+#: Files up to this size are hashed whole on every use; bigger ones (the weights) by
+#: `SAMPLED_BLOCKS` blocks spread evenly over the file plus its first and last block: a
+#: cut, a rewrite or a replacement is caught without reading gigabytes on every run.
+WHOLE_HASH_BYTES = 16 * 1024**2
+SAMPLED_BLOCKS = 256
+BLOCK_BYTES = 4096
+
+
 class CorruptEntry(Exception):
     """A cache entry exists but fails its own consistency check."""
+
+
+def fingerprint(path: Path) -> dict:
+    """Size and a content hash of one file (sampled blocks when it is big)."""
+    size = path.stat().st_size
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as handle:
+        if size <= WHOLE_HASH_BYTES:
+            for chunk in iter(lambda: handle.read(1024**2), b""):
+                h.update(chunk)
+        else:
+            step = (size - BLOCK_BYTES) / (SAMPLED_BLOCKS - 1)
+            for i in range(SAMPLED_BLOCKS):
+                handle.seek(int(i * step))
+                h.update(handle.read(BLOCK_BYTES))
+    return {"size": size, "blake2b": h.hexdigest()}
+
+
+def _entry_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != ENTRY_RECORD)
+
+
+def record_entry(folder: Path) -> None:
+    """Write the entry's record (every file's fingerprint); done in scratch, before publishing."""
+    files = {p.relative_to(folder).as_posix(): fingerprint(p) for p in _entry_files(folder)}
+    (folder / ENTRY_RECORD).write_text(json.dumps({"files": files}, indent=1), encoding="utf-8")
+
+
+def check_entry(folder: Path) -> None:
+    """CorruptEntry unless every file the record names is there, unchanged."""
+    try:
+        recorded = json.loads((folder / ENTRY_RECORD).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise CorruptEntry(f"no readable {ENTRY_RECORD} ({type(err).__name__})") from None
+    for name, expected in recorded.items():
+        path = folder / name
+        try:
+            found = fingerprint(path)
+        except OSError as err:
+            raise CorruptEntry(f"{name}: {err.strerror or err}") from None
+        if found != expected:
+            what = "size" if found["size"] != expected["size"] else "content"
+            raise CorruptEntry(f"{name} changed since the entry was built ({what})")
 
 
 def default_cache_dir() -> Path:
@@ -74,14 +134,17 @@ def _mkdir(parent: Path) -> None:
                          f"({err.strerror or err}); choose another with --cache-dir") from None
 
 
-def _discard(folder: Path) -> None:
-    """Move a corrupt entry out of the way first (one rename), then delete it."""
+def _discard(folder: Path, why: CorruptEntry) -> None:
+    """Move a corrupt entry out of the way first (one rename), then delete it. InputError
+    naming the entry when it cannot be moved (a read-only cache): it would be used again."""
     trash = folder.with_name(f"{SCRATCH_PREFIX}{folder.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}-trash")
     try:
         os.rename(folder, trash)
-    except OSError:
-        shutil.rmtree(folder, ignore_errors=True)
-        return
+    except FileNotFoundError:
+        return  # another process discarded it first
+    except OSError as err:
+        raise InputError(f"model cache entry {folder} is corrupt ({why}) and cannot be removed here "
+                         f"({err.strerror or err}): delete it, or choose another --cache-dir") from None
     shutil.rmtree(trash, ignore_errors=True)
 
 
@@ -95,9 +158,10 @@ def cached_build(folder: Path, build: Callable[[Path], None], load: Callable[[Pa
     folder = Path(folder)
     if folder.exists():
         try:
+            check_entry(folder)
             return load(folder)
-        except CorruptEntry:
-            _discard(folder)
+        except CorruptEntry as why:
+            _discard(folder, why)
     _mkdir(folder.parent)
     remove_stale_scratch(folder.parent)
     scratch = folder.with_name(f"{SCRATCH_PREFIX}{folder.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
@@ -105,6 +169,7 @@ def cached_build(folder: Path, build: Callable[[Path], None], load: Callable[[Pa
         try:
             scratch.mkdir()
             build(scratch)
+            record_entry(scratch)
         except OSError as err:  # disk full, quota, a cache folder gone read-only mid-build
             raise InputError(f"model cache {folder.parent}: cannot write the model "
                              f"({err.strerror or err}); free space or choose another --cache-dir") from None
@@ -115,6 +180,7 @@ def cached_build(folder: Path, build: Callable[[Path], None], load: Callable[[Pa
                 raise InputError(f"model cache {folder.parent}: cannot publish {folder.name}") from None
             # another process published the same entry first: use theirs
         try:
+            check_entry(folder)
             return load(folder)
         except CorruptEntry as err:
             raise InputError(f"model cache entry {folder} is corrupt ({err}); delete it "
@@ -122,3 +188,65 @@ def cached_build(folder: Path, build: Callable[[Path], None], load: Callable[[Pa
     finally:
         if scratch.exists():
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+@dataclass
+class CacheEntry:
+    """One published entry of the cache (a model folder), for ``harness cache info``."""
+
+    path: Path
+    bytes: int
+    files: int
+    modified: float
+
+
+def _folder_size(folder: Path) -> tuple[int, int]:
+    total = files = 0
+    for root, _dirs, names in os.walk(folder):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+                files += 1
+            except OSError:
+                pass  # removed while we looked
+    return total, files
+
+
+def cache_entries(cache_dir: Path | None = None) -> list[CacheEntry]:
+    """Published entries (not scratch), largest first; [] when the cache does not exist."""
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    try:
+        children = [p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(SCRATCH_PREFIX)]
+    except OSError:
+        return []
+    entries = []
+    for child in children:
+        size, files = _folder_size(child)
+        try:
+            modified = child.stat().st_mtime
+        except OSError:
+            continue
+        entries.append(CacheEntry(child, size, files, modified))
+    return sorted(entries, key=lambda e: (-e.bytes, e.path.name))
+
+
+def clear_cache(cache_dir: Path | None = None) -> tuple[list[CacheEntry], list[tuple[Path, str]]]:
+    """Remove every entry and the scratch of dead builds: (removed, [(kept, why)]).
+
+    Each entry is renamed aside first (one atomic step: a concurrent run then rebuilds it
+    instead of reading half a folder), then deleted. A build in progress (live scratch) is
+    left alone. On Windows a model still mapped by a running worker cannot be deleted: it is
+    kept and named."""
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    removed, kept = [], []
+    for entry in cache_entries(folder):
+        trash = entry.path.with_name(f"{SCRATCH_PREFIX}{entry.path.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}-trash")
+        try:
+            os.rename(entry.path, trash)
+        except OSError as err:
+            kept.append((entry.path, err.strerror or str(err)))
+            continue
+        shutil.rmtree(trash, ignore_errors=True)
+        removed.append(entry)
+    remove_stale_scratch(folder)
+    return removed, kept

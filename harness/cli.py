@@ -1,5 +1,7 @@
-"""Command line of the harness (``python -m harness`` or the ``qnn-fmw-harness`` script):
-``run``, ``bench``, ``report``, ``doctor``.
+"""Command line of the harness: ``run``, ``bench``, ``report``, ``cache``, ``doctor``.
+
+One program name everywhere: ``python -m harness`` (the same program is installed as the
+``qnn-fmw-harness`` console script). Every option's help shows its default and unit.
 
 This module is the composition root: it is the only module of `harness` that imports
 `reports`. The runner records facts, `harness.core` interprets them (one `Judgement` per run),
@@ -17,12 +19,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import InputError, OneLineArgumentParser
+from harness.core.errors import HelpFormatter, InputError, OneLineArgumentParser
 from harness.core.schema import MODES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-WORKER_FAULTS = ("crash", "signal", "hang", "raise")
+#: Hidden test hooks of the reliability suites (--inject-worker-fault I=ACTION): make worker I
+#: fail, drop its weight pages before it is sampled, or stop at a moment of its start-up.
+WORKER_FAULTS = ("crash", "signal", "hang", "raise", "drop-weight-pages", "pause-spawn", "pause-start",
+                 "pause-imports", "pause-session")
 PROG = "python -m harness"
+DESCRIPTION = ("Measure N ONNX Runtime sessions with and without file-mapped weights (the QNN EP's "
+               "disable_file_mapped_weights=0/1), judge the run and render a self-contained report. "
+               "Also installed as the console script qnn-fmw-harness.")
+EXIT_CODES = "Exit codes: 0 pass, 1 a worker or gate failed or the run is incomplete, 2 usage or input error, " \
+             "130 interrupted."
 
 
 def _int_at_least(minimum: int):
@@ -81,6 +91,16 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def _projection(text: str) -> tuple[int, int]:
+    """``8x4GiB`` -> (8 sessions, 4 GiB of weights)."""
+    from harness.core.units import parse_projection
+
+    try:
+        return parse_projection(text)
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _worker_fault(text: str) -> tuple[int, str]:
     index, _, action = text.partition("=")
     if not index.isdigit() or action not in WORKER_FAULTS:
@@ -117,7 +137,8 @@ def _add_target_options(parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group(f"--target {target.name} options")
         for option in target.options:
             dest = f"target_option_{option.name}"
-            text = f"{option.help} (default {option.default})"
+            default = str(option.default).lower() if isinstance(option.default, bool) else option.default
+            text = f"{option.help} (default: {default})"
             if option.parse is None:
                 group.add_argument(option.flag, dest=dest, action="store_const", const=True, default=None, help=text)
             elif option.repeat:
@@ -129,81 +150,120 @@ def _add_target_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_run_arguments(run: argparse.ArgumentParser) -> None:
+    from harness.core.units import SIZE_HELP
     from harness.targets import DEFAULT, NAMES, get_target
 
-    run.add_argument("--target", choices=NAMES, default=DEFAULT,
-                     help="; ".join(f"{n}: {get_target(n).summary}" for n in NAMES))
+    summaries = "; ".join(f"{n}: {get_target(n).summary.removesuffix(' (default)')}" for n in NAMES)
+    run.add_argument("--target", choices=NAMES, default=DEFAULT, help=f"what loads the weights; {summaries}")
     run.add_argument("--peer", choices=NAMES, default=None,
-                     help="also measure this target in mapped mode beside --target (e.g. ort-native)")
+                     help="also measure this target in mapped mode beside --target, e.g. ort-native (default: none)")
     src = run.add_mutually_exclusive_group()
     src.add_argument("--model", type=Path, action="append", metavar="PATH",
                      help="any ONNX model (cpu targets: weights externalised to one aligned file; qnn: compiled, "
                           "or measured as it is when it is a compiled EPContext model); repeat it, or give a "
                           "folder (its genai_config.json, else every *.onnx), to load a pipeline in every "
-                          "session group")
-    src.add_argument("--model-size", type=_size, default=256 * 1024**2,
-                     help="size of the generated model's weights (default 256MiB)")
+                          "session group (default: a generated model of --model-size)")
+    src.add_argument("--model-size", type=_size, default="256MiB", metavar="SIZE",
+                     help=f"weights of the generated model ({SIZE_HELP})")
     run.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x224x224",
-                     help="fix a dynamic input shape (repeatable)")
+                     help="fix a dynamic input shape of --model (repeatable)")
     run.add_argument("--free-dim", action="append", default=[], metavar="NAME=VALUE",
                      help="set a named symbolic dimension in every input, as onnxruntime_perf_test -f (repeatable)")
     run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy|NAME=VALUE",
                      help="feed this input real values: a .npy array, or one value filled to its shape, "
                           "e.g. sr=16000 (repeatable)")
     run.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE",
-                     help="ORT session config entry for every session and the reference (repeatable)")
+                     help="ORT session config entry for every session, both modes, and the reference (repeatable)")
     run.add_argument("--provider-option", action="append", default=[], metavar="KEY=VALUE",
                      help="QNN EP provider option, e.g. soc_model=60 (repeatable; not disable_file_mapped_weights)")
     run.add_argument("--intra-op-threads", type=_positive_int, default=None, metavar="N",
-                     help="intra-op threads of every session (default: ORT's choice)")
+                     help="intra-op threads of every session and the reference (default: ORT's choice)")
     run.add_argument("--runs", type=_int_at_least(0), default=0, metavar="R",
-                     help="timed inferences after the first, for latency p50/p90/p99 (default 0)")
+                     help="timed inferences after the first, for latency p50/p90/p99 (count)")
     run.add_argument("--page-cache", choices=("warm", "cold"), default="warm",
                      help="warm: read the weights once before the first group; cold: evict their pages "
-                          "before each group (Linux) (default warm)")
-    run.add_argument("--processes", type=_processes, default=[4], metavar="LIST",
-                     help="worker processes, e.g. 4 or 1,2,4,8 for a sweep (default 4)")
-    run.add_argument("--sessions-per-process", type=_positive_int, default=1, metavar="M")
-    run.add_argument("--modes", type=_modes, default=list(MODES), help="mapped,heap (default both)")
-    run.add_argument("--repeat", type=_positive_int, default=1, metavar="R")
-    run.add_argument("--worker-timeout", type=_timeout, default=300.0, metavar="S",
-                     help="kill a worker not ready after S seconds (default 300)")
-    run.add_argument("--out", type=Path, help="output folder (default: a new folder under results/)")
-    run.add_argument("--cache-dir", type=Path, help="where generated/compiled models are cached")
+                          "before each group and verify it (Linux)")
+    run.add_argument("--processes", type=_processes, default="4", metavar="LIST",
+                     help="worker processes N (count), e.g. 4, or 1,2,4,8 for a sweep")
+    run.add_argument("--sessions-per-process", type=_positive_int, default=1, metavar="M",
+                     help="ORT sessions in each worker process (count)")
+    run.add_argument("--modes", type=_modes, default="mapped,heap", metavar="LIST",
+                     help="modes to measure: mapped (disable_file_mapped_weights=0), heap (=1)")
+    run.add_argument("--repeat", type=_positive_int, default=1, metavar="R",
+                     help="repeats of every group (count); the headline is the median over them")
+    run.add_argument("--worker-timeout", type=_timeout, default="300", metavar="SECONDS",
+                     help="kill a worker not ready after this many seconds")
+    run.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: a new results/run-<time>/)")
+    run.add_argument("--cache-dir", type=Path, metavar="DIR",
+                     help="model cache (default: $HARNESS_CACHE_DIR or ~/.cache/qnn-fmw-harness)")
     run.add_argument("--gate", action="append", default=[], metavar="EXPR",
-                     help="e.g. mapped_pss_ratio<=0.35 (repeatable); a failing gate exits 1")
-    run.add_argument("--gates-file", type=Path)
-    run.add_argument("--no-default-gates", action="store_true")
+                     help="pass/fail criterion, e.g. mapped_pss_ratio<=0.35 (repeatable; metrics below); "
+                          "a failing gate exits 1")
+    run.add_argument("--gates-file", type=Path, metavar="FILE", help="one gate expression per line, # comments")
+    run.add_argument("--no-default-gates", action="store_true", help="do not add the target's default gates")
     run.add_argument("--label", type=_label, action="append", default=[], metavar="KEY=VALUE",
                      help="tag the run (repeatable), e.g. device=x-elite: kept in metadata.json and the history")
-    run.add_argument("--history", type=Path, help="append this run's summary to a history CSV")
-    run.add_argument("--no-report", action="store_true", help="skip report.html")
-    run.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    run.add_argument("--history", type=Path, metavar="FILE", help="append this run's summary to a history CSV")
+    run.add_argument("--project-to", type=_projection, default=None, metavar="SESSIONSxSIZE",
+                     help="deployment the report projects to, e.g. 8x4GiB (default: the measured weights at twice the "
+                          "largest N x M measured, at least 8 sessions)")
+    run.add_argument("--no-report", action="store_true", help="skip report.html (headline.json is still written)")
+    run.add_argument("--quiet", action="store_true", help="no progress on stderr")
     run.add_argument("--inject-worker-fault", type=_worker_fault, action="append", default=[],
                      help=argparse.SUPPRESS)  # reliability suites: make worker I crash/hang/raise
     _add_target_options(run)
 
 
+def _add_cache_parser(sub: Any) -> None:
+    cache = sub.add_parser("cache", help="show or clear the model cache", formatter_class=HelpFormatter,
+                           description="The model cache holds generated, externalised and compiled models "
+                                       "(content-keyed: a stale entry is never used). Where: --cache-dir, else "
+                                       "$HARNESS_CACHE_DIR, else ~/.cache/qnn-fmw-harness.")
+    cache.add_argument("action", choices=("info", "clear"), help="info: entries and sizes; clear: delete every entry")
+    cache.add_argument("--cache-dir", type=Path, metavar="DIR",
+                       help="the cache folder (default: $HARNESS_CACHE_DIR or ~/.cache/qnn-fmw-harness)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineArgumentParser(prog=PROG, description=__doc__.splitlines()[0].rstrip(":"))
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineArgumentParser)
-    run = sub.add_parser("run", help="measure N sessions with and without file-mapped weights")
+    from harness.core.gates import metrics_epilog
+    from harness.core.units import SIZE_HELP
+
+    parser = OneLineArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EXIT_CODES,
+                                   formatter_class=HelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineArgumentParser,
+                                metavar="{run,bench,report,cache,doctor}")
+    run = sub.add_parser("run", help="measure N sessions with and without file-mapped weights",
+                         description="Measure N worker processes x M sessions in mapped and heap mode, print the "
+                                     "judgement, write results.csv, summary.csv, metadata.json, headline.json and "
+                                     "report.html into --out.",
+                         epilog=f"{metrics_epilog()}\n{SIZE_HELP}.\n{EXIT_CODES}", formatter_class=HelpFormatter)
     _add_run_arguments(run)
-    bench = sub.add_parser("bench", help="the headline benchmark: cpu mapped/heap vs ort-native, criteria as gates")
-    bench.add_argument("--model-size", type=_size, default=512 * 1024**2, help="default 512MiB")
-    bench.add_argument("--processes", type=_positive_int, default=4, metavar="N")
+    bench = sub.add_parser("bench", help="the headline benchmark: cpu mapped/heap vs ort-native, criteria as gates",
+                           description="A run of --target cpu with --peer ort-native, judged by the criteria of "
+                                       "harness/bench.gates; writes report.html, headline.json and bench.json.",
+                           epilog=EXIT_CODES, formatter_class=HelpFormatter)
+    bench.add_argument("--model-size", type=_size, default="512MiB", metavar="SIZE",
+                       help=f"weights of the generated model ({SIZE_HELP})")
+    bench.add_argument("--processes", type=_positive_int, default=4, metavar="N", help="worker processes (count)")
     bench.add_argument("--repeat", type=_positive_int, default=3, metavar="R",
-                       help="repeats; criteria use the median over them (default 3: single ms-scale "
-                            "init times on a 2-core machine are noisy)")
-    bench.add_argument("--out", type=Path)
-    bench.add_argument("--cache-dir", type=Path)
-    bench.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    sub.add_parser("report", help="render report.html from run folders (see: report --help)")
+                       help="repeats (count); criteria use the median over them: single ms-scale init times on a "
+                            "2-core machine are noisy")
+    bench.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: a new results/bench-<time>/)")
+    bench.add_argument("--cache-dir", type=Path, metavar="DIR",
+                       help="model cache (default: $HARNESS_CACHE_DIR or ~/.cache/qnn-fmw-harness)")
+    bench.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    sub.add_parser("report", help="render report.html from run folders, compare with a --baseline (see: report --help)",
+                   add_help=False)
+    _add_cache_parser(sub)
     doctor = sub.add_parser("doctor", help="what the QNN EP reports on this machine: EP devices, NPU, HTP, "
-                                           "RPCMem, file mapping, and whether it is a QNN device")
-    doctor.add_argument("--target", choices=("qnn",), default="qnn")
-    doctor.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
-    doctor.add_argument("--timeout", type=_timeout, default=120.0, metavar="S", help="probe time limit (default 120)")
+                                           "RPCMem, file mapping, and whether it is a QNN device",
+                            description="Probe the QNN EP in a child process: EP devices, NPU, HTP, RPCMem, file "
+                                        "mapping, and whether this machine is a QNN device.",
+                            epilog="Exit code 0 whenever a verdict was reached (no NPU is a finding, not an error); "
+                                   "2 usage error.", formatter_class=HelpFormatter)
+    doctor.add_argument("--target", choices=("qnn",), default="qnn", help="the target to probe")
+    doctor.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON (default: none)")
+    doctor.add_argument("--timeout", type=_timeout, default="120", metavar="SECONDS", help="probe time limit")
     return parser
 
 
@@ -250,6 +310,7 @@ def _options(ns: argparse.Namespace, argv: list[str]):
         worker_timeout_s=ns.worker_timeout, out=ns.out, cache_dir=ns.cache_dir,
         gates=read_gate_expressions(ns.gate, ns.gates_file), default_gates=not ns.no_default_gates,
         labels=dict(ns.label), fault_actions=dict(ns.inject_worker_fault), command=command_line(argv),
+        project_to=ns.project_to,
     )
 
 
@@ -270,22 +331,70 @@ def _interrupt_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, interrupt)
 
 
-def report_run(out: Path, *, history: Path | None, render: bool, outcomes: bool) -> Any:
-    """Judge a finished run folder, print the judgement, render its report (and history)."""
+def report_run(out: Path, *, history: Path | None, render: bool, outcomes: bool, kind: str = "run") -> Any:
+    """Judge a finished run folder, print the judgement, write headline.json and render its
+    report (and history)."""
     from harness.console import make_console, print_judgement
+    from harness.core.headline import write_headline
     from harness.core.rundata import load_run
     from harness.core.verdict import judge
 
     judgement = judge(load_run(out))
     console = make_console()
     print_judgement(console, judgement, outcomes=outcomes)
+    write_headline(out, judgement, kind=kind)
     if render:
+        from harness.runner.resources import describe
+        from harness.runner.sweep import RunFailed
         from reports import publish
 
-        published = publish([judgement], out / "report.html", history=history)
+        try:
+            published = publish([judgement], out / "report.html", history=history)
+        except OSError as err:
+            raise RunFailed(describe(err, "writing report.html or the history"), out) from err
         console.print(f"report: {published.path}")
     console.print(f"results: {out}")
     return judgement
+
+
+def check_history_path(history: Path, out: Path | None) -> None:
+    """--history is checked before any work: appendable, a history CSV, and not one of the
+    files the run itself writes (appending to its own results.csv would corrupt both)."""
+    from harness.runner.outdir import RUN_FILES, RUN_FOLDERS
+    from reports import check_history
+
+    check_history(history)
+    if out is not None:
+        own = {(out / name).resolve() for name in RUN_FILES}
+        inside = [(out / name).resolve() for name in RUN_FOLDERS]
+        target = history.resolve()
+        if target in own or any(folder == target or folder in target.parents for folder in inside):
+            raise InputError(f"--history {history}: is one of the files this run writes in --out {out}; "
+                             "keep the history outside the run folder's own files")
+
+
+def test_record(nodeid: str, outcome: str, folder: str) -> Any:
+    """A pytest test and the run folder it produced, as the report shows it (pytest plugin)."""
+    from reports import TestRecord
+
+    return TestRecord(nodeid, outcome, folder)
+
+
+def render_test_session(folders: list[str], out: Path, records: list[Any], counts: dict[str, int]) -> Path:
+    """The pytest plugin's --report-dir report: every run folder of the session judged and
+    rendered into one page with the tests' outcomes. A folder that cannot be loaded (a run
+    killed before it wrote its tables) is left out, never fatal: the session must end."""
+    from harness.core.rundata import load_run
+    from harness.core.verdict import judge
+    from reports import publish
+
+    judgements = []
+    for folder in folders:
+        try:
+            judgements.append(judge(load_run(folder)))
+        except InputError:
+            continue
+    return publish(judgements, out, tests=records, test_counts=counts).path
 
 
 def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
@@ -294,17 +403,21 @@ def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
 
     opts = _options(ns, argv)
     if ns.history is not None:
-        from reports import check_history
-
-        check_history(ns.history)
+        check_history_path(ns.history, opts.out)
     progress = Progress(quiet=ns.quiet)
     _interrupt_on_sigterm()
-    outcome = execute(opts, progress)
-    if outcome.exit_code == EXIT_INTERRUPTED:
-        print(f"interrupted: what was measured is in {outcome.out}", file=sys.stderr)
-    show_outcomes = opts.repeat > 1 or any(k in opts.target_options for k in ("fault", "map_failures"))
-    judgement = report_run(outcome.out, history=ns.history, render=not ns.no_report and bool(outcome.rows),
-                           outcomes=show_outcomes)
+    try:
+        outcome = execute(opts, progress)
+    finally:
+        progress.close()
+    try:
+        if outcome.exit_code == EXIT_INTERRUPTED:
+            print(f"interrupted: what was measured is in {outcome.out}", file=sys.stderr)
+        show_outcomes = opts.repeat > 1 or any(k in opts.target_options for k in ("fault", "map_failures"))
+        judgement = report_run(outcome.out, history=ns.history, render=not ns.no_report and bool(outcome.rows),
+                               outcomes=show_outcomes)
+    finally:
+        outcome.release()
     if outcome.exit_code != EXIT_OK:
         return outcome.exit_code
     return judgement.exit_code
@@ -318,13 +431,44 @@ def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
     opts = bench_options(model_size=ns.model_size, processes=ns.processes, repeat=ns.repeat, out=ns.out,
                          cache_dir=ns.cache_dir, command=command_line(argv))
     _interrupt_on_sigterm()
-    outcome = execute(opts, Progress(quiet=ns.quiet))
-    judgement = report_run(outcome.out, history=None, render=bool(outcome.rows), outcomes=False)
-    path = write_bench_json(outcome.out, judgement)
+    progress = Progress(quiet=ns.quiet)
+    try:
+        outcome = execute(opts, progress)
+    finally:
+        progress.close()
+    try:
+        judgement = report_run(outcome.out, history=None, render=bool(outcome.rows), outcomes=False, kind="bench")
+        path = write_bench_json(outcome.out, judgement)
+    finally:
+        outcome.release()
     print(f"bench: {path}")
     if outcome.exit_code != EXIT_OK:
         return outcome.exit_code
     return judgement.exit_code
+
+
+def cmd_cache(ns: argparse.Namespace) -> int:
+    """``cache info``: where the cache is, its entries and sizes; ``cache clear``: delete them."""
+    import datetime as dt
+
+    from harness.cache import cache_entries, clear_cache, default_cache_dir
+    from harness.core.units import fmt_bytes
+
+    folder = ns.cache_dir or default_cache_dir()
+    if ns.action == "info":
+        entries = cache_entries(folder)
+        total = sum(e.bytes for e in entries)
+        print(f"cache: {folder} ({len(entries)} entries, {fmt_bytes(total)})"
+              + ("" if folder.is_dir() else " - does not exist yet"))
+        for entry in entries:
+            when = dt.datetime.fromtimestamp(entry.modified).strftime("%Y-%m-%d %H:%M")
+            print(f"  {fmt_bytes(entry.bytes):>10}  {when}  {entry.path.name}")
+        return EXIT_OK
+    removed, kept = clear_cache(folder)
+    print(f"cache: {folder}: removed {len(removed)} entries ({fmt_bytes(sum(e.bytes for e in removed))})")
+    for path, why in kept:
+        print(f"  kept {path.name}: {why}")
+    return EXIT_FAILED if kept else EXIT_OK
 
 
 def cmd_doctor(ns: argparse.Namespace) -> int:
@@ -355,6 +499,8 @@ def main(argv: list[str] | None = None) -> int:
         ns = build_parser().parse_args(argv)
         if ns.command == "bench":
             return cmd_bench(ns, argv)
+        if ns.command == "cache":
+            return cmd_cache(ns)
         if ns.command == "doctor":
             return cmd_doctor(ns)
         return cmd_run(ns, argv)
@@ -364,3 +510,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as err:  # resource edges: one line, never a traceback
+        return _failed(err)
+
+
+def _failed(err: Exception) -> int:
+    """A run that could not go on (`RunFailed`: the disk filled, no descriptors left, a worker
+    could not be started), or a resource error outside any run folder: one line, exit 1."""
+    from harness.runner.resources import describe
+    from harness.runner.sweep import RunFailed
+
+    if isinstance(err, RunFailed):
+        where = f"; what was measured before is in {err.out}" if err.out else ""
+        print(f"error: run failed: {err}{where}", file=sys.stderr)
+        return EXIT_FAILED
+    if isinstance(err, (OSError, MemoryError)):
+        where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+        print(f"error: {describe(err, 'in the harness')}{where}", file=sys.stderr)
+        return EXIT_FAILED
+    raise err

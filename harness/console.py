@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 
 from harness.core.schema import ResultRow, SummaryRow
-from harness.core.summary import paired, ratio
+from harness.core.summary import complete_pair, pair_ratio, paired
 from harness.core.units import fmt_bytes, fmt_ratio, fmt_seconds
 
 #: (label, SummaryRow column, formatter)
@@ -53,11 +53,13 @@ def summary_table(summary: list[SummaryRow]) -> Any:
         first = True
         for label, column, fmt in TABLE_METRICS:
             m, h = getattr(mapped, column), getattr(heap, column)
+            shown = pair_ratio(mapped, heap, column)
+            why = "incomplete" if not complete_pair(mapped, heap) else "noise" if column == "system_delta_bytes" else ""
             table.add_row(
                 mapped.target if first else "",
                 f"{mapped.processes} x {mapped.sessions_per_process}" if first else "",
                 str(mapped.repeat) if first else "",
-                label, fmt(m), fmt(h), fmt_ratio(ratio(m, h)),
+                label, fmt(m), fmt(h), fmt_ratio(shown) if shown is not None or not why else why,
                 end_section=column == TABLE_METRICS[-1][1],
             )
             first = False
@@ -110,8 +112,10 @@ def print_judgement(console: Any, judgement: Any, *, outcomes: bool = False) -> 
         console.print(table)
     for line in note_lines(judgement):
         console.print(line)
+    from harness.core.headline import headline_sentence
     from harness.core.verdict import gates_summary_line
 
     for line in [*judgement.gate_lines(), gates_summary_line([judgement])]:
         console.print(line)
+    console.print(headline_sentence(judgement))
     console.print(judgement.verdict_line())

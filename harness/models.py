@@ -222,15 +222,16 @@ def matmul_chain_dims(weights_bytes: int) -> tuple[int, int]:
 
 
 def generated_matmul_chain(weights_bytes: int, *, seed: int = 0, cache_dir: Path | None = None,
-                           settings: SessionSettings | None = None) -> PreparedModel:
+                           settings: SessionSettings | None = None, on_bytes=None) -> PreparedModel:
     """An fp32 chain y = x W1 W2 ... WL with random weights scaled by 1/sqrt(D), so values
-    stay O(1) through the chain and the reference check is meaningful."""
+    stay O(1) through the chain and the reference check is meaningful. ``on_bytes(done,
+    total)`` hears how much of the weights file is written (progress display)."""
     width, layers = matmul_chain_dims(weights_bytes)
-    return generated_chain(width, layers, seed=seed, cache_dir=cache_dir, settings=settings)
+    return generated_chain(width, layers, seed=seed, cache_dir=cache_dir, settings=settings, on_bytes=on_bytes)
 
 
 def generated_chain(width: int, layers: int, *, seed: int = 0, cache_dir: Path | None = None,
-                    settings: SessionSettings | None = None) -> PreparedModel:
+                    settings: SessionSettings | None = None, on_bytes=None) -> PreparedModel:
     """The chain of `generated_matmul_chain` with explicit dimensions (deep-chain tests)."""
     settings = settings or SessionSettings()
     tag = _settings_tag(settings)
@@ -253,6 +254,8 @@ def generated_chain(width: int, layers: int, *, seed: int = 0, cache_dir: Path |
                 protos.append(_external_tensor_proto(f"W{i}", TensorProto.FLOAT, [width, width], offset, w.nbytes))
                 nodes.append(helper.make_node("MatMul", ["x" if i == 0 else f"h{i - 1}", f"W{i}"],
                                               ["y" if i == layers - 1 else f"h{i}"]))
+                if on_bytes is not None:
+                    on_bytes((i + 1) * w.nbytes, layers * w.nbytes)
         graph = helper.make_graph(
             nodes, "matmul_chain",
             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
@@ -615,7 +618,8 @@ def prepare_cpu_models(opts: Any, progress: Any = None, *, target: str = "cpu") 
 
     settings = opts.session_settings()
     if not opts.models:
-        return [generated_matmul_chain(opts.model_size, cache_dir=opts.cache_dir, settings=settings)]
+        return [generated_matmul_chain(opts.model_size, cache_dir=opts.cache_dir, settings=settings,
+                                       on_bytes=getattr(progress, "bytes_written", None))]
     paths = resolve_models(opts.models).paths
     request = opts.input_request()
     check_pipeline_request(paths, request)

@@ -1,4 +1,5 @@
-"""``python -m harness report RUN_DIR [RUN_DIR ...]``: judge run folders, write report.html.
+"""``python -m harness report RUN_DIR [RUN_DIR ...] [--baseline RUN0]``: judge run folders,
+write report.html; with a baseline, print and render each run's changes against it.
 
 Exit codes are the contract CI scripts rely on: 0 every run's verdict is pass, 1 a gate
 failed, a worker failed or a run is incomplete (interrupted, killed, no valid rows), 2 a usage
@@ -12,8 +13,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.core.errors import InputError, OneLineArgumentParser
-from harness.core.gates import known_metrics, read_gates_file
+from harness.core.errors import HelpFormatter, InputError, OneLineArgumentParser
+from harness.core.gates import metrics_epilog, read_gates_file
+from harness.core.units import SIZE_HELP, parse_projection
 from harness.core.verdict import gates_summary_line
 
 from .html import Published, render_runs
@@ -21,29 +23,48 @@ from .html import Published, render_runs
 __all__ = ["build_parser", "report_main"]
 
 
+def _projection(text: str) -> tuple[int, int]:
+    try:
+        return parse_projection(text)
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def build_parser(prog: str = "python -m harness report") -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(
         prog=prog,
-        description="Judge run folders and render one self-contained report.html.",
-        epilog=f"Gate metrics: {', '.join(known_metrics())}. Exit codes: 0 every run passes, "
-               "1 a gate or worker failed or a run is incomplete, 2 usage or input error.",
+        description="Judge run folders and render one self-contained report.html (several runs: side by side, "
+                    "one column each). With --baseline, show each run's absolute values, deltas and percent "
+                    "changes against the baseline run, and whether each change exceeds the run-to-run spread.",
+        epilog=f"{metrics_epilog()}\n{SIZE_HELP}.\nSpread rule: a change exceeds the run-to-run spread when the "
+               "min..max ranges of the two runs' repeats do not overlap (the baseline needs --repeat >= 2).\n"
+               "Exit codes: 0 every run passes, 1 a gate or worker failed or a run is incomplete, 2 usage or "
+               "input error.",
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR",
                         help="run folder(s) written by `python -m harness run`")
-    parser.add_argument("--out", type=Path, help="report file (default: RUN_DIR/report.html for "
+    parser.add_argument("--out", type=Path, metavar="FILE", help="report file (default: RUN_DIR/report.html for "
                         "one run, ./report.html for several)")
+    parser.add_argument("--baseline", type=Path, metavar="RUN0",
+                        help="a run folder to compare every RUN_DIR with (default: none)")
     parser.add_argument("--history", type=Path, metavar="FILE",
-                        help="CSV to append this run's summary and headline to; adds a trend chart")
+                        help="CSV to append this run's summary and headline to; adds a trend chart (default: none)")
     parser.add_argument("--gate", action="append", default=[], metavar="EXPR",
                         help="gate such as 'mapped_pss_ratio<=0.35' (repeatable), on top of the run's own")
     parser.add_argument("--gates-file", type=Path, metavar="FILE",
-                        help="file with one gate expression per line, '#' comments")
+                        help="file with one gate expression per line, '#' comments (default: none)")
     parser.add_argument("--no-default-gates", action="store_true",
                         help="check only the gates given here and at run time, not the target's defaults")
+    parser.add_argument("--project-to", type=_projection, metavar="SESSIONSxSIZE",
+                        help="deployment to project to, e.g. 8x4GiB (default: what the run recorded, else the "
+                             "measured weights at twice the largest N x M measured, at least 8 sessions)")
     return parser
 
 
 def _print(published: Published) -> None:
+    from harness.core.compare import comparison_lines
+
     print(f"report: {published.path}")
     if published.history_appended:
         print(f"history: appended {', '.join(published.history_appended)}")
@@ -51,6 +72,9 @@ def _print(published: Published) -> None:
         for line in judgement.gate_lines():
             print(line)
     print(gates_summary_line(published.judgements))
+    for comparison in published.comparisons:
+        for line in comparison_lines(comparison):
+            print(line)
     for judgement in published.judgements:
         print(f"[{judgement.run.run_id}] {judgement.verdict_line()}")
 
@@ -67,7 +91,7 @@ def report_main(argv: list[str], prog: str = "python -m harness report") -> int:
         args = build_parser(prog).parse_args(argv)
         gates = [*args.gate, *(read_gates_file(args.gates_file) if args.gates_file else [])]
         published = render_runs(args.run_dirs, args.out, gates=gates, use_default_gates=not args.no_default_gates,
-                                history=args.history)
+                                history=args.history, project_to=args.project_to, baseline=args.baseline)
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
     except InputError as exc:

@@ -4,8 +4,10 @@ One file, one table, two kinds of line told apart by the ``record`` column: ``su
 are the run's `SummaryRow`s; one ``headline`` line carries `harness.core.summary.headline` (whose
 totals reuse the SummaryRow column of the same name). Every line also says which run, commit,
 date, host and target it came from, so a nightly fleet can append to one shared file and
-filter later. Appending is one ``write`` on a file opened for append (atomic for small writes
-on a local POSIX disk); a header that no longer matches is rewritten whole, atomically.
+filter later. Several runs may append at once (a fleet sharing one file): every append reads,
+checks and writes under an OS file lock (`filelock`, on ``.<name>.lock`` beside the file), so
+no line is lost and no run is recorded twice; a header that no longer matches is rewritten
+whole, atomically, under the same lock.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import InputError
-from harness.core.files import check_creatable, replaceable_path, write_text_atomic
+from harness.core.files import check_creatable, check_writable, replaceable_path, write_text_atomic
 from harness.core.gates import known_metrics
 from harness.core.rundata import RunData
 from harness.core.schema import SummaryRow, columns, dtypes
 from harness.core.tables import csv_text, format_cell
 from harness.core.verdict import Judgement
 
+#: How long an append waits for another process's append before giving up.
+LOCK_TIMEOUT_S = 120.0
 CONTEXT_COLUMNS = ("record", "run_id", "date", "commit", "host", "system", "model", "labels", "verdict",
                    "onnxruntime", "onnxruntime_qnn", "qnn_sdk", "python")
 DEFAULT_TREND_RUNS = 10
@@ -96,17 +100,38 @@ def read_history(path: Path | str) -> tuple[list[str], list[dict[str, str]]]:
 
 def check_history(path: Path | str) -> None:
     """Refuse (InputError) a --history that could not be appended to, before any work: a
-    folder, a device, a foreign or corrupt file, a folder that does not exist."""
+    folder, a device, a FIFO, a foreign or corrupt file, a file or folder we may not write."""
     path = Path(path)
     check_creatable(path, "--history", folder=False)
     read_history(path)
+    check_writable(path, "--history", folder=False)
+
+
+def history_lock(path: Path | str) -> Any:
+    """The OS lock every append to ``path`` holds (on the file a symlink names, if one)."""
+    from filelock import FileLock
+
+    real = replaceable_path(path, "--history")
+    return FileLock(str(real.with_name(f".{real.name}.lock")), timeout=LOCK_TIMEOUT_S)
 
 
 def append_history(path: Path | str, judgement: Judgement) -> bool:
     """Append a judged run to the history file; False when that run (id + date) is already in it.
 
-    The duplicate check makes re-rendering a report idempotent for the trend."""
+    The duplicate check makes re-rendering a report idempotent for the trend. Read, check and
+    write happen under `history_lock`, so concurrent appenders never lose each other's lines."""
+    from filelock import Timeout
+
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with history_lock(path):
+            return _append_locked(path, judgement)
+    except Timeout:
+        raise InputError(f"--history {path}: another process held its lock for {LOCK_TIMEOUT_S:g} s") from None
+
+
+def _append_locked(path: Path, judgement: Judgement) -> bool:
     cols = history_columns()
     header, rows = read_history(path)
     run = judgement.run
@@ -116,7 +141,6 @@ def append_history(path: Path | str, judgement: Judgement) -> bool:
         return False
     records = history_records(judgement)
     if not header:
-        path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, _csv_text(records, cols, header=True), newline="", what="--history")
     elif header == cols:
         with open(path, "a", encoding="utf-8", newline="") as handle:

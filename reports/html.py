@@ -9,6 +9,7 @@ are inline, so it opens offline, in CI artifacts and in mail.
 from __future__ import annotations
 
 import datetime as _dt
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,18 +22,18 @@ from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV, write_long
 from harness.core.units import fmt_bytes, fmt_ratio
 from harness.core.verdict import Judgement
 from reports.history import append_history, check_history, trend
-from reports.views import RunView, build_run_view
+from reports.views import VERSION_LABELS, RunView, TestRecord, build_run_view
 
 REPORT_HTML = "report.html"
-#: (headline key, column title) of the cross-run comparison table.
+#: (headline key, row title) of the ratio rows of the cross-run comparison.
 COMPARE_KEYS = (
-    ("mapped_pss_ratio", "PSS"),
-    ("mapped_uss_ratio", "USS"),
-    ("mapped_private_ratio", "private"),
-    ("mapped_rss_ratio", "RSS"),
-    ("system_delta_ratio", "system delta"),
-    ("init_ratio", "init"),
-    ("create_ratio", "create"),
+    ("mapped_pss_ratio", "PSS ratio"),
+    ("mapped_uss_ratio", "USS ratio"),
+    ("mapped_private_ratio", "private-bytes ratio"),
+    ("mapped_rss_ratio", "RSS ratio"),
+    ("system_delta_ratio", "system-delta ratio"),
+    ("init_ratio", "init ratio"),
+    ("create_ratio", "create ratio"),
 )
 
 
@@ -43,6 +44,7 @@ class Published:
     path: Path
     judgements: list[Judgement] = field(default_factory=list)
     history_appended: list[str] = field(default_factory=list)
+    comparisons: list[Any] = field(default_factory=list)  # harness.core.compare.Comparison per run
 
     @property
     def exit_code(self) -> int:
@@ -65,23 +67,84 @@ def _environment() -> Any:
     return env
 
 
-def _comparison(runs: Sequence[RunData], views: Sequence[RunView]) -> dict[str, Any]:
-    rows = []
-    for run, view in zip(runs, views, strict=True):
-        head = view.values
-        rows.append({
-            "anchor": view.anchor, "run_id": run.run_id, "target": run.target,
-            "host": str(run.env.get("hostname") or "–"),
-            "system": " ".join(str(run.env.get(k) or "") for k in ("system", "arch")).strip(),
-            "weights": fmt_bytes(run.weights_bytes) if run.weights_bytes else "–",
-            "n": head.get("processes", "–"),
-            "ep": "|".join(sorted({r.ep_file_mapping for r in run.results if r.ep_file_mapping}))
-                  or "–",
-            "ratios": [fmt_ratio(head.get(k)) for k, _ in COMPARE_KEYS],
-            "failed": head.get("failed_workers", 0), "fallback": head.get("fallback_workers", 0),
-            "gates": view.verdict,
-        })
-    return {"columns": [title for _, title in COMPARE_KEYS], "rows": rows}
+def _cell(text: Any, cls: str = "", title: str = "") -> dict[str, str]:
+    return {"text": "–" if text in (None, "") else str(text), "cls": cls, "title": title}
+
+
+def _comparison(views: Sequence[RunView]) -> dict[str, Any]:
+    """Runs in columns, figures in rows: absolute values at each run's largest N, the saving,
+    the ratios, failures, versions and (in a test session) the tests behind each run."""
+    top = [v.per_n[-1] if v.per_n else None for v in views]
+
+    def row(label: str, cells: list[dict[str, str]], hint: str = "") -> dict[str, Any]:
+        return {"label": label, "hint": hint, "cells": cells}
+
+    def at_top(key: str) -> list[dict[str, str]]:
+        return [_cell(t[key] if t else None, "num") for t in top]
+
+    sections = [
+        ("Run", [
+            row("target", [_cell(v.target) for v in views]),
+            row("verdict", [_cell(v.badge_text, f"v-{v.badge_class}") for v in views]),
+            row("file mapping", [_cell(v.feature_state, f"f-{v.feature_state}", v.feature) for v in views]),
+            row("host", [_cell(dict(v.env).get("hostname")) for v in views]),
+            row("labels", [_cell(", ".join(f"{k[6:]}={val}" for k, val in v.header if k.startswith("Label "))
+                                 or None) for v in views]),
+            row("weights", [_cell(dict(v.header).get("Weights"), "num") for v in views]),
+            row("N x M", at_top("n")),
+            row("repeats", at_top("repeats")),
+        ]),
+        ("Memory at the largest N (summed over workers)", [
+            row("metric", at_top("metric"), "PSS where measured (Linux), private bytes otherwise (Windows)"),
+            row("mapped", at_top("mapped")),
+            row("heap", at_top("heap")),
+            row("saved (heap − mapped)", at_top("saved")),
+            row("saved %", at_top("saved_pct")),
+        ]),
+        ("Start-up (median init)", [
+            row("mapped", at_top("init_mapped")),
+            row("heap", at_top("init_heap")),
+            row("speed-up", at_top("speedup")),
+        ]),
+        ("Ratios mapped / heap (lower is better)", [
+            row(title, [_cell(fmt_ratio(v.values.get(key)), "num") for v in views]) for key, title in COMPARE_KEYS
+        ]),
+        ("Workers", [
+            row("failed", [_cell(v.values.get("failed_workers", 0), "num") for v in views]),
+            row("fell back to heap", [_cell(v.values.get("fallback_workers", 0), "num") for v in views]),
+        ]),
+        ("Versions", [
+            row(label, [_cell(dict(v.versions).get(label), "differs" if len({dict(w.versions).get(label)
+                                                                                 for w in views}) > 1 else "")
+                        for v in views])
+            for label in (label for label, _ in (views[0].versions if views else []))
+        ]),
+    ]
+    if any(v.tests for v in views):
+        sections.append(("Tests", [row("pytest", [_cell("; ".join(f"{t.outcome}: {t.nodeid}" for t in v.tests)
+                                                        or None, "tests") for v in views])]))
+    return {"runs": [{"anchor": v.anchor, "run_id": v.run_id} for v in views], "sections": sections}
+
+
+def _baseline(comparison: Any) -> dict[str, Any]:
+    from harness.core.compare import comparison_rows
+
+    return {
+        "baseline": comparison.baseline.run_id, "current": comparison.current.run_id, "at": comparison.at,
+        "rows": comparison_rows(comparison),
+        "versions": [{"name": VERSION_LABELS.get(k, k), "baseline": b, "current": c, "differs": b != c}
+                     for k, b, c in comparison.versions],
+        "warnings": list(comparison.warnings),
+    }
+
+
+def _tests_summary(tests: Sequence[TestRecord], counts: dict[str, int] | None) -> dict[str, Any] | None:
+    if not tests and not counts:
+        return None
+    counts = dict(counts or Counter(t.outcome for t in tests))
+    failed = counts.get("failed", 0) + counts.get("error", 0)
+    text = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) or "no test ran"
+    return {"records": list(tests), "text": text, "failed": failed, "badge": "fail" if failed else "pass"}
 
 
 def _ensure_long_csv(run: RunData) -> None:
@@ -112,30 +175,65 @@ def check_report_path(out: Path, judgements: Sequence[Judgement]) -> Path:
     out = Path(out)
     if not out.parent.is_dir():
         raise InputError(f"{out.parent}: output folder does not exist")
-    if out.resolve() in _run_files(judgements):
+    resolved = out.resolve()
+    inside_workers = any((j.run.folder / "workers").resolve() in resolved.parents for j in judgements)
+    if resolved in _run_files(judgements) or inside_workers:
         raise InputError(f"--out {out}: is one of the run's own files; refusing to write the report over it")
     replaceable_path(out, "--out")
     return out
 
 
-def render_html(judgements: Sequence[Judgement], trends: Sequence[list[dict] | None]) -> str:
-    """The self-contained page for one or several judged runs."""
-    views = [build_run_view(j, index, points) for index, (j, points) in enumerate(zip(judgements, trends,
-                                                                                           strict=True))]
-    runs = [j.run for j in judgements]
+def render_html(
+    judgements: Sequence[Judgement],
+    trends: Sequence[list[dict] | None],
+    *,
+    project_to: tuple[int, int] | None = None,
+    tests: Sequence[TestRecord] = (),
+    test_counts: dict[str, int] | None = None,
+    baseline: Any = None,
+) -> str:
+    """The self-contained page for one or several judged runs; ``tests`` (a pytest session's
+    outcomes) and ``baseline`` (a `harness.core.compare.Comparison`) add their sections."""
+    views = []
+    for index, (j, points) in enumerate(zip(judgements, trends, strict=True)):
+        mine = [t for t in tests if t.folder and Path(t.folder).resolve() == j.run.folder.resolve()]
+        views.append(build_run_view(j, index, points, project_to=project_to, tests=mine))
+    session = _tests_summary(tests, test_counts)
+    targets = sorted({v.target for v in views})
+    if len(views) == 1:
+        title = f"File mapped weights, target {views[0].target}: run {views[0].run_id}"
+    elif views:
+        title = f"File mapped weights: {len(views)} runs (target {', '.join(targets)})"
+    else:
+        title = "File mapped weights: test session"
     return _environment().get_template("report.html.j2").render(
+        title=title,
         runs=views,
-        comparison=_comparison(runs, views) if len(runs) > 1 else None,
+        comparison=_comparison(views) if len(views) > 1 else None,
+        baseline=_baseline(baseline) if baseline is not None else None,
+        session=session,
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         verdict=_overall(judgements),
-        passed=all(j.verdict == "pass" for j in judgements),
+        verdicts=dict(Counter(j.verdict for j in judgements)),
+        runs_badge=_runs_badge(views, session),
         gate_count=sum(len(j.gates) for j in judgements),
     )
 
 
+def _runs_badge(views: Sequence[RunView], session: dict[str, Any] | None) -> str:
+    """Colour of the "runs: ..." badge of a multi-run page: red when a run failed; green only
+    when every run passed with file mapping exercised and no test of the session failed (in a
+    test session the runs' verdicts are grey: tests decide, and some runs fail on purpose)."""
+    if any(v.verdict == "fail" for v in views):
+        return "fail" if not session else "skip"
+    if session:
+        return "skip"
+    return "pass" if views and all(v.badge_class == "pass" for v in views) else "pass-unexercised"
+
+
 def _overall(judgements: Sequence[Judgement]) -> str:
     verdicts = {j.verdict for j in judgements}
-    return "fail" if "fail" in verdicts else "incomplete" if "incomplete" in verdicts else "pass"
+    return "fail" if "fail" in verdicts else "incomplete" if "incomplete" in verdicts or not verdicts else "pass"
 
 
 def publish(
@@ -144,11 +242,18 @@ def publish(
     *,
     history: Path | str | None = None,
     trend_runs: int = 10,
+    project_to: tuple[int, int] | None = None,
+    tests: Sequence[TestRecord] = (),
+    test_counts: dict[str, int] | None = None,
+    baseline: Any = None,
 ) -> Published:
-    """Append the runs to the history (when given), then write the report atomically."""
-    if not judgements:
+    """Append the runs to the history (when given), then write the report atomically. With no
+    run, only a test session (``tests`` or ``test_counts``) may be published."""
+    if not judgements and not tests and not test_counts:
         raise InputError("no run folder given")
     out_path = check_report_path(Path(out), judgements)
+    if history is not None and Path(history).resolve() == out_path.resolve():
+        raise InputError(f"--out {out} is also --history: the report would replace the history")
     published = Published(path=out_path, judgements=list(judgements))
     trends: list[list[dict] | None] = []
     for judgement in judgements:
@@ -160,7 +265,9 @@ def publish(
             points = trend(history, trend_runs, target=run.target, host=run.env.get("hostname") or None)
         trends.append(points)
         _ensure_long_csv(run)
-    write_text_atomic(out_path, render_html(judgements, trends), what="report")
+    html = render_html(judgements, trends, project_to=project_to, tests=tests, test_counts=test_counts,
+                       baseline=baseline)
+    write_text_atomic(out_path, html, what="report")
     return published
 
 
@@ -171,19 +278,33 @@ def render_runs(
     gates: Sequence[str] = (),
     use_default_gates: bool = True,
     history: Path | str | None = None,
+    project_to: tuple[int, int] | None = None,
+    baseline: Path | str | None = None,
+    tests: Sequence[TestRecord] = (),
+    test_counts: dict[str, int] | None = None,
 ) -> Published:
     """Load, judge and publish run folders in one call (what `harness report` does): the report
-    goes to ``out``, by default RUN_DIR/report.html for one run and ./report.html for several."""
+    goes to ``out``, by default RUN_DIR/report.html for one run and ./report.html for several.
+    ``baseline``: a run folder every run is compared with (the first run's comparison is
+    rendered; `Published.comparisons` holds all of them)."""
+    from harness.core.compare import compare
     from harness.core.gates import parse_gates
     from harness.core.rundata import load_run
     from harness.core.verdict import judge
 
-    if not run_dirs:
+    if not run_dirs and not tests and not test_counts:
         raise InputError("no run folder given")
     extra = parse_gates(gates)
     if history is not None:
         check_history(history)
     judgements = [judge(load_run(d), extra, use_default_gates=use_default_gates) for d in run_dirs]
+    comparisons = []
+    if baseline is not None:
+        base = load_run(baseline)
+        comparisons = [compare(j.run, base) for j in judgements]
     if out is None:
         out = Path(run_dirs[0]) / REPORT_HTML if len(run_dirs) == 1 else Path(REPORT_HTML)
-    return publish(judgements, out, history=history)
+    published = publish(judgements, out, history=history, project_to=project_to, tests=tests,
+                        test_counts=test_counts, baseline=comparisons[0] if comparisons else None)
+    published.comparisons = comparisons
+    return published

@@ -20,8 +20,12 @@ from harness.core.schema import SummaryRow
 from harness.core.units import fmt_bytes
 
 GIB = 1024**3
-#: The example deployment the report projects when nobody asks for another one.
+#: (weights, sessions) projected when neither the run's weights nor a --project-to is known.
 DEFAULT_PROJECTION = (4 * GIB, 8)
+#: Default deployment: the measured model at this many times the largest S measured...
+DEFAULT_SESSION_FACTOR = 2
+#: ...and at least this many sessions.
+DEFAULT_MIN_SESSIONS = 8
 
 ASSUMPTIONS = (
     "memory is the summed PSS of the workers (USS where PSS is not measured, e.g. Windows); "
@@ -234,6 +238,18 @@ def project(sweep: SweepFit, weights_bytes: int, sessions: int) -> Projection:
                 "measure a wider range of process counts before trusting it"
             )
     return Projection(weights_bytes, sessions, predicted, lines)
+
+
+def default_projection(summary: Iterable[SummaryRow], weights_bytes: int | None) -> tuple[int, int]:
+    """(weights, sessions) the report projects to when nobody asked: the measured model at twice
+    the largest S measured (at least 8 sessions). The weights term is then exact and only the
+    fitted overheads are extrapolated, the honest question for "what would more sessions of
+    this model cost"; ``--project-to 8x4GiB`` asks about another model."""
+    rows = list(summary)
+    largest = max((_sessions(r) for r in rows), default=0)
+    sessions = max(DEFAULT_MIN_SESSIONS, DEFAULT_SESSION_FACTOR * largest)
+    weights = weights_bytes or max((int(r.weights_bytes or 0) for r in rows), default=0) or DEFAULT_PROJECTION[0]
+    return weights, sessions
 
 
 def projection_text(

@@ -11,16 +11,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.core.gates import GateResult
+from harness.core.headline import headline_sentence, per_n, versions
 from harness.core.notes import Note
 from harness.core.rundata import RunData
 from harness.core.schema import ResultRow, SummaryRow, column_docs
 from harness.core.summary import headline_pairs, largest_groups, median, row_ok, sessions_of
-from harness.core.units import fmt_bytes, fmt_ratio, fmt_seconds
+from harness.core.units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
 from harness.core.verdict import Judgement
 from reports import charts
 from reports.projection import (
-    DEFAULT_PROJECTION,
     consecutive_marginals,
+    default_projection,
     fit_sweep,
     projection_text,
 )
@@ -44,6 +45,38 @@ HEADLINE_ROWS = (
     ("Median session creation", "create_s_median", "create_ratio",
      "InferenceSession construction alone"),
 )
+
+
+#: Cells longer than this are clipped to one line in the tables, the full text on hover.
+CLIP_CHARS = 40
+#: headline.json version key -> what the report calls it.
+VERSION_LABELS = {"onnxruntime": "onnxruntime", "onnxruntime_qnn": "onnxruntime-qnn", "qnn_sdk": "QNN SDK",
+                  "python": "Python", "os": "OS", "cpu": "CPU", "commit": "commit"}
+
+
+@dataclass(frozen=True)
+class TestRecord:
+    """A pytest test that produced (or used) a run folder, and how it ended."""
+
+    __test__ = False  # not a test class, whatever its name says
+    nodeid: str
+    outcome: str  # passed | failed | error | skipped | xfailed | xpassed
+    folder: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome in ("failed", "error")
+
+
+def badge(verdict: str, feature_state: str) -> tuple[str, str]:
+    """(css class, text) of a run's verdict badge: green only for a pass in which file mapping
+    was really exercised; a pass without it (unavailable, unknown, disabled, partial, heap only)
+    is amber and says so, because a green badge there reads as a success of the feature."""
+    if verdict != "pass":
+        return verdict, verdict
+    if feature_state == "active":
+        return "pass", "pass"
+    return "pass-unexercised", "pass, feature not exercised"
 
 
 def fmt_value(value: Any, unit: str) -> str:
@@ -87,6 +120,12 @@ class RunView:
     feature: str = ""
     feature_state: str = "unknown"
     values: dict[str, Any] = field(default_factory=dict)
+    sentence: str = ""
+    badge_class: str = "incomplete"
+    badge_text: str = "incomplete"
+    per_n: list[dict[str, str]] = field(default_factory=list)
+    versions: list[tuple[str, str]] = field(default_factory=list)
+    tests: list[TestRecord] = field(default_factory=list)
 
     @property
     def gates_passed(self) -> bool:
@@ -94,14 +133,16 @@ class RunView:
 
 
 def _table(rows: list[Any], row_type: type, failed: Any = None) -> Table:
+    """Cells are dicts: ``text`` shown, ``full`` (the whole text, for the hover title when the
+    cell is clipped), ``sort`` key, ``clip`` (longer than CLIP_CHARS: one line, ellipsis)."""
     docs = column_docs(row_type)
     out = []
     for row in rows:
         cells = []
         for name, _dtype, unit, _doc in docs:
             value = getattr(row, name)
-            sort_key = "" if value is None else value
-            cells.append((fmt_value(value, unit), sort_key))
+            text = fmt_value(value, unit)
+            cells.append({"text": text, "sort": "" if value is None else value, "clip": len(text) > CLIP_CHARS})
         out.append({"cells": cells, "failed": bool(failed and failed(row))})
     return Table([(n, u, d) for n, _t, u, d in docs], out)
 
@@ -206,7 +247,46 @@ def _marginal(run: RunData) -> list[str]:
     return lines
 
 
-def build_run_view(judgement: Judgement, index: int, trend_points: list[dict] | None) -> RunView:
+def _per_n_rows(run: RunData) -> list[dict[str, str]]:
+    """Mapped and heap at every N measured in both modes (absolute values and the saving)."""
+    rows = []
+    for entry in per_n(run.summary, run.target):
+        saving = entry["saving"]
+        column = f"sum_{saving['metric']}_bytes" if saving["metric"] else None
+        init_m, init_h = entry["mapped"]["init_s_median"], entry["heap"]["init_s_median"]
+        rows.append({
+            "n": f"{entry['processes']} x {entry['sessions_per_process']}",
+            "repeats": str(entry["repeats"]),
+            "metric": {"pss": "PSS", "private": "private"}.get(saving["metric"] or "", "–"),
+            "mapped": fmt_value(entry["mapped"].get(column) if column else None, "bytes"),
+            "heap": fmt_value(entry["heap"].get(column) if column else None, "bytes"),
+            "saved": fmt_value(saving["bytes"], "bytes"),
+            "saved_pct": fmt_percent(saving["fraction"]),
+            "init_mapped": fmt_value(init_m, "s"), "init_heap": fmt_value(init_h, "s"),
+            "speedup": f"{init_h / init_m:.1f}x" if init_m and init_h else "–",
+        })
+    return rows
+
+
+def _versions(run: RunData) -> list[tuple[str, str]]:
+    found = versions(run.env)
+    return [(label, str(found.get(key) or "–")) for key, label in VERSION_LABELS.items()]
+
+
+def projection_for(run: RunData, override: tuple[int, int] | None = None) -> tuple[int, int]:
+    """(weights bytes, sessions) to project to: --project-to given to report, else the one the
+    run recorded, else relative to the measured model (`default_projection`)."""
+    if override is not None:
+        sessions, weights = override
+        return weights, sessions
+    recorded = run.run.get("project_to") or {}
+    if recorded.get("sessions") and recorded.get("weights_bytes"):
+        return int(recorded["weights_bytes"]), int(recorded["sessions"])
+    return default_projection(run.summary, run.weights_bytes)
+
+
+def build_run_view(judgement: Judgement, index: int, trend_points: list[dict] | None, *,
+                   project_to: tuple[int, int] | None = None, tests: list[TestRecord] | None = None) -> RunView:
     """Everything the template shows for one run, from its one judgement."""
     run = judgement.run
     at, headline = _headline(run)
@@ -217,7 +297,8 @@ def build_run_view(judgement: Judgement, index: int, trend_points: list[dict] | 
     ]
     if trend_points is not None:
         chart_list.append(charts.ratio_trend(trend_points))
-    weights, sessions = DEFAULT_PROJECTION
+    weights, sessions = projection_for(run, project_to)
+    badge_class, badge_text = badge(judgement.verdict, judgement.feature.state)
     return RunView(
         anchor=f"run-{index}",
         run_id=run.run_id,
@@ -241,4 +322,10 @@ def build_run_view(judgement: Judgement, index: int, trend_points: list[dict] | 
         worker_table=_table(run.results, ResultRow, failed=lambda r: not row_ok(r)),
         startup=startup_view(run),
         values=dict(judgement.values),
+        sentence=headline_sentence(judgement),
+        badge_class=badge_class,
+        badge_text=badge_text,
+        per_n=_per_n_rows(run),
+        versions=_versions(run),
+        tests=list(tests or []),
     )

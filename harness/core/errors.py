@@ -15,3 +15,17 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise InputError(f"{self.prog}: {message} (see --help)")
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Every option's default in its help ("(default: 256MiB)"), epilogs kept as written (the
+    gate-metric list is one metric per line). Defaults are given as the text a user would type,
+    so they print in the same units."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, False, [], argparse.SUPPRESS) or "%(default)" in text:
+            return text
+        if isinstance(action.default, list):  # repeatable options start empty: nothing to show
+            return text
+        return text + " (default: %(default)s)"

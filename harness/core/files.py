@@ -60,6 +60,29 @@ def check_creatable(path: Path, option: str, *, folder: bool) -> None:
             return
 
 
+def check_writable(path: Path | str, option: str, *, folder: bool = True) -> None:
+    """Refuse (InputError) a path the run could not write, before any work. A folder (or the
+    nearest parent that exists) must take a new file: a temp file is created there and removed,
+    the one test that answers for permissions, ACLs, read-only mounts and immutable folders
+    alike. An existing file (``folder`` False) must open for appending (nothing is written)."""
+    path = Path(path)
+    if not folder and path.is_file():
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+        except OSError as err:
+            raise InputError(f"{option} {path}: cannot write to it ({err.strerror or err})") from None
+        path = path.parent
+    probe = path if folder else path.parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        fd, name = tempfile.mkstemp(prefix=".harness-write-test-", dir=probe)
+    except OSError as err:
+        raise InputError(f"{option} {path}: cannot write in {probe} ({err.strerror or err})") from None
+    os.close(fd)
+    os.unlink(name)
+
+
 @contextmanager
 def atomic_writer(path: Path | str, newline: str | None = None, what: str = "") -> Iterator[IO[str]]:
     """Open a temp file next to ``path``; on success fsync it and rename it over ``path``.

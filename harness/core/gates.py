@@ -6,7 +6,8 @@ is *skipped* rather than failed, so e.g. a sharing gate only applies once two pr
 Metric names are the keys of `harness.core.summary.headline` plus ``weights_bytes`` (the model's
 weights size: every saving the feature makes is in proportion to it). Numbers may carry a
 size unit (``128MiB``) or a time unit (``50ms``). A measured value of ``None`` fails a gate
-with the reason "not measured": a gate that cannot see its figure must not pass silently.
+with the reason "not measured" and why (an incomplete group, a delta lost in noise, one mode
+only): a gate that cannot see its figure must not pass silently.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from harness.core.errors import InputError
 from harness.core.schema import MODES, SummaryRow
-from harness.core.summary import headline
+from harness.core.summary import OTHER_METRICS, PAIR_METRICS, RATIO_COLUMNS, headline, headline_with_reasons
 from harness.core.units import parse_size
 
 OPS: dict[str, Callable[[float, float], bool]] = {
@@ -87,10 +88,21 @@ def known_metrics() -> list[str]:
 
 def gate_values(summary: Iterable[SummaryRow]) -> dict[str, float | int | None]:
     """The figures gates are evaluated against: `headline` plus the run facts."""
+    return gate_values_with_reasons(summary)[0]
+
+
+def gate_values_with_reasons(summary: Iterable[SummaryRow]) -> tuple[dict[str, float | int | None], dict[str, str]]:
+    """(`gate_values`, why each missing value is missing): a failing gate says why."""
     summary = list(summary)
-    values = dict(headline(summary))
+    values, reasons = headline_with_reasons(summary)
+    values = dict(values)
     values["weights_bytes"] = max((s.weights_bytes or 0 for s in summary), default=0) or None
-    return values
+    return values, reasons
+
+
+def needs_both_modes(gate: Gate) -> bool:
+    """True when the gate's figure compares mapped with heap (a ratio, weight copies)."""
+    return gate.check.metric in PAIR_METRICS
 
 
 def _number(text: str, expr: str) -> float:
@@ -103,7 +115,7 @@ def _number(text: str, expr: str) -> float:
     try:
         return float(parse_size(text))
     except InputError:
-        raise _bad(expr, f"{text!r} is not a number (units allowed: KiB MiB GiB ms s)") from None
+        raise _bad(expr, f"{text!r} is not a number (units allowed: KiB..TiB, KB..TB, ms, s)") from None
 
 
 def _bad(expr: str, why: str) -> InputError:
@@ -189,8 +201,10 @@ def _fmt(metric: str, value: float | int) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def evaluate_gate(gate: Gate, values: dict[str, float | int | None]) -> GateResult:
-    """Check one gate; the reason says what was compared, or why it was skipped or failed."""
+def evaluate_gate(gate: Gate, values: dict[str, float | int | None],
+                  reasons: dict[str, str] | None = None) -> GateResult:
+    """Check one gate; the reason says what was compared, or why it was skipped or failed
+    (``reasons``: why a value is missing, e.g. its group was incomplete)."""
     for cond in gate.when:
         held = cond.holds(values.get(cond.metric))
         if held is None:
@@ -201,7 +215,8 @@ def evaluate_gate(gate: Gate, values: dict[str, float | int | None]) -> GateResu
     metric = gate.check.metric
     value = values.get(metric)
     if value is None:
-        return GateResult(gate, "fail", None, "not measured")
+        why = (reasons or {}).get(metric)
+        return GateResult(gate, "fail", None, f"not measured: {why}" if why else "not measured")
     ok = bool(gate.check.holds(value))
     limit = f"{gate.check.op} {gate.check.text or gate.check.threshold}"
     reason = f"{metric} = {_fmt(metric, value)}" + (
@@ -209,5 +224,20 @@ def evaluate_gate(gate: Gate, values: dict[str, float | int | None]) -> GateResu
     return GateResult(gate, "pass" if ok else "fail", value, reason)
 
 
-def evaluate(gates: Iterable[Gate], values: dict[str, float | int | None]) -> list[GateResult]:
-    return [evaluate_gate(g, values) for g in gates]
+def evaluate(gates: Iterable[Gate], values: dict[str, float | int | None],
+             reasons: dict[str, str] | None = None) -> list[GateResult]:
+    return [evaluate_gate(g, values, reasons) for g in gates]
+
+
+def metrics_epilog() -> str:
+    """The gate metrics, one a line with what each means (for run --help and report --help)."""
+    lines = ["gate metrics (headline values at the largest N x M measured in both modes, median over repeats):"]
+    for name, column in RATIO_COLUMNS.items():
+        lines.append(f"  {name:24} mapped/heap of summary column {column}")
+    for name, text in OTHER_METRICS.items():
+        lines.append(f"  {name:24} {text}")
+    for name in RUN_FACTS:
+        lines.append(f"  {name:24} size of the weights file (bytes; units allowed in gates: 128MiB)")
+    lines.append("gate syntax: METRIC OP NUMBER [if METRIC OP NUMBER [and ...]], e.g. "
+                 "'mapped_uss_ratio<=0.5 if processes>=2'")
+    return "\n".join(lines)

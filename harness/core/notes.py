@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .rundata import RunData
-from .summary import paired, row_ok
+from .summary import SYSTEM_NOISE_FACTOR, row_ok
 from .units import fmt_bytes
 
 SMALL_WEIGHTS = 128 * 1024**2  # below this a worker's own overhead hides the saving
@@ -117,14 +117,36 @@ def _worker_notes(run: RunData) -> list[Note]:
                 for r in failed
             ),
         ))
-    uneven = [(m, h) for m, h in paired(run.summary) if m.ok_workers != h.ok_workers]
-    if uneven:
+    incomplete = [s for s in run.summary if s.complete is not True]
+    if incomplete:
         notes.append(Note(
-            "warn", "Ratios compare unequal numbers of workers",
-            "Summed figures only count workers that finished, so where one mode lost workers "
-            "its sums are smaller and its ratios are not like for like:",
-            [f"N={m.processes}, repeat {m.repeat}: mapped summed {m.ok_workers} worker(s), "
-             f"heap {h.ok_workers}" for m, h in uneven],
+            "warn", f"{len(incomplete)} group(s) incomplete: left out of sums, ratios and gates",
+            "A group counts only when all N workers reached the barrier and were sampled with "
+            "figures physics allows: a partial sum is not the group's memory. These groups have "
+            "no sums, and gates on their ratios fail saying so:",
+            [f"{s.target} {s.mode} N={s.processes} x M={s.sessions_per_process} repeat {s.repeat}: "
+             f"{(s.note or 'completeness unknown').split('; system delta')[0]}" for s in incomplete][:MAX_DETAILS],
+        ))
+    implausible = [r for r in run.results if r.memory_ok is False and row_ok(r) and r.memory_note]
+    if implausible:
+        notes.append(Note(
+            "warn", f"{len(implausible)} implausible memory sample(s)",
+            "These workers' figures contradict what their mode must hold (a heap worker holds its "
+            "copies of the weights; a mapped worker's RSS covers the mapped pages it had touched): "
+            "the sample was disturbed (memory pressure, another process) or is not the worker's. "
+            "They are kept in the worker table and left out of every sum and ratio.",
+            _counted(f"{r.mode} N={r.processes} worker {r.worker}: {r.memory_note}" for r in implausible),
+        ))
+    noisy = [s for s in run.summary if s.note and "system delta unreliable" in s.note]
+    if noisy:
+        notes.append(Note(
+            "info", "System delta within noise: no ratio shown",
+            "The drop in system available memory is measured with everything else the machine "
+            "runs. The idle available memory was read before and after each group; where that "
+            f"drift is more than 1/{SYSTEM_NOISE_FACTOR} of the group's delta, the delta is "
+            "reported but not turned into a ratio or judged by a gate.",
+            _counted(f"{s.mode} N={s.processes} repeat {s.repeat}: "
+                     f"{s.note.split('system delta unreliable: ')[-1]}" for s in noisy),
         ))
     fallback = [r for r in run.results if r.path_taken == "fallback"]
     retried = [r for r in run.results if (r.map_attempts or 0) > 1 and r.path_taken != "fallback"]
@@ -144,7 +166,7 @@ def _worker_notes(run: RunData) -> list[Note]:
             "The first mapping attempt failed and a later one succeeded.",
             _counted(e for r in retried for e in (r.map_errors or "").split("; ")),
         ))
-    missing = [r.memory_note for r in run.results if r.memory_note]
+    missing = [r.memory_note for r in run.results if r.memory_note and r.memory_ok is not False]
     if missing:
         notes.append(Note(
             "warn", "Some memory figures are missing",

@@ -15,7 +15,7 @@ from typing import Any
 from .errors import InputError
 from .files import read_json
 from .schema import FORMAT_VERSION, MODES, ResultRow, SummaryRow
-from .summary import headline, primary_target, summarize
+from .summary import headline, primary_target, summarize, with_completeness
 from .tables import RESULTS_CSV, SUMMARY_CSV, read_rows
 
 METADATA_JSON = "metadata.json"
@@ -117,7 +117,7 @@ def load_run(folder: Path | str) -> RunData:
         results = read_rows(results_path, ResultRow)
         summary_path = folder / SUMMARY_CSV
         if summary_path.is_file():
-            summary = read_rows(summary_path, SummaryRow)
+            summary = with_completeness(read_rows(summary_path, SummaryRow), results)
         else:
             notes.append(
                 f"{SUMMARY_CSV} is missing: summarised again from {RESULTS_CSV} "

@@ -29,9 +29,12 @@ def disable_flag(mode: str) -> str:
 
 
 
-def col(dtype: str, unit: str, doc: str, default: Any = None) -> Any:
-    """Declare a column: pandas dtype name, unit and meaning travel with the field."""
-    return field(default=default, metadata={"dtype": dtype, "unit": unit, "doc": doc})
+def col(dtype: str, unit: str, doc: str, default: Any = None, *, required: bool = True) -> Any:
+    """Declare a column: pandas dtype name, unit and meaning travel with the field.
+
+    ``required``: every table of this format version has it, so a file without it is not one
+    of ours. Columns added later are not required (older files lack them: compatible)."""
+    return field(default=default, metadata={"dtype": dtype, "unit": unit, "doc": doc, "required": required})
 
 
 @dataclass
@@ -50,7 +53,7 @@ class ResultRow:
                           "unknown: the EP log gave no evidence)")
     map_attempts: int = col("Int64", "count", "mapping attempts made by mapper_impl")
     fallback_stage: str = col("string", "", "the pipeline stage whose failure sent the weights to the direct read: "
-                              "map | register | create (empty when none)")
+                              "map | register | create (empty when none)", required=False)
     ep_file_mapping: str = col("string", "", "worst EP verdict over the worker's sessions: active | retried | "
                                "disabled | ep-disabled | unavailable | unknown; n/a off the qnn target")
     init_s: float = col("Float64", "s", "load_s + create_s: time until the sessions exist")
@@ -71,14 +74,16 @@ class ResultRow:
     weights_bytes: int = col("Int64", "bytes", "size of the weights file the sessions use")
     output_ok: bool = col("boolean", "", "first inference matched the reference output")
     error: str = col("string", "", "why the worker failed or fell back (empty when clean)")
-    memory_note: str = col("string", "", "why a memory figure is empty (e.g. AccessDenied)")
+    memory_note: str = col("string", "", "why a memory figure is empty (e.g. AccessDenied) or implausible")
     exit_code: int = col("Int64", "", "worker exit code (negative: killed by that signal)")
     map_errors: str = col("string", "", "mapping errors before a retry or fallback, '; '-joined")
     ep_log_tail: str = col("string", "", "last EP log lines about file mapping (qnn)")
     ep_sessions: str = col("string", "", "EP verdict per state over the worker's M sessions, e.g. 'active=3 "
-                           "retried=1' (qnn)")
+                           "retried=1' (qnn)", required=False)
     ep_reason: str = col("string", "", "why the EP did not map: e.g. 'embedded context', 'RPCMem unavailable', "
-                         "the retry error (qnn)")
+                         "the retry error (qnn)", required=False)
+    memory_ok: bool = col("boolean", "", "sampled at the barrier with figures physics allows for its mode "
+                          "(why not: memory_note; empty: written by an older harness, not checked)", required=False)
 
 
 @dataclass
@@ -98,20 +103,28 @@ class SummaryRow:
     latency_p90_s_median: float = col("Float64", "s", "median over workers of latency_p90_s")
     latency_p99_s_median: float = col("Float64", "s", "median over workers of latency_p99_s")
     page_cache: str = col("string", "", "warm | cold | cold-unverified (see results.csv)")
-    sum_rss_bytes: int = col("Int64", "bytes", "sum of rss_bytes (double-counts shared pages)")
-    sum_uss_bytes: int = col("Int64", "bytes", "sum of uss_bytes")
-    sum_pss_bytes: int = col("Int64", "bytes", "sum of pss_bytes (Linux)")
-    sum_private_bytes: int = col("Int64", "bytes", "sum of private_bytes")
-    system_delta_bytes: int = col("Int64", "bytes", "drop in system available memory, all alive")
+    sum_rss_bytes: int = col("Int64", "bytes", "sum of rss_bytes over the N workers (double-counts shared "
+                                                "pages); empty unless complete")
+    sum_uss_bytes: int = col("Int64", "bytes", "sum of uss_bytes over the N workers; empty unless complete")
+    sum_pss_bytes: int = col("Int64", "bytes", "sum of pss_bytes over the N workers (Linux); empty unless complete")
+    sum_private_bytes: int = col("Int64", "bytes", "sum of private_bytes over the N workers; empty unless complete")
+    system_delta_bytes: int = col("Int64", "bytes", "drop in system available memory while all were alive "
+                                                     "(see system_noise_bytes)")
     weights_bytes: int = col("Int64", "bytes", "weights file size")
     ok_workers: int = col("Int64", "count", "workers that finished with a correct output")
     failed_workers: int = col("Int64", "count", "workers that crashed, hung, raised or were wrong")
     fallback_workers: int = col("Int64", "count", "workers whose weights fell back to the heap")
     ep_file_mapping: str = col("string", "", "EP path(s) seen, '|'-joined")
     unknown_sessions: int = col("Int64", "count", "sessions whose EP log gave no file-mapping evidence (qnn; "
-                                "empty elsewhere)")
+                                "empty elsewhere)", required=False)
     retried_sessions: int = col("Int64", "count", "sessions where the EP retried with a direct read (qnn; empty "
-                                "elsewhere)")
+                                "elsewhere)", required=False)
+    complete: bool = col("boolean", "", "all N workers reached the barrier and were sampled with plausible "
+                         "figures: only complete groups have sums and enter ratios and gates", required=False)
+    system_noise_bytes: int = col("Int64", "bytes", "change of the idle system available memory from before to "
+                                  "after the group: the noise floor of system_delta_bytes", required=False)
+    note: str = col("string", "", "why the group is not complete, or why its system delta is unreliable",
+                    required=False)
 
 
 def columns(row_type: type) -> list[str]:
@@ -127,6 +140,11 @@ def dtypes(row_type: type) -> dict[str, str]:
 def column_docs(row_type: type) -> list[tuple[str, str, str, str]]:
     """(name, dtype, unit, meaning) for the README and the report."""
     return [(f.name, f.metadata["dtype"], f.metadata["unit"], f.metadata["doc"]) for f in fields(row_type)]
+
+
+def required_columns(row_type: type) -> list[str]:
+    """Columns every table of ``row_type`` in this format version has (see `col`)."""
+    return [f.name for f in fields(row_type) if f.metadata.get("required", True)]
 
 
 def row_from_dict(row_type: type, data: dict) -> Any:

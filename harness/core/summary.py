@@ -10,6 +10,8 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
 from .schema import ResultRow, SummaryRow
 
@@ -40,9 +42,26 @@ OTHER_METRICS = {
 }
 
 
+#: Headline metrics that compare the mapped and heap modes: they need both modes measured.
+PAIR_METRICS = (*RATIO_COLUMNS, "mapped_weight_copies", "heap_copies_per_session")
+#: A system delta is trusted only when it is at least this many times the idle noise measured
+#: around its group: noise within a tenth of the delta moves a ratio by ~20 % at worst; noise of
+#: the delta's own order can flip its sign (-1.1 GiB to +1.9 GiB was seen between two runs).
+SYSTEM_NOISE_FACTOR = 10
+#: How many workers a group note names before it says "and K more".
+MAX_NAMED = 3
+
+
 def row_ok(row: ResultRow) -> bool:
     """A worker counts as ok when it produced a correct output and raised nothing."""
     return bool(row.output_ok) and not row.error
+
+
+def row_sampled(row: ResultRow) -> bool:
+    """Its memory was sampled at the barrier, with the figures every platform gives (RSS and
+    USS / private bytes), and the runner found them plausible for the worker's mode."""
+    return (row.memory_ok is True and row.rss_bytes is not None
+            and (row.uss_bytes is not None or row.private_bytes is not None))
 
 
 def median(values: Iterable[float | int | None]) -> float | None:
@@ -83,14 +102,68 @@ def group_key(row: ResultRow | SummaryRow) -> tuple:
     return (row.target, row.mode, row.processes, row.sessions_per_process, row.repeat)
 
 
-def summarize(
-    rows: Iterable[ResultRow], system_deltas: Mapping[tuple, int | None] | None = None
-) -> list[SummaryRow]:
+def _named(rows: list[ResultRow], what: str) -> str:
+    names = [str(r.worker) for r in rows[:MAX_NAMED]]
+    more = f" and {len(rows) - MAX_NAMED} more" if len(rows) > MAX_NAMED else ""
+    return f"worker{'s' if len(rows) > 1 else ''} {', '.join(names)}{more} {what}"
+
+
+def incomplete_reasons(members: list[ResultRow], processes: int | None) -> list[str]:
+    """Why a group of workers is not complete (empty: it is). Complete means all N workers
+    reported, finished with a correct output, and were sampled with plausible figures."""
+    reasons = []
+    if processes is not None and len(members) != processes:
+        reasons.append(f"{len(members)} of {processes} workers reported")
+    failed = [r for r in members if not row_ok(r)]
+    if failed:
+        reasons.append(_named(failed, "failed"))
+    ok = [r for r in members if row_ok(r)]
+    unchecked = [r for r in ok if r.memory_ok is None]
+    if unchecked:
+        reasons.append(_named(unchecked, "not checked for plausibility (rows of an older harness)"))
+    bad = [r for r in ok if r.memory_ok is not None and not row_sampled(r)]
+    if bad:
+        first = (bad[0].memory_note or "no memory figures").split("; ")[0]
+        reasons.append(_named(bad, f"not sampled or implausible ({first})"))
+    return reasons
+
+
+def system_delta_state(delta: int | None, noise: int | None) -> str:
+    """"" when the system delta can be trusted, else why not (for the summary note)."""
+    from .units import fmt_bytes
+
+    if delta is None:
+        return ""
+    if noise is None:
+        return "system delta unreliable: no idle noise measured around it"
+    if delta <= 0:
+        return (f"system delta unreliable: available memory rose by {fmt_bytes(-delta)} while the workers were "
+                f"alive (idle noise {fmt_bytes(noise)})")
+    if noise * SYSTEM_NOISE_FACTOR > delta:
+        return (f"system delta unreliable: idle noise {fmt_bytes(noise)} is more than 1/{SYSTEM_NOISE_FACTOR} "
+                f"of the delta {fmt_bytes(delta)}")
+    return ""
+
+
+def system_delta_reliable(row: SummaryRow) -> bool:
+    return row.system_delta_bytes is not None and not system_delta_state(row.system_delta_bytes,
+                                                                          row.system_noise_bytes)
+
+
+def _system(value: Any) -> tuple[int | None, int | None]:
+    """(delta, noise) from what the runner recorded: a pair, or a bare delta (no noise)."""
+    if isinstance(value, tuple):
+        return value[0], value[1]
+    return value, None
+
+
+def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = None) -> list[SummaryRow]:
     """Group rows by `group_key`.
 
-    Memory sums only use workers that got as far as the barrier (``ok`` rows); a crashed
-    worker's memory would otherwise be counted as zero. ``system_deltas`` maps the same group
-    key to the drop in system available memory measured by the runner."""
+    Sums are given for complete groups only (`incomplete_reasons`): a partial sum is not the
+    group's memory, and a ratio over one would compare unequal things. ``system`` maps the
+    group key to (drop in system available memory, idle noise around it) measured by the
+    runner (a bare number is a drop without a noise figure)."""
     groups: dict[tuple, list[ResultRow]] = defaultdict(list)
     for row in rows:
         groups[group_key(row)].append(row)
@@ -98,6 +171,14 @@ def summarize(
     for key, members in sorted(groups.items(), key=lambda kv: tuple(str(k) for k in kv[0])):
         ok = [r for r in members if row_ok(r)]
         paths = sorted({r.ep_file_mapping for r in members if r.ep_file_mapping})
+        reasons = incomplete_reasons(members, key[2])
+        complete = not reasons
+        delta, noise = _system((system or {}).get(key))
+        unreliable = system_delta_state(delta, noise)
+
+        def total(column: str, members: list[ResultRow] = members, complete: bool = complete) -> int | None:
+            return _sum(getattr(r, column) for r in members) if complete else None
+
         out.append(
             SummaryRow(
                 target=key[0],
@@ -114,11 +195,11 @@ def summarize(
                 latency_p90_s_median=median(r.latency_p90_s for r in ok),
                 latency_p99_s_median=median(r.latency_p99_s for r in ok),
                 page_cache="|".join(sorted({r.page_cache for r in members if r.page_cache})) or None,
-                sum_rss_bytes=_sum(r.rss_bytes for r in ok) if ok else None,
-                sum_uss_bytes=_sum(r.uss_bytes for r in ok) if ok else None,
-                sum_pss_bytes=_sum(r.pss_bytes for r in ok) if ok else None,
-                sum_private_bytes=_sum(r.private_bytes for r in ok) if ok else None,
-                system_delta_bytes=(system_deltas or {}).get(key),
+                sum_rss_bytes=total("rss_bytes"),
+                sum_uss_bytes=total("uss_bytes"),
+                sum_pss_bytes=total("pss_bytes"),
+                sum_private_bytes=total("private_bytes"),
+                system_delta_bytes=delta,
                 weights_bytes=max((r.weights_bytes or 0) for r in members) or None,
                 ok_workers=len(ok),
                 failed_workers=len(members) - len(ok),
@@ -126,8 +207,32 @@ def summarize(
                 ep_file_mapping="|".join(paths),
                 unknown_sessions=_count_sessions(members, "unknown"),
                 retried_sessions=_count_sessions(members, "retried"),
+                complete=complete,
+                system_noise_bytes=noise,
+                note="; ".join([*reasons, *([unreliable] if unreliable else [])]) or None,
             )
         )
+    return out
+
+
+def with_completeness(summary: list[SummaryRow], results: list[ResultRow]) -> list[SummaryRow]:
+    """Summary rows read from a file written before `SummaryRow.complete` existed get it (and
+    their sums) recomputed from the results: completeness is never assumed."""
+    if all(s.complete is not None for s in summary):
+        return summary
+    recomputed = {group_key(s): s for s in summarize(results)}
+    out = []
+    for s in summary:
+        fresh = recomputed.get(group_key(s))
+        if s.complete is not None:
+            out.append(s)
+        elif fresh is None:
+            out.append(replace(s, complete=False, note="no worker rows for this group in the results"))
+        else:
+            state = system_delta_state(s.system_delta_bytes, s.system_noise_bytes)
+            out.append(replace(fresh, system_delta_bytes=s.system_delta_bytes,
+                               system_noise_bytes=s.system_noise_bytes,
+                               note="; ".join(x for x in (fresh.note, state) if x) or None))
     return out
 
 
@@ -204,15 +309,29 @@ def weight_copies(mapped: SummaryRow, heap: SummaryRow) -> tuple[float | None, f
     return (m - overhead) / weights, h / (sessions * weights)
 
 
+def complete_pair(mapped: SummaryRow, heap: SummaryRow) -> bool:
+    return mapped.complete is True and heap.complete is True
+
+
+def pair_ratio(mapped: SummaryRow, heap: SummaryRow, column: str) -> float | None:
+    """mapped / heap of one column for one pair, only where it means something: both groups
+    complete, and for the system delta both deltas above their noise."""
+    if not complete_pair(mapped, heap):
+        return None
+    if column == "system_delta_bytes" and not (system_delta_reliable(mapped) and system_delta_reliable(heap)):
+        return None
+    return ratio(getattr(mapped, column), getattr(heap, column))
+
+
 def _peer_init_ratio(summary: Sequence[SummaryRow], pairs: list[tuple[SummaryRow, SummaryRow]]) -> float | None:
     """Mapped init of the run's target over a peer target's mapped init, at the same N x M and
-    repeat (a --peer run), median over repeats."""
+    repeat (a --peer run), median over repeats. Complete groups only."""
     if not pairs:
         return None
     target = pairs[0][0].target
     values = []
     for mapped, _ in pairs:
-        peers = [s for s in summary if s.target != target and s.mode == "mapped"
+        peers = [s for s in summary if s.target != target and s.mode == "mapped" and s.complete is True
                  and s.processes == mapped.processes and s.sessions_per_process == mapped.sessions_per_process
                  and s.repeat == mapped.repeat]
         for peer in peers:
@@ -220,28 +339,57 @@ def _peer_init_ratio(summary: Sequence[SummaryRow], pairs: list[tuple[SummaryRow
     return median(values)
 
 
-def headline(summary: Iterable[SummaryRow]) -> dict[str, float | int | None]:
-    """The figures the report leads with and the gates check, at the largest N x M measured
-    in both modes (median over repeats), plus totals over every group."""
+def _where(row: SummaryRow) -> str:
+    return f"{row.mode} N={row.processes} x M={row.sessions_per_process} repeat {row.repeat}"
+
+
+def headline_with_reasons(summary: Iterable[SummaryRow]) -> tuple[dict[str, float | int | None], dict[str, str]]:
+    """(`headline`, why each missing value is missing). The reasons are what a gate on that
+    value says when it fails: a gate must never fail as a bare "not measured" when the harness
+    knows that a group was incomplete or a delta lost in noise."""
     summary = list(summary)
     target = primary_target(summary)
     own = [s for s in summary if s.target == target]
-    pairs = headline_pairs(own)
+    top = headline_pairs(own)
     result: dict[str, float | int | None] = {
         "failed_workers": sum(s.failed_workers or 0 for s in summary),
         "fallback_workers": sum(s.fallback_workers or 0 for s in summary),
         "unknown_sessions": _total(s.unknown_sessions for s in summary),
         "retried_sessions": _total(s.retried_sessions for s in summary),
     }
+    reasons: dict[str, str] = {}
+    pair_keys = [*PAIR_METRICS, "peer_init_ratio"]
+    if not top:
+        modes = sorted({s.mode for s in own})
+        why = (f"needs mapped and heap groups at the same N; only {', '.join(modes)} mode was measured" if modes
+               else "no group was measured")
+        return result | dict.fromkeys(pair_keys), dict.fromkeys(pair_keys, why)
+    result["processes"] = top[0][0].processes
+    result["sessions"] = sessions_of(top[0][0])
+    pairs = [(m, h) for m, h in top if complete_pair(m, h)]
     if not pairs:
-        return result | dict.fromkeys([*RATIO_COLUMNS, "mapped_weight_copies", "heap_copies_per_session",
-                                       "peer_init_ratio"])
-    result["processes"] = pairs[0][0].processes
-    result["sessions"] = sessions_of(pairs[0][0])
+        broken = next(s for pair in top for s in pair if s.complete is not True)
+        why = f"incomplete data: {_where(broken)}: {broken.note or 'completeness unknown'}"
+        return result | dict.fromkeys(pair_keys), dict.fromkeys(pair_keys, why)
     for name, column in RATIO_COLUMNS.items():
-        result[name] = median(ratio(getattr(m, column), getattr(h, column)) for m, h in pairs)
+        result[name] = median(pair_ratio(m, h, column) for m, h in pairs)
+    if result["system_delta_ratio"] is None:
+        noisy = next((s for pair in pairs for s in pair if s.note and "system delta" in s.note), None)
+        if noisy is not None:
+            reasons["system_delta_ratio"] = f"{_where(noisy)}: {noisy.note.split('; ')[-1]}"
     copies = [weight_copies(m, h) for m, h in pairs]
     result["mapped_weight_copies"] = median(c[0] for c in copies)
     result["heap_copies_per_session"] = median(c[1] for c in copies)
     result["peer_init_ratio"] = _peer_init_ratio(summary, pairs)
-    return result
+    if result["peer_init_ratio"] is None:
+        peers = [s for s in summary if s.target != target]
+        reasons["peer_init_ratio"] = ("no complete --peer group at the headline's N" if peers
+                                      else "no --peer target was measured")
+    return result, reasons
+
+
+def headline(summary: Iterable[SummaryRow]) -> dict[str, float | int | None]:
+    """The figures the report leads with and the gates check, at the largest N x M measured
+    in both modes (median over its complete repeats), plus totals over every group. A ratio
+    comes only from complete groups; at that N x M, no complete pair means no ratio."""
+    return headline_with_reasons(summary)[0]

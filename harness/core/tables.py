@@ -19,12 +19,14 @@ from typing import Any
 
 from .errors import InputError
 from .files import write_text_atomic
-from .schema import ResultRow, SummaryRow, columns, dtypes, row_from_dict
+from .schema import ResultRow, SummaryRow, columns, dtypes, required_columns, row_from_dict
 
 RESULTS_CSV = "results.csv"
 SUMMARY_CSV = "summary.csv"
 LONG_CSV = "results_long.csv"
 
+#: What a table of each row type is called in messages.
+TABLE_KINDS = {ResultRow: "results", SummaryRow: "summary"}
 #: Columns that say *which* measurement a long-format line belongs to.
 LONG_ID_COLUMNS = ("target", "mode", "processes", "sessions_per_process", "repeat", "worker", "pid")
 #: Long-format columns and the pandas dtypes to read them with.
@@ -113,31 +115,57 @@ def write_rows(path: Path | str, rows: Iterable[Any], row_type: type | None = No
     return write_text_atomic(path, rows_to_csv_text(rows, row_type), newline="")
 
 
+def check_header(path: Path, header: list[str] | None, row_type: type) -> None:
+    """InputError (one line naming the file and what is wrong) unless ``header`` is the header
+    of a ``row_type`` table of this harness: no column twice, every required column there.
+    Columns it does not know are allowed (a newer writer adds columns)."""
+    kind = TABLE_KINDS.get(row_type, row_type.__name__)
+    if not header:
+        raise InputError(f"{path}: empty file, no header: not a {kind} table of this harness")
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise InputError(f"{path}: column(s) {', '.join(twice)} appear twice: not a {kind} table of this harness")
+    missing = [c for c in required_columns(row_type) if c not in header]
+    if missing:
+        shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+        raise InputError(f"{path}: not a {kind} table of this harness: missing column(s) {shown} "
+                         f"(its header starts {', '.join(header[:4])})")
+
+
 def read_rows(path: Path | str, row_type: type) -> list[Any]:
     """Read a CSV written by `write_rows` back into ``row_type`` objects.
 
-    Columns the schema does not know (a newer writer) are ignored and columns the file lacks
-    (an older writer) keep their defaults, matching `schema.row_from_dict`. A malformed cell
-    raises `InputError` naming the file, line and column."""
+    Columns the schema does not know (a newer writer) are ignored and columns added after
+    this format version (`schema.col` ``required=False``) keep their defaults when missing.
+    Everything else is refused with `InputError` naming the file and what is wrong: no header,
+    a required column missing, a line with more or fewer cells than the header, a malformed
+    cell (with its line and column), bytes that are not UTF-8 text."""
     path = Path(path)
     kinds = dtypes(row_type)
     out = []
-    with open(path, encoding="utf-8", newline="") as handle:
-        reader = csv.DictReader(handle)
-        if reader.fieldnames is None:
-            raise InputError(f"{path}: empty file, no header")
-        for data in reader:
-            values: dict[str, Any] = {}
-            for name, text in data.items():
-                if name not in kinds or text is None:
-                    continue
-                try:
-                    values[name] = parse_cell(text, kinds[name])
-                except ValueError as exc:
-                    raise InputError(
-                        f"{path}:{reader.line_num}: column {name}: {exc}"
-                    ) from None
-            out.append(row_from_dict(row_type, values))
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            reader = csv.DictReader(handle)
+            check_header(path, reader.fieldnames, row_type)
+            width = len(reader.fieldnames or [])
+            for data in reader:
+                if None in data or None in data.values():
+                    cells = width + len(data.get(None) or []) if None in data else sum(v is not None
+                                                                                       for v in data.values())
+                    raise InputError(f"{path}:{reader.line_num}: {cells} cells, the header has {width}")
+                values: dict[str, Any] = {}
+                for name, text in data.items():
+                    if name not in kinds:
+                        continue
+                    try:
+                        values[name] = parse_cell(text, kinds[name])
+                    except ValueError as exc:
+                        raise InputError(f"{path}:{reader.line_num}: column {name}: {exc}") from None
+                out.append(row_from_dict(row_type, values))
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text: not a table of this harness") from None
+    except csv.Error as exc:
+        raise InputError(f"{path}: not a CSV table ({exc})") from None
     return out
 
 

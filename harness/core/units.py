@@ -1,4 +1,12 @@
-"""Parsing and printing sizes and durations for people."""
+"""Parsing and printing sizes and durations for people.
+
+Sizes: binary units are KiB, MiB, GiB, TiB (powers of 1024, what memory and file sizes are
+counted in); decimal units are KB, MB, GB, TB (powers of 1000, what disk vendors print). A bare
+number is bytes (``B`` may be written). The one-letter forms ``K``, ``M``, ``G``, ``T`` are
+refused: ``256M`` means 256 x 1024**2 to some tools (dd, Docker) and 256 x 1000**2 to others
+(Kubernetes, SI), and a 5 % error in the weights size would silently shift every ratio gate.
+Units are case-insensitive (``256mib`` = ``256MiB``).
+"""
 
 from __future__ import annotations
 
@@ -6,31 +14,51 @@ import re
 
 from harness.core.errors import InputError
 
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2,
-          "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3}
+BINARY_UNITS = {"kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+DECIMAL_UNITS = {"kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
+_UNITS = {"": 1, "b": 1, **BINARY_UNITS, **DECIMAL_UNITS}
+_AMBIGUOUS = {"k": "K", "m": "M", "g": "G", "t": "T"}
+#: One line for --help texts.
+SIZE_HELP = "sizes: KiB MiB GiB TiB = powers of 1024, KB MB GB TB = powers of 1000"
 
 
 def parse_size(text: str) -> int:
-    """``"256MiB"`` -> 268435456. InputError for anything else."""
+    """``"256MiB"`` -> 268435456, ``"1GB"`` -> 1000000000. InputError for anything else,
+    including the ambiguous ``"256M"``."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
-    if not match or match.group(2).lower() not in _UNITS:
-        raise InputError(f"size {text!r}: expected a number with a unit, e.g. 256MiB or 1GiB")
-    value = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    unit = match.group(2).lower() if match else ""
+    if match and unit in _AMBIGUOUS:
+        letter = _AMBIGUOUS[unit]
+        number = match.group(1)
+        raise InputError(f"size {text!r} is ambiguous: write {number}{letter}iB (binary, 1024-based) "
+                         f"or {number}{letter}B (decimal, 1000-based)")
+    if not match or unit not in _UNITS:
+        raise InputError(f"size {text!r}: expected a number with a unit, e.g. 256MiB or 1GiB ({SIZE_HELP})")
+    value = int(float(match.group(1)) * _UNITS[unit])
     if value <= 0:
         raise InputError(f"size {text!r} must be positive")
     return value
 
 
 def fmt_bytes(value: float | None) -> str:
+    """Binary units, one decimal: ``268435456`` -> ``"256.0 MiB"``."""
     if value is None:
         return "-"
     sign = "-" if value < 0 else ""
     value = abs(value)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
             return f"{sign}{value:.0f} {unit}" if unit == "B" else f"{sign}{value:.1f} {unit}"
         value /= 1024
-    return f"{sign}{value:.1f} GiB"
+    return f"{sign}{value:.1f} TiB"  # pragma: no cover - the loop always returns
+
+
+def fmt_size_arg(value: int) -> str:
+    """A byte count as the shortest exact binary size argument: 268435456 -> ``"256MiB"``."""
+    for unit, factor in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if value % factor == 0:
+            return f"{value // factor}{unit}"
+    return str(value)
 
 
 def fmt_seconds(value: float | None) -> str:
@@ -41,3 +69,21 @@ def fmt_seconds(value: float | None) -> str:
 
 def fmt_ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
+
+
+def fmt_percent(value: float | None, *, signed: bool = False) -> str:
+    """0.42 -> ``"42%"`` (``"+42%"`` when signed)."""
+    if value is None:
+        return "-"
+    percent = value * 100
+    if signed:
+        return "+0.0%" if round(percent, 1) == 0 else f"{percent:+.1f}%"
+    return "0%" if round(percent) == 0 else f"{percent:.0f}%"
+
+
+def parse_projection(text: str) -> tuple[int, int]:
+    """``"8x4GiB"`` -> (8 sessions, 4 GiB of weights): the deployment a report projects to."""
+    sessions, sep, size = text.strip().partition("x")
+    if not sep or not sessions.strip().isdigit() or int(sessions) < 1:
+        raise InputError(f"{text!r}: expected SESSIONSxSIZE, e.g. 8x4GiB")
+    return int(sessions), parse_size(size)

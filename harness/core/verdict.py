@@ -2,9 +2,11 @@
 the overall verdict. The terminal, the HTML report, `harness report`, `harness bench` and the
 tests all call `judge`, so they cannot disagree about what a run means.
 
-Verdicts come only from evidence: "fail" when a worker or a gate failed; otherwise a run that
-did not complete, or that holds no worker with a correct output, is "incomplete" (never
-"pass"), whatever its gates say; "pass" needs all of it.
+Verdicts come only from evidence: "fail" when a worker or a gate failed (a failure is evidence
+too, and it outranks missing evidence); otherwise a run that did not complete, that holds no
+worker with a correct output, or whose groups lack complete evidence (a worker not sampled, a
+sample physics does not allow) is "incomplete" (never "pass"), whatever its gates say; "pass"
+needs all of it.
 """
 
 from __future__ import annotations
@@ -13,9 +15,18 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .gates import Gate, GateResult, default_gates, evaluate, gate_values, parse_gates
+from .gates import (
+    Gate,
+    GateResult,
+    default_gates,
+    evaluate_gate,
+    gate_values_with_reasons,
+    needs_both_modes,
+    parse_gates,
+)
 from .notes import Note, run_notes
 from .rundata import RunData
+from .schema import MODES
 from .summary import row_ok
 
 VERDICTS = ("pass", "fail", "incomplete")
@@ -100,19 +111,56 @@ def feature_state(run: RunData) -> FeatureState:
 def run_gates(run: RunData, extra: Iterable[Gate] = (), *, use_default_gates: bool = True) -> list[Gate]:
     """The gates a run is judged by: the ones it was run with, ``extra`` ones (from
     `harness report --gate`), and its target's defaults unless switched off. Each once."""
-    gates = [*parse_gates(run.meta.get("gates") or []), *extra]
-    if use_default_gates:
-        gates += default_gates(run.meta)
-    unique: dict[str, Gate] = {}
-    for gate in gates:
-        unique.setdefault(gate.expr, gate)
+    return [g for g, _ in _gates_with_origin(run, extra, use_default_gates)]
+
+
+def _gates_with_origin(run: RunData, extra: Iterable[Gate], use_default_gates: bool) -> list[tuple[Gate, bool]]:
+    """(gate, is one of the target's defaults): a gate the user gave is never a default."""
+    given = [*parse_gates(run.meta.get("gates") or []), *extra]
+    defaults = default_gates(run.meta) if use_default_gates else []
+    unique: dict[str, tuple[Gate, bool]] = {}
+    for gate in given:
+        unique.setdefault(gate.expr, (gate, False))
+    for gate in defaults:
+        unique.setdefault(gate.expr, (gate, True))
     return list(unique.values())
 
 
+def single_mode(run: RunData) -> str | None:
+    """The one mode a run measured (``--modes mapped``), or None when it ran both."""
+    modes = run.run.get("modes") or run.modes
+    modes = [m for m in modes if m in MODES]
+    return modes[0] if len(set(modes)) == 1 else None
+
+
+def judge_gates(run: RunData, extra: Iterable[Gate] = (), *, use_default_gates: bool = True) -> list[GateResult]:
+    """Every gate of the run, evaluated. A default gate that compares mapped with heap is
+    skipped, with the reason, when the run measured one mode only (a valid choice, not a
+    failure); a gate the user asked for fails then, saying why."""
+    values, reasons = gate_values_with_reasons(run.summary)
+    only = single_mode(run)
+    results = []
+    for gate, is_default in _gates_with_origin(run, extra, use_default_gates):
+        if is_default and only and needs_both_modes(gate):
+            results.append(GateResult(gate, "skip", None, f"skipped: compares mapped with heap, but only {only} "
+                                                          "mode was run"))
+        else:
+            results.append(evaluate_gate(gate, values, reasons))
+    return results
+
+
+def _incomplete_groups(run: RunData) -> list[str]:
+    return [f"{s.target} {s.mode} N={s.processes} repeat {s.repeat}" for s in run.summary if s.complete is not True]
+
+
 def judge(run: RunData, extra_gates: Iterable[Gate] = (), *, use_default_gates: bool = True) -> Judgement:
-    """Everything a reader needs to know about ``run``, decided once."""
-    values = gate_values(run.summary)
-    results = evaluate(run_gates(run, extra_gates, use_default_gates=use_default_gates), values)
+    """Everything a reader needs to know about ``run``, decided once.
+
+    fail: a worker or a gate failed (the run's status is named too when it is not complete);
+    incomplete: otherwise, the run did not complete, no worker has a correct output, or a group
+    lacks evidence (a worker not sampled, an implausible sample); pass: none of these."""
+    results = judge_gates(run, extra_gates, use_default_gates=use_default_gates)
+    values, _ = gate_values_with_reasons(run.summary)
     failed = [g for g in results if not g.passed]
     broken = [r for r in run.results if not row_ok(r)]
     reasons = []
@@ -122,10 +170,16 @@ def judge(run: RunData, extra_gates: Iterable[Gate] = (), *, use_default_gates: 
         reasons.append(f"{len(failed)} of {len(results)} gate(s) failed")
     if reasons:  # a failure is evidence too, and it outranks missing evidence
         verdict = "fail"
+        if run.status != "complete":
+            reasons.append(f"run status is {run.status}")
     else:
         if run.status != "complete":
             reasons.append(f"run status is {run.status}")
         if not any(row_ok(r) for r in run.results):
             reasons.append("no worker finished with a correct output")
+        incomplete = _incomplete_groups(run)
+        if incomplete and run.results:
+            shown = ", ".join(incomplete[:3]) + (f" and {len(incomplete) - 3} more" if len(incomplete) > 3 else "")
+            reasons.append(f"{len(incomplete)} group(s) without complete evidence ({shown}): see the notes")
         verdict = "incomplete" if reasons else "pass"
     return Judgement(run, values, results, run_notes(run), feature_state(run), verdict, reasons)

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.core.files import read_json
 from harness.core.schema import ResultRow, disable_flag
-from harness.runner.memory import MemorySample, sample_process, system_available_bytes
+from harness.runner.memory import MemorySample, implausible, sample_process, system_available_bytes
+from harness.runner.resources import describe
 from harness.runner.spawn import KillOnCloseJob, worker_interpreter, worker_pid_in_tree
 from harness.runner.spec import WorkerRecord, WorkerSpec
 
@@ -25,6 +27,12 @@ POLL_S = 0.02
 RELEASE_TIMEOUT_S = 60.0
 KILL_WAIT_S = 10.0
 STDERR_TAIL_LINES = 5
+#: on_event(worker index, state, detail): the progress display's view of a group.
+EventCallback = Callable[[int, str, str], None]
+
+
+def _no_event(worker: int, state: str, detail: str = "") -> None:
+    pass
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -51,6 +59,14 @@ class GroupSpec:
 class GroupResult:
     rows: list[ResultRow]
     system_delta_bytes: int | None
+    #: |idle available memory after the group - before it|: how far the machine drifted on its
+    #: own while the group ran, the noise floor of the delta.
+    system_noise_bytes: int | None = None
+
+
+class SpawnError(Exception):
+    """A worker process could not be started (no file descriptors, no memory, no process
+    slots): the run cannot go on, and says so in one line."""
 
 
 @dataclass
@@ -72,7 +88,16 @@ def _read_record(path: str) -> WorkerRecord | None:
         return None
 
 
+def _pause_before_spawn(group: GroupSpec, index: int) -> None:
+    """Reliability suites only ("pause-spawn"): stop right before worker ``index`` exists, so
+    a test can kill the harness at that moment of a group's start."""
+    if group.fault_actions.get(index) == "pause-spawn":
+        (group.workdir / f"w{index}.pause-spawn").touch()
+        time.sleep(10**6)
+
+
 def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob) -> _Worker:
+    _pause_before_spawn(group, index)
     stem = group.workdir / f"w{index}"
     spec = WorkerSpec(
         target=group.target, mode=group.mode, model_folder=str(group.model_folder),
@@ -86,12 +111,18 @@ def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob) -> _Worker:
         Path(stale).unlink(missing_ok=True)  # a leftover "ready" would end the barrier early
     spec.write(Path(f"{stem}.spec.json"))
     interpreter, env = worker_interpreter()
-    log_file = open(spec.log_path, "wb")  # closed in kill_all
+    try:
+        log_file = open(spec.log_path, "wb")  # closed in kill_all
+    except OSError as err:
+        raise SpawnError(describe(err, f"opening the log of worker {index} of {group.workdir.name}")) from err
     try:
         proc = subprocess.Popen(
             [interpreter, "-m", "harness.runner.worker", f"{stem}.spec.json"],
             stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT, cwd=str(ROOT), env=env,
         )
+    except OSError as err:
+        log_file.close()
+        raise SpawnError(describe(err, f"starting worker {index} of {group.workdir.name}")) from err
     except BaseException:
         log_file.close()
         raise
@@ -99,7 +130,7 @@ def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob) -> _Worker:
     return _Worker(index, spec, proc, log_file)
 
 
-def _wait_until_ready(workers: list[_Worker], timeout_s: float) -> None:
+def _wait_until_ready(workers: list[_Worker], timeout_s: float, on_event: EventCallback = _no_event) -> None:
     """Until every worker is ready or dead; kill the ones still busy at the deadline."""
     deadline = time.monotonic() + timeout_s
     pending = list(workers)
@@ -108,12 +139,15 @@ def _wait_until_ready(workers: list[_Worker], timeout_s: float) -> None:
             if Path(w.spec.ready_path).exists():
                 w.ready = _read_record(w.spec.ready_path)
                 pending.remove(w)
+                on_event(w.index, "ready", "")
             elif w.proc.poll() is not None:
                 pending.remove(w)
+                on_event(w.index, "exited", f"exit code {w.proc.returncode}")
         if pending and time.monotonic() > deadline:
             for w in pending:
                 w.timed_out = True
                 w.proc.kill()
+                on_event(w.index, "timed out", f"after {timeout_s:g} s")
             return
         if pending:
             time.sleep(POLL_S)
@@ -201,6 +235,10 @@ def _row(group: GroupSpec, w: _Worker) -> ResultRow:
     elif error and code not in (0, None):
         error = f"{error} ({how})"
     init = None if record.load_s is None or record.create_s is None else record.load_s + record.create_s
+    sampled = w.memory.rss_bytes is not None and (w.memory.uss_bytes is not None
+                                                  or w.memory.private_bytes is not None)
+    violations = implausible(w.memory, record.private_copy_bytes, record.mapped_resident_bytes) if sampled else []
+    memory_note = "; ".join(x for x in (w.memory.note, *violations) if x)
     return ResultRow(
         target=group.target, mode=group.mode, disable_file_mapped_weights=disable_flag(group.mode),
         processes=group.processes, sessions_per_process=group.sessions_per_process,
@@ -214,14 +252,16 @@ def _row(group: GroupSpec, w: _Worker) -> ResultRow:
         rss_bytes=w.memory.rss_bytes, uss_bytes=w.memory.uss_bytes, pss_bytes=w.memory.pss_bytes,
         private_bytes=w.memory.private_bytes, peak_bytes=record.peak_bytes,
         weights_bytes=record.weights_bytes, output_ok=bool(record.output_ok) and not error,
-        error=error, memory_note=w.memory.note, exit_code=code,
+        error=error, memory_note=memory_note, exit_code=code,
         map_errors="; ".join(record.map_errors), ep_log_tail=record.ep_log_tail,
         ep_sessions=record.ep_sessions or None, ep_reason=record.ep_reason or None,
+        memory_ok=sampled and not violations,
     )
 
 
-def run_group(group: GroupSpec) -> GroupResult:
-    """Spawn, barrier, sample, release, collect. Never raises for a worker's failure."""
+def run_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupResult:
+    """Spawn, barrier, sample, release, collect. Never raises for a worker's failure.
+    ``on_event`` hears each worker's states (starting, ready/exited/timed out, sampled, done)."""
     group.workdir.mkdir(parents=True, exist_ok=True)
     before = system_available_bytes()
     workers: list[_Worker] = []
@@ -230,15 +270,20 @@ def run_group(group: GroupSpec) -> GroupResult:
     try:
         for i in range(group.processes):
             workers.append(_spawn(group, i, job))
-        _wait_until_ready(workers, group.worker_timeout_s)
+            on_event(i, "starting", "")
+        _wait_until_ready(workers, group.worker_timeout_s, on_event)
         for w in workers:
             if w.ready is not None and w.proc.poll() is None:
                 _sample(w)
+                on_event(w.index, "sampled", "")
         during = system_available_bytes()
         _release(workers)
+        for w in workers:
+            on_event(w.index, "done", f"exit code {w.proc.returncode}")
     finally:
         kill_all(workers)
         job.close()
-    delta = before - during if during is not None and any(w.ready for w in workers) else None
+    after = system_available_bytes()  # idle again: every worker has exited and been reaped
+    measured = during is not None and any(w.ready for w in workers)
     rows = [_row(group, w) for w in workers]
-    return GroupResult(rows, delta)
+    return GroupResult(rows, before - during if measured else None, abs(after - before) if measured else None)

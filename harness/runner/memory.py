@@ -55,6 +55,57 @@ def sample_process(pid: int) -> MemorySample:
     return sample
 
 
+#: Figures of one sample are read a few milliseconds apart and rounded to pages: a check
+#: allows this much (plus `SLACK_SHARE` of the figure it needs) before it calls a sample
+#: implausible.
+SLACK_BYTES = 1024**2
+SLACK_SHARE = 0.02
+
+
+def _short(have: int, need: int) -> bool:
+    return have + SLACK_BYTES + SLACK_SHARE * need < need
+
+
+def implausible(sample: MemorySample, private_copy_bytes: int | None, mapped_resident_bytes: int | None) -> list[str]:
+    """What in ``sample`` physics does not allow, given what the worker itself reported just
+    before it reached the barrier (empty: plausible; a sample without figures is judged
+    elsewhere). The rules, each a lower bound, so a disturbed or wrong sample is caught and a
+    sound one never is:
+
+    - USS <= PSS <= RSS (Linux) and USS <= RSS: private pages are resident pages, and PSS
+      charges each page at most in full;
+    - a worker holding private copies of the weights (heap and fallback loads: every byte was
+      written by the read) has at least that much USS / private bytes, and RSS;
+    - a worker's RSS covers the pages of the model's mapped files it had resident in its own
+      page tables when it reported ready (its own memory maps, read then).
+
+    A page the kernel reclaimed in between (memory pressure) breaks a rule too: that sample no
+    longer shows what the worker held, so it is left out just the same."""
+    from harness.core.units import fmt_bytes
+
+    rss, uss, pss = sample.rss_bytes, sample.uss_bytes, sample.pss_bytes
+    if rss is None:
+        return []
+    private = uss if uss is not None else sample.private_bytes
+    found = []
+    if uss is not None and _short(rss, uss):
+        found.append(f"USS {fmt_bytes(uss)} above RSS {fmt_bytes(rss)}")
+    if pss is not None and _short(rss, pss):
+        found.append(f"PSS {fmt_bytes(pss)} above RSS {fmt_bytes(rss)}")
+    if pss is not None and uss is not None and _short(pss, uss):
+        found.append(f"USS {fmt_bytes(uss)} above PSS {fmt_bytes(pss)}")
+    if private_copy_bytes:
+        if private is not None and _short(private, private_copy_bytes):
+            found.append(f"private memory {fmt_bytes(private)} below the {fmt_bytes(private_copy_bytes)} of "
+                         "weight copies it holds")
+        if _short(rss, private_copy_bytes):
+            found.append(f"RSS {fmt_bytes(rss)} below the {fmt_bytes(private_copy_bytes)} of weight copies it holds")
+    if mapped_resident_bytes and _short(rss, mapped_resident_bytes):
+        found.append(f"RSS {fmt_bytes(rss)} below the {fmt_bytes(mapped_resident_bytes)} of mapped weights it had "
+                     "resident when it reported ready")
+    return [f"implausible sample: {text}" for text in found]
+
+
 def system_available_bytes() -> int:
     import psutil
 

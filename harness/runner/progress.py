@@ -1,38 +1,206 @@
 """Progress of a long run, on stderr (stdout carries the summary table).
 
-Text from data (worker errors, paths) is printed as it is, never as rich markup."""
+Two renderings of the same events:
+
+- live (stderr is a terminal): a rich ``Live`` area redrawn 4 times a second shows the stage
+  in progress (model build with bytes written, or a compile with its elapsed time) and, inside
+  a group, every worker's state (starting, ready, exited, sampled, done) with its elapsed time;
+  finished groups scroll above it as plain lines;
+- plain (a pipe, a CI log): one line per event, and a "still ..." line every
+  `HEARTBEAT_S` seconds during a long stage, so a log never goes silent for long.
+
+Text from data (worker errors, paths, run ids) is always a `rich.text.Text` or printed with
+markup off: "[/path]" in an error must print as it is.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
-from harness.core.units import fmt_seconds
+from harness.core.units import fmt_bytes, fmt_seconds
+
+HEARTBEAT_S = 10.0
+#: Plain mode prints a byte-progress line when this share more is done.
+PLAIN_STEP = 0.25
+WORKER_STATES = ("starting", "ready", "exited", "timed out", "sampled", "done")
+
+
+@dataclass
+class _Stage:
+    label: str
+    t0: float
+    done: int = 0
+    total: int = 0
+    unit: str = "bytes"
+    printed_share: float = 0.0
+
+    def text(self) -> str:
+        took = fmt_seconds(time.monotonic() - self.t0)
+        if not self.total:
+            return f"{self.label}: {took}"
+        amount = (f"{fmt_bytes(self.done)} / {fmt_bytes(self.total)}" if self.unit == "bytes"
+                  else f"{self.done} / {self.total} {self.unit}")
+        return f"{self.label}: {amount} ({100 * self.done / self.total:.0f}%), {took}"
+
+
+@dataclass
+class _Group:
+    title: str
+    t0: float
+    states: dict[int, tuple[str, float]] = field(default_factory=dict)  # worker -> (state, elapsed s)
+
+    def text(self) -> str:
+        took = fmt_seconds(time.monotonic() - self.t0)
+        workers = "  ".join(f"w{i} {state} {fmt_seconds(at)}" for i, (state, at) in sorted(self.states.items()))
+        return f"{self.title}, {took}: {workers}"
 
 
 class Progress:
-    """One line per group: which group, then how it went."""
+    """Progress events of one run. ``live=None`` picks live rendering when stderr is a terminal."""
 
-    def __init__(self, quiet: bool = False) -> None:
+    def __init__(self, quiet: bool = False, *, live: bool | None = None) -> None:
         from harness.console import make_console
 
         self.console = make_console(stderr=True)
         self.quiet = quiet
+        self.live_mode = (not quiet) and (self.console.is_terminal if live is None else live)
+        self._lock = threading.RLock()
+        self._stage: _Stage | None = None
+        self._group: _Group | None = None
+        self._live: Any = None
+        self._heartbeat: threading.Thread | None = None
+        self._stop = threading.Event()
         self._t0 = 0.0
 
+    # ------------------------------------------------------------------ output primitives
+
     def note(self, message: str) -> None:
-        if not self.quiet:
-            self.console.print(message)
+        """One permanent line (plain text, never markup)."""
+        if self.quiet:
+            return
+        with self._lock:
+            target = self._live.console if self._live is not None else self.console
+            target.print(message, markup=False, highlight=False)
+
+    def _render(self) -> Any:
+        from rich.text import Text
+
+        with self._lock:
+            lines = [part.text() for part in (self._stage, self._group) if part is not None]
+        return Text("\n".join(lines))
+
+    def _start_live(self) -> None:
+        if not self.live_mode or self._live is not None:
+            return
+        from rich.live import Live
+
+        self._live = Live(get_renderable=self._render, console=self.console, refresh_per_second=4,
+                          transient=True, redirect_stdout=False, redirect_stderr=False)
+        self._live.start()
+
+    def _start_heartbeat(self) -> None:
+        """Plain mode: a "still ..." line every HEARTBEAT_S during a stage or a group."""
+        if self.quiet or self.live_mode or self._heartbeat is not None:
+            return
+
+        def beat() -> None:
+            while not self._stop.wait(HEARTBEAT_S):
+                with self._lock:
+                    parts = [part.text() for part in (self._stage, self._group) if part is not None]
+                for text in parts:
+                    self.note(f"  still busy: {text}")
+
+        self._heartbeat = threading.Thread(target=beat, name="progress-heartbeat", daemon=True)
+        self._heartbeat.start()
+
+    def close(self) -> None:
+        """Stop the live area and the heartbeat (idempotent)."""
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout=1)
+            self._heartbeat = None
+        with self._lock:
+            live, self._live = self._live, None
+            self._stage = self._group = None
+        if live is not None:
+            live.stop()
+
+    # ------------------------------------------------------------------ stages (model build/compile)
+
+    @contextlib.contextmanager
+    def stage(self, label: str) -> Iterator[Progress]:
+        """A long step (building or compiling a model): its elapsed time is shown while it runs,
+        and `advance` reports its bytes or steps."""
+        with self._lock:
+            self._stage = _Stage(label, time.monotonic())
+        if not self.live_mode:
+            self.note(f"{label}...")
+        self._start_live()
+        self._start_heartbeat()
+        ok = False
+        try:
+            yield self
+            ok = True
+        finally:
+            with self._lock:
+                stage, self._stage = self._stage, None
+            took = fmt_seconds(time.monotonic() - stage.t0) if stage else "-"
+            self.note(f"{label}: {'done' if ok else 'stopped'} in {took}")
+
+    def advance(self, done: int, total: int, unit: str = "bytes") -> None:
+        """How far the current stage is (bytes written, steps done)."""
+        with self._lock:
+            stage = self._stage
+            if stage is None:
+                return
+            stage.done, stage.total, stage.unit = done, total, unit
+            share = done / total if total else 0.0
+            due = not self.live_mode and share >= stage.printed_share + PLAIN_STEP - 1e-9 and share < 1
+            if due:
+                stage.printed_share = share
+        if due:
+            self.note(f"  {stage.text()}")
+
+    def bytes_written(self, done: int, total: int) -> None:
+        """Callback for builders that write a file of known size."""
+        self.advance(done, total, "bytes")
+
+    # ------------------------------------------------------------------ groups of workers
 
     def group_started(self, index: int, total: int, group) -> None:
         self._t0 = time.monotonic()
-        self.note(f"[{index + 1}/{total}] {group.target} {group.mode} N={group.processes} "
-                  f"M={group.sessions_per_process} repeat={group.repeat}: starting {group.processes} worker(s)")
+        title = (f"[{index + 1}/{total}] {group.target} {group.mode} N={group.processes} "
+                 f"M={group.sessions_per_process} repeat={group.repeat}")
+        with self._lock:
+            self._group = _Group(title, self._t0)
+        self.note(f"{title}: starting {group.processes} worker(s)")
+        self._start_live()
+        self._start_heartbeat()
+
+    def worker_event(self, worker: int, state: str, detail: str = "") -> None:
+        """One worker's new state inside the current group (see WORKER_STATES)."""
+        with self._lock:
+            group = self._group
+            if group is None:
+                return
+            elapsed = time.monotonic() - group.t0
+            group.states[worker] = (state, elapsed)
+        if not self.live_mode and state in ("ready", "exited", "timed out"):
+            extra = f" ({detail})" if detail else ""
+            self.note(f"    worker {worker} {state} after {fmt_seconds(elapsed)}{extra}")
 
     def group_finished(self, index: int, total: int, group, result) -> None:
         ok = sum(1 for r in result.rows if r.output_ok)
         failed = len(result.rows) - ok
         took = fmt_seconds(time.monotonic() - self._t0)
         status = f"{ok} ok" + (f", {failed} failed" if failed else "")
+        with self._lock:
+            self._group = None
         self.note(f"[{index + 1}/{total}] done in {took}: {status}")
         for row in result.rows:
             if row.error:

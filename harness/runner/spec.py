@@ -37,7 +37,10 @@ class WorkerSpec:
     parent_create_time: float = 0.0
     #: How long the worker waits at the barrier for its release before giving up.
     release_timeout_s: float = 3600.0
-    fault_action: str = ""  # test hook: "crash", "signal", "hang", "raise" (reliability suites)
+    #: Test hook of the reliability suites, never set by a normal run: "crash", "signal", "hang",
+    #: "raise", "drop-weight-pages", or "pause-start" / "pause-imports" / "pause-session" (stop at
+    #: that moment of the worker's start-up so a test can kill the harness right there).
+    fault_action: str = ""
     spec_version: int = SPEC_VERSION
 
     def write(self, path: Path) -> None:
@@ -75,6 +78,12 @@ class WorkerRecord:
     output_detail: str = ""
     weights_bytes: int | None = None
     peak_bytes: int | None = None
+    #: Bytes of weight copies the target holds in this process's private memory, every page
+    #: written (heap and fallback loads): its USS / private bytes cannot be below this.
+    private_copy_bytes: int | None = None
+    #: Resident bytes of the model's mapped files in this process's page tables, read from its
+    #: own memory maps just before it reported ready: its RSS cannot be below this.
+    mapped_resident_bytes: int | None = None
     teardown: str = ""  # what the worker's teardown left behind (mapper_impl stats), empty when clean
     error: str = ""
 

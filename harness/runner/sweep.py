@@ -11,19 +11,25 @@ never looks complete.
 from __future__ import annotations
 
 import datetime as dt
+import json
+import math
+import os
 import shlex
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.core.errors import InputError
-from harness.core.files import check_creatable, write_json_atomic
+from harness.core.files import write_json_atomic
 from harness.core.rundata import METADATA_JSON
 from harness.core.schema import FORMAT_VERSION, MODES, ResultRow, SummaryRow
 from harness.core.summary import group_key, summarize
-from harness.core.tables import write_run_tables
-from harness.runner.group import GroupResult, GroupSpec, run_group
+from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV, write_long, write_rows
+from harness.runner.group import GroupResult, GroupSpec, SpawnError, run_group
+from harness.runner.outdir import RunFolder, check_out, claim
+from harness.runner.resources import check_address_space, check_fd_limit, describe
 from harness.targets import get_target
 from harness.targets.base import Prepared, Target
 
@@ -61,12 +67,14 @@ class RunOptions:
     repeat: int = 1
     worker_timeout_s: float = 300.0
     out: Path | None = None
+    out_prefix: str = "run"  # the default folder is results/<prefix>-<date>-<time>[-K]
     cache_dir: Path | None = None
     gates: list[str] = field(default_factory=list)  # user gate expressions (validated before any work)
     default_gates: bool = True
     labels: dict[str, str] = field(default_factory=dict)  # KEY=VALUE tags (device kind...) for history
     fault_actions: dict[int, str] = field(default_factory=dict)
     command: str = ""
+    project_to: tuple[int, int] | None = None  # (sessions, weights bytes) the report projects to
 
     def __post_init__(self) -> None:
         if self.models:
@@ -99,6 +107,20 @@ class RunOutcome:
     summary: list[SummaryRow]
     exit_code: int
     status: str
+    folder: RunFolder | None = None  # holds the folder's lock until `release` (after the report)
+
+    def release(self) -> None:
+        if self.folder is not None:
+            self.folder.release()
+
+
+class RunFailed(Exception):
+    """The run could not go on (disk full, no descriptors, a worker that cannot be started):
+    metadata.json says ``"failed: <this text>"`` where it could still be written."""
+
+    def __init__(self, message: str, out: Path | None = None) -> None:
+        super().__init__(message)
+        self.out = out
 
 
 def command_line(argv: list[str]) -> str:
@@ -151,17 +173,34 @@ def warm_page_cache(path: Path) -> None:
     warm(path)
 
 
-def make_out_dir(out: Path) -> None:
-    """Create the output folder; InputError (not a traceback) when the OS refuses."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InputError(f"--out {out}: cannot create the folder ({err.strerror or err})") from None
+#: Largest input tensor a --shape may ask for, in elements (numpy's own ceiling is 2**63).
+MAX_SHAPE_ELEMENTS = 2**48
 
 
-def default_out_dir(prefix: str = "run") -> Path:
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("results") / f"{prefix}-{stamp}"
+def check_shapes_allocatable(shapes: dict[str, list[int]], available: int) -> None:
+    """A --shape whose input cannot be allocated is refused now, not after the model was
+    externalised: each input takes at least one byte per element (and every worker holds its
+    own), so more elements than the available memory can never run."""
+    for name, dims in shapes.items():
+        elements = math.prod(dims)
+        if elements > MAX_SHAPE_ELEMENTS or elements > available * MEMORY_BUDGET_SHARE:
+            from harness.core.units import fmt_bytes
+
+            raise InputError(f"--shape {name}={'x'.join(map(str, dims))}: an input of {elements:.4g} elements needs "
+                             f"at least {fmt_bytes(elements)} (1 byte each) but {fmt_bytes(available)} is available")
+
+
+def check_gates_fit_modes(opts: RunOptions) -> None:
+    """A gate comparing mapped with heap can never be judged on a one-mode run: refused
+    before work, rather than failed after it."""
+    if len(set(opts.modes)) != 1:
+        return
+    from harness.core.gates import needs_both_modes, parse_gate
+
+    for expr in opts.gates:
+        if needs_both_modes(parse_gate(expr)):
+            raise InputError(f"gate {expr!r} compares mapped with heap, but --modes is {opts.modes[0]} only: "
+                             "run both modes or drop the gate")
 
 
 def check_options(opts: RunOptions) -> None:
@@ -180,6 +219,7 @@ def check_options(opts: RunOptions) -> None:
         from harness.runner.pagecache import check_cold_supported
 
         check_cold_supported()
+    check_gates_fit_modes(opts)
     if opts.peer is not None:
         if opts.peer == opts.target:
             raise InputError(f"--peer {opts.peer}: the peer must be another target than --target")
@@ -236,6 +276,8 @@ def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, sta
             "modes": opts.modes, "repeat": opts.repeat, "labels": opts.labels, "started": started,
             "finished": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
             "duration_s": round(time.monotonic() - t0, 3), "command": opts.command,
+            "project_to": ({"sessions": opts.project_to[0], "weights_bytes": opts.project_to[1]}
+                           if opts.project_to else None),
         },
         "gates": list(opts.gates),
         "default_gates": [{"expr": expr, "why": why} for expr, why in default_gates],
@@ -244,11 +286,59 @@ def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, sta
     }
 
 
-def write_outputs(out: Path, rows: list[ResultRow], deltas: dict, meta: dict) -> list[SummaryRow]:
-    summary = summarize(rows, deltas)
-    write_run_tables(out, rows, summary, run_id=out.name)
+@contextmanager
+def _writing(name: str):
+    """OSError while writing ``name`` -> RunFailed with one line saying what ran out."""
+    try:
+        yield
+    except OSError as err:
+        raise RunFailed(describe(err, f"writing {name}")) from err
+
+
+def record_status(out: Path, meta: dict) -> bool:
+    """Write metadata.json whole (atomic), or when that cannot be done (a full disk has no
+    room for the temp file) overwrite it in place, padded to its old length so no new block
+    is needed. False when neither worked."""
+    path = out / METADATA_JSON
+    try:
+        write_json_atomic(path, meta)
+        return True
+    except OSError:
+        pass
+    data = (json.dumps(meta, indent=1, default=str) + "\n").encode("utf-8")
+    try:
+        with open(path, "r+b") as handle:
+            old = handle.seek(0, os.SEEK_END)
+            if len(data) < old:
+                data = data[:-1] + b" " * (old - len(data)) + b"\n"
+            handle.seek(0)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return True
+    except OSError:
+        return False
+
+
+def write_outputs(out: Path, rows: list[ResultRow], system: dict, meta: dict) -> list[SummaryRow]:
+    """Rewrite the tables, then metadata.json. A table that cannot be written fails the run:
+    the status says which and why, so a half-written folder never looks complete."""
+    summary = summarize(rows, system)
     meta["run"]["run_id"] = out.name
-    write_json_atomic(out / METADATA_JSON, meta)
+    try:
+        with _writing(RESULTS_CSV):
+            write_rows(out / RESULTS_CSV, rows, ResultRow)
+        with _writing(SUMMARY_CSV):
+            write_rows(out / SUMMARY_CSV, summary, SummaryRow)
+        with _writing(LONG_CSV):
+            write_long(out / LONG_CSV, rows, out.name)
+    except RunFailed as err:
+        meta["status"] = f"failed: {err}"
+        if not record_status(out, meta):
+            raise RunFailed(f"{err}; metadata.json could not be updated either") from err
+        raise
+    if not record_status(out, meta):
+        raise RunFailed(f"disk full writing {METADATA_JSON} (it may still say {meta['status']!r} from before)")
     return summary
 
 
@@ -256,8 +346,8 @@ def prepare_all(opts: RunOptions, progress) -> dict[str, Prepared]:
     """The run's target (and peer) prepared: models built or taken from the cache."""
     prepared = {}
     for name in [opts.target, *([opts.peer] if opts.peer else [])]:
-        progress.note(f"preparing the {name} model (built once, then cached)...")
-        prepared[name] = get_target(name).prepare(opts, progress)
+        with progress.stage(f"preparing the {name} model (built once, then cached)"):
+            prepared[name] = get_target(name).prepare(opts, progress)
         progress.note(f"model: {prepared[name].source}, {prepared[name].weights_bytes} bytes of weights")
     return prepared
 
@@ -288,19 +378,42 @@ def page_cache_before(opts: RunOptions, ready: Prepared, progress):
     return state
 
 
-def execute(opts: RunOptions, progress) -> RunOutcome:
-    """Run every group; on Ctrl-C, write what was measured and mark the run interrupted."""
+def check_before_work(opts: RunOptions) -> None:
+    """Every refusal that needs no model: options, limits, the output folder."""
+    from harness.cache import default_cache_dir
     from harness.runner.memory import system_available_bytes
+
+    check_options(opts)
+    available = system_available_bytes()
+    check_shapes_allocatable(opts.shapes, available)
+    check_memory_budget(opts, expected_weights_bytes(opts), available)
+    check_fd_limit(max(opts.processes))
+    check_address_space(expected_weights_bytes(opts))
+    check_out(opts.out, opts.cache_dir or default_cache_dir())
+
+
+def execute(opts: RunOptions, progress) -> RunOutcome:
+    """Run every group; on Ctrl-C, write what was measured and mark the run interrupted; when
+    a resource runs out, write what was measured, mark the run failed and raise `RunFailed`."""
+    from harness.runner.memory import system_available_bytes
+
+    check_before_work(opts)
+    prepared = prepare_all(opts, progress)
+    check_memory_budget(opts, prepared[opts.target].weights_bytes, system_available_bytes())
+    check_address_space(prepared[opts.target].weights_bytes)
+    folder = claim(opts.out, opts.out_prefix)
+    try:
+        return _run_groups(opts, prepared, folder, progress)
+    except BaseException:
+        folder.release()
+        raise
+
+
+def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFolder, progress) -> RunOutcome:
     from harness.runner.metadata import environment
     from harness.runner.spawn import harness_identity
 
-    check_options(opts)
-    check_memory_budget(opts, expected_weights_bytes(opts), system_available_bytes())
-    out = opts.out or default_out_dir()
-    check_creatable(out, "--out", folder=True)
-    prepared = prepare_all(opts, progress)
-    check_memory_budget(opts, prepared[opts.target].weights_bytes, system_available_bytes())
-    make_out_dir(out)
+    out = folder.path
     keep_logs(out, prepared)
     started = dt.datetime.now().astimezone().isoformat(timespec="seconds")
     t0 = time.monotonic()
@@ -310,25 +423,43 @@ def execute(opts: RunOptions, progress) -> RunOutcome:
     groups = plan_groups(opts, prepared, out, harness_identity())
     env = environment()
     rows: list[ResultRow] = []
-    deltas: dict[tuple, int | None] = {}
-    status = "running"
-    write_outputs(out, rows, deltas, _metadata(opts, prepared, started, status, t0, env))
+    system: dict[tuple, tuple[int | None, int | None]] = {}
+    failure = ""
+
+    def meta(status: str) -> dict:
+        return _metadata(opts, prepared, started, status, t0, env)
+
     try:
+        write_outputs(out, rows, system, meta("running"))
         for i, group in enumerate(groups):
             cache = page_cache_before(opts, prepared[group.target], progress)
             progress.group_started(i, len(groups), group)
-            result: GroupResult = run_group(group)
+            result: GroupResult = run_group(group, progress.worker_event)
             for row in result.rows:
                 row.page_cache, row.weights_resident_bytes = cache.state, cache.resident_bytes
             rows.extend(result.rows)
-            deltas[group_key(group)] = result.system_delta_bytes
+            system[group_key(group)] = (result.system_delta_bytes, result.system_noise_bytes)
             progress.group_finished(i, len(groups), group, result)
-            write_outputs(out, rows, deltas, _metadata(opts, prepared, started, status, t0, env))
+            write_outputs(out, rows, system, meta("running"))
         status = "complete"
     except KeyboardInterrupt:
         status = "interrupted"
-    summary = write_outputs(out, rows, deltas, _metadata(opts, prepared, started, status, t0, env))
+    except RunFailed as err:
+        err.out = out
+        raise
+    except SpawnError as err:
+        failure = str(err)
+    except (OSError, MemoryError) as err:
+        failure = describe(err, "running the groups")
+    if failure:
+        status = f"failed: {failure}"
+    try:
+        summary = write_outputs(out, rows, system, meta(status))
+    except RunFailed as err:
+        err.out = out
+        raise
+    if failure:
+        raise RunFailed(failure, out)
     failed = any(s.failed_workers for s in summary)
     code = 130 if status == "interrupted" else (1 if failed else 0)
-    return RunOutcome(out, rows, summary, code, status)
-
+    return RunOutcome(out, rows, summary, code, status, folder)

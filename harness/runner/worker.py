@@ -107,6 +107,27 @@ def apply_fault_action(action: str) -> None:
         raise RuntimeError("worker raised on purpose (fault_action=raise)")
 
 
+#: Pause points of the start-up (test hook): "start" is before the worker watches its parent
+#: (the window a kernel parent-death signal cannot cover: a real interpreter start takes about
+#: as long), so it is short; "imports" sleeps until the worker is killed; "session" stands for
+#: a session creation hung in native code: it never returns and holds the GIL, so no Python
+#: thread (the watchdog included) runs again and only the kernel can end the worker.
+PAUSE_POINTS = {"pause-start": 0.5, "pause-imports": 10**6}
+
+
+def pause_point(spec: WorkerSpec, name: str) -> None:
+    """Reliability suites only: stop at the named moment of the start-up, after leaving a
+    marker file the test waits for, so it can kill the harness exactly then."""
+    if spec.fault_action != name:
+        return
+    Path(f"{spec.log_path}.{name}").touch()
+    if name == "pause-session":
+        import re
+
+        re.match(r"(a+)+$", "a" * 64 + "b")  # exponential backtracking in C, GIL held: never returns
+    time.sleep(PAUSE_POINTS[name])
+
+
 def _error_text(err: BaseException) -> str:
     text = str(err).strip()
     return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
@@ -158,19 +179,62 @@ def run_and_check(target, live, models, record: WorkerRecord, runs: int) -> None
         record.latency_p50_s, record.latency_p90_s, record.latency_p99_s = latency_percentiles(samples)
 
 
+def mapped_resident_bytes(folder: Path) -> int | None:
+    """Resident bytes of every file under the model folder mapped into this process (its own
+    memory maps): what the parent's sample of this process must at least show as RSS."""
+    try:
+        import psutil
+
+        root = os.path.normcase(str(Path(folder).resolve())) + os.sep
+        return sum(m.rss for m in psutil.Process().memory_maps(grouped=True)
+                   if os.path.normcase(m.path).startswith(root))
+    except Exception:  # not readable here: no mapped-pages check for this worker
+        return None
+
+
+def drop_weight_pages(live) -> None:
+    """Reliability suites only ("drop-weight-pages"): hand every page of the sessions' weights
+    back to the kernel (MADV_DONTNEED), after the worker measured what it holds and before it
+    reports ready: the parent then samples a process whose memory really lacks what its mode
+    must hold, and must call the sample implausible."""
+    import ctypes
+    import mmap
+
+    from onnx import helper
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    page = mmap.PAGESIZE
+    for value in live.keepalive:
+        size = int(helper.tensor_dtype_to_np_dtype(value.element_type()).itemsize)
+        for dim in value.shape():
+            size *= dim
+        start = -(-value.data_ptr() // page) * page
+        end = (value.data_ptr() + size) // page * page
+        if end > start:
+            libc.madvise(start, end - start, 4)  # MADV_DONTNEED
+
+
 def run_worker(spec: WorkerSpec) -> int:
+    pause_point(spec, "pause-start")
+    exit_with_parent(spec)  # before any heavy import: an orphan must not even finish starting
+    pause_point(spec, "pause-imports")
     from harness.models import PreparedModel
     from harness.targets import get_target
 
-    exit_with_parent(spec)
     record = WorkerRecord(pid=os.getpid())
     live = None
     try:
         apply_fault_action(spec.fault_action)
         target = get_target(spec.target)
         models = [PreparedModel.load(Path(folder), check_files=False) for folder in model_folders(spec)]
+        pause_point(spec, "pause-session")
         live = target.create_sessions(spec, models, record)
         run_and_check(target, live, models, record, int(spec.options.get("runs") or 0))
+        resident = [mapped_resident_bytes(m.folder) for m in models]
+        record.mapped_resident_bytes = None if any(r is None for r in resident) else sum(resident)
+        if spec.fault_action == "drop-weight-pages":
+            drop_weight_pages(live)
     except Exception as err:  # a worker's failure is data for the parent
         traceback.print_exc()
         record.error = _error_text(err)

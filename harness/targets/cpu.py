@@ -172,6 +172,7 @@ class CpuTarget(Target):
         live = LiveSessions()
         record.load_s = record.create_s = 0.0
         record.map_attempts = 0
+        record.private_copy_bytes = 0
         stages = []
         for _ in range(spec.sessions):
             group = []
@@ -190,6 +191,8 @@ class CpuTarget(Target):
                 record.map_attempts += ctx.map_attempts
                 record.map_errors.extend(str(e) for e in ctx.errors)
                 stages.append(ctx.fallback_stage)
+                if ctx.path_taken != "mapped":  # a private copy, every byte written by the read
+                    record.private_copy_bytes += ctx.weights.size
                 if _PATH_RANK[ctx.path_taken] >= _PATH_RANK.get(record.path_taken, -1):
                     record.path_taken = ctx.path_taken
             live.add_group(group)

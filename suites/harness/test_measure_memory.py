@@ -18,28 +18,21 @@ pytestmark = pytest.mark.memory
 
 
 @pytest.fixture(scope="module")
-def cpu_run(harness_options, tmp_path_factory, model_cache):
-    """One real run of the default target at N processes, both modes (shared by the tests)."""
-    import subprocess
-    import sys
-
-    from conftest import ROOT, HarnessOutcome, harness_env
-
+def cpu_run(harness_options, harness_runner, request, tmp_path_factory):
+    """One real run of the default target at N processes, both modes (shared by the tests; with
+    --report-dir it is kept there, reported with the outcome of this module's tests)."""
     if harness_options.target != "cpu":
         pytest.skip("the mapping-physics tests measure --target cpu")
-    out = (harness_options.report_dir / "runs" / "cpu-physics") if harness_options.report_dir \
-        else tmp_path_factory.mktemp("cpu-run") / "run"
     n = max(int(p) for p in harness_options.processes.split(","))
     n = max(n, 2)  # sharing needs at least two processes
-    args = ["run", "--target", "cpu", "--processes", str(n), "--out", str(out), "--quiet", "--no-report"]
+    args = ["run", "--target", "cpu", "--processes", str(n), "--quiet", "--no-report"]
     if harness_options.model:
         args += ["--model", harness_options.model]
     else:
         args += ["--model-size", harness_options.model_size]
-    proc = subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
-                          cwd=ROOT, env=harness_env(model_cache), timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return HarnessOutcome(proc.returncode, proc.stdout, proc.stderr, out), n
+    outcome = harness_runner.run(*args, owner=request.node.nodeid, scratch=tmp_path_factory.mktemp("cpu-run"))
+    assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+    return outcome, n
 
 
 def _by_mode(rows):

@@ -7,9 +7,12 @@ user mistake, readable CSVs, and no process of the run still alive.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -117,3 +120,67 @@ def stop(proc: subprocess.Popen) -> None:
         else:
             proc.kill()
         proc.communicate()
+
+
+@contextlib.contextmanager
+def unwritable(path: Path):
+    """Make ``path`` (a file or folder) refuse writes for the duration, as root too: root
+    ignores mode bits, so it gets the immutable attribute (``chattr +i``) instead, which the
+    kernel enforces for everyone. Skips when neither is possible here."""
+    import pytest
+
+    if os.geteuid() != 0:
+        mode = path.stat().st_mode
+        path.chmod(0o555 if path.is_dir() else 0o444)
+        try:
+            yield
+        finally:
+            path.chmod(mode)
+        return
+    chattr = shutil.which("chattr")
+    done = chattr and subprocess.run([chattr, "+i", str(path)], capture_output=True).returncode == 0
+    if not done:
+        pytest.skip("running as root without chattr +i: cannot make a path unwritable for root")
+    try:
+        yield
+    finally:
+        subprocess.run([chattr, "-i", str(path)], capture_output=True, check=True)
+
+
+def char_device_like_dev_null(folder: Path) -> Path:
+    """A character device that behaves like /dev/null: the real /dev/null when not root (it
+    cannot be replaced then anyway), a private node with /dev/null's numbers (1, 3) as root,
+    so a harness that wrongly replaced it would not damage the machine."""
+    if os.geteuid() != 0:
+        return Path(os.devnull)
+    node = folder / "null"
+    os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    return node
+
+
+def run_quick(args: list[str], model_cache: Path, *, cwd: Path = ROOT, preexec=None, timeout: float = 300
+              ) -> subprocess.CompletedProcess:
+    """``python -m harness <args>`` to completion (no --out added), optionally with limits
+    set in the child before it starts (``preexec``)."""
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd,
+                          env=harness_env(model_cache), stdin=subprocess.DEVNULL, timeout=timeout,
+                          preexec_fn=preexec)
+
+
+def one_line_error(proc: subprocess.CompletedProcess, exit_code: int, *expected: str) -> str:
+    """Exit ``exit_code`` with exactly one stderr line holding every ``expected`` text, and no
+    traceback anywhere. Returns the line."""
+    assert proc.returncode == exit_code, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for text in expected:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+def kill_survivors(out: Path) -> None:
+    """Cleanup after a failed orphan test: no stray worker may outlive the test session."""
+    for proc in processes_of(out):
+        with contextlib.suppress(psutil.Error):
+            proc.kill()

@@ -73,7 +73,7 @@ def fake_results(
                         weights_bytes=law.weights, output_ok=True, error=None,
                         memory_note=None if pss else "PSS: not available on Windows",
                         exit_code=0, map_errors=None,
-                        ep_log_tail=UNAVAILABLE_LOG if shared else None,
+                        ep_log_tail=UNAVAILABLE_LOG if shared else None, memory_ok=True,
                     ))
                     worker_id += 1
     return rows
@@ -84,7 +84,7 @@ def fail_worker(rows: list[ResultRow], index: int = -1, error: str = "RuntimeErr
     """Turn one row into a crashed worker (a test input for highlighting and gates)."""
     rows = list(rows)
     rows[index] = replace(rows[index], output_ok=False, error=error, exit_code=1,
-                          uss_bytes=None, pss_bytes=None, rss_bytes=None)
+                          uss_bytes=None, pss_bytes=None, rss_bytes=None, memory_ok=False)
     return rows
 
 
@@ -127,7 +127,7 @@ def write_run(folder: Path, rows: list[ResultRow], meta: dict | None = None,
     for row in rows:
         key = (row.target, row.mode, row.processes, row.sessions_per_process, row.repeat)
         mode = "heap" if row.ep_file_mapping == "unavailable" else row.mode
-        deltas[key] = law.summed_pss(mode, row.processes) - law.fixed
+        deltas[key] = (law.summed_pss(mode, row.processes) - law.fixed, MIB)  # (drop, idle noise)
     write_rows(folder / "results.csv", rows, ResultRow)
     write_rows(folder / "summary.csv", summarize(rows, deltas), SummaryRow)
     target = rows[0].target if rows else "cpu"

@@ -68,13 +68,22 @@ def test_plain_pandas_read_with_schema_dtypes(tmp_path):
 
 
 def test_missing_and_extra_columns(tmp_path):
+    """A newer writer's extra column is ignored and a column added since this format version
+    (memory_ok) may be missing; a table without a column every table of this version has is
+    not one of ours."""
     path = tmp_path / "old.csv"
-    path.write_text("target,mode,processes,future_column\ncpu,heap,2,zzz\n")
+    header = [c for c in columns(ResultRow) if c != "memory_ok"] + ["future_column"]
+    cells = {"target": "cpu", "mode": "heap", "processes": "2", "future_column": "zzz"}
+    path.write_text(",".join(header) + "\n" + ",".join(cells.get(c, "") for c in header) + "\n")
     (row,) = read_rows(path, ResultRow)
-    assert (row.target, row.mode, row.processes, row.uss_bytes) == ("cpu", "heap", 2, None)
+    assert (row.target, row.mode, row.processes, row.uss_bytes, row.memory_ok) == ("cpu", "heap", 2, None, None)
     frame = read_frame(path, ResultRow)
     assert columns(ResultRow) == list(frame.columns[: len(columns(ResultRow))])
     assert str(frame["uss_bytes"].dtype) == "Int64"
+    foreign = tmp_path / "foreign.csv"
+    foreign.write_text("target,mode,processes,future_column\ncpu,heap,2,zzz\n")
+    with pytest.raises(ValueError, match=r"foreign\.csv: not a results table of this harness: missing column"):
+        read_rows(foreign, ResultRow)
 
 
 def test_empty_rows_need_a_row_type(tmp_path):
@@ -87,7 +96,8 @@ def test_empty_rows_need_a_row_type(tmp_path):
 
 def test_bad_cell_names_file_and_column(tmp_path):
     path = tmp_path / "bad.csv"
-    path.write_text("target,processes\ncpu,lots\n")
+    header = columns(ResultRow)
+    path.write_text(",".join(header) + "\n" + ",".join("lots" if c == "processes" else "" for c in header) + "\n")
     with pytest.raises(ValueError, match=r"bad\.csv:2: column processes"):
         read_rows(path, ResultRow)
 

@@ -40,7 +40,7 @@ def test_one_run_report(cpu_run, capsys):
     assert "shared pages" in html and "cannot show the saving" in html
     assert "Feature unavailable" not in html
     assert "Marginal memory of one more session" in html and "Projection for 8 sessions" in html
-    assert "Comparison of runs" not in html
+    assert "Runs side by side" not in html
     assert (cpu_run / "results_long.csv").is_file()
 
 
@@ -67,7 +67,7 @@ def test_several_runs_side_by_side(cpu_run, qnn_run, failed_run, tmp_path, monke
     monkeypatch.chdir(tmp_path)
     assert report_main([str(cpu_run), str(qnn_run), str(failed_run)]) == 1
     html = (tmp_path / "report.html").read_text()  # default out for several runs: ./report.html
-    assert "Comparison of runs" in html
+    assert "Runs side by side" in html
     for anchor in ("run-0", "run-1", "run-2"):
         assert f'id="{anchor}"' in html and f'href="#{anchor}"' in html
     assert html.count('<section class="run"') == 3
@@ -163,3 +163,35 @@ def test_fallback_retry_and_interruption_are_explained(tmp_path):
     assert "1 worker(s) mapped after a retry" in html and "MappingError: transient" in html
     assert "Run interrupted" in html
     assert "1, 2 (asked: 1, 2, 4)" in html
+
+
+def test_report_opens_with_a_sentence_title_and_badges(cpu_run):
+    html = render_runs([cpu_run]).path.read_text()
+    header = html.split("</header>")[0]
+    assert "<title>File mapped weights, target cpu: run cpu-run</title>" in html
+    assert '<span class="badge pass" title="verdict: pass">pass</span>' in header
+    assert 'class="badge feature-active"' in header
+    lead = header.split('<p class="lead">')[1].split("</p>")[0]
+    assert "768.0 MiB less summed PSS than heap" in lead and "57% saved" in lead
+    assert "faster" in lead and "Verdict: pass" in lead
+
+
+def test_unexercised_feature_never_gets_a_green_badge(qnn_run):
+    html = render_runs([qnn_run]).path.read_text()
+    header = html.split("</header>")[0]
+    assert "target qnn" in header and "QNN file mapped weights" not in html
+    assert '<span class="badge pass-unexercised" title="verdict: pass">pass, feature not exercised</span>' in header
+    assert '<span class="badge feature-unavailable"' in header
+    assert 'class="badge pass"' not in html
+    assert "NOT exercised" in header
+
+
+def test_long_cells_are_clipped_with_the_full_text_on_hover(qnn_run):
+    from html import escape
+
+    from report_fixtures import UNAVAILABLE_LOG
+
+    html = render_runs([qnn_run]).path.read_text()
+    workers = html.split('table class="data sortable workers"')[1]
+    text = escape(UNAVAILABLE_LOG)
+    assert f'class="long" title="{text}"><div class="clip">{text}</div>' in workers

@@ -33,6 +33,36 @@ class Rendered:
     screenshot: Path
 
 
+#: Written into the page by the row-height test: each worker row's height in text lines (its
+#: height over its first cell's computed line height), laid out by the real browser.
+MEASURE_ROWS = """<script>
+(function () {
+  var out = [];
+  document.querySelectorAll("table.workers tbody tr").forEach(function (tr) {
+    var lineHeight = parseFloat(getComputedStyle(tr.cells[0]).lineHeight);
+    out.push((tr.getBoundingClientRect().height / lineHeight).toFixed(2));
+  });
+  var pre = document.createElement("pre");
+  pre.id = "row-lines";
+  pre.textContent = out.join(" ");
+  document.body.appendChild(pre);
+})();
+</script>"""
+#: The negative control: the same page with clipping undone (long cells wrap in a narrow column).
+UNCLIPPED = "<style>table.data td.long div.clip { white-space: normal !important; max-width: 6em !important; }</style>"
+
+
+def row_lines(page: Path, work: Path, extra: str = "") -> list[float]:
+    """Heights of the worker rows, in lines, as headless Chromium lays the page out."""
+    measured = work / f"measured-{page.stem}{'-unclipped' if extra else ''}.html"
+    measured.write_text(page.read_text(encoding="utf-8").replace("</body>", extra + MEASURE_ROWS + "</body>"),
+                        encoding="utf-8")
+    dom = open_headless(measured, work).dom
+    found = re.search(r'<pre id="row-lines">([^<]*)</pre>', dom)
+    assert found, "the measuring script did not run"
+    return [float(x) for x in found.group(1).split()]
+
+
 def open_headless(page: Path, work: Path) -> Rendered:
     """Load ``page`` once: rendered DOM on stdout, console messages on stderr, a screenshot."""
     profile = work / "chromium-profile"
@@ -89,3 +119,22 @@ def test_report_renders_charts_without_console_errors(tmp_path):
     png = rendered.screenshot.read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 20_000
     keep_artifact(rendered.screenshot, "report.png")
+
+
+def test_worker_rows_stay_a_few_lines_tall(tmp_path):
+    """Long text cells (EP log tail, errors, mapping errors) are clipped to one line with the
+    full text on hover: no worker row is taller than 3 lines. Before, the EP log column was
+    squeezed to ~8 characters and every row was ~390 px tall."""
+    from dataclasses import replace
+
+    rows = fake_results(target="qnn", ep_file_mapping="unavailable", processes=(1, 2))
+    rows = fail_worker(rows, error="RuntimeError: " + "the QNN backend refused the context binary; " * 8)
+    rows[0] = replace(rows[0], map_errors="; ".join(["MappingError: mmap failed (ENOMEM)"] * 6))
+    page = tmp_path / "workers.html"
+    render_runs([write_run(tmp_path / "qnn", rows, metadata("qnn"))], page)
+
+    lines = row_lines(page, tmp_path)
+    assert len(lines) == len(rows)
+    assert max(lines) <= 3, lines
+    control = row_lines(page, tmp_path, UNCLIPPED)
+    assert max(control) > 6, control  # the measurement sees tall rows when they are tall

@@ -1,0 +1,182 @@
+"""``headline.json``: a judged run in a form a machine can compare, defined once here.
+
+Why a file of its own: results.csv and summary.csv hold every figure but need this project's
+rules (which N, which metric, medians over repeats) to mean anything; a nightly job that asks
+"did ORT 1.33 regress the saving?" wants the answer those rules give, with the versions it was
+measured with. `headline_document` builds it from the run's one `Judgement`, so it can never
+disagree with the terminal or report.html. The command line writes it next to the run's
+tables (``harness run``, ``harness bench``, ``harness report``).
+
+Format (``format_version`` 1; keys are only ever added within a version):
+
+- ``format_version`` (int), ``kind`` ("run" | "bench"), ``run_id``, ``target``, ``peer``,
+  ``status`` (complete | running | interrupted | unknown), ``started``, ``duration_s``;
+- ``verdict`` (pass | fail | incomplete), ``reasons`` (why not pass), ``feature``
+  ({``state``: active | partial | unavailable | disabled | unknown | not-measured, ``text``}),
+  ``sentence`` (the plain-language summary the report opens with);
+- ``model``, ``weights_bytes``, ``labels`` ({KEY: VALUE} given with --label);
+- ``headline``: the gate metrics at the largest N x M measured in both modes (medians over
+  repeats), e.g. ``mapped_pss_ratio``, ``init_ratio``, ``processes``, ``sessions``;
+- ``per_n``: one entry per (N, M) measured in both modes, in N order: ``processes``,
+  ``sessions_per_process``, ``sessions``, ``repeats``, ``mapped`` and ``heap`` ({SummaryRow
+  figure: median over repeats}, bytes and seconds), ``ratios`` ({metric: median of the
+  per-repeat mapped/heap ratios}), ``ratio_range`` ({metric: [min, max] over repeats}),
+  ``saving`` ({``metric``: "pss" | "private", ``bytes``: heap - mapped, ``fraction``:
+  1 - mapped/heap});
+- ``gates``: [{``expr``, ``status`` (pass | fail | skip), ``value``, ``reason``, ``why``}];
+- ``versions``: {``onnxruntime``, ``onnxruntime_qnn``, ``qnn_sdk``, ``python``, ``os``,
+  ``cpu``, ``commit``} (null where unknown), plus ``system``, ``arch``, ``hostname``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .files import read_json, write_json_atomic
+from .schema import SummaryRow
+from .summary import RATIO_COLUMNS, median, paired, ratio, sessions_of
+from .units import fmt_bytes, fmt_percent, fmt_seconds
+
+HEADLINE_JSON = "headline.json"
+HEADLINE_FORMAT_VERSION = 1
+#: SummaryRow figures given per mode in ``per_n`` (absolute values: bytes or seconds).
+ABSOLUTE_COLUMNS = ("sum_pss_bytes", "sum_uss_bytes", "sum_private_bytes", "sum_rss_bytes",
+                    "system_delta_bytes", "init_s_median", "create_s_median")
+#: headline.json version key -> metadata.json ``env`` key.
+VERSION_KEYS = {"onnxruntime": "onnxruntime", "onnxruntime_qnn": "onnxruntime_qnn", "qnn_sdk": "qnn_sdk",
+                "python": "python", "os": "os", "cpu": "cpu", "commit": "git_commit", "system": "system",
+                "arch": "arch", "hostname": "hostname"}
+
+
+def fair_metric(rows: Sequence[SummaryRow]) -> str | None:
+    """"pss" when every row has summed PSS (Linux), else "private" (Windows private bytes, USS
+    on Linux) when present: the figure that charges shared pages fairly."""
+    if rows and all(r.sum_pss_bytes is not None for r in rows):
+        return "pss"
+    if rows and all(r.sum_private_bytes is not None for r in rows):
+        return "private"
+    return None
+
+
+def per_n(summary: Sequence[SummaryRow], target: str) -> list[dict[str, Any]]:
+    """Mapped and heap side by side at every (N, M) ``target`` measured in both modes."""
+    by_size: dict[tuple[int, int], list[tuple[SummaryRow, SummaryRow]]] = defaultdict(list)
+    for mapped, heap in paired(s for s in summary if s.target == target):
+        by_size[(mapped.processes, mapped.sessions_per_process)].append((mapped, heap))
+    out = []
+    for (n, m), pairs in sorted(by_size.items()):
+        mapped_rows, heap_rows = [p[0] for p in pairs], [p[1] for p in pairs]
+        entry: dict[str, Any] = {
+            "processes": n, "sessions_per_process": m, "sessions": sessions_of(pairs[0][0]),
+            "repeats": len(pairs),
+            "mapped": {c: median(getattr(r, c) for r in mapped_rows) for c in ABSOLUTE_COLUMNS},
+            "heap": {c: median(getattr(r, c) for r in heap_rows) for c in ABSOLUTE_COLUMNS},
+            "ratios": {}, "ratio_range": {},
+        }
+        for name, column in RATIO_COLUMNS.items():
+            values = [v for v in (ratio(getattr(a, column), getattr(b, column)) for a, b in pairs) if v is not None]
+            entry["ratios"][name] = median(values)
+            entry["ratio_range"][name] = [min(values), max(values)] if values else None
+        metric = fair_metric(mapped_rows + heap_rows)
+        column = f"sum_{metric}_bytes" if metric else None
+        mapped_value = entry["mapped"].get(column) if column else None
+        heap_value = entry["heap"].get(column) if column else None
+        saved = heap_value - mapped_value if mapped_value is not None and heap_value is not None else None
+        entry["saving"] = {"metric": metric, "bytes": saved,
+                           "fraction": saved / heap_value if saved is not None and heap_value else None}
+        out.append(entry)
+    return out
+
+
+def versions(env: dict[str, Any]) -> dict[str, Any]:
+    return {key: env.get(source) or None for key, source in VERSION_KEYS.items()}
+
+
+def headline_sentence(judgement: Any) -> str:
+    """One plain sentence: the saving at the largest N (absolute and %), the init speed-up, the
+    verdict and whether file mapping was really exercised (when it was not, the figures are
+    stated as measurements of one path, never as a saving)."""
+    run = judgement.run
+    entries = per_n(run.summary, run.target)
+    feature = judgement.feature
+    verdict = f"Verdict: {judgement.verdict}" + (f" ({'; '.join(judgement.reasons)})" if judgement.reasons else "")
+    if feature.state == "active":
+        tail = f"{verdict}; file mapping active."
+    else:
+        tail = f"{verdict}; file mapping {feature.state}: {feature.text}."
+    if not entries:
+        return f"No mapped/heap pair was measured for target {run.target}, so there is no saving to state. {tail}"
+    top = max(entries, key=lambda e: (e["sessions"], e["processes"]))
+    saving = top["saving"]
+    weights = fmt_bytes(run.weights_bytes) if run.weights_bytes else "?"
+    where = (f"With {top['processes']} process(es) x {top['sessions_per_process']} session(s) "
+             f"({run.target}, {weights} of weights)")
+    label = "PSS" if saving["metric"] == "pss" else "private bytes"
+    column = f"sum_{saving['metric']}_bytes"
+    init_m, init_h = top["mapped"]["init_s_median"], top["heap"]["init_s_median"]
+    times = f"{fmt_seconds(init_m)} vs {fmt_seconds(init_h)} median init"
+    if feature.state not in ("active", "partial"):
+        memory = (f"mapped and heap mode measured {fmt_bytes(top['mapped'][column])} vs "
+                  f"{fmt_bytes(top['heap'][column])} summed {label}" if saving["bytes"] is not None
+                  else "no fair memory figure (PSS or private bytes) was measured")
+        return (f"{where}, {memory} and {times}, but file mapping was NOT exercised ({feature.state}), so this is "
+                f"no measurement of its saving. {verdict}.")
+    if saving["bytes"] is None:
+        memory = "no fair memory figure (PSS or private bytes) was measured"
+    else:
+        less = saving["bytes"] >= 0
+        memory = (f"mapped weights used {fmt_bytes(abs(saving['bytes']))} {'less' if less else 'MORE'} summed "
+                  f"{label} than heap ({fmt_bytes(top['mapped'][column])} vs {fmt_bytes(top['heap'][column])}, "
+                  f"{fmt_percent(abs(saving['fraction'] or 0))} {'saved' if less else 'extra'})")
+    if init_m and init_h:
+        speed = init_h / init_m
+        init = (f"sessions started {speed:.1f}x faster ({times})" if speed >= 1
+                else f"sessions started {1 / speed:.1f}x SLOWER ({times})")
+    else:
+        init = "init time was not measured"
+    return f"{where}, {memory}, and {init}. {tail}"
+
+
+def headline_document(judgement: Any, *, kind: str = "run") -> dict[str, Any]:
+    """The ``headline.json`` content of one judged run (see the module docstring)."""
+    run = judgement.run
+    r = run.run
+    return {
+        "format_version": HEADLINE_FORMAT_VERSION,
+        "kind": kind,
+        "run_id": run.run_id,
+        "target": run.target,
+        "peer": r.get("peer"),
+        "status": run.status,
+        "started": r.get("started"),
+        "duration_s": r.get("duration_s"),
+        "verdict": judgement.verdict,
+        "reasons": list(judgement.reasons),
+        "feature": {"state": judgement.feature.state, "text": judgement.feature.text},
+        "sentence": headline_sentence(judgement),
+        "model": r.get("model"),
+        "weights_bytes": run.weights_bytes,
+        "labels": dict(r.get("labels") or {}),
+        "headline": dict(judgement.values),
+        "per_n": per_n(run.summary, run.target),
+        "gates": [{"expr": g.gate.expr, "status": g.status, "value": g.value, "reason": g.reason,
+                   "why": g.gate.why or None} for g in judgement.gates],
+        "versions": versions(run.env),
+    }
+
+
+def write_headline(folder: Path | str, judgement: Any, *, kind: str = "run") -> Path:
+    """Write ``folder/headline.json`` atomically; returns its path."""
+    return write_json_atomic(Path(folder) / HEADLINE_JSON, headline_document(judgement, kind=kind),
+                             what=HEADLINE_JSON)
+
+
+def read_headline(path: Path | str) -> dict[str, Any]:
+    """A headline.json written by this version (ValueError otherwise)."""
+    data = read_json(path)
+    if not isinstance(data, dict) or data.get("format_version") != HEADLINE_FORMAT_VERSION:
+        raise ValueError(f"{path}: not a headline.json of format_version {HEADLINE_FORMAT_VERSION}")
+    return data

@@ -1,0 +1,188 @@
+"""The run folder (``--out``): checked before any work, created atomically with a unique name,
+held under a lock while the run writes it, and cleaned of a previous run's files.
+
+Why each rule:
+
+- A typo'd or unusable ``--out`` must cost seconds, not a sweep: it is checked (creatable,
+  writable, not the model cache) before the model is built.
+- Two runs started in the same second without ``--out`` must not share a folder: the default
+  folder is made with ``mkdir`` (atomic: exactly one caller creates a name) and a numbered
+  suffix when the name is taken.
+- A reused ``--out`` must not mix two runs (the old ``report.html`` beside new results): the
+  previous run's files are removed before the new run writes anything. Only a folder that IS
+  a run folder of this harness is cleaned, and only of the files a run writes; any other
+  non-empty folder is refused, so a mistyped ``--out ~/Documents`` deletes nothing.
+- Two runs writing one folder at once would interleave their tables: the run holds an OS lock
+  (``.harness.lock`` in the folder) from the moment it claims the folder until its report is
+  written; a second run is refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.core.errors import InputError
+from harness.core.files import check_creatable, check_writable
+
+#: Files a run (or `harness report` / `harness bench` on it) writes into its folder.
+RUN_FILES = ("results.csv", "summary.csv", "results_long.csv", "metadata.json", "report.html", "bench.json",
+             "headline.json")
+#: Folders a run writes (one per group, holding the workers' specs, records and logs).
+RUN_FOLDERS = ("workers",)
+LOCK_NAME = ".harness.lock"
+#: What marks a folder as a run folder of this harness.
+MARKERS = ("metadata.json", "results.csv")
+
+
+def is_run_folder(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in MARKERS)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    return "not a regular file (a device, FIFO or socket)"
+
+
+def _check_previous_run(out: Path) -> None:
+    """The files a run would replace or remove must be what a run left there."""
+    for name in (*RUN_FILES, *RUN_FOLDERS):
+        path = out / name
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            raise InputError(f"--out {out}: cannot check {name} ({err.strerror or err})") from None
+        wanted = stat.S_ISDIR if name in RUN_FOLDERS else stat.S_ISREG
+        if not wanted(mode):
+            raise InputError(f"--out {out}: its {name} is {_kind(mode)}, not what a run leaves there; refusing to "
+                             "replace it")
+
+
+def _overlaps(a: Path, b: Path) -> bool:
+    a, b = a.resolve(), b.resolve()
+    return a == b or a in b.parents or b in a.parents
+
+
+def check_out(out: Path | None, cache_dir: Path) -> None:
+    """Everything that can be refused about ``--out`` before work starts. Creates nothing
+    (the probe file is removed at once)."""
+    if out is None:
+        check_writable(Path("results"), "results folder")
+        return
+    check_creatable(out, "--out", folder=True)
+    if _overlaps(out, cache_dir):
+        raise InputError(f"--out {out} and the model cache {cache_dir} overlap: a run folder and the cache must be "
+                         "separate (a run cleans its folder; the cache is cleared as a whole)")
+    if out.is_dir():
+        try:
+            entries = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME)
+        except OSError as err:
+            raise InputError(f"--out {out}: cannot list it ({err.strerror or err})") from None
+        if entries and not is_run_folder(out):
+            shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+            raise InputError(f"--out {out}: a folder that is neither empty nor a run folder of this harness (it "
+                             f"holds {shown}); choose a new or empty folder")
+        _check_previous_run(out)
+    check_writable(out, "--out")
+
+
+@dataclass
+class RunFolder:
+    """A claimed run folder: ``path``, and the lock that is ours until `release`."""
+
+    path: Path
+    lock: Any = None
+    cleaned: tuple[str, ...] = ()
+
+    def release(self) -> None:
+        lock, self.lock = self.lock, None
+        if lock is not None:
+            lock.release()
+
+
+def _unique_default(prefix: str) -> Path:
+    """``results/<prefix>-<date>-<time>``, made atomically; ``-2``, ``-3``... when taken."""
+    parent = Path("results")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"results folder {parent.resolve()}: cannot create it ({err.strerror or err})") from None
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    for number in range(1, 10_000):
+        path = parent / (f"{prefix}-{stamp}" if number == 1 else f"{prefix}-{stamp}-{number}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+        except OSError as err:
+            raise InputError(f"results folder {path}: cannot create it ({err.strerror or err})") from None
+    raise InputError(f"results folder {parent.resolve()}: no free name for {prefix}-{stamp}")
+
+
+def _lock(folder: Path) -> Any:
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(folder / LOCK_NAME), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise InputError(f"--out {folder}: another harness run is writing there; wait for it or choose another "
+                         "folder") from None
+    except OSError as err:
+        raise InputError(f"--out {folder}: cannot lock it ({err.strerror or err})") from None
+    return lock
+
+
+def _clean(folder: Path) -> tuple[str, ...]:
+    """Remove what the previous run left (its files only), so nothing of it can be mistaken
+    for this run's results."""
+    removed = []
+    for name in (*RUN_FILES, *RUN_FOLDERS):
+        path = folder / name
+        if not os.path.lexists(path):
+            continue
+        try:
+            if name in RUN_FOLDERS:
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except OSError as err:
+            raise InputError(f"--out {folder}: cannot remove the previous run's {name} ({err.strerror or err})") \
+                from None
+        removed.append(name)
+    return tuple(removed)
+
+
+def claim(out: Path | None, prefix: str = "run") -> RunFolder:
+    """Create (or take) the run folder, lock it, and clean a previous run's files out of it.
+    Checked again under the lock: the folder may have changed since `check_out`."""
+    if out is None:
+        path = _unique_default(prefix)
+    else:
+        path = out
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InputError(f"--out {path}: cannot create the folder ({err.strerror or err})") from None
+    lock = _lock(path)
+    try:
+        entries = [p.name for p in path.iterdir() if p.name != LOCK_NAME]
+        if entries and not is_run_folder(path):
+            raise InputError(f"--out {path}: no longer empty and not a run folder of this harness")
+        _check_previous_run(path)
+        cleaned = _clean(path) if entries else ()
+    except BaseException:
+        lock.release()
+        raise
+    return RunFolder(path, lock, cleaned)

@@ -1,0 +1,152 @@
+"""Never replace what is not ours: every file the harness writes (--history of `run` and of
+`report`, `report --out`, the files of a reused --out) refuses, with exit 2 before any work, a
+path that holds a device (a /dev/null twin), a FIFO, a folder, a dangling symlink or a symlink
+to any of those; a symlink to a regular file is followed (the file it names is written, the
+link stays). The run's own files are never written over (`report --out RUN/results.csv`,
+`--history` inside --out, a report over its own history).
+
+Before: `--history /dev/null` run as root replaced the system's /dev/null with a regular
+file, and `report --out RUN/results.csv` overwrote the run's own data.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from rel_support import SMALL, char_device_like_dev_null, run_quick
+
+KINDS = ["dev-null", "fifo", "folder", "dangling-symlink", "symlink-to-dev-null"]
+
+
+def _make(kind: str, folder: Path) -> tuple[Path, int]:
+    """A path of ``kind`` in ``folder``, and the file type its target must keep."""
+    path = folder / f"target-{kind}"
+    if kind == "dev-null":
+        return char_device_like_dev_null(folder), stat.S_IFCHR
+    if kind == "fifo":
+        os.mkfifo(path)
+        return path, stat.S_IFIFO
+    if kind == "folder":
+        path.mkdir()
+        return path, stat.S_IFDIR
+    if kind == "dangling-symlink":
+        path.symlink_to(folder / "nowhere")
+        return path, stat.S_IFLNK
+    if kind == "symlink-to-dev-null":
+        path.symlink_to(char_device_like_dev_null(folder))
+        return path, stat.S_IFLNK
+    raise AssertionError(kind)
+
+
+def _unchanged(path: Path, kind_bits: int) -> None:
+    mode = os.lstat(path).st_mode
+    assert stat.S_IFMT(mode) == kind_bits, f"{path} is now {stat.filemode(mode)}"
+    if stat.S_ISLNK(mode) and path.exists():
+        assert stat.S_ISCHR(path.stat().st_mode)
+
+
+def _one_line_exit_2(proc, *expected):
+    assert proc.returncode == 2, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for text in expected:
+        assert text in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def a_run(tmp_path_factory, model_cache):
+    out = tmp_path_factory.mktemp("run") / "run"
+    proc = run_quick(["run", *SMALL, "--processes", "1", "--modes", "mapped", "--quiet", "--no-report",
+                      "--out", str(out)], model_cache)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_run_history_refuses_what_is_not_a_regular_file(model_cache, tmp_path, kind):
+    path, bits = _make(kind, tmp_path)
+    cache, out = tmp_path / "cache", tmp_path / "run"
+    proc = run_quick(["run", *SMALL, "--processes", "1", "--quiet", "--cache-dir", str(cache), "--out", str(out),
+                      "--history", str(path)], model_cache, timeout=120)
+    _one_line_exit_2(proc, "--history", str(path))
+    _unchanged(path, bits)
+    assert not cache.exists() and not out.exists()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_report_history_refuses_what_is_not_a_regular_file(model_cache, a_run, tmp_path, kind):
+    path, bits = _make(kind, tmp_path)
+    report = tmp_path / "report.html"
+    proc = run_quick(["report", str(a_run), "--out", str(report), "--history", str(path)], model_cache, timeout=120)
+    _one_line_exit_2(proc, "--history", str(path))
+    _unchanged(path, bits)
+    assert not report.exists()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_report_out_refuses_what_is_not_a_regular_file(model_cache, a_run, tmp_path, kind):
+    path, bits = _make(kind, tmp_path)
+    proc = run_quick(["report", str(a_run), "--out", str(path)], model_cache, timeout=120)
+    _one_line_exit_2(proc, str(path))
+    _unchanged(path, bits)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "dev-null", "symlink-to-dev-null"])
+@pytest.mark.parametrize("name", ["results.csv", "report.html", "metadata.json"])
+def test_reused_out_refuses_a_previous_run_file_that_is_not_regular(model_cache, a_run, tmp_path, kind, name):
+    """A previous run folder whose report.html (say) is now a FIFO: the run would replace or
+    remove it while cleaning; it refuses before any work instead."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(a_run, out, ignore=shutil.ignore_patterns(".harness.lock"))
+    (out / name).unlink(missing_ok=True)
+    made, bits = _make(kind, tmp_path)
+    if kind in ("dev-null",) and made == Path(os.devnull):
+        (out / name).symlink_to(made)
+        bits = stat.S_IFLNK
+    else:
+        os.rename(made, out / name)
+    cache = tmp_path / "cache"
+    proc = run_quick(["run", *SMALL, "--processes", "1", "--quiet", "--cache-dir", str(cache), "--out", str(out)],
+                     model_cache, timeout=120)
+    _one_line_exit_2(proc, "--out", name)
+    _unchanged(out / name, bits)
+    assert not cache.exists()
+
+
+def test_symlink_to_a_regular_history_is_followed(model_cache, tmp_path):
+    """The common case a symlink serves (a history kept elsewhere): the file it names grows,
+    the link stays a link."""
+    real = tmp_path / "elsewhere" / "history.csv"
+    real.parent.mkdir()
+    real.write_text("")  # a link to nothing yet is dangling: refused (see above)
+    link = tmp_path / "history.csv"
+    link.symlink_to(real)
+    for n in (1, 2):
+        proc = run_quick(["run", *SMALL, "--processes", "1", "--modes", "mapped", "--quiet", "--out",
+                          str(tmp_path / f"run{n}"), "--history", str(link)], model_cache)
+        assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and real.is_file()
+    heads = [line for line in real.read_text().splitlines() if line.startswith("headline,")]
+    assert len(heads) == 2
+
+
+@pytest.mark.parametrize("name", ["results.csv", "summary.csv", "results_long.csv", "metadata.json",
+                                  "workers/cpu-mapped-n1-r0/w0.spec.json"])
+def test_report_never_writes_over_the_runs_own_files(model_cache, a_run, name):
+    target = a_run / name
+    before = target.read_bytes()
+    proc = run_quick(["report", str(a_run), "--out", str(target)], model_cache)
+    _one_line_exit_2(proc, "is one of the run's own files")
+    assert target.read_bytes() == before
+
+
+def test_report_out_that_is_its_own_history_is_refused(model_cache, a_run, tmp_path):
+    history = tmp_path / "history.csv"
+    proc = run_quick(["report", str(a_run), "--out", str(history), "--history", str(history)], model_cache)
+    _one_line_exit_2(proc, "is also --history")
+    assert not history.exists()

@@ -1,0 +1,121 @@
+"""Resource edges, for real: the disk fills up (a file-size limit, RLIMIT_FSIZE, with SIGXFSZ
+ignored: writes fail with EFBIG exactly as on a full disk or quota), the file descriptors run
+out so a worker cannot be started (RLIMIT_NOFILE lowered on the running harness), and limits
+too small for the run from the start (RLIMIT_NOFILE, RLIMIT_AS).
+
+Each ends in one stderr line, exit 1 (ran out mid-run) or 2 (refused before work), no
+traceback, no worker left, and, when the run folder exists, a ``"failed: ..."`` status in
+metadata.json that says what happened. Before: tracebacks, and metadata.json said "running" or
+"complete".
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+from rel_support import SMALL, assert_no_survivors, one_line_error, run_quick, stop, wait_for
+
+from conftest import ROOT, harness_env
+
+pytestmark = pytest.mark.memory
+
+#: A long folder name makes results_long.csv (the run id on every line) far bigger than
+#: metadata.json, so a file-size limit between the two fails a table, not the status.
+LONG_NAME = "run-" + "x" * 100
+
+
+def _start(args: list[str], model_cache) -> subprocess.Popen:
+    def child() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of being killed, as on a full disk
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=ROOT, env=harness_env(model_cache),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=child)
+
+
+def _while_the_first_group_waits(out, model_cache, squeeze, n: int = 2) -> tuple[subprocess.Popen, str, str]:
+    """Start a run whose first group waits for a hung worker 0 (5 s); once the other workers
+    are ready, apply ``squeeze(harness)``; return what the run did afterwards."""
+    proc = _start(["run", *SMALL, "--processes", str(n), "--modes", "mapped,heap", "--quiet", "--no-report",
+                   "--inject-worker-fault", "0=hang", "--worker-timeout", "5", "--out", str(out)], model_cache)
+    try:
+        group = out / "workers" / f"cpu-mapped-n{n}-r0"
+        wait_for(lambda: all((group / f"w{i}.ready.json").exists() for i in range(1, n)), 60, "workers ready", proc)
+        squeeze(psutil.Process(proc.pid))
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        stop(proc)
+    return proc, stdout, stderr
+
+
+def test_disk_full_writing_the_tables_fails_the_run_with_a_status(model_cache, tmp_path, run_harness):
+    out = tmp_path / LONG_NAME
+
+    def fill_the_disk(harness: psutil.Process) -> None:
+        room = (out / "metadata.json").stat().st_size + 256  # the status still fits, the tables do not
+        harness.rlimit(psutil.RLIMIT_FSIZE, (room, room))
+
+    proc, stdout, stderr = _while_the_first_group_waits(out, model_cache, fill_the_disk, n=4)
+    line = one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), 1,
+                          "error: run failed: disk full writing ", f"what was measured before is in {out}")
+    assert "File too large" in line and "ulimit -f" in line
+    status = json.loads((out / "metadata.json").read_text())["status"]
+    assert status.startswith("failed: disk full writing "), status
+    assert any(f"writing {name}" in status for name in ("results.csv", "summary.csv", "results_long.csv")), status
+    assert not (out / "workers" / "cpu-heap-n4-r0").exists(), "the run went on after the disk filled"
+    assert_no_survivors(out)
+    # what the full disk left is not a pass: `report` says incomplete (exit 1)
+    report = run_harness("report", str(out), "--out", str(tmp_path / "report.html"))
+    assert report.returncode == 1, report.stdout + report.stderr
+    assert "run status is failed: disk full" in report.stdout
+
+
+def test_no_file_descriptors_to_start_a_worker_fails_the_run_with_a_status(model_cache, tmp_path):
+    out = tmp_path / "run"
+
+    def take_the_descriptors(harness: psutil.Process) -> None:
+        # exactly what it holds now (2 per live worker): the next group cannot open its pipes
+        soft = harness.num_fds()
+        harness.rlimit(psutil.RLIMIT_NOFILE, (soft, harness.rlimit(psutil.RLIMIT_NOFILE)[1]))
+
+    proc, stdout, stderr = _while_the_first_group_waits(out, model_cache, take_the_descriptors)
+    line = one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), 1,
+                          "error: run failed: out of file descriptors starting worker", "cpu-heap-n2-r0",
+                          "raise ulimit -n")
+    assert "Too many open files" in line
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["status"].startswith("failed: out of file descriptors starting worker"), meta["status"]
+    rows = (out / "results.csv").read_text().splitlines()[1:]
+    assert [r.split(",")[1] for r in rows] == ["mapped", "mapped"], "the first group's rows are kept"
+    assert_no_survivors(out)
+
+
+def _limit(kind: int, soft: int):
+    def child() -> None:
+        resource.setrlimit(kind, (soft, resource.getrlimit(kind)[1]))
+
+    return child
+
+
+def test_open_file_limit_too_small_for_the_group_is_refused_before_work(model_cache, tmp_path):
+    cache, out = tmp_path / "cache", tmp_path / "run"
+    proc = run_quick(["run", *SMALL, "--processes", "20", "--quiet", "--cache-dir", str(cache), "--out", str(out)],
+                     model_cache, preexec=_limit(resource.RLIMIT_NOFILE, 40))
+    one_line_error(proc, 2, "--processes 20", "the limit is 40 (ulimit -n)")
+    assert not cache.exists() and not out.exists()
+
+
+def test_address_space_limit_too_small_for_the_weights_is_refused_before_work(model_cache, tmp_path):
+    cache, out = tmp_path / "cache", tmp_path / "run"
+    proc = run_quick(["run", "--model-size", "2GiB", "--modes", "mapped", "--processes", "1", "--quiet",
+                      "--cache-dir", str(cache), "--out", str(out)], model_cache,
+                     preexec=_limit(resource.RLIMIT_AS, 1536 * 1024**2))
+    one_line_error(proc, 2, "the address-space limit (ulimit -v) is 1.5 GiB", "2.0 GiB of weights")
+    assert not cache.exists() and not out.exists()

@@ -1,0 +1,141 @@
+"""headline.json (the machine-readable judgement of a run) and `harness report --baseline`
+(absolute values, deltas, percent change, and the run-to-run spread rule)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from report_fixtures import MIB, fake_results, metadata, write_run
+
+from harness.core.compare import compare
+from harness.core.headline import HEADLINE_FORMAT_VERSION, headline_document, read_headline, write_headline
+from harness.core.rundata import load_run
+from harness.core.verdict import judge
+from reports import render_runs, report_main
+
+VERSION_KEYS = {"onnxruntime", "onnxruntime_qnn", "qnn_sdk", "python", "os", "cpu", "commit"}
+
+
+def scaled(rows, factor_by_repeat: dict[int, float], modes=("mapped",)):
+    """Test input: every memory figure of ``modes`` scaled per repeat (run-to-run noise)."""
+    out = []
+    for r in rows:
+        f = factor_by_repeat.get(r.repeat, 1.0) if r.mode in modes else 1.0
+        out.append(replace(r, pss_bytes=int(r.pss_bytes * f), uss_bytes=int(r.uss_bytes * f),
+                           private_bytes=int(r.private_bytes * f)))
+    return out
+
+
+def test_headline_document_holds_every_n_gates_verdict_and_versions(tmp_path):
+    run = write_run(tmp_path / "cpu", fake_results(processes=(1, 2, 4), repeats=2))
+    judgement = judge(load_run(run))
+    path = write_headline(run, judgement)
+    doc = read_headline(path)
+    assert doc["format_version"] == HEADLINE_FORMAT_VERSION and doc["kind"] == "run"
+    assert doc["verdict"] == "pass" and doc["feature"]["state"] == "active"
+    assert [e["processes"] for e in doc["per_n"]] == [1, 2, 4]
+    for entry in doc["per_n"]:
+        assert entry["repeats"] == 2
+        assert set(entry["ratios"]) >= {"mapped_pss_ratio", "mapped_uss_ratio", "init_ratio"}
+        assert entry["mapped"]["sum_pss_bytes"] < entry["heap"]["sum_pss_bytes"] or entry["processes"] == 1
+    top = doc["per_n"][-1]
+    assert top["ratios"]["mapped_pss_ratio"] == pytest.approx(doc["headline"]["mapped_pss_ratio"])
+    assert top["saving"]["metric"] == "pss"
+    assert top["saving"]["bytes"] == top["heap"]["sum_pss_bytes"] - top["mapped"]["sum_pss_bytes"]
+    assert {g["expr"] for g in doc["gates"]} >= {"failed_workers==0"}
+    assert all(g["status"] in ("pass", "fail", "skip") for g in doc["gates"])
+    assert VERSION_KEYS <= set(doc["versions"]) and doc["versions"]["onnxruntime"] == "1.32.0"
+    assert doc["versions"]["commit"] == "0123456789abcdef"
+    assert "768.0 MiB less summed PSS" in doc["sentence"] and "Verdict: pass" in doc["sentence"]
+    json.dumps(doc)  # plain JSON all the way down
+
+
+def test_headline_of_an_unexercised_feature_says_so(tmp_path):
+    rows = fake_results(target="qnn", ep_file_mapping="unavailable", processes=(2,))
+    run = write_run(tmp_path / "qnn", rows, metadata("qnn", processes=[2]))
+    doc = headline_document(judge(load_run(run)))
+    assert doc["feature"]["state"] == "unavailable" and doc["verdict"] == "pass"
+    assert "NOT exercised" in doc["sentence"] and "saving" in doc["sentence"]
+    assert "less summed" not in doc["sentence"]
+
+
+def _three_repeats(tmp_path, name, mapped_factors, meta_overrides=None):
+    rows = scaled(fake_results(processes=(2,), repeats=3), mapped_factors)
+    meta = metadata(processes=[2], repeat=3)
+    meta["env"].update(meta_overrides or {})
+    return write_run(tmp_path / name, rows, meta)
+
+
+def test_baseline_beyond_and_within_the_spread(tmp_path):
+    base = _three_repeats(tmp_path, "base", {0: 0.98, 1: 1.0, 2: 1.02})
+    worse = _three_repeats(tmp_path, "worse", {0: 1.20, 1: 1.22, 2: 1.25}, {"onnxruntime": "1.33.0"})
+    noisy = _three_repeats(tmp_path, "noisy", {0: 0.99, 1: 1.01, 2: 1.03})
+    changes = {c.metric.key: c for c in compare(load_run(worse), load_run(base)).changes}
+    mapped = changes["mapped_fair"]
+    assert mapped.delta > 0 and mapped.percent == pytest.approx(mapped.delta / mapped.baseline_value)
+    assert mapped.beyond_spread is True and mapped.assessment == "WORSE (beyond spread)"
+    assert changes["saving"].assessment == "WORSE (beyond spread)"  # a smaller saving is worse
+    assert changes["heap_fair"].assessment == "within spread"  # heap did not change at all
+    within = {c.metric.key: c for c in compare(load_run(noisy), load_run(base)).changes}
+    assert within["mapped_fair"].beyond_spread is False and within["mapped_fair"].assessment == "within spread"
+    comparison = compare(load_run(worse), load_run(base))
+    assert ("onnxruntime", "1.32.0", "1.33.0") in comparison.versions
+
+
+def test_baseline_needs_repeats_for_a_spread(tmp_path):
+    base = write_run(tmp_path / "one", fake_results(processes=(2,)))
+    run = write_run(tmp_path / "two", fake_results(processes=(2,)))
+    for change in compare(load_run(run), load_run(base)).changes:
+        assert change.beyond_spread is None
+        assert change.assessment in ("unknown (baseline needs --repeat >= 2)",)
+
+
+def test_report_baseline_prints_absolute_values_deltas_and_changes(tmp_path, capsys):
+    base = _three_repeats(tmp_path, "base", {0: 0.98, 1: 1.0, 2: 1.02})
+    worse = _three_repeats(tmp_path, "worse", {0: 1.20, 1: 1.22, 2: 1.25}, {"onnxruntime": "1.33.0"})
+    assert report_main([str(worse), "--baseline", str(base), "--no-default-gates"]) == 0
+    out = capsys.readouterr().out
+    assert "baseline: base (cpu); current: worse (cpu)" in out
+    line = next(x for x in out.splitlines() if x.startswith("mapped summed PSS"))
+    cells = line.split()
+    assert "MiB" in line and "+" in line and "%" in line and "WORSE (beyond spread)" in line, line
+    assert cells[-4].startswith("+") and cells[-4].endswith("%")  # percent change
+    assert "versions that differ: onnxruntime 1.32.0 -> 1.33.0" in out
+    html = (worse / "report.html").read_text()
+    assert "Compared with baseline base" in html and "WORSE (beyond spread)" in html
+    assert '<td class="differs">1.33.0</td>' in html
+
+
+def test_baseline_errors_are_one_line(tmp_path, capsys):
+    run = write_run(tmp_path / "run", fake_results(processes=(2,)))
+    assert report_main([str(run), "--baseline", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no such run folder" in err
+
+
+def test_runs_side_by_side_in_columns_with_absolute_values_and_versions(tmp_path):
+    a = write_run(tmp_path / "night-a", fake_results(processes=(2, 4)))
+    meta = metadata()
+    meta["env"]["onnxruntime"] = "1.33.0"
+    b = write_run(tmp_path / "night-b", fake_results(processes=(2, 4)), meta)
+    html = render_runs([a, b], tmp_path / "both.html").path.read_text()
+    table = html.split('<section class="comparison">')[1].split("</section>")[0]
+    header = table.split("</thead>")[0]
+    assert header.index("night-a") < header.index("night-b")  # one column per run
+    for label in ("mapped", "heap", "saved (heap − mapped)", "speed-up", "PSS ratio", "onnxruntime"):
+        assert f"<td>{label}</td>" in table, label
+    assert "768.0 MiB" in table  # absolute saving at N=4 (law: 3 x 256 MiB)
+    assert '<td class="differs">1.33.0</td>' in table
+
+
+def test_projection_defaults_to_the_measured_model_and_follows_project_to(tmp_path):
+    small = write_run(tmp_path / "small", fake_results(processes=(1, 2)))
+    html = render_runs([small]).path.read_text()
+    assert "Projection for 8 sessions of a 256.0 MiB model" in html  # measured weights, max(8, 2 x 2)
+    html = render_runs([small], project_to=(16, 4 * 1024 * MIB)).path.read_text()
+    assert "Projection for 16 sessions of a 4.0 GiB model" in html
+    assert report_main([str(small), "--project-to", "3x1GiB"]) == 0
+    assert "Projection for 3 sessions of a 1.0 GiB model" in (small / "report.html").read_text()
+    assert report_main([str(small), "--project-to", "3x1G"]) == 2
