@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,10 +186,13 @@ def _external_tensor_proto(name: str, onnx_dtype: int, shape: list[int], offset:
     return t
 
 
-def externalise(model: Any, weights_path: Path, min_bytes: int = EXTERNAL_THRESHOLD) -> list[TensorEntry]:
+def externalise(model: Any, weights_path: Path, min_bytes: int = EXTERNAL_THRESHOLD,
+                base_dir: Path | None = None) -> list[TensorEntry]:
     """Move every initializer (subgraphs included) of at least ``min_bytes`` of data into
     ``weights_path``, aligned, as the raw bytes ONNX stores; the protos become external
-    references. The file is padded so an in-place view of any tensor stays inside it."""
+    references. Tensors already external (in files under ``base_dir``) are copied file to
+    file, in chunks, never loaded whole. The file is padded so an in-place view of any tensor
+    stays inside it."""
     from harness.prep.graphs import initializers
     from harness.prep.tensors import STRING, element_type, packed_size, raw_bytes, view_extent
 
@@ -195,21 +200,46 @@ def externalise(model: Any, weights_path: Path, min_bytes: int = EXTERNAL_THRESH
     end = 0
     with open(weights_path, "wb") as f:
         for _graph, proto in initializers(model):
-            if proto.data_type == STRING or packed_size(proto.data_type, list(proto.dims)) < min_bytes:
+            size = packed_size(proto.data_type, list(proto.dims)) if proto.data_type != STRING else 0
+            if size < min_bytes:
                 continue
+            pad = (-f.tell()) % ALIGNMENT
+            f.write(b"\0" * pad)
+            offset = f.tell()
             try:
-                data = raw_bytes(proto)
+                if proto.data_location == proto.EXTERNAL:
+                    _copy_external(proto, base_dir or weights_path.parent, size, f)
+                else:
+                    f.write(raw_bytes(proto))
             except ValueError as err:
                 raise InputError(f"initializer {err}") from None
-            offset = _write_aligned(f, data)
             shape = list(proto.dims)
-            tensors.append(TensorEntry(proto.name, element_type(proto.data_type).name, shape, offset, len(data),
+            tensors.append(TensorEntry(proto.name, element_type(proto.data_type).name, shape, offset, size,
                                        proto.data_type))
             end = max(end, offset + view_extent(proto.data_type, shape))
-            proto.CopyFrom(_external_tensor_proto(proto.name, proto.data_type, shape, offset, len(data)))
+            proto.CopyFrom(_external_tensor_proto(proto.name, proto.data_type, shape, offset, size))
         if f.tell() < end:
             f.truncate(end)
     return tensors
+
+
+def _copy_external(proto: Any, base_dir: Path, size: int, out) -> None:
+    """Copy an external tensor's ``size`` bytes into ``out`` (ValueError when the file is short)."""
+    from onnx.external_data_helper import ExternalDataInfo
+
+    info = ExternalDataInfo(proto)
+    length = info.length if info.length else size
+    if length != size:
+        raise ValueError(f"{proto.name}: {length} bytes of external data for {size} expected")
+    with open(base_dir / info.location, "rb") as src:
+        src.seek(info.offset or 0)
+        left = size
+        while left:
+            chunk = src.read(min(left, 16 * 1024**2))
+            if not chunk:
+                raise ValueError(f"{proto.name}: {info.location} ends {left} bytes early")
+            out.write(chunk)
+            left -= len(chunk)
 
 
 def matmul_chain_dims(weights_bytes: int) -> tuple[int, int]:
@@ -505,35 +535,54 @@ def prepare_user_model(path: Path, request: InputRequest | dict | None = None, *
     return cached_model(folder, lambda tmp: _build_user_model(path, request, settings, tmp, label))
 
 
+def link_external_data(path: Path, graph: Any, folder: Path) -> None:
+    """Make ``path``'s external-data files visible from ``folder`` under the same relative
+    names, so a rewritten graph saved there still finds its weights without loading them: a
+    hard link (no copy), else a copy (another filesystem). Not a symlink: ORT resolves it and
+    refuses external data outside the model's folder ("External data path escapes model
+    directory")."""
+    for data in external_data_files(path, graph):
+        target = folder / data.relative_to(Path(path).parent)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(data.resolve(), target)
+        except (OSError, NotImplementedError):
+            shutil.copyfile(data, target)
+
+
 def _build_user_model(path: Path, request: InputRequest, settings: SessionSettings, tmp: Path,
                       label: str) -> PreparedModel:
+    """Lift, optimize offline, externalise, reference. The weights are never all in this
+    process's memory at once: the graph is read without its external data, ORT reads the
+    weights itself, and `externalise` copies them file to file."""
     import onnx
 
     from harness.prep.graphs import lift_constants, unique_initializer_names
     from harness.prep.optimize import OFFLINE_LEVEL, SESSION_LEVEL_AFTER, optimize_offline
 
-    model = load_onnx(path)
-    if not _mappable_bytes(model):
+    graph = load_onnx(path, external_data=False)
+    if not _mappable_bytes(graph):
         raise InputError(f"{label}: nothing to map: no initializer and no Constant-node tensor (subgraphs "
                          f"included) holds {EXTERNAL_THRESHOLD} bytes or more")
-    inputs, shapes, feeds = resolve_feeds(model, request, label)
+    inputs, shapes, feeds = resolve_feeds(graph, request, label)
     source = path
-    lifted = lift_constants(model, EXTERNAL_THRESHOLD)
-    if lifted:  # ORT must see the lifted model: save it (weights external: no 2 GiB protobuf limit)
-        source = tmp / "lifted.onnx"
-        onnx.save(model, str(source), save_as_external_data=True, all_tensors_to_one_file=True,
-                  location="lifted.data", size_threshold=EXTERNAL_THRESHOLD)
-    del model
+    lifted = lift_constants(graph, EXTERNAL_THRESHOLD)
+    if lifted:  # ORT must see the lifted graph; its external weights stay where they are, linked
+        source = tmp / "lifted" / Path(path).name
+        source.parent.mkdir()
+        link_external_data(path, graph, source.parent)
+        onnx.save(graph, str(source))
+    del graph
     optimized_path = optimize_offline(source, tmp, settings, min_external_bytes=EXTERNAL_THRESHOLD, label=label)
-    optimized = onnx.load(str(optimized_path))  # its external data: optimized.data beside it
+    optimized = onnx.load(str(optimized_path), load_external_data=False)
     renamed = unique_initializer_names(optimized)
-    tensors = externalise(optimized, tmp / "weights.bin")
+    tensors = externalise(optimized, tmp / "weights.bin", base_dir=tmp)
     onnx.save(optimized, str(tmp / "model.onnx"))
+    output_types = {o.name: o.type.tensor_type.elem_type for o in optimized.graph.output}
     del optimized
-    for leftover in ("lifted.onnx", "lifted.data", "optimized.onnx", "optimized.data"):
+    shutil.rmtree(tmp / "lifted", ignore_errors=True)
+    for leftover in ("optimized.onnx", "optimized.data"):
         (tmp / leftover).unlink(missing_ok=True)
-    graph_only = load_onnx(tmp / "model.onnx", external_data=False, label="prepared model")
-    output_types = {o.name: o.type.tensor_type.elem_type for o in graph_only.graph.output}
     prepared = PreparedModel(
         tmp, str(path), tensors, shapes, {i.name: i.onnx_type for i in inputs}, list(output_types),
         sum(t.length for t in tensors), output_types=output_types, session_level=SESSION_LEVEL_AFTER,

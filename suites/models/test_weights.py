@@ -186,3 +186,25 @@ def test_constant_node_weights_cost_less_pss_when_mapped(tmp_path, run_harness):
     assert weights == 64 * 1024**2
     summary = {s.mode: s for s in outcome.summary()}
     assert summary["mapped"].sum_pss_bytes < summary["heap"].sum_pss_bytes - weights / 2
+
+
+def test_constant_weights_beside_external_data(tmp_path, run_harness):
+    """A model with Constant-node weights AND initializers in an external-data file: the lifted
+    graph is optimized with the external file linked (never loaded into the harness), and every
+    weight ends up in the mapped file."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    path = generated.constant_weights_model(tmp_path / "src.onnx", width=64, layers=2)
+    model = onnx.load(str(path))
+    extra = numpy_helper.from_array(np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32), "w_ext")
+    model.graph.initializer.append(extra)
+    model.graph.node.append(helper.make_node("MatMul", ["y", "w_ext"], ["z"]))
+    model.graph.output[0].name = "z"
+    model.graph.node[-2].output[0] = "y"  # the last Relu still feeds the new MatMul
+    onnx.save(model, str(tmp_path / "mixed.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="mixed.data", size_threshold=1024)
+    assert (tmp_path / "mixed.data").stat().st_size == 64 * 64 * 4
+    rows = assert_all_ok(run_harness("run", "--model", str(tmp_path / "mixed.onnx"), "--free-dim",
+                                     "p2o.DynamicDimension.0=2", *ONE), workers=2)
+    assert {r.weights_bytes for r in rows} == {3 * 64 * 64 * 4}

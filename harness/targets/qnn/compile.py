@@ -35,6 +35,7 @@ from harness.models import (
     PreparedModel,
     cached_model,
     external_data_files,
+    link_external_data,
     load_onnx,
     ort_reason,
     resolve_feeds,
@@ -337,17 +338,6 @@ def generated_qdq(size: int, cache_dir: Path) -> PreparedModel:
     return cached_model(cache_dir / f"qdq-chain-{size}-s0", build)
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
-    """Make ``src`` visible as ``dst`` without copying when the OS allows it."""
-    for link in (os.symlink, os.link):
-        try:
-            link(src, dst)
-            return
-        except (OSError, NotImplementedError):
-            continue
-    shutil.copyfile(src, dst)
-
-
 def prepare_qnn_source(path: Path, request: Any, settings: Any, cache_dir: Path) -> PreparedModel:
     """A user's (uncompiled) model for the qnn target: compiled AS IT IS, weights untouched.
     The folder holds the CPU reference and, when input shapes had to be fixed for the
@@ -367,10 +357,7 @@ def prepare_qnn_source(path: Path, request: Any, settings: Any, cache_dir: Path)
         if any(i.dims != shapes[i.name] for i in inputs):  # dynamic: the compiler needs a static copy
             onnx_file = Path(path).name  # relative: the folder moves when the cache publishes it
             onnx.save(fixed_shape_copy(graph, shapes), str(tmp / onnx_file))
-            for data in external_data_files(path, graph):
-                target = tmp / data.relative_to(Path(path).parent)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                _link_or_copy(data.resolve(), target)
+            link_external_data(path, graph, tmp)
         output_types = {o.name: o.type.tensor_type.elem_type for o in graph.graph.output}
         model = PreparedModel(tmp, str(path), [], shapes, {i.name: i.onnx_type for i in inputs}, list(output_types),
                               0, output_types=output_types, onnx_file=onnx_file)
