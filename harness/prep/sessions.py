@@ -50,6 +50,20 @@ class SessionSettings:
         return so
 
 
+def settings_notes(settings: SessionSettings) -> list[str]:
+    """What the user's session knobs change about the measurement, in words."""
+    notes = []
+    if settings.config.get(DISABLE_PREPACKING) == "0":
+        notes.append("--session-config session.disable_prepacking=0: ORT prepacks (copies) weights into every "
+                     "session, mapped or not, so mapping saves less than it could.")
+    if settings.config or settings.intra_op_threads is not None:
+        knobs = [f"{k}={v}" for k, v in settings.config.items()]
+        if settings.intra_op_threads is not None:
+            knobs.append(f"intra_op_num_threads={settings.intra_op_threads}")
+        notes.append(f"Every session of both modes and the reference ran with {', '.join(knobs)}.")
+    return notes
+
+
 def parse_key_values(items: list[str], flag: str) -> dict[str, str]:
     """``["a=1", "b=x"]`` -> ``{"a": "1", "b": "x"}``; InputError naming ``flag`` otherwise."""
     out: dict[str, str] = {}

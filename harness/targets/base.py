@@ -116,7 +116,9 @@ class Target(ABC):
 
     def notes(self, opts: RunOptions) -> list[str]:
         """Plain-language facts about how this target measures (they travel in metadata)."""
-        return []
+        from harness.prep.sessions import settings_notes
+
+        return settings_notes(opts.session_settings())
 
     def default_gates(self, opts: RunOptions) -> list[tuple[str, str]]:
         """(expression, why) pairs judged unless --no-default-gates; recorded in metadata."""

@@ -41,6 +41,7 @@ def test_session_settings_reach_every_session_and_the_reference(run_harness, tmp
                                       s["intra_op_threads"] == 1 for s in settings)
     meta = json.loads((outcome.out / "metadata.json").read_text())
     assert meta["run"]["session"]["intra_op_threads"] == 1
+    assert any("session.intra_op.allow_spinning=0, intra_op_num_threads=1" in n for n in meta["target_notes"])
     bad = run_harness("run", *SMALL, "--session-config", "session.graph_optimizations_loop_level=x", *ONE,
                       out=tmp_path / "bad")
     assert_usage_error(bad, "ONNX Runtime cannot run it", "stoi")

@@ -76,7 +76,8 @@ class QnnTarget(Target):
                         notes=notes, logs=[p.log for p in parts if p.log is not None])
 
     def notes(self, opts) -> list[str]:
-        return ["The reference output of a model the harness compiles is the un-compiled model's output on "
+        return [*super().notes(opts),
+                "The reference output of a model the harness compiles is the un-compiled model's output on "
                 "ORT's CPU EP; the QNN EP quantizes activations (or runs fp16), so those outputs are compared "
                 "by cosine similarity (and quantization steps for the generated model), not element by element."]
 
