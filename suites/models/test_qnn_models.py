@@ -94,3 +94,14 @@ def test_a_constant_weights_model_is_compiled_as_it_is(run_harness, tmp_path):
     spec = json.loads(next((outcome.out / "workers").rglob("*.spec.json")).read_text())
     assert spec["options"]["onnx"][0].endswith("paddle_em0_ctx.onnx")
     assert (outcome.out / "logs").is_dir() and any((outcome.out / "logs").iterdir())  # the compile log, kept
+
+
+def test_an_epcontext_model_on_cpu_and_a_mixed_folder_are_one_line(run_harness, compiled, tmp_path):
+    onnx_path, _ = compiled[0]
+    assert_usage_error(run_harness("run", "--target", "cpu", "--model", str(onnx_path), *ONE, out=tmp_path / "a"),
+                       "a pre-compiled EPContext model", "--target cpu cannot load it", "use --target qnn")
+    mixed = tmp_path / "mixed"
+    shutil.copytree(onnx_path.parent, mixed)
+    generated.qdq_model(mixed / "source.onnx")  # a plain model beside the compiled one
+    assert_usage_error(run_harness("run", "--target", "qnn", "--model", str(mixed), *ONE, out=tmp_path / "b"),
+                       "holds compiled EPContext models", "and plain models (source.onnx)", "repeated --model")
