@@ -25,22 +25,38 @@ def bench_gates() -> list[str]:
     return read_gates_text(resources.files("harness").joinpath(BENCH_GATES).read_text(encoding="utf-8"))
 
 
-def bench_options(*, model_size: int, processes: int, repeat: int, out: Path | None, cache_dir: Path | None,
-                  command: str) -> RunOptions:
+def bench_options(
+    *, model_size: int, processes: int, repeat: int, out: Path | None, cache_dir: Path | None, command: str
+) -> RunOptions:
     if processes < 2:
         raise InputError("harness bench: --processes must be >= 2 (sharing needs two processes)")
-    return RunOptions(target="cpu", peer="ort-native", model_size=model_size, processes=[processes],
-                      repeat=repeat, out=out, out_prefix="bench", cache_dir=cache_dir,
-                      gates=bench_gates(), command=command)
+    return RunOptions(
+        target="cpu",
+        peer="ort-native",
+        model_size=model_size,
+        processes=[processes],
+        repeat=repeat,
+        out=out,
+        out_prefix="bench",
+        cache_dir=cache_dir,
+        gates=bench_gates(),
+        command=command,
+    )
 
 
 def write_bench_json(out: Path, judgement) -> Path:
     """``bench.json``: each criterion with its measured value and result, format-versioned."""
     criteria = set(bench_gates())
-    return write_json_atomic(out / "bench.json", {
-        "format_version": FORMAT_VERSION,
-        "run": str(out),
-        "verdict": judgement.verdict,
-        "criteria": [{"gate": g.gate.expr, "status": g.status, "value": g.value, "reason": g.reason}
-                     for g in judgement.gates if g.gate.expr in criteria],
-    })
+    return write_json_atomic(
+        out / "bench.json",
+        {
+            "format_version": FORMAT_VERSION,
+            "run": str(out),
+            "verdict": judgement.verdict,
+            "criteria": [
+                {"gate": g.gate.expr, "status": g.status, "value": g.value, "reason": g.reason}
+                for g in judgement.gates
+                if g.gate.expr in criteria
+            ],
+        },
+    )

@@ -130,8 +130,10 @@ def _mkdir(parent: Path) -> None:
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise InputError(f"model cache {parent}: cannot create a folder there "
-                         f"({err.strerror or err}); choose another with --cache-dir") from None
+        raise InputError(
+            f"model cache {parent}: cannot create a folder there "
+            f"({err.strerror or err}); choose another with --cache-dir"
+        ) from None
 
 
 def _discard(folder: Path, why: CorruptEntry) -> None:
@@ -143,8 +145,10 @@ def _discard(folder: Path, why: CorruptEntry) -> None:
     except FileNotFoundError:
         return  # another process discarded it first
     except OSError as err:
-        raise InputError(f"model cache entry {folder} is corrupt ({why}) and cannot be removed here "
-                         f"({err.strerror or err}): delete it, or choose another --cache-dir") from None
+        raise InputError(
+            f"model cache entry {folder} is corrupt ({why}) and cannot be removed here "
+            f"({err.strerror or err}): delete it, or choose another --cache-dir"
+        ) from None
     shutil.rmtree(trash, ignore_errors=True)
 
 
@@ -171,8 +175,10 @@ def cached_build(folder: Path, build: Callable[[Path], None], load: Callable[[Pa
             build(scratch)
             record_entry(scratch)
         except OSError as err:  # disk full, quota, a cache folder gone read-only mid-build
-            raise InputError(f"model cache {folder.parent}: cannot write the model "
-                             f"({err.strerror or err}); free space or choose another --cache-dir") from None
+            raise InputError(
+                f"model cache {folder.parent}: cannot write the model "
+                f"({err.strerror or err}); free space or choose another --cache-dir"
+            ) from None
         try:
             os.rename(scratch, folder)
         except OSError:
@@ -183,8 +189,9 @@ def cached_build(folder: Path, build: Callable[[Path], None], load: Callable[[Pa
             check_entry(folder)
             return load(folder)
         except CorruptEntry as err:
-            raise InputError(f"model cache entry {folder} is corrupt ({err}); delete it "
-                             f"(python -m harness cache clear)") from None
+            raise InputError(
+                f"model cache entry {folder} is corrupt ({err}); delete it (python -m harness cache clear)"
+            ) from None
     finally:
         if scratch.exists():
             shutil.rmtree(scratch, ignore_errors=True)

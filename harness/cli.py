@@ -25,14 +25,26 @@ from harness.core.schema import MODES
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: Hidden test hooks of the reliability suites (--inject-worker-fault I=ACTION): make worker I
 #: fail, drop its weight pages before it is sampled, or stop at a moment of its start-up.
-WORKER_FAULTS = ("crash", "signal", "hang", "raise", "drop-weight-pages", "pause-spawn", "pause-start",
-                 "pause-imports", "pause-session")
+WORKER_FAULTS = (
+    "crash",
+    "signal",
+    "hang",
+    "raise",
+    "drop-weight-pages",
+    "pause-spawn",
+    "pause-start",
+    "pause-imports",
+    "pause-session",
+)
 PROG = "python -m harness"
-DESCRIPTION = ("Measure N ONNX Runtime sessions with and without file-mapped weights (the QNN EP's "
-               "disable_file_mapped_weights=0/1), judge the run and render a self-contained report. "
-               "Also installed as the console script qnn-fmw-harness.")
-EXIT_CODES = "Exit codes: 0 pass, 1 a worker or gate failed or the run is incomplete, 2 usage or input error, " \
-             "130 interrupted."
+DESCRIPTION = (
+    "Measure N ONNX Runtime sessions with and without file-mapped weights (the QNN EP's "
+    "disable_file_mapped_weights=0/1), judge the run and render a self-contained report. "
+    "Also installed as the console script qnn-fmw-harness."
+)
+EXIT_CODES = (
+    "Exit codes: 0 pass, 1 a worker or gate failed or the run is incomplete, 2 usage or input error, 130 interrupted."
+)
 
 
 def _int_at_least(minimum: int):
@@ -142,11 +154,25 @@ def _add_target_options(parser: argparse.ArgumentParser) -> None:
             if option.parse is None:
                 group.add_argument(option.flag, dest=dest, action="store_const", const=True, default=None, help=text)
             elif option.repeat:
-                group.add_argument(option.flag, dest=dest, type=_target_option_type(option), action="append",
-                                   default=None, metavar=option.metavar, help=text)
+                group.add_argument(
+                    option.flag,
+                    dest=dest,
+                    type=_target_option_type(option),
+                    action="append",
+                    default=None,
+                    metavar=option.metavar,
+                    help=text,
+                )
             else:
-                group.add_argument(option.flag, dest=dest, type=_target_option_type(option), default=None,
-                                   choices=option.choices, metavar=option.metavar, help=text)
+                group.add_argument(
+                    option.flag,
+                    dest=dest,
+                    type=_target_option_type(option),
+                    default=None,
+                    choices=option.choices,
+                    metavar=option.metavar,
+                    help=text,
+                )
 
 
 def _add_run_arguments(run: argparse.ArgumentParser) -> None:
@@ -155,112 +181,245 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
 
     summaries = "; ".join(f"{n}: {get_target(n).summary.removesuffix(' (default)')}" for n in NAMES)
     run.add_argument("--target", choices=NAMES, default=DEFAULT, help=f"what loads the weights; {summaries}")
-    run.add_argument("--peer", choices=NAMES, default=None,
-                     help="also measure this target in mapped mode beside --target, e.g. ort-native (default: none)")
+    run.add_argument(
+        "--peer",
+        choices=NAMES,
+        default=None,
+        help="also measure this target in mapped mode beside --target, e.g. ort-native (default: none)",
+    )
     src = run.add_mutually_exclusive_group()
-    src.add_argument("--model", type=Path, action="append", metavar="PATH",
-                     help="any ONNX model (cpu targets: weights externalised to one aligned file; qnn: compiled, "
-                          "or measured as it is when it is a compiled EPContext model); repeat it, or give a "
-                          "folder (its genai_config.json, else every *.onnx), to load a pipeline in every "
-                          "session group (default: a generated model of --model-size)")
-    src.add_argument("--model-size", type=_size, default="256MiB", metavar="SIZE",
-                     help=f"weights of the generated model ({SIZE_HELP})")
-    run.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x224x224",
-                     help="fix a dynamic input shape of --model (repeatable)")
-    run.add_argument("--free-dim", action="append", default=[], metavar="NAME=VALUE",
-                     help="set a named symbolic dimension in every input, as onnxruntime_perf_test -f (repeatable)")
-    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy|NAME=VALUE",
-                     help="feed this input real values: a .npy array, or one value filled to its shape, "
-                          "e.g. sr=16000 (repeatable)")
-    run.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE",
-                     help="ORT session config entry for every session, both modes, and the reference (repeatable)")
-    run.add_argument("--provider-option", action="append", default=[], metavar="KEY=VALUE",
-                     help="QNN EP provider option, e.g. soc_model=60 (repeatable; not disable_file_mapped_weights)")
-    run.add_argument("--intra-op-threads", type=_positive_int, default=None, metavar="N",
-                     help="intra-op threads of every session and the reference (default: ORT's choice)")
-    run.add_argument("--runs", type=_int_at_least(0), default=0, metavar="R",
-                     help="timed inferences after the first, for latency p50/p90/p99 (count)")
-    run.add_argument("--page-cache", choices=("warm", "cold"), default="warm",
-                     help="warm: read the weights once before the first group; cold: evict their pages "
-                          "before each group and verify it (Linux)")
-    run.add_argument("--processes", type=_processes, default="4", metavar="LIST",
-                     help="worker processes N (count), e.g. 4, or 1,2,4,8 for a sweep")
-    run.add_argument("--sessions-per-process", type=_positive_int, default=1, metavar="M",
-                     help="ORT sessions in each worker process (count)")
-    run.add_argument("--modes", type=_modes, default="mapped,heap", metavar="LIST",
-                     help="modes to measure: mapped (disable_file_mapped_weights=0), heap (=1)")
-    run.add_argument("--repeat", type=_positive_int, default=1, metavar="R",
-                     help="repeats of every group (count); the headline is the median over them")
-    run.add_argument("--worker-timeout", type=_timeout, default="300", metavar="SECONDS",
-                     help="kill a worker not ready after this many seconds")
+    src.add_argument(
+        "--model",
+        type=Path,
+        action="append",
+        metavar="PATH",
+        help="any ONNX model (cpu targets: weights externalised to one aligned file; qnn: compiled, "
+        "or measured as it is when it is a compiled EPContext model); repeat it, or give a "
+        "folder (its genai_config.json, else every *.onnx), to load a pipeline in every "
+        "session group (default: a generated model of --model-size)",
+    )
+    src.add_argument(
+        "--model-size",
+        type=_size,
+        default="256MiB",
+        metavar="SIZE",
+        help=f"weights of the generated model ({SIZE_HELP})",
+    )
+    run.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=1x3x224x224",
+        help="fix a dynamic input shape of --model (repeatable)",
+    )
+    run.add_argument(
+        "--free-dim",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a named symbolic dimension in every input, as onnxruntime_perf_test -f (repeatable)",
+    )
+    run.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=FILE.npy|NAME=VALUE",
+        help="feed this input real values: a .npy array, or one value filled to its shape, e.g. sr=16000 (repeatable)",
+    )
+    run.add_argument(
+        "--session-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="ORT session config entry for every session, both modes, and the reference (repeatable)",
+    )
+    run.add_argument(
+        "--provider-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="QNN EP provider option, e.g. soc_model=60 (repeatable; not disable_file_mapped_weights)",
+    )
+    run.add_argument(
+        "--intra-op-threads",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="intra-op threads of every session and the reference (default: ORT's choice)",
+    )
+    run.add_argument(
+        "--runs",
+        type=_int_at_least(0),
+        default=0,
+        metavar="R",
+        help="timed inferences after the first, for latency p50/p90/p99 (count)",
+    )
+    run.add_argument(
+        "--page-cache",
+        choices=("warm", "cold"),
+        default="warm",
+        help="warm: read the weights once before the first group; cold: evict their pages "
+        "before each group and verify it (Linux)",
+    )
+    run.add_argument(
+        "--processes",
+        type=_processes,
+        default="4",
+        metavar="LIST",
+        help="worker processes N (count), e.g. 4, or 1,2,4,8 for a sweep",
+    )
+    run.add_argument(
+        "--sessions-per-process",
+        type=_positive_int,
+        default=1,
+        metavar="M",
+        help="ORT sessions in each worker process (count)",
+    )
+    run.add_argument(
+        "--modes",
+        type=_modes,
+        default="mapped,heap",
+        metavar="LIST",
+        help="modes to measure: mapped (disable_file_mapped_weights=0), heap (=1)",
+    )
+    run.add_argument(
+        "--repeat",
+        type=_positive_int,
+        default=1,
+        metavar="R",
+        help="repeats of every group (count); the headline is the median over them",
+    )
+    run.add_argument(
+        "--worker-timeout",
+        type=_timeout,
+        default="300",
+        metavar="SECONDS",
+        help="kill a worker not ready after this many seconds",
+    )
     run.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: a new results/run-<time>/)")
-    run.add_argument("--cache-dir", type=Path, metavar="DIR",
-                     help="model cache (default: $HARNESS_CACHE_DIR or ~/.cache/qnn-fmw-harness)")
-    run.add_argument("--gate", action="append", default=[], metavar="EXPR",
-                     help="pass/fail criterion, e.g. mapped_pss_ratio<=0.35 (repeatable; metrics below); "
-                          "a failing gate exits 1")
+    run.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="model cache (default: $HARNESS_CACHE_DIR or ~/.cache/qnn-fmw-harness)",
+    )
+    run.add_argument(
+        "--gate",
+        action="append",
+        default=[],
+        metavar="EXPR",
+        help="pass/fail criterion, e.g. mapped_pss_ratio<=0.35 (repeatable; metrics below); a failing gate exits 1",
+    )
     run.add_argument("--gates-file", type=Path, metavar="FILE", help="one gate expression per line, # comments")
     run.add_argument("--no-default-gates", action="store_true", help="do not add the target's default gates")
-    run.add_argument("--label", type=_label, action="append", default=[], metavar="KEY=VALUE",
-                     help="tag the run (repeatable), e.g. device=x-elite: kept in metadata.json and the history")
+    run.add_argument(
+        "--label",
+        type=_label,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="tag the run (repeatable), e.g. device=x-elite: kept in metadata.json and the history",
+    )
     run.add_argument("--history", type=Path, metavar="FILE", help="append this run's summary to a history CSV")
-    run.add_argument("--project-to", type=_projection, default=None, metavar="SESSIONSxSIZE",
-                     help="deployment the report projects to, e.g. 8x4GiB (default: the measured weights at twice the "
-                          "largest N x M measured, at least 8 sessions)")
+    run.add_argument(
+        "--project-to",
+        type=_projection,
+        default=None,
+        metavar="SESSIONSxSIZE",
+        help="deployment the report projects to, e.g. 8x4GiB (default: the measured weights at twice the "
+        "largest N x M measured, at least 8 sessions)",
+    )
     run.add_argument("--no-report", action="store_true", help="skip report.html (headline.json is still written)")
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    run.add_argument("--inject-worker-fault", type=_worker_fault, action="append", default=[],
-                     help=argparse.SUPPRESS)  # reliability suites: make worker I crash/hang/raise
+    run.add_argument(
+        "--inject-worker-fault", type=_worker_fault, action="append", default=[], help=argparse.SUPPRESS
+    )  # reliability suites: make worker I crash/hang/raise
     _add_target_options(run)
 
 
 def _add_cache_parser(sub: Any) -> None:
-    cache = sub.add_parser("cache", help="show or clear the model cache", formatter_class=HelpFormatter,
-                           description="The model cache holds generated, externalised and compiled models "
-                                       "(content-keyed: a stale entry is never used). Where: --cache-dir, else "
-                                       "$HARNESS_CACHE_DIR, else ~/.cache/qnn-fmw-harness.")
+    cache = sub.add_parser(
+        "cache",
+        help="show or clear the model cache",
+        formatter_class=HelpFormatter,
+        description="The model cache holds generated, externalised and compiled models "
+        "(content-keyed: a stale entry is never used). Where: --cache-dir, else "
+        "$HARNESS_CACHE_DIR, else ~/.cache/qnn-fmw-harness.",
+    )
     cache.add_argument("action", choices=("info", "clear"), help="info: entries and sizes; clear: delete every entry")
-    cache.add_argument("--cache-dir", type=Path, metavar="DIR",
-                       help="the cache folder (default: $HARNESS_CACHE_DIR or ~/.cache/qnn-fmw-harness)")
+    cache.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="the cache folder (default: $HARNESS_CACHE_DIR or ~/.cache/qnn-fmw-harness)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     from harness.core.gates import metrics_epilog
     from harness.core.units import SIZE_HELP
 
-    parser = OneLineArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EXIT_CODES,
-                                   formatter_class=HelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineArgumentParser,
-                                metavar="{run,bench,report,cache,doctor}")
-    run = sub.add_parser("run", help="measure N sessions with and without file-mapped weights",
-                         description="Measure N worker processes x M sessions in mapped and heap mode, print the "
-                                     "judgement, write results.csv, summary.csv, metadata.json, headline.json and "
-                                     "report.html into --out.",
-                         epilog=f"{metrics_epilog()}\n{SIZE_HELP}.\n{EXIT_CODES}", formatter_class=HelpFormatter)
+    parser = OneLineArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EXIT_CODES, formatter_class=HelpFormatter)
+    sub = parser.add_subparsers(
+        dest="command", required=True, parser_class=OneLineArgumentParser, metavar="{run,bench,report,cache,doctor}"
+    )
+    run = sub.add_parser(
+        "run",
+        help="measure N sessions with and without file-mapped weights",
+        description="Measure N worker processes x M sessions in mapped and heap mode, print the "
+        "judgement, write results.csv, summary.csv, metadata.json, headline.json and "
+        "report.html into --out.",
+        epilog=f"{metrics_epilog()}\n{SIZE_HELP}.\n{EXIT_CODES}",
+        formatter_class=HelpFormatter,
+    )
     _add_run_arguments(run)
-    bench = sub.add_parser("bench", help="the headline benchmark: cpu mapped/heap vs ort-native, criteria as gates",
-                           description="A run of --target cpu with --peer ort-native, judged by the criteria of "
-                                       "harness/bench.gates; writes report.html, headline.json and bench.json.",
-                           epilog=EXIT_CODES, formatter_class=HelpFormatter)
-    bench.add_argument("--model-size", type=_size, default="512MiB", metavar="SIZE",
-                       help=f"weights of the generated model ({SIZE_HELP})")
+    bench = sub.add_parser(
+        "bench",
+        help="the headline benchmark: cpu mapped/heap vs ort-native, criteria as gates",
+        description="A run of --target cpu with --peer ort-native, judged by the criteria of "
+        "harness/bench.gates; writes report.html, headline.json and bench.json.",
+        epilog=EXIT_CODES,
+        formatter_class=HelpFormatter,
+    )
+    bench.add_argument(
+        "--model-size",
+        type=_size,
+        default="512MiB",
+        metavar="SIZE",
+        help=f"weights of the generated model ({SIZE_HELP})",
+    )
     bench.add_argument("--processes", type=_positive_int, default=4, metavar="N", help="worker processes (count)")
-    bench.add_argument("--repeat", type=_positive_int, default=3, metavar="R",
-                       help="repeats (count); criteria use the median over them: single ms-scale init times on a "
-                            "2-core machine are noisy")
+    bench.add_argument(
+        "--repeat",
+        type=_positive_int,
+        default=3,
+        metavar="R",
+        help="repeats (count); criteria use the median over them: single ms-scale init times on a "
+        "2-core machine are noisy",
+    )
     bench.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: a new results/bench-<time>/)")
-    bench.add_argument("--cache-dir", type=Path, metavar="DIR",
-                       help="model cache (default: $HARNESS_CACHE_DIR or ~/.cache/qnn-fmw-harness)")
+    bench.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="model cache (default: $HARNESS_CACHE_DIR or ~/.cache/qnn-fmw-harness)",
+    )
     bench.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    sub.add_parser("report", help="render report.html from run folders, compare with a --baseline (see: report --help)",
-                   add_help=False)
+    sub.add_parser(
+        "report",
+        help="render report.html from run folders, compare with a --baseline (see: report --help)",
+        add_help=False,
+    )
     _add_cache_parser(sub)
-    doctor = sub.add_parser("doctor", help="what the QNN EP reports on this machine: EP devices, NPU, HTP, "
-                                           "RPCMem, file mapping, and whether it is a QNN device",
-                            description="Probe the QNN EP in a child process: EP devices, NPU, HTP, RPCMem, file "
-                                        "mapping, and whether this machine is a QNN device.",
-                            epilog="Exit code 0 whenever a verdict was reached (no NPU is a finding, not an error); "
-                                   "2 usage error.", formatter_class=HelpFormatter)
+    doctor = sub.add_parser(
+        "doctor",
+        help="what the QNN EP reports on this machine: EP devices, NPU, HTP, "
+        "RPCMem, file mapping, and whether it is a QNN device",
+        description="Probe the QNN EP in a child process: EP devices, NPU, HTP, RPCMem, file "
+        "mapping, and whether this machine is a QNN device.",
+        epilog="Exit code 0 whenever a verdict was reached (no NPU is a finding, not an error); 2 usage error.",
+        formatter_class=HelpFormatter,
+    )
     doctor.add_argument("--target", choices=("qnn",), default="qnn", help="the target to probe")
     doctor.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON (default: none)")
     doctor.add_argument("--timeout", type=_timeout, default="120", metavar="SECONDS", help="probe time limit")
@@ -300,16 +459,31 @@ def _options(ns: argparse.Namespace, argv: list[str]):
     if ns.no_report and ns.history:
         raise InputError("--history is written with the report: drop --no-report")
     return RunOptions(
-        target=ns.target, target_options=_target_options(ns), peer=ns.peer, models=list(ns.model or []),
-        model_size=ns.model_size, shapes=parse_shapes(ns.shape), free_dims=parse_free_dims(ns.free_dim),
+        target=ns.target,
+        target_options=_target_options(ns),
+        peer=ns.peer,
+        models=list(ns.model or []),
+        model_size=ns.model_size,
+        shapes=parse_shapes(ns.shape),
+        free_dims=parse_free_dims(ns.free_dim),
         input_values=parse_input_values(ns.input),
         session_config=parse_key_values(ns.session_config, "--session-config"),
         provider_options=parse_key_values(ns.provider_option, "--provider-option"),
-        intra_op_threads=ns.intra_op_threads, runs=ns.runs, page_cache=ns.page_cache, processes=ns.processes,
-        sessions_per_process=ns.sessions_per_process, modes=ns.modes, repeat=ns.repeat,
-        worker_timeout_s=ns.worker_timeout, out=ns.out, cache_dir=ns.cache_dir,
-        gates=read_gate_expressions(ns.gate, ns.gates_file), default_gates=not ns.no_default_gates,
-        labels=dict(ns.label), fault_actions=dict(ns.inject_worker_fault), command=command_line(argv),
+        intra_op_threads=ns.intra_op_threads,
+        runs=ns.runs,
+        page_cache=ns.page_cache,
+        processes=ns.processes,
+        sessions_per_process=ns.sessions_per_process,
+        modes=ns.modes,
+        repeat=ns.repeat,
+        worker_timeout_s=ns.worker_timeout,
+        out=ns.out,
+        cache_dir=ns.cache_dir,
+        gates=read_gate_expressions(ns.gate, ns.gates_file),
+        default_gates=not ns.no_default_gates,
+        labels=dict(ns.label),
+        fault_actions=dict(ns.inject_worker_fault),
+        command=command_line(argv),
         project_to=ns.project_to,
     )
 
@@ -369,8 +543,10 @@ def check_history_path(history: Path, out: Path | None) -> None:
         inside = [(out / name).resolve() for name in RUN_FOLDERS]
         target = history.resolve()
         if target in own or any(folder == target or folder in target.parents for folder in inside):
-            raise InputError(f"--history {history}: is one of the files this run writes in --out {out}; "
-                             "keep the history outside the run folder's own files")
+            raise InputError(
+                f"--history {history}: is one of the files this run writes in --out {out}; "
+                "keep the history outside the run folder's own files"
+            )
 
 
 def test_record(nodeid: str, outcome: str, folder: str) -> Any:
@@ -414,8 +590,9 @@ def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
         if outcome.exit_code == EXIT_INTERRUPTED:
             print(f"interrupted: what was measured is in {outcome.out}", file=sys.stderr)
         show_outcomes = opts.repeat > 1 or any(k in opts.target_options for k in ("fault", "map_failures"))
-        judgement = report_run(outcome.out, history=ns.history, render=not ns.no_report and bool(outcome.rows),
-                               outcomes=show_outcomes)
+        judgement = report_run(
+            outcome.out, history=ns.history, render=not ns.no_report and bool(outcome.rows), outcomes=show_outcomes
+        )
     finally:
         outcome.release()
     if outcome.exit_code != EXIT_OK:
@@ -428,8 +605,14 @@ def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
     from harness.runner.progress import Progress
     from harness.runner.sweep import command_line, execute
 
-    opts = bench_options(model_size=ns.model_size, processes=ns.processes, repeat=ns.repeat, out=ns.out,
-                         cache_dir=ns.cache_dir, command=command_line(argv))
+    opts = bench_options(
+        model_size=ns.model_size,
+        processes=ns.processes,
+        repeat=ns.repeat,
+        out=ns.out,
+        cache_dir=ns.cache_dir,
+        command=command_line(argv),
+    )
     _interrupt_on_sigterm()
     progress = Progress(quiet=ns.quiet)
     try:
@@ -458,8 +641,10 @@ def cmd_cache(ns: argparse.Namespace) -> int:
     if ns.action == "info":
         entries = cache_entries(folder)
         total = sum(e.bytes for e in entries)
-        print(f"cache: {folder} ({len(entries)} entries, {fmt_bytes(total)})"
-              + ("" if folder.is_dir() else " - does not exist yet"))
+        print(
+            f"cache: {folder} ({len(entries)} entries, {fmt_bytes(total)})"
+            + ("" if folder.is_dir() else " - does not exist yet")
+        )
         for entry in entries:
             when = dt.datetime.fromtimestamp(entry.modified).strftime("%Y-%m-%d %H:%M")
             print(f"  {fmt_bytes(entry.bytes):>10}  {when}  {entry.path.name}")

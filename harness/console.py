@@ -59,15 +59,24 @@ def summary_table(summary: list[SummaryRow]) -> Any:
                 mapped.target if first else "",
                 f"{mapped.processes} x {mapped.sessions_per_process}" if first else "",
                 str(mapped.repeat) if first else "",
-                label, fmt(m), fmt(h), fmt_ratio(shown) if shown is not None or not why else why,
+                label,
+                fmt(m),
+                fmt(h),
+                fmt_ratio(shown) if shown is not None or not why else why,
                 end_section=column == TABLE_METRICS[-1][1],
             )
             first = False
     in_pairs = {id(s) for pair in pairs for s in pair}
     for s in (s for s in summary if id(s) not in in_pairs):
-        table.add_row(s.target, f"{s.processes} x {s.sessions_per_process}", str(s.repeat),
-                      f"{s.mode} only: sum PSS / init", fmt_bytes(s.sum_pss_bytes),
-                      fmt_seconds(s.init_s_median), "-")
+        table.add_row(
+            s.target,
+            f"{s.processes} x {s.sessions_per_process}",
+            str(s.repeat),
+            f"{s.mode} only: sum PSS / init",
+            fmt_bytes(s.sum_pss_bytes),
+            fmt_seconds(s.init_s_median),
+            "-",
+        )
     return table
 
 
@@ -75,19 +84,43 @@ def outcome_table(rows: list[ResultRow]) -> Any | None:
     """With faults or retries: how each repeat ended, to show that recovery is deterministic."""
     from rich.table import Table
 
-    interesting = [r for r in rows if r.path_taken == "fallback" or (r.map_attempts or 0) > 1
-                   or r.ep_file_mapping in ("retried",) or r.error]
+    interesting = [
+        r
+        for r in rows
+        if r.path_taken == "fallback" or (r.map_attempts or 0) > 1 or r.ep_file_mapping in ("retried",) or r.error
+    ]
     if not interesting:
         return None
     table = Table(title="outcomes per repeat and stage (recovery must be deterministic)")
-    for name in ("repeat", "mode", "N", "path_taken", "fallback_stage", "map_attempts", "ep_file_mapping",
-                 "workers", "errors"):
+    for name in (
+        "repeat",
+        "mode",
+        "N",
+        "path_taken",
+        "fallback_stage",
+        "map_attempts",
+        "ep_file_mapping",
+        "workers",
+        "errors",
+    ):
         table.add_column(name)
-    counts = Counter((r.repeat, r.mode, r.processes, r.path_taken, r.fallback_stage or "", r.map_attempts,
-                      r.ep_file_mapping, bool(r.error)) for r in rows)
+    counts = Counter(
+        (
+            r.repeat,
+            r.mode,
+            r.processes,
+            r.path_taken,
+            r.fallback_stage or "",
+            r.map_attempts,
+            r.ep_file_mapping,
+            bool(r.error),
+        )
+        for r in rows
+    )
     for (rep, mode, n, path, stage, attempts, ep, err), count in sorted(counts.items(), key=str):
-        table.add_row(str(rep), mode, str(n), str(path), stage, str(attempts), str(ep), str(count),
-                      "yes" if err else "")
+        table.add_row(
+            str(rep), mode, str(n), str(path), stage, str(attempts), str(ep), str(count), "yes" if err else ""
+        )
     return table
 
 

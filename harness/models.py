@@ -146,8 +146,10 @@ class PreparedModel:
             size = -1
         if size < need:
             have = "is missing" if size < 0 else f"has {size} bytes"
-            raise InputError(f"{self.weights_path} {have}, the model needs {need}: the model cache is "
-                             f"damaged or the file was truncated; delete {self.folder} to rebuild it")
+            raise InputError(
+                f"{self.weights_path} {have}, the model needs {need}: the model cache is "
+                f"damaged or the file was truncated; delete {self.folder} to rebuild it"
+            )
 
 
 def cached_model(folder: Path, build) -> PreparedModel:
@@ -186,8 +188,9 @@ def _external_tensor_proto(name: str, onnx_dtype: int, shape: list[int], offset:
     return t
 
 
-def externalise(model: Any, weights_path: Path, min_bytes: int = EXTERNAL_THRESHOLD,
-                base_dir: Path | None = None) -> list[TensorEntry]:
+def externalise(
+    model: Any, weights_path: Path, min_bytes: int = EXTERNAL_THRESHOLD, base_dir: Path | None = None
+) -> list[TensorEntry]:
     """Move every initializer (subgraphs included) of at least ``min_bytes`` of data into
     ``weights_path``, aligned, as the raw bytes ONNX stores; the protos become external
     references. Tensors already external (in files under ``base_dir``) are copied file to
@@ -214,8 +217,9 @@ def externalise(model: Any, weights_path: Path, min_bytes: int = EXTERNAL_THRESH
             except ValueError as err:
                 raise InputError(f"initializer {err}") from None
             shape = list(proto.dims)
-            tensors.append(TensorEntry(proto.name, element_type(proto.data_type).name, shape, offset, size,
-                                       proto.data_type))
+            tensors.append(
+                TensorEntry(proto.name, element_type(proto.data_type).name, shape, offset, size, proto.data_type)
+            )
             end = max(end, offset + view_extent(proto.data_type, shape))
             proto.CopyFrom(_external_tensor_proto(proto.name, proto.data_type, shape, offset, size))
         if f.tell() < end:
@@ -251,8 +255,14 @@ def matmul_chain_dims(weights_bytes: int) -> tuple[int, int]:
     return 128, max(1, round(weights_bytes / (128 * 128 * 4)))
 
 
-def generated_matmul_chain(weights_bytes: int, *, seed: int = 0, cache_dir: Path | None = None,
-                           settings: SessionSettings | None = None, on_bytes=None) -> PreparedModel:
+def generated_matmul_chain(
+    weights_bytes: int,
+    *,
+    seed: int = 0,
+    cache_dir: Path | None = None,
+    settings: SessionSettings | None = None,
+    on_bytes=None,
+) -> PreparedModel:
     """An fp32 chain y = x W1 W2 ... WL with random weights scaled by 1/sqrt(D), so values
     stay O(1) through the chain and the reference check is meaningful. ``on_bytes(done,
     total)`` hears how much of the weights file is written (progress display)."""
@@ -260,8 +270,15 @@ def generated_matmul_chain(weights_bytes: int, *, seed: int = 0, cache_dir: Path
     return generated_chain(width, layers, seed=seed, cache_dir=cache_dir, settings=settings, on_bytes=on_bytes)
 
 
-def generated_chain(width: int, layers: int, *, seed: int = 0, cache_dir: Path | None = None,
-                    settings: SessionSettings | None = None, on_bytes=None) -> PreparedModel:
+def generated_chain(
+    width: int,
+    layers: int,
+    *,
+    seed: int = 0,
+    cache_dir: Path | None = None,
+    settings: SessionSettings | None = None,
+    on_bytes=None,
+) -> PreparedModel:
     """The chain of `generated_matmul_chain` with explicit dimensions (deep-chain tests)."""
     settings = settings or SessionSettings()
     tag = _settings_tag(settings)
@@ -282,12 +299,16 @@ def generated_chain(width: int, layers: int, *, seed: int = 0, cache_dir: Path |
                 offset = _write_aligned(f, w.data)
                 tensors.append(TensorEntry(f"W{i}", "float32", [width, width], offset, w.nbytes, TensorProto.FLOAT))
                 protos.append(_external_tensor_proto(f"W{i}", TensorProto.FLOAT, [width, width], offset, w.nbytes))
-                nodes.append(helper.make_node("MatMul", ["x" if i == 0 else f"h{i - 1}", f"W{i}"],
-                                              ["y" if i == layers - 1 else f"h{i}"]))
+                nodes.append(
+                    helper.make_node(
+                        "MatMul", ["x" if i == 0 else f"h{i - 1}", f"W{i}"], ["y" if i == layers - 1 else f"h{i}"]
+                    )
+                )
                 if on_bytes is not None:
                     on_bytes((i + 1) * w.nbytes, layers * w.nbytes)
         graph = helper.make_graph(
-            nodes, "matmul_chain",
+            nodes,
+            "matmul_chain",
             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])],
             protos,
@@ -295,9 +316,16 @@ def generated_chain(width: int, layers: int, *, seed: int = 0, cache_dir: Path |
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
         model.ir_version = 9
         onnx.save(model, str(tmp / "model.onnx"))
-        prepared = PreparedModel(tmp, f"generated:matmul-chain:{layers}x{width}x{width}xfp32", tensors,
-                                 {"x": [1, width]}, {"x": TensorProto.FLOAT}, ["y"], layers * width * width * 4,
-                                 output_types={"y": TensorProto.FLOAT})
+        prepared = PreparedModel(
+            tmp,
+            f"generated:matmul-chain:{layers}x{width}x{width}xfp32",
+            tensors,
+            {"x": [1, width]},
+            {"x": TensorProto.FLOAT},
+            ["y"],
+            layers * width * width * 4,
+            output_types={"y": TensorProto.FLOAT},
+        )
         from harness.prep.inputs import InputInfo, generate_feeds
 
         feeds = generate_feeds([InputInfo("x", "tensor", TensorProto.FLOAT, [1, width])], prepared.inputs, {})
@@ -383,8 +411,9 @@ def source_key(path: Path, model: Any, extra: object = None, files: list[Path] |
         try:
             h.update(_file_identity(file).encode())
         except FileNotFoundError:
-            raise InputError(f"--model {path}: external data file {file.name!r} is missing (expected next to "
-                             "the model)") from None
+            raise InputError(
+                f"--model {path}: external data file {file.name!r} is missing (expected next to the model)"
+            ) from None
         except OSError as err:
             raise InputError(f"--model {path}: cannot read {file.name} ({err.strerror or err})") from None
     h.update(json.dumps(extra, sort_keys=True, default=str).encode())
@@ -405,14 +434,14 @@ def load_onnx(path: Path, *, external_data: bool = True, label: str = "--model")
     except Exception as err:  # protobuf raises several unrelated types
         raise InputError(f"{label} {path}: not a readable ONNX model ({type(err).__name__})") from None
     if not model.graph.node:  # an empty file, or bytes that happen to parse as an empty message
-        raise InputError(f"{label} {path}: not an ONNX model (no graph nodes): no node assigned to QNN "
-                         "or any other EP")
+        raise InputError(f"{label} {path}: not an ONNX model (no graph nodes): no node assigned to QNN or any other EP")
     if not external_data:
         return model
     for file in external_data_files(path, model):
         if not file.is_file():
-            raise InputError(f"{label} {path}: external data file {file.name!r} is missing (expected next to "
-                             "the model)")
+            raise InputError(
+                f"{label} {path}: external data file {file.name!r} is missing (expected next to the model)"
+            )
     try:
         load_external_data_for_model(model, str(path.parent))
     except FileNotFoundError as err:
@@ -457,7 +486,7 @@ def _without_source_location(text: str) -> str:
                 break
     if end is None:
         return text
-    return (text[:match.start()] + text[end:].lstrip()).strip()
+    return (text[: match.start()] + text[end:].lstrip()).strip()
 
 
 def resolve_feeds(model: Any, request: InputRequest, label: str) -> tuple[list, dict[str, list[int]], dict]:
@@ -478,8 +507,9 @@ def _mappable_bytes(model: Any) -> int:
 
     total = 0
     for graph in all_graphs(model.graph):
-        tensors = list(graph.initializer) + [a.t for n in graph.node if n.op_type == "Constant"
-                                             for a in n.attribute if a.name == "value"]
+        tensors = list(graph.initializer) + [
+            a.t for n in graph.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"
+        ]
         for t in tensors:
             size = packed_size(t.data_type, list(t.dims)) if t.data_type != STRING else 0
             total += size if size >= EXTERNAL_THRESHOLD else 0
@@ -510,12 +540,20 @@ def refuse_epcontext(model: Any, label: str, target: str) -> None:
     from harness.prep.epcontext import epcontext_nodes
 
     if epcontext_nodes(model):
-        raise InputError(f"{label}: a pre-compiled EPContext model (for an EP such as QNN): --target {target} "
-                         "cannot load it; use --target qnn, or give the source model")
+        raise InputError(
+            f"{label}: a pre-compiled EPContext model (for an EP such as QNN): --target {target} "
+            "cannot load it; use --target qnn, or give the source model"
+        )
 
 
-def prepare_user_model(path: Path, request: InputRequest | dict | None = None, *, cache_dir: Path | None = None,
-                       settings: SessionSettings | None = None, target: str = "cpu") -> PreparedModel:
+def prepare_user_model(
+    path: Path,
+    request: InputRequest | dict | None = None,
+    *,
+    cache_dir: Path | None = None,
+    settings: SessionSettings | None = None,
+    target: str = "cpu",
+) -> PreparedModel:
     """A user's model prepared for the cpu targets (see the module docstring). Every problem
     is an InputError with a one-line message naming the user's file."""
     path = Path(path)
@@ -529,8 +567,11 @@ def prepare_user_model(path: Path, request: InputRequest | dict | None = None, *
 
     check_request(model_inputs(graph_only), request)
     resolve_feeds(graph_only, request, label)  # refuse bad inputs before any work
-    key = source_key(path, graph_only, {"request": request.key(), "session": settings.to_dict(),
-                                        "machine": machine_key(), "prep": PREP_VERSION})
+    key = source_key(
+        path,
+        graph_only,
+        {"request": request.key(), "session": settings.to_dict(), "machine": machine_key(), "prep": PREP_VERSION},
+    )
     folder = (cache_dir or default_cache_dir()) / f"user-{path.stem}-{key}"
     return cached_model(folder, lambda tmp: _build_user_model(path, request, settings, tmp, label))
 
@@ -550,8 +591,9 @@ def link_external_data(path: Path, graph: Any, folder: Path) -> None:
             shutil.copyfile(data, target)
 
 
-def _build_user_model(path: Path, request: InputRequest, settings: SessionSettings, tmp: Path,
-                      label: str) -> PreparedModel:
+def _build_user_model(
+    path: Path, request: InputRequest, settings: SessionSettings, tmp: Path, label: str
+) -> PreparedModel:
     """Lift, optimize offline, externalise, reference. The weights are never all in this
     process's memory at once: the graph is read without its external data, ORT reads the
     weights itself, and `externalise` copies them file to file."""
@@ -562,8 +604,10 @@ def _build_user_model(path: Path, request: InputRequest, settings: SessionSettin
 
     graph = load_onnx(path, external_data=False)
     if not _mappable_bytes(graph):
-        raise InputError(f"{label}: nothing to map: no initializer and no Constant-node tensor (subgraphs "
-                         f"included) holds {EXTERNAL_THRESHOLD} bytes or more")
+        raise InputError(
+            f"{label}: nothing to map: no initializer and no Constant-node tensor (subgraphs "
+            f"included) holds {EXTERNAL_THRESHOLD} bytes or more"
+        )
     inputs, shapes, feeds = resolve_feeds(graph, request, label)
     source = path
     lifted = lift_constants(graph, EXTERNAL_THRESHOLD)
@@ -584,19 +628,35 @@ def _build_user_model(path: Path, request: InputRequest, settings: SessionSettin
     for leftover in ("optimized.onnx", "optimized.data"):
         (tmp / leftover).unlink(missing_ok=True)
     prepared = PreparedModel(
-        tmp, str(path), tensors, shapes, {i.name: i.onnx_type for i in inputs}, list(output_types),
-        sum(t.length for t in tensors), output_types=output_types, session_level=SESSION_LEVEL_AFTER,
+        tmp,
+        str(path),
+        tensors,
+        shapes,
+        {i.name: i.onnx_type for i in inputs},
+        list(output_types),
+        sum(t.length for t in tensors),
+        output_types=output_types,
+        session_level=SESSION_LEVEL_AFTER,
         extra={"lifted_constants": lifted, "renamed_initializers": renamed, "optimized_offline": OFFLINE_LEVEL},
     )
     if not tensors:
-        raise InputError(f"{label}: nothing to map after ORT's optimizations: no initializer of "
-                         f"{EXTERNAL_THRESHOLD} bytes or more is left")
+        raise InputError(
+            f"{label}: nothing to map after ORT's optimizations: no initializer of "
+            f"{EXTERNAL_THRESHOLD} bytes or more is left"
+        )
     write_reference(prepared, path, feeds, settings, level=OFFLINE_LEVEL, label=label)
     return prepared
 
 
-def write_reference(model: PreparedModel, run_path: Path, feeds: dict, settings: SessionSettings | None = None,
-                    *, level: str | None = None, label: str | None = None) -> None:
+def write_reference(
+    model: PreparedModel,
+    run_path: Path,
+    feeds: dict,
+    settings: SessionSettings | None = None,
+    *,
+    level: str | None = None,
+    label: str | None = None,
+) -> None:
     """Run ``run_path`` (the original model) twice on ORT's CPU EP, ORT loading the weights
     itself, with the workers' session settings at ``level``; store input and outputs. Outputs
     that differ between the two runs are recorded as non-deterministic."""
@@ -609,15 +669,26 @@ def write_reference(model: PreparedModel, run_path: Path, feeds: dict, settings:
     so.log_severity_level = 4  # the error is reported in one line below, not as ORT's log lines
     try:
         session = ort.InferenceSession(str(run_path), so, providers=["CPUExecutionProvider"])
-        runs = [dict(zip(model.outputs, run_session(session, model.outputs, feeds, model.input_types,
-                                                     model.output_types), strict=True)) for _ in range(2)]
+        runs = [
+            dict(
+                zip(
+                    model.outputs,
+                    run_session(session, model.outputs, feeds, model.input_types, model.output_types),
+                    strict=True,
+                )
+            )
+            for _ in range(2)
+        ]
     except Exception as err:  # ORT raises its own exception types
         hint = ""
         if "cannot load" not in str(err):
-            hint = " (if an input needs real values, e.g. a sample rate or token ids, give them with " \
-                   "--input NAME=FILE.npy or --input NAME=VALUE)"
-        raise InputError(f"{label or 'model ' + model.source}: ONNX Runtime cannot run it: {ort_reason(err)}"
-                         f"{hint}") from None
+            hint = (
+                " (if an input needs real values, e.g. a sample rate or token ids, give them with "
+                "--input NAME=FILE.npy or --input NAME=VALUE)"
+            )
+        raise InputError(
+            f"{label or 'model ' + model.source}: ONNX Runtime cannot run it: {ort_reason(err)}{hint}"
+        ) from None
     unstable = nondeterministic_outputs(runs[0], runs[1])
     if unstable:
         model.extra["nondeterministic"] = unstable
@@ -629,8 +700,12 @@ def _storable(array: Any) -> Any:
     import numpy as np
 
     array = np.asarray(array)
-    if array.dtype.kind == "V" or type(array.dtype).__module__.startswith("ml_dtypes") or \
-            array.dtype.name in ("bfloat16", "int4", "uint4", "int2", "uint2") or "float8" in array.dtype.name:
+    if (
+        array.dtype.kind == "V"
+        or type(array.dtype).__module__.startswith("ml_dtypes")
+        or array.dtype.name in ("bfloat16", "int4", "uint4", "int2", "uint2")
+        or "float8" in array.dtype.name
+    ):
         return array.view(f"u{array.dtype.itemsize}")
     return array
 
@@ -639,8 +714,11 @@ def save_reference(path: Path, feeds: dict, outputs: dict) -> None:
     """The fixed input and the reference output(s), in one ``.npz`` every worker reads."""
     import numpy as np
 
-    np.savez(path, **{f"in:{k}": _storable(v) for k, v in feeds.items()},
-             **{f"out:{k}": _storable(v) for k, v in outputs.items()})
+    np.savez(
+        path,
+        **{f"in:{k}": _storable(v) for k, v in feeds.items()},
+        **{f"out:{k}": _storable(v) for k, v in outputs.items()},
+    )
 
 
 def load_reference(model: PreparedModel) -> tuple[dict, dict]:
@@ -667,8 +745,14 @@ def prepare_cpu_models(opts: Any, progress: Any = None, *, target: str = "cpu") 
 
     settings = opts.session_settings()
     if not opts.models:
-        return [generated_matmul_chain(opts.model_size, cache_dir=opts.cache_dir, settings=settings,
-                                       on_bytes=getattr(progress, "bytes_written", None))]
+        return [
+            generated_matmul_chain(
+                opts.model_size,
+                cache_dir=opts.cache_dir,
+                settings=settings,
+                on_bytes=getattr(progress, "bytes_written", None),
+            )
+        ]
     paths = resolve_models(opts.models).paths
     request = opts.input_request()
     check_pipeline_request(paths, request)
@@ -676,6 +760,13 @@ def prepare_cpu_models(opts: Any, progress: Any = None, *, target: str = "cpu") 
     for path in paths:
         if progress is not None and len(paths) > 1:
             progress.note(f"preparing {path.name}...")
-        models.append(prepare_user_model(path, request.for_model(load_onnx(path, external_data=False)),
-                                         cache_dir=opts.cache_dir, settings=settings, target=target))
+        models.append(
+            prepare_user_model(
+                path,
+                request.for_model(load_onnx(path, external_data=False)),
+                cache_dir=opts.cache_dir,
+                settings=settings,
+                target=target,
+            )
+        )
     return models

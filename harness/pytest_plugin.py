@@ -48,7 +48,7 @@ MARKERS = {
     "memory": "multi-process memory / init-time measurements (run serialized in one xdist group)",
     "qnn": "needs the real QNN EP from onnxruntime-qnn (HTP simulator on Linux x86_64)",
     "device": "needs a QNN device as the EP reports it (NPU-typed EP device, HTP usable, RPCMem loadable); "
-              "skips elsewhere with the probe's reason",
+    "skips elsewhere with the probe's reason",
     "slow": "long measurements, excluded from the default run (-m slow to run them)",
 }
 SERIAL_GROUP = "serial"
@@ -67,15 +67,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     from harness.targets import DEFAULT, NAMES
 
     group = parser.getgroup("qnn-fmw-harness", "file-mapped weights harness (qnn-fmw-harness)")
-    group.addoption("--target", default=DEFAULT, choices=NAMES,
-                    help=f"target for the measurement tests (default: {DEFAULT})")
+    group.addoption(
+        "--target", default=DEFAULT, choices=NAMES, help=f"target for the measurement tests (default: {DEFAULT})"
+    )
     group.addoption("--processes", default="2", help="N for the measurement tests, e.g. 2 or 1,2,4 (default: 2)")
-    group.addoption("--model-size", default="64MiB",
-                    help="generated model size; KiB..TiB = powers of 1024, KB..TB = powers of 1000 (default: 64MiB)")
+    group.addoption(
+        "--model-size",
+        default="64MiB",
+        help="generated model size; KiB..TiB = powers of 1024, KB..TB = powers of 1000 (default: 64MiB)",
+    )
     group.addoption("--model", default=None, help="bring-your-own ONNX model for the measurement tests")
-    group.addoption("--report-dir", default=None, metavar="DIR",
-                    help="keep every run folder of the session in DIR/runs and render DIR/report.html over them, "
-                         "with each test's outcome")
+    group.addoption(
+        "--report-dir",
+        default=None,
+        metavar="DIR",
+        help="keep every run folder of the session in DIR/runs and render DIR/report.html over them, "
+        "with each test's outcome",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -89,8 +97,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if report_dir:
         worker_input = getattr(config, "workerinput", None)
         token = worker_input.get(_TOKEN_KEY) if worker_input else None
-        recorder = SessionRecorder(Path(report_dir).resolve(), token or uuid.uuid4().hex[:12],
-                                   controller=worker_input is None)
+        recorder = SessionRecorder(
+            Path(report_dir).resolve(), token or uuid.uuid4().hex[:12], controller=worker_input is None
+        )
         if recorder.controller:
             recorder.start()
         config.pluginmanager.register(recorder, _RECORDER)
@@ -120,8 +129,12 @@ class _XdistHooks:
         if not (getattr(config.option, "loadgroup", False) or worker_input.get(_LOADGROUP_KEY)):
             return
         for item in items:
-            names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-                            for m in item.iter_markers("xdist_group")})
+            names = sorted(
+                {
+                    str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")
+                }
+            )
             suffix = "@" + "_".join(names)
             if names and not item.nodeid.endswith(suffix):
                 _set_nodeid(item, item.nodeid + suffix)
@@ -242,15 +255,30 @@ class HarnessRunner:
         suffix = "" if self._used[owner] == 1 else f"-{self._used[owner]}"
         return scratch / f"run{suffix}"
 
-    def run(self, *args: str, owner: str, scratch: Path, out: Path | None = None, timeout: float = 600,
-            check_exit: int | None = None, env: dict[str, str] | None = None) -> HarnessOutcome:
+    def run(
+        self,
+        *args: str,
+        owner: str,
+        scratch: Path,
+        out: Path | None = None,
+        timeout: float = 600,
+        check_exit: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> HarnessOutcome:
         reserved = out is None and self.recorder is not None
         out = Path(out) if out is not None else self.default_out(owner, scratch)
         argv = [sys.executable, "-m", "harness", *args]
         if args and args[0] in ("run", "bench") and "--out" not in args and "--help" not in args:
             argv += ["--out", str(out)]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=scratch,
-                              env=harness_env(self.model_cache, env), stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=scratch,
+            env=harness_env(self.model_cache, env),
+            stdin=subprocess.DEVNULL,
+        )
         outcome = HarnessOutcome(proc.returncode, proc.stdout, proc.stderr, out)
         if self.recorder is not None:
             outcome.kept = self.recorder.keep(owner, out, self.default_out)
@@ -297,10 +325,16 @@ def run_harness(harness_runner: HarnessRunner, request: pytest.FixtureRequest, t
     """``run_harness("run", "--model-size", "16MiB", ...)`` runs ``python -m harness`` as a user
     would (``--out`` added for run/bench unless given) and returns a `HarnessOutcome`."""
 
-    def run(*args: str, out: Path | None = None, timeout: float = 600, check_exit: int | None = None,
-            env: dict[str, str] | None = None) -> HarnessOutcome:
-        return harness_runner.run(*args, owner=request.node.nodeid, scratch=tmp_path, out=out, timeout=timeout,
-                                  check_exit=check_exit, env=env)
+    def run(
+        *args: str,
+        out: Path | None = None,
+        timeout: float = 600,
+        check_exit: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> HarnessOutcome:
+        return harness_runner.run(
+            *args, owner=request.node.nodeid, scratch=tmp_path, out=out, timeout=timeout, check_exit=check_exit, env=env
+        )
 
     return run
 

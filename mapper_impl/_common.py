@@ -74,8 +74,7 @@ STATUS_INVALID_ARGUMENT = "INVALID_ARGUMENT"
 
 #: Upstream's wording for a request refused because mapping was switched off for the context.
 DISABLED_MESSAGE = (
-    "Attempting to map DMA data but file mapping has been disabled, "
-    "possibly due to an error in a previous request."
+    "Attempting to map DMA data but file mapping has been disabled, possibly due to an error in a previous request."
 )
 
 
@@ -141,9 +140,7 @@ def parse_disable_flag(value: object) -> bool:
         return value
     if value in ("0", "1"):
         return value == "1"
-    raise ValueError(
-        f'disable_file_mapped_weights must be "0", "1", True or False, got {value!r}'
-    )
+    raise ValueError(f'disable_file_mapped_weights must be "0", "1", True or False, got {value!r}')
 
 
 def check_file(path: str) -> os.stat_result:
@@ -206,9 +203,7 @@ def identity_of_fd(fd: int) -> FileIdentity:
         os.lseek(fd, offset, os.SEEK_SET)
         return os.read(fd, n)
 
-    return FileIdentity(
-        st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, edge_hash(read_at, st.st_size)
-    )
+    return FileIdentity(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, edge_hash(read_at, st.st_size))
 
 
 def identity_of_path(path: str) -> FileIdentity:
@@ -257,8 +252,7 @@ def validate_region(
         raise RegionError("Mapping request size must be > 0 with backend mapping required (region size is 0)")
     if not needs_backend_mapping:
         raise RegionError(
-            "Mapping request size must be > 0 with backend mapping required "
-            "(request does not need backend mapping)"
+            "Mapping request size must be > 0 with backend mapping required (request does not need backend mapping)"
         )
     if offset < 0 or size < 0:
         raise RegionError(f"negative offset or size ({offset}, {size}): QNN's request fields are uint64")

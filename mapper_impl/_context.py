@@ -134,8 +134,10 @@ class LoadedContext:
 
     def __repr__(self) -> str:
         stage = f" fallback_stage={self.fallback_stage}" if self.fallback_stage else ""
-        return (f"<LoadedContext {self.path!r} path_taken={self.path_taken}{stage} "
-                f"attempts={self.attempts}{' closed' if self.closed else ''}>")
+        return (
+            f"<LoadedContext {self.path!r} path_taken={self.path_taken}{stage} "
+            f"attempts={self.attempts}{' closed' if self.closed else ''}>"
+        )
 
 
 def _teardown(weights: Weights, registrations: tuple[DmaRegistrations, ...]) -> list:
@@ -200,8 +202,9 @@ def _sweep_failed(load: _Load, failed: list[DmaRegistrations]) -> None:
         load.errors += [StageError("mapped", "deregister", str(e)) for e in dma.sweep()]
 
 
-def _mapped_attempt(load: _Load, mapper: FileMapper, policy: RetryPolicy,
-                    backend: DmaBackend) -> tuple[LoadedContext | None, str, DmaRegistrations | None]:
+def _mapped_attempt(
+    load: _Load, mapper: FileMapper, policy: RetryPolicy, backend: DmaBackend
+) -> tuple[LoadedContext | None, str, DmaRegistrations | None]:
     """map -> register -> create. Returns (context, "", None) on success, else (None, failed
     stage, this attempt's registrations: their failed deregistrations await a sweep)."""
     weights, load.map_attempts, map_errors, _ = map_stage(load.path, mapper, load.cursor, policy)
@@ -230,22 +233,29 @@ def _mapped_attempt(load: _Load, mapper: FileMapper, policy: RetryPolicy,
         if not isinstance(err, Exception):
             raise
         return None, stage, dma
-    context = LoadedContext(path=load.path, value=value, weights=weights, views=views,
-                            path_taken="mapped", fallback_stage="", errors=load.errors, attempts=1,
-                            map_attempts=load.map_attempts, registrations=[dma])
+    context = LoadedContext(
+        path=load.path,
+        value=value,
+        weights=weights,
+        views=views,
+        path_taken="mapped",
+        fallback_stage="",
+        errors=load.errors,
+        attempts=1,
+        map_attempts=load.map_attempts,
+        registrations=[dma],
+    )
     return context, "", None
 
 
-def _direct_attempt(load: _Load, path_taken: str, fallback_stage: str,
-                    failed: list[DmaRegistrations]) -> LoadedContext:
+def _direct_attempt(load: _Load, path_taken: str, fallback_stage: str, failed: list[DmaRegistrations]) -> LoadedContext:
     """Read the whole file into the heap, cut the regions, create. ContextLoadError (with
     every earlier error) if it fails; a FileCheckError on a first attempt stays itself."""
     weights = None
     views: list[memoryview] = []
     stage = "read"
     try:
-        weights = heap_weights(load.path, path_taken, load.map_attempts,
-                               [str(e) for e in load.errors], load.cursor)
+        weights = heap_weights(load.path, path_taken, load.map_attempts, [str(e) for e in load.errors], load.cursor)
         stage = "regions"
         views = [weights.region(offset, size) for offset, size in load.requests]
         stage = "create"
@@ -260,9 +270,18 @@ def _direct_attempt(load: _Load, path_taken: str, fallback_stage: str,
         _sweep_failed(load, failed)
         raise ContextLoadError(load.path, tuple(load.errors), fallback_stage) from err
     attempts = 2 if fallback_stage else 1
-    return LoadedContext(path=load.path, value=value, weights=weights, views=views, path_taken=path_taken,
-                         fallback_stage=fallback_stage, errors=load.errors, attempts=attempts,
-                         map_attempts=load.map_attempts, registrations=failed)
+    return LoadedContext(
+        path=load.path,
+        value=value,
+        weights=weights,
+        views=views,
+        path_taken=path_taken,
+        fallback_stage=fallback_stage,
+        errors=load.errors,
+        attempts=attempts,
+        map_attempts=load.map_attempts,
+        registrations=failed,
+    )
 
 
 def load_context(

@@ -209,8 +209,10 @@ class DmaRegistrations:
                 self._faults.before_deregister()
             self.backend.deregister(reg.address, reg.size)
         except OSError as err:
-            return DeregistrationError(f"Failed to deregister buffer from RPCMEM: {reg.address:#x} "
-                                       f"({self.path} [{reg.offset}, {reg.offset + reg.size}): {err})")
+            return DeregistrationError(
+                f"Failed to deregister buffer from RPCMEM: {reg.address:#x} "
+                f"({self.path} [{reg.offset}, {reg.offset + reg.size}): {err})"
+            )
         return None
 
     def release(self, reg: Registration) -> DeregistrationError | None:

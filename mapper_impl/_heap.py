@@ -42,9 +42,7 @@ def read_into_heap(path: str, faults: FaultCursor | None = None) -> HeapBuffer:
                 while filled < size:
                     n = f.readinto(view[filled:])
                     if not n:
-                        raise HeapReadError(
-                            f"{path}: file shrank while being read ({filled} of {size} bytes)"
-                        )
+                        raise HeapReadError(f"{path}: file shrank while being read ({filled} of {size} bytes)")
                     filled += n
             finally:
                 view.release()

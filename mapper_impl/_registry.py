@@ -68,9 +68,7 @@ class MappingRegistry:
                 del self._key_locks[key]
 
     # -- the table --------------------------------------------------------------------------
-    def acquire(
-        self, path: str, mapper: FileMapper, faults: FaultCursor | None = None
-    ) -> MappedFile:
+    def acquire(self, path: str, mapper: FileMapper, faults: FaultCursor | None = None) -> MappedFile:
         """The live mapping of ``path`` (refs + 1), or a new one if none or the file changed."""
         key = registry_key(path, mapper)
         key_lock = self._enter_key(key)

@@ -54,9 +54,7 @@ class _Counters:
 COUNTERS = _Counters()
 
 
-def track(
-    obj: object, count_key: str, bytes_key: str, nbytes: int, on_release=None
-) -> weakref.finalize:
+def track(obj: object, count_key: str, bytes_key: str, nbytes: int, on_release=None) -> weakref.finalize:
     """Count ``obj`` as live until it is garbage; then run ``on_release`` (the real unmap)."""
     COUNTERS.add(**{count_key: 1, bytes_key: nbytes})
 

@@ -156,9 +156,7 @@ class Weights:
         )
 
 
-def heap_weights(
-    path: str, path_taken: str, attempts: int, errors: list[str], faults: FaultCursor | None
-) -> Weights:
+def heap_weights(path: str, path_taken: str, attempts: int, errors: list[str], faults: FaultCursor | None) -> Weights:
     """A direct read: the whole file in one private buffer."""
     buf = read_into_heap(path, faults)
     return Weights(path, memoryview(buf).toreadonly(), path_taken, attempts, errors)

@@ -53,11 +53,18 @@ class FILETIME(ctypes.Structure):
 
 
 class BY_HANDLE_FILE_INFORMATION(ctypes.Structure):
-    _fields_ = [("dwFileAttributes", DWORD), ("ftCreationTime", FILETIME),
-                ("ftLastAccessTime", FILETIME), ("ftLastWriteTime", FILETIME),
-                ("dwVolumeSerialNumber", DWORD), ("nFileSizeHigh", DWORD),
-                ("nFileSizeLow", DWORD), ("nNumberOfLinks", DWORD),
-                ("nFileIndexHigh", DWORD), ("nFileIndexLow", DWORD)]
+    _fields_ = [
+        ("dwFileAttributes", DWORD),
+        ("ftCreationTime", FILETIME),
+        ("ftLastAccessTime", FILETIME),
+        ("ftLastWriteTime", FILETIME),
+        ("dwVolumeSerialNumber", DWORD),
+        ("nFileSizeHigh", DWORD),
+        ("nFileSizeLow", DWORD),
+        ("nNumberOfLinks", DWORD),
+        ("nFileIndexHigh", DWORD),
+        ("nFileIndexLow", DWORD),
+    ]
 
 
 class FILE_ID_INFO(ctypes.Structure):
@@ -68,17 +75,28 @@ class FILE_ID_INFO(ctypes.Structure):
 
 
 class SYSTEM_INFO(ctypes.Structure):
-    _fields_ = [("dwOemId", DWORD),  # a union with two WORDs: same size
-                ("dwPageSize", DWORD), ("lpMinimumApplicationAddress", LPVOID),
-                ("lpMaximumApplicationAddress", LPVOID), ("dwActiveProcessorMask", SIZE_T),
-                ("dwNumberOfProcessors", DWORD), ("dwProcessorType", DWORD),
-                ("dwAllocationGranularity", DWORD), ("wProcessorLevel", WORD),
-                ("wProcessorRevision", WORD)]
+    _fields_ = [
+        ("dwOemId", DWORD),  # a union with two WORDs: same size
+        ("dwPageSize", DWORD),
+        ("lpMinimumApplicationAddress", LPVOID),
+        ("lpMaximumApplicationAddress", LPVOID),
+        ("dwActiveProcessorMask", SIZE_T),
+        ("dwNumberOfProcessors", DWORD),
+        ("dwProcessorType", DWORD),
+        ("dwAllocationGranularity", DWORD),
+        ("wProcessorLevel", WORD),
+        ("wProcessorRevision", WORD),
+    ]
 
 
 class OVERLAPPED(ctypes.Structure):
-    _fields_ = [("Internal", SIZE_T), ("InternalHigh", SIZE_T), ("Offset", DWORD),
-                ("OffsetHigh", DWORD), ("hEvent", HANDLE)]
+    _fields_ = [
+        ("Internal", SIZE_T),
+        ("InternalHigh", SIZE_T),
+        ("Offset", DWORD),
+        ("OffsetHigh", DWORD),
+        ("hEvent", HANDLE),
+    ]
 
 
 #: name -> (argtypes, restype) of every kernel32 function this module calls.
@@ -164,8 +182,9 @@ class Kernel32:
         return info.dwAllocationGranularity
 
     def open_file(self, native_path: str, share: int = FILE_SHARE_READ) -> int:
-        handle = self._fn["CreateFileW"](native_path, GENERIC_READ, share, None,
-                                         OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, None)
+        handle = self._fn["CreateFileW"](
+            native_path, GENERIC_READ, share, None, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, None
+        )
         if handle is None or handle == INVALID_HANDLE_VALUE:  # documented failure: INVALID
             raise self._failed("CreateFileW")
         return handle
@@ -199,8 +218,9 @@ class Kernel32:
     def file_id_info(self, handle: int) -> tuple[int, int] | None:
         """(volume serial, 128-bit file id) from FileIdInfo, or None where unsupported."""
         ids = FILE_ID_INFO()
-        ok = self._fn["GetFileInformationByHandleEx"](handle, FILE_ID_INFO_CLASS, ctypes.addressof(ids),
-                                                       ctypes.sizeof(ids))
+        ok = self._fn["GetFileInformationByHandleEx"](
+            handle, FILE_ID_INFO_CLASS, ctypes.addressof(ids), ctypes.sizeof(ids)
+        )
         if not ok:
             self._failed("GetFileInformationByHandleEx")  # read the error now; not reported
             return None
@@ -215,8 +235,9 @@ class Kernel32:
             overlapped = OVERLAPPED()
             overlapped.OffsetHigh, overlapped.Offset = split_u64(offset + got)
             done = DWORD(0)
-            ok = self._fn["ReadFile"](handle, ctypes.addressof(buf) + got, n - got,
-                                      ctypes.byref(done), ctypes.byref(overlapped))
+            ok = self._fn["ReadFile"](
+                handle, ctypes.addressof(buf) + got, n - got, ctypes.byref(done), ctypes.byref(overlapped)
+            )
             if not ok:
                 err = self._failed("ReadFile")
                 if err.code == ERROR_HANDLE_EOF:

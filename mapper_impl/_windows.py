@@ -116,8 +116,9 @@ def _view_type(length: int) -> type:
 class WindowsMappedFile(MappedFile):
     """One read-only view of a whole file; no handle is kept once the view exists."""
 
-    def __init__(self, path: str, api: Kernel32, mapping: int, identity: FileIdentity,
-                 mapper: WindowsFileMapper) -> None:
+    def __init__(
+        self, path: str, api: Kernel32, mapping: int, identity: FileIdentity, mapper: WindowsFileMapper
+    ) -> None:
         self._api = api
         self._mapping_handle: int | None = mapping  # used by _map_whole_file, closed by map_file
         self._mapper = mapper
@@ -159,9 +160,7 @@ class WindowsFileMapper(FileMapper):
 
     name = "windows-kernel32"
 
-    def __init__(
-        self, kernel32: object | None = None, get_last_error: Callable[[], int] | None = None
-    ) -> None:
+    def __init__(self, kernel32: object | None = None, get_last_error: Callable[[], int] | None = None) -> None:
         if kernel32 is None:
             if sys.platform != "win32":
                 raise PlatformUnavailableError("kernel32 file mapping is only available on Windows")

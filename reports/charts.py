@@ -29,10 +29,13 @@ from reports.svg import (
     y_axis,
 )
 
-MEMORY_METRICS = (("uss", "USS (private)"), ("pss", "PSS (proportional)"),
-                  ("rss", "RSS (counts shared pages)"))
-TREND_METRICS = (("mapped_pss_ratio", "PSS ratio", "pss"), ("mapped_uss_ratio", "USS ratio", "uss"),
-                 ("mapped_rss_ratio", "RSS ratio", "rss"), ("init_ratio", "init ratio", "init"))
+MEMORY_METRICS = (("uss", "USS (private)"), ("pss", "PSS (proportional)"), ("rss", "RSS (counts shared pages)"))
+TREND_METRICS = (
+    ("mapped_pss_ratio", "PSS ratio", "pss"),
+    ("mapped_uss_ratio", "USS ratio", "uss"),
+    ("mapped_rss_ratio", "RSS ratio", "rss"),
+    ("init_ratio", "init ratio", "init"),
+)
 
 INK_OR_FAIL = {True: INK, False: FAIL_COLOR}
 
@@ -78,8 +81,12 @@ def memory_vs_n(summary: Sequence[SummaryRow]) -> Chart:
     ticks = nice_ticks(0, top / div)
     modes = _mode_order(mode for _, mode in series)
     width, height, left, panel_w, gap, top_px, bottom = 980, 384, 70, 280, 30, 40, 300
-    canvas = Canvas(width, height, title, "Lines: mapped solid with circles, heap dashed with "
-                    "squares. USS and PSS show the sharing; RSS cannot.")
+    canvas = Canvas(
+        width,
+        height,
+        title,
+        "Lines: mapped solid with circles, heap dashed with squares. USS and PSS show the sharing; RSS cannot.",
+    )
     yscale = Scale(0, ticks[-1], bottom, top_px + 20)
     for index, (metric, label) in enumerate(MEMORY_METRICS):
         x0 = left + index * (panel_w + gap)
@@ -87,8 +94,15 @@ def memory_vs_n(summary: Sequence[SummaryRow]) -> Chart:
         if len(xs) == 1:
             xscale = Scale(xs[0] - 1, xs[0] + 1, x0 + 10, x0 + panel_w - 10)
         canvas.text(x0 + panel_w / 2, top_px + 6, label, anchor="middle", size=13, weight="bold")
-        y_axis(canvas, yscale, ticks, left=x0, right=x0 + panel_w,
-               label=f"summed memory ({unit})" if index == 0 else "", show_labels=index == 0)
+        y_axis(
+            canvas,
+            yscale,
+            ticks,
+            left=x0,
+            right=x0 + panel_w,
+            label=f"summed memory ({unit})" if index == 0 else "",
+            show_labels=index == 0,
+        )
         canvas.line(x0, bottom, x0 + panel_w, bottom)
         for n in xs:
             canvas.text(xscale(n), bottom + 18, str(n), anchor="middle", size=11)
@@ -100,24 +114,40 @@ def memory_vs_n(summary: Sequence[SummaryRow]) -> Chart:
                 continue
             style = mode_style(mode)
             pts = [(n, statistics.median(by_n[n])) for n in sorted(by_n)]
-            canvas.polyline([(xscale(n), yscale(v / div)) for n, v in pts],
-                            color=style["color"], dash=style["dash"])
+            canvas.polyline([(xscale(n), yscale(v / div)) for n, v in pts], color=style["color"], dash=style["dash"])
             for n, v in pts:
-                canvas.marker(xscale(n), yscale(v / div), style["marker"], style["color"],
-                              tip=f"{mode}, N={n}: {v / div:.1f} {unit} {metric.upper()}")
+                canvas.marker(
+                    xscale(n),
+                    yscale(v / div),
+                    style["marker"],
+                    style["color"],
+                    tip=f"{mode}, N={n}: {v / div:.1f} {unit} {metric.upper()}",
+                )
             drawn = True
         if _overlap(series.get((metric, "mapped")), series.get((metric, "heap"))):
-            canvas.text(x0 + panel_w / 2, top_px + 24, "mapped and heap lines overlap",
-                        anchor="middle", size=11, color="#555555")
+            canvas.text(
+                x0 + panel_w / 2,
+                top_px + 24,
+                "mapped and heap lines overlap",
+                anchor="middle",
+                size=11,
+                color="#555555",
+            )
         if not drawn:
-            canvas.text(x0 + panel_w / 2, (top_px + bottom) / 2, "not measured here",
-                        anchor="middle", size=12, color="#777777")
-    legend(canvas, left, height - 12,
-           [(m, mode_style(m)["color"], mode_style(m)["dash"], mode_style(m)["marker"])
-            for m in modes])
-    caption = (f"Median over repeats; {unit}. With mapped weights USS and PSS grow by the "
-               "per-process overhead only, heap grows by a full copy of the weights per process; "
-               "RSS shows both alike because it counts shared file pages in every process.")
+            canvas.text(
+                x0 + panel_w / 2, (top_px + bottom) / 2, "not measured here", anchor="middle", size=12, color="#777777"
+            )
+    legend(
+        canvas,
+        left,
+        height - 12,
+        [(m, mode_style(m)["color"], mode_style(m)["dash"], mode_style(m)["marker"]) for m in modes],
+    )
+    caption = (
+        f"Median over repeats; {unit}. With mapped weights USS and PSS grow by the "
+        "per-process overhead only, heap grows by a full copy of the weights per process; "
+        "RSS shows both alike because it counts shared file pages in every process."
+    )
     if len(xs) == 1:
         caption += " Only one N was measured, so there is no trend to read here."
     return Chart(title, canvas.render(), caption)
@@ -145,8 +175,12 @@ def init_distribution(results: Sequence[ResultRow]) -> Chart:
     keys = sorted(groups, key=lambda k: (k[0], MODES.index(k[1]) if k[1] in MODES else 9, k[1]))
     width, height, left, top_px, bottom = 980, 340, 80, 30, 270
     band = (width - left - 20) / len(keys)
-    canvas = Canvas(width, height, title, "One dot per worker; boxes span the quartiles, the "
-                    "thick line is the median; crosses are failed workers.")
+    canvas = Canvas(
+        width,
+        height,
+        title,
+        "One dot per worker; boxes span the quartiles, the thick line is the median; crosses are failed workers.",
+    )
     yscale = Scale(0, ticks[-1], bottom, top_px)
     y_axis(canvas, yscale, ticks, left=left, right=width - 20, label=f"init time ({unit})")
     canvas.line(left, bottom, width - 20, bottom)
@@ -158,26 +192,34 @@ def init_distribution(results: Sequence[ResultRow]) -> Chart:
         if values:
             q1, q2, q3 = _quartiles(values)
             half = min(band * 0.3, 40)
-            canvas.rect(cx - half, yscale(q3), 2 * half, yscale(q1) - yscale(q3),
-                        fill="none", stroke=style["color"])
-            canvas.line(cx - half, yscale(q2), cx + half, yscale(q2), color=style["color"],
-                        width=3)
+            canvas.rect(cx - half, yscale(q3), 2 * half, yscale(q1) - yscale(q3), fill="none", stroke=style["color"])
+            canvas.line(cx - half, yscale(q2), cx + half, yscale(q2), color=style["color"], width=3)
         for i, row in enumerate(sorted(groups[key], key=lambda r: r.worker or 0)):
             jitter = (((i * 0.618034) % 1) - 0.5) * min(band * 0.5, 50)
             ok = row_ok(row)
-            canvas.marker(cx + jitter, yscale(row.init_s / div),
-                          style["marker"] if ok else "cross",
-                          style["color"] if ok else FAIL_COLOR, size=3.5, hollow=True,
-                          tip=f"{mode} N={n} worker {row.worker}: "
-                              f"{row.init_s / div:.1f} {unit}{'' if ok else ' (failed)'}")
+            canvas.marker(
+                cx + jitter,
+                yscale(row.init_s / div),
+                style["marker"] if ok else "cross",
+                style["color"] if ok else FAIL_COLOR,
+                size=3.5,
+                hollow=True,
+                tip=f"{mode} N={n} worker {row.worker}: {row.init_s / div:.1f} {unit}{'' if ok else ' (failed)'}",
+            )
         canvas.text(cx, bottom + 18, mode, anchor="middle", size=12, color=style["color"])
         canvas.text(cx, bottom + 34, f"N={n}", anchor="middle", size=11)
     modes = _mode_order(m for _, m in keys)
-    legend(canvas, left, height - 12,
-           [(m, mode_style(m)["color"], None, mode_style(m)["marker"]) for m in modes]
-           + [("failed worker", FAIL_COLOR, None, "cross")])
-    caption = (f"{unit}. Mapped init does not read the weights, so it should sit well below "
-               "heap once the weights are large; a wide spread means contention between workers.")
+    legend(
+        canvas,
+        left,
+        height - 12,
+        [(m, mode_style(m)["color"], None, mode_style(m)["marker"]) for m in modes]
+        + [("failed worker", FAIL_COLOR, None, "cross")],
+    )
+    caption = (
+        f"{unit}. Mapped init does not read the weights, so it should sit well below "
+        "heap once the weights are large; a wide spread means contention between workers."
+    )
     return Chart(title, canvas.render(), caption)
 
 
@@ -217,24 +259,33 @@ def per_worker_bars(results: Sequence[ResultRow]) -> Chart:
             for j, metric in enumerate(metrics):
                 value = getattr(row, f"{metric}_bytes")
                 if value is not None:
-                    canvas.rect(x + j * bar_w, yscale(value / div), bar_w - 1,
-                                bottom - yscale(value / div), fill=METRIC_COLOR[metric],
-                                tip=f"{mode} worker {row.worker} {metric.upper()}: "
-                                    f"{value / div:.1f} {unit}")
+                    canvas.rect(
+                        x + j * bar_w,
+                        yscale(value / div),
+                        bar_w - 1,
+                        bottom - yscale(value / div),
+                        fill=METRIC_COLOR[metric],
+                        tip=f"{mode} worker {row.worker} {metric.upper()}: {value / div:.1f} {unit}",
+                    )
             ok = row_ok(row)
-            canvas.text(left + slot_w * (slot + 0.5), bottom + 16,
-                        f"w{row.worker}" + ("" if ok else " ✕"), anchor="middle", size=11,
-                        color=INK_OR_FAIL[ok])
+            canvas.text(
+                left + slot_w * (slot + 0.5),
+                bottom + 16,
+                f"w{row.worker}" + ("" if ok else " ✕"),
+                anchor="middle",
+                size=11,
+                color=INK_OR_FAIL[ok],
+            )
             slot += 1
         mid = left + slot_w * (start + slot) / 2
-        canvas.text(mid, bottom + 36, mode, anchor="middle", size=13, weight="bold",
-                    color=mode_style(mode)["color"])
+        canvas.text(mid, bottom + 36, mode, anchor="middle", size=13, weight="bold", color=mode_style(mode)["color"])
         slot += 1
-    legend(canvas, left, height - 12,
-           [(m.upper(), METRIC_COLOR[m], None, "square") for m in metrics])
-    caption = (f"N={top_n}, repeat {first}; {unit}. Mapped workers' USS leaves the shared "
-               "weights out and PSS splits them between the workers; RSS counts them in full "
-               "in every worker, so RSS bars look the same in both modes.")
+    legend(canvas, left, height - 12, [(m.upper(), METRIC_COLOR[m], None, "square") for m in metrics])
+    caption = (
+        f"N={top_n}, repeat {first}; {unit}. Mapped workers' USS leaves the shared "
+        "weights out and PSS splits them between the workers; RSS counts them in full "
+        "in every worker, so RSS bars look the same in both modes."
+    )
     return Chart(title, canvas.render(), caption)
 
 
@@ -242,35 +293,40 @@ def ratio_trend(points: Sequence[dict]) -> Chart:
     """Headline ratios of the last runs (oldest left), from the history file."""
     title = "Headline ratios (mapped / heap) over recent runs"
     if len(points) < 2:
-        return Chart(title, None, missing="the trend needs at least two runs in the history "
-                     f"file (it has {len(points)} for this target and host)")
-    present = [(k, label, c) for k, label, c in TREND_METRICS
-               if any(p.get(k) is not None for p in points)]
+        return Chart(
+            title,
+            None,
+            missing="the trend needs at least two runs in the history "
+            f"file (it has {len(points)} for this target and host)",
+        )
+    present = [(k, label, c) for k, label, c in TREND_METRICS if any(p.get(k) is not None for p in points)]
     if not present:
         return Chart(title, None, missing="no ratio was measured in the recorded runs")
     top = max(1.0, *(p[k] for p in points for k, _, _ in present if p.get(k) is not None))
     ticks = nice_ticks(0, top * 1.05)
     width, height, left, top_px, bottom = 980, 330, 70, 30, 250
-    canvas = Canvas(width, height, title, "Lower is better; 1.0 means mapped costs the same "
-                    "as heap.")
+    canvas = Canvas(width, height, title, "Lower is better; 1.0 means mapped costs the same as heap.")
     yscale = Scale(0, ticks[-1], bottom, top_px)
     xscale = Scale(-0.5, len(points) - 0.5, left, width - 20)
-    y_axis(canvas, yscale, ticks, left=left, right=width - 20, label="mapped / heap",
-           fmt=fmt_tick)
+    y_axis(canvas, yscale, ticks, left=left, right=width - 20, label="mapped / heap", fmt=fmt_tick)
     canvas.line(left, bottom, width - 20, bottom)
     canvas.line(left, yscale(1.0), width - 20, yscale(1.0), color="#555555", dash="3 3")
     canvas.text(width - 24, yscale(1.0) - 5, "1.0 = no saving", anchor="end", size=11)
     for i, point in enumerate(points):
-        canvas.text(xscale(i), bottom + 16, str(point.get("label", i)), anchor="middle",
-                    size=10, rotate=-20 if len(points) > 6 else None)
+        canvas.text(
+            xscale(i),
+            bottom + 16,
+            str(point.get("label", i)),
+            anchor="middle",
+            size=10,
+            rotate=-20 if len(points) > 6 else None,
+        )
     for key, label, color_key in present:
         color = METRIC_COLOR[color_key]
         pts = [(xscale(i), yscale(p[key])) for i, p in enumerate(points) if p.get(key) is not None]
         canvas.polyline(pts, color=color)
         for (x, y), p in zip(pts, [p for p in points if p.get(key) is not None], strict=True):
-            canvas.marker(x, y, "circle", color, size=3.5,
-                          tip=f"{p.get('label', '')}: {label} {p[key]:.3f}")
-    legend(canvas, left, height - 12, [(label, METRIC_COLOR[c], "", "circle")
-                                       for _, label, c in present])
+            canvas.marker(x, y, "circle", color, size=3.5, tip=f"{p.get('label', '')}: {label} {p[key]:.3f}")
+    legend(canvas, left, height - 12, [(label, METRIC_COLOR[c], "", "circle") for _, label, c in present])
     caption = "Each point is one run's headline ratio at its largest N (oldest left)."
     return Chart(title, canvas.render(), caption)

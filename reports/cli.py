@@ -34,31 +34,57 @@ def build_parser(prog: str = "python -m harness report") -> argparse.ArgumentPar
     parser = OneLineArgumentParser(
         prog=prog,
         description="Judge run folders and render one self-contained report.html (several runs: side by side, "
-                    "one column each). With --baseline, show each run's absolute values, deltas and percent "
-                    "changes against the baseline run, and whether each change exceeds the run-to-run spread.",
+        "one column each). With --baseline, show each run's absolute values, deltas and percent "
+        "changes against the baseline run, and whether each change exceeds the run-to-run spread.",
         epilog=f"{metrics_epilog()}\n{SIZE_HELP}.\nSpread rule: a change exceeds the run-to-run spread when the "
-               "min..max ranges of the two runs' repeats do not overlap (the baseline needs --repeat >= 2).\n"
-               "Exit codes: 0 every run passes, 1 a gate or worker failed or a run is incomplete, 2 usage or "
-               "input error.",
+        "min..max ranges of the two runs' repeats do not overlap (the baseline needs --repeat >= 2).\n"
+        "Exit codes: 0 every run passes, 1 a gate or worker failed or a run is incomplete, 2 usage or "
+        "input error.",
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR",
-                        help="run folder(s) written by `python -m harness run`")
-    parser.add_argument("--out", type=Path, metavar="FILE", help="report file (default: RUN_DIR/report.html for "
-                        "one run, ./report.html for several)")
-    parser.add_argument("--baseline", type=Path, metavar="RUN0",
-                        help="a run folder to compare every RUN_DIR with (default: none)")
-    parser.add_argument("--history", type=Path, metavar="FILE",
-                        help="CSV to append this run's summary and headline to; adds a trend chart (default: none)")
-    parser.add_argument("--gate", action="append", default=[], metavar="EXPR",
-                        help="gate such as 'mapped_pss_ratio<=0.35' (repeatable), on top of the run's own")
-    parser.add_argument("--gates-file", type=Path, metavar="FILE",
-                        help="file with one gate expression per line, '#' comments (default: none)")
-    parser.add_argument("--no-default-gates", action="store_true",
-                        help="check only the gates given here and at run time, not the target's defaults")
-    parser.add_argument("--project-to", type=_projection, metavar="SESSIONSxSIZE",
-                        help="deployment to project to, e.g. 8x4GiB (default: what the run recorded, else the "
-                             "measured weights at twice the largest N x M measured, at least 8 sessions)")
+    parser.add_argument(
+        "run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="run folder(s) written by `python -m harness run`"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help="report file (default: RUN_DIR/report.html for one run, ./report.html for several)",
+    )
+    parser.add_argument(
+        "--baseline", type=Path, metavar="RUN0", help="a run folder to compare every RUN_DIR with (default: none)"
+    )
+    parser.add_argument(
+        "--history",
+        type=Path,
+        metavar="FILE",
+        help="CSV to append this run's summary and headline to; adds a trend chart (default: none)",
+    )
+    parser.add_argument(
+        "--gate",
+        action="append",
+        default=[],
+        metavar="EXPR",
+        help="gate such as 'mapped_pss_ratio<=0.35' (repeatable), on top of the run's own",
+    )
+    parser.add_argument(
+        "--gates-file",
+        type=Path,
+        metavar="FILE",
+        help="file with one gate expression per line, '#' comments (default: none)",
+    )
+    parser.add_argument(
+        "--no-default-gates",
+        action="store_true",
+        help="check only the gates given here and at run time, not the target's defaults",
+    )
+    parser.add_argument(
+        "--project-to",
+        type=_projection,
+        metavar="SESSIONSxSIZE",
+        help="deployment to project to, e.g. 8x4GiB (default: what the run recorded, else the "
+        "measured weights at twice the largest N x M measured, at least 8 sessions)",
+    )
     return parser
 
 
@@ -90,8 +116,15 @@ def report_main(argv: list[str], prog: str = "python -m harness report") -> int:
     try:
         args = build_parser(prog).parse_args(argv)
         gates = [*args.gate, *(read_gates_file(args.gates_file) if args.gates_file else [])]
-        published = render_runs(args.run_dirs, args.out, gates=gates, use_default_gates=not args.no_default_gates,
-                                history=args.history, project_to=args.project_to, baseline=args.baseline)
+        published = render_runs(
+            args.run_dirs,
+            args.out,
+            gates=gates,
+            use_default_gates=not args.no_default_gates,
+            history=args.history,
+            project_to=args.project_to,
+            baseline=args.baseline,
+        )
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
     except InputError as exc:

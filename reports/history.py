@@ -27,8 +27,21 @@ from harness.core.verdict import Judgement
 
 #: How long an append waits for another process's append before giving up.
 LOCK_TIMEOUT_S = 120.0
-CONTEXT_COLUMNS = ("record", "run_id", "date", "commit", "host", "system", "model", "labels", "verdict",
-                   "onnxruntime", "onnxruntime_qnn", "qnn_sdk", "python")
+CONTEXT_COLUMNS = (
+    "record",
+    "run_id",
+    "date",
+    "commit",
+    "host",
+    "system",
+    "model",
+    "labels",
+    "verdict",
+    "onnxruntime",
+    "onnxruntime_qnn",
+    "qnn_sdk",
+    "python",
+)
 DEFAULT_TREND_RUNS = 10
 
 
@@ -65,12 +78,10 @@ def history_records(judgement: Judgement) -> list[dict[str, Any]]:
     """The lines one run adds: its summary rows, then its headline (with the run's verdict)."""
     run = judgement.run
     context = _context(run)
-    records = [
-        {"record": "summary", **context, **{f.name: getattr(s, f.name) for f in fields(s)}}
-        for s in run.summary
-    ]
-    records.append({"record": "headline", **context, "verdict": judgement.verdict, "target": run.target,
-                    **judgement.values})
+    records = [{"record": "summary", **context, **{f.name: getattr(s, f.name) for f in fields(s)}} for s in run.summary]
+    records.append(
+        {"record": "headline", **context, "verdict": judgement.verdict, "target": run.target, **judgement.values}
+    )
     return records
 
 
@@ -136,8 +147,10 @@ def _append_locked(path: Path, judgement: Judgement) -> bool:
     header, rows = read_history(path)
     run = judgement.run
     context = _context(run)
-    if any(r.get("record") == "headline" and r.get("run_id") == context["run_id"]
-           and r.get("date", "") == context["date"] for r in rows):
+    if any(
+        r.get("record") == "headline" and r.get("run_id") == context["run_id"] and r.get("date", "") == context["date"]
+        for r in rows
+    ):
         return False
     records = history_records(judgement)
     if not header:
@@ -160,7 +173,10 @@ def _float(text: str | None) -> float | None:
 
 
 def trend(
-    path: Path | str, k: int = DEFAULT_TREND_RUNS, *, target: str | None = None,
+    path: Path | str,
+    k: int = DEFAULT_TREND_RUNS,
+    *,
+    target: str | None = None,
     host: str | None = None,
 ) -> list[dict[str, Any]]:
     """The last ``k`` runs' headline figures, oldest first, for `charts.ratio_trend`.
@@ -168,9 +184,13 @@ def trend(
     Filtered to one target (and host, when given) because ratios from different devices or
     targets on one line would read as a regression that is not one."""
     _, rows = read_history(path)
-    heads = [r for r in rows if r.get("record") == "headline"
-             and (target is None or r.get("target") == target)
-             and (host is None or r.get("host") == host)]
+    heads = [
+        r
+        for r in rows
+        if r.get("record") == "headline"
+        and (target is None or r.get("target") == target)
+        and (host is None or r.get("host") == host)
+    ]
     heads.sort(key=lambda r: r.get("date") or "")
     out = []
     for row in heads[-k:] if k > 0 else []:
@@ -179,8 +199,7 @@ def trend(
         for key in known_metrics():
             point[key] = _float(row.get(key))
         commit = (row.get("commit") or "")[:7]
-        point["label"] = " ".join(x for x in ((row.get("date") or "")[:10], commit) if x) or (
-            row.get("run_id") or "?")
+        point["label"] = " ".join(x for x in ((row.get("date") or "")[:10], commit) if x) or (row.get("run_id") or "?")
         out.append(point)
     return out
 

@@ -83,46 +83,83 @@ def _comparison(views: Sequence[RunView]) -> dict[str, Any]:
         return [_cell(t[key] if t else None, "num") for t in top]
 
     sections = [
-        ("Run", [
-            row("target", [_cell(v.target) for v in views]),
-            row("verdict", [_cell(v.badge_text, f"v-{v.badge_class}") for v in views]),
-            row("file mapping", [_cell(v.feature_state, f"f-{v.feature_state}", v.feature) for v in views]),
-            row("host", [_cell(dict(v.env).get("hostname")) for v in views]),
-            row("labels", [_cell(", ".join(f"{k[6:]}={val}" for k, val in v.header if k.startswith("Label "))
-                                 or None) for v in views]),
-            row("weights", [_cell(dict(v.header).get("Weights"), "num") for v in views]),
-            row("N x M", at_top("n")),
-            row("repeats", at_top("repeats")),
-        ]),
-        ("Memory at the largest N (summed over workers)", [
-            row("metric", at_top("metric"), "PSS where measured (Linux), private bytes otherwise (Windows)"),
-            row("mapped", at_top("mapped")),
-            row("heap", at_top("heap")),
-            row("saved (heap − mapped)", at_top("saved")),
-            row("saved %", at_top("saved_pct")),
-        ]),
-        ("Start-up (median init)", [
-            row("mapped", at_top("init_mapped")),
-            row("heap", at_top("init_heap")),
-            row("speed-up", at_top("speedup")),
-        ]),
-        ("Ratios mapped / heap (lower is better)", [
-            row(title, [_cell(fmt_ratio(v.values.get(key)), "num") for v in views]) for key, title in COMPARE_KEYS
-        ]),
-        ("Workers", [
-            row("failed", [_cell(v.values.get("failed_workers", 0), "num") for v in views]),
-            row("fell back to heap", [_cell(v.values.get("fallback_workers", 0), "num") for v in views]),
-        ]),
-        ("Versions", [
-            row(label, [_cell(dict(v.versions).get(label), "differs" if len({dict(w.versions).get(label)
-                                                                                 for w in views}) > 1 else "")
-                        for v in views])
-            for label in (label for label, _ in (views[0].versions if views else []))
-        ]),
+        (
+            "Run",
+            [
+                row("target", [_cell(v.target) for v in views]),
+                row("verdict", [_cell(v.badge_text, f"v-{v.badge_class}") for v in views]),
+                row("file mapping", [_cell(v.feature_state, f"f-{v.feature_state}", v.feature) for v in views]),
+                row("host", [_cell(dict(v.env).get("hostname")) for v in views]),
+                row(
+                    "labels",
+                    [
+                        _cell(", ".join(f"{k[6:]}={val}" for k, val in v.header if k.startswith("Label ")) or None)
+                        for v in views
+                    ],
+                ),
+                row("weights", [_cell(dict(v.header).get("Weights"), "num") for v in views]),
+                row("N x M", at_top("n")),
+                row("repeats", at_top("repeats")),
+            ],
+        ),
+        (
+            "Memory at the largest N (summed over workers)",
+            [
+                row("metric", at_top("metric"), "PSS where measured (Linux), private bytes otherwise (Windows)"),
+                row("mapped", at_top("mapped")),
+                row("heap", at_top("heap")),
+                row("saved (heap − mapped)", at_top("saved")),
+                row("saved %", at_top("saved_pct")),
+            ],
+        ),
+        (
+            "Start-up (median init)",
+            [
+                row("mapped", at_top("init_mapped")),
+                row("heap", at_top("init_heap")),
+                row("speed-up", at_top("speedup")),
+            ],
+        ),
+        (
+            "Ratios mapped / heap (lower is better)",
+            [row(title, [_cell(fmt_ratio(v.values.get(key)), "num") for v in views]) for key, title in COMPARE_KEYS],
+        ),
+        (
+            "Workers",
+            [
+                row("failed", [_cell(v.values.get("failed_workers", 0), "num") for v in views]),
+                row("fell back to heap", [_cell(v.values.get("fallback_workers", 0), "num") for v in views]),
+            ],
+        ),
+        (
+            "Versions",
+            [
+                row(
+                    label,
+                    [
+                        _cell(
+                            dict(v.versions).get(label),
+                            "differs" if len({dict(w.versions).get(label) for w in views}) > 1 else "",
+                        )
+                        for v in views
+                    ],
+                )
+                for label in (label for label, _ in (views[0].versions if views else []))
+            ],
+        ),
     ]
     if any(v.tests for v in views):
-        sections.append(("Tests", [row("pytest", [_cell("; ".join(f"{t.outcome}: {t.nodeid}" for t in v.tests)
-                                                        or None, "tests") for v in views])]))
+        sections.append(
+            (
+                "Tests",
+                [
+                    row(
+                        "pytest",
+                        [_cell("; ".join(f"{t.outcome}: {t.nodeid}" for t in v.tests) or None, "tests") for v in views],
+                    )
+                ],
+            )
+        )
     return {"runs": [{"anchor": v.anchor, "run_id": v.run_id} for v in views], "sections": sections}
 
 
@@ -130,10 +167,14 @@ def _baseline(comparison: Any) -> dict[str, Any]:
     from harness.core.compare import comparison_rows
 
     return {
-        "baseline": comparison.baseline.run_id, "current": comparison.current.run_id, "at": comparison.at,
+        "baseline": comparison.baseline.run_id,
+        "current": comparison.current.run_id,
+        "at": comparison.at,
         "rows": comparison_rows(comparison),
-        "versions": [{"name": VERSION_LABELS.get(k, k), "baseline": b, "current": c, "differs": b != c}
-                     for k, b, c in comparison.versions],
+        "versions": [
+            {"name": VERSION_LABELS.get(k, k), "baseline": b, "current": c, "differs": b != c}
+            for k, b, c in comparison.versions
+        ],
         "warnings": list(comparison.warnings),
     }
 
@@ -206,17 +247,21 @@ def render_html(
         title = f"File mapped weights: {len(views)} runs (target {', '.join(targets)})"
     else:
         title = "File mapped weights: test session"
-    return _environment().get_template("report.html.j2").render(
-        title=title,
-        runs=views,
-        comparison=_comparison(views) if len(views) > 1 else None,
-        baseline=_baseline(baseline) if baseline is not None else None,
-        session=session,
-        generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        verdict=_overall(judgements),
-        verdicts=dict(Counter(j.verdict for j in judgements)),
-        runs_badge=_runs_badge(views, session),
-        gate_count=sum(len(j.gates) for j in judgements),
+    return (
+        _environment()
+        .get_template("report.html.j2")
+        .render(
+            title=title,
+            runs=views,
+            comparison=_comparison(views) if len(views) > 1 else None,
+            baseline=_baseline(baseline) if baseline is not None else None,
+            session=session,
+            generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            verdict=_overall(judgements),
+            verdicts=dict(Counter(j.verdict for j in judgements)),
+            runs_badge=_runs_badge(views, session),
+            gate_count=sum(len(j.gates) for j in judgements),
+        )
     )
 
 
@@ -265,8 +310,9 @@ def publish(
             points = trend(history, trend_runs, target=run.target, host=run.env.get("hostname") or None)
         trends.append(points)
         _ensure_long_csv(run)
-    html = render_html(judgements, trends, project_to=project_to, tests=tests, test_counts=test_counts,
-                       baseline=baseline)
+    html = render_html(
+        judgements, trends, project_to=project_to, tests=tests, test_counts=test_counts, baseline=baseline
+    )
     write_text_atomic(out_path, html, what="report")
     return published
 
@@ -304,7 +350,14 @@ def render_runs(
         comparisons = [compare(j.run, base) for j in judgements]
     if out is None:
         out = Path(run_dirs[0]) / REPORT_HTML if len(run_dirs) == 1 else Path(REPORT_HTML)
-    published = publish(judgements, out, history=history, project_to=project_to, tests=tests,
-                        test_counts=test_counts, baseline=comparisons[0] if comparisons else None)
+    published = publish(
+        judgements,
+        out,
+        history=history,
+        project_to=project_to,
+        tests=tests,
+        test_counts=test_counts,
+        baseline=comparisons[0] if comparisons else None,
+    )
     published.comparisons = comparisons
     return published

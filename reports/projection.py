@@ -58,9 +58,7 @@ class ModeFit:
 
     def predict(self, sessions: int, weights: int | None = None) -> float:
         """Total memory of ``sessions`` sessions of a model with ``weights`` bytes."""
-        return self.fixed_bytes + self.per_session_bytes * sessions + self.weights_term(
-            sessions, weights
-        )
+        return self.fixed_bytes + self.per_session_bytes * sessions + self.weights_term(sessions, weights)
 
     @property
     def marginal_bytes(self) -> float:
@@ -158,10 +156,7 @@ def fit_sweep(summary: Iterable[SummaryRow], *, system: str = "Linux") -> SweepF
         weights = max(int(r.weights_bytes or 0) for r in rows)
         points = [(_sessions(r), int(getattr(r, column))) for r in rows]
         ys = [
-            y
-            - _measured_weights_term(
-                mode, metric, int(r.ok_workers or 0), s, weights, system != "Windows"
-            )
+            y - _measured_weights_term(mode, metric, int(r.ok_workers or 0), s, weights, system != "Windows")
             for r, (s, y) in zip(rows, points, strict=True)
         ]
         fixed, per_session = _least_squares([s for s, _ in points], ys)
@@ -179,9 +174,7 @@ def fit_sweep(summary: Iterable[SummaryRow], *, system: str = "Linux") -> SweepF
     return SweepFit(fits, missing, metric)
 
 
-def consecutive_marginals(
-    summary: Iterable[SummaryRow], metric: str
-) -> dict[str, list[tuple[int, int, float]]]:
+def consecutive_marginals(summary: Iterable[SummaryRow], metric: str) -> dict[str, list[tuple[int, int, float]]]:
     """Per mode, (S1, S2, bytes per extra session) between consecutive measured S.
 
     A model-free view of the marginal cost, to set beside the fit's slope (medians over
@@ -195,10 +188,7 @@ def consecutive_marginals(
     out: dict[str, list[tuple[int, int, float]]] = {}
     for mode, by_s in grouped.items():
         points = sorted((s, statistics.median(v)) for s, v in by_s.items())
-        out[mode] = [
-            (s1, s2, (y2 - y1) / (s2 - s1))
-            for (s1, y1), (s2, y2) in zip(points, points[1:], strict=False)
-        ]
+        out[mode] = [(s1, s2, (y2 - y1) / (s2 - s1)) for (s1, y1), (s2, y2) in zip(points, points[1:], strict=False)]
     return out
 
 
@@ -228,8 +218,7 @@ def project(sweep: SweepFit, weights_bytes: int, sessions: int) -> Projection:
     if {"mapped", "heap"} <= predicted.keys():
         saved = predicted["heap"] - predicted["mapped"]
         lines.append(
-            f"mapped saves {fmt_bytes(saved)} over heap for {sessions} sessions of a "
-            f"{fmt_bytes(weights_bytes)} model"
+            f"mapped saves {fmt_bytes(saved)} over heap for {sessions} sessions of a {fmt_bytes(weights_bytes)} model"
         )
     for mode, fit in sorted(sweep.fits.items()):
         if fit.fixed_bytes < 0 or fit.per_session_bytes < 0:
@@ -265,5 +254,4 @@ def projection_text(
         reasons = "; ".join(f"{m}: {why}" for m, why in sorted(sweep.missing.items()))
         return [f"No projection: {reasons}."]
     head = f"Projection for {sessions} sessions of a {fmt_bytes(weights_bytes)} model:"
-    return [head, *project(sweep, weights_bytes, sessions).lines,
-            *(f"Assumes {a}." for a in ASSUMPTIONS)]
+    return [head, *project(sweep, weights_bytes, sessions).lines, *(f"Assumes {a}." for a in ASSUMPTIONS)]

@@ -26,12 +26,16 @@ def long_table() -> str:
 
 def column_tables() -> str:
     """All three tables with their headings, as the README shows them."""
-    return "\n\n".join([
-        "#### results.csv (one row per worker x mode x repeat)", column_table(ResultRow),
-        "#### summary.csv (one row per target x mode x N x M x repeat)", column_table(SummaryRow),
-        "#### results_long.csv (one row per run x worker x metric; missing figures left out)",
-        long_table(),
-    ])
+    return "\n\n".join(
+        [
+            "#### results.csv (one row per worker x mode x repeat)",
+            column_table(ResultRow),
+            "#### summary.csv (one row per target x mode x N x M x repeat)",
+            column_table(SummaryRow),
+            "#### results_long.csv (one row per run x worker x metric; missing figures left out)",
+            long_table(),
+        ]
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

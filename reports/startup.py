@@ -43,8 +43,10 @@ def _page_cache_text(run: RunData) -> str:
     if asked == "cold":
         if states == ["cold"]:
             return f"cold: the weights' pages were evicted before each group and the eviction verified{at_start}"
-        return ("cold asked, but the eviction could not be verified for every group "
-                f"({', '.join(states) or 'no group'}){at_start}: read first-run figures with care")
+        return (
+            "cold asked, but the eviction could not be verified for every group "
+            f"({', '.join(states) or 'no group'}){at_start}: read first-run figures with care"
+        )
     return f"warm: the weights were read once before the first group{at_start}"
 
 
@@ -63,23 +65,35 @@ def startup_view(run: RunData) -> StartupView | None:
         if m is None and h is None:
             continue
         diff = h - m if m is not None and h is not None else None
-        view.rows.append({"label": label, "hint": hint, "mapped": fmt_seconds(m), "heap": fmt_seconds(h),
-                          "diff": fmt_seconds(diff) if diff is not None else "–",
-                          "ratio": fmt_ratio(ratio(m, h))})
+        view.rows.append(
+            {
+                "label": label,
+                "hint": hint,
+                "mapped": fmt_seconds(m),
+                "heap": fmt_seconds(h),
+                "diff": fmt_seconds(diff) if diff is not None else "–",
+                "ratio": fmt_ratio(ratio(m, h)),
+            }
+        )
     first = values["first_run_s_median"]
     if first[0] is not None and first[1] is not None:
         penalty = first[0] - first[1]
-        view.verdicts.append(f"First-inference penalty of mapped weights: {fmt_seconds(penalty)} "
-                             f"({fmt_ratio(ratio(*first))} x heap's first inference)" if penalty > 0 else
-                             "Mapped weights' first inference was no slower than heap's.")
+        view.verdicts.append(
+            f"First-inference penalty of mapped weights: {fmt_seconds(penalty)} "
+            f"({fmt_ratio(ratio(*first))} x heap's first inference)"
+            if penalty > 0
+            else "Mapped weights' first inference was no slower than heap's."
+        )
     p50 = ratio(*values["latency_p50_s_median"])
     if p50 is not None:
         same = SAME_LATENCY[0] <= p50 <= SAME_LATENCY[1]
         view.verdicts.append(
             f"Steady-state latency does not differ between the modes (p50 mapped/heap {fmt_ratio(p50)}, within "
-            f"{SAME_LATENCY[0]}-{SAME_LATENCY[1]})" if same else
-            f"Steady-state latency differs by more than 10% between the modes (p50 mapped/heap {fmt_ratio(p50)}): "
-            "a real difference, or noise on a busy machine; --repeat tells them apart")
+            f"{SAME_LATENCY[0]}-{SAME_LATENCY[1]})"
+            if same
+            else f"Steady-state latency differs by more than 10% between the modes (p50 mapped/heap {fmt_ratio(p50)}): "
+            "a real difference, or noise on a busy machine; --repeat tells them apart"
+        )
     elif run.run.get("runs") in (0, None):
         view.verdicts.append("Steady-state latency was not measured: run with --runs R (e.g. 20).")
     return view

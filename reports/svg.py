@@ -17,8 +17,7 @@ MODE_STYLE = {
     "mapped": {"color": "#0072B2", "dash": "", "marker": "circle"},
     "heap": {"color": "#D55E00", "dash": "6 4", "marker": "square"},
 }
-METRIC_COLOR = {"uss": "#0072B2", "pss": "#009E73", "rss": "#E69F00", "init": "#CC79A7",
-                "private": "#56B4E9"}
+METRIC_COLOR = {"uss": "#0072B2", "pss": "#009E73", "rss": "#E69F00", "init": "#CC79A7", "private": "#56B4E9"}
 FAIL_COLOR = "#C0392B"
 GRID = "#d9d9d9"
 INK = "#222222"
@@ -89,53 +88,70 @@ class Canvas:
     def add(self, element: str) -> None:
         self.parts.append(element)
 
-    def text(self, x: float, y: float, content: str, *, anchor: str = "start", size: int = 12,
-             weight: str = "normal", color: str = INK, rotate: float | None = None) -> None:
+    def text(
+        self,
+        x: float,
+        y: float,
+        content: str,
+        *,
+        anchor: str = "start",
+        size: int = 12,
+        weight: str = "normal",
+        color: str = INK,
+        rotate: float | None = None,
+    ) -> None:
         transform = f' transform="rotate({rotate:g} {x:.1f} {y:.1f})"' if rotate else ""
         self.add(
             f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}" '
             f'font-weight="{weight}" fill="{color}"{transform}>{escape(content)}</text>'
         )
 
-    def line(self, x1: float, y1: float, x2: float, y2: float, *, color: str = INK,
-             width: float = 1, dash: str = "") -> None:
+    def line(
+        self, x1: float, y1: float, x2: float, y2: float, *, color: str = INK, width: float = 1, dash: str = ""
+    ) -> None:
         dashed = f' stroke-dasharray="{dash}"' if dash else ""
-        self.add(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" '
-                 f'stroke="{color}" stroke-width="{width:g}"{dashed}/>')
+        self.add(
+            f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" '
+            f'stroke="{color}" stroke-width="{width:g}"{dashed}/>'
+        )
 
-    def rect(self, x: float, y: float, w: float, h: float, *, fill: str, stroke: str = "none",
-             tip: str = "") -> None:
+    def rect(self, x: float, y: float, w: float, h: float, *, fill: str, stroke: str = "none", tip: str = "") -> None:
         title = f"<title>{escape(tip)}</title>" if tip else ""
-        self.add(f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(w, 0):.1f}" '
-                 f'height="{max(h, 0):.1f}" fill="{fill}" stroke="{stroke}">{title}</rect>')
+        self.add(
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(w, 0):.1f}" '
+            f'height="{max(h, 0):.1f}" fill="{fill}" stroke="{stroke}">{title}</rect>'
+        )
 
-    def polyline(self, points: Sequence[tuple[float, float]], *, color: str, dash: str = "",
-                 width: float = 2) -> None:
+    def polyline(self, points: Sequence[tuple[float, float]], *, color: str, dash: str = "", width: float = 2) -> None:
         coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
         dashed = f' stroke-dasharray="{dash}"' if dash else ""
-        self.add(f'<polyline points="{coords}" fill="none" stroke="{color}" '
-                 f'stroke-width="{width:g}"{dashed}/>')
+        self.add(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="{width:g}"{dashed}/>')
 
-    def marker(self, x: float, y: float, kind: str, color: str, *, tip: str = "",
-               size: float = 4.5, hollow: bool = False) -> None:
+    def marker(
+        self, x: float, y: float, kind: str, color: str, *, tip: str = "", size: float = 4.5, hollow: bool = False
+    ) -> None:
         fill = "#ffffff" if hollow else color
         title = f"<title>{escape(tip)}</title>" if tip else ""
         if kind == "square":
-            shape = (f'<rect x="{x - size:.1f}" y="{y - size:.1f}" width="{2 * size:.1f}" '
-                     f'height="{2 * size:.1f}" fill="{fill}" stroke="{color}" stroke-width="1.5">')
+            shape = (
+                f'<rect x="{x - size:.1f}" y="{y - size:.1f}" width="{2 * size:.1f}" '
+                f'height="{2 * size:.1f}" fill="{fill}" stroke="{color}" stroke-width="1.5">'
+            )
             self.add(f"{shape}{title}</rect>")
         elif kind == "cross":
-            d = (f"M{x - size:.1f},{y - size:.1f} L{x + size:.1f},{y + size:.1f} "
-                 f"M{x - size:.1f},{y + size:.1f} L{x + size:.1f},{y - size:.1f}")
+            d = (
+                f"M{x - size:.1f},{y - size:.1f} L{x + size:.1f},{y + size:.1f} "
+                f"M{x - size:.1f},{y + size:.1f} L{x + size:.1f},{y - size:.1f}"
+            )
             self.add(f'<path d="{d}" stroke="{color}" stroke-width="2.2">{title}</path>')
         elif kind == "diamond":
-            d = (f"M{x:.1f},{y - size:.1f} L{x + size:.1f},{y:.1f} L{x:.1f},{y + size:.1f} "
-                 f"L{x - size:.1f},{y:.1f} Z")
-            self.add(f'<path d="{d}" fill="{fill}" stroke="{color}" stroke-width="1.5">'
-                     f"{title}</path>")
+            d = f"M{x:.1f},{y - size:.1f} L{x + size:.1f},{y:.1f} L{x:.1f},{y + size:.1f} L{x - size:.1f},{y:.1f} Z"
+            self.add(f'<path d="{d}" fill="{fill}" stroke="{color}" stroke-width="1.5">{title}</path>')
         else:
-            self.add(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{size:.1f}" fill="{fill}" '
-                     f'stroke="{color}" stroke-width="1.5">{title}</circle>')
+            self.add(
+                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{size:.1f}" fill="{fill}" '
+                f'stroke="{color}" stroke-width="1.5">{title}</circle>'
+            )
 
     def render(self) -> str:
         desc = f"<desc>{escape(self.desc)}</desc>" if self.desc else ""
@@ -150,9 +166,17 @@ class Canvas:
         )
 
 
-def y_axis(canvas: Canvas, scale: Scale, ticks: list[float], *, left: float, right: float,
-           label: str = "", fmt: Callable[[float], str] = fmt_tick, show_labels: bool = True
-           ) -> None:
+def y_axis(
+    canvas: Canvas,
+    scale: Scale,
+    ticks: list[float],
+    *,
+    left: float,
+    right: float,
+    label: str = "",
+    fmt: Callable[[float], str] = fmt_tick,
+    show_labels: bool = True,
+) -> None:
     """Horizontal grid lines with tick labels on the left, and the rotated axis title."""
     for tick in ticks:
         y = scale(tick)
@@ -164,8 +188,9 @@ def y_axis(canvas: Canvas, scale: Scale, ticks: list[float], *, left: float, rig
         canvas.text(16, mid, label, anchor="middle", size=12, rotate=-90)
 
 
-def legend(canvas: Canvas, x: float, y: float, entries: Sequence[tuple[str, str, str, str]],
-           *, gap: float = 26) -> None:
+def legend(
+    canvas: Canvas, x: float, y: float, entries: Sequence[tuple[str, str, str, str]], *, gap: float = 26
+) -> None:
     """A one-row legend of (label, color, dash, marker) entries starting at (x, y)."""
     for label, color, dash, marker in entries:
         if dash is not None:

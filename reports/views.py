@@ -27,31 +27,59 @@ from reports.projection import (
 )
 from reports.startup import StartupView, startup_view
 
-ENV_KEYS = ("os", "system", "arch", "cpu", "cpu_count", "ram_bytes", "python", "onnxruntime",
-            "onnxruntime_qnn", "qnn_sdk", "hostname", "git_commit")
+ENV_KEYS = (
+    "os",
+    "system",
+    "arch",
+    "cpu",
+    "cpu_count",
+    "ram_bytes",
+    "python",
+    "onnxruntime",
+    "onnxruntime_qnn",
+    "qnn_sdk",
+    "hostname",
+    "git_commit",
+)
 #: (label, SummaryRow column, headline key, how to read it)
 HEADLINE_ROWS = (
-    ("Summed PSS", "sum_pss_bytes", "mapped_pss_ratio",
-     "each shared page split between its sharers: the fair total (Linux)"),
-    ("Summed private bytes", "sum_private_bytes", "mapped_private_ratio",
-     "committed private memory (Windows); equals USS on Linux"),
+    (
+        "Summed PSS",
+        "sum_pss_bytes",
+        "mapped_pss_ratio",
+        "each shared page split between its sharers: the fair total (Linux)",
+    ),
+    (
+        "Summed private bytes",
+        "sum_private_bytes",
+        "mapped_private_ratio",
+        "committed private memory (Windows); equals USS on Linux",
+    ),
     ("Summed USS", "sum_uss_bytes", "mapped_uss_ratio", "pages only one process has"),
-    ("Summed RSS", "sum_rss_bytes", "mapped_rss_ratio",
-     "counts shared pages in every process: cannot show the saving"),
-    ("Drop in system available memory", "system_delta_bytes", "system_delta_ratio",
-     "what the machine as a whole lost while all workers were alive"),
-    ("Median init (load + create)", "init_s_median", "init_ratio",
-     "time until the sessions exist"),
-    ("Median session creation", "create_s_median", "create_ratio",
-     "InferenceSession construction alone"),
+    ("Summed RSS", "sum_rss_bytes", "mapped_rss_ratio", "counts shared pages in every process: cannot show the saving"),
+    (
+        "Drop in system available memory",
+        "system_delta_bytes",
+        "system_delta_ratio",
+        "what the machine as a whole lost while all workers were alive",
+    ),
+    ("Median init (load + create)", "init_s_median", "init_ratio", "time until the sessions exist"),
+    ("Median session creation", "create_s_median", "create_ratio", "InferenceSession construction alone"),
 )
 
 
 #: Cells longer than this are clipped to one line in the tables, the full text on hover.
 CLIP_CHARS = 40
 #: headline.json version key -> what the report calls it.
-VERSION_LABELS = {"onnxruntime": "onnxruntime", "onnxruntime_qnn": "onnxruntime-qnn", "qnn_sdk": "QNN SDK",
-                  "python": "Python", "os": "OS", "cpu": "CPU", "commit": "commit"}
+VERSION_LABELS = {
+    "onnxruntime": "onnxruntime",
+    "onnxruntime_qnn": "onnxruntime-qnn",
+    "qnn_sdk": "QNN SDK",
+    "python": "Python",
+    "os": "OS",
+    "cpu": "CPU",
+    "commit": "commit",
+}
 
 
 @dataclass(frozen=True)
@@ -200,8 +228,10 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
     if at_top:
         mapped = [m for m, _ in at_top]
         heap = [h for _, h in at_top]
-        at = (f"N={head.get('processes')} processes, {head.get('sessions')} sessions in all; median over "
-              f"{len(at_top)} repeat(s)")
+        at = (
+            f"N={head.get('processes')} processes, {head.get('sessions')} sessions in all; median over "
+            f"{len(at_top)} repeat(s)"
+        )
     else:  # one mode only: show what exists at its largest N, without ratios
         chosen = largest_groups(own)
         mapped = [s for s in chosen if s.mode == "mapped"]
@@ -218,11 +248,17 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
         m_val = median([getattr(s, column) for s in mapped])
         h_val = median([getattr(s, column) for s in heap])
         diff = h_val - m_val if m_val is not None and h_val is not None else None
-        out.append({
-            "label": label, "hint": hint, "mapped": fmt_value(m_val, unit),
-            "heap": fmt_value(h_val, unit), "diff": fmt_value(diff, unit),
-            "ratio": fmt_ratio(head.get(key)), "key": key,
-        })
+        out.append(
+            {
+                "label": label,
+                "hint": hint,
+                "mapped": fmt_value(m_val, unit),
+                "heap": fmt_value(h_val, unit),
+                "diff": fmt_value(diff, unit),
+                "ratio": fmt_ratio(head.get(key)),
+                "key": key,
+            }
+        )
     return at, out
 
 
@@ -239,11 +275,11 @@ def _marginal(run: RunData) -> list[str]:
     if sweep.metric:
         for mode, steps in sorted(consecutive_marginals(run.summary, sweep.metric).items()):
             for s1, s2, per in steps:
-                lines.append(f"{mode}: from {s1} to {s2} sessions, {fmt_bytes(per)} of "
-                             f"{sweep.metric.upper()} per extra session")
+                lines.append(
+                    f"{mode}: from {s1} to {s2} sessions, {fmt_bytes(per)} of {sweep.metric.upper()} per extra session"
+                )
     if not lines:
-        lines.append("Needs at least two process counts (a sweep) to show the cost of one more "
-                     "session.")
+        lines.append("Needs at least two process counts (a sweep) to show the cost of one more session.")
     return lines
 
 
@@ -254,17 +290,20 @@ def _per_n_rows(run: RunData) -> list[dict[str, str]]:
         saving = entry["saving"]
         column = f"sum_{saving['metric']}_bytes" if saving["metric"] else None
         init_m, init_h = entry["mapped"]["init_s_median"], entry["heap"]["init_s_median"]
-        rows.append({
-            "n": f"{entry['processes']} x {entry['sessions_per_process']}",
-            "repeats": str(entry["repeats"]),
-            "metric": {"pss": "PSS", "private": "private"}.get(saving["metric"] or "", "–"),
-            "mapped": fmt_value(entry["mapped"].get(column) if column else None, "bytes"),
-            "heap": fmt_value(entry["heap"].get(column) if column else None, "bytes"),
-            "saved": fmt_value(saving["bytes"], "bytes"),
-            "saved_pct": fmt_percent(saving["fraction"]),
-            "init_mapped": fmt_value(init_m, "s"), "init_heap": fmt_value(init_h, "s"),
-            "speedup": f"{init_h / init_m:.1f}x" if init_m and init_h else "–",
-        })
+        rows.append(
+            {
+                "n": f"{entry['processes']} x {entry['sessions_per_process']}",
+                "repeats": str(entry["repeats"]),
+                "metric": {"pss": "PSS", "private": "private"}.get(saving["metric"] or "", "–"),
+                "mapped": fmt_value(entry["mapped"].get(column) if column else None, "bytes"),
+                "heap": fmt_value(entry["heap"].get(column) if column else None, "bytes"),
+                "saved": fmt_value(saving["bytes"], "bytes"),
+                "saved_pct": fmt_percent(saving["fraction"]),
+                "init_mapped": fmt_value(init_m, "s"),
+                "init_heap": fmt_value(init_h, "s"),
+                "speedup": f"{init_h / init_m:.1f}x" if init_m and init_h else "–",
+            }
+        )
     return rows
 
 
@@ -285,8 +324,14 @@ def projection_for(run: RunData, override: tuple[int, int] | None = None) -> tup
     return default_projection(run.summary, run.weights_bytes)
 
 
-def build_run_view(judgement: Judgement, index: int, trend_points: list[dict] | None, *,
-                   project_to: tuple[int, int] | None = None, tests: list[TestRecord] | None = None) -> RunView:
+def build_run_view(
+    judgement: Judgement,
+    index: int,
+    trend_points: list[dict] | None,
+    *,
+    project_to: tuple[int, int] | None = None,
+    tests: list[TestRecord] | None = None,
+) -> RunView:
     """Everything the template shows for one run, from its one judgement."""
     run = judgement.run
     at, headline = _headline(run)
@@ -309,16 +354,16 @@ def build_run_view(judgement: Judgement, index: int, trend_points: list[dict] | 
         headline_at=at,
         headline=headline,
         marginal=_marginal(run),
-        projection=projection_text(run.summary, weights_bytes=weights, sessions=sessions,
-                                   system=str(run.env.get("system") or "Linux")),
+        projection=projection_text(
+            run.summary, weights_bytes=weights, sessions=sessions, system=str(run.env.get("system") or "Linux")
+        ),
         charts=chart_list,
         notes=judgement.notes,
         gates=judgement.gates,
         verdict=judgement.verdict,
         feature=judgement.feature.text,
         feature_state=judgement.feature.state,
-        summary_table=_table(run.summary, SummaryRow,
-                             failed=lambda s: (s.failed_workers or 0) > 0),
+        summary_table=_table(run.summary, SummaryRow, failed=lambda s: (s.failed_workers or 0) > 0),
         worker_table=_table(run.results, ResultRow, failed=lambda r: not row_ok(r)),
         startup=startup_view(run),
         values=dict(judgement.values),

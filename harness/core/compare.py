@@ -112,7 +112,7 @@ class Change:
 
     @property
     def assessment(self) -> str:
-        """"better" / "worse" (beyond the spread), "within spread", or why it is unknown."""
+        """ "better" / "worse" (beyond the spread), "within spread", or why it is unknown."""
         if self.delta is None:
             return "not measured"
         spread = self.beyond_spread
@@ -157,8 +157,10 @@ def compare(current: RunData, baseline: RunData) -> Comparison:
         at_current, at_baseline = _largest(mine), _largest(theirs)
         at = f"each run's largest size (current {at_current}, baseline {at_baseline})"
         if at_current and at_baseline:
-            warnings.append("the runs share no N x M measured in both modes: figures are compared at different "
-                            "sizes and their differences are not a regression")
+            warnings.append(
+                "the runs share no N x M measured in both modes: figures are compared at different "
+                "sizes and their differences are not a regression"
+            )
     cur_pairs, base_pairs = mine.get(at_current, []), theirs.get(at_baseline, [])
     if not cur_pairs or not base_pairs:
         warnings.append("a run has no mapped/heap pair: nothing to compare")
@@ -196,24 +198,29 @@ def fmt_range(values: list[float], unit: str) -> str:
 
 def comparison_rows(comparison: Comparison) -> list[dict[str, str]]:
     """Display-ready cells for the terminal and the HTML report."""
-    return [{
-        "label": c.metric.label,
-        "baseline": fmt_value(c.baseline_value, c.metric.unit),
-        "current": fmt_value(c.current_value, c.metric.unit),
-        "delta": fmt_value(c.delta, c.metric.unit, signed=True),
-        "percent": fmt_percent(c.percent, signed=True),
-        "baseline_range": fmt_range(c.baseline, c.metric.unit),
-        "current_range": fmt_range(c.current, c.metric.unit),
-        "assessment": c.assessment,
-        "repeats": f"{len(c.baseline)} / {len(c.current)}",
-    } for c in comparison.changes]
+    return [
+        {
+            "label": c.metric.label,
+            "baseline": fmt_value(c.baseline_value, c.metric.unit),
+            "current": fmt_value(c.current_value, c.metric.unit),
+            "delta": fmt_value(c.delta, c.metric.unit, signed=True),
+            "percent": fmt_percent(c.percent, signed=True),
+            "baseline_range": fmt_range(c.baseline, c.metric.unit),
+            "current_range": fmt_range(c.current, c.metric.unit),
+            "assessment": c.assessment,
+            "repeats": f"{len(c.baseline)} / {len(c.current)}",
+        }
+        for c in comparison.changes
+    ]
 
 
 def comparison_lines(comparison: Comparison) -> list[str]:
     """Plain-text table, like ``pyperf compare_to``: baseline, current, delta, change, spread."""
     head = ("figure", "baseline", "current", "delta", "change", "vs run-to-run spread")
-    rows = [(r["label"], r["baseline"], r["current"], r["delta"], r["percent"], r["assessment"])
-            for r in comparison_rows(comparison)]
+    rows = [
+        (r["label"], r["baseline"], r["current"], r["delta"], r["percent"], r["assessment"])
+        for r in comparison_rows(comparison)
+    ]
     widths = [max(len(str(row[i])) for row in [head, *rows]) for i in range(len(head))]
 
     def line(row) -> str:
@@ -221,13 +228,17 @@ def comparison_lines(comparison: Comparison) -> list[str]:
         return "  ".join([*cells, str(row[5])]).rstrip()
 
     base, cur = comparison.baseline, comparison.current
-    out = [f"baseline: {base.run_id} ({base.target}); current: {cur.run_id} ({cur.target}); "
-           f"compared at {comparison.at}", line(head), *(line(r) for r in rows)]
+    out = [
+        f"baseline: {base.run_id} ({base.target}); current: {cur.run_id} ({cur.target}); compared at {comparison.at}",
+        line(head),
+        *(line(r) for r in rows),
+    ]
     differing = [(k, b, c) for k, b, c in comparison.versions if b != c]
     if differing:
         out.append("versions that differ: " + "; ".join(f"{k} {b} -> {c}" for k, b, c in differing))
     out += [f"warning: {w}" for w in comparison.warnings]
-    out.append("spread rule: a change exceeds the run-to-run spread when the min..max ranges of the two runs' "
-               "repeats do not overlap (the baseline needs >= 2 repeats)")
+    out.append(
+        "spread rule: a change exceeds the run-to-run spread when the min..max ranges of the two runs' "
+        "repeats do not overlap (the baseline needs >= 2 repeats)"
+    )
     return out
-

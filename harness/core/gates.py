@@ -201,8 +201,9 @@ def _fmt(metric: str, value: float | int) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def evaluate_gate(gate: Gate, values: dict[str, float | int | None],
-                  reasons: dict[str, str] | None = None) -> GateResult:
+def evaluate_gate(
+    gate: Gate, values: dict[str, float | int | None], reasons: dict[str, str] | None = None
+) -> GateResult:
     """Check one gate; the reason says what was compared, or why it was skipped or failed
     (``reasons``: why a value is missing, e.g. its group was incomplete)."""
     for cond in gate.when:
@@ -219,13 +220,13 @@ def evaluate_gate(gate: Gate, values: dict[str, float | int | None],
         return GateResult(gate, "fail", None, f"not measured: {why}" if why else "not measured")
     ok = bool(gate.check.holds(value))
     limit = f"{gate.check.op} {gate.check.text or gate.check.threshold}"
-    reason = f"{metric} = {_fmt(metric, value)}" + (
-        f" (required {limit})" if ok else f", but required {limit}")
+    reason = f"{metric} = {_fmt(metric, value)}" + (f" (required {limit})" if ok else f", but required {limit}")
     return GateResult(gate, "pass" if ok else "fail", value, reason)
 
 
-def evaluate(gates: Iterable[Gate], values: dict[str, float | int | None],
-             reasons: dict[str, str] | None = None) -> list[GateResult]:
+def evaluate(
+    gates: Iterable[Gate], values: dict[str, float | int | None], reasons: dict[str, str] | None = None
+) -> list[GateResult]:
     return [evaluate_gate(g, values, reasons) for g in gates]
 
 
@@ -238,6 +239,7 @@ def metrics_epilog() -> str:
         lines.append(f"  {name:24} {text}")
     for name in RUN_FACTS:
         lines.append(f"  {name:24} size of the weights file (bytes; units allowed in gates: 128MiB)")
-    lines.append("gate syntax: METRIC OP NUMBER [if METRIC OP NUMBER [and ...]], e.g. "
-                 "'mapped_uss_ratio<=0.5 if processes>=2'")
+    lines.append(
+        "gate syntax: METRIC OP NUMBER [if METRIC OP NUMBER [and ...]], e.g. 'mapped_uss_ratio<=0.5 if processes>=2'"
+    )
     return "\n".join(lines)

@@ -43,16 +43,32 @@ from .units import fmt_bytes, fmt_percent, fmt_seconds
 HEADLINE_JSON = "headline.json"
 HEADLINE_FORMAT_VERSION = 1
 #: SummaryRow figures given per mode in ``per_n`` (absolute values: bytes or seconds).
-ABSOLUTE_COLUMNS = ("sum_pss_bytes", "sum_uss_bytes", "sum_private_bytes", "sum_rss_bytes",
-                    "system_delta_bytes", "init_s_median", "create_s_median")
+ABSOLUTE_COLUMNS = (
+    "sum_pss_bytes",
+    "sum_uss_bytes",
+    "sum_private_bytes",
+    "sum_rss_bytes",
+    "system_delta_bytes",
+    "init_s_median",
+    "create_s_median",
+)
 #: headline.json version key -> metadata.json ``env`` key.
-VERSION_KEYS = {"onnxruntime": "onnxruntime", "onnxruntime_qnn": "onnxruntime_qnn", "qnn_sdk": "qnn_sdk",
-                "python": "python", "os": "os", "cpu": "cpu", "commit": "git_commit", "system": "system",
-                "arch": "arch", "hostname": "hostname"}
+VERSION_KEYS = {
+    "onnxruntime": "onnxruntime",
+    "onnxruntime_qnn": "onnxruntime_qnn",
+    "qnn_sdk": "qnn_sdk",
+    "python": "python",
+    "os": "os",
+    "cpu": "cpu",
+    "commit": "git_commit",
+    "system": "system",
+    "arch": "arch",
+    "hostname": "hostname",
+}
 
 
 def fair_metric(rows: Sequence[SummaryRow]) -> str | None:
-    """"pss" when every row has summed PSS (Linux), else "private" (Windows private bytes, USS
+    """ "pss" when every row has summed PSS (Linux), else "private" (Windows private bytes, USS
     on Linux) when present: the figure that charges shared pages fairly."""
     if rows and all(r.sum_pss_bytes is not None for r in rows):
         return "pss"
@@ -70,11 +86,14 @@ def per_n(summary: Sequence[SummaryRow], target: str) -> list[dict[str, Any]]:
     for (n, m), pairs in sorted(by_size.items()):
         mapped_rows, heap_rows = [p[0] for p in pairs], [p[1] for p in pairs]
         entry: dict[str, Any] = {
-            "processes": n, "sessions_per_process": m, "sessions": sessions_of(pairs[0][0]),
+            "processes": n,
+            "sessions_per_process": m,
+            "sessions": sessions_of(pairs[0][0]),
             "repeats": len(pairs),
             "mapped": {c: median(getattr(r, c) for r in mapped_rows) for c in ABSOLUTE_COLUMNS},
             "heap": {c: median(getattr(r, c) for r in heap_rows) for c in ABSOLUTE_COLUMNS},
-            "ratios": {}, "ratio_range": {},
+            "ratios": {},
+            "ratio_range": {},
         }
         for name, column in RATIO_COLUMNS.items():
             values = [v for v in (ratio(getattr(a, column), getattr(b, column)) for a, b in pairs) if v is not None]
@@ -85,8 +104,11 @@ def per_n(summary: Sequence[SummaryRow], target: str) -> list[dict[str, Any]]:
         mapped_value = entry["mapped"].get(column) if column else None
         heap_value = entry["heap"].get(column) if column else None
         saved = heap_value - mapped_value if mapped_value is not None and heap_value is not None else None
-        entry["saving"] = {"metric": metric, "bytes": saved,
-                           "fraction": saved / heap_value if saved is not None and heap_value else None}
+        entry["saving"] = {
+            "metric": metric,
+            "bytes": saved,
+            "fraction": saved / heap_value if saved is not None and heap_value else None,
+        }
         out.append(entry)
     return out
 
@@ -112,29 +134,41 @@ def headline_sentence(judgement: Any) -> str:
     top = max(entries, key=lambda e: (e["sessions"], e["processes"]))
     saving = top["saving"]
     weights = fmt_bytes(run.weights_bytes) if run.weights_bytes else "?"
-    where = (f"With {top['processes']} process(es) x {top['sessions_per_process']} session(s) "
-             f"({run.target}, {weights} of weights)")
+    where = (
+        f"With {top['processes']} process(es) x {top['sessions_per_process']} session(s) "
+        f"({run.target}, {weights} of weights)"
+    )
     label = "PSS" if saving["metric"] == "pss" else "private bytes"
     column = f"sum_{saving['metric']}_bytes"
     init_m, init_h = top["mapped"]["init_s_median"], top["heap"]["init_s_median"]
     times = f"{fmt_seconds(init_m)} vs {fmt_seconds(init_h)} median init"
     if feature.state not in ("active", "partial"):
-        memory = (f"mapped and heap mode measured {fmt_bytes(top['mapped'][column])} vs "
-                  f"{fmt_bytes(top['heap'][column])} summed {label}" if saving["bytes"] is not None
-                  else "no fair memory figure (PSS or private bytes) was measured")
-        return (f"{where}, {memory} and {times}, but file mapping was NOT exercised ({feature.state}), so this is "
-                f"no measurement of its saving. {verdict}.")
+        memory = (
+            f"mapped and heap mode measured {fmt_bytes(top['mapped'][column])} vs "
+            f"{fmt_bytes(top['heap'][column])} summed {label}"
+            if saving["bytes"] is not None
+            else "no fair memory figure (PSS or private bytes) was measured"
+        )
+        return (
+            f"{where}, {memory} and {times}, but file mapping was NOT exercised ({feature.state}), so this is "
+            f"no measurement of its saving. {verdict}."
+        )
     if saving["bytes"] is None:
         memory = "no fair memory figure (PSS or private bytes) was measured"
     else:
         less = saving["bytes"] >= 0
-        memory = (f"mapped weights used {fmt_bytes(abs(saving['bytes']))} {'less' if less else 'MORE'} summed "
-                  f"{label} than heap ({fmt_bytes(top['mapped'][column])} vs {fmt_bytes(top['heap'][column])}, "
-                  f"{fmt_percent(abs(saving['fraction'] or 0))} {'saved' if less else 'extra'})")
+        memory = (
+            f"mapped weights used {fmt_bytes(abs(saving['bytes']))} {'less' if less else 'MORE'} summed "
+            f"{label} than heap ({fmt_bytes(top['mapped'][column])} vs {fmt_bytes(top['heap'][column])}, "
+            f"{fmt_percent(abs(saving['fraction'] or 0))} {'saved' if less else 'extra'})"
+        )
     if init_m and init_h:
         speed = init_h / init_m
-        init = (f"sessions started {speed:.1f}x faster ({times})" if speed >= 1
-                else f"sessions started {1 / speed:.1f}x SLOWER ({times})")
+        init = (
+            f"sessions started {speed:.1f}x faster ({times})"
+            if speed >= 1
+            else f"sessions started {1 / speed:.1f}x SLOWER ({times})"
+        )
     else:
         init = "init time was not measured"
     return f"{where}, {memory}, and {init}. {tail}"
@@ -162,16 +196,17 @@ def headline_document(judgement: Any, *, kind: str = "run") -> dict[str, Any]:
         "labels": dict(r.get("labels") or {}),
         "headline": dict(judgement.values),
         "per_n": per_n(run.summary, run.target),
-        "gates": [{"expr": g.gate.expr, "status": g.status, "value": g.value, "reason": g.reason,
-                   "why": g.gate.why or None} for g in judgement.gates],
+        "gates": [
+            {"expr": g.gate.expr, "status": g.status, "value": g.value, "reason": g.reason, "why": g.gate.why or None}
+            for g in judgement.gates
+        ],
         "versions": versions(run.env),
     }
 
 
 def write_headline(folder: Path | str, judgement: Any, *, kind: str = "run") -> Path:
     """Write ``folder/headline.json`` atomically; returns its path."""
-    return write_json_atomic(Path(folder) / HEADLINE_JSON, headline_document(judgement, kind=kind),
-                             what=HEADLINE_JSON)
+    return write_json_atomic(Path(folder) / HEADLINE_JSON, headline_document(judgement, kind=kind), what=HEADLINE_JSON)
 
 
 def read_headline(path: Path | str) -> dict[str, Any]:

@@ -51,56 +51,72 @@ def _qnn_notes(run: RunData) -> list[Note]:
     notes = []
     paths = Counter(r.ep_file_mapping for r in run.results if r.ep_file_mapping)
     if paths.get("unavailable"):
-        notes.append(Note(
-            "warn",
-            "Feature unavailable on this platform",
-            "The QNN EP's file mapping was inactive on this platform: the EP reported that file "
-            "mapped weights exist only on Windows on ARM64 with QNN API 2.32 or newer, and "
-            "turned them off. Both modes therefore loaded the weights into the heap, so "
-            "'mapped' and 'heap' measure the same path here and any difference between them is "
-            f"noise, not the feature ({paths['unavailable']} worker(s) affected).",
-            _counted(r.ep_log_tail for r in run.results if r.ep_file_mapping == "unavailable"),
-        ))
+        notes.append(
+            Note(
+                "warn",
+                "Feature unavailable on this platform",
+                "The QNN EP's file mapping was inactive on this platform: the EP reported that file "
+                "mapped weights exist only on Windows on ARM64 with QNN API 2.32 or newer, and "
+                "turned them off. Both modes therefore loaded the weights into the heap, so "
+                "'mapped' and 'heap' measure the same path here and any difference between them is "
+                f"noise, not the feature ({paths['unavailable']} worker(s) affected).",
+                _counted(r.ep_log_tail for r in run.results if r.ep_file_mapping == "unavailable"),
+            )
+        )
     if paths.get("retried"):
-        notes.append(Note(
-            "warn",
-            "The EP retried without file mapping",
-            f"In {paths['retried']} worker(s) creating the QNN contexts with file mapping failed "
-            "and the EP retried the whole creation reading the context binary into the heap. "
-            "Those workers ran, but on the heap path.",
-            _counted(r.ep_reason or r.ep_log_tail for r in run.results if r.ep_file_mapping == "retried"),
-        ))
+        notes.append(
+            Note(
+                "warn",
+                "The EP retried without file mapping",
+                f"In {paths['retried']} worker(s) creating the QNN contexts with file mapping failed "
+                "and the EP retried the whole creation reading the context binary into the heap. "
+                "Those workers ran, but on the heap path.",
+                _counted(r.ep_reason or r.ep_log_tail for r in run.results if r.ep_file_mapping == "retried"),
+            )
+        )
     disabled = [r for r in run.results if r.ep_file_mapping == "disabled" and r.mode == "mapped"]
     if disabled:
-        notes.append(Note(
-            "warn", "File mapping was disabled in mapped mode",
-            f"{len(disabled)} mapped-mode worker(s) saw the EP confirm the option as disabled.",
-            _counted(r.ep_log_tail for r in disabled),
-        ))
+        notes.append(
+            Note(
+                "warn",
+                "File mapping was disabled in mapped mode",
+                f"{len(disabled)} mapped-mode worker(s) saw the EP confirm the option as disabled.",
+                _counted(r.ep_log_tail for r in disabled),
+            )
+        )
     ep_disabled = [r for r in run.results if r.ep_file_mapping == "ep-disabled"]
     if ep_disabled:
-        notes.append(Note(
-            "warn", "The EP turned file mapping off itself",
-            f"In {len(ep_disabled)} worker(s) the EP disabled file mapping on its own (embedded context, "
-            "a context binary older than 3.3.3, a read callback, or no RPCMem library), so those "
-            "sessions read the weights into memory. Reasons:",
-            _counted(r.ep_reason for r in ep_disabled),
-        ))
+        notes.append(
+            Note(
+                "warn",
+                "The EP turned file mapping off itself",
+                f"In {len(ep_disabled)} worker(s) the EP disabled file mapping on its own (embedded context, "
+                "a context binary older than 3.3.3, a read callback, or no RPCMem library), so those "
+                "sessions read the weights into memory. Reasons:",
+                _counted(r.ep_reason for r in ep_disabled),
+            )
+        )
     unknown = [r for r in run.results if r.ep_file_mapping == "unknown"]
     if unknown:
-        notes.append(Note(
-            "error", "No evidence of what the EP did",
-            f"For {len(unknown)} worker(s) the EP's log holds no line that says whether the weights were "
-            "mapped (or it contradicts itself). Such sessions are never counted as mapped; the "
-            "unknown_sessions gate metric counts them.",
-            _counted(r.ep_reason or r.ep_log_tail for r in unknown),
-        ))
+        notes.append(
+            Note(
+                "error",
+                "No evidence of what the EP did",
+                f"For {len(unknown)} worker(s) the EP's log holds no line that says whether the weights were "
+                "mapped (or it contradicts itself). Such sessions are never counted as mapped; the "
+                "unknown_sessions gate metric counts them.",
+                _counted(r.ep_reason or r.ep_log_tail for r in unknown),
+            )
+        )
     if run.target_options.get("embed_mode") in (1, "1", True):
-        notes.append(Note(
-            "info", "Context embedded in the ONNX file",
-            "The QNN context was embedded in the model (ep.context_embed_mode=1); the EP does "
-            "not map an embedded context, so mapped mode is not expected to save memory.",
-        ))
+        notes.append(
+            Note(
+                "info",
+                "Context embedded in the ONNX file",
+                "The QNN context was embedded in the model (ep.context_embed_mode=1); the EP does "
+                "not map an embedded context, so mapped mode is not expected to save memory.",
+            )
+        )
     return notes
 
 
@@ -108,71 +124,94 @@ def _worker_notes(run: RunData) -> list[Note]:
     notes = []
     failed = [r for r in run.results if not row_ok(r)]
     if failed:
-        notes.append(Note(
-            "error", f"{len(failed)} worker(s) failed",
-            "These workers crashed, hung, raised or produced a wrong output; their memory is "
-            "left out of the sums. They are highlighted in the worker table.",
-            _counted(
-                r.error or (f"exit code {r.exit_code}" if r.exit_code else "wrong output")
-                for r in failed
-            ),
-        ))
+        notes.append(
+            Note(
+                "error",
+                f"{len(failed)} worker(s) failed",
+                "These workers crashed, hung, raised or produced a wrong output; their memory is "
+                "left out of the sums. They are highlighted in the worker table.",
+                _counted(r.error or (f"exit code {r.exit_code}" if r.exit_code else "wrong output") for r in failed),
+            )
+        )
     incomplete = [s for s in run.summary if s.complete is not True]
     if incomplete:
-        notes.append(Note(
-            "warn", f"{len(incomplete)} group(s) incomplete: left out of sums, ratios and gates",
-            "A group counts only when all N workers reached the barrier and were sampled with "
-            "figures physics allows: a partial sum is not the group's memory. These groups have "
-            "no sums, and gates on their ratios fail saying so:",
-            [f"{s.target} {s.mode} N={s.processes} x M={s.sessions_per_process} repeat {s.repeat}: "
-             f"{(s.note or 'completeness unknown').split('; system delta')[0]}" for s in incomplete][:MAX_DETAILS],
-        ))
+        notes.append(
+            Note(
+                "warn",
+                f"{len(incomplete)} group(s) incomplete: left out of sums, ratios and gates",
+                "A group counts only when all N workers reached the barrier and were sampled with "
+                "figures physics allows: a partial sum is not the group's memory. These groups have "
+                "no sums, and gates on their ratios fail saying so:",
+                [
+                    f"{s.target} {s.mode} N={s.processes} x M={s.sessions_per_process} repeat {s.repeat}: "
+                    f"{(s.note or 'completeness unknown').split('; system delta')[0]}"
+                    for s in incomplete
+                ][:MAX_DETAILS],
+            )
+        )
     implausible = [r for r in run.results if r.memory_ok is False and row_ok(r) and r.memory_note]
     if implausible:
-        notes.append(Note(
-            "warn", f"{len(implausible)} implausible memory sample(s)",
-            "These workers' figures contradict what their mode must hold (a heap worker holds its "
-            "copies of the weights; a mapped worker's RSS covers the mapped pages it had touched): "
-            "the sample was disturbed (memory pressure, another process) or is not the worker's. "
-            "They are kept in the worker table and left out of every sum and ratio.",
-            _counted(f"{r.mode} N={r.processes} worker {r.worker}: {r.memory_note}" for r in implausible),
-        ))
+        notes.append(
+            Note(
+                "warn",
+                f"{len(implausible)} implausible memory sample(s)",
+                "These workers' figures contradict what their mode must hold (a heap worker holds its "
+                "copies of the weights; a mapped worker's RSS covers the mapped pages it had touched): "
+                "the sample was disturbed (memory pressure, another process) or is not the worker's. "
+                "They are kept in the worker table and left out of every sum and ratio.",
+                _counted(f"{r.mode} N={r.processes} worker {r.worker}: {r.memory_note}" for r in implausible),
+            )
+        )
     noisy = [s for s in run.summary if s.note and "system delta unreliable" in s.note]
     if noisy:
-        notes.append(Note(
-            "info", "System delta within noise: no ratio shown",
-            "The drop in system available memory is measured with everything else the machine "
-            "runs. The idle available memory was read before and after each group; where that "
-            f"drift is more than 1/{SYSTEM_NOISE_FACTOR} of the group's delta, the delta is "
-            "reported but not turned into a ratio or judged by a gate.",
-            _counted(f"{s.mode} N={s.processes} repeat {s.repeat}: "
-                     f"{s.note.split('system delta unreliable: ')[-1]}" for s in noisy),
-        ))
+        notes.append(
+            Note(
+                "info",
+                "System delta within noise: no ratio shown",
+                "The drop in system available memory is measured with everything else the machine "
+                "runs. The idle available memory was read before and after each group; where that "
+                f"drift is more than 1/{SYSTEM_NOISE_FACTOR} of the group's delta, the delta is "
+                "reported but not turned into a ratio or judged by a gate.",
+                _counted(
+                    f"{s.mode} N={s.processes} repeat {s.repeat}: {s.note.split('system delta unreliable: ')[-1]}"
+                    for s in noisy
+                ),
+            )
+        )
     fallback = [r for r in run.results if r.path_taken == "fallback"]
     retried = [r for r in run.results if (r.map_attempts or 0) > 1 and r.path_taken != "fallback"]
     if fallback:
         outcomes = Counter((r.repeat, r.fallback_stage or "?") for r in fallback)
-        notes.append(Note(
-            "warn", f"{len(fallback)} worker(s) fell back to the heap",
-            "A stage of the mapped pipeline (map, register, create) failed in these workers and they "
-            "read the weights directly into the heap instead, exactly once: they ran, but without the "
-            "saving. Per repeat and failing stage, then the errors:",
-            [f"repeat {rep}: {n} worker(s) fell back at {stage}" for (rep, stage), n in sorted(outcomes.items())]
-            + _counted(e for r in fallback for e in (r.map_errors or r.error or "").split("; ")),
-        ))
+        notes.append(
+            Note(
+                "warn",
+                f"{len(fallback)} worker(s) fell back to the heap",
+                "A stage of the mapped pipeline (map, register, create) failed in these workers and they "
+                "read the weights directly into the heap instead, exactly once: they ran, but without the "
+                "saving. Per repeat and failing stage, then the errors:",
+                [f"repeat {rep}: {n} worker(s) fell back at {stage}" for (rep, stage), n in sorted(outcomes.items())]
+                + _counted(e for r in fallback for e in (r.map_errors or r.error or "").split("; ")),
+            )
+        )
     if retried:
-        notes.append(Note(
-            "info", f"{len(retried)} worker(s) mapped after a retry",
-            "The first mapping attempt failed and a later one succeeded.",
-            _counted(e for r in retried for e in (r.map_errors or "").split("; ")),
-        ))
+        notes.append(
+            Note(
+                "info",
+                f"{len(retried)} worker(s) mapped after a retry",
+                "The first mapping attempt failed and a later one succeeded.",
+                _counted(e for r in retried for e in (r.map_errors or "").split("; ")),
+            )
+        )
     missing = [r.memory_note for r in run.results if r.memory_note and r.memory_ok is not False]
     if missing:
-        notes.append(Note(
-            "warn", "Some memory figures are missing",
-            "Empty cells in the tables are figures that could not be read, for these reasons:",
-            _counted(missing),
-        ))
+        notes.append(
+            Note(
+                "warn",
+                "Some memory figures are missing",
+                "Empty cells in the tables are figures that could not be read, for these reasons:",
+                _counted(missing),
+            )
+        )
     return notes
 
 
@@ -180,39 +219,54 @@ def _coverage_notes(run: RunData) -> list[Note]:
     notes = []
     modes = run.modes
     if len(modes) == 1:
-        notes.append(Note(
-            "info", f"Only {modes[0]} mode was run",
-            "With one mode there is nothing to compare: the mapped/heap ratios, their gates and "
-            "the saving cannot be shown. Run both modes to see them.",
-        ))
+        notes.append(
+            Note(
+                "info",
+                f"Only {modes[0]} mode was run",
+                "With one mode there is nothing to compare: the mapped/heap ratios, their gates and "
+                "the saving cannot be shown. Run both modes to see them.",
+            )
+        )
     counts = run.process_counts
     if len(counts) == 1:
-        notes.append(Note(
-            "info", f"Only N={counts[0]} was measured",
-            "One process count gives one point per mode: the memory-vs-N chart shows no trend "
-            "and the fixed/per-session split and projection need a sweep (e.g. --processes "
-            "1,2,4).",
-        ))
+        notes.append(
+            Note(
+                "info",
+                f"Only N={counts[0]} was measured",
+                "One process count gives one point per mode: the memory-vs-N chart shows no trend "
+                "and the fixed/per-session split and projection need a sweep (e.g. --processes "
+                "1,2,4).",
+            )
+        )
     if run.results and all(r.pss_bytes is None for r in run.results):
-        notes.append(Note(
-            "info", "No PSS on this platform",
-            "PSS exists only on Linux. The figures that show the saving here are USS / private "
-            "bytes and the drop in system available memory.",
-        ))
+        notes.append(
+            Note(
+                "info",
+                "No PSS on this platform",
+                "PSS exists only on Linux. The figures that show the saving here are USS / private "
+                "bytes and the drop in system available memory.",
+            )
+        )
     if 1 in counts and run.results and any(r.pss_bytes is not None for r in run.results):
-        notes.append(Note(
-            "info", "N=1: a lone mapping counts in USS",
-            "With N=1 a mapped file's pages are private to the one process, so USS counts them; "
-            "sharing shows from N=2 on.",
-        ))
+        notes.append(
+            Note(
+                "info",
+                "N=1: a lone mapping counts in USS",
+                "With N=1 a mapped file's pages are private to the one process, so USS counts them; "
+                "sharing shows from N=2 on.",
+            )
+        )
     weights = run.weights_bytes
     if weights and weights < SMALL_WEIGHTS and len(modes) > 1:
-        notes.append(Note(
-            "info", "Small weights",
-            f"The weights ({fmt_bytes(weights)}) are small next to a worker's own overhead "
-            "(Python and ONNX Runtime take some 25-35 MiB each), so the ratios stay nearer 1 "
-            "even when sharing works. The default saving gates start at 128 MiB.",
-        ))
+        notes.append(
+            Note(
+                "info",
+                "Small weights",
+                f"The weights ({fmt_bytes(weights)}) are small next to a worker's own overhead "
+                "(Python and ONNX Runtime take some 25-35 MiB each), so the ratios stay nearer 1 "
+                "even when sharing works. The default saving gates start at 128 MiB.",
+            )
+        )
     return notes
 
 
@@ -221,11 +275,14 @@ def run_notes(run: RunData) -> list[Note]:
     notes = [*_worker_notes(run), *_qnn_notes(run), *_coverage_notes(run), RSS_NOTE]
     status = run.meta.get("status")
     if status and status != "complete":
-        notes.append(Note(
-            "warn", f"Run {status}",
-            f"metadata.json says the run is {status}: the figures cover only the groups that "
-            "finished before it stopped.",
-        ))
+        notes.append(
+            Note(
+                "warn",
+                f"Run {status}",
+                f"metadata.json says the run is {status}: the figures cover only the groups that "
+                "finished before it stopped.",
+            )
+        )
     for text in run.load_notes:
         notes.append(Note("warn", "Incomplete run folder", text))
     for text in run.target_notes:

@@ -51,7 +51,7 @@ class RunData:
 
     @property
     def status(self) -> str:
-        """"complete", "running" or "interrupted" as metadata.json says; "unknown" without it."""
+        """ "complete", "running" or "interrupted" as metadata.json says; "unknown" without it."""
         return str(self.meta.get("status") or "unknown")
 
     @property
@@ -97,8 +97,7 @@ def _read_metadata(folder: Path, notes: list[str]) -> dict[str, Any]:
     version = meta.get("format_version")
     if version != FORMAT_VERSION:
         raise InputError(
-            f"{path}: format_version {version!r} is not {FORMAT_VERSION}; "
-            "this report understands only that version"
+            f"{path}: format_version {version!r} is not {FORMAT_VERSION}; this report understands only that version"
         )
     return meta
 
@@ -120,8 +119,7 @@ def load_run(folder: Path | str) -> RunData:
             summary = with_completeness(read_rows(summary_path, SummaryRow), results)
         else:
             notes.append(
-                f"{SUMMARY_CSV} is missing: summarised again from {RESULTS_CSV} "
-                "(the system memory delta is not in it)."
+                f"{SUMMARY_CSV} is missing: summarised again from {RESULTS_CSV} (the system memory delta is not in it)."
             )
             summary = summarize(results)
     except OSError as exc:

@@ -28,7 +28,6 @@ def disable_flag(mode: str) -> str:
     return _DISABLE_FLAG[mode]
 
 
-
 def col(dtype: str, unit: str, doc: str, default: Any = None, *, required: bool = True) -> Any:
     """Declare a column: pandas dtype name, unit and meaning travel with the field.
 
@@ -49,13 +48,25 @@ class ResultRow:
     repeat: int = col("Int64", "index", "repeat number, from 0")
     worker: int = col("Int64", "index", "worker number within the run, from 0")
     pid: int = col("Int64", "", "worker process id")
-    path_taken: str = col("string", "", "mapped | heap | fallback | unknown (how the weights were loaded; "
-                          "unknown: the EP log gave no evidence)")
+    path_taken: str = col(
+        "string",
+        "",
+        "mapped | heap | fallback | unknown (how the weights were loaded; unknown: the EP log gave no evidence)",
+    )
     map_attempts: int = col("Int64", "count", "mapping attempts made by mapper_impl")
-    fallback_stage: str = col("string", "", "the pipeline stage whose failure sent the weights to the direct read: "
-                              "map | register | create (empty when none)", required=False)
-    ep_file_mapping: str = col("string", "", "worst EP verdict over the worker's sessions: active | retried | "
-                               "disabled | ep-disabled | unavailable | unknown; n/a off the qnn target")
+    fallback_stage: str = col(
+        "string",
+        "",
+        "the pipeline stage whose failure sent the weights to the direct read: "
+        "map | register | create (empty when none)",
+        required=False,
+    )
+    ep_file_mapping: str = col(
+        "string",
+        "",
+        "worst EP verdict over the worker's sessions: active | retried | "
+        "disabled | ep-disabled | unavailable | unknown; n/a off the qnn target",
+    )
     init_s: float = col("Float64", "s", "load_s + create_s: time until the sessions exist")
     load_s: float = col("Float64", "s", "time to load (map or read) the weights")
     create_s: float = col("Float64", "s", "time to create the M InferenceSessions")
@@ -78,12 +89,25 @@ class ResultRow:
     exit_code: int = col("Int64", "", "worker exit code (negative: killed by that signal)")
     map_errors: str = col("string", "", "mapping errors before a retry or fallback, '; '-joined")
     ep_log_tail: str = col("string", "", "last EP log lines about file mapping (qnn)")
-    ep_sessions: str = col("string", "", "EP verdict per state over the worker's M sessions, e.g. 'active=3 "
-                           "retried=1' (qnn)", required=False)
-    ep_reason: str = col("string", "", "why the EP did not map: e.g. 'embedded context', 'RPCMem unavailable', "
-                         "the retry error (qnn)", required=False)
-    memory_ok: bool = col("boolean", "", "sampled at the barrier with figures physics allows for its mode "
-                          "(why not: memory_note; empty: written by an older harness, not checked)", required=False)
+    ep_sessions: str = col(
+        "string",
+        "",
+        "EP verdict per state over the worker's M sessions, e.g. 'active=3 retried=1' (qnn)",
+        required=False,
+    )
+    ep_reason: str = col(
+        "string",
+        "",
+        "why the EP did not map: e.g. 'embedded context', 'RPCMem unavailable', the retry error (qnn)",
+        required=False,
+    )
+    memory_ok: bool = col(
+        "boolean",
+        "",
+        "sampled at the barrier with figures physics allows for its mode "
+        "(why not: memory_note; empty: written by an older harness, not checked)",
+        required=False,
+    )
 
 
 @dataclass
@@ -103,28 +127,43 @@ class SummaryRow:
     latency_p90_s_median: float = col("Float64", "s", "median over workers of latency_p90_s")
     latency_p99_s_median: float = col("Float64", "s", "median over workers of latency_p99_s")
     page_cache: str = col("string", "", "warm | cold | cold-unverified (see results.csv)")
-    sum_rss_bytes: int = col("Int64", "bytes", "sum of rss_bytes over the N workers (double-counts shared "
-                                                "pages); empty unless complete")
+    sum_rss_bytes: int = col(
+        "Int64", "bytes", "sum of rss_bytes over the N workers (double-counts shared pages); empty unless complete"
+    )
     sum_uss_bytes: int = col("Int64", "bytes", "sum of uss_bytes over the N workers; empty unless complete")
     sum_pss_bytes: int = col("Int64", "bytes", "sum of pss_bytes over the N workers (Linux); empty unless complete")
     sum_private_bytes: int = col("Int64", "bytes", "sum of private_bytes over the N workers; empty unless complete")
-    system_delta_bytes: int = col("Int64", "bytes", "drop in system available memory while all were alive "
-                                                     "(see system_noise_bytes)")
+    system_delta_bytes: int = col(
+        "Int64", "bytes", "drop in system available memory while all were alive (see system_noise_bytes)"
+    )
     weights_bytes: int = col("Int64", "bytes", "weights file size")
     ok_workers: int = col("Int64", "count", "workers that finished with a correct output")
     failed_workers: int = col("Int64", "count", "workers that crashed, hung, raised or were wrong")
     fallback_workers: int = col("Int64", "count", "workers whose weights fell back to the heap")
     ep_file_mapping: str = col("string", "", "EP path(s) seen, '|'-joined")
-    unknown_sessions: int = col("Int64", "count", "sessions whose EP log gave no file-mapping evidence (qnn; "
-                                "empty elsewhere)", required=False)
-    retried_sessions: int = col("Int64", "count", "sessions where the EP retried with a direct read (qnn; empty "
-                                "elsewhere)", required=False)
-    complete: bool = col("boolean", "", "all N workers reached the barrier and were sampled with plausible "
-                         "figures: only complete groups have sums and enter ratios and gates", required=False)
-    system_noise_bytes: int = col("Int64", "bytes", "change of the idle system available memory from before to "
-                                  "after the group: the noise floor of system_delta_bytes", required=False)
-    note: str = col("string", "", "why the group is not complete, or why its system delta is unreliable",
-                    required=False)
+    unknown_sessions: int = col(
+        "Int64", "count", "sessions whose EP log gave no file-mapping evidence (qnn; empty elsewhere)", required=False
+    )
+    retried_sessions: int = col(
+        "Int64", "count", "sessions where the EP retried with a direct read (qnn; empty elsewhere)", required=False
+    )
+    complete: bool = col(
+        "boolean",
+        "",
+        "all N workers reached the barrier and were sampled with plausible "
+        "figures: only complete groups have sums and enter ratios and gates",
+        required=False,
+    )
+    system_noise_bytes: int = col(
+        "Int64",
+        "bytes",
+        "change of the idle system available memory from before to "
+        "after the group: the noise floor of system_delta_bytes",
+        required=False,
+    )
+    note: str = col(
+        "string", "", "why the group is not complete, or why its system delta is unreliable", required=False
+    )
 
 
 def columns(row_type: type) -> list[str]:

@@ -60,8 +60,11 @@ def row_ok(row: ResultRow) -> bool:
 def row_sampled(row: ResultRow) -> bool:
     """Its memory was sampled at the barrier, with the figures every platform gives (RSS and
     USS / private bytes), and the runner found them plausible for the worker's mode."""
-    return (row.memory_ok is True and row.rss_bytes is not None
-            and (row.uss_bytes is not None or row.private_bytes is not None))
+    return (
+        row.memory_ok is True
+        and row.rss_bytes is not None
+        and (row.uss_bytes is not None or row.private_bytes is not None)
+    )
 
 
 def median(values: Iterable[float | int | None]) -> float | None:
@@ -129,7 +132,7 @@ def incomplete_reasons(members: list[ResultRow], processes: int | None) -> list[
 
 
 def system_delta_state(delta: int | None, noise: int | None) -> str:
-    """"" when the system delta can be trusted, else why not (for the summary note)."""
+    """ "" when the system delta can be trusted, else why not (for the summary note)."""
     from .units import fmt_bytes
 
     if delta is None:
@@ -137,17 +140,20 @@ def system_delta_state(delta: int | None, noise: int | None) -> str:
     if noise is None:
         return "system delta unreliable: no idle noise measured around it"
     if delta <= 0:
-        return (f"system delta unreliable: available memory rose by {fmt_bytes(-delta)} while the workers were "
-                f"alive (idle noise {fmt_bytes(noise)})")
+        return (
+            f"system delta unreliable: available memory rose by {fmt_bytes(-delta)} while the workers were "
+            f"alive (idle noise {fmt_bytes(noise)})"
+        )
     if noise * SYSTEM_NOISE_FACTOR > delta:
-        return (f"system delta unreliable: idle noise {fmt_bytes(noise)} is more than 1/{SYSTEM_NOISE_FACTOR} "
-                f"of the delta {fmt_bytes(delta)}")
+        return (
+            f"system delta unreliable: idle noise {fmt_bytes(noise)} is more than 1/{SYSTEM_NOISE_FACTOR} "
+            f"of the delta {fmt_bytes(delta)}"
+        )
     return ""
 
 
 def system_delta_reliable(row: SummaryRow) -> bool:
-    return row.system_delta_bytes is not None and not system_delta_state(row.system_delta_bytes,
-                                                                          row.system_noise_bytes)
+    return row.system_delta_bytes is not None and not system_delta_state(row.system_delta_bytes, row.system_noise_bytes)
 
 
 def _system(value: Any) -> tuple[int | None, int | None]:
@@ -189,8 +195,9 @@ def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = No
                 init_s_median=median(r.init_s for r in ok),
                 create_s_median=median(r.create_s for r in ok),
                 first_run_s_median=median(r.first_run_s for r in ok),
-                startup_s_median=median(r.init_s + r.first_run_s for r in ok
-                                        if r.init_s is not None and r.first_run_s is not None),
+                startup_s_median=median(
+                    r.init_s + r.first_run_s for r in ok if r.init_s is not None and r.first_run_s is not None
+                ),
                 latency_p50_s_median=median(r.latency_p50_s for r in ok),
                 latency_p90_s_median=median(r.latency_p90_s for r in ok),
                 latency_p99_s_median=median(r.latency_p99_s for r in ok),
@@ -230,9 +237,14 @@ def with_completeness(summary: list[SummaryRow], results: list[ResultRow]) -> li
             out.append(replace(s, complete=False, note="no worker rows for this group in the results"))
         else:
             state = system_delta_state(s.system_delta_bytes, s.system_noise_bytes)
-            out.append(replace(fresh, system_delta_bytes=s.system_delta_bytes,
-                               system_noise_bytes=s.system_noise_bytes,
-                               note="; ".join(x for x in (fresh.note, state) if x) or None))
+            out.append(
+                replace(
+                    fresh,
+                    system_delta_bytes=s.system_delta_bytes,
+                    system_noise_bytes=s.system_noise_bytes,
+                    note="; ".join(x for x in (fresh.note, state) if x) or None,
+                )
+            )
     return out
 
 
@@ -331,9 +343,16 @@ def _peer_init_ratio(summary: Sequence[SummaryRow], pairs: list[tuple[SummaryRow
     target = pairs[0][0].target
     values = []
     for mapped, _ in pairs:
-        peers = [s for s in summary if s.target != target and s.mode == "mapped" and s.complete is True
-                 and s.processes == mapped.processes and s.sessions_per_process == mapped.sessions_per_process
-                 and s.repeat == mapped.repeat]
+        peers = [
+            s
+            for s in summary
+            if s.target != target
+            and s.mode == "mapped"
+            and s.complete is True
+            and s.processes == mapped.processes
+            and s.sessions_per_process == mapped.sessions_per_process
+            and s.repeat == mapped.repeat
+        ]
         for peer in peers:
             values.append(ratio(mapped.init_s_median, peer.init_s_median))
     return median(values)
@@ -361,8 +380,11 @@ def headline_with_reasons(summary: Iterable[SummaryRow]) -> tuple[dict[str, floa
     pair_keys = [*PAIR_METRICS, "peer_init_ratio"]
     if not top:
         modes = sorted({s.mode for s in own})
-        why = (f"needs mapped and heap groups at the same N; only {', '.join(modes)} mode was measured" if modes
-               else "no group was measured")
+        why = (
+            f"needs mapped and heap groups at the same N; only {', '.join(modes)} mode was measured"
+            if modes
+            else "no group was measured"
+        )
         return result | dict.fromkeys(pair_keys), dict.fromkeys(pair_keys, why)
     result["processes"] = top[0][0].processes
     result["sessions"] = sessions_of(top[0][0])
@@ -383,8 +405,9 @@ def headline_with_reasons(summary: Iterable[SummaryRow]) -> tuple[dict[str, floa
     result["peer_init_ratio"] = _peer_init_ratio(summary, pairs)
     if result["peer_init_ratio"] is None:
         peers = [s for s in summary if s.target != target]
-        reasons["peer_init_ratio"] = ("no complete --peer group at the headline's N" if peers
-                                      else "no --peer target was measured")
+        reasons["peer_init_ratio"] = (
+            "no complete --peer group at the headline's N" if peers else "no --peer target was measured"
+        )
     return result, reasons
 
 

@@ -128,8 +128,10 @@ def check_header(path: Path, header: list[str] | None, row_type: type) -> None:
     missing = [c for c in required_columns(row_type) if c not in header]
     if missing:
         shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
-        raise InputError(f"{path}: not a {kind} table of this harness: missing column(s) {shown} "
-                         f"(its header starts {', '.join(header[:4])})")
+        raise InputError(
+            f"{path}: not a {kind} table of this harness: missing column(s) {shown} "
+            f"(its header starts {', '.join(header[:4])})"
+        )
 
 
 def read_rows(path: Path | str, row_type: type) -> list[Any]:
@@ -150,8 +152,9 @@ def read_rows(path: Path | str, row_type: type) -> list[Any]:
             width = len(reader.fieldnames or [])
             for data in reader:
                 if None in data or None in data.values():
-                    cells = width + len(data.get(None) or []) if None in data else sum(v is not None
-                                                                                       for v in data.values())
+                    cells = (
+                        width + len(data.get(None) or []) if None in data else sum(v is not None for v in data.values())
+                    )
                     raise InputError(f"{path}:{reader.line_num}: {cells} cells, the header has {width}")
                 values: dict[str, Any] = {}
                 for name, text in data.items():
@@ -193,9 +196,7 @@ def long_metrics(row_type: type = ResultRow) -> list[tuple[str, str]]:
     return [
         (f.name, f.metadata["unit"])
         for f in fields(row_type)
-        if f.metadata["dtype"] in ("Int64", "Float64")
-        and f.metadata["unit"]
-        and f.name not in LONG_ID_COLUMNS
+        if f.metadata["dtype"] in ("Int64", "Float64") and f.metadata["unit"] and f.name not in LONG_ID_COLUMNS
     ]
 
 

@@ -30,8 +30,10 @@ def parse_size(text: str) -> int:
     if match and unit in _AMBIGUOUS:
         letter = _AMBIGUOUS[unit]
         number = match.group(1)
-        raise InputError(f"size {text!r} is ambiguous: write {number}{letter}iB (binary, 1024-based) "
-                         f"or {number}{letter}B (decimal, 1000-based)")
+        raise InputError(
+            f"size {text!r} is ambiguous: write {number}{letter}iB (binary, 1024-based) "
+            f"or {number}{letter}B (decimal, 1000-based)"
+        )
     if not match or unit not in _UNITS:
         raise InputError(f"size {text!r}: expected a number with a unit, e.g. 256MiB or 1GiB ({SIZE_HELP})")
     value = int(float(match.group(1)) * _UNITS[unit])

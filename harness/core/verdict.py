@@ -74,11 +74,14 @@ class Judgement:
 
 
 def gates_summary_line(judgements: Iterable[Judgement]) -> str:
-    """"gates: 4 of 5 passed or skipped, 1 failed" over one or several runs."""
+    """ "gates: 4 of 5 passed or skipped, 1 failed" over one or several runs."""
     results = [g for j in judgements for g in j.gates]
     failed = sum(1 for g in results if not g.passed)
-    return f"gates: {len(results) - failed} of {len(results)} passed or skipped, {failed} failed" if results \
+    return (
+        f"gates: {len(results) - failed} of {len(results)} passed or skipped, {failed} failed"
+        if results
         else "gates: none"
+    )
 
 
 def feature_state(run: RunData) -> FeatureState:
@@ -90,15 +93,19 @@ def feature_state(run: RunData) -> FeatureState:
     paths = Counter(r.path_taken or "none" for r in mapped)
     n = len(mapped)
     if ep.get("unavailable"):
-        return FeatureState("unavailable", f"unavailable on this platform (the EP said so for {ep['unavailable']} "
-                                           f"of {n} mapped-mode workers): mapped and heap took the same path")
+        return FeatureState(
+            "unavailable",
+            f"unavailable on this platform (the EP said so for {ep['unavailable']} "
+            f"of {n} mapped-mode workers): mapped and heap took the same path",
+        )
     if any(state in ep for state in ("disabled", "ep-disabled")):
         count = ep.get("disabled", 0) + ep.get("ep-disabled", 0)
         return FeatureState("disabled", f"disabled by the EP in {count} of {n} mapped-mode workers")
     if ep.get("unknown"):
         return FeatureState("unknown", f"no evidence in the EP log for {ep['unknown']} of {n} mapped-mode workers")
-    mapped_ok = sum(1 for r in mapped if r.path_taken == "mapped" and r.ep_file_mapping in ("active", "n/a", None, "")
-                    and row_ok(r))
+    mapped_ok = sum(
+        1 for r in mapped if r.path_taken == "mapped" and r.ep_file_mapping in ("active", "n/a", None, "") and row_ok(r)
+    )
     if mapped_ok == n:
         return FeatureState("active", f"active in all {n} mapped-mode workers")
     if mapped_ok:
@@ -142,8 +149,9 @@ def judge_gates(run: RunData, extra: Iterable[Gate] = (), *, use_default_gates: 
     results = []
     for gate, is_default in _gates_with_origin(run, extra, use_default_gates):
         if is_default and only and needs_both_modes(gate):
-            results.append(GateResult(gate, "skip", None, f"skipped: compares mapped with heap, but only {only} "
-                                                          "mode was run"))
+            results.append(
+                GateResult(gate, "skip", None, f"skipped: compares mapped with heap, but only {only} mode was run")
+            )
         else:
             results.append(evaluate_gate(gate, values, reasons))
     return results

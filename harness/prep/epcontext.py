@@ -68,8 +68,10 @@ def inspect_epcontext(path: Path, model: Any, label: str) -> EpContextModel:
             continue
         bin_path = (Path(path).parent / name).resolve()
         if not bin_path.is_file():
-            raise InputError(f"{label}: context binary {name!r} named by EPContext node {node.name!r} is missing "
-                             f"(expected at {bin_path})")
+            raise InputError(
+                f"{label}: context binary {name!r} named by EPContext node {node.name!r} is missing "
+                f"(expected at {bin_path})"
+            )
         if bin_path not in info.bins:
             info.bins.append(bin_path)
     return info

@@ -64,8 +64,11 @@ def lift_constants(model: Any, min_bytes: int) -> int:
     for graph in all_graphs(model.graph):
         keep = []
         for node in graph.node:
-            value = next((a.t for a in node.attribute if a.name == _DENSE_VALUE), None) \
-                if node.op_type == "Constant" and node.domain in ("", "ai.onnx") else None
+            value = (
+                next((a.t for a in node.attribute if a.name == _DENSE_VALUE), None)
+                if node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+                else None
+            )
             if value is None or value.data_type == STRING or packed_size(value.data_type, list(value.dims)) < min_bytes:
                 keep.append(node)
                 continue

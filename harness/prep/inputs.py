@@ -28,8 +28,24 @@ from .tensors import STRING, element_type, numpy_dtype
 
 SEED = 1234
 #: The deterministic text of string inputs (one word per element, cycling).
-WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "while", "seven",
-         "wizards", "quietly", "hex", "jazz", "vows")
+WORDS = (
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "the",
+    "lazy",
+    "dog",
+    "while",
+    "seven",
+    "wizards",
+    "quietly",
+    "hex",
+    "jazz",
+    "vows",
+)
 
 
 @dataclass
@@ -59,9 +75,11 @@ class InputRequest:
         inputs = model_inputs(model)
         names = {i.name for i in inputs}
         dims = {d for i in inputs for d in (i.dims or []) if isinstance(d, str)}
-        return InputRequest({k: v for k, v in self.shapes.items() if k in names},
-                            {k: v for k, v in self.free_dims.items() if k in dims},
-                            {k: v for k, v in self.values.items() if k in names})
+        return InputRequest(
+            {k: v for k, v in self.shapes.items() if k in names},
+            {k: v for k, v in self.free_dims.items() if k in dims},
+            {k: v for k, v in self.values.items() if k in names},
+        )
 
     def key(self) -> dict[str, Any]:
         """What a cache key must cover: the request, and the identity of every --input file."""
@@ -76,8 +94,14 @@ class InputRequest:
 
 def _kind(type_proto: Any) -> str:
     which = type_proto.WhichOneof("value")
-    return {"tensor_type": "tensor", "sequence_type": "sequence", "map_type": "map", "optional_type": "optional",
-            "sparse_tensor_type": "sparse_tensor", "opaque_type": "opaque"}.get(which or "", "unknown")
+    return {
+        "tensor_type": "tensor",
+        "sequence_type": "sequence",
+        "map_type": "map",
+        "optional_type": "optional",
+        "sparse_tensor_type": "sparse_tensor",
+        "opaque_type": "opaque",
+    }.get(which or "", "unknown")
 
 
 def dims_of(value_info: Any) -> list[int | str] | None:
@@ -109,10 +133,13 @@ def refuse_unfeedable(inputs: list[InputInfo], label: str) -> None:
     bad = [i for i in inputs if i.kind != "tensor"]
     if bad:
         names = ", ".join(f"{i.name} ({i.kind})" for i in bad)
-        raise InputError(f"{label}: input(s) the harness cannot feed: {names}; it feeds tensors only "
-                         "(wrap the model so these become tensors)")
-    odd = [i for i in inputs if i.onnx_type not in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16, 17, 18, 19, 20,
-                                                     21, 22)]
+        raise InputError(
+            f"{label}: input(s) the harness cannot feed: {names}; it feeds tensors only "
+            "(wrap the model so these become tensors)"
+        )
+    odd = [
+        i for i in inputs if i.onnx_type not in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 16, 17, 18, 19, 20, 21, 22)
+    ]
     if odd:
         names = ", ".join(f"{i.name} ({element_type(i.onnx_type).name})" for i in odd)
         raise InputError(f"{label}: input(s) of an element type ONNX Runtime cannot take from Python: {names}")
@@ -147,8 +174,9 @@ def _check_shape(info: InputInfo, shape: list[int], flag: str) -> None:
             raise InputError(f"{flag} {info.name}: dimension {axis} is fixed to {d} in the model, got {v}")
 
 
-def resolve_shapes(inputs: list[InputInfo], request: InputRequest, given: dict[str, Any],
-                   label: str) -> dict[str, list[int]]:
+def resolve_shapes(
+    inputs: list[InputInfo], request: InputRequest, given: dict[str, Any], label: str
+) -> dict[str, list[int]]:
     """The concrete shape of every input; one InputError naming every input still unresolved."""
     shapes: dict[str, list[int]] = {}
     dynamic: list[tuple[InputInfo, list[int | str] | None]] = []
@@ -162,8 +190,9 @@ def resolve_shapes(inputs: list[InputInfo], request: InputRequest, given: dict[s
             _check_shape(info, request.shapes[info.name], "--shape")
             shapes[info.name] = list(request.shapes[info.name])
             continue
-        dims = None if info.dims is None else [request.free_dims.get(d, d) if isinstance(d, str) else d
-                                               for d in info.dims]
+        dims = (
+            None if info.dims is None else [request.free_dims.get(d, d) if isinstance(d, str) else d for d in info.dims]
+        )
         if dims is not None and all(isinstance(d, int) for d in dims):
             shapes[info.name] = dims  # type: ignore[assignment]
         else:
@@ -182,8 +211,10 @@ def shape_hint(dynamic: list[tuple[InputInfo, list[int | str] | None]]) -> str:
         parts.append(f"{info.name}[{shown}]")
         example = "1x3x224x224" if dims is None else "x".join(str(d) if isinstance(d, int) else "1" for d in dims)
         fixes.append(f"--shape {info.name}={example}")
-    text = (f"input shape(s) not static: {'; '.join(parts)}. Fix each with --shape (your model's real sizes), "
-            f"e.g. {' '.join(fixes)}")
+    text = (
+        f"input shape(s) not static: {'; '.join(parts)}. Fix each with --shape (your model's real sizes), "
+        f"e.g. {' '.join(fixes)}"
+    )
     if named:
         text += f", or name the dimensions once with --free-dim ({' '.join(f'--free-dim {n}=1' for n in named)})"
     return text
@@ -218,24 +249,30 @@ def given_feeds(inputs: list[InputInfo], request: InputRequest) -> dict[str, Any
             try:
                 array = np.load(text, allow_pickle=False)
             except (OSError, ValueError) as err:
-                raise InputError(f"--input {name}={text}: cannot read it as a .npy array "
-                                 f"({getattr(err, 'strerror', None) or err})") from None
+                raise InputError(
+                    f"--input {name}={text}: cannot read it as a .npy array ({getattr(err, 'strerror', None) or err})"
+                ) from None
         else:
             array = _literal(text, info)
         want = numpy_dtype(info.onnx_type)
         if array.dtype != want:
-            lossless = info.onnx_type == STRING or np.can_cast(array.dtype, want, "same_kind") or (
-                not is_file and array.dtype.kind in "iub" and want.kind in "iufV")
+            lossless = (
+                info.onnx_type == STRING
+                or np.can_cast(array.dtype, want, "same_kind")
+                or (not is_file and array.dtype.kind in "iub" and want.kind in "iufV")
+            )
             if not lossless:
-                raise InputError(f"--input {name}: {array.dtype} values for a {element_type(info.onnx_type).name} "
-                                 "input")
+                raise InputError(
+                    f"--input {name}: {array.dtype} values for a {element_type(info.onnx_type).name} input"
+                )
             array = array.astype(want)
         out[name] = array if is_file else ("fill", array)
     return out
 
 
-def generate_feeds(inputs: list[InputInfo], shapes: dict[str, list[int]], given: dict[str, Any],
-                   seed: int = SEED) -> dict[str, Any]:
+def generate_feeds(
+    inputs: list[InputInfo], shapes: dict[str, list[int]], given: dict[str, Any], seed: int = SEED
+) -> dict[str, Any]:
     """One seeded feed per input; ``given`` arrays as they are, given scalars filled to shape."""
     import numpy as np
 

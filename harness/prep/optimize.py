@@ -31,8 +31,9 @@ OFFLINE_LEVEL = "all"
 SESSION_LEVEL_AFTER = "disabled"
 
 
-def optimize_offline(src: Path, out_dir: Path, settings: SessionSettings, *, min_external_bytes: int,
-                     label: str) -> Path:
+def optimize_offline(
+    src: Path, out_dir: Path, settings: SessionSettings, *, min_external_bytes: int, label: str
+) -> Path:
     """Save ORT's optimized version of ``src`` into ``out_dir`` (graph ``optimized.onnx``,
     initializers of at least ``min_external_bytes`` in ``optimized.data``); returns its path."""
     import onnxruntime as ort
@@ -44,8 +45,9 @@ def optimize_offline(src: Path, out_dir: Path, settings: SessionSettings, *, min
     so.log_severity_level = 4  # a failure is reported in one line, not as ORT's log lines
     so.optimized_model_filepath = str(out)
     so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "optimized.data")
-    so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
-                                str(min_external_bytes))
+    so.add_session_config_entry(
+        "session.optimized_model_external_initializers_min_size_in_bytes", str(min_external_bytes)
+    )
     try:
         ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
     except Exception as err:  # ORT raises its own exception types

@@ -21,8 +21,10 @@ FLOAT_TOLERANCE = {
     "float32": (1e-4, 1e-5),
     "float16": (1e-2, 1e-3),
     "bfloat16": (2e-2, 1e-2),
-    "float8_e4m3fn": (0.125, 0.02), "float8_e4m3fnuz": (0.125, 0.02),
-    "float8_e5m2": (0.25, 0.04), "float8_e5m2fnuz": (0.25, 0.04),
+    "float8_e4m3fn": (0.125, 0.02),
+    "float8_e4m3fnuz": (0.125, 0.02),
+    "float8_e5m2": (0.25, 0.04),
+    "float8_e5m2fnuz": (0.25, 0.04),
 }
 #: Quantized integer outputs: one step.
 QUANTIZED_INTS = {"int8", "uint8", "int4", "uint4", "int2", "uint2"}
@@ -38,7 +40,7 @@ def tolerance(dtype_name: str) -> tuple[float, float] | None:
 
 
 def compare(got: Any, want: Any) -> str:
-    """"" when ``got`` matches ``want``, else one short reason."""
+    """ "" when ``got`` matches ``want``, else one short reason."""
     import numpy as np
 
     got, want = np.asarray(got), np.asarray(want)
@@ -63,8 +65,9 @@ def compare(got: Any, want: Any) -> str:
     return f"max abs diff {worst:.3g} beyond rtol={rtol:g} atol={atol:g} ({want.dtype.name})"
 
 
-def check_outputs(outputs: list[Any], reference: dict[str, Any], names: list[str],
-                  nondeterministic: list[str] | tuple[str, ...] = ()) -> tuple[bool, str]:
+def check_outputs(
+    outputs: list[Any], reference: dict[str, Any], names: list[str], nondeterministic: list[str] | tuple[str, ...] = ()
+) -> tuple[bool, str]:
     """(ok, detail): every output against the reference; non-deterministic ones by shape only."""
     import numpy as np
 

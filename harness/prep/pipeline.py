@@ -61,7 +61,7 @@ def _from_genai_config(folder: Path) -> tuple[list[Path], bool]:
         raise InputError(f"--model {folder}: cannot read {GENAI_CONFIG} ({type(err).__name__})") from None
     names = [n for n in dict.fromkeys(_filenames(config.get("model", config))) if n.lower().endswith(".onnx")]
     if not names:
-        raise InputError(f"--model {folder}: {GENAI_CONFIG} names no .onnx file under \"model\"")
+        raise InputError(f'--model {folder}: {GENAI_CONFIG} names no .onnx file under "model"')
     paths = [folder / n for n in names]
     missing = [p.name for p in paths if not p.is_file()]
     if missing:
@@ -107,8 +107,10 @@ def _refuse_mixed(folder: Path, files: list[Path]) -> None:
     compiled = [f.name for f in files if epcontext_nodes(load_onnx(f, external_data=False))]
     if compiled and len(compiled) != len(files):
         plain = [f.name for f in files if f.name not in compiled]
-        raise InputError(f"--model {folder}: holds compiled EPContext models ({', '.join(compiled)}) and plain "
-                         f"models ({', '.join(plain)}): name the ones to load with repeated --model")
+        raise InputError(
+            f"--model {folder}: holds compiled EPContext models ({', '.join(compiled)}) and plain "
+            f"models ({', '.join(plain)}): name the ones to load with repeated --model"
+        )
 
 
 def check_pipeline_request(paths: list[Path], request: Any) -> None:

@@ -37,8 +37,9 @@ class SessionSettings:
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> SessionSettings:
         data = data or {}
-        return cls(dict(data.get("config") or {}), data.get("intra_op_threads"),
-                   dict(data.get("provider_options") or {}))
+        return cls(
+            dict(data.get("config") or {}), data.get("intra_op_threads"), dict(data.get("provider_options") or {})
+        )
 
     def apply(self, so: Any) -> Any:
         """Put the user's session knobs on ``so`` (after the harness's own entries: a user entry
@@ -54,8 +55,10 @@ def settings_notes(settings: SessionSettings) -> list[str]:
     """What the user's session knobs change about the measurement, in words."""
     notes = []
     if settings.config.get(DISABLE_PREPACKING) == "0":
-        notes.append("--session-config session.disable_prepacking=0: ORT prepacks (copies) weights into every "
-                     "session, mapped or not, so mapping saves less than it could.")
+        notes.append(
+            "--session-config session.disable_prepacking=0: ORT prepacks (copies) weights into every "
+            "session, mapped or not, so mapping saves less than it could."
+        )
     if settings.config or settings.intra_op_threads is not None:
         knobs = [f"{k}={v}" for k, v in settings.config.items()]
         if settings.intra_op_threads is not None:
@@ -79,8 +82,12 @@ def ort_level(name: str) -> Any:
     import onnxruntime as ort
 
     levels = ort.GraphOptimizationLevel
-    return {"disabled": levels.ORT_DISABLE_ALL, "basic": levels.ORT_ENABLE_BASIC,
-            "extended": levels.ORT_ENABLE_EXTENDED, "all": levels.ORT_ENABLE_ALL}[name]
+    return {
+        "disabled": levels.ORT_DISABLE_ALL,
+        "basic": levels.ORT_ENABLE_BASIC,
+        "extended": levels.ORT_ENABLE_EXTENDED,
+        "all": levels.ORT_ENABLE_ALL,
+    }[name]
 
 
 def cpu_session_options(settings: SessionSettings | None = None, *, level: str = "all") -> Any:
@@ -105,26 +112,37 @@ _NATIVE = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}
 _FLOAT8 = {17, 18, 19, 20}
 
 
-def run_session(session: Any, output_names: list[str], feeds: dict[str, Any], input_types: dict[str, int],
-                output_types: dict[str, int]) -> list[Any]:
+def run_session(
+    session: Any,
+    output_names: list[str],
+    feeds: dict[str, Any],
+    input_types: dict[str, int],
+    output_types: dict[str, int],
+) -> list[Any]:
     """Outputs of one run as numpy (or ml_dtypes) arrays, for inputs and outputs of any element
     type ORT supports: bfloat16, float8 and 4-bit values go through OrtValues."""
     import numpy as np
 
     from .tensors import from_ortvalue, numpy_dtype, to_ortvalue
 
-    inputs = {name: value if input_types.get(name, 1) in _NATIVE else to_ortvalue(value, input_types[name])
-              for name, value in feeds.items()}
+    inputs = {
+        name: value if input_types.get(name, 1) in _NATIVE else to_ortvalue(value, input_types[name])
+        for name, value in feeds.items()
+    }
     if all(output_types.get(n, 1) in _NATIVE | _FLOAT8 for n in output_names):
         outputs = session.run(output_names, inputs)
-        return [np.asarray(o).view(numpy_dtype(output_types[n])) if output_types.get(n) in _FLOAT8 else o
-                for n, o in zip(output_names, outputs, strict=True)]
+        return [
+            np.asarray(o).view(numpy_dtype(output_types[n])) if output_types.get(n) in _FLOAT8 else o
+            for n, o in zip(output_names, outputs, strict=True)
+        ]
     if any(input_types.get(n) == 8 for n in feeds):
         raise ValueError("string inputs together with bfloat16/4-bit outputs cannot be run from Python")
     import onnxruntime as ort
 
-    inputs = {n: v if isinstance(v, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
-              for n, v in inputs.items()}
+    inputs = {
+        n: v if isinstance(v, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
+        for n, v in inputs.items()
+    }
     values = session.run_with_ort_values(output_names, inputs)
     return [from_ortvalue(v) for v in values]
 

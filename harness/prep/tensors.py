@@ -42,18 +42,39 @@ class ElementType:
 
 #: Every element type ONNX defines that can hold weights. COMPLEX* and the float4/float6/e8m0
 #: types are listed so their sizes are right; ORT's CPU EP refuses models using them at load.
-ELEMENT_TYPES: dict[int, ElementType] = {t.onnx: t for t in (
-    ElementType(1, "float32", 32), ElementType(2, "uint8", 8), ElementType(3, "int8", 8),
-    ElementType(4, "uint16", 16), ElementType(5, "int16", 16), ElementType(6, "int32", 32),
-    ElementType(7, "int64", 64), ElementType(8, "str", 0), ElementType(9, "bool", 8),
-    ElementType(10, "float16", 16), ElementType(11, "float64", 64), ElementType(12, "uint32", 32),
-    ElementType(13, "uint64", 64), ElementType(14, "complex64", 64), ElementType(15, "complex128", 128),
-    ElementType(16, "bfloat16", 16), ElementType(17, "float8_e4m3fn", 8), ElementType(18, "float8_e4m3fnuz", 8),
-    ElementType(19, "float8_e5m2", 8), ElementType(20, "float8_e5m2fnuz", 8), ElementType(21, "uint4", 4),
-    ElementType(22, "int4", 4), ElementType(23, "float4_e2m1fn", 4), ElementType(24, "float8_e8m0fnu", 8),
-    ElementType(25, "uint2", 2), ElementType(26, "int2", 2), ElementType(27, "float6_e2m3fn", 6),
-    ElementType(28, "float6_e3m2fn", 6),
-)}
+ELEMENT_TYPES: dict[int, ElementType] = {
+    t.onnx: t
+    for t in (
+        ElementType(1, "float32", 32),
+        ElementType(2, "uint8", 8),
+        ElementType(3, "int8", 8),
+        ElementType(4, "uint16", 16),
+        ElementType(5, "int16", 16),
+        ElementType(6, "int32", 32),
+        ElementType(7, "int64", 64),
+        ElementType(8, "str", 0),
+        ElementType(9, "bool", 8),
+        ElementType(10, "float16", 16),
+        ElementType(11, "float64", 64),
+        ElementType(12, "uint32", 32),
+        ElementType(13, "uint64", 64),
+        ElementType(14, "complex64", 64),
+        ElementType(15, "complex128", 128),
+        ElementType(16, "bfloat16", 16),
+        ElementType(17, "float8_e4m3fn", 8),
+        ElementType(18, "float8_e4m3fnuz", 8),
+        ElementType(19, "float8_e5m2", 8),
+        ElementType(20, "float8_e5m2fnuz", 8),
+        ElementType(21, "uint4", 4),
+        ElementType(22, "int4", 4),
+        ElementType(23, "float4_e2m1fn", 4),
+        ElementType(24, "float8_e8m0fnu", 8),
+        ElementType(25, "uint2", 2),
+        ElementType(26, "int2", 2),
+        ElementType(27, "float6_e2m3fn", 6),
+        ElementType(28, "float6_e3m2fn", 6),
+    )
+}
 STRING = 8
 
 
@@ -91,8 +112,10 @@ def raw_bytes(proto: Any) -> bytes:
         data = numpy_helper.from_array(numpy_helper.to_array(proto), proto.name).raw_data
     want = packed_size(proto.data_type, list(proto.dims))
     if len(data) != want:
-        raise ValueError(f"{proto.name}: {len(data)} bytes of data for {list(proto.dims)} "
-                         f"{element_type(proto.data_type).name} (expected {want})")
+        raise ValueError(
+            f"{proto.name}: {len(data)} bytes of data for {list(proto.dims)} "
+            f"{element_type(proto.data_type).name} (expected {want})"
+        )
     return data
 
 
@@ -108,6 +131,7 @@ def ortvalue_over(buffer: Any, onnx_type: int, shape: list[int], offset: int) ->
 
 
 # -- feeds and outputs of any type ---------------------------------------------------------------
+
 
 def numpy_dtype(onnx_type: int) -> Any:
     """The numpy (or ml_dtypes) dtype holding values of ``onnx_type``, one element per item."""

@@ -33,6 +33,8 @@ EventCallback = Callable[[int, str, str], None]
 
 def _no_event(worker: int, state: str, detail: str = "") -> None:
     pass
+
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -100,10 +102,17 @@ def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob) -> _Worker:
     _pause_before_spawn(group, index)
     stem = group.workdir / f"w{index}"
     spec = WorkerSpec(
-        target=group.target, mode=group.mode, model_folder=str(group.model_folder),
-        sessions=group.sessions_per_process, ready_path=f"{stem}.ready.json",
-        result_path=f"{stem}.result.json", log_path=f"{stem}.log", weights_bytes=group.weights_bytes,
-        options=dict(group.options), parent_pid=group.parent_pid, parent_create_time=group.parent_create_time,
+        target=group.target,
+        mode=group.mode,
+        model_folder=str(group.model_folder),
+        sessions=group.sessions_per_process,
+        ready_path=f"{stem}.ready.json",
+        result_path=f"{stem}.result.json",
+        log_path=f"{stem}.log",
+        weights_bytes=group.weights_bytes,
+        options=dict(group.options),
+        parent_pid=group.parent_pid,
+        parent_create_time=group.parent_create_time,
         release_timeout_s=RELEASE_TIMEOUT_S + group.worker_timeout_s,
         fault_action=group.fault_actions.get(index, ""),
     )
@@ -118,7 +127,11 @@ def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob) -> _Worker:
     try:
         proc = subprocess.Popen(
             [interpreter, "-m", "harness.runner.worker", f"{stem}.spec.json"],
-            stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT, cwd=str(ROOT), env=env,
+            stdin=subprocess.PIPE,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            cwd=str(ROOT),
+            env=env,
         )
     except OSError as err:
         log_file.close()
@@ -160,8 +173,10 @@ def _sample(w: _Worker) -> None:
         w.sampled_pid = reported
         w.memory = sample_process(reported)
     else:
-        w.memory = MemorySample(note=f"worker reported pid {reported}, which is not process {w.proc.pid} or "
-                                     "one of its children: not sampled")
+        w.memory = MemorySample(
+            note=f"worker reported pid {reported}, which is not process {w.proc.pid} or "
+            "one of its children: not sampled"
+        )
 
 
 def _release(workers: list[_Worker]) -> None:
@@ -235,26 +250,44 @@ def _row(group: GroupSpec, w: _Worker) -> ResultRow:
     elif error and code not in (0, None):
         error = f"{error} ({how})"
     init = None if record.load_s is None or record.create_s is None else record.load_s + record.create_s
-    sampled = w.memory.rss_bytes is not None and (w.memory.uss_bytes is not None
-                                                  or w.memory.private_bytes is not None)
+    sampled = w.memory.rss_bytes is not None and (w.memory.uss_bytes is not None or w.memory.private_bytes is not None)
     violations = implausible(w.memory, record.private_copy_bytes, record.mapped_resident_bytes) if sampled else []
     memory_note = "; ".join(x for x in (w.memory.note, *violations) if x)
     return ResultRow(
-        target=group.target, mode=group.mode, disable_file_mapped_weights=disable_flag(group.mode),
-        processes=group.processes, sessions_per_process=group.sessions_per_process,
-        repeat=group.repeat, worker=w.index, pid=w.sampled_pid or record.pid or w.proc.pid,
+        target=group.target,
+        mode=group.mode,
+        disable_file_mapped_weights=disable_flag(group.mode),
+        processes=group.processes,
+        sessions_per_process=group.sessions_per_process,
+        repeat=group.repeat,
+        worker=w.index,
+        pid=w.sampled_pid or record.pid or w.proc.pid,
         path_taken=record.path_taken or None,
-        map_attempts=record.map_attempts, fallback_stage=record.fallback_stage or None,
+        map_attempts=record.map_attempts,
+        fallback_stage=record.fallback_stage or None,
         ep_file_mapping=record.ep_file_mapping,
-        init_s=init, load_s=record.load_s, create_s=record.create_s, first_run_s=record.first_run_s,
-        runs=record.runs, latency_p50_s=record.latency_p50_s, latency_p90_s=record.latency_p90_s,
+        init_s=init,
+        load_s=record.load_s,
+        create_s=record.create_s,
+        first_run_s=record.first_run_s,
+        runs=record.runs,
+        latency_p50_s=record.latency_p50_s,
+        latency_p90_s=record.latency_p90_s,
         latency_p99_s=record.latency_p99_s,
-        rss_bytes=w.memory.rss_bytes, uss_bytes=w.memory.uss_bytes, pss_bytes=w.memory.pss_bytes,
-        private_bytes=w.memory.private_bytes, peak_bytes=record.peak_bytes,
-        weights_bytes=record.weights_bytes, output_ok=bool(record.output_ok) and not error,
-        error=error, memory_note=memory_note, exit_code=code,
-        map_errors="; ".join(record.map_errors), ep_log_tail=record.ep_log_tail,
-        ep_sessions=record.ep_sessions or None, ep_reason=record.ep_reason or None,
+        rss_bytes=w.memory.rss_bytes,
+        uss_bytes=w.memory.uss_bytes,
+        pss_bytes=w.memory.pss_bytes,
+        private_bytes=w.memory.private_bytes,
+        peak_bytes=record.peak_bytes,
+        weights_bytes=record.weights_bytes,
+        output_ok=bool(record.output_ok) and not error,
+        error=error,
+        memory_note=memory_note,
+        exit_code=code,
+        map_errors="; ".join(record.map_errors),
+        ep_log_tail=record.ep_log_tail,
+        ep_sessions=record.ep_sessions or None,
+        ep_reason=record.ep_reason or None,
         memory_ok=sampled and not violations,
     )
 

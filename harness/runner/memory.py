@@ -96,13 +96,17 @@ def implausible(sample: MemorySample, private_copy_bytes: int | None, mapped_res
         found.append(f"USS {fmt_bytes(uss)} above PSS {fmt_bytes(pss)}")
     if private_copy_bytes:
         if private is not None and _short(private, private_copy_bytes):
-            found.append(f"private memory {fmt_bytes(private)} below the {fmt_bytes(private_copy_bytes)} of "
-                         "weight copies it holds")
+            found.append(
+                f"private memory {fmt_bytes(private)} below the {fmt_bytes(private_copy_bytes)} of "
+                "weight copies it holds"
+            )
         if _short(rss, private_copy_bytes):
             found.append(f"RSS {fmt_bytes(rss)} below the {fmt_bytes(private_copy_bytes)} of weight copies it holds")
     if mapped_resident_bytes and _short(rss, mapped_resident_bytes):
-        found.append(f"RSS {fmt_bytes(rss)} below the {fmt_bytes(mapped_resident_bytes)} of mapped weights it had "
-                     "resident when it reported ready")
+        found.append(
+            f"RSS {fmt_bytes(rss)} below the {fmt_bytes(mapped_resident_bytes)} of mapped weights it had "
+            "resident when it reported ready"
+        )
     return [f"implausible sample: {text}" for text in found]
 
 

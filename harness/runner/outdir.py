@@ -31,8 +31,15 @@ from harness.core.errors import InputError
 from harness.core.files import check_creatable, check_writable
 
 #: Files a run (or `harness report` / `harness bench` on it) writes into its folder.
-RUN_FILES = ("results.csv", "summary.csv", "results_long.csv", "metadata.json", "report.html", "bench.json",
-             "headline.json")
+RUN_FILES = (
+    "results.csv",
+    "summary.csv",
+    "results_long.csv",
+    "metadata.json",
+    "report.html",
+    "bench.json",
+    "headline.json",
+)
 #: Folders a run writes (one per group, holding the workers' specs, records and logs).
 RUN_FOLDERS = ("workers",)
 LOCK_NAME = ".harness.lock"
@@ -64,8 +71,9 @@ def _check_previous_run(out: Path) -> None:
             raise InputError(f"--out {out}: cannot check {name} ({err.strerror or err})") from None
         wanted = stat.S_ISDIR if name in RUN_FOLDERS else stat.S_ISREG
         if not wanted(mode):
-            raise InputError(f"--out {out}: its {name} is {_kind(mode)}, not what a run leaves there; refusing to "
-                             "replace it")
+            raise InputError(
+                f"--out {out}: its {name} is {_kind(mode)}, not what a run leaves there; refusing to replace it"
+            )
 
 
 def _overlaps(a: Path, b: Path) -> bool:
@@ -81,8 +89,10 @@ def check_out(out: Path | None, cache_dir: Path) -> None:
         return
     check_creatable(out, "--out", folder=True)
     if _overlaps(out, cache_dir):
-        raise InputError(f"--out {out} and the model cache {cache_dir} overlap: a run folder and the cache must be "
-                         "separate (a run cleans its folder; the cache is cleared as a whole)")
+        raise InputError(
+            f"--out {out} and the model cache {cache_dir} overlap: a run folder and the cache must be "
+            "separate (a run cleans its folder; the cache is cleared as a whole)"
+        )
     if out.is_dir():
         try:
             entries = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME)
@@ -90,8 +100,10 @@ def check_out(out: Path | None, cache_dir: Path) -> None:
             raise InputError(f"--out {out}: cannot list it ({err.strerror or err})") from None
         if entries and not is_run_folder(out):
             shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
-            raise InputError(f"--out {out}: a folder that is neither empty nor a run folder of this harness (it "
-                             f"holds {shown}); choose a new or empty folder")
+            raise InputError(
+                f"--out {out}: a folder that is neither empty nor a run folder of this harness (it "
+                f"holds {shown}); choose a new or empty folder"
+            )
         _check_previous_run(out)
     check_writable(out, "--out")
 
@@ -137,8 +149,9 @@ def _lock(folder: Path) -> Any:
     try:
         lock.acquire()
     except Timeout:
-        raise InputError(f"--out {folder}: another harness run is writing there; wait for it or choose another "
-                         "folder") from None
+        raise InputError(
+            f"--out {folder}: another harness run is writing there; wait for it or choose another folder"
+        ) from None
     except OSError as err:
         raise InputError(f"--out {folder}: cannot lock it ({err.strerror or err})") from None
     return lock
@@ -158,8 +171,9 @@ def _clean(folder: Path) -> tuple[str, ...]:
             else:
                 path.unlink()
         except OSError as err:
-            raise InputError(f"--out {folder}: cannot remove the previous run's {name} ({err.strerror or err})") \
-                from None
+            raise InputError(
+                f"--out {folder}: cannot remove the previous run's {name} ({err.strerror or err})"
+            ) from None
         removed.append(name)
     return tuple(removed)
 

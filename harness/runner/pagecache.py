@@ -43,11 +43,15 @@ class CacheState:
 def check_cold_supported() -> None:
     """InputError when this OS cannot evict a file's pages without privileges."""
     if sys.platform == "win32":
-        raise InputError("--page-cache cold: Windows drops a file's cached pages only with administrator rights "
-                         "(SeProfileSingleProcessPrivilege); run with --page-cache warm")
+        raise InputError(
+            "--page-cache cold: Windows drops a file's cached pages only with administrator rights "
+            "(SeProfileSingleProcessPrivilege); run with --page-cache warm"
+        )
     if not hasattr(os, "posix_fadvise"):
-        raise InputError(f"--page-cache cold: {sys.platform} has no posix_fadvise to evict a file's pages; "
-                         "run with --page-cache warm")
+        raise InputError(
+            f"--page-cache cold: {sys.platform} has no posix_fadvise to evict a file's pages; "
+            "run with --page-cache warm"
+        )
 
 
 def warm(path: Path) -> None:
@@ -125,6 +129,7 @@ def make_cold(paths: list[Path]) -> CacheState:
     elif result.resident_bytes > COLD_RESIDENT_SHARE * max(result.total_bytes, 1):
         share = result.resident_bytes / max(result.total_bytes, 1)
         result.state = "cold-unverified"
-        result.note = (f"{share:.0%} of the weights stayed in the page cache after eviction (another process "
-                       "maps or reads them)")
+        result.note = (
+            f"{share:.0%} of the weights stayed in the page cache after eviction (another process maps or reads them)"
+        )
     return result

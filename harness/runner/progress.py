@@ -43,8 +43,11 @@ class _Stage:
         took = fmt_seconds(time.monotonic() - self.t0)
         if not self.total:
             return f"{self.label}: {took}"
-        amount = (f"{fmt_bytes(self.done)} / {fmt_bytes(self.total)}" if self.unit == "bytes"
-                  else f"{self.done} / {self.total} {self.unit}")
+        amount = (
+            f"{fmt_bytes(self.done)} / {fmt_bytes(self.total)}"
+            if self.unit == "bytes"
+            else f"{self.done} / {self.total} {self.unit}"
+        )
         return f"{self.label}: {amount} ({100 * self.done / self.total:.0f}%), {took}"
 
 
@@ -99,8 +102,14 @@ class Progress:
             return
         from rich.live import Live
 
-        self._live = Live(get_renderable=self._render, console=self.console, refresh_per_second=4,
-                          transient=True, redirect_stdout=False, redirect_stderr=False)
+        self._live = Live(
+            get_renderable=self._render,
+            console=self.console,
+            refresh_per_second=4,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
         self._live.start()
 
     def _start_heartbeat(self) -> None:
@@ -174,8 +183,10 @@ class Progress:
 
     def group_started(self, index: int, total: int, group) -> None:
         self._t0 = time.monotonic()
-        title = (f"[{index + 1}/{total}] {group.target} {group.mode} N={group.processes} "
-                 f"M={group.sessions_per_process} repeat={group.repeat}")
+        title = (
+            f"[{index + 1}/{total}] {group.target} {group.mode} N={group.processes} "
+            f"M={group.sessions_per_process} repeat={group.repeat}"
+        )
         with self._lock:
             self._group = _Group(title, self._t0)
         self.note(f"{title}: starting {group.processes} worker(s)")

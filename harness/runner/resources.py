@@ -70,8 +70,10 @@ def check_fd_limit(processes: int) -> None:
         return
     need = max(now + FDS_PER_WORKER * processes + SPARE_FDS, WORKER_MIN_FDS)
     if soft < need:
-        raise InputError(f"--processes {processes}: the harness needs about {need} open files ({FDS_PER_WORKER} per "
-                         f"worker, {now} open now) but the limit is {soft} (ulimit -n); raise it or lower --processes")
+        raise InputError(
+            f"--processes {processes}: the harness needs about {need} open files ({FDS_PER_WORKER} per "
+            f"worker, {now} open now) but the limit is {soft} (ulimit -n); raise it or lower --processes"
+        )
 
 
 def check_address_space(weights_bytes: int) -> None:
@@ -90,6 +92,8 @@ def check_address_space(weights_bytes: int) -> None:
     base = int(psutil.Process().memory_info().vms)
     need = base + weights_bytes
     if soft < need:
-        raise InputError(f"the address-space limit (ulimit -v) is {fmt_bytes(soft)} but a worker needs at least "
-                         f"{fmt_bytes(need)} ({fmt_bytes(base)} for Python and its libraries + "
-                         f"{fmt_bytes(weights_bytes)} of weights); raise the limit or lower --model-size")
+        raise InputError(
+            f"the address-space limit (ulimit -v) is {fmt_bytes(soft)} but a worker needs at least "
+            f"{fmt_bytes(need)} ({fmt_bytes(base)} for Python and its libraries + "
+            f"{fmt_bytes(weights_bytes)} of weights); raise the limit or lower --model-size"
+        )

@@ -186,8 +186,10 @@ def check_shapes_allocatable(shapes: dict[str, list[int]], available: int) -> No
         if elements > MAX_SHAPE_ELEMENTS or elements > available * MEMORY_BUDGET_SHARE:
             from harness.core.units import fmt_bytes
 
-            raise InputError(f"--shape {name}={'x'.join(map(str, dims))}: an input of {elements:.4g} elements needs "
-                             f"at least {fmt_bytes(elements)} (1 byte each) but {fmt_bytes(available)} is available")
+            raise InputError(
+                f"--shape {name}={'x'.join(map(str, dims))}: an input of {elements:.4g} elements needs "
+                f"at least {fmt_bytes(elements)} (1 byte each) but {fmt_bytes(available)} is available"
+            )
 
 
 def check_gates_fit_modes(opts: RunOptions) -> None:
@@ -199,8 +201,10 @@ def check_gates_fit_modes(opts: RunOptions) -> None:
 
     for expr in opts.gates:
         if needs_both_modes(parse_gate(expr)):
-            raise InputError(f"gate {expr!r} compares mapped with heap, but --modes is {opts.modes[0]} only: "
-                             "run both modes or drop the gate")
+            raise InputError(
+                f"gate {expr!r} compares mapped with heap, but --modes is {opts.modes[0]} only: "
+                "run both modes or drop the gate"
+            )
 
 
 def check_options(opts: RunOptions) -> None:
@@ -242,22 +246,32 @@ def plan_groups(
             for target_name, mode in plan:
                 target = get_target(target_name)
                 ready = prepared[target_name]
-                groups.append(GroupSpec(
-                    target=target_name, mode=mode, processes=n,
-                    sessions_per_process=opts.sessions_per_process, repeat=repeat,
-                    model_folder=ready.model.folder.resolve(),
-                    workdir=(out / "workers" / f"{target_name}-{mode}-n{n}-r{repeat}").resolve(),
-                    worker_timeout_s=opts.worker_timeout_s, weights_bytes=ready.weights_bytes,
-                    options={**opts.options_of(target), **ready.worker_options,
-                             "session": opts.session_settings().to_dict(), "runs": opts.runs},
-                    parent_pid=parent[0], parent_create_time=parent[1],
-                    fault_actions=opts.fault_actions if target_name == opts.target else {},
-                ))
+                groups.append(
+                    GroupSpec(
+                        target=target_name,
+                        mode=mode,
+                        processes=n,
+                        sessions_per_process=opts.sessions_per_process,
+                        repeat=repeat,
+                        model_folder=ready.model.folder.resolve(),
+                        workdir=(out / "workers" / f"{target_name}-{mode}-n{n}-r{repeat}").resolve(),
+                        worker_timeout_s=opts.worker_timeout_s,
+                        weights_bytes=ready.weights_bytes,
+                        options={
+                            **opts.options_of(target),
+                            **ready.worker_options,
+                            "session": opts.session_settings().to_dict(),
+                            "runs": opts.runs,
+                        },
+                        parent_pid=parent[0],
+                        parent_create_time=parent[1],
+                        fault_actions=opts.fault_actions if target_name == opts.target else {},
+                    )
+                )
     return groups
 
 
-def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, status: str, t0: float,
-              env: dict) -> dict:
+def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, status: str, t0: float, env: dict) -> dict:
     target = get_target(opts.target)
     own = prepared.get(opts.target)
     default_gates = target.default_gates(opts) if opts.default_gates else []
@@ -266,18 +280,28 @@ def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, sta
         "status": status,
         "run": {
             "run_id": None,  # filled in by execute: the folder name
-            "target": opts.target, "target_options": opts.options_of(target), "peer": opts.peer,
+            "target": opts.target,
+            "target_options": opts.options_of(target),
+            "peer": opts.peer,
             "model": own.source if own else (str(opts.model) if opts.model else "generated"),
             "models": [str(m.source) for m in own.models] if own else [str(m) for m in opts.models],
             "weights_bytes": own.weights_bytes if own else None,
-            "session": opts.session_settings().to_dict(), "runs": opts.runs, "page_cache": opts.page_cache,
+            "session": opts.session_settings().to_dict(),
+            "runs": opts.runs,
+            "page_cache": opts.page_cache,
             "inputs": {"shapes": opts.shapes, "free_dims": opts.free_dims, "values": opts.input_values},
-            "processes": opts.processes, "sessions_per_process": opts.sessions_per_process,
-            "modes": opts.modes, "repeat": opts.repeat, "labels": opts.labels, "started": started,
+            "processes": opts.processes,
+            "sessions_per_process": opts.sessions_per_process,
+            "modes": opts.modes,
+            "repeat": opts.repeat,
+            "labels": opts.labels,
+            "started": started,
             "finished": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "duration_s": round(time.monotonic() - t0, 3), "command": opts.command,
-            "project_to": ({"sessions": opts.project_to[0], "weights_bytes": opts.project_to[1]}
-                           if opts.project_to else None),
+            "duration_s": round(time.monotonic() - t0, 3),
+            "command": opts.command,
+            "project_to": (
+                {"sessions": opts.project_to[0], "weights_bytes": opts.project_to[1]} if opts.project_to else None
+            ),
         },
         "gates": list(opts.gates),
         "default_gates": [{"expr": expr, "why": why} for expr, why in default_gates],

@@ -186,8 +186,9 @@ def mapped_resident_bytes(folder: Path) -> int | None:
         import psutil
 
         root = os.path.normcase(str(Path(folder).resolve())) + os.sep
-        return sum(m.rss for m in psutil.Process().memory_maps(grouped=True)
-                   if os.path.normcase(m.path).startswith(root))
+        return sum(
+            m.rss for m in psutil.Process().memory_maps(grouped=True) if os.path.normcase(m.path).startswith(root)
+        )
     except Exception:  # not readable here: no mapped-pages check for this worker
         return None
 

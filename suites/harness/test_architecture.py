@@ -42,8 +42,12 @@ def modules_under(folder: str) -> list[Path]:
 
 
 def _violations(files: list[Path], forbidden) -> list[str]:
-    return [f"{path.relative_to(ROOT)} imports {name}" for path in files for name in sorted(imported_modules(path))
-            if forbidden(name)]
+    return [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in files
+        for name in sorted(imported_modules(path))
+        if forbidden(name)
+    ]
 
 
 def test_core_is_the_bottom_layer():

@@ -21,19 +21,40 @@ ERROR = "OSError: cannot read [/tmp/models[v2]/weights.bin] ([bold]x[/])"
 
 
 def _rows() -> list[ResultRow]:
-    base = ResultRow(target="cpu", mode="mapped", disable_file_mapped_weights="0", processes=1,
-                     sessions_per_process=1, repeat=0, worker=0, pid=1, path_taken="mapped", output_ok=True,
-                     init_s=0.01, load_s=0.001, create_s=0.009, rss_bytes=10, uss_bytes=5, pss_bytes=7,
-                     private_bytes=5, weights_bytes=4, ep_file_mapping="n/a", error="")
-    heap = replace(base, mode="heap", disable_file_mapped_weights="1", path_taken="heap", error=ERROR,
-                   output_ok=False)
+    base = ResultRow(
+        target="cpu",
+        mode="mapped",
+        disable_file_mapped_weights="0",
+        processes=1,
+        sessions_per_process=1,
+        repeat=0,
+        worker=0,
+        pid=1,
+        path_taken="mapped",
+        output_ok=True,
+        init_s=0.01,
+        load_s=0.001,
+        create_s=0.009,
+        rss_bytes=10,
+        uss_bytes=5,
+        pss_bytes=7,
+        private_bytes=5,
+        weights_bytes=4,
+        ep_file_mapping="n/a",
+        error="",
+    )
+    heap = replace(base, mode="heap", disable_file_mapped_weights="1", path_taken="heap", error=ERROR, output_ok=False)
     return [base, heap]
 
 
 def test_run_id_and_errors_with_brackets_are_printed_verbatim(tmp_path):
     rows = _rows()
-    meta = {"status": "complete", "run": {"run_id": "[r1]", "target": "cpu"},
-            "gates": ["failed_workers==0"], "default_gates": []}
+    meta = {
+        "status": "complete",
+        "run": {"run_id": "[r1]", "target": "cpu"},
+        "gates": ["failed_workers==0"],
+        "default_gates": [],
+    }
     run = RunData(folder=tmp_path / "[r1]", meta=meta, results=rows, summary=summarize(rows))
     buffer = io.StringIO()
     console = make_console()
@@ -59,5 +80,13 @@ def replace_group():
 
     from harness.runner.group import GroupSpec
 
-    return GroupSpec(target="cpu", mode="heap", processes=2, sessions_per_process=1, repeat=0,
-                     model_folder=Path("."), workdir=Path("."), worker_timeout_s=1.0)
+    return GroupSpec(
+        target="cpu",
+        mode="heap",
+        processes=2,
+        sessions_per_process=1,
+        repeat=0,
+        model_folder=Path("."),
+        workdir=Path("."),
+        worker_timeout_s=1.0,
+    )

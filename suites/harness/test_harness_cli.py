@@ -49,7 +49,19 @@ def test_help_lists_the_contract(run_harness):
     """--help documents every option of the contract."""
     outcome = run_harness("run", "--help")
     assert outcome.returncode == 0
-    for option in ("--target", "--model", "--model-size", "--shape", "--processes",
-                   "--sessions-per-process", "--modes", "--repeat", "--map-failures",
-                   "--worker-timeout", "--out", "--embed-mode", "--share-ep-contexts"):
+    for option in (
+        "--target",
+        "--model",
+        "--model-size",
+        "--shape",
+        "--processes",
+        "--sessions-per-process",
+        "--modes",
+        "--repeat",
+        "--map-failures",
+        "--worker-timeout",
+        "--out",
+        "--embed-mode",
+        "--share-ep-contexts",
+    ):
         assert option in outcome.stdout

@@ -11,8 +11,9 @@ pytestmark = pytest.mark.memory
 
 
 def test_run_writes_headline_json_even_without_report(run_harness):
-    outcome = run_harness("run", "--model-size", "16MiB", "--processes", "1,2", "--quiet", "--no-report",
-                          "--label", "device=ci")
+    outcome = run_harness(
+        "run", "--model-size", "16MiB", "--processes", "1,2", "--quiet", "--no-report", "--label", "device=ci"
+    )
     assert outcome.returncode == 0, outcome.stderr
     assert not (outcome.out / "report.html").exists()
     head = outcome.headline()
@@ -25,8 +26,7 @@ def test_run_writes_headline_json_even_without_report(run_harness):
 
 def test_bench_writes_report_headline_and_bench_json(run_harness, tmp_path):
     out = tmp_path / "bench"
-    outcome = run_harness("bench", "--model-size", "16MiB", "--processes", "2", "--repeat", "1", "--quiet",
-                          out=out)
+    outcome = run_harness("bench", "--model-size", "16MiB", "--processes", "2", "--repeat", "1", "--quiet", out=out)
     assert outcome.returncode in (0, 1), outcome.stderr  # criteria may miss at 16 MiB: figures still written
     head = outcome.headline()
     assert head["kind"] == "bench" and head["peer"] == "ort-native"

@@ -114,8 +114,9 @@ def test_stdout_table_shows_both_modes_and_ratios(cpu_run):
 def test_ort_native_peer_baseline(run_harness, harness_options):
     """ORT mapping its own external data is the peer baseline; it shares pages the same way."""
     size = min(parse_size(harness_options.model_size), 64 * 1024**2)
-    outcome = run_harness("run", "--target", "ort-native", "--model-size", str(size), "--processes", "2",
-                          "--quiet", "--no-report")
+    outcome = run_harness(
+        "run", "--target", "ort-native", "--model-size", str(size), "--processes", "2", "--quiet", "--no-report"
+    )
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr
     rows = _by_mode(outcome.results())
     assert sum(r.uss_bytes for r in rows["mapped"]) < 0.6 * sum(r.uss_bytes for r in rows["heap"])
@@ -123,8 +124,9 @@ def test_ort_native_peer_baseline(run_harness, harness_options):
 
 def test_sessions_per_process_share_one_mapping(run_harness):
     """M sessions in one worker: mapped keeps one copy, heap one copy per session."""
-    outcome = run_harness("run", "--model-size", "32MiB", "--processes", "1", "--sessions-per-process", "3",
-                          "--quiet", "--no-report")
+    outcome = run_harness(
+        "run", "--model-size", "32MiB", "--processes", "1", "--sessions-per-process", "3", "--quiet", "--no-report"
+    )
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr
     rows = _by_mode(outcome.results())
     weights = rows["heap"][0].weights_bytes
@@ -137,8 +139,9 @@ def test_rerun_into_the_same_out_folder_measures_afresh(run_harness, tmp_path):
     "ready" record would end the barrier before the new workers loaded anything."""
     out = tmp_path / "same"
     for _ in range(2):
-        outcome = run_harness("run", "--model-size", "16MiB", "--processes", "2", "--modes", "heap",
-                              "--quiet", "--no-report", out=out)
+        outcome = run_harness(
+            "run", "--model-size", "16MiB", "--processes", "2", "--modes", "heap", "--quiet", "--no-report", out=out
+        )
         assert outcome.returncode == 0, outcome.stdout + outcome.stderr
     rows = outcome.results()
     assert len(rows) == 2

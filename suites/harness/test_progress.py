@@ -14,8 +14,16 @@ import pytest
 from harness.runner.group import GroupResult, GroupSpec
 from harness.runner.progress import Progress
 
-GROUP = GroupSpec(target="cpu", mode="mapped", processes=2, sessions_per_process=1, repeat=0,
-                  model_folder=Path("."), workdir=Path("."), worker_timeout_s=1.0)
+GROUP = GroupSpec(
+    target="cpu",
+    mode="mapped",
+    processes=2,
+    sessions_per_process=1,
+    repeat=0,
+    model_folder=Path("."),
+    workdir=Path("."),
+    worker_timeout_s=1.0,
+)
 
 
 def plain() -> Progress:
@@ -89,8 +97,9 @@ def test_quiet_prints_nothing():
 
 @pytest.mark.memory
 def test_a_real_run_reports_build_bytes_and_worker_states(run_harness, tmp_path):
-    outcome = run_harness("run", "--model-size", "24MiB", "--processes", "2",
-                          env={"HARNESS_CACHE_DIR": str(tmp_path / "fresh-cache")})
+    outcome = run_harness(
+        "run", "--model-size", "24MiB", "--processes", "2", env={"HARNESS_CACHE_DIR": str(tmp_path / "fresh-cache")}
+    )
     assert outcome.returncode == 0, outcome.stderr
     err = outcome.stderr
     assert re.search(r"preparing the cpu model .*: \d+\.\d MiB / 24\.0 MiB \(\d+%\)", err), err
@@ -103,8 +112,16 @@ def test_worker_errors_are_printed_verbatim():
     from harness.core.schema import ResultRow
 
     progress = plain()
-    row = ResultRow(target="cpu", mode="heap", processes=1, sessions_per_process=1, repeat=0, worker=0,
-                    output_ok=False, error="OSError: [/tmp/x[v2]] ([bold]y[/])")
+    row = ResultRow(
+        target="cpu",
+        mode="heap",
+        processes=1,
+        sessions_per_process=1,
+        repeat=0,
+        worker=0,
+        output_ok=False,
+        error="OSError: [/tmp/x[v2]] ([bold]y[/])",
+    )
     progress.group_started(0, 1, GROUP)
     progress.group_finished(0, 1, GROUP, GroupResult([replace(row)], None))
     assert "OSError: [/tmp/x[v2]] ([bold]y[/])" in progress.console.file.getvalue()

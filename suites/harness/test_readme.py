@@ -21,7 +21,7 @@ PYTHON_BLOCKS = re.findall(r"^```python\n(.*?)^```", TEXT, re.S | re.M)
 def section(title: str) -> str:
     start = TEXT.index(f"## {title}\n")
     end = TEXT.find("\n## ", start + 1)
-    return TEXT[start:end if end > 0 else None]
+    return TEXT[start : end if end > 0 else None]
 
 
 def test_the_readme_has_python_blocks():
@@ -33,8 +33,15 @@ def test_the_readme_has_python_blocks():
 def test_python_block_runs_as_written(index, tmp_path, model_cache):
     """Each block in a fresh interpreter, in an empty folder, with nothing prepared."""
     code = PYTHON_BLOCKS[index]
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300, env=harness_env(model_cache), stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=harness_env(model_cache),
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, f"README python block {index + 1} failed:\n{code}\n{proc.stderr[-3000:]}"
 
 
@@ -54,7 +61,13 @@ def test_readme_names_the_console_script_the_cache_and_how_to_read_the_report():
     pyproject = (README.parent / "pyproject.toml").read_text(encoding="utf-8")
     scripts = re.search(r"^\[project\.scripts\]\n(.*?)\n\n", pyproject, re.S | re.M).group(1)
     assert scripts.split(" = ")[0] == "qnn-fmw-harness" and "`qnn-fmw-harness`" in TEXT
-    for needle in ("HARNESS_CACHE_DIR", "~/.cache/qnn-fmw-harness", "python -m harness cache clear",
-                   "python -m harness cache info", "### Reading the report", "headline.json",
-                   "The spread rule"):
+    for needle in (
+        "HARNESS_CACHE_DIR",
+        "~/.cache/qnn-fmw-harness",
+        "python -m harness cache clear",
+        "python -m harness cache info",
+        "### Reading the report",
+        "headline.json",
+        "The spread rule",
+    ):
         assert needle in TEXT, needle

@@ -21,26 +21,35 @@ from harness.runner.spawn import harness_identity, worker_interpreter, worker_pi
 
 
 def test_windows_venv_starts_the_base_interpreter_with_the_launcher_variable():
-    exe, env = worker_interpreter(r"C:\p\.venv\Scripts\python.exe", r"C:\Python311\python.exe", "win32",
-                                  {"PATH": "x"})
+    exe, env = worker_interpreter(r"C:\p\.venv\Scripts\python.exe", r"C:\Python311\python.exe", "win32", {"PATH": "x"})
     assert exe == r"C:\Python311\python.exe"
     assert env == {"PATH": "x", "__PYVENV_LAUNCHER__": r"C:\p\.venv\Scripts\python.exe"}
 
 
-@pytest.mark.parametrize(("exe", "base", "platform"), [
-    (r"C:\Python311\python.exe", r"C:\Python311\python.exe", "win32"),  # no venv
-    (r"C:\Python311\PYTHON.EXE", r"c:\python311\python.exe", "win32"),  # same file, other case
-    ("/work/.venv/bin/python", "/usr/bin/python3.11", "linux"),  # POSIX venvs have no launcher
-])
+@pytest.mark.parametrize(
+    ("exe", "base", "platform"),
+    [
+        (r"C:\Python311\python.exe", r"C:\Python311\python.exe", "win32"),  # no venv
+        (r"C:\Python311\PYTHON.EXE", r"c:\python311\python.exe", "win32"),  # same file, other case
+        ("/work/.venv/bin/python", "/usr/bin/python3.11", "linux"),  # POSIX venvs have no launcher
+    ],
+)
 def test_no_launcher_no_change(exe, base, platform):
     assert worker_interpreter(exe, base, platform, {}) == (exe, None)
 
 
 def test_a_reported_pid_is_sampled_only_inside_the_spawned_tree():
-    child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
-                              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
-                              "print(p.pid, flush=True); time.sleep(30)"],
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; "
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
+            "print(p.pid, flush=True); time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         grandchild = int(child.stdout.readline())
         assert worker_pid_in_tree(child.pid, child.pid)
@@ -68,8 +77,7 @@ def test_harness_identity_is_pid_and_creation_time():
 def test_the_sampled_pid_is_the_workers_own(run_harness):
     """Every row's pid is the pid the worker reported for itself from inside (os.getpid()),
     and each is a distinct process that is not the harness."""
-    outcome = run_harness("run", "--model-size", "8MiB", "--processes", "2", "--quiet", "--no-report",
-                          check_exit=0)
+    outcome = run_harness("run", "--model-size", "8MiB", "--processes", "2", "--quiet", "--no-report", check_exit=0)
     rows = outcome.results()
     reported = {}
     for path in (outcome.out / "workers").glob("*/w*.result.json"):

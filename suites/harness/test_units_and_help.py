@@ -13,11 +13,23 @@ from harness.core.units import fmt_bytes, fmt_size_arg, parse_projection, parse_
 KIB, MIB, GIB, TIB = 1024, 1024**2, 1024**3, 1024**4
 
 
-@pytest.mark.parametrize(("text", "value"), [
-    ("4096", 4096), ("4096B", 4096), ("1KiB", KIB), ("256MiB", 256 * MIB), ("256mib", 256 * MIB),
-    ("1.5GiB", int(1.5 * GIB)), ("2TiB", 2 * TIB), ("1KB", 1000), ("256MB", 256 * 1000**2),
-    ("1GB", 1000**3), ("2TB", 2 * 1000**4), (" 64 MiB ", 64 * MIB),
-])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("4096", 4096),
+        ("4096B", 4096),
+        ("1KiB", KIB),
+        ("256MiB", 256 * MIB),
+        ("256mib", 256 * MIB),
+        ("1.5GiB", int(1.5 * GIB)),
+        ("2TiB", 2 * TIB),
+        ("1KB", 1000),
+        ("256MB", 256 * 1000**2),
+        ("1GB", 1000**3),
+        ("2TB", 2 * 1000**4),
+        (" 64 MiB ", 64 * MIB),
+    ],
+)
 def test_binary_and_decimal_units(text, value):
     assert parse_size(text) == value
 
@@ -81,12 +93,28 @@ def test_help_documents_every_option_with_its_default(run_harness, command):
             continue
         assert len(text) > 3, f"{flag} has no help text"
     # options with a value show their default (or say there is none)
-    valued = {"run": ["--target", "--model-size", "--processes", "--sessions-per-process", "--modes",
-                      "--repeat", "--worker-timeout", "--out", "--cache-dir", "--project-to", "--max-attempts",
-                      "--embed-mode", "--backend-type", "--peer", "--model"],
-              "bench": ["--model-size", "--processes", "--repeat", "--out", "--cache-dir"],
-              "report": ["--out", "--baseline", "--history", "--project-to", "--gates-file"],
-              "cache": ["--cache-dir"]}[command]
+    valued = {
+        "run": [
+            "--target",
+            "--model-size",
+            "--processes",
+            "--sessions-per-process",
+            "--modes",
+            "--repeat",
+            "--worker-timeout",
+            "--out",
+            "--cache-dir",
+            "--project-to",
+            "--max-attempts",
+            "--embed-mode",
+            "--backend-type",
+            "--peer",
+            "--model",
+        ],
+        "bench": ["--model-size", "--processes", "--repeat", "--out", "--cache-dir"],
+        "report": ["--out", "--baseline", "--history", "--project-to", "--gates-file"],
+        "cache": ["--cache-dir"],
+    }[command]
     for flag in valued:
         assert "default" in helps[flag], f"{flag}: {helps[flag]}"
     for flag, text in helps.items():

@@ -48,8 +48,7 @@ FAILED = {"CreateFileW": INVALID, "CreateFileMappingW": None, "MapViewOfFile": N
 
 
 def _unsigned_of_size(t: type, size: int) -> bool:
-    return (issubclass(t, ctypes._SimpleCData) and ctypes.sizeof(t) == size
-            and t(-1).value == (1 << (8 * size)) - 1)
+    return issubclass(t, ctypes._SimpleCData) and ctypes.sizeof(t) == size and t(-1).value == (1 << (8 * size)) - 1
 
 
 def type_is_safe(kind: str | None, t: object) -> bool:
@@ -104,10 +103,13 @@ class FakeFunction:
         self._kinds, self._ret_kind = KINDS[name]
 
     def declared_safely(self) -> bool:
-        return (self.argtypes is not None and self.restype is not _UNSET
-                and len(self.argtypes) == len(self._kinds)
-                and all(map(type_is_safe, self._kinds, self.argtypes))
-                and type_is_safe(self._ret_kind, self.restype))
+        return (
+            self.argtypes is not None
+            and self.restype is not _UNSET
+            and len(self.argtypes) == len(self._kinds)
+            and all(map(type_is_safe, self._kinds, self.argtypes))
+            and type_is_safe(self._ret_kind, self.restype)
+        )
 
     def __call__(self, *args: object) -> object:
         assert self.declared_safely(), f"{self.name}: argtypes/restype missing or not 64-bit safe"

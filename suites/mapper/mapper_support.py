@@ -118,8 +118,15 @@ def set_end_of_file_error(path, size: int) -> int:
 
     kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
     create = kernel32.CreateFileW
-    create.argtypes = (wintypes.LPCWSTR, wintypes.DWORD, wintypes.DWORD, ctypes.c_void_p,
-                       wintypes.DWORD, wintypes.DWORD, wintypes.HANDLE)
+    create.argtypes = (
+        wintypes.LPCWSTR,
+        wintypes.DWORD,
+        wintypes.DWORD,
+        ctypes.c_void_p,
+        wintypes.DWORD,
+        wintypes.DWORD,
+        wintypes.HANDLE,
+    )
     create.restype = wintypes.HANDLE
     seek = kernel32.SetFilePointerEx
     seek.argtypes = (wintypes.HANDLE, ctypes.c_int64, ctypes.c_void_p, wintypes.DWORD)

@@ -80,8 +80,12 @@ def test_register_and_release_are_counted(weights):
     assert dma.release(a) is None
     assert (stats().dma_registrations, stats().dma_registered_bytes) == (1, 4000)
     assert dma.teardown() == []
-    assert backend.calls == [("register", a.address, 100), ("register", b.address, 4000),
-                             ("deregister", a.address, 100), ("deregister", b.address, 4000)]
+    assert backend.calls == [
+        ("register", a.address, 100),
+        ("register", b.address, 4000),
+        ("deregister", a.address, 100),
+        ("deregister", b.address, 4000),
+    ]
     assert stats().dma_registrations == 0
 
 
@@ -181,8 +185,9 @@ def can_mlock() -> bool:
     return (hasattr(os, "geteuid") and os.geteuid() == 0) or soft == resource.RLIM_INFINITY or soft >= 2**20
 
 
-needs_mlock = pytest.mark.skipif(not (LINUX and can_mlock()),
-                                 reason="needs Linux (VmLck) and 1 MiB of RLIMIT_MEMLOCK or CAP_IPC_LOCK")
+needs_mlock = pytest.mark.skipif(
+    not (LINUX and can_mlock()), reason="needs Linux (VmLck) and 1 MiB of RLIMIT_MEMLOCK or CAP_IPC_LOCK"
+)
 
 
 @needs_mlock
@@ -211,8 +216,9 @@ def test_mlock_backend_through_load_context(tmp_path):
     write_file(path, SIZE, seed=42)
     page = mmap.PAGESIZE
     base = locked_kib()
-    with load_context(path, [(0, page), (2 * page, 2 * page)], lambda w, v: None,
-                      disable_file_mapped_weights="0", dma_backend="mlock") as ctx:
+    with load_context(
+        path, [(0, page), (2 * page, 2 * page)], lambda w, v: None, disable_file_mapped_weights="0", dma_backend="mlock"
+    ) as ctx:
         assert ctx.path_taken == "mapped"
         assert locked_kib() - base == 3 * page // 1024
     assert locked_kib() == base
@@ -264,9 +270,11 @@ def test_mlock_past_rlimit_memlock_fails_registration_for_real(tmp_path):
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert (out["path_taken"], out["stage"]) == ("fallback", "register")
-    assert out["errors"][0].startswith("mapped register: RegistrationError: Failed to register DMA data mapping "
-                                       "to RPCMEM: limited.bin [0, 1048576)")
-    assert "mlock" in out["errors"][0] and ("Cannot allocate memory" in out["errors"][0]
-                                            or "Operation not permitted" in out["errors"][0])
+    assert out["errors"][0].startswith(
+        "mapped register: RegistrationError: Failed to register DMA data mapping to RPCMEM: limited.bin [0, 1048576)"
+    )
+    assert "mlock" in out["errors"][0] and (
+        "Cannot allocate memory" in out["errors"][0] or "Operation not permitted" in out["errors"][0]
+    )
     assert out["seen"] == [["fallback", 0]]  # the first region was unlocked before the retry
     assert out["vmlck_after"] == 0 and out["clean"] is True

@@ -103,8 +103,7 @@ CASES = [
     pytest.param(make_missing, FileMissingError, ("no such file",), id="missing"),
     pytest.param(make_empty, EmptyFileError, ("file is empty",), id="empty"),
     pytest.param(make_directory, NotARegularFileError, ("a directory",), id="directory"),
-    pytest.param(make_fifo, NotARegularFileError, ("not a regular file",), id="fifo",
-                 marks=no_fifo_on_windows),
+    pytest.param(make_fifo, NotARegularFileError, ("not a regular file",), id="fifo", marks=no_fifo_on_windows),
     pytest.param(make_symlink_loop, FileMissingError, LOOP_REASON, id="symlink-loop"),
     pytest.param(make_dangling_symlink, FileMissingError, ("no such file",), id="dangling-symlink"),
     pytest.param(make_not_a_directory, FileMissingError, NOT_A_DIRECTORY_REASON, id="not-a-directory"),
@@ -128,8 +127,7 @@ def test_unusable_path_raises_specific_error(tmp_path, make, error, reasons, fla
 
 
 @pytest.mark.parametrize(("make", "error", "reasons"), CASES)
-def test_file_check_errors_are_never_retried_nor_fall_back(tmp_path, heap_reads, make, error,
-                                                           reasons):
+def test_file_check_errors_are_never_retried_nor_fall_back(tmp_path, heap_reads, make, error, reasons):
     """An input error is final: the mapper is asked once and the heap is never tried."""
     path = make(tmp_path)
     mapper = CountingMapper()
@@ -167,10 +165,14 @@ def test_file_larger_than_size_t_is_refused(tmp_path, monkeypatch):
             load_weights(path, disable_file_mapped_weights=flag)
 
 
-@pytest.mark.skipif(WINDOWS, reason="os.chmod on Windows only toggles the read-only attribute, the "
-                    "file stays readable (see test_file_open_for_writing_is_refused_on_windows)")
-@pytest.mark.skipif(IS_ROOT, reason="root bypasses file permissions (CI runs as root: "
-                    "see test_unreadable_file_as_unprivileged_child)")
+@pytest.mark.skipif(
+    WINDOWS,
+    reason="os.chmod on Windows only toggles the read-only attribute, the "
+    "file stays readable (see test_file_open_for_writing_is_refused_on_windows)",
+)
+@pytest.mark.skipif(
+    IS_ROOT, reason="root bypasses file permissions (CI runs as root: see test_unreadable_file_as_unprivileged_child)"
+)
 def test_unreadable_file_raises_file_access_error(tmp_path):
     """A file without read permission raises FileAccessError on both paths."""
     path = tmp_path / "secret.bin"

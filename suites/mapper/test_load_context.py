@@ -59,13 +59,15 @@ class Recorder:
         self.error = error
 
     def __call__(self, weights, views):
-        self.calls.append({
-            "path_taken": weights.path_taken,
-            "mapped": weights.mapped,
-            "bytes": [bytes(v) for v in views],
-            "addresses": [data_address(v) for v in views],
-            "base": weights.base_address,
-        })
+        self.calls.append(
+            {
+                "path_taken": weights.path_taken,
+                "mapped": weights.mapped,
+                "bytes": [bytes(v) for v in views],
+                "addresses": [data_address(v) for v in views],
+                "base": weights.base_address,
+            }
+        )
         if len(self.calls) in self.fail_on:
             raise self.error(f"create call {len(self.calls)} failed")
         return ("value", len(self.calls))
@@ -99,8 +101,7 @@ def test_mapped_path_registers_every_region_in_the_one_view(weights_file, direct
     create = Recorder()
     ctx = load_context(path, REGIONS, create, disable_file_mapped_weights="0")
     assert isinstance(ctx, LoadedContext)
-    assert (ctx.path_taken, ctx.fallback_stage, ctx.errors, ctx.attempts, ctx.map_attempts) == (
-        "mapped", "", [], 1, 1)
+    assert (ctx.path_taken, ctx.fallback_stage, ctx.errors, ctx.attempts, ctx.map_attempts) == ("mapped", "", [], 1, 1)
     assert ctx.value == ("value", 1)
     [call] = create.calls
     assert call["path_taken"] == "mapped" and call["mapped"]
@@ -120,7 +121,7 @@ def test_mapped_path_registers_every_region_in_the_one_view(weights_file, direct
 
 @pytest.mark.parametrize("flag", ["1", True])
 def test_disabled_goes_straight_to_the_direct_read(weights_file, direct_reads, flag):
-    """"1": no mapping attempted, no registration, one direct read, create called once over
+    """ "1": no mapping attempted, no registration, one direct read, create called once over
     slices of the private copy."""
     path, data = weights_file
     mapper, create = CountingMapper(), Recorder()
@@ -153,8 +154,11 @@ def test_a_fault_at_each_stage_falls_back_once(weights_file, direct_reads, stage
     first = ctx.errors[0]
     assert (first.attempt, first.stage) == ("mapped", stage)
     assert "injected by FaultPlan" in first.message
-    words = {"map": "cannot map", "register": "Failed to register DMA data mapping to RPCMEM",
-             "create": "contextCreateFromBinaryWithCallback failed"}[stage]
+    words = {
+        "map": "cannot map",
+        "register": "Failed to register DMA data mapping to RPCMEM",
+        "create": "contextCreateFromBinaryWithCallback failed",
+    }[stage]
     assert words in first.message
     snapshot = stats()
     assert (snapshot.live_mappings, snapshot.dma_registrations, snapshot.heap_buffers) == (0, 0, 1)
@@ -184,8 +188,9 @@ def test_opt_in_retry_of_the_map_stage(weights_file):
     errors kept; without it the first failure falls back."""
     path, _ = weights_file
     plan = FaultPlan(map_failures=2)
-    with load_context(path, REGIONS, Recorder(), disable_file_mapped_weights="0", faults=plan,
-                      retry=RetryPolicy(max_attempts=3)) as ctx:
+    with load_context(
+        path, REGIONS, Recorder(), disable_file_mapped_weights="0", faults=plan, retry=RetryPolicy(max_attempts=3)
+    ) as ctx:
         assert (ctx.path_taken, ctx.map_attempts, ctx.attempts) == ("mapped", 3, 1)
         assert [e.message.split(":")[0] for e in ctx.errors] == ["attempt 1", "attempt 2"]
     with load_context(path, REGIONS, Recorder(), disable_file_mapped_weights="0", faults=plan) as ctx:
@@ -279,8 +284,14 @@ def test_no_fallback_raises_after_cleaning_up(weights_file, direct_reads):
     path, _ = weights_file
     for stage in STAGES:
         with pytest.raises(ContextLoadError) as info:
-            load_context(path, REGIONS, Recorder(), disable_file_mapped_weights="0",
-                         faults=FaultPlan(**{f"{stage}_failures": 1}), fallback_to_heap=False)
+            load_context(
+                path,
+                REGIONS,
+                Recorder(),
+                disable_file_mapped_weights="0",
+                faults=FaultPlan(**{f"{stage}_failures": 1}),
+                fallback_to_heap=False,
+            )
         assert info.value.failed_stage == stage
         assert [(e.attempt, e.stage) for e in info.value.errors] == [("mapped", stage)]
         assert_clean()
@@ -293,13 +304,24 @@ def test_upstream_strictness_map_failure_is_fatal(weights_file, direct_reads):
     path, _ = weights_file
     assert UPSTREAM_FALLBACK_STAGES == {"register", "create"}
     with pytest.raises(ContextLoadError) as info:
-        load_context(path, REGIONS, Recorder(), disable_file_mapped_weights="0",
-                     faults=FaultPlan(map_failures=1), fallback_stages=UPSTREAM_FALLBACK_STAGES)
+        load_context(
+            path,
+            REGIONS,
+            Recorder(),
+            disable_file_mapped_weights="0",
+            faults=FaultPlan(map_failures=1),
+            fallback_stages=UPSTREAM_FALLBACK_STAGES,
+        )
     assert info.value.failed_stage == "map" and direct_reads == []
     for stage in ("register", "create"):
-        with load_context(path, REGIONS, Recorder(), disable_file_mapped_weights="0",
-                          faults=FaultPlan(**{f"{stage}_failures": 1}),
-                          fallback_stages=UPSTREAM_FALLBACK_STAGES) as ctx:
+        with load_context(
+            path,
+            REGIONS,
+            Recorder(),
+            disable_file_mapped_weights="0",
+            faults=FaultPlan(**{f"{stage}_failures": 1}),
+            fallback_stages=UPSTREAM_FALLBACK_STAGES,
+        ) as ctx:
             assert (ctx.path_taken, ctx.fallback_stage) == ("fallback", stage)
     assert len(direct_reads) == 2
     assert_clean()
@@ -313,8 +335,9 @@ def test_deregister_fault_is_swept_at_teardown(weights_file):
     kept, and the same teardown's sweep deregisters it: stats clean after close(), the
     failure recorded."""
     path, _ = weights_file
-    ctx = load_context(path, REGIONS, Recorder(), disable_file_mapped_weights="0",
-                       faults=FaultPlan(deregister_failures=1))
+    ctx = load_context(
+        path, REGIONS, Recorder(), disable_file_mapped_weights="0", faults=FaultPlan(deregister_failures=1)
+    )
     assert ctx.path_taken == "mapped" and stats().dma_registrations == 3
     ctx.close()
     assert [(e.attempt, e.stage) for e in ctx.errors] == [("teardown", "deregister")]
@@ -346,8 +369,9 @@ def test_stubborn_deregistrations_are_retried_by_later_sweeps(weights_file):
     pending); the next close sweeps (7th fails, 2 succeed: 1 pending); the next one succeeds.
     Each sweep is counted and deterministic; the stats say what is left."""
     path, _ = weights_file
-    ctx = load_context(path, REGIONS, Recorder(), disable_file_mapped_weights="0",
-                       faults=FaultPlan(deregister_failures=7))
+    ctx = load_context(
+        path, REGIONS, Recorder(), disable_file_mapped_weights="0", faults=FaultPlan(deregister_failures=7)
+    )
     pending = []
     for _ in range(3):
         ctx.close()
@@ -361,8 +385,9 @@ def test_a_context_dropped_without_close_is_torn_down(weights_file):
     """Dropping a LoadedContext without close() runs its teardown (as upstream's destructor):
     registrations deregistered, mapping released; leftovers are swept by sweep_registrations."""
     path, _ = weights_file
-    ctx = load_context(path, REGIONS, Recorder(), disable_file_mapped_weights="0",
-                       faults=FaultPlan(deregister_failures=6))
+    ctx = load_context(
+        path, REGIONS, Recorder(), disable_file_mapped_weights="0", faults=FaultPlan(deregister_failures=6)
+    )
     assert stats().dma_registrations == 3
     del ctx
     snapshot = settled_stats()
@@ -376,8 +401,7 @@ def test_interrupt_in_create_cleans_up_and_propagates(weights_file, direct_reads
     is cleaned up (registrations, mapping) before it propagates."""
     path, _ = weights_file
     with pytest.raises(KeyboardInterrupt):
-        load_context(path, REGIONS, Recorder(fail_on={1}, error=KeyboardInterrupt),
-                     disable_file_mapped_weights="0")
+        load_context(path, REGIONS, Recorder(fail_on={1}, error=KeyboardInterrupt), disable_file_mapped_weights="0")
     assert direct_reads == []
     assert_clean()
 
@@ -456,8 +480,9 @@ def test_disable_is_per_file_and_per_context(weights_file, tmp_path):
         load_context(other, REGIONS, Recorder(), disable_file_mapped_weights="0") as b,
     ):
         assert (a.path_taken, b.path_taken) == ("heap", "mapped")
-    with load_context(path, REGIONS, Recorder(), disable_file_mapped_weights="0",
-                      faults=FaultPlan(create_failures=1)) as failed:
+    with load_context(
+        path, REGIONS, Recorder(), disable_file_mapped_weights="0", faults=FaultPlan(create_failures=1)
+    ) as failed:
         assert failed.path_taken == "fallback"
         with (
             load_context(other, REGIONS, Recorder(), disable_file_mapped_weights="0") as b,
@@ -496,7 +521,8 @@ def matmul_model(k: int, n: int) -> bytes:
     from onnx import TensorProto, helper, numpy_helper
 
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["X", "W"], ["Y"])], "g",
+        [helper.make_node("MatMul", ["X", "W"], ["Y"])],
+        "g",
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, k])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, n])],
         [numpy_helper.from_array(np.zeros((k, n), np.float32), "W")],
@@ -522,8 +548,11 @@ def ort_create(model: bytes, k: int, n: int):
     return create
 
 
-@pytest.mark.parametrize("plan", [None, FaultPlan(create_failures=1), FaultPlan(register_failures=1)],
-                         ids=["mapped", "create-fault", "register-fault"])
+@pytest.mark.parametrize(
+    "plan",
+    [None, FaultPlan(create_failures=1), FaultPlan(register_failures=1)],
+    ids=["mapped", "create-fault", "register-fault"],
+)
 def test_real_ort_session_over_the_regions(tmp_path, plan):
     """create builds a real ORT CPU session whose weight is an OrtValue over the region: in
     place (the OrtValue's pointer is base + offset) on the mapped path, over the private copy
@@ -533,8 +562,13 @@ def test_real_ort_session_over_the_regions(tmp_path, plan):
     path = tmp_path / "matmul_qnn.bin"
     path.write_bytes(b"\x00" * offset + weight.tobytes() + b"\x00" * 100)
     x = np.random.default_rng(4).standard_normal((1, k)).astype(np.float32)
-    with load_context(path, [(offset, weight.nbytes)], ort_create(matmul_model(k, n), k, n),
-                      disable_file_mapped_weights="0", faults=plan) as ctx:
+    with load_context(
+        path,
+        [(offset, weight.nbytes)],
+        ort_create(matmul_model(k, n), k, n),
+        disable_file_mapped_weights="0",
+        faults=plan,
+    ) as ctx:
         session, value = ctx.value
         np.testing.assert_allclose(session.run(None, {"X": x})[0], x @ weight, rtol=1e-5)
         if plan is None:
@@ -597,8 +631,7 @@ def test_stage_error_and_context_repr(weights_file):
     and stage."""
     assert str(StageError("mapped", "create", "RuntimeError: boom")) == "mapped create: RuntimeError: boom"
     path, _ = weights_file
-    ctx = load_context(path, REGIONS, Recorder(), disable_file_mapped_weights="0",
-                       faults=FaultPlan(create_failures=1))
+    ctx = load_context(path, REGIONS, Recorder(), disable_file_mapped_weights="0", faults=FaultPlan(create_failures=1))
     assert "path_taken=fallback fallback_stage=create" in repr(ctx)
     assert ctx.error_text.startswith("mapped create: InjectedCreateError: ")
     ctx.close()
@@ -612,8 +645,9 @@ def test_injected_create_faults_hit_only_the_creation_with_callbacks(weights_fil
     buffer (the fallback, or option "1") never meets them, however many are planned."""
     path, _ = weights_file
     create = Recorder()
-    with load_context(path, REGIONS, create, disable_file_mapped_weights=disable,
-                      faults=FaultPlan(create_failures=5)) as ctx:
+    with load_context(
+        path, REGIONS, create, disable_file_mapped_weights=disable, faults=FaultPlan(create_failures=5)
+    ) as ctx:
         expected = ("heap", "") if disable == "1" else ("fallback", "create")
         assert (ctx.path_taken, ctx.fallback_stage) == expected
     assert_clean()

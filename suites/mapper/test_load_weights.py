@@ -205,14 +205,25 @@ def test_error_tree():
     import mapper_impl as m
 
     for name in (
-        "FileCheckError", "FileMissingError", "NotARegularFileError", "EmptyFileError",
-        "FileTooLargeError", "FileAccessError", "MappingError", "PlatformUnavailableError",
-        "RegionError", "FeatureDisabledError", "StaleFileError", "ClosedError", "HeapReadError",
-        "RegistrationError", "DeregistrationError", "ContextLoadError",
+        "FileCheckError",
+        "FileMissingError",
+        "NotARegularFileError",
+        "EmptyFileError",
+        "FileTooLargeError",
+        "FileAccessError",
+        "MappingError",
+        "PlatformUnavailableError",
+        "RegionError",
+        "FeatureDisabledError",
+        "StaleFileError",
+        "ClosedError",
+        "HeapReadError",
+        "RegistrationError",
+        "DeregistrationError",
+        "ContextLoadError",
     ):
         assert issubclass(getattr(m, name), MapperError), name
-    for name in ("FileMissingError", "NotARegularFileError", "EmptyFileError",
-                 "FileTooLargeError", "FileAccessError"):
+    for name in ("FileMissingError", "NotARegularFileError", "EmptyFileError", "FileTooLargeError", "FileAccessError"):
         assert issubclass(getattr(m, name), m.FileCheckError), name
     assert issubclass(m.PlatformUnavailableError, m.MappingError)
     assert issubclass(m.FeatureDisabledError, m.RegionError)
@@ -223,9 +234,24 @@ def test_error_tree():
 
 
 PUBLIC_NAMES = [
-    "create_mapper", "load_context", "LoadedContext", "StageError", "STAGES", "UPSTREAM_FALLBACK_STAGES",
-    "load_weights", "Weights", "FaultPlan", "RetryPolicy", "stats", "MapperStats", "sweep_registrations",
-    "DmaBackend", "shared_users", "MapperError", "ContextLoadError", "RegistrationError",
+    "create_mapper",
+    "load_context",
+    "LoadedContext",
+    "StageError",
+    "STAGES",
+    "UPSTREAM_FALLBACK_STAGES",
+    "load_weights",
+    "Weights",
+    "FaultPlan",
+    "RetryPolicy",
+    "stats",
+    "MapperStats",
+    "sweep_registrations",
+    "DmaBackend",
+    "shared_users",
+    "MapperError",
+    "ContextLoadError",
+    "RegistrationError",
     "DeregistrationError",
 ]
 

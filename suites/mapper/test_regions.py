@@ -237,14 +237,38 @@ def test_validate_region_accepts_valid_requests(offset, size, file_size):
 # Each request breaks every rule from one point of upstream's order on: the first broken
 # rule in that order must be the one reported.
 ORDER = [
-    pytest.param({"feature_enabled": False, "base_is_null": True}, (U64_MAX, 0), FeatureDisabledError,
-                 "disabled", "ABORTED", id="1-disabled"),
-    pytest.param({"base_is_null": True, "needs_backend_mapping": False}, (U64_MAX, 0), RegionError,
-                 "null memory mapped base pointer", "INVALID_ARGUMENT", id="2-null-base"),
-    pytest.param({"needs_backend_mapping": False}, (U64_MAX, 0), RegionError,
-                 "region size is 0", "INVALID_ARGUMENT", id="3-size-0"),
-    pytest.param({"needs_backend_mapping": False}, (U64_MAX, 2), RegionError,
-                 "does not need backend mapping", "INVALID_ARGUMENT", id="3-no-backend-mapping"),
+    pytest.param(
+        {"feature_enabled": False, "base_is_null": True},
+        (U64_MAX, 0),
+        FeatureDisabledError,
+        "disabled",
+        "ABORTED",
+        id="1-disabled",
+    ),
+    pytest.param(
+        {"base_is_null": True, "needs_backend_mapping": False},
+        (U64_MAX, 0),
+        RegionError,
+        "null memory mapped base pointer",
+        "INVALID_ARGUMENT",
+        id="2-null-base",
+    ),
+    pytest.param(
+        {"needs_backend_mapping": False},
+        (U64_MAX, 0),
+        RegionError,
+        "region size is 0",
+        "INVALID_ARGUMENT",
+        id="3-size-0",
+    ),
+    pytest.param(
+        {"needs_backend_mapping": False},
+        (U64_MAX, 2),
+        RegionError,
+        "does not need backend mapping",
+        "INVALID_ARGUMENT",
+        id="3-no-backend-mapping",
+    ),
     pytest.param({}, (U64_MAX, 2), RegionError, "overflow 64 bits", "INVALID_ARGUMENT", id="4-overflow"),
     pytest.param({}, (SIZE, 2), RegionError, "outside of mapped file", "INVALID_ARGUMENT", id="5-past-eof"),
 ]

@@ -92,7 +92,9 @@ def rewrite_keeping_mtime(path, offset: int, data: bytes) -> None:
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     after = os.stat(path)
     assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
-        before.st_ino, before.st_size, before.st_mtime_ns,
+        before.st_ino,
+        before.st_size,
+        before.st_mtime_ns,
     )
 
 
@@ -209,8 +211,11 @@ SIGBUS_CHILD = """
 """
 
 
-@pytest.mark.skipif(WINDOWS, reason="SIGBUS is POSIX: Windows refuses to truncate a mapped file "
-                    "(test_truncating_a_mapped_file_is_refused_on_windows)")
+@pytest.mark.skipif(
+    WINDOWS,
+    reason="SIGBUS is POSIX: Windows refuses to truncate a mapped file "
+    "(test_truncating_a_mapped_file_is_refused_on_windows)",
+)
 def test_touching_a_truncated_mapping_kills_only_the_child_with_sigbus(tmp_path):
     """Documents what remains on POSIX: a process that touches a mapped page past the end
     of a truncated file dies of SIGBUS (no Python handler can run). verify() warned first,
@@ -252,8 +257,11 @@ TRUNCATE_CHILD = """
 """
 
 
-@pytest.mark.skipif(not WINDOWS, reason="Windows refuses truncation: POSIX lets the truncation happen "
-                    "(test_touching_a_truncated_mapping_kills_only_the_child_with_sigbus)")
+@pytest.mark.skipif(
+    not WINDOWS,
+    reason="Windows refuses truncation: POSIX lets the truncation happen "
+    "(test_touching_a_truncated_mapping_kills_only_the_child_with_sigbus)",
+)
 def test_truncating_a_mapped_file_is_refused_on_windows(tmp_path):
     """The Windows side of the SIGBUS test: in a child, truncating a mapped file fails with
     ERROR_USER_MAPPED_FILE (1224) although the mapper closed its handles (the view alone is
@@ -265,7 +273,11 @@ def test_truncating_a_mapped_file_is_refused_on_windows(tmp_path):
     result = run_child(TRUNCATE_CHILD, str(path), str(Path(__file__).parent))
     assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
     assert result.stdout.splitlines() == [
-        "SetEndOfFile error 1224", "os.truncate refused", "verified", f"touching {data[3 * 4096]}", "clean True",
+        "SetEndOfFile error 1224",
+        "os.truncate refused",
+        "verified",
+        f"touching {data[3 * 4096]}",
+        "clean True",
     ]
     assert os.path.getsize(path) == 4 * 4096
     assert path.read_bytes() == data

@@ -87,13 +87,19 @@ def test_upstream_sequence_one_view_then_both_handles_closed(fake, mapper, tmp_p
     assert bytes(mapped.buffer) == data
     [(name, access, share, security, disposition, _, template)] = fake.args("CreateFileW")
     assert (name, access, share, security, disposition, template) == (
-        str(path), win.GENERIC_READ, win.FILE_SHARE_READ, None, win.OPEN_EXISTING, None)
+        str(path),
+        win.GENERIC_READ,
+        win.FILE_SHARE_READ,
+        None,
+        win.OPEN_EXISTING,
+        None,
+    )
     [(file, *rest)] = fake.args("CreateFileMappingW")
     assert rest == [None, win.PAGE_READONLY, 0, 0, None]
     [(mapping, *view_args)] = fake.args("MapViewOfFile")
     assert view_args == [win.FILE_MAP_READ, 0, 0, 0]
     names = fake.names()
-    assert names[names.index("MapViewOfFile"):] == ["MapViewOfFile", "CloseHandle", "CloseHandle"]
+    assert names[names.index("MapViewOfFile") :] == ["MapViewOfFile", "CloseHandle", "CloseHandle"]
     assert fake.args("CloseHandle") == [(mapping,), (file,)]  # mapping first, as upstream
     assert not fake.handles and len(fake.views) == 1
     assert mapped.base_address == next(iter(fake.views))
@@ -138,10 +144,17 @@ def test_granularity_comes_from_get_system_info(tmp_path):
         view.close()
 
 
-@pytest.mark.parametrize(("value", "split"), [
-    (0, (0, 0)), (1, (0, 1)), (0xFFFFFFFF, (0, 0xFFFFFFFF)), (1 << 32, (1, 0)),
-    (5 * 2**30 + 7, (1, 2**30 + 7)), (2**64 - 1, (0xFFFFFFFF, 0xFFFFFFFF)),
-])
+@pytest.mark.parametrize(
+    ("value", "split"),
+    [
+        (0, (0, 0)),
+        (1, (0, 1)),
+        (0xFFFFFFFF, (0, 0xFFFFFFFF)),
+        (1 << 32, (1, 0)),
+        (5 * 2**30 + 7, (1, 2**30 + 7)),
+        (2**64 - 1, (0xFFFFFFFF, 0xFFFFFFFF)),
+    ],
+)
 def test_split_u64(value, split):
     """(high, low) DWORDs, as MapViewOfFile and OVERLAPPED take a 64-bit offset."""
     assert split_u64(value) == split
@@ -259,9 +272,15 @@ def test_verify_reads_the_identity_through_the_path(fake, mapper, tmp_path):
 
 
 # -- failures: right error, last error read first, every handle closed ----------------------
-@pytest.mark.parametrize(("code", "error"), [
-    (2, FileMissingError), (3, FileMissingError), (5, FileAccessError), (32, FileAccessError),
-])
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [
+        (2, FileMissingError),
+        (3, FileMissingError),
+        (5, FileAccessError),
+        (32, FileAccessError),
+    ],
+)
 def test_create_file_errors(fake, mapper, tmp_path, code, error):
     """Missing and locked files are input errors (FileCheckError), not mapping failures."""
     path = tmp_path / "w.bin"
@@ -432,8 +451,10 @@ def test_second_load_shares_the_mapping(fake, mapper, tmp_path):
     assert_clean()
 
 
-@pytest.mark.parametrize(("failures", "max_attempts", "taken", "attempts"),
-                         [(1, 1, "fallback", 1), (2, 3, "mapped", 3), (3, 3, "fallback", 3)])
+@pytest.mark.parametrize(
+    ("failures", "max_attempts", "taken", "attempts"),
+    [(1, 1, "fallback", 1), (2, 3, "mapped", 3), (3, 3, "fallback", 3)],
+)
 def test_map_view_failures_fall_back_or_go_through_the_opt_in_retry(
     fake, mapper, tmp_path, failures, max_attempts, taken, attempts
 ):
@@ -481,8 +502,7 @@ def test_load_context_over_the_windows_mapper(fake, mapper, tmp_path, stage):
         seen.append(w.path_taken)
         return [bytes(v) for v in views]
 
-    with load_context(path, regions, create, disable_file_mapped_weights="0", faults=plan,
-                      mapper=mapper) as ctx:
+    with load_context(path, regions, create, disable_file_mapped_weights="0", faults=plan, mapper=mapper) as ctx:
         assert (ctx.path_taken, ctx.fallback_stage) == ("fallback", stage)
         assert ctx.value == [data[:100], data[70_000:]]
         assert seen == (["mapped", "fallback"] if stage == "create" else ["fallback"])

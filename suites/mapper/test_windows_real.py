@@ -114,8 +114,10 @@ def test_real_kernel32_contexts_hold_no_handles(tmp_path):
     mapper = WindowsFileMapper()
     load_weights(path, mapper=mapper).close()  # warm-up: first-use allocations are not leaks
     before = open_handle_count()
-    contexts = [load_context(path, regions, lambda w, views: len(views), disable_file_mapped_weights="0",
-                             mapper=mapper) for _ in range(8)]
+    contexts = [
+        load_context(path, regions, lambda w, views: len(views), disable_file_mapped_weights="0", mapper=mapper)
+        for _ in range(8)
+    ]
     assert all(c.path_taken == "mapped" and c.registered == 2000 for c in contexts)
     assert open_handle_count() == before
     for context in contexts:

@@ -35,12 +35,17 @@ def fp16_model(path: Path) -> Path:
     rng = np.random.default_rng(16)
     table = numpy_helper.from_array((rng.standard_normal((256, 32)) * 0.5).astype(np.float16), "table")
     w = numpy_helper.from_array((rng.standard_normal((32, 64)) / 8).astype(np.float16), "w")
-    nodes = [helper.make_node("Gather", ["table", "ids"], ["emb"]),
-             helper.make_node("MatMul", ["x", "w"], ["y"])]
-    graph = helper.make_graph(nodes, "fp16", [helper.make_tensor_value_info("ids", T.INT64, [1, 8]),
-                                              helper.make_tensor_value_info("x", T.FLOAT16, [1, 32])],
-                              [helper.make_tensor_value_info("emb", T.FLOAT16, [1, 8, 32]),
-                               helper.make_tensor_value_info("y", T.FLOAT16, [1, 64])], [table, w])
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["emb"]), helper.make_node("MatMul", ["x", "w"], ["y"])]
+    graph = helper.make_graph(
+        nodes,
+        "fp16",
+        [helper.make_tensor_value_info("ids", T.INT64, [1, 8]), helper.make_tensor_value_info("x", T.FLOAT16, [1, 32])],
+        [
+            helper.make_tensor_value_info("emb", T.FLOAT16, [1, 8, 32]),
+            helper.make_tensor_value_info("y", T.FLOAT16, [1, 64]),
+        ],
+        [table, w],
+    )
     return _save(graph, path)
 
 
@@ -54,11 +59,20 @@ def bf16_model(path: Path) -> Path:
 
     values = (rng.standard_normal((128, 16)) * 0.5).astype(ml_dtypes.bfloat16)
     table = helper.make_tensor("table", T.BFLOAT16, [128, 16], values.view(np.uint16).tobytes(), raw=True)
-    nodes = [helper.make_node("Gather", ["table", "ids"], ["emb"]),
-             helper.make_node("Cast", ["emb"], ["emb32"], to=T.FLOAT)]
-    graph = helper.make_graph(nodes, "bf16", [helper.make_tensor_value_info("ids", T.INT64, [2, 4])],
-                              [helper.make_tensor_value_info("emb", T.BFLOAT16, [2, 4, 16]),
-                               helper.make_tensor_value_info("emb32", T.FLOAT, [2, 4, 16])], [table])
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["emb"]),
+        helper.make_node("Cast", ["emb"], ["emb32"], to=T.FLOAT),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "bf16",
+        [helper.make_tensor_value_info("ids", T.INT64, [2, 4])],
+        [
+            helper.make_tensor_value_info("emb", T.BFLOAT16, [2, 4, 16]),
+            helper.make_tensor_value_info("emb32", T.FLOAT, [2, 4, 16]),
+        ],
+        [table],
+    )
     return _save(graph, path)
 
 
@@ -69,20 +83,30 @@ def int8_qdq_model(path: Path) -> Path:
 
     rng = np.random.default_rng(8)
     w = numpy_helper.from_array(rng.integers(-127, 128, (64, 64)).astype(np.int8), "w_q")
-    inits = [w, numpy_helper.from_array(np.array(0.02, np.float32), "x_scale"),
-             numpy_helper.from_array(np.array(0, np.int8), "x_zp"),
-             numpy_helper.from_array(np.array(0.01, np.float32), "w_scale"),
-             numpy_helper.from_array(np.array(0, np.int8), "w_zp"),
-             numpy_helper.from_array(np.array(0.05, np.float32), "y_scale"),
-             numpy_helper.from_array(np.array(0, np.int8), "y_zp")]
-    nodes = [helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zp"], ["xq"]),
-             helper.make_node("DequantizeLinear", ["xq", "x_scale", "x_zp"], ["xd"]),
-             helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zp"], ["wd"]),
-             helper.make_node("MatMul", ["xd", "wd"], ["m"]),
-             helper.make_node("QuantizeLinear", ["m", "y_scale", "y_zp"], ["yq"]),
-             helper.make_node("DequantizeLinear", ["yq", "y_scale", "y_zp"], ["y"])]
-    graph = helper.make_graph(nodes, "int8_qdq", [helper.make_tensor_value_info("x", T.FLOAT, [4, 64])],
-                              [helper.make_tensor_value_info("y", T.FLOAT, [4, 64])], inits)
+    inits = [
+        w,
+        numpy_helper.from_array(np.array(0.02, np.float32), "x_scale"),
+        numpy_helper.from_array(np.array(0, np.int8), "x_zp"),
+        numpy_helper.from_array(np.array(0.01, np.float32), "w_scale"),
+        numpy_helper.from_array(np.array(0, np.int8), "w_zp"),
+        numpy_helper.from_array(np.array(0.05, np.float32), "y_scale"),
+        numpy_helper.from_array(np.array(0, np.int8), "y_zp"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zp"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "x_scale", "x_zp"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zp"], ["wd"]),
+        helper.make_node("MatMul", ["xd", "wd"], ["m"]),
+        helper.make_node("QuantizeLinear", ["m", "y_scale", "y_zp"], ["yq"]),
+        helper.make_node("DequantizeLinear", ["yq", "y_scale", "y_zp"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "int8_qdq",
+        [helper.make_tensor_value_info("x", T.FLOAT, [4, 64])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [4, 64])],
+        inits,
+    )
     return _save(graph, path)
 
 
@@ -95,12 +119,19 @@ def int4_model(path: Path) -> Path:
     w4 = helper.make_tensor("w4", T.INT4, [64, 64], rng.integers(-8, 8, 64 * 64).tolist())
     u4 = helper.make_tensor("u4", T.UINT4, [64, 32], rng.integers(0, 16, 64 * 32).tolist())
     inits = [w4, u4, numpy_helper.from_array(np.array(0.05, np.float32), "s")]
-    nodes = [helper.make_node("DequantizeLinear", ["w4", "s"], ["wd"]),
-             helper.make_node("DequantizeLinear", ["u4", "s"], ["ud"]),
-             helper.make_node("MatMul", ["x", "wd"], ["h"]),
-             helper.make_node("MatMul", ["h", "ud"], ["y"])]
-    graph = helper.make_graph(nodes, "int4", [helper.make_tensor_value_info("x", T.FLOAT, [2, 64])],
-                              [helper.make_tensor_value_info("y", T.FLOAT, [2, 32])], inits)
+    nodes = [
+        helper.make_node("DequantizeLinear", ["w4", "s"], ["wd"]),
+        helper.make_node("DequantizeLinear", ["u4", "s"], ["ud"]),
+        helper.make_node("MatMul", ["x", "wd"], ["h"]),
+        helper.make_node("MatMul", ["h", "ud"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "int4",
+        [helper.make_tensor_value_info("x", T.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [2, 32])],
+        inits,
+    )
     return _save(graph, path)
 
 
@@ -112,18 +143,24 @@ def three_dynamic_inputs_model(path: Path) -> Path:
 
     rng = np.random.default_rng(3)
     table = numpy_helper.from_array(rng.standard_normal((64, 16)).astype(np.float32), "table")
-    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"]),
-             helper.make_node("Cast", ["mask"], ["m"], to=T.FLOAT),
-             helper.make_node("Unsqueeze", ["m", "axis"], ["m3"]),
-             helper.make_node("Mul", ["e", "m3"], ["em"]),
-             helper.make_node("Cast", ["type_ids"], ["t"], to=T.FLOAT),
-             helper.make_node("Unsqueeze", ["t", "axis"], ["t3"]),
-             helper.make_node("Add", ["em", "t3"], ["y"])]
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["e"]),
+        helper.make_node("Cast", ["mask"], ["m"], to=T.FLOAT),
+        helper.make_node("Unsqueeze", ["m", "axis"], ["m3"]),
+        helper.make_node("Mul", ["e", "m3"], ["em"]),
+        helper.make_node("Cast", ["type_ids"], ["t"], to=T.FLOAT),
+        helper.make_node("Unsqueeze", ["t", "axis"], ["t3"]),
+        helper.make_node("Add", ["em", "t3"], ["y"]),
+    ]
     dims = ["batch", "sequence"]
     inputs = [helper.make_tensor_value_info(n, T.INT64, dims) for n in ("ids", "mask", "type_ids")]
-    graph = helper.make_graph(nodes, "three", [*inputs, helper.make_tensor_value_info("scale", T.FLOAT, None)],
-                              [helper.make_tensor_value_info("y", T.FLOAT, ["batch", "sequence", 16])],
-                              [table, numpy_helper.from_array(np.array([2], np.int64), "axis")])
+    graph = helper.make_graph(
+        nodes,
+        "three",
+        [*inputs, helper.make_tensor_value_info("scale", T.FLOAT, None)],
+        [helper.make_tensor_value_info("y", T.FLOAT, ["batch", "sequence", 16])],
+        [table, numpy_helper.from_array(np.array([2], np.int64), "axis")],
+    )
     return _save(graph, path, check=False)
 
 
@@ -133,9 +170,13 @@ def no_shape_input_model(path: Path) -> Path:
     from onnx import helper, numpy_helper
 
     w = numpy_helper.from_array(np.ones((16, 16), np.float32), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "noshape",
-                              [helper.make_tensor_value_info("x", T.FLOAT, None)],
-                              [helper.make_tensor_value_info("y", T.FLOAT, ["n", 16])], [w])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "noshape",
+        [helper.make_tensor_value_info("x", T.FLOAT, None)],
+        [helper.make_tensor_value_info("y", T.FLOAT, ["n", 16])],
+        [w],
+    )
     return _save(graph, path, check=False)
 
 
@@ -148,13 +189,19 @@ def string_input_model(path: Path) -> Path:
     vocab = helper.make_tensor("vocab", T.STRING, [4], [b"the", b"fox", b"dog", b"jazz"])
     rng = np.random.default_rng(5)
     w = numpy_helper.from_array(rng.standard_normal((4, 64)).astype(np.float32), "w")
-    nodes = [helper.make_node("Unsqueeze", ["text", "axis"], ["t2"]),
-             helper.make_node("Equal", ["t2", "vocab"], ["hit"]),
-             helper.make_node("Cast", ["hit"], ["hitf"], to=T.FLOAT),
-             helper.make_node("MatMul", ["hitf", "w"], ["y"])]
-    graph = helper.make_graph(nodes, "strings", [helper.make_tensor_value_info("text", T.STRING, [6])],
-                              [helper.make_tensor_value_info("y", T.FLOAT, [6, 64])],
-                              [vocab, w, numpy_helper.from_array(np.array([1], np.int64), "axis")])
+    nodes = [
+        helper.make_node("Unsqueeze", ["text", "axis"], ["t2"]),
+        helper.make_node("Equal", ["t2", "vocab"], ["hit"]),
+        helper.make_node("Cast", ["hit"], ["hitf"], to=T.FLOAT),
+        helper.make_node("MatMul", ["hitf", "w"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "strings",
+        [helper.make_tensor_value_info("text", T.STRING, [6])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [6, 64])],
+        [vocab, w, numpy_helper.from_array(np.array([1], np.int64), "axis")],
+    )
     return _save(graph, path)
 
 
@@ -165,10 +212,13 @@ def sequence_input_model(path: Path) -> Path:
 
     w = numpy_helper.from_array(np.ones((16, 16), np.float32), "w")
     seq = helper.make_tensor_sequence_value_info("parts", T.FLOAT, [1, 16])
-    opt = helper.make_value_info("maybe", helper.make_optional_type_proto(
-        helper.make_tensor_type_proto(T.FLOAT, [1, 16])))
-    nodes = [helper.make_node("ConcatFromSequence", ["parts"], ["x"], axis=0),
-             helper.make_node("MatMul", ["x", "w"], ["y"])]
+    opt = helper.make_value_info(
+        "maybe", helper.make_optional_type_proto(helper.make_tensor_type_proto(T.FLOAT, [1, 16]))
+    )
+    nodes = [
+        helper.make_node("ConcatFromSequence", ["parts"], ["x"], axis=0),
+        helper.make_node("MatMul", ["x", "w"], ["y"]),
+    ]
     graph = helper.make_graph(nodes, "seq", [seq, opt], [helper.make_tensor_value_info("y", T.FLOAT, [1, 16])], [w])
     return _save(graph, path, check=False)
 
@@ -180,17 +230,26 @@ def sample_rate_model(path: Path) -> Path:
     from onnx import helper, numpy_helper
 
     w = numpy_helper.from_array(np.ones((32, 8), np.float32), "w")
-    nodes = [helper.make_node("Div", ["sr", "k"], ["blocks"]),  # 16000 / 500 = 32 columns
-             helper.make_node("Unsqueeze", ["blocks", "axis"], ["b1"]),
-             helper.make_node("Concat", ["one", "b1"], ["shape"], axis=0),
-             helper.make_node("Reshape", ["audio", "shape"], ["frame"], allowzero=1),
-             helper.make_node("MatMul", ["frame", "w"], ["y"])]
-    inits = [w, numpy_helper.from_array(np.array(500, np.int64), "k"),
-             numpy_helper.from_array(np.array([0], np.int64), "axis"),
-             numpy_helper.from_array(np.array([1], np.int64), "one")]
-    graph = helper.make_graph(nodes, "sr", [helper.make_tensor_value_info("audio", T.FLOAT, [32]),
-                                            helper.make_tensor_value_info("sr", T.INT64, [])],
-                              [helper.make_tensor_value_info("y", T.FLOAT, [1, 8])], inits)
+    nodes = [
+        helper.make_node("Div", ["sr", "k"], ["blocks"]),  # 16000 / 500 = 32 columns
+        helper.make_node("Unsqueeze", ["blocks", "axis"], ["b1"]),
+        helper.make_node("Concat", ["one", "b1"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["audio", "shape"], ["frame"], allowzero=1),
+        helper.make_node("MatMul", ["frame", "w"], ["y"]),
+    ]
+    inits = [
+        w,
+        numpy_helper.from_array(np.array(500, np.int64), "k"),
+        numpy_helper.from_array(np.array([0], np.int64), "axis"),
+        numpy_helper.from_array(np.array([1], np.int64), "one"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "sr",
+        [helper.make_tensor_value_info("audio", T.FLOAT, [32]), helper.make_tensor_value_info("sr", T.INT64, [])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [1, 8])],
+        inits,
+    )
     return _save(graph, path)
 
 
@@ -205,17 +264,26 @@ def nhwc_model(path: Path, channels: int = 256, width: int = 5) -> Path:
     from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(11)
-    consts = [numpy_helper.from_array(rng.standard_normal((1, 1, 1, channels)).astype(np.float32), name)
-              for name in ("shift", "mean", "scale")]
+    consts = [
+        numpy_helper.from_array(rng.standard_normal((1, 1, 1, channels)).astype(np.float32), name)
+        for name in ("shift", "mean", "scale")
+    ]
     conv = numpy_helper.from_array((rng.standard_normal((channels, 8, 1, 1)) / 4).astype(np.float32), "conv_w")
-    nodes = [helper.make_node("Conv", ["image", "conv_w"], ["c"]),
-             helper.make_node("Transpose", ["c"], ["nhwc"], perm=[0, 2, 3, 1]),
-             helper.make_node("Add", ["nhwc", "shift"], ["a"]),
-             helper.make_node("Sub", ["a", "mean"], ["s"]),
-             helper.make_node("Mul", ["s", "scale"], ["m"]),
-             helper.make_node("Transpose", ["m"], ["y"], perm=[0, 3, 1, 2])]
-    graph = helper.make_graph(nodes, "nhwc", [helper.make_tensor_value_info("image", T.FLOAT, [1, 8, 2, width])],
-                              [helper.make_tensor_value_info("y", T.FLOAT, [1, channels, 2, width])], [*consts, conv])
+    nodes = [
+        helper.make_node("Conv", ["image", "conv_w"], ["c"]),
+        helper.make_node("Transpose", ["c"], ["nhwc"], perm=[0, 2, 3, 1]),
+        helper.make_node("Add", ["nhwc", "shift"], ["a"]),
+        helper.make_node("Sub", ["a", "mean"], ["s"]),
+        helper.make_node("Mul", ["s", "scale"], ["m"]),
+        helper.make_node("Transpose", ["m"], ["y"], perm=[0, 3, 1, 2]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "nhwc",
+        [helper.make_tensor_value_info("image", T.FLOAT, [1, 8, 2, width])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [1, channels, 2, width])],
+        [*consts, conv],
+    )
     return _save(graph, path, opset=17, ir_version=9)
 
 
@@ -226,11 +294,17 @@ def random_output_model(path: Path) -> Path:
     from onnx import helper, numpy_helper
 
     w = numpy_helper.from_array(np.ones((16, 16), np.float32), "w")
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"]),
-             helper.make_node("RandomNormalLike", ["y"], ["noise"])]
-    graph = helper.make_graph(nodes, "random", [helper.make_tensor_value_info("x", T.FLOAT, [1, 16])],
-                              [helper.make_tensor_value_info("y", T.FLOAT, [1, 16]),
-                               helper.make_tensor_value_info("noise", T.FLOAT, [1, 16])], [w])
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("RandomNormalLike", ["y"], ["noise"])]
+    graph = helper.make_graph(
+        nodes,
+        "random",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 16])],
+        [
+            helper.make_tensor_value_info("y", T.FLOAT, [1, 16]),
+            helper.make_tensor_value_info("noise", T.FLOAT, [1, 16]),
+        ],
+        [w],
+    )
     return _save(graph, path, opset=17, ir_version=9)
 
 
@@ -241,8 +315,13 @@ def nan_output_model(path: Path) -> Path:
 
     w = numpy_helper.from_array(np.random.default_rng(2).standard_normal((16, 16)).astype(np.float32), "w")
     nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Log", ["m"], ["y"])]
-    graph = helper.make_graph(nodes, "nan", [helper.make_tensor_value_info("x", T.FLOAT, [1, 16])],
-                              [helper.make_tensor_value_info("y", T.FLOAT, [1, 16])], [w])
+    graph = helper.make_graph(
+        nodes,
+        "nan",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [1, 16])],
+        [w],
+    )
     return _save(graph, path, opset=17, ir_version=9)
 
 
@@ -294,9 +373,12 @@ def constant_weights_model(path: Path, width: int = 256, layers: int = 8) -> Pat
         out = "y" if i == layers - 1 else f"h{i}"
         nodes.append(helper.make_node("Relu", [f"m{i}"], [out]))
         prev = out
-    graph = helper.make_graph(nodes, "paddle_style",
-                              [helper.make_tensor_value_info("x", T.FLOAT, ["p2o.DynamicDimension.0", width])],
-                              [helper.make_tensor_value_info("y", T.FLOAT, ["p2o.DynamicDimension.0", width])])
+    graph = helper.make_graph(
+        nodes,
+        "paddle_style",
+        [helper.make_tensor_value_info("x", T.FLOAT, ["p2o.DynamicDimension.0", width])],
+        [helper.make_tensor_value_info("y", T.FLOAT, ["p2o.DynamicDimension.0", width])],
+    )
     return _save(graph, path, opset=17, ir_version=9)
 
 
@@ -311,8 +393,12 @@ def float8_model(path: Path) -> Path:
     values = rng.standard_normal((64, 32)).astype(ml_dtypes.float8_e4m3fn)
     w8 = helper.make_tensor("w8", T.FLOAT8E4M3FN, [64, 32], values.view(np.uint8).tobytes(), raw=True)
     inits = [w8, numpy_helper.from_array(np.array(0.125, np.float32), "s")]
-    nodes = [helper.make_node("DequantizeLinear", ["w8", "s"], ["wd"]),
-             helper.make_node("MatMul", ["x", "wd"], ["y"])]
-    graph = helper.make_graph(nodes, "float8", [helper.make_tensor_value_info("x", T.FLOAT, [2, 64])],
-                              [helper.make_tensor_value_info("y", T.FLOAT, [2, 32])], inits)
+    nodes = [helper.make_node("DequantizeLinear", ["w8", "s"], ["wd"]), helper.make_node("MatMul", ["x", "wd"], ["y"])]
+    graph = helper.make_graph(
+        nodes,
+        "float8",
+        [helper.make_tensor_value_info("x", T.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [2, 32])],
+        inits,
+    )
     return _save(graph, path)

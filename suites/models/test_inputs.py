@@ -13,17 +13,28 @@ from models_support import ONE, assert_all_ok, assert_usage_error
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     folder = tmp_path_factory.mktemp("inputs")
-    return {name: getattr(generated, f"{name}_model")(folder / f"{name}.onnx")
-            for name in ("three_dynamic_inputs", "no_shape_input", "string_input", "sequence_input", "sample_rate")}
+    return {
+        name: getattr(generated, f"{name}_model")(folder / f"{name}.onnx")
+        for name in ("three_dynamic_inputs", "no_shape_input", "string_input", "sequence_input", "sample_rate")
+    }
 
 
 def test_every_dynamic_input_in_one_error(run_harness, models):
     """Three dynamic inputs and one without any shape: one line names all four, each with a
     ready --shape, and offers --free-dim for the named dimensions."""
     outcome = run_harness("run", "--model", str(models["three_dynamic_inputs"]), *ONE)
-    line = assert_usage_error(outcome, "ids[batch,sequence]", "mask[batch,sequence]", "type_ids[batch,sequence]",
-                              "scale[?...]", "--shape ids=1x1", "--shape mask=1x1", "--shape type_ids=1x1",
-                              "--free-dim batch=1", "--free-dim sequence=1")
+    line = assert_usage_error(
+        outcome,
+        "ids[batch,sequence]",
+        "mask[batch,sequence]",
+        "type_ids[batch,sequence]",
+        "scale[?...]",
+        "--shape ids=1x1",
+        "--shape mask=1x1",
+        "--shape type_ids=1x1",
+        "--free-dim batch=1",
+        "--free-dim sequence=1",
+    )
     import re
 
     assert len(re.findall(r"--shape \w+=", line)) == 4
@@ -33,19 +44,36 @@ def test_free_dim_fixes_a_named_dimension_in_every_input(run_harness, models, tm
     path = str(models["three_dynamic_inputs"])
     partial = run_harness("run", "--model", path, "--free-dim", "batch=1", *ONE, out=tmp_path / "a")
     assert_usage_error(partial, "ids[1,sequence]", "mask[1,sequence]", "scale[?...]")
-    outcome = run_harness("run", "--model", path, "--free-dim", "batch=1", "--free-dim", "sequence=8",
-                          "--shape", "scale=1", *ONE, out=tmp_path / "b")
+    outcome = run_harness(
+        "run",
+        "--model",
+        path,
+        "--free-dim",
+        "batch=1",
+        "--free-dim",
+        "sequence=8",
+        "--shape",
+        "scale=1",
+        *ONE,
+        out=tmp_path / "b",
+    )
     assert_all_ok(outcome, workers=2)
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    (["--free-dim", "seq=4"], ["--free-dim seq", "named dimensions: batch, sequence"]),
-    (["--free-dim", "batch=0"], ["--free-dim 'batch=0'", "VALUE >= 1"]),
-    (["--input", "nope=3"], ["--input names unknown input(s) ['nope']"]),
-    (["--input", "ids=x.npy", "--shape", "ids=1x2"], ["--shape and --input both given for ['ids']"]),
-    (["--input", "ids=0.5", "--free-dim", "batch=1", "--free-dim", "sequence=2", "--shape", "scale=1"],
-     ["--input ids: float64 values for a int64 input"]),
-], ids=["free-dim-unknown", "free-dim-zero", "input-unknown", "input-and-shape", "input-wrong-type"])
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--free-dim", "seq=4"], ["--free-dim seq", "named dimensions: batch, sequence"]),
+        (["--free-dim", "batch=0"], ["--free-dim 'batch=0'", "VALUE >= 1"]),
+        (["--input", "nope=3"], ["--input names unknown input(s) ['nope']"]),
+        (["--input", "ids=x.npy", "--shape", "ids=1x2"], ["--shape and --input both given for ['ids']"]),
+        (
+            ["--input", "ids=0.5", "--free-dim", "batch=1", "--free-dim", "sequence=2", "--shape", "scale=1"],
+            ["--input ids: float64 values for a int64 input"],
+        ),
+    ],
+    ids=["free-dim-unknown", "free-dim-zero", "input-unknown", "input-and-shape", "input-wrong-type"],
+)
 def test_bad_input_options_are_one_line(run_harness, models, args, expected):
     outcome = run_harness("run", "--model", str(models["three_dynamic_inputs"]), *args, *ONE)
     assert_usage_error(outcome, *expected)
@@ -81,10 +109,12 @@ def test_constrained_input_needs_real_values(run_harness, models, tmp_path):
     assert_usage_error(generated_feed, "ONNX Runtime cannot run it", "--input NAME=FILE.npy or --input NAME=VALUE")
     audio = tmp_path / "audio.npy"
     np.save(audio, np.linspace(-1, 1, 32, dtype=np.float32))
-    outcome = run_harness("run", "--model", path, "--input", "sr=16000", "--input", f"audio={audio}", *ONE,
-                          out=tmp_path / "b")
+    outcome = run_harness(
+        "run", "--model", path, "--input", "sr=16000", "--input", f"audio={audio}", *ONE, out=tmp_path / "b"
+    )
     assert_all_ok(outcome, workers=2)
     np.save(audio, np.zeros(31, np.float32))
-    wrong = run_harness("run", "--model", path, "--input", "sr=16000", "--input", f"audio={audio}", *ONE,
-                        out=tmp_path / "c")
+    wrong = run_harness(
+        "run", "--model", path, "--input", "sr=16000", "--input", f"audio={audio}", *ONE, out=tmp_path / "c"
+    )
     assert_usage_error(wrong, "--input audio", "dimension 0 is fixed to 32", "got 31")

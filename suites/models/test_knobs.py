@@ -33,29 +33,51 @@ def test_without_runs_the_latency_columns_stay_empty(run_harness):
 def test_session_settings_reach_every_session_and_the_reference(run_harness, tmp_path):
     """The same settings in every worker's spec (both modes) and in metadata.json; a value ORT
     rejects fails the reference run already: one line, exit 2."""
-    outcome = run_harness("run", *SMALL, "--session-config", "session.intra_op.allow_spinning=0",
-                          "--intra-op-threads", "1", *ONE, out=tmp_path / "ok")
+    outcome = run_harness(
+        "run",
+        *SMALL,
+        "--session-config",
+        "session.intra_op.allow_spinning=0",
+        "--intra-op-threads",
+        "1",
+        *ONE,
+        out=tmp_path / "ok",
+    )
     assert_all_ok(outcome, workers=2)
     settings = [o["session"] for o in spec_options(outcome.out)]
-    assert len(settings) == 2 and all(s["config"] == {"session.intra_op.allow_spinning": "0"} and
-                                      s["intra_op_threads"] == 1 for s in settings)
+    assert len(settings) == 2 and all(
+        s["config"] == {"session.intra_op.allow_spinning": "0"} and s["intra_op_threads"] == 1 for s in settings
+    )
     meta = json.loads((outcome.out / "metadata.json").read_text())
     assert meta["run"]["session"]["intra_op_threads"] == 1
     assert any("session.intra_op.allow_spinning=0, intra_op_num_threads=1" in n for n in meta["target_notes"])
-    bad = run_harness("run", *SMALL, "--session-config", "session.graph_optimizations_loop_level=x", *ONE,
-                      out=tmp_path / "bad")
+    bad = run_harness(
+        "run", *SMALL, "--session-config", "session.graph_optimizations_loop_level=x", *ONE, out=tmp_path / "bad"
+    )
     assert_usage_error(bad, "ONNX Runtime cannot run it", "stoi")
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    (["--target", "qnn", "--provider-option", "disable_file_mapped_weights=0"],
-     ["--provider-option disable_file_mapped_weights", "the harness's to set"]),
-    (["--target", "qnn", "--provider-option", "backend_type=cpu"], ["use --backend-type"]),
-    (["--provider-option", "soc_model=60"], ["--provider-option applies to --target qnn"]),
-    (["--session-config", "novalue"], ["--session-config 'novalue': expected KEY=VALUE"]),
-    (["--runs", "-1"], ["must be >= 0"]),
-    (["--intra-op-threads", "0"], ["must be >= 1"]),
-], ids=["disable-option-is-the-harnesss", "backend-type", "provider-option-needs-qnn", "config-format",
-        "runs-negative", "threads-zero"])
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--target", "qnn", "--provider-option", "disable_file_mapped_weights=0"],
+            ["--provider-option disable_file_mapped_weights", "the harness's to set"],
+        ),
+        (["--target", "qnn", "--provider-option", "backend_type=cpu"], ["use --backend-type"]),
+        (["--provider-option", "soc_model=60"], ["--provider-option applies to --target qnn"]),
+        (["--session-config", "novalue"], ["--session-config 'novalue': expected KEY=VALUE"]),
+        (["--runs", "-1"], ["must be >= 0"]),
+        (["--intra-op-threads", "0"], ["must be >= 1"]),
+    ],
+    ids=[
+        "disable-option-is-the-harnesss",
+        "backend-type",
+        "provider-option-needs-qnn",
+        "config-format",
+        "runs-negative",
+        "threads-zero",
+    ],
+)
 def test_bad_knobs_are_one_line(run_harness, args, expected):
     assert_usage_error(run_harness("run", *SMALL, *args, *ONE), *expected)

@@ -48,11 +48,13 @@ def test_strings_and_shapes():
 
 
 def test_nondeterministic_outputs_are_checked_by_shape_only():
-    ok, detail = check_outputs([np.ones(3), np.zeros(4)], {"y": np.ones(3), "noise": np.ones(4)}, ["y", "noise"],
-                               nondeterministic=["noise"])
+    ok, detail = check_outputs(
+        [np.ones(3), np.zeros(4)], {"y": np.ones(3), "noise": np.ones(4)}, ["y", "noise"], nondeterministic=["noise"]
+    )
     assert ok and "noise: not compared (non-deterministic" in detail
-    ok, detail = check_outputs([np.ones(3), np.zeros(5)], {"y": np.ones(3), "noise": np.ones(4)}, ["y", "noise"],
-                               nondeterministic=["noise"])
+    ok, detail = check_outputs(
+        [np.ones(3), np.zeros(5)], {"y": np.ones(3), "noise": np.ones(4)}, ["y", "noise"], nondeterministic=["noise"]
+    )
     assert not ok and "shape" in detail
 
 

@@ -51,12 +51,13 @@ def test_cold_run_records_and_reports_start_up_per_mode(run_harness):
     outcome = run_harness("run", "--model-size", "16MiB", "--page-cache", "cold", "--processes", "1", "--quiet")
     rows = assert_all_ok(outcome, workers=2)
     assert {r.page_cache for r in rows} == {"cold"}
-    assert all(r.weights_resident_bytes is not None and r.weights_resident_bytes <= 0.01 * r.weights_bytes
-               for r in rows)
+    assert all(
+        r.weights_resident_bytes is not None and r.weights_resident_bytes <= 0.01 * r.weights_bytes for r in rows
+    )
     assert json.loads((outcome.out / "metadata.json").read_text())["run"]["page_cache"] == "cold"
     assert {s.page_cache for s in outcome.summary()} == {"cold"}
     html = (outcome.out / "report.html").read_text(encoding="utf-8")
-    section = html[html.index("Start-up and latency"):]
+    section = html[html.index("Start-up and latency") :]
     assert "Init + first inference" in section and "cold: the weights&#39; pages were evicted" in section
 
 

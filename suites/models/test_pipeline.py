@@ -19,8 +19,18 @@ def two_models(tmp_path_factory):
 
 @pytest.mark.parametrize("target", ["cpu", "ort-native"])
 def test_two_models_load_together_in_one_worker(run_harness, two_models, target):
-    outcome = run_harness("run", "--target", target, "--model", str(two_models[0]), "--model", str(two_models[1]),
-                          "--sessions-per-process", "2", *ONE)
+    outcome = run_harness(
+        "run",
+        "--target",
+        target,
+        "--model",
+        str(two_models[0]),
+        "--model",
+        str(two_models[1]),
+        "--sessions-per-process",
+        "2",
+        *ONE,
+    )
     rows = assert_all_ok(outcome, workers=2)  # one worker per mode, each with 2 groups x 2 models
     meta = json.loads((outcome.out / "metadata.json").read_text())
     assert meta["run"]["models"] == [str(p) for p in two_models]
@@ -48,11 +58,15 @@ def test_a_folder_is_a_pipeline_and_genai_config_names_its_models(run_harness, t
     assert json.loads((named.out / "metadata.json").read_text())["run"]["models"] == [str(genai / "second.onnx")]
 
 
-@pytest.mark.parametrize(("layout", "expected"), [
-    ("twice", ["given twice"]),
-    ("config-names-missing", ["genai_config.json names nothere.onnx, not found"]),
-    ("shape-unknown", ["--shape names unknown input(s) ['nope']"]),
-], ids=["same-model-twice", "genai-missing-file", "shape-unknown-in-every-model"])
+@pytest.mark.parametrize(
+    ("layout", "expected"),
+    [
+        ("twice", ["given twice"]),
+        ("config-names-missing", ["genai_config.json names nothere.onnx, not found"]),
+        ("shape-unknown", ["--shape names unknown input(s) ['nope']"]),
+    ],
+    ids=["same-model-twice", "genai-missing-file", "shape-unknown-in-every-model"],
+)
 def test_bad_pipelines_are_one_line(run_harness, two_models, tmp_path, layout, expected):
     if layout == "twice":
         args = ["--model", str(two_models[0]), "--model", str(two_models[0])]

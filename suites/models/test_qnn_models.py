@@ -59,15 +59,22 @@ def test_a_missing_context_binary_is_one_line(run_harness, compiled, tmp_path):
     onnx_path, bins = compiled[0]
     lonely = tmp_path / onnx_path.name
     shutil.copyfile(onnx_path, lonely)
-    assert_usage_error(run_harness("run", "--target", "qnn", "--model", str(lonely), *ONE),
-                       f"context binary '{bins[0].name}'", "is missing")
+    assert_usage_error(
+        run_harness("run", "--target", "qnn", "--model", str(lonely), *ONE),
+        f"context binary '{bins[0].name}'",
+        "is missing",
+    )
 
 
 def test_a_compile_failure_is_one_line_with_the_eps_reason_and_log(run_harness, tmp_path):
     """An fp32 Conv the simulated HTP backend cannot finalize without a soc_model."""
     path = generated.nhwc_model(tmp_path / "conv.onnx")
-    line = assert_usage_error(run_harness("run", "--target", "qnn", "--model", str(path), *ONE),
-                              f"--model {path}: QNN compilation failed", "QNN_COMMON_ERROR_MEM_ALLOC", "(EP log: ")
+    line = assert_usage_error(
+        run_harness("run", "--target", "qnn", "--model", str(path), *ONE),
+        f"--model {path}: QNN compilation failed",
+        "QNN_COMMON_ERROR_MEM_ALLOC",
+        "(EP log: ",
+    )
     log = line.rsplit("(EP log: ", 1)[1].rstrip(")")
     assert "MEM_ALLOC" in open(log, encoding="utf-8", errors="replace").read()  # the EP's own log is in the file
     assert "[ONNXRuntimeError]" not in line
@@ -78,8 +85,12 @@ def test_a_crashing_compiler_is_one_line(run_harness, tmp_path, monkeypatch):
     harness reports it instead of dying with it."""
     monkeypatch.setenv("HARNESS_TEST_QNN_CHILD_FAULT", "segv")
     path = generated.qdq_model(tmp_path / "crash.onnx", seed=7)
-    assert_usage_error(run_harness("run", "--target", "qnn", "--model", str(path), *ONE),
-                       f"--model {path}: the QNN compiler crashed", "SIGSEGV", "(EP log: ")
+    assert_usage_error(
+        run_harness("run", "--target", "qnn", "--model", str(path), *ONE),
+        f"--model {path}: the QNN compiler crashed",
+        "SIGSEGV",
+        "(EP log: ",
+    )
 
 
 def test_a_constant_weights_model_is_compiled_as_it_is(run_harness, tmp_path):
@@ -87,8 +98,9 @@ def test_a_constant_weights_model_is_compiled_as_it_is(run_harness, tmp_path):
     model as it is (nothing externalised, nothing refused), its dynamic batch fixed by
     --free-dim in a shape-fixed copy of the graph."""
     path = generated.constant_weights_model(tmp_path / "paddle.onnx")
-    outcome = run_harness("run", "--target", "qnn", "--model", str(path), "--free-dim", "p2o.DynamicDimension.0=1",
-                          *ONE)
+    outcome = run_harness(
+        "run", "--target", "qnn", "--model", str(path), "--free-dim", "p2o.DynamicDimension.0=1", *ONE
+    )
     rows = assert_all_ok(outcome, workers=2)
     assert all(r.weights_bytes > 0 for r in rows)
     spec = json.loads(next((outcome.out / "workers").rglob("*.spec.json")).read_text())
@@ -98,10 +110,18 @@ def test_a_constant_weights_model_is_compiled_as_it_is(run_harness, tmp_path):
 
 def test_an_epcontext_model_on_cpu_and_a_mixed_folder_are_one_line(run_harness, compiled, tmp_path):
     onnx_path, _ = compiled[0]
-    assert_usage_error(run_harness("run", "--target", "cpu", "--model", str(onnx_path), *ONE, out=tmp_path / "a"),
-                       "a pre-compiled EPContext model", "--target cpu cannot load it", "use --target qnn")
+    assert_usage_error(
+        run_harness("run", "--target", "cpu", "--model", str(onnx_path), *ONE, out=tmp_path / "a"),
+        "a pre-compiled EPContext model",
+        "--target cpu cannot load it",
+        "use --target qnn",
+    )
     mixed = tmp_path / "mixed"
     shutil.copytree(onnx_path.parent, mixed)
     generated.qdq_model(mixed / "source.onnx")  # a plain model beside the compiled one
-    assert_usage_error(run_harness("run", "--target", "qnn", "--model", str(mixed), *ONE, out=tmp_path / "b"),
-                       "holds compiled EPContext models", "and plain models (source.onnx)", "repeated --model")
+    assert_usage_error(
+        run_harness("run", "--target", "qnn", "--model", str(mixed), *ONE, out=tmp_path / "b"),
+        "holds compiled EPContext models",
+        "and plain models (source.onnx)",
+        "repeated --model",
+    )

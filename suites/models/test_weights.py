@@ -36,8 +36,12 @@ def test_raw_bytes_are_the_packed_onnx_layout(onnx_type):
     expected = -(-15 * bits // 8) if bits else array.nbytes
     assert tensors.packed_size(onnx_type, shape) == expected
     assert tensors.raw_bytes(proto) == proto.raw_data and len(proto.raw_data) == expected
-    typed = helper.make_tensor("t", onnx_type, shape, array.astype(np.float32 if onnx_type in (16, 17, 18, 19, 20)
-                                                                     else np.int64).ravel().tolist())
+    typed = helper.make_tensor(
+        "t",
+        onnx_type,
+        shape,
+        array.astype(np.float32 if onnx_type in (16, 17, 18, 19, 20) else np.int64).ravel().tolist(),
+    )
     assert not typed.HasField("raw_data")  # the typed-field storage is converted, packing included
     assert tensors.raw_bytes(typed) == proto.raw_data
 
@@ -51,7 +55,7 @@ def test_ortvalue_over_a_buffer_is_in_place_and_reads_the_right_values(onnx_type
     raw = numpy_helper.from_array(array, "t").raw_data
     extent = tensors.view_extent(onnx_type, [3, 4])
     buffer = bytearray(64 + extent)
-    buffer[64:64 + len(raw)] = raw
+    buffer[64 : 64 + len(raw)] = raw
     value = tensors.ortvalue_over(memoryview(buffer), onnx_type, [3, 4], 64)
     address = np.frombuffer(buffer, np.uint8).ctypes.data + 64
     assert value.data_ptr() == address
@@ -71,6 +75,7 @@ def test_pack_unpack_round_trip_for_feeds():
 
 # -- graphs ---------------------------------------------------------------------------------------
 
+
 def _if_model_with_constants():
     """Main-graph Constant weight + one in each If branch, both branches named alike."""
     from onnx import TensorProto as T
@@ -79,17 +84,30 @@ def _if_model_with_constants():
     rng = np.random.default_rng(3)
 
     def const(name, shape):
-        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(
-            rng.standard_normal(shape).astype(np.float32), name))
+        return helper.make_node(
+            "Constant", [], [name], value=numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+        )
 
-    branch = {k: helper.make_graph([const("w", (16, 16)), helper.make_node("MatMul", ["h", "w"], [f"o_{k}"])], k, [],
-                                   [helper.make_tensor_value_info(f"o_{k}", T.FLOAT, [1, 16])])
-              for k in ("then", "else")}
-    nodes = [const("w0", (16, 16)), helper.make_node("MatMul", ["x", "w0"], ["h"]),
-             helper.make_node("If", ["c"], ["y"], then_branch=branch["then"], else_branch=branch["else"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [1, 16]),
-                                           helper.make_tensor_value_info("c", T.BOOL, [])],
-                              [helper.make_tensor_value_info("y", T.FLOAT, [1, 16])])
+    branch = {
+        k: helper.make_graph(
+            [const("w", (16, 16)), helper.make_node("MatMul", ["h", "w"], [f"o_{k}"])],
+            k,
+            [],
+            [helper.make_tensor_value_info(f"o_{k}", T.FLOAT, [1, 16])],
+        )
+        for k in ("then", "else")
+    }
+    nodes = [
+        const("w0", (16, 16)),
+        helper.make_node("MatMul", ["x", "w0"], ["h"]),
+        helper.make_node("If", ["c"], ["y"], then_branch=branch["then"], else_branch=branch["else"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 16]), helper.make_tensor_value_info("c", T.BOOL, [])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [1, 16])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     return model
@@ -125,13 +143,21 @@ def test_nothing_to_map_is_one_line(tmp_path, run_harness):
     from onnx import TensorProto as T
     from onnx import helper, save
 
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", T.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info("y", T.FLOAT, [1, 4])])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [1, 4])],
+    )
     save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "relu.onnx"))
     outcome = run_harness("run", "--model", str(tmp_path / "relu.onnx"), *ONE)
-    assert_usage_error(outcome, "nothing to map", "no initializer and no Constant-node tensor",
-                       "subgraphs included", "1024 bytes or more")
+    assert_usage_error(
+        outcome,
+        "nothing to map",
+        "no initializer and no Constant-node tensor",
+        "subgraphs included",
+        "1024 bytes or more",
+    )
 
 
 # -- every type, end to end --------------------------------------------------------------------------
@@ -179,8 +205,17 @@ def test_constant_node_weights_cost_less_pss_when_mapped(tmp_path, run_harness):
     mapped vs 2 W + 2 O heap: W apart; half of that is the margin for the PSS of shared
     libraries, which moves with whatever else the machine runs."""
     path = generated.constant_weights_model(tmp_path / "paddle64.onnx", width=1024, layers=16)
-    outcome = run_harness("run", "--model", str(path), "--free-dim", "p2o.DynamicDimension.0=1", "--processes", "2",
-                          "--quiet", "--no-report")
+    outcome = run_harness(
+        "run",
+        "--model",
+        str(path),
+        "--free-dim",
+        "p2o.DynamicDimension.0=1",
+        "--processes",
+        "2",
+        "--quiet",
+        "--no-report",
+    )
     rows = assert_all_ok(outcome, workers=4)
     weights = rows[0].weights_bytes
     assert weights == 64 * 1024**2
@@ -202,9 +237,17 @@ def test_constant_weights_beside_external_data(tmp_path, run_harness):
     model.graph.node.append(helper.make_node("MatMul", ["y", "w_ext"], ["z"]))
     model.graph.output[0].name = "z"
     model.graph.node[-2].output[0] = "y"  # the last Relu still feeds the new MatMul
-    onnx.save(model, str(tmp_path / "mixed.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
-              location="mixed.data", size_threshold=1024)
+    onnx.save(
+        model,
+        str(tmp_path / "mixed.onnx"),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="mixed.data",
+        size_threshold=1024,
+    )
     assert (tmp_path / "mixed.data").stat().st_size == 64 * 64 * 4
-    rows = assert_all_ok(run_harness("run", "--model", str(tmp_path / "mixed.onnx"), "--free-dim",
-                                     "p2o.DynamicDimension.0=2", *ONE), workers=2)
+    rows = assert_all_ok(
+        run_harness("run", "--model", str(tmp_path / "mixed.onnx"), "--free-dim", "p2o.DynamicDimension.0=2", *ONE),
+        workers=2,
+    )
     assert {r.weights_bytes for r in rows} == {3 * 64 * 64 * 4}

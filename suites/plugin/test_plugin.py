@@ -48,7 +48,8 @@ def test_options_and_markers_are_declared(project):
 
 @pytest.mark.memory
 def test_fixtures_work_in_a_foreign_project(project):
-    project.makepyfile(test_foreign=f'''
+    project.makepyfile(
+        test_foreign=f"""
         import pytest
         from mapper_impl import load_weights
 
@@ -70,7 +71,8 @@ def test_fixtures_work_in_a_foreign_project(project):
             head = outcome.headline()
             assert head["verdict"] == "pass" and head["feature"]["state"] == "active"
             assert (outcome.out / "report.html").is_file()
-    ''')
+    """
+    )
     result = run_pytest(project, "-v")
     result.assert_outcomes(passed=4, errors=1)
     assert "test_leak_guard_catches_a_leak ERROR" in result.stdout.str()
@@ -81,7 +83,8 @@ def test_fixtures_work_in_a_foreign_project(project):
 def test_report_dir_keeps_every_run_and_shows_each_outcome(project, tmp_path):
     """Under xdist: two tests produce runs (one then fails), one fails without a run; the
     controller renders one report with every outcome and no pass badge."""
-    project.makepyfile(test_session=f'''
+    project.makepyfile(
+        test_session=f"""
         def test_produces_a_run(run_harness):
             assert run_harness({SMALL_RUN}).returncode == 0
 
@@ -95,7 +98,8 @@ def test_report_dir_keeps_every_run_and_shows_each_outcome(project, tmp_path):
 
         def test_usage_error_leaves_no_run(run_harness):
             assert run_harness("run", "--model-size", "256M").returncode == 2
-    ''')
+    """
+    )
     report_dir = tmp_path / "reports-out"
     result = run_pytest(project, "-n", "2", "--report-dir", str(report_dir))
     result.assert_outcomes(passed=2, failed=2)
@@ -103,9 +107,11 @@ def test_report_dir_keeps_every_run_and_shows_each_outcome(project, tmp_path):
     runs = sorted(p.name for p in (report_dir / "runs").iterdir())
     assert runs == ["test_session-test_produces_a_run", "test_session-test_produces_a_run_then_fails"], runs
     assert html.count('<section class="run"') == 2
-    for nodeid, outcome in (("test_session.py::test_produces_a_run", "passed"),
-                            ("test_session.py::test_produces_a_run_then_fails", "failed"),
-                            ("test_session.py::test_fails_without_a_run", "failed")):
+    for nodeid, outcome in (
+        ("test_session.py::test_produces_a_run", "passed"),
+        ("test_session.py::test_produces_a_run_then_fails", "failed"),
+        ("test_session.py::test_fails_without_a_run", "failed"),
+    ):
         row = rf'outcome-{outcome}">{outcome}</td>\s*<td><code>[^<]*{re.escape(nodeid)}</code>'
         assert re.search(row, html), nodeid
     header = html.split("</header>")[0]
@@ -126,7 +132,8 @@ def test_the_nightly_command_renders_a_qnn_report(project, tmp_path):
     ok, why = qnn_platform_supported()
     if not ok:
         pytest.skip(why)
-    project.makepyfile(test_nightly='''
+    project.makepyfile(
+        test_nightly="""
         import pytest
 
         @pytest.mark.qnn
@@ -141,7 +148,8 @@ def test_the_nightly_command_renders_a_qnn_report(project, tmp_path):
 
         def test_not_selected():
             pass
-    ''')
+    """
+    )
     report_dir = tmp_path / "nightly"
     result = run_pytest(project, "-m", "qnn or device", "--target", "qnn", "--report-dir", str(report_dir), "-rs")
     result.assert_outcomes(passed=1, skipped=1, deselected=1)
@@ -167,7 +175,8 @@ def test_memory_tests_share_one_xdist_worker(project, tmp_path, marker):
     pytest 9.2, whose node ids ignore the suffix xdist gives grouped tests."""
     log = tmp_path / "workers.txt"
     mark = "@pytest.mark.memory" if marker == "memory" else ""
-    project.makepyfile(test_groups=f'''
+    project.makepyfile(
+        test_groups=f"""
         import os, time
         import pytest
 
@@ -177,14 +186,16 @@ def test_memory_tests_share_one_xdist_worker(project, tmp_path, marker):
             time.sleep(0.3)
             with open({str(log)!r}, "a") as f:
                 f.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
-    ''')
+    """
+    )
     run_pytest(project, "-n", "2", "--dist", "load").assert_outcomes(passed=4)
     workers = set(log.read_text().split())
     assert len(workers) == (1 if marker == "memory" else 2), workers
 
 
 def test_device_and_slow_markers_skip_with_their_reason(project):
-    project.makepyfile(test_marks='''
+    project.makepyfile(
+        test_marks="""
         import pytest
 
         @pytest.mark.device
@@ -194,7 +205,8 @@ def test_device_and_slow_markers_skip_with_their_reason(project):
         @pytest.mark.slow
         def test_slow():
             pass
-    ''')
+    """
+    )
     result = run_pytest(project, "-rs")
     if _on_device():
         result.assert_outcomes(passed=1, skipped=1)

@@ -67,8 +67,11 @@ def _write_model(path: Path, op: str, in_shape: list, out_shape: list | None = N
     nodes = [helper.make_node(op, ["X"], ["Y"])] if op else []
     outs = ["Y" if op else "X"]
     graph = helper.make_graph(
-        nodes, op or "empty", [helper.make_tensor_value_info("X", TensorProto.FLOAT, in_shape)],
-        [helper.make_tensor_value_info(outs[0], TensorProto.FLOAT, out_shape or in_shape)])
+        nodes,
+        op or "empty",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, in_shape)],
+        [helper.make_tensor_value_info(outs[0], TensorProto.FLOAT, out_shape or in_shape)],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     model.ir_version = 10
     onnx.save(model, str(path))
@@ -104,9 +107,14 @@ def qdq(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     src = d / "qdq.onnx"
     info = make_qdq_model(src, 3 << 20, seed=0)
     feeds = make_feeds(info, seed=1)
-    return SimpleNamespace(dir=d, src=src, info=info, feeds=feeds,
-                           ref=reference_output(src, feeds),
-                           compiled=compile_epcontext(src, d / "ctx", embed_mode=0))
+    return SimpleNamespace(
+        dir=d,
+        src=src,
+        info=info,
+        feeds=feeds,
+        ref=reference_output(src, feeds),
+        compiled=compile_epcontext(src, d / "ctx", embed_mode=0),
+    )
 
 
 def _load(compiled: CompiledModel, flag: str) -> object:

@@ -66,8 +66,9 @@ def test_qnn_run_classifies_the_ep_path(run_harness, on_device):
 @pytest.mark.device
 def test_qnn_mapping_saves_private_memory_on_device(run_harness):
     """On the device the mapped mode's summed private bytes stay well under heap's."""
-    outcome = run_harness("run", "--target", "qnn", "--model-size", "64MiB", "--processes", "2",
-                          "--quiet", "--no-report")
+    outcome = run_harness(
+        "run", "--target", "qnn", "--model-size", "64MiB", "--processes", "2", "--quiet", "--no-report"
+    )
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr
     rows = _rows_by_mode(outcome)
     weights = rows["heap"][0].weights_bytes
@@ -78,9 +79,22 @@ def test_qnn_mapping_saves_private_memory_on_device(run_harness):
 
 def test_embed_mode_and_shared_contexts(run_harness):
     """Context embedded in the ONNX file, M=2 sessions sharing EP contexts: runs and is correct."""
-    outcome = run_harness("run", "--target", "qnn", "--model-size", "4MiB", "--processes", "1",
-                          "--sessions-per-process", "2", "--embed-mode", "1", "--share-ep-contexts",
-                          "--quiet", "--no-report")
+    outcome = run_harness(
+        "run",
+        "--target",
+        "qnn",
+        "--model-size",
+        "4MiB",
+        "--processes",
+        "1",
+        "--sessions-per-process",
+        "2",
+        "--embed-mode",
+        "1",
+        "--share-ep-contexts",
+        "--quiet",
+        "--no-report",
+    )
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr
     rows = outcome.results()
     assert len(rows) == 2 and all(r.output_ok for r in rows)
@@ -94,9 +108,13 @@ def test_qnn_dynamic_shape_model_is_a_clear_error(run_harness, tmp_path):
     from onnx import TensorProto, helper, numpy_helper, save
 
     w = numpy_helper.from_array(np.ones((16, 16), np.float32), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])], [w])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])],
+        [w],
+    )
     path = tmp_path / "dyn.onnx"
     save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     outcome = run_harness("run", "--target", "qnn", "--model", str(path), "--quiet")

@@ -89,9 +89,15 @@ def start_harness(args: list[str], model_cache: Path, *, new_session: bool = Tru
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     return subprocess.Popen(
-        [sys.executable, "-m", "harness", *args], cwd=ROOT, env=harness_env(model_cache),
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=new_session, preexec_fn=as_from_a_terminal,
+        [sys.executable, "-m", "harness", *args],
+        cwd=ROOT,
+        env=harness_env(model_cache),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=new_session,
+        preexec_fn=as_from_a_terminal,
     )
 
 
@@ -158,13 +164,21 @@ def char_device_like_dev_null(folder: Path) -> Path:
     return node
 
 
-def run_quick(args: list[str], model_cache: Path, *, cwd: Path = ROOT, preexec=None, timeout: float = 300
-              ) -> subprocess.CompletedProcess:
+def run_quick(
+    args: list[str], model_cache: Path, *, cwd: Path = ROOT, preexec=None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """``python -m harness <args>`` to completion (no --out added), optionally with limits
     set in the child before it starts (``preexec``)."""
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, cwd=cwd,
-                          env=harness_env(model_cache), stdin=subprocess.DEVNULL, timeout=timeout,
-                          preexec_fn=preexec)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=harness_env(model_cache),
+        stdin=subprocess.DEVNULL,
+        timeout=timeout,
+        preexec_fn=preexec,
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess, exit_code: int, *expected: str) -> str:

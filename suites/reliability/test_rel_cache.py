@@ -29,22 +29,45 @@ def _external_model(folder: Path, seed: int) -> Path:
     from onnx import TensorProto, helper, numpy_helper
 
     w = np.random.default_rng(seed).standard_normal((64, 64)).astype(np.float32)
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "ext",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
-                              [numpy_helper.from_array(w, "W")])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])],
+        "ext",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+        [numpy_helper.from_array(w, "W")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     path = folder / "model.onnx"
-    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="model.data",
-              size_threshold=0)
+    onnx.save(
+        model,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="model.data",
+        size_threshold=0,
+    )
     return path
 
 
 def _run(model_cache, cache: Path, out: Path, *args: str):
-    return run_quick(["run", *(args or SMALL), "--processes", "1", "--modes", "mapped", "--quiet", "--no-report",
-                      "--cache-dir",
-                      str(cache), "--out", str(out)], model_cache)
+    return run_quick(
+        [
+            "run",
+            *(args or SMALL),
+            "--processes",
+            "1",
+            "--modes",
+            "mapped",
+            "--quiet",
+            "--no-report",
+            "--cache-dir",
+            str(cache),
+            "--out",
+            str(out),
+        ],
+        model_cache,
+    )
 
 
 def _rows_ok(out: Path) -> bool:
@@ -82,9 +105,26 @@ def test_new_external_weights_beside_the_same_graph_are_a_new_entry(model_cache,
 def test_a_build_killed_half_way_leaves_no_entry_and_is_cleaned_next_time(model_cache, tmp_path):
     cache, out = tmp_path / "cache", tmp_path / "run"
     size = "256MiB"
-    proc = start_harness(["run", "--model-size", size, "--processes", "1", "--modes", "mapped", "--quiet",
-                          "--no-report", "--cache-dir", str(cache), "--out", str(out)], model_cache)
+    proc = start_harness(
+        [
+            "run",
+            "--model-size",
+            size,
+            "--processes",
+            "1",
+            "--modes",
+            "mapped",
+            "--quiet",
+            "--no-report",
+            "--cache-dir",
+            str(cache),
+            "--out",
+            str(out),
+        ],
+        model_cache,
+    )
     try:
+
         def building() -> bool:
             return any(p.stat().st_size > 0 for p in cache.glob(".build-*/weights.bin"))
 
@@ -123,8 +163,17 @@ def _corrupt(entry: Path, how: str) -> None:
         raise AssertionError(how)
 
 
-@pytest.mark.parametrize("how", ["manifest-garbage", "manifest-wrong-shape", "model-onnx-garbage",
-                                 "weights-overwritten-mid-file", "reference-missing", "record-missing"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "manifest-garbage",
+        "manifest-wrong-shape",
+        "model-onnx-garbage",
+        "weights-overwritten-mid-file",
+        "reference-missing",
+        "record-missing",
+    ],
+)
 def test_a_corrupt_entry_is_detected_and_rebuilt(model_cache, tmp_path, how):
     cache = tmp_path / "cache"
     assert _run(model_cache, cache, tmp_path / "a").returncode == 0

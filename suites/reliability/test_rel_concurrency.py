@@ -92,8 +92,14 @@ def test_processes_and_threads_share_one_file(tmp_path):
     expected = hashlib.sha256(data).hexdigest()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     children = [
-        subprocess.Popen([sys.executable, "-c", CHILD, str(path), expected, str(THREADS), str(ITERATIONS)],
-                         env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(path), expected, str(THREADS), str(ITERATIONS)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(PROCESSES)
     ]
     try:

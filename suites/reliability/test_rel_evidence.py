@@ -57,8 +57,23 @@ def test_report_on_a_killed_run_exits_1(run_harness, model_cache, tmp_path):
     """SIGKILL mid-run: metadata.json still says "running" and the tables hold only what was
     written before: incomplete, never a pass."""
     out = tmp_path / "run"
-    proc = start_harness(["run", *SMALL, "--processes", "2", "--quiet", "--no-report", "--inject-worker-fault",
-                          "0=hang", "--worker-timeout", "300", "--out", str(out)], model_cache)
+    proc = start_harness(
+        [
+            "run",
+            *SMALL,
+            "--processes",
+            "2",
+            "--quiet",
+            "--no-report",
+            "--inject-worker-fault",
+            "0=hang",
+            "--worker-timeout",
+            "300",
+            "--out",
+            str(out),
+        ],
+        model_cache,
+    )
     try:
         wait_for((out / "workers" / "cpu-mapped-n2-r0" / "w1.ready.json").exists, 60, "worker 1 ready", proc)
         proc.send_signal(signal.SIGKILL)
@@ -74,8 +89,23 @@ def test_report_on_a_killed_run_exits_1(run_harness, model_cache, tmp_path):
 
 def test_report_on_an_interrupted_run_with_zero_rows_exits_1(run_harness, model_cache, tmp_path):
     out = tmp_path / "run"
-    proc = start_harness(["run", *SMALL, "--processes", "2", "--quiet", "--no-report", "--inject-worker-fault",
-                          "0=hang", "--worker-timeout", "300", "--out", str(out)], model_cache)
+    proc = start_harness(
+        [
+            "run",
+            *SMALL,
+            "--processes",
+            "2",
+            "--quiet",
+            "--no-report",
+            "--inject-worker-fault",
+            "0=hang",
+            "--worker-timeout",
+            "300",
+            "--out",
+            str(out),
+        ],
+        model_cache,
+    )
     try:
         wait_for((out / "workers" / "cpu-mapped-n2-r0" / "w1.ready.json").exists, 60, "worker 1 ready", proc)
         proc.send_signal(signal.SIGINT)
@@ -149,8 +179,18 @@ def test_files_that_are_not_this_harness_tables_exit_2(run_harness, complete_run
 def test_a_group_with_a_dead_worker_is_not_summed_and_its_gate_fails(run_harness):
     """Worker 0 crashes in both modes: each group has one worker's memory. Before, the sums of
     the survivors were compared as if they were the groups', and a ratio gate passed on them."""
-    outcome = run_harness("run", *SMALL, "--processes", "2", "--quiet", "--no-report", "--inject-worker-fault",
-                          "0=crash", "--gate", "mapped_uss_ratio<=1.5")
+    outcome = run_harness(
+        "run",
+        *SMALL,
+        "--processes",
+        "2",
+        "--quiet",
+        "--no-report",
+        "--inject-worker-fault",
+        "0=crash",
+        "--gate",
+        "mapped_uss_ratio<=1.5",
+    )
     assert outcome.returncode == 1, outcome.stdout + outcome.stderr
     summary = outcome.summary()
     assert {s.mode for s in summary} == {"mapped", "heap"}
@@ -166,11 +206,13 @@ def test_a_group_with_a_dead_worker_is_not_summed_and_its_gate_fails(run_harness
 def test_mapped_only_run_skips_the_default_gates_that_need_both_modes(run_harness):
     """--modes mapped is valid: the default sharing gates (which apply from 128 MiB and two
     processes) are skipped with the reason, the run passes."""
-    outcome = run_harness("run", "--model-size", "128MiB", "--processes", "2", "--modes", "mapped", "--quiet",
-                          "--no-report")
+    outcome = run_harness(
+        "run", "--model-size", "128MiB", "--processes", "2", "--modes", "mapped", "--quiet", "--no-report"
+    )
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr
-    pair_gates = [ln for ln in outcome.stdout.splitlines() if "_ratio" in ln and ln.startswith(("PASS", "SKIP",
-                                                                                                  "FAIL"))]
+    pair_gates = [
+        ln for ln in outcome.stdout.splitlines() if "_ratio" in ln and ln.startswith(("PASS", "SKIP", "FAIL"))
+    ]
     assert len(pair_gates) == 3, outcome.stdout
     for line in pair_gates:
         assert line.startswith("SKIP") and "compares mapped with heap, but only mapped mode was run" in line, line

@@ -19,8 +19,19 @@ WORKERS = 2
 
 
 def _run(run_harness, *args: str, modes: str = "mapped"):
-    outcome = run_harness("run", *SMALL, "--processes", str(WORKERS), "--modes", modes, "--quiet",
-                          "--no-report", *args, check_exit=0, timeout=180)
+    outcome = run_harness(
+        "run",
+        *SMALL,
+        "--processes",
+        str(WORKERS),
+        "--modes",
+        modes,
+        "--quiet",
+        "--no-report",
+        *args,
+        check_exit=0,
+        timeout=180,
+    )
     assert_no_survivors(outcome.out)
     return outcome, outcome.results()
 
@@ -84,12 +95,14 @@ def test_recovery_is_deterministic_across_repeats(run_harness):
     """The user report this answers: "recovery was not deterministic across tries"."""
     outcome, rows = _run(run_harness, "--fault", "register=1", "--fault", "create=1", "--repeat", "3")
     assert sorted({r.repeat for r in rows}) == [0, 1, 2]
+
     def errors(row) -> str:  # addresses differ per mapping; everything else must not
         return re.sub(r"0x[0-9a-f]+", "0x?", row.map_errors)
 
     per_repeat = {
-        repeat: sorted((r.worker, r.path_taken, r.fallback_stage, errors(r), r.output_ok)
-                       for r in rows if r.repeat == repeat)
+        repeat: sorted(
+            (r.worker, r.path_taken, r.fallback_stage, errors(r), r.output_ok) for r in rows if r.repeat == repeat
+        )
         for repeat in (0, 1, 2)
     }
     assert per_repeat[0] == per_repeat[1] == per_repeat[2], per_repeat

@@ -30,9 +30,13 @@ def _tiny_model(path: Path) -> Path:
     from onnx import TensorProto, helper, numpy_helper
 
     w = numpy_helper.from_array(np.random.default_rng(3).standard_normal((32, 32)).astype(np.float32), "W")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "tiny",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32])], [w])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32])],
+        [w],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     onnx.save(model, str(path))
@@ -41,16 +45,29 @@ def _tiny_model(path: Path) -> Path:
 
 def _tree(folder: Path) -> dict[str, tuple[int, int, int]]:
     """Every path under ``folder`` with its mode, size and mtime: what "nothing written" means."""
-    return {str(p.relative_to(folder)): (p.stat().st_mode, p.stat().st_size, p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*"))}
+    return {
+        str(p.relative_to(folder)): (p.stat().st_mode, p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+    }
 
 
 def test_weights_truncated_in_the_model_cache_is_rebuilt(run_harness, tmp_path):
     """A cached model whose weights.bin was cut short (disk full, an interrupted copy) fails
     the entry's own check: the cache rebuilds it instead of workers reading past its end."""
     model, cache = _tiny_model(tmp_path / "tiny.onnx"), tmp_path / "cache"
-    args = ("run", "--model", str(model), "--cache-dir", str(cache), "--processes", "1", "--modes", "mapped",
-            "--quiet", "--no-report")
+    args = (
+        "run",
+        "--model",
+        str(model),
+        "--cache-dir",
+        str(cache),
+        "--processes",
+        "1",
+        "--modes",
+        "mapped",
+        "--quiet",
+        "--no-report",
+    )
     run_harness(*args, out=tmp_path / "first", check_exit=0)
     (weights,) = cache.glob("user-tiny-*/weights.bin")
     size = weights.stat().st_size
@@ -66,9 +83,27 @@ def test_weights_truncated_during_a_run_fail_cleanly(model_cache, tmp_path):
     """The weights file is cut in half after the first group's workers loaded it: the next
     group's workers fail with a clear error (no SIGBUS, no hang), the run completes."""
     out, cache = tmp_path / "run", tmp_path / "cache"  # a private cache: this test damages it
-    proc = start_harness(["run", *SMALL, "--cache-dir", str(cache), "--processes", "2", "--modes", "mapped,heap",
-                          "--inject-worker-fault", "0=hang", "--worker-timeout", "5", "--quiet", "--no-report",
-                          "--out", str(out)], model_cache)
+    proc = start_harness(
+        [
+            "run",
+            *SMALL,
+            "--cache-dir",
+            str(cache),
+            "--processes",
+            "2",
+            "--modes",
+            "mapped,heap",
+            "--inject-worker-fault",
+            "0=hang",
+            "--worker-timeout",
+            "5",
+            "--quiet",
+            "--no-report",
+            "--out",
+            str(out),
+        ],
+        model_cache,
+    )
     try:
         # worker 0 hangs until the timeout, so worker 1 of the first (mapped) group is ready
         # and waiting: that is the moment between "prepared" and the next group's load.
@@ -105,9 +140,29 @@ def test_disk_full_while_building_the_model_is_refused(model_cache, tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 
     cache, out = tmp_path / "cache", tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "harness", "run", *SMALL, "--cache-dir", str(cache), "--out", str(out),
-                           "--processes", "1", "--quiet"], capture_output=True, text=True, cwd=ROOT, timeout=120,
-                          env=harness_env(model_cache), stdin=subprocess.DEVNULL, preexec_fn=small_file_limit)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            *SMALL,
+            "--cache-dir",
+            str(cache),
+            "--out",
+            str(out),
+            "--processes",
+            "1",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env=harness_env(model_cache),
+        stdin=subprocess.DEVNULL,
+        preexec_fn=small_file_limit,
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and f"model cache {cache}: cannot write the model" in lines[0], proc.stderr
@@ -120,8 +175,7 @@ def test_read_only_model_cache_after_the_model_was_built(run_harness, tmp_path):
     the run works and writes nothing there. (As root the mode bits are not enforced, so the
     test also proves nothing in the cache changed.)"""
     cache = tmp_path / "cache"
-    args = ("run", *SMALL, "--cache-dir", str(cache), "--processes", "1", "--modes", "mapped", "--quiet",
-            "--no-report")
+    args = ("run", *SMALL, "--cache-dir", str(cache), "--processes", "1", "--modes", "mapped", "--quiet", "--no-report")
     run_harness(*args, out=tmp_path / "build", check_exit=0)
     for path in [cache, *cache.rglob("*")]:
         path.chmod(0o555 if path.is_dir() else 0o444)
@@ -140,8 +194,9 @@ def test_paths_with_spaces_and_non_ascii_characters(run_harness, tmp_path):
     HTML report all land where asked."""
     out = tmp_path / "résultats du jour" / "run ü 実験 🚀"
     cache = tmp_path / "cache ñ 模型"
-    outcome = run_harness("run", *SMALL, "--cache-dir", str(cache), "--processes", "1", "--quiet", out=out,
-                          check_exit=0)
+    outcome = run_harness(
+        "run", *SMALL, "--cache-dir", str(cache), "--processes", "1", "--quiet", out=out, check_exit=0
+    )
     rows = outcome.results()
     assert sorted(r.path_taken for r in rows) == ["heap", "mapped"]
     assert all(r.output_ok for r in rows)
@@ -151,9 +206,13 @@ def test_paths_with_spaces_and_non_ascii_characters(run_harness, tmp_path):
 
 @pytest.mark.parametrize(
     ("where", "expected"),
-    [("out-is-a-file", "is a file, not a folder"), ("out-under-a-file", "is a file, not a folder"),
-     ("cache-under-a-file", "choose another with --cache-dir"), ("history-under-a-file", "is a file, not a folder"),
-     ("history-is-a-folder", "is a folder, not a file")],
+    [
+        ("out-is-a-file", "is a file, not a folder"),
+        ("out-under-a-file", "is a file, not a folder"),
+        ("cache-under-a-file", "choose another with --cache-dir"),
+        ("history-under-a-file", "is a file, not a folder"),
+        ("history-is-a-folder", "is a folder, not a file"),
+    ],
 )
 def test_unusable_out_cache_or_history_path_is_one_line_exit_2(run_harness, tmp_path, where, expected):
     """Refused before the model is built or any worker starts, never after a whole run."""
@@ -161,10 +220,11 @@ def test_unusable_out_cache_or_history_path_is_one_line_exit_2(run_harness, tmp_
     blocker.write_text("not a folder")
     out = {"out-is-a-file": blocker, "out-under-a-file": blocker / "run"}.get(where, tmp_path / "run")
     cache = blocker / "cache" if where == "cache-under-a-file" else tmp_path / "cache"
-    history = {"history-under-a-file": ["--history", str(blocker / "history.csv")],
-               "history-is-a-folder": ["--history", str(tmp_path)]}.get(where, [])
-    outcome = run_harness("run", *SMALL, "--cache-dir", str(cache), "--processes", "1", "--quiet", *history,
-                          out=out)
+    history = {
+        "history-under-a-file": ["--history", str(blocker / "history.csv")],
+        "history-is-a-folder": ["--history", str(tmp_path)],
+    }.get(where, [])
+    outcome = run_harness("run", *SMALL, "--cache-dir", str(cache), "--processes", "1", "--quiet", *history, out=out)
     assert outcome.returncode == 2, outcome.stderr
     lines = outcome.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0] and "Traceback" not in outcome.stderr, outcome.stderr

@@ -24,9 +24,25 @@ WORKERS = 2
 
 
 def _start(out, model_cache, worker_timeout: str):
-    return start_harness(["run", *SMALL, "--processes", str(WORKERS), "--modes", "mapped,heap", "--quiet",
-                          "--no-report", "--inject-worker-fault", "0=hang", "--worker-timeout", worker_timeout,
-                          "--out", str(out)], model_cache)
+    return start_harness(
+        [
+            "run",
+            *SMALL,
+            "--processes",
+            str(WORKERS),
+            "--modes",
+            "mapped,heap",
+            "--quiet",
+            "--no-report",
+            "--inject-worker-fault",
+            "0=hang",
+            "--worker-timeout",
+            worker_timeout,
+            "--out",
+            str(out),
+        ],
+        model_cache,
+    )
 
 
 def _interrupted(proc, out, send) -> tuple[str, str, float]:
@@ -73,8 +89,12 @@ def test_sigterm_in_the_second_group_keeps_the_first_groups_rows(model_cache, tm
     out = tmp_path / "run"
     proc = _start(out, model_cache, "5")  # the first (mapped) group ends when worker 0 times out
     try:
-        wait_for((out / "workers" / "cpu-heap-n2-r0" / "w1.ready.json").exists, 60,
-                 "the second group's worker 1 to be ready", proc)
+        wait_for(
+            (out / "workers" / "cpu-heap-n2-r0" / "w1.ready.json").exists,
+            60,
+            "the second group's worker 1 to be ready",
+            proc,
+        )
     except BaseException:
         stop(proc)
         raise
@@ -112,8 +132,10 @@ def test_bench_interrupted_stops_at_once(model_cache, tmp_path, sig):
     130 without starting any later group (before, Ctrl-C in the cpu phase still started the
     whole ort-native phase, and SIGTERM was not handled at all)."""
     out = tmp_path / "bench"
-    proc = start_harness(["bench", "--model-size", "4MiB", "--processes", "2", "--repeat", "2", "--quiet",
-                          "--out", str(out)], model_cache)
+    proc = start_harness(
+        ["bench", "--model-size", "4MiB", "--processes", "2", "--repeat", "2", "--quiet", "--out", str(out)],
+        model_cache,
+    )
     try:
         wait_for((out / "workers" / "cpu-mapped-n2-r0").is_dir, 60, "the first group to start", proc)
     except BaseException:

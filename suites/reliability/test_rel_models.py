@@ -42,8 +42,14 @@ def models(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("models")
     onnx.save(_matmul_model(), str(folder / "dynamic.onnx"))
     for name in ("external", "no-data"):  # saving with external data rewrites the proto: one each
-        onnx.save(_matmul_model(), str(folder / f"{name}.onnx"), save_as_external_data=True,
-                  all_tensors_to_one_file=True, location=f"{name}.data", size_threshold=1024)
+        onnx.save(
+            _matmul_model(),
+            str(folder / f"{name}.onnx"),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=f"{name}.data",
+            size_threshold=1024,
+        )
     (folder / "no-data.data").unlink()
     (folder / "text.onnx").write_text("this is not an ONNX model\n")
     (folder / "empty.onnx").write_bytes(b"")
@@ -66,9 +72,19 @@ def models(tmp_path_factory) -> Path:
         ("missing.onnx", [], ["no such file"]),
         ("no-models", [], ["a folder without .onnx files"]),
     ],
-    ids=["not-onnx", "empty-file", "external-data-missing", "dynamic-without-shape", "shape-unknown-input",
-         "shape-wrong-rank", "shape-conflicts-with-fixed-dim", "shape-not-a-number", "shape-zero-dim",
-         "no-such-file", "a-folder"],
+    ids=[
+        "not-onnx",
+        "empty-file",
+        "external-data-missing",
+        "dynamic-without-shape",
+        "shape-unknown-input",
+        "shape-wrong-rank",
+        "shape-conflicts-with-fixed-dim",
+        "shape-not-a-number",
+        "shape-zero-dim",
+        "no-such-file",
+        "a-folder",
+    ],
 )
 def test_bad_model_or_shape_is_one_line_exit_2(run_harness, models, model, args, expected):
     outcome = run_harness("run", "--model", str(models / model), *args, "--processes", "1", "--quiet")
@@ -79,8 +95,18 @@ def test_bad_model_or_shape_is_one_line_exit_2(run_harness, models, model, args,
 def test_dynamic_model_with_shape_runs(run_harness, models, model):
     """The tiny dynamic-batch model (embedded or external weights) with --shape: both modes
     run and every worker's first inference matches the reference."""
-    outcome = run_harness("run", "--model", str(models / model), "--shape", "x=2x16", "--processes", "1",
-                          "--quiet", "--no-report", check_exit=0)
+    outcome = run_harness(
+        "run",
+        "--model",
+        str(models / model),
+        "--shape",
+        "x=2x16",
+        "--processes",
+        "1",
+        "--quiet",
+        "--no-report",
+        check_exit=0,
+    )
     rows = outcome.results()
     assert sorted(r.path_taken for r in rows) == ["heap", "mapped"]
     assert all(r.output_ok and not r.error for r in rows), [r.error for r in rows]
@@ -110,8 +136,20 @@ def test_real_packaged_model_runs_with_shapes(run_harness):
     no_shape = run_harness("run", "--model", str(path), "--processes", "2", "--quiet")
     # every dynamic input in ONE error, each with a ready --shape
     assert_usage_error(no_shape, "input[batch,sequence]", "state[2,batch,128]", "--shape input=", "--shape state=")
-    outcome = run_harness("run", "--model", str(path), "--shape", "input=1x512", "--shape", "state=2x1x128",
-                          "--processes", "2", "--quiet", "--no-report", check_exit=0)
+    outcome = run_harness(
+        "run",
+        "--model",
+        str(path),
+        "--shape",
+        "input=1x512",
+        "--shape",
+        "state=2x1x128",
+        "--processes",
+        "2",
+        "--quiet",
+        "--no-report",
+        check_exit=0,
+    )
     rows = outcome.results()
     assert len(rows) == 4
     assert all(r.output_ok and not r.error and r.exit_code == 0 for r in rows), [r.error for r in rows]

@@ -59,8 +59,10 @@ def _one_line_exit_2(proc, *expected):
 @pytest.fixture(scope="module")
 def a_run(tmp_path_factory, model_cache):
     out = tmp_path_factory.mktemp("run") / "run"
-    proc = run_quick(["run", *SMALL, "--processes", "1", "--modes", "mapped", "--quiet", "--no-report",
-                      "--out", str(out)], model_cache)
+    proc = run_quick(
+        ["run", *SMALL, "--processes", "1", "--modes", "mapped", "--quiet", "--no-report", "--out", str(out)],
+        model_cache,
+    )
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -69,8 +71,23 @@ def a_run(tmp_path_factory, model_cache):
 def test_run_history_refuses_what_is_not_a_regular_file(model_cache, tmp_path, kind):
     path, bits = _make(kind, tmp_path)
     cache, out = tmp_path / "cache", tmp_path / "run"
-    proc = run_quick(["run", *SMALL, "--processes", "1", "--quiet", "--cache-dir", str(cache), "--out", str(out),
-                      "--history", str(path)], model_cache, timeout=120)
+    proc = run_quick(
+        [
+            "run",
+            *SMALL,
+            "--processes",
+            "1",
+            "--quiet",
+            "--cache-dir",
+            str(cache),
+            "--out",
+            str(out),
+            "--history",
+            str(path),
+        ],
+        model_cache,
+        timeout=120,
+    )
     _one_line_exit_2(proc, "--history", str(path))
     _unchanged(path, bits)
     assert not cache.exists() and not out.exists()
@@ -111,8 +128,11 @@ def test_reused_out_refuses_a_previous_run_file_that_is_not_regular(model_cache,
     else:
         os.rename(made, out / name)
     cache = tmp_path / "cache"
-    proc = run_quick(["run", *SMALL, "--processes", "1", "--quiet", "--cache-dir", str(cache), "--out", str(out)],
-                     model_cache, timeout=120)
+    proc = run_quick(
+        ["run", *SMALL, "--processes", "1", "--quiet", "--cache-dir", str(cache), "--out", str(out)],
+        model_cache,
+        timeout=120,
+    )
     _one_line_exit_2(proc, "--out", name)
     _unchanged(out / name, bits)
     assert not cache.exists()
@@ -127,16 +147,31 @@ def test_symlink_to_a_regular_history_is_followed(model_cache, tmp_path):
     link = tmp_path / "history.csv"
     link.symlink_to(real)
     for n in (1, 2):
-        proc = run_quick(["run", *SMALL, "--processes", "1", "--modes", "mapped", "--quiet", "--out",
-                          str(tmp_path / f"run{n}"), "--history", str(link)], model_cache)
+        proc = run_quick(
+            [
+                "run",
+                *SMALL,
+                "--processes",
+                "1",
+                "--modes",
+                "mapped",
+                "--quiet",
+                "--out",
+                str(tmp_path / f"run{n}"),
+                "--history",
+                str(link),
+            ],
+            model_cache,
+        )
         assert proc.returncode == 0, proc.stderr
     assert link.is_symlink() and real.is_file()
     heads = [line for line in real.read_text().splitlines() if line.startswith("headline,")]
     assert len(heads) == 2
 
 
-@pytest.mark.parametrize("name", ["results.csv", "summary.csv", "results_long.csv", "metadata.json",
-                                  "workers/cpu-mapped-n1-r0/w0.spec.json"])
+@pytest.mark.parametrize(
+    "name", ["results.csv", "summary.csv", "results_long.csv", "metadata.json", "workers/cpu-mapped-n1-r0/w0.spec.json"]
+)
 def test_report_never_writes_over_the_runs_own_files(model_cache, a_run, name):
     target = a_run / name
     before = target.read_bytes()

@@ -36,8 +36,22 @@ DEADLINE_S = 2.0
 
 
 def _start(out, model_cache, *args: str):
-    return start_harness(["run", *SMALL, "--modes", "mapped", "--quiet", "--no-report", "--worker-timeout", "300",
-                          "--out", str(out), *args], model_cache)
+    return start_harness(
+        [
+            "run",
+            *SMALL,
+            "--modes",
+            "mapped",
+            "--quiet",
+            "--no-report",
+            "--worker-timeout",
+            "300",
+            "--out",
+            str(out),
+            *args,
+        ],
+        model_cache,
+    )
 
 
 def _kill_harness_and_time_the_orphans(proc, out) -> float:
@@ -63,8 +77,10 @@ POINTS = {
     "before-the-worker-exists": (["--processes", "2", "--inject-worker-fault", "1=pause-spawn"], "w1.pause-spawn"),
     "interpreter-start": (["--processes", "1", "--inject-worker-fault", "0=pause-start"], "w0.log.pause-start"),
     "imports": (["--processes", "1", "--inject-worker-fault", "0=pause-imports"], "w0.log.pause-imports"),
-    "session-creation-in-native-code": (["--processes", "1", "--inject-worker-fault", "0=pause-session"],
-                                        "w0.log.pause-session"),
+    "session-creation-in-native-code": (
+        ["--processes", "1", "--inject-worker-fault", "0=pause-session"],
+        "w0.log.pause-session",
+    ),
     "barrier": (["--processes", "2", "--inject-worker-fault", "0=hang"], "w1.ready.json"),
 }
 
@@ -114,15 +130,28 @@ def test_a_worker_never_released_gives_up_at_its_own_deadline(model_cache, tmp_p
 
     model = generated_matmul_chain(8 * 1024**2, cache_dir=model_cache)
     stem = tmp_path / "w0"
-    spec = WorkerSpec(target="cpu", mode="mapped", model_folder=str(model.folder), ready_path=f"{stem}.ready.json",
-                      result_path=f"{stem}.result.json", log_path=f"{stem}.log", weights_bytes=model.weights_bytes,
-                      parent_pid=os.getpid(), parent_create_time=psutil.Process().create_time(),
-                      release_timeout_s=1.0)
+    spec = WorkerSpec(
+        target="cpu",
+        mode="mapped",
+        model_folder=str(model.folder),
+        ready_path=f"{stem}.ready.json",
+        result_path=f"{stem}.result.json",
+        log_path=f"{stem}.log",
+        weights_bytes=model.weights_bytes,
+        parent_pid=os.getpid(),
+        parent_create_time=psutil.Process().create_time(),
+        release_timeout_s=1.0,
+    )
     spec.write(tmp_path / "w0.spec.json")
     with open(spec.log_path, "wb") as log:
-        worker = subprocess.Popen([sys.executable, "-m", "harness.runner.worker", str(tmp_path / "w0.spec.json")],
-                                  stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                  env=harness_env(model_cache))
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "harness.runner.worker", str(tmp_path / "w0.spec.json")],
+            stdin=subprocess.PIPE,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=harness_env(model_cache),
+        )
         try:
             wait_for(Path(spec.ready_path).exists, 60, "the worker to be ready", worker)
             ready_at = time.monotonic()

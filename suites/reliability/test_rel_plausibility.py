@@ -31,8 +31,18 @@ WEIGHTS = "128MiB"
 
 
 def test_samples_that_contradict_their_mode_are_flagged_and_kept_out(run_harness):
-    outcome = run_harness("run", "--model-size", WEIGHTS, "--processes", "2", "--quiet", "--inject-worker-fault",
-                          "0=drop-weight-pages", "--gate", "mapped_uss_ratio<=1")
+    outcome = run_harness(
+        "run",
+        "--model-size",
+        WEIGHTS,
+        "--processes",
+        "2",
+        "--quiet",
+        "--inject-worker-fault",
+        "0=drop-weight-pages",
+        "--gate",
+        "mapped_uss_ratio<=1",
+    )
     assert outcome.returncode == 1, outcome.stdout + outcome.stderr
     rows = {(r.mode, r.worker): r for r in outcome.results()}
     assert all(r.output_ok and not r.error for r in rows.values()), "the workers themselves were fine"
@@ -69,12 +79,14 @@ def test_system_delta_in_noise_is_not_a_ratio(model_cache, tmp_path):
     other processes move it too, in either direction), so the delta is kept, marked
     unreliable, and no ratio is made of it."""
     out = tmp_path / "run"
-    hog = subprocess.Popen([sys.executable, "-c", HOG, str(2 * 1024**3)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                           text=True)
+    hog = subprocess.Popen(
+        [sys.executable, "-c", HOG, str(2 * 1024**3)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert hog.stdout.readline().strip() == "held"
-        proc = start_harness(["run", "--model-size", "64MiB", "--processes", "2", "--quiet", "--out", str(out)],
-                             model_cache)
+        proc = start_harness(
+            ["run", "--model-size", "64MiB", "--processes", "2", "--quiet", "--out", str(out)], model_cache
+        )
         try:
             # the spec exists only after the group measured the idle memory before it
             wait_for((out / "workers" / "cpu-mapped-n2-r0" / "w0.spec.json").exists, 60, "the first group", proc)
@@ -97,8 +109,22 @@ def test_system_delta_in_noise_is_not_a_ratio(model_cache, tmp_path):
     table_line = next(ln for ln in stdout.splitlines() if "system delta" in ln)
     assert table_line.rstrip(" │|").endswith("noise"), table_line
     assert "System delta within noise" in stdout
-    report = subprocess.run([sys.executable, "-m", "harness", "report", str(out), "--gate", "system_delta_ratio<=1",
-                             "--no-default-gates", "--out", str(tmp_path / "r.html")], capture_output=True, text=True)
+    report = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "report",
+            str(out),
+            "--gate",
+            "system_delta_ratio<=1",
+            "--no-default-gates",
+            "--out",
+            str(tmp_path / "r.html"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     gate = next(ln for ln in report.stdout.splitlines() if "system_delta_ratio<=1" in ln)
     assert gate.startswith("FAIL") and "system delta unreliable" in gate, gate
     assert all(r.memory_ok for r in read_rows(out / "results.csv", ResultRow))

@@ -35,16 +35,41 @@ def _start(args: list[str], model_cache) -> subprocess.Popen:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of being killed, as on a full disk
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-    return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=ROOT, env=harness_env(model_cache),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=child)
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", *args],
+        cwd=ROOT,
+        env=harness_env(model_cache),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=child,
+    )
 
 
 def _while_the_first_group_waits(out, model_cache, squeeze, n: int = 2) -> tuple[subprocess.Popen, str, str]:
     """Start a run whose first group waits for a hung worker 0 (5 s); once the other workers
     are ready, apply ``squeeze(harness)``; return what the run did afterwards."""
-    proc = _start(["run", *SMALL, "--processes", str(n), "--modes", "mapped,heap", "--quiet", "--no-report",
-                   "--inject-worker-fault", "0=hang", "--worker-timeout", "5", "--out", str(out)], model_cache)
+    proc = _start(
+        [
+            "run",
+            *SMALL,
+            "--processes",
+            str(n),
+            "--modes",
+            "mapped,heap",
+            "--quiet",
+            "--no-report",
+            "--inject-worker-fault",
+            "0=hang",
+            "--worker-timeout",
+            "5",
+            "--out",
+            str(out),
+        ],
+        model_cache,
+    )
     try:
         group = out / "workers" / f"cpu-mapped-n{n}-r0"
         wait_for(lambda: all((group / f"w{i}.ready.json").exists() for i in range(1, n)), 60, "workers ready", proc)
@@ -63,8 +88,12 @@ def test_disk_full_writing_the_tables_fails_the_run_with_a_status(model_cache, t
         harness.rlimit(psutil.RLIMIT_FSIZE, (room, room))
 
     proc, stdout, stderr = _while_the_first_group_waits(out, model_cache, fill_the_disk, n=4)
-    line = one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), 1,
-                          "error: run failed: disk full writing ", f"what was measured before is in {out}")
+    line = one_line_error(
+        subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr),
+        1,
+        "error: run failed: disk full writing ",
+        f"what was measured before is in {out}",
+    )
     assert "File too large" in line and "ulimit -f" in line
     status = json.loads((out / "metadata.json").read_text())["status"]
     assert status.startswith("failed: disk full writing "), status
@@ -86,9 +115,13 @@ def test_no_file_descriptors_to_start_a_worker_fails_the_run_with_a_status(model
         harness.rlimit(psutil.RLIMIT_NOFILE, (soft, harness.rlimit(psutil.RLIMIT_NOFILE)[1]))
 
     proc, stdout, stderr = _while_the_first_group_waits(out, model_cache, take_the_descriptors)
-    line = one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), 1,
-                          "error: run failed: out of file descriptors starting worker", "cpu-heap-n2-r0",
-                          "raise ulimit -n")
+    line = one_line_error(
+        subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr),
+        1,
+        "error: run failed: out of file descriptors starting worker",
+        "cpu-heap-n2-r0",
+        "raise ulimit -n",
+    )
     assert "Too many open files" in line
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["status"].startswith("failed: out of file descriptors starting worker"), meta["status"]
@@ -106,16 +139,34 @@ def _limit(kind: int, soft: int):
 
 def test_open_file_limit_too_small_for_the_group_is_refused_before_work(model_cache, tmp_path):
     cache, out = tmp_path / "cache", tmp_path / "run"
-    proc = run_quick(["run", *SMALL, "--processes", "20", "--quiet", "--cache-dir", str(cache), "--out", str(out)],
-                     model_cache, preexec=_limit(resource.RLIMIT_NOFILE, 40))
+    proc = run_quick(
+        ["run", *SMALL, "--processes", "20", "--quiet", "--cache-dir", str(cache), "--out", str(out)],
+        model_cache,
+        preexec=_limit(resource.RLIMIT_NOFILE, 40),
+    )
     one_line_error(proc, 2, "--processes 20", "the limit is 40 (ulimit -n)")
     assert not cache.exists() and not out.exists()
 
 
 def test_address_space_limit_too_small_for_the_weights_is_refused_before_work(model_cache, tmp_path):
     cache, out = tmp_path / "cache", tmp_path / "run"
-    proc = run_quick(["run", "--model-size", "2GiB", "--modes", "mapped", "--processes", "1", "--quiet",
-                      "--cache-dir", str(cache), "--out", str(out)], model_cache,
-                     preexec=_limit(resource.RLIMIT_AS, 1536 * 1024**2))
+    proc = run_quick(
+        [
+            "run",
+            "--model-size",
+            "2GiB",
+            "--modes",
+            "mapped",
+            "--processes",
+            "1",
+            "--quiet",
+            "--cache-dir",
+            str(cache),
+            "--out",
+            str(out),
+        ],
+        model_cache,
+        preexec=_limit(resource.RLIMIT_AS, 1536 * 1024**2),
+    )
     one_line_error(proc, 2, "the address-space limit (ulimit -v) is 1.5 GiB", "2.0 GiB of weights")
     assert not cache.exists() and not out.exists()

@@ -61,10 +61,16 @@ def a_run(tmp_path_factory, model_cache):
 def test_concurrent_history_appends_lose_nothing(a_run, model_cache, tmp_path):
     history = tmp_path / "fleet" / "history.csv"
     start_at = time.time() + 3.0  # after every child has imported and loaded its runs
-    children = [subprocess.Popen([sys.executable, "-c", APPEND_CHILD, str(a_run), str(history), str(start_at),
-                                  f"p{i}", str(APPENDS_EACH)], cwd=ROOT, env=harness_env(model_cache),
-                                 stderr=subprocess.PIPE, text=True)
-                for i in range(APPENDERS)]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", APPEND_CHILD, str(a_run), str(history), str(start_at), f"p{i}", str(APPENDS_EACH)],
+            cwd=ROOT,
+            env=harness_env(model_cache),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(APPENDERS)
+    ]
     errors = [child.communicate(timeout=120)[1] for child in children]
     assert [c.returncode for c in children] == [0] * APPENDERS, errors
     with open(history, newline="") as handle:
@@ -82,10 +88,30 @@ def test_concurrent_history_appends_lose_nothing(a_run, model_cache, tmp_path):
 def test_runs_started_together_without_out_get_their_own_folders(model_cache, tmp_path):
     """Four runs released at the same instant, all defaulting to results/run-<date>-<time>."""
     runs = 4
-    procs = [subprocess.Popen([sys.executable, "-m", "harness", "run", *SMALL, "--processes", "1", "--modes",
-                               "mapped", "--quiet", "--no-report"], cwd=tmp_path, env=harness_env(model_cache),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-             for _ in range(runs)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "harness",
+                "run",
+                *SMALL,
+                "--processes",
+                "1",
+                "--modes",
+                "mapped",
+                "--quiet",
+                "--no-report",
+            ],
+            cwd=tmp_path,
+            env=harness_env(model_cache),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
+        for _ in range(runs)
+    ]
     outputs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0] * runs, outputs
     folders = sorted((tmp_path / "results").iterdir())
@@ -99,14 +125,17 @@ def test_runs_started_together_without_out_get_their_own_folders(model_cache, tm
 
 def test_reused_out_holds_only_the_new_runs_files(model_cache, tmp_path):
     out = tmp_path / "run"
-    first = run_quick(["run", *SMALL, "--processes", "1", "--modes", "mapped,heap", "--quiet", "--out", str(out)],
-                      model_cache)
+    first = run_quick(
+        ["run", *SMALL, "--processes", "1", "--modes", "mapped,heap", "--quiet", "--out", str(out)], model_cache
+    )
     assert first.returncode == 0 and (out / "report.html").is_file()
     (out / "my-notes.txt").write_text("kept: not a file a run writes")
     started = metadata(out)["run"]["started"]
     time.sleep(1.1)  # a different start second, so the metadata tells the runs apart
-    second = run_quick(["run", *SMALL, "--processes", "1", "--modes", "mapped", "--quiet", "--no-report",
-                        "--out", str(out)], model_cache)
+    second = run_quick(
+        ["run", *SMALL, "--processes", "1", "--modes", "mapped", "--quiet", "--no-report", "--out", str(out)],
+        model_cache,
+    )
     assert second.returncode == 0, second.stderr
     assert not (out / "report.html").exists(), "the previous run's report is still there"
     assert sorted(p.name for p in (out / "workers").iterdir()) == ["cpu-mapped-n1-r0"]
@@ -117,9 +146,25 @@ def test_reused_out_holds_only_the_new_runs_files(model_cache, tmp_path):
 
 def test_a_second_run_into_a_folder_being_written_is_refused(model_cache, tmp_path):
     out = tmp_path / "run"
-    first = start_harness(["run", *SMALL, "--processes", "1", "--modes", "mapped", "--quiet", "--no-report",
-                           "--inject-worker-fault", "0=hang", "--worker-timeout", "300", "--out", str(out)],
-                          model_cache)
+    first = start_harness(
+        [
+            "run",
+            *SMALL,
+            "--processes",
+            "1",
+            "--modes",
+            "mapped",
+            "--quiet",
+            "--no-report",
+            "--inject-worker-fault",
+            "0=hang",
+            "--worker-timeout",
+            "300",
+            "--out",
+            str(out),
+        ],
+        model_cache,
+    )
     try:
         wait_for((out / "workers" / "cpu-mapped-n1-r0" / "w0.spec.json").exists, 60, "the first run's group", first)
         second = run_quick(["run", *SMALL, "--processes", "1", "--quiet", "--out", str(out)], model_cache)

@@ -26,9 +26,13 @@ def _tiny_model(path):
     from onnx import TensorProto, helper, numpy_helper
 
     w = numpy_helper.from_array(np.ones((32, 32), np.float32), "W")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "tiny",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 32])], [w])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 32])],
+        [w],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     onnx.save(model, str(path))
@@ -54,12 +58,22 @@ def _refused_before_work(run_harness, tmp_path, *args, expected=()):
         (["--worker-timeout", "inf"], ["--worker-timeout", "finite number of seconds > 0"]),
         (["--worker-timeout", "0"], ["--worker-timeout", "finite number of seconds > 0"]),
         (["--worker-timeout", "-5"], ["--worker-timeout", "finite number of seconds > 0"]),
-        (["--modes", "mapped", "--gate", "mapped_pss_ratio<=0.5"],
-         ["gate 'mapped_pss_ratio<=0.5' compares mapped with heap", "--modes is mapped only"]),
+        (
+            ["--modes", "mapped", "--gate", "mapped_pss_ratio<=0.5"],
+            ["gate 'mapped_pss_ratio<=0.5' compares mapped with heap", "--modes is mapped only"],
+        ),
         (["--modes", "heap", "--gate", "init_ratio<=0.5 if processes>=2"], ["compares mapped with heap"]),
     ],
-    ids=["gate-typo", "gate-not-a-number", "timeout-nan", "timeout-inf", "timeout-zero", "timeout-negative",
-         "pair-gate-on-mapped-only", "pair-gate-on-heap-only"],
+    ids=[
+        "gate-typo",
+        "gate-not-a-number",
+        "timeout-nan",
+        "timeout-inf",
+        "timeout-zero",
+        "timeout-negative",
+        "pair-gate-on-mapped-only",
+        "pair-gate-on-heap-only",
+    ],
 )
 def test_bad_option_is_refused_before_work(run_harness, tmp_path, args, expected):
     _refused_before_work(run_harness, tmp_path, *args, expected=expected)
@@ -68,8 +82,10 @@ def test_bad_option_is_refused_before_work(run_harness, tmp_path, args, expected
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
-        ("\ufefffailed_workers==0\r\n# a comment\r\nfallback_workers==0\r\nmapped_pss_ratio<=\r\n",
-         ["expression 3", "expected METRIC OP NUMBER"]),
+        (
+            "\ufefffailed_workers==0\r\n# a comment\r\nfallback_workers==0\r\nmapped_pss_ratio<=\r\n",
+            ["expression 3", "expected METRIC OP NUMBER"],
+        ),
         ("failed_workers==0\nmapped_pss_ratio<=0.5 if procesess>=2\n", ["expression 2", "unknown metric 'procesess'"]),
         (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", ["not a UTF-8 text file"]),
         (b"failed_workers==0\n\x00\x00\x00", ["not a text file (it holds NUL bytes)"]),
@@ -94,8 +110,19 @@ def test_gates_file_with_bom_and_crlf_is_accepted(run_harness, tmp_path):
 
     path = tmp_path / "gates.txt"
     path.write_bytes("\ufefffailed_workers==0\r\n# comment\r\nfallback_workers==0 # trailing\r\n".encode())
-    outcome = run_harness("run", *SMALL, "--processes", "1", "--modes", "mapped", "--quiet", "--no-report",
-                          "--gates-file", str(path), check_exit=0)
+    outcome = run_harness(
+        "run",
+        *SMALL,
+        "--processes",
+        "1",
+        "--modes",
+        "mapped",
+        "--quiet",
+        "--no-report",
+        "--gates-file",
+        str(path),
+        check_exit=0,
+    )
     meta = json.loads((outcome.out / "metadata.json").read_text())
     assert meta["gates"] == ["failed_workers==0", "fallback_workers==0"]
 
@@ -105,23 +132,35 @@ def test_unusable_history_is_refused_before_work(run_harness, tmp_path, case):
     folder = tmp_path / "hist"
     folder.mkdir()
     history = folder / "history.csv"
-    expected = {"binary": "not a readable history CSV", "foreign-csv": "not a history CSV of this harness",
-                "immutable-file": "cannot write to it", "immutable-folder": "cannot write in"}[case]
+    expected = {
+        "binary": "not a readable history CSV",
+        "foreign-csv": "not a history CSV of this harness",
+        "immutable-file": "cannot write to it",
+        "immutable-folder": "cannot write in",
+    }[case]
     if case == "binary":
         history.write_bytes(b"\xff\xfe\x00garbage\x00" * 10)
     elif case == "foreign-csv":
         history.write_text("date,revenue\n2026-01-01,12\n")
     elif case == "immutable-file":
         history.write_text("")
-    with unwritable(history if case == "immutable-file" else folder) if case.startswith("immutable") \
-            else contextlib.nullcontext():
+    with (
+        unwritable(history if case == "immutable-file" else folder)
+        if case.startswith("immutable")
+        else contextlib.nullcontext()
+    ):
         _refused_before_work(run_harness, tmp_path, "--history", str(history), expected=["--history", expected])
 
 
 def test_history_that_is_one_of_the_runs_own_files_is_refused(run_harness, tmp_path):
     out = tmp_path / "run"
-    _refused_before_work(run_harness, tmp_path, "--history", str(out / "results.csv"),
-                         expected=["--history", "is one of the files this run writes"])
+    _refused_before_work(
+        run_harness,
+        tmp_path,
+        "--history",
+        str(out / "results.csv"),
+        expected=["--history", "is one of the files this run writes"],
+    )
 
 
 def test_read_only_out_is_refused_before_work(run_harness, tmp_path):
@@ -150,8 +189,7 @@ def test_out_that_is_not_a_run_folder_is_refused_and_left_alone(run_harness, tmp
 
 def test_out_inside_the_model_cache_is_refused(run_harness, tmp_path):
     cache = tmp_path / "cache"
-    outcome = run_harness("run", *SMALL, "--processes", "1", "--quiet", "--cache-dir", str(cache),
-                          out=cache / "my-run")
+    outcome = run_harness("run", *SMALL, "--processes", "1", "--quiet", "--cache-dir", str(cache), out=cache / "my-run")
     assert outcome.returncode == 2, outcome.stderr
     assert "overlap" in outcome.stderr and len(outcome.stderr.strip().splitlines()) == 1
     assert not cache.exists()
@@ -161,8 +199,18 @@ def test_shape_no_machine_could_allocate_is_refused_before_work(run_harness, tmp
     model = _tiny_model(tmp_path / "tiny.onnx")
     cache = tmp_path / "cache"
     t0 = time.monotonic()
-    outcome = run_harness("run", "--model", str(model), "--shape", "x=100000000x100000000", "--processes", "1",
-                          "--quiet", "--cache-dir", str(cache))
+    outcome = run_harness(
+        "run",
+        "--model",
+        str(model),
+        "--shape",
+        "x=100000000x100000000",
+        "--processes",
+        "1",
+        "--quiet",
+        "--cache-dir",
+        str(cache),
+    )
     assert_usage_error(outcome, "--shape x=100000000x100000000", "1e+16 elements", "is available")
     assert time.monotonic() - t0 < MAX_SECONDS
     assert not cache.exists()

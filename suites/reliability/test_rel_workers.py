@@ -28,9 +28,22 @@ WORKERS = 3
 def test_one_failing_worker_is_recorded_and_the_run_completes(run_harness, tmp_path, fault, exit_code, error_text):
     out = tmp_path / "run"
     t0 = time.monotonic()
-    outcome = run_harness("run", *SMALL, "--processes", str(WORKERS), "--modes", "mapped", "--quiet",
-                          "--no-report", "--worker-timeout", "3", "--inject-worker-fault", f"0={fault}",
-                          out=out, timeout=120)
+    outcome = run_harness(
+        "run",
+        *SMALL,
+        "--processes",
+        str(WORKERS),
+        "--modes",
+        "mapped",
+        "--quiet",
+        "--no-report",
+        "--worker-timeout",
+        "3",
+        "--inject-worker-fault",
+        f"0={fault}",
+        out=out,
+        timeout=120,
+    )
     elapsed = time.monotonic() - t0
     assert outcome.returncode == 1, outcome.stdout + outcome.stderr
     assert "Traceback" not in outcome.stderr

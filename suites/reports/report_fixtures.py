@@ -60,31 +60,55 @@ def fake_results(
                     pss_each = law.summed_pss(effective, n) // n
                     uss = law.per_session + (law.weights if (not mapped or n == 1) else 0)
                     init = (0.004 if mapped else 0.090) + 0.001 * w
-                    rows.append(ResultRow(
-                        target=target, mode=mode,
-                        disable_file_mapped_weights="0" if mode == "mapped" else "1",
-                        processes=n, sessions_per_process=1, repeat=repeat, worker=w,
-                        pid=10_000 + worker_id, path_taken=effective, map_attempts=1,
-                        ep_file_mapping=ep_file_mapping, init_s=init, load_s=init * 0.4,
-                        create_s=init * 0.6, first_run_s=0.002,
-                        rss_bytes=law.fixed + law.per_session + law.weights, uss_bytes=uss,
-                        pss_bytes=pss_each if pss else None, private_bytes=uss,
-                        peak_bytes=law.fixed + law.per_session + law.weights + MIB,
-                        weights_bytes=law.weights, output_ok=True, error=None,
-                        memory_note=None if pss else "PSS: not available on Windows",
-                        exit_code=0, map_errors=None,
-                        ep_log_tail=UNAVAILABLE_LOG if shared else None, memory_ok=True,
-                    ))
+                    rows.append(
+                        ResultRow(
+                            target=target,
+                            mode=mode,
+                            disable_file_mapped_weights="0" if mode == "mapped" else "1",
+                            processes=n,
+                            sessions_per_process=1,
+                            repeat=repeat,
+                            worker=w,
+                            pid=10_000 + worker_id,
+                            path_taken=effective,
+                            map_attempts=1,
+                            ep_file_mapping=ep_file_mapping,
+                            init_s=init,
+                            load_s=init * 0.4,
+                            create_s=init * 0.6,
+                            first_run_s=0.002,
+                            rss_bytes=law.fixed + law.per_session + law.weights,
+                            uss_bytes=uss,
+                            pss_bytes=pss_each if pss else None,
+                            private_bytes=uss,
+                            peak_bytes=law.fixed + law.per_session + law.weights + MIB,
+                            weights_bytes=law.weights,
+                            output_ok=True,
+                            error=None,
+                            memory_note=None if pss else "PSS: not available on Windows",
+                            exit_code=0,
+                            map_errors=None,
+                            ep_log_tail=UNAVAILABLE_LOG if shared else None,
+                            memory_ok=True,
+                        )
+                    )
                     worker_id += 1
     return rows
 
 
-def fail_worker(rows: list[ResultRow], index: int = -1, error: str = "RuntimeError: boom"
-                ) -> list[ResultRow]:
+def fail_worker(rows: list[ResultRow], index: int = -1, error: str = "RuntimeError: boom") -> list[ResultRow]:
     """Turn one row into a crashed worker (a test input for highlighting and gates)."""
     rows = list(rows)
-    rows[index] = replace(rows[index], output_ok=False, error=error, exit_code=1,
-                          uss_bytes=None, pss_bytes=None, rss_bytes=None, memory_ok=False)
+    rows[index] = replace(
+        rows[index],
+        output_ok=False,
+        error=error,
+        exit_code=1,
+        uss_bytes=None,
+        pss_bytes=None,
+        rss_bytes=None,
+        memory_ok=False,
+    )
     return rows
 
 
@@ -97,12 +121,20 @@ def metadata(target: str = "cpu", status: str = "complete", **run: object) -> di
     opts = RunOptions(target=target)
     tgt = get_target(target)
     base = {
-        "target": target, "target_options": opts.options_of(tgt), "peer": None,
-        "model": "generated:mlp:256MiB", "weights_bytes": 256 * MIB,
-        "processes": [1, 2, 4], "sessions_per_process": 1, "modes": ["mapped", "heap"],
-        "repeat": 1, "labels": {},
-        "started": "2026-11-29T18:00:00+00:00", "finished": "2026-11-29T18:01:00+00:00",
-        "duration_s": 60.0, "command": "python -m harness run --model-size 256MiB",
+        "target": target,
+        "target_options": opts.options_of(tgt),
+        "peer": None,
+        "model": "generated:mlp:256MiB",
+        "weights_bytes": 256 * MIB,
+        "processes": [1, 2, 4],
+        "sessions_per_process": 1,
+        "modes": ["mapped", "heap"],
+        "repeat": 1,
+        "labels": {},
+        "started": "2026-11-29T18:00:00+00:00",
+        "finished": "2026-11-29T18:01:00+00:00",
+        "duration_s": 60.0,
+        "command": "python -m harness run --model-size 256MiB",
     }
     base.update(run)
     return {
@@ -112,15 +144,24 @@ def metadata(target: str = "cpu", status: str = "complete", **run: object) -> di
         "default_gates": [{"expr": e, "why": w} for e, w in tgt.default_gates(opts)],
         "target_notes": tgt.notes(opts),
         "run": base,
-        "env": {"os": "Linux-6.1", "system": "Linux", "arch": "x86_64", "cpu": "test cpu",
-                "cpu_count": 2, "ram_bytes": 24 * GIB, "python": "3.11", "onnxruntime": "1.32.0",
-                "onnxruntime_qnn": "2.7.0", "qnn_sdk": "2.51", "hostname": "testhost",
-                "git_commit": "0123456789abcdef"},
+        "env": {
+            "os": "Linux-6.1",
+            "system": "Linux",
+            "arch": "x86_64",
+            "cpu": "test cpu",
+            "cpu_count": 2,
+            "ram_bytes": 24 * GIB,
+            "python": "3.11",
+            "onnxruntime": "1.32.0",
+            "onnxruntime_qnn": "2.7.0",
+            "qnn_sdk": "2.51",
+            "hostname": "testhost",
+            "git_commit": "0123456789abcdef",
+        },
     }
 
 
-def write_run(folder: Path, rows: list[ResultRow], meta: dict | None = None,
-              law: Law = Law()) -> Path:
+def write_run(folder: Path, rows: list[ResultRow], meta: dict | None = None, law: Law = Law()) -> Path:
     """Write a run folder (results.csv, summary.csv, metadata.json) from ``rows``."""
     folder.mkdir(parents=True, exist_ok=True)
     deltas = {}

@@ -26,10 +26,15 @@ from harness.core.tables import (
 
 def awkward_rows() -> list[ResultRow]:
     """Test input: values that break naive CSV handling (commas, quotes, newlines, 'NA')."""
-    rows = fail_worker(fake_results(processes=(2,)), 0,
-                       error='ValueError: bad "shape", got [1,\n2]')
-    rows[1] = replace(rows[1], memory_note="NA", ep_log_tail="line1\nline2, with comma",
-                      init_s=0.1 + 0.2, pss_bytes=None, output_ok=None)
+    rows = fail_worker(fake_results(processes=(2,)), 0, error='ValueError: bad "shape", got [1,\n2]')
+    rows[1] = replace(
+        rows[1],
+        memory_note="NA",
+        ep_log_tail="line1\nline2, with comma",
+        init_s=0.1 + 0.2,
+        pss_bytes=None,
+        output_ok=None,
+    )
     return rows
 
 

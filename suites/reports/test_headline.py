@@ -23,8 +23,14 @@ def scaled(rows, factor_by_repeat: dict[int, float], modes=("mapped",)):
     out = []
     for r in rows:
         f = factor_by_repeat.get(r.repeat, 1.0) if r.mode in modes else 1.0
-        out.append(replace(r, pss_bytes=int(r.pss_bytes * f), uss_bytes=int(r.uss_bytes * f),
-                           private_bytes=int(r.private_bytes * f)))
+        out.append(
+            replace(
+                r,
+                pss_bytes=int(r.pss_bytes * f),
+                uss_bytes=int(r.uss_bytes * f),
+                private_bytes=int(r.private_bytes * f),
+            )
+        )
     return out
 
 

@@ -79,16 +79,13 @@ def test_noise_shows_in_the_residuals():
 
 def test_consecutive_marginals():
     steps = consecutive_marginals(summarize(fake_results(law=LAW)), "pss")
-    assert steps["heap"] == [(1, 2, LAW.per_session + LAW.weights),
-                             (2, 4, LAW.per_session + LAW.weights)]
+    assert steps["heap"] == [(1, 2, LAW.per_session + LAW.weights), (2, 4, LAW.per_session + LAW.weights)]
     assert steps["mapped"][0] == (1, 2, LAW.per_session)
 
 
 def test_nothing_measured():
     rows = [replace(r, pss_bytes=None, uss_bytes=None) for r in fake_results()]
-    assert projection_text(summarize(rows)) == [
-        "No projection: all: no memory figures were measured."
-    ]
+    assert projection_text(summarize(rows)) == ["No projection: all: no memory figures were measured."]
 
 
 def test_no_mapped_law_when_the_ep_turned_mapping_off():
@@ -103,7 +100,6 @@ def test_no_mapped_law_when_the_ep_turned_mapping_off():
 
 def test_fallback_groups_are_left_out_of_the_mapped_fit():
     summary = summarize(fake_results(law=LAW))
-    summary = [replace(s, fallback_workers=1) if (s.mode, s.processes) == ("mapped", 4) else s
-               for s in summary]
+    summary = [replace(s, fallback_workers=1) if (s.mode, s.processes) == ("mapped", 4) else s for s in summary]
     fit = fit_sweep(summary).fits["mapped"]
     assert [s for s, _ in fit.points] == [1, 2]

@@ -78,8 +78,18 @@ def test_user_gates_and_gates_file(cpu_run, tmp_path, capsys):
     gates = tmp_path / "gates.txt"
     gates.write_text("# strict\nmapped_pss_ratio<=0.1\n")
     out = tmp_path / "custom.html"
-    code = report_main([str(cpu_run), "--out", str(out), "--gates-file", str(gates),
-                        "--gate", "failed_workers==0", "--no-default-gates"])
+    code = report_main(
+        [
+            str(cpu_run),
+            "--out",
+            str(out),
+            "--gates-file",
+            str(gates),
+            "--gate",
+            "failed_workers==0",
+            "--no-default-gates",
+        ]
+    )
     assert code == 1 and out.is_file()
     text = capsys.readouterr().out
     assert "FAIL [cpu-run] mapped_pss_ratio<=0.1" in text
@@ -88,8 +98,7 @@ def test_user_gates_and_gates_file(cpu_run, tmp_path, capsys):
 
 
 def test_unmeasured_gate_fails(qnn_run, capsys):
-    assert report_main([str(qnn_run), "--gate", "system_delta_ratio<=1",
-                        "--gate", "mapped_pss_ratio<=2"]) == 0
+    assert report_main([str(qnn_run), "--gate", "system_delta_ratio<=1", "--gate", "mapped_pss_ratio<=2"]) == 0
     rows = fake_results(target="cpu", modes=("heap",))
     heap_only = write_run(qnn_run.parent / "heap-only", rows)
     assert report_main([str(heap_only), "--gate", "mapped_pss_ratio<=2"]) == 1
@@ -126,16 +135,24 @@ def bad_inputs(tmp_path):
         "missing gates file": ([str(good), "--gates-file", str(tmp_path / "g")], "gates file"),
         "no run folder": ([], "required"),
         "unknown option": ([str(good), "--bogus"], "unrecognized arguments"),
-        "missing out folder": ([str(good), "--out", str(tmp_path / "a" / "b.html")],
-                               "does not exist"),
+        "missing out folder": ([str(good), "--out", str(tmp_path / "a" / "b.html")], "does not exist"),
     }
 
 
-@pytest.mark.parametrize("case", [
-    "missing folder", "missing results.csv", "unknown format_version", "bad gate",
-    "malformed gate", "missing gates file", "no run folder", "unknown option",
-    "missing out folder",
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing folder",
+        "missing results.csv",
+        "unknown format_version",
+        "bad gate",
+        "malformed gate",
+        "missing gates file",
+        "no run folder",
+        "unknown option",
+        "missing out folder",
+    ],
+)
 def test_bad_input_exits_2_with_one_line(case, tmp_path, capsys):
     argv, needle = bad_inputs(tmp_path)[case]
     assert report_main(argv) == 2
@@ -151,8 +168,12 @@ def test_fallback_retry_and_interruption_are_explained(tmp_path):
     from dataclasses import replace
 
     rows = fake_results(processes=(1, 2))
-    rows[2] = replace(rows[2], path_taken="fallback", map_attempts=3,
-                      map_errors="MappingError: mmap failed (ENOMEM); MappingError: again")
+    rows[2] = replace(
+        rows[2],
+        path_taken="fallback",
+        map_attempts=3,
+        map_errors="MappingError: mmap failed (ENOMEM); MappingError: again",
+    )
     rows[3] = replace(rows[3], map_attempts=2, map_errors="MappingError: transient")
     meta = metadata() | {"status": "interrupted"}
     run = write_run(tmp_path / "partial", rows, meta)

@@ -20,9 +20,7 @@ from report_fixtures import fail_worker, fake_results, metadata, write_run
 from reports import render_runs
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)"
-)
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
 CONSOLE = re.compile(r":CONSOLE[:(]\d*\)?\]?\s*(.*)")
 
 
@@ -55,8 +53,9 @@ UNCLIPPED = "<style>table.data td.long div.clip { white-space: normal !important
 def row_lines(page: Path, work: Path, extra: str = "") -> list[float]:
     """Heights of the worker rows, in lines, as headless Chromium lays the page out."""
     measured = work / f"measured-{page.stem}{'-unclipped' if extra else ''}.html"
-    measured.write_text(page.read_text(encoding="utf-8").replace("</body>", extra + MEASURE_ROWS + "</body>"),
-                        encoding="utf-8")
+    measured.write_text(
+        page.read_text(encoding="utf-8").replace("</body>", extra + MEASURE_ROWS + "</body>"), encoding="utf-8"
+    )
     dom = open_headless(measured, work).dom
     found = re.search(r'<pre id="row-lines">([^<]*)</pre>', dom)
     assert found, "the measuring script did not run"
@@ -68,14 +67,25 @@ def open_headless(page: Path, work: Path) -> Rendered:
     profile = work / "chromium-profile"
     screenshot = work / f"{page.stem}.png"
     argv = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-        "--no-first-run", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        "--enable-logging=stderr",
+        "--v=0",
         "--host-resolver-rules=MAP * ~NOTFOUND",  # any network fetch would fail loudly
-        f"--screenshot={screenshot}", "--window-size=1280,2000", "--dump-dom", page.as_uri(),
+        f"--screenshot={screenshot}",
+        "--window-size=1280,2000",
+        "--dump-dom",
+        page.as_uri(),
     ]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-2000:]
     console = [m.group(1) for m in map(CONSOLE.search, proc.stderr.splitlines()) if m]
     return Rendered(proc.stdout, console, screenshot)
@@ -104,8 +114,9 @@ def test_report_renders_charts_without_console_errors(tmp_path):
         cpu = write_run(tmp_path / f"cpu-night-{day}", fake_results(), meta)
         render_runs([cpu], tmp_path / "scratch.html", history=history)
     failed = write_run(tmp_path / "failed", fail_worker(fake_results(processes=(2,))))
-    qnn = write_run(tmp_path / "qnn", fake_results(target="qnn", ep_file_mapping="unavailable",
-                                                   processes=(1, 2)), metadata("qnn"))
+    qnn = write_run(
+        tmp_path / "qnn", fake_results(target="qnn", ep_file_mapping="unavailable", processes=(1, 2)), metadata("qnn")
+    )
     page = tmp_path / "report.html"
     render_runs([cpu, failed, qnn], page, history=history)
 

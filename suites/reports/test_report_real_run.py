@@ -20,8 +20,7 @@ from reports import render_runs
 @pytest.mark.xdist_group("serial")
 def test_real_run_report(run_harness, tmp_path):
     out = tmp_path / "run"
-    outcome = run_harness("run", "--model-size", "16MiB", "--processes", "1,2", "--quiet",
-                          out=out)
+    outcome = run_harness("run", "--model-size", "16MiB", "--processes", "1,2", "--quiet", out=out)
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr
     run = load_run(out)
     assert run.process_counts == [1, 2] and run.modes == ["mapped", "heap"]

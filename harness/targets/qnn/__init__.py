@@ -37,12 +37,28 @@ class QnnTarget(Target):
     name = "qnn"
     summary = "the real QNN EP from onnxruntime-qnn (HTP simulator on Linux x86_64)"
     options = (
-        TargetOption("embed_mode", "--embed-mode", 0, "0 = context in an external .bin (mappable), 1 = inside "
-                     "the ONNX file", parse=_embed_mode, choices=(0, 1)),
-        TargetOption("share_ep_contexts", "--share-ep-contexts", False,
-                     "the M sessions of one process share their QNN contexts (ep.share_ep_contexts)"),
-        TargetOption("backend_type", "--backend-type", "htp", "the QNN backend (provider option backend_type)",
-                     parse=_backend, choices=BACKEND_TYPES),
+        TargetOption(
+            "embed_mode",
+            "--embed-mode",
+            0,
+            "0 = context in an external .bin (mappable), 1 = inside the ONNX file",
+            parse=_embed_mode,
+            choices=(0, 1),
+        ),
+        TargetOption(
+            "share_ep_contexts",
+            "--share-ep-contexts",
+            False,
+            "the M sessions of one process share their QNN contexts (ep.share_ep_contexts)",
+        ),
+        TargetOption(
+            "backend_type",
+            "--backend-type",
+            "htp",
+            "the QNN backend (provider option backend_type)",
+            parse=_backend,
+            choices=BACKEND_TYPES,
+        ),
     )
 
     def prepare(self, opts, progress) -> Prepared:
@@ -51,35 +67,50 @@ class QnnTarget(Target):
         parts = prepare_qnn(opts)
         bins = list(dict.fromkeys(b for p in parts for b in p.bins))
         embedded = sum(p.context_bytes - sum(b.stat().st_size for b in p.bins) for p in parts)
-        shared = len(parts) > 1 and (any(p.shares_context for p in parts)
-                                     or len(bins) < sum(len(p.bins) for p in parts))
+        shared = len(parts) > 1 and (
+            any(p.shares_context for p in parts) or len(bins) < sum(len(p.bins) for p in parts)
+        )
         options = {"onnx": [str(p.onnx_path) for p in parts]}
         notes = []
         if shared and not opts.target_options.get("share_ep_contexts"):
             options["share_ep_contexts"] = True
-            notes.append("The pipeline's models share QNN context binaries: every session is created with "
-                         "ep.share_ep_contexts=1, as onnxruntime-genai runs QNN pipelines.")
+            notes.append(
+                "The pipeline's models share QNN context binaries: every session is created with "
+                "ep.share_ep_contexts=1, as onnxruntime-genai runs QNN pipelines."
+            )
         for p in parts:
             if not p.compiled:
-                notes.append(f"{p.model.source} is a pre-compiled EPContext model, measured as it is (no compile). "
-                             "There is no CPU original to compare with: its reference output is its own first "
-                             "inference on the QNN EP with file mapping disabled (disable_file_mapped_weights=1), "
-                             "and every worker must reproduce it within its output type's tolerance.")
+                notes.append(
+                    f"{p.model.source} is a pre-compiled EPContext model, measured as it is (no compile). "
+                    "There is no CPU original to compare with: its reference output is its own first "
+                    "inference on the QNN EP with file mapping disabled (disable_file_mapped_weights=1), "
+                    "and every worker must reproduce it within its output type's tolerance."
+                )
             unstable = p.model.extra.get("nondeterministic") or {}
             if unstable:
-                notes.append(f"{p.model.source}: output(s) {', '.join(unstable)} differ between two runs of the "
-                             "reference itself (non-deterministic): checked by shape only.")
+                notes.append(
+                    f"{p.model.source}: output(s) {', '.join(unstable)} differ between two runs of the "
+                    "reference itself (non-deterministic): checked by shape only."
+                )
         models = [p.model for p in parts]
-        return Prepared(models[0], sum(b.stat().st_size for b in bins) + embedded,
-                        list(dict.fromkeys([*(p.onnx_path for p in parts), *bins])),
-                        worker_options=options, source=" + ".join(m.source for m in models), models=models,
-                        notes=notes, logs=[p.log for p in parts if p.log is not None])
+        return Prepared(
+            models[0],
+            sum(b.stat().st_size for b in bins) + embedded,
+            list(dict.fromkeys([*(p.onnx_path for p in parts), *bins])),
+            worker_options=options,
+            source=" + ".join(m.source for m in models),
+            models=models,
+            notes=notes,
+            logs=[p.log for p in parts if p.log is not None],
+        )
 
     def notes(self, opts) -> list[str]:
-        return [*super().notes(opts),
-                "The reference output of a model the harness compiles is the un-compiled model's output on "
-                "ORT's CPU EP; the QNN EP quantizes activations (or runs fp16), so those outputs are compared "
-                "by cosine similarity (and quantization steps for the generated model), not element by element."]
+        return [
+            *super().notes(opts),
+            "The reference output of a model the harness compiles is the un-compiled model's output on "
+            "ORT's CPU EP; the QNN EP quantizes activations (or runs fp16), so those outputs are compared "
+            "by cosine similarity (and quantization steps for the generated model), not element by element.",
+        ]
 
     def versions(self) -> dict[str, str | None]:
         from .ep import qnn_versions
@@ -108,10 +139,12 @@ class QnnTarget(Target):
         for _ in range(spec.sessions):
             group = []
             for path in paths:
-                so = qnn_session_options(disable_file_mapped_weights=flag,
-                                         share_ep_contexts=bool(options.get("share_ep_contexts")),
-                                         backend_type=options.get("backend_type", "htp"),
-                                         provider_options=settings.provider_options)
+                so = qnn_session_options(
+                    disable_file_mapped_weights=flag,
+                    share_ep_contexts=bool(options.get("share_ep_contexts")),
+                    backend_type=options.get("backend_type", "htp"),
+                    provider_options=settings.provider_options,
+                )
                 with LogSegment(spec.log_path) as segment:
                     group.append(ort.InferenceSession(path, settings.apply(so)))
                 verdicts.append(classify_session(segment.text(), disable_file_mapped_weights=flag))

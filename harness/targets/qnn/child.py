@@ -40,9 +40,12 @@ def _session_options(job: dict, *, disable: str) -> Any:
 
     from .ep import qnn_session_options
 
-    so = qnn_session_options(disable_file_mapped_weights=disable, backend_type=job.get("backend_type", "htp"),
-                             share_ep_contexts=bool(job.get("share_ep_contexts")),
-                             provider_options=job.get("provider_options") or {})
+    so = qnn_session_options(
+        disable_file_mapped_weights=disable,
+        backend_type=job.get("backend_type", "htp"),
+        share_ep_contexts=bool(job.get("share_ep_contexts")),
+        provider_options=job.get("provider_options") or {},
+    )
     return SessionSettings(dict(job.get("session_config") or {}), job.get("intra_op_threads")).apply(so)
 
 
@@ -66,8 +69,9 @@ def compile_job(job: dict) -> dict:
         so.add_session_config_entry(key, value)
     t0 = time.perf_counter()
     try:
-        ort.ModelCompiler(so, job["src"], bool(job.get("embed_mode")),
-                          flags=ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED).compile_to_file(job["out"])
+        ort.ModelCompiler(
+            so, job["src"], bool(job.get("embed_mode")), flags=ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED
+        ).compile_to_file(job["out"])
     except Exception as err:  # ORT raises its own Fail type
         return {"ok": False, "stage": "compile", "error": _first_line(err)}
     result = {"ok": True, "stage": "compile", "compile_s": time.perf_counter() - t0}

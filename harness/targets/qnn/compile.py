@@ -92,26 +92,34 @@ def make_qdq_model(path: Path, weights_bytes: int, *, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     x = rng.uniform(-1.0, 1.0, (1, dim)).astype(np.float32)  # calibration input
     w_scale = np.float32(math.sqrt(3.0 / dim) / 128.0)  # keeps activation variance ~constant
-    inits = [numpy_helper.from_array(np.array(1.0 / 127.0, np.float32), "x_scale"),
-             numpy_helper.from_array(np.array(128, np.uint8), "zp")]
-    nodes = [helper.make_node("QuantizeLinear", ["X", "x_scale", "zp"], ["x_q"]),
-             helper.make_node("DequantizeLinear", ["x_q", "x_scale", "zp"], ["a0"])]
+    inits = [
+        numpy_helper.from_array(np.array(1.0 / 127.0, np.float32), "x_scale"),
+        numpy_helper.from_array(np.array(128, np.uint8), "zp"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["X", "x_scale", "zp"], ["x_q"]),
+        helper.make_node("DequantizeLinear", ["x_q", "x_scale", "zp"], ["a0"]),
+    ]
     act, prev, a_scale = x, "a0", 0.0
     for i in range(layers):
         w = rng.integers(0, 256, (dim, dim), dtype=np.uint8)
         acc = np.zeros((1, dim), np.float32)
         for r in range(0, dim, 1024):  # chunked so a big layer never needs a float32 copy
-            acc += act[:, r:r + 1024] @ (w[r:r + 1024].astype(np.float32) - 128.0)
+            acc += act[:, r : r + 1024] @ (w[r : r + 1024].astype(np.float32) - 128.0)
         act = acc * w_scale
         a_scale = float(np.abs(act).max() * 1.25 / 127.0) or 1e-3
         out = "Y" if i == layers - 1 else f"a{i + 1}"
-        inits += [numpy_helper.from_array(w, f"w{i}"),
-                  numpy_helper.from_array(np.array(w_scale, np.float32), f"w{i}_scale"),
-                  numpy_helper.from_array(np.array(a_scale, np.float32), f"a{i}_scale")]
-        nodes += [helper.make_node("DequantizeLinear", [f"w{i}", f"w{i}_scale", "zp"], [f"wq{i}"]),
-                  helper.make_node("MatMul", [prev, f"wq{i}"], [f"mm{i}"]),
-                  helper.make_node("QuantizeLinear", [f"mm{i}", f"a{i}_scale", "zp"], [f"mm{i}_q"]),
-                  helper.make_node("DequantizeLinear", [f"mm{i}_q", f"a{i}_scale", "zp"], [out])]
+        inits += [
+            numpy_helper.from_array(w, f"w{i}"),
+            numpy_helper.from_array(np.array(w_scale, np.float32), f"w{i}_scale"),
+            numpy_helper.from_array(np.array(a_scale, np.float32), f"a{i}_scale"),
+        ]
+        nodes += [
+            helper.make_node("DequantizeLinear", [f"w{i}", f"w{i}_scale", "zp"], [f"wq{i}"]),
+            helper.make_node("MatMul", [prev, f"wq{i}"], [f"mm{i}"]),
+            helper.make_node("QuantizeLinear", [f"mm{i}", f"a{i}_scale", "zp"], [f"mm{i}_q"]),
+            helper.make_node("DequantizeLinear", [f"mm{i}_q", f"a{i}_scale", "zp"], [out]),
+        ]
         prev = out
     io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, dim]) for n in ("X", "Y")]
     graph = helper.make_graph(nodes, "qdq_matmul_chain", io[:1], io[1:], inits)
@@ -120,11 +128,24 @@ def make_qdq_model(path: Path, weights_bytes: int, *, seed: int = 0) -> dict:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     external = layers * dim * dim > 2**30
-    onnx.save_model(model, str(path), save_as_external_data=external, all_tensors_to_one_file=True,
-                    location=path.name + ".data", size_threshold=4096)
-    return {"input_name": "X", "input_shape": [1, dim], "output_name": "Y",
-            "weights_bytes": layers * dim * dim, "layers": layers, "dim": dim,
-            "output_scale": a_scale, "external_data": external}
+    onnx.save_model(
+        model,
+        str(path),
+        save_as_external_data=external,
+        all_tensors_to_one_file=True,
+        location=path.name + ".data",
+        size_threshold=4096,
+    )
+    return {
+        "input_name": "X",
+        "input_shape": [1, dim],
+        "output_name": "Y",
+        "weights_bytes": layers * dim * dim,
+        "layers": layers,
+        "dim": dim,
+        "output_scale": a_scale,
+        "external_data": external,
+    }
 
 
 def make_feeds(info: dict, *, seed: int = 1) -> dict:
@@ -182,9 +203,14 @@ def run_child(job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S) 
         env = dict(env or os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen([interpreter, "-m", "harness.targets.qnn.child", str(job_path)],
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=str(_ROOT),
-                                    env=env)
+            proc = subprocess.Popen(
+                [interpreter, "-m", "harness.targets.qnn.child", str(job_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=str(_ROOT),
+                env=env,
+            )
             try:
                 code = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -212,28 +238,49 @@ def _describe_exit(code: int) -> str:
     return f"the process exited with code {code} without a result"
 
 
-def _compile(src: Path, out_onnx: Path, embed_mode: int, backend_type: str, label: str, *,
-             provider_options: dict | None = None, session_config: dict | None = None,
-             check_folder: Path | None = None, log_path: Path) -> float:
+def _compile(
+    src: Path,
+    out_onnx: Path,
+    embed_mode: int,
+    backend_type: str,
+    label: str,
+    *,
+    provider_options: dict | None = None,
+    session_config: dict | None = None,
+    check_folder: Path | None = None,
+    log_path: Path,
+) -> float:
     """Compile in a child process (see `child`); returns seconds spent. Every failure is one
     InputError naming the user's model (``label``), the EP's reason and the log file."""
-    result = run_child({"kind": "compile", "src": str(src), "out": str(out_onnx), "embed_mode": embed_mode,
-                        "backend_type": backend_type, "provider_options": provider_options or {},
-                        "session_config": session_config or {},
-                        "check_folder": str(check_folder) if check_folder else ""}, log_path)
+    result = run_child(
+        {
+            "kind": "compile",
+            "src": str(src),
+            "out": str(out_onnx),
+            "embed_mode": embed_mode,
+            "backend_type": backend_type,
+            "provider_options": provider_options or {},
+            "session_config": session_config or {},
+            "check_folder": str(check_folder) if check_folder else "",
+        },
+        log_path,
+    )
     if result.get("ok"):
         return float(result.get("compile_s") or 0.0)
     error = str(result.get("error") or "")
     where = f" (EP log: {log_path})"
     if _COMPILE_NOTHING in error:
-        raise InputError(f"{label}: no node was assigned to QNN (the {backend_type} backend takes "
-                         "none of its ops as given; it needs static shapes and typically "
-                         "a QDQ-quantized model)")
+        raise InputError(
+            f"{label}: no node was assigned to QNN (the {backend_type} backend takes "
+            "none of its ops as given; it needs static shapes and typically "
+            "a QDQ-quantized model)"
+        )
     if result.get("stage") == "crash":
         raise InputError(f"{label}: the QNN compiler crashed: {error}{where}")
     if result.get("stage") in ("load", "run"):
-        raise InputError(f"{label}: compiled for QNN, but the compiled model does not {result['stage']}: "
-                         f"{ort_reason(error)}{where}")
+        raise InputError(
+            f"{label}: compiled for QNN, but the compiled model does not {result['stage']}: {ort_reason(error)}{where}"
+        )
     raise InputError(f"{label}: QNN compilation failed: {ort_reason(error)}{where}")
 
 
@@ -256,19 +303,36 @@ def _load_compiled(folder: Path, cached: bool = True) -> CompiledModel:
     try:
         m = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
         onnx_path, bins = folder / m["onnx"], [folder / b for b in m["bins"]]
-        if not onnx_path.is_file() or (m["embed_mode"] == 0 and sum(b.stat().st_size for b in bins)
-                                       != m["context_bytes"]):
+        if not onnx_path.is_file() or (
+            m["embed_mode"] == 0 and sum(b.stat().st_size for b in bins) != m["context_bytes"]
+        ):
             raise CorruptEntry("compiled files missing or of the wrong size")
-        return CompiledModel(onnx_path, bins, m["context_bytes"], m["embed_mode"], m["source_sha256"],
-                             m["compile_s"], cached, m["cpu_ops"])
+        return CompiledModel(
+            onnx_path,
+            bins,
+            m["context_bytes"],
+            m["embed_mode"],
+            m["source_sha256"],
+            m["compile_s"],
+            cached,
+            m["cpu_ops"],
+        )
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise CorruptEntry(f"unreadable compile manifest ({type(err).__name__})") from None
 
 
-def compile_epcontext(src: Path, out_dir: Path, *, embed_mode: int = 0, backend_type: str = "htp",
-                      label: str | None = None, provider_options: dict | None = None,
-                      session_config: dict | None = None, check_folder: Path | None = None,
-                      log_dir: Path | None = None) -> CompiledModel:
+def compile_epcontext(
+    src: Path,
+    out_dir: Path,
+    *,
+    embed_mode: int = 0,
+    backend_type: str = "htp",
+    label: str | None = None,
+    provider_options: dict | None = None,
+    session_config: dict | None = None,
+    check_folder: Path | None = None,
+    log_dir: Path | None = None,
+) -> CompiledModel:
     """Compile `src` for QNN into an EPContext model under `out_dir`, reusing an earlier result.
 
     The entry is ``out_dir/<stem>_em<mode>-<backend>-<key>/``: ``<stem>_em<mode>_ctx.onnx``
@@ -284,8 +348,11 @@ def compile_epcontext(src: Path, out_dir: Path, *, embed_mode: int = 0, backend_
     src, out_dir = Path(src), Path(out_dir)
     label = label or str(src)
     model = load_onnx(src, external_data=False, label="model")
-    dynamic = [(i, i.dims) for i in model_inputs(model) if i.kind == "tensor" and
-               (i.dims is None or not all(isinstance(d, int) for d in i.dims))]
+    dynamic = [
+        (i, i.dims)
+        for i in model_inputs(model)
+        if i.kind == "tensor" and (i.dims is None or not all(isinstance(d, int) for d in i.dims))
+    ]
     if dynamic:
         raise InputError(f"{label}: {shape_hint(dynamic)} (QNN needs static shapes)")
     sha = _source_sha256(src, model)
@@ -295,22 +362,42 @@ def compile_epcontext(src: Path, out_dir: Path, *, embed_mode: int = 0, backend_
     log_path = (log_dir or out_dir) / f"{stem}-{backend_type}-{key[:16]}-compile.log"
 
     def build(scratch: Path) -> None:
-        compile_s = _compile(src, scratch / f"{stem}_ctx.onnx", embed_mode, backend_type, label,
-                             provider_options=provider_options, session_config=session_config,
-                             check_folder=check_folder, log_path=log_path)
+        compile_s = _compile(
+            src,
+            scratch / f"{stem}_ctx.onnx",
+            embed_mode,
+            backend_type,
+            label,
+            provider_options=provider_options,
+            session_config=session_config,
+            check_folder=check_folder,
+            log_path=log_path,
+        )
         bins, embedded = _context_files(scratch / f"{stem}_ctx.onnx")
         if not embedded and not bins:
             raise InputError(f"{label}: no node was assigned to QNN (no EPContext node)")
-        ops = [n.op_type for n in load_onnx(scratch / f"{stem}_ctx.onnx", external_data=False).graph.node
-               if n.op_type != "EPContext"]
+        ops = [
+            n.op_type
+            for n in load_onnx(scratch / f"{stem}_ctx.onnx", external_data=False).graph.node
+            if n.op_type != "EPContext"
+        ]
         with contextlib.suppress(OSError):
             shutil.copyfile(log_path, scratch / "compile.log")
-        write_json_atomic(scratch / "manifest.json", {
-            "source_sha256": sha, "embed_mode": embed_mode, "backend_type": backend_type,
-            "onnx": f"{stem}_ctx.onnx", "bins": bins,
-            "context_bytes": embedded + sum((scratch / b).stat().st_size for b in bins),
-            "compile_s": compile_s, "cpu_ops": ops, "versions": qnn_versions(),
-            "provider_options": provider_options or {}})
+        write_json_atomic(
+            scratch / "manifest.json",
+            {
+                "source_sha256": sha,
+                "embed_mode": embed_mode,
+                "backend_type": backend_type,
+                "onnx": f"{stem}_ctx.onnx",
+                "bins": bins,
+                "context_bytes": embedded + sum((scratch / b).stat().st_size for b in bins),
+                "compile_s": compile_s,
+                "cpu_ops": ops,
+                "versions": qnn_versions(),
+                "provider_options": provider_options or {},
+            },
+        )
 
     built: list[bool] = []
 
@@ -326,14 +413,23 @@ def compile_epcontext(src: Path, out_dir: Path, *, embed_mode: int = 0, backend_
 
 def generated_qdq(size: int, cache_dir: Path) -> PreparedModel:
     """The default qnn source model: a static-shape uint8 QDQ chain with its CPU reference."""
+
     def build(tmp: Path) -> PreparedModel:
         info = make_qdq_model(tmp / "model.onnx", size)
         feeds = make_feeds(info)
         save_reference(tmp / "reference.npz", feeds, {info["output_name"]: reference_output(tmp / "model.onnx", feeds)})
         source = f"generated:qdq-matmul-chain:{info['layers']}x{info['dim']}x{info['dim']}xuint8"
-        return PreparedModel(tmp, source, [], {info["input_name"]: info["input_shape"]},
-                             {info["input_name"]: 1}, [info["output_name"]], info["weights_bytes"],
-                             output_types={info["output_name"]: 1}, extra={"quant_step": info["output_scale"]})
+        return PreparedModel(
+            tmp,
+            source,
+            [],
+            {info["input_name"]: info["input_shape"]},
+            {info["input_name"]: 1},
+            [info["output_name"]],
+            info["weights_bytes"],
+            output_types={info["output_name"]: 1},
+            extra={"quant_step": info["output_scale"]},
+        )
 
     return cached_model(cache_dir / f"qdq-chain-{size}-s0", build)
 
@@ -346,8 +442,9 @@ def prepare_qnn_source(path: Path, request: Any, settings: Any, cache_dir: Path)
 
     label = f"--model {path}"
     graph = load_onnx(path, external_data=False)
-    key = source_key(path, graph, {"request": request.key(), "prep": PREP_VERSION, "qnn_source": 1,
-                                   "session": settings.to_dict()})
+    key = source_key(
+        path, graph, {"request": request.key(), "prep": PREP_VERSION, "qnn_source": 1, "session": settings.to_dict()}
+    )
 
     def build(tmp: Path) -> PreparedModel:
         import onnx
@@ -359,8 +456,17 @@ def prepare_qnn_source(path: Path, request: Any, settings: Any, cache_dir: Path)
             onnx.save(fixed_shape_copy(graph, shapes), str(tmp / onnx_file))
             link_external_data(path, graph, tmp)
         output_types = {o.name: o.type.tensor_type.elem_type for o in graph.graph.output}
-        model = PreparedModel(tmp, str(path), [], shapes, {i.name: i.onnx_type for i in inputs}, list(output_types),
-                              0, output_types=output_types, onnx_file=onnx_file)
+        model = PreparedModel(
+            tmp,
+            str(path),
+            [],
+            shapes,
+            {i.name: i.onnx_type for i in inputs},
+            list(output_types),
+            0,
+            output_types=output_types,
+            onnx_file=onnx_file,
+        )
         write_reference(model, Path(path), feeds, settings, level="all", label=label)
         return model
 
@@ -380,16 +486,27 @@ def prepare_epcontext(path: Path, request: Any, job: dict, cache_dir: Path) -> t
     def build(tmp: Path) -> PreparedModel:
         inputs, shapes, feeds = resolve_feeds(graph, request, label)
         output_types = {o.name: o.type.tensor_type.elem_type for o in graph.graph.output}
-        model = PreparedModel(tmp, str(path), [], shapes, {i.name: i.onnx_type for i in inputs}, list(output_types),
-                              info.context_bytes, output_types=output_types, onnx_file=str(Path(path).resolve()),
-                              extra={"reference_kind": "qnn-heap", "context_bins": [str(b) for b in info.bins]})
+        model = PreparedModel(
+            tmp,
+            str(path),
+            [],
+            shapes,
+            {i.name: i.onnx_type for i in inputs},
+            list(output_types),
+            info.context_bytes,
+            output_types=output_types,
+            onnx_file=str(Path(path).resolve()),
+            extra={"reference_kind": "qnn-heap", "context_bins": [str(b) for b in info.bins]},
+        )
         save_reference(model.reference_path, feeds, {})
         model.save()  # the child reads the manifest
         result = run_child(dict(job, kind="reference", folder=str(tmp)), log_path)
         if not result.get("ok"):
             what = "crashed" if result.get("stage") == "crash" else f"cannot {result.get('stage', 'run')} it"
-            raise InputError(f"{label}: the QNN EP {what} (file mapping disabled, for the reference): "
-                             f"{ort_reason(str(result.get('error') or ''))} (EP log: {log_path})")
+            raise InputError(
+                f"{label}: the QNN EP {what} (file mapping disabled, for the reference): "
+                f"{ort_reason(str(result.get('error') or ''))} (EP log: {log_path})"
+            )
         if result.get("nondeterministic"):
             model.extra["nondeterministic"] = result["nondeterministic"]
         with contextlib.suppress(OSError):
@@ -456,12 +573,20 @@ def prepare_qnn(opts: Any) -> list[QnnModel]:
     embed_mode, backend = options.get("embed_mode", 0), options.get("backend_type", "htp")
 
     def compiled(source: PreparedModel, label: str) -> QnnModel:
-        c = compile_epcontext(source.onnx_path, source.folder / "qnn", embed_mode=embed_mode, backend_type=backend,
-                              label=label, provider_options=settings.provider_options,
-                              session_config=settings.config, check_folder=source.folder,
-                              log_dir=qnn_log_dir(cache_dir))
-        return QnnModel(source, c.onnx_path, c.bin_paths, int(c.context_bytes), True, log=c.onnx_path.parent /
-                        "compile.log")
+        c = compile_epcontext(
+            source.onnx_path,
+            source.folder / "qnn",
+            embed_mode=embed_mode,
+            backend_type=backend,
+            label=label,
+            provider_options=settings.provider_options,
+            session_config=settings.config,
+            check_folder=source.folder,
+            log_dir=qnn_log_dir(cache_dir),
+        )
+        return QnnModel(
+            source, c.onnx_path, c.bin_paths, int(c.context_bytes), True, log=c.onnx_path.parent / "compile.log"
+        )
 
     if not opts.models:
         source = generated_qdq(opts.model_size, cache_dir)
@@ -469,17 +594,30 @@ def prepare_qnn(opts: Any) -> list[QnnModel]:
     models = resolve_models(opts.models)
     request = opts.input_request()
     check_pipeline_request(models.paths, request)
-    job = {"backend_type": backend, "provider_options": settings.provider_options,
-           "session_config": settings.config, "intra_op_threads": settings.intra_op_threads,
-           "share_ep_contexts": bool(options.get("share_ep_contexts")) or models.genai_qnn}
+    job = {
+        "backend_type": backend,
+        "provider_options": settings.provider_options,
+        "session_config": settings.config,
+        "intra_op_threads": settings.intra_op_threads,
+        "share_ep_contexts": bool(options.get("share_ep_contexts")) or models.genai_qnn,
+    }
     out = []
     for path in models.paths:
         graph = load_onnx(path, external_data=False)
         part = request.for_model(graph)
         if epcontext_nodes(graph):
             model, info = prepare_epcontext(path, part, job, cache_dir)
-            out.append(QnnModel(model, info.path, info.bins, info.context_bytes, False, info.shares_context,
-                                log=model.folder / "reference.log"))
+            out.append(
+                QnnModel(
+                    model,
+                    info.path,
+                    info.bins,
+                    info.context_bytes,
+                    False,
+                    info.shares_context,
+                    log=model.folder / "reference.log",
+                )
+            )
         else:
             out.append(compiled(prepare_qnn_source(path, part, settings, cache_dir), f"--model {path}"))
     return out

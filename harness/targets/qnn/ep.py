@@ -33,8 +33,10 @@ def qnn_platform_supported() -> tuple[bool, str]:
     if sys.platform.startswith("linux") and machine in ("x86_64", "amd64"):
         return True, "Linux x86_64 (HTP simulator)"
     ok = sys.platform == "win32" and machine in ("arm64", "aarch64")
-    return ok, "Windows ARM64" if ok else f"onnxruntime-qnn needs Linux x86_64 or Windows ARM64, " \
-                                          f"not {sys.platform} {machine}"
+    return (
+        ok,
+        "Windows ARM64" if ok else f"onnxruntime-qnn needs Linux x86_64 or Windows ARM64, not {sys.platform} {machine}",
+    )
 
 
 def qnn_versions() -> dict[str, str | None]:
@@ -60,8 +62,10 @@ def register_qnn_ep() -> list:
     try:
         import onnxruntime_qnn
     except ImportError as e:
-        raise QnnUnavailableError("onnxruntime-qnn is not installed (pip install onnxruntime-qnn; "
-                                  "wheels exist for Linux x86_64 and Windows ARM64)") from e
+        raise QnnUnavailableError(
+            "onnxruntime-qnn is not installed (pip install onnxruntime-qnn; "
+            "wheels exist for Linux x86_64 and Windows ARM64)"
+        ) from e
     import onnxruntime as ort
 
     with _register_lock:
@@ -87,9 +91,14 @@ def disable_option_value(value: object) -> str:
     return "1" if parse_disable_flag(value) else "0"
 
 
-def qnn_session_options(*, disable_file_mapped_weights: object, share_ep_contexts: bool = False,
-                        backend_type: str = "htp", log_severity: int = 1,
-                        provider_options: dict[str, str] | None = None) -> onnxruntime.SessionOptions:
+def qnn_session_options(
+    *,
+    disable_file_mapped_weights: object,
+    share_ep_contexts: bool = False,
+    backend_type: str = "htp",
+    log_severity: int = 1,
+    provider_options: dict[str, str] | None = None,
+) -> onnxruntime.SessionOptions:
     """SessionOptions with the QNN device added and the option under test set explicitly.
 
     log_severity must be 0 (verbose) or 1 (info, the default): the verdicts need the EP's INFO
@@ -98,8 +107,9 @@ def qnn_session_options(*, disable_file_mapped_weights: object, share_ep_context
     """
     value = disable_option_value(disable_file_mapped_weights)
     if log_severity not in (0, 1):
-        raise ValueError(f"log_severity must be 0 or 1 so the EP's file-mapping INFO lines are "
-                         f"visible, got {log_severity!r}")
+        raise ValueError(
+            f"log_severity must be 0 or 1 so the EP's file-mapping INFO lines are visible, got {log_severity!r}"
+        )
     import onnxruntime as ort
 
     devices = register_qnn_ep()

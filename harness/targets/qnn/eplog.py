@@ -99,38 +99,103 @@ class LogPattern:
         return re.compile(body)
 
 
-_EVIDENCE_RANK = ("gate", "option", "retry", "map-failed", "ep-disabled", "map", "dma-ok", "dma-request", "note",
-                  "session")
-_EFFECTS = ("session", "gate", "option", "ep-disabled", "retry", "map", "dma-request", "dma-ok",
-            "map-failed", "note")
+_EVIDENCE_RANK = (
+    "gate",
+    "option",
+    "retry",
+    "map-failed",
+    "ep-disabled",
+    "map",
+    "dma-ok",
+    "dma-request",
+    "note",
+    "session",
+)
+_EFFECTS = ("session", "gate", "option", "ep-disabled", "retry", "map", "dma-request", "dma-ok", "map-failed", "note")
 
 # Order matters only where one text contains another: specific before generic.
 PATTERNS: tuple[LogPattern, ...] = (
     LogPattern("session", "Creating QNN EP", "session", (WIN, LINUX), level="I"),
-    LogPattern("gate", "File mapped weights feature is only available on Windows arm64 devices for QNN API "
-               "versions >= 2.32. Feature will be disabled by default", "gate", (LINUX,), level="W"),
+    LogPattern(
+        "gate",
+        "File mapped weights feature is only available on Windows arm64 devices for QNN API "
+        "versions >= 2.32. Feature will be disabled by default",
+        "gate",
+        (LINUX,),
+        level="W",
+    ),
     LogPattern("option", "User specified disable_file_mapped_weights: {}", "option", (WIN, LINUX), level="W"),
-    LogPattern("embedded-node", "{} is using an embedded cache. Disabling file mapping for this node.",
-               "ep-disabled", reason=REASON_EMBEDDED, level="W"),
-    LogPattern("embedded-ep", "File mapped weights feature is incompatible with embedded EP contexts. Feature "
-               "will be disabled by default.", "ep-disabled", reason=REASON_EMBEDDED, level="W"),
-    LogPattern("old-binary", "{}. File mapping is only supported for versions >= 3.3.3. Disabling file mapping "
-               "for this node.", "ep-disabled", reason=REASON_VERSION, level="W"),
-    LogPattern("old-binary-ssr", "SSR recovery: context binary version {} < 3.3.3, file mapping not supported. "
-               "Falling back to direct read.", "ep-disabled", reason=REASON_VERSION, level="W"),
-    LogPattern("read-callback-reuse", "EPContext read callback registered on a session reusing an already-set-up "
-               "backend manager; disabling file mapping for this session.", "ep-disabled", (WIN, LINUX),
-               reason=REASON_READ_CALLBACK, level="W"),
-    LogPattern("read-callback", "EPContext read callback registered; disabling file mapping for this session.",
-               "ep-disabled", (WIN, LINUX), reason=REASON_READ_CALLBACK, level="W"),
-    LogPattern("rpcmem-load", "Unable to load RPCMem library: {} - Disabling file mapped weights.", "ep-disabled",
-               (WIN, LINUX), reason=REASON_RPCMEM, level="W"),
-    LogPattern("rpcmem-missing", "RPCMem Library is required for file mapping but is uninitialized.",
-               "ep-disabled", reason=REASON_RPCMEM),
-    LogPattern("retry-direct-read", "contextCreateFromBinaryWithCallback failed ({}). Retrying with direct read.",
-               "retry", level="W"),
-    LogPattern("retry-feature-off", "Failed to create context with file mapping enabled. Error: {}. Retrying "
-               "with feature disabled.", "retry", level="W"),
+    LogPattern(
+        "embedded-node",
+        "{} is using an embedded cache. Disabling file mapping for this node.",
+        "ep-disabled",
+        reason=REASON_EMBEDDED,
+        level="W",
+    ),
+    LogPattern(
+        "embedded-ep",
+        "File mapped weights feature is incompatible with embedded EP contexts. Feature will be disabled by default.",
+        "ep-disabled",
+        reason=REASON_EMBEDDED,
+        level="W",
+    ),
+    LogPattern(
+        "old-binary",
+        "{}. File mapping is only supported for versions >= 3.3.3. Disabling file mapping for this node.",
+        "ep-disabled",
+        reason=REASON_VERSION,
+        level="W",
+    ),
+    LogPattern(
+        "old-binary-ssr",
+        "SSR recovery: context binary version {} < 3.3.3, file mapping not supported. Falling back to direct read.",
+        "ep-disabled",
+        reason=REASON_VERSION,
+        level="W",
+    ),
+    LogPattern(
+        "read-callback-reuse",
+        "EPContext read callback registered on a session reusing an already-set-up "
+        "backend manager; disabling file mapping for this session.",
+        "ep-disabled",
+        (WIN, LINUX),
+        reason=REASON_READ_CALLBACK,
+        level="W",
+    ),
+    LogPattern(
+        "read-callback",
+        "EPContext read callback registered; disabling file mapping for this session.",
+        "ep-disabled",
+        (WIN, LINUX),
+        reason=REASON_READ_CALLBACK,
+        level="W",
+    ),
+    LogPattern(
+        "rpcmem-load",
+        "Unable to load RPCMem library: {} - Disabling file mapped weights.",
+        "ep-disabled",
+        (WIN, LINUX),
+        reason=REASON_RPCMEM,
+        level="W",
+    ),
+    LogPattern(
+        "rpcmem-missing",
+        "RPCMem Library is required for file mapping but is uninitialized.",
+        "ep-disabled",
+        reason=REASON_RPCMEM,
+    ),
+    LogPattern(
+        "retry-direct-read",
+        "contextCreateFromBinaryWithCallback failed ({}). Retrying with direct read.",
+        "retry",
+        level="W",
+    ),
+    LogPattern(
+        "retry-feature-off",
+        "Failed to create context with file mapping enabled. Error: {}. Retrying with feature disabled.",
+        "retry",
+        level="W",
+    ),
     # the retry tails are literals of their own: any other message ending in one is a retry too
     LogPattern("retry-direct-read-tail", "{}). Retrying with direct read.", "retry", level="W"),
     LogPattern("retry-feature-off-tail", "{}. Retrying with feature disabled.", "retry", level="W"),
@@ -138,39 +203,53 @@ PATTERNS: tuple[LogPattern, ...] = (
     LogPattern("map-cached", "Found existing mapview memory pointer ({}", "map", level="V"),
     LogPattern("map-handle", "Created file mapping with handle ({}", "map", level="V"),
     LogPattern("map-view", "Created mapview pointer with address {}", "map", level="V"),
-    LogPattern("dma-request", "Mapping DMA data for request: memory mapped base pointer({}", "dma-request",
-               level="I"),
+    LogPattern("dma-request", "Mapping DMA data for request: memory mapped base pointer({}", "dma-request", level="I"),
     LogPattern("dma-ok", "Created DMA data mapping with address: {}", "dma-ok", level="I"),
     LogPattern("dma-register-failed", "Failed to register DMA data mapping to RPCMEM", "map-failed", level="E"),
-    LogPattern("dma-after-error", "Attempting to map DMA data but file mapping has been disabled, possibly due "
-               "to an error in a previous request.", "map-failed", level="W"),
-    LogPattern("dma-null-base", "Attempting to map DMA data for null memory mapped base pointer", "map-failed",
-               level="E"),
-    LogPattern("dma-bad-size", "Mapping request size must be > 0 with backend mapping required", "map-failed",
-               level="E"),
-    LogPattern("dma-overflow", "Critical error in QNN: mapping request offset + size will overflow 64 bits",
-               "map-failed", level="E"),
-    LogPattern("dma-out-of-file", "Requested offset and size includes memory outside of mapped file",
-               "map-failed", level="E"),
+    LogPattern(
+        "dma-after-error",
+        "Attempting to map DMA data but file mapping has been disabled, possibly due "
+        "to an error in a previous request.",
+        "map-failed",
+        level="W",
+    ),
+    LogPattern(
+        "dma-null-base", "Attempting to map DMA data for null memory mapped base pointer", "map-failed", level="E"
+    ),
+    LogPattern(
+        "dma-bad-size", "Mapping request size must be > 0 with backend mapping required", "map-failed", level="E"
+    ),
+    LogPattern(
+        "dma-overflow",
+        "Critical error in QNN: mapping request offset + size will overflow 64 bits",
+        "map-failed",
+        level="E",
+    ),
+    LogPattern(
+        "dma-out-of-file", "Requested offset and size includes memory outside of mapped file", "map-failed", level="E"
+    ),
     LogPattern("dma-callback-param", "MapDmaDataCallback: notify_param is null", "map-failed", level="E"),
-    LogPattern("dma-callback-manager", "MapDmaDataCallback: QnnBackendManager is null", "map-failed",
-               level="E"),
+    LogPattern("dma-callback-manager", "MapDmaDataCallback: QnnBackendManager is null", "map-failed", level="E"),
     LogPattern("map-handle-failed", "Failed to create file mapping handle for context bin{}", "map-failed"),
     LogPattern("map-view-failed", "Failed to retrieve mapview pointer for context bin{}", "map-failed"),
-    LogPattern("mapper-missing", "Attempting to use File Mapping feature but file_mapper_ is uninitialized",
-               "map-failed"),
-    LogPattern("callback-api-missing", "Invalid function pointer for contextCreateFromBinaryWithCallback.",
-               "map-failed"),
+    LogPattern(
+        "mapper-missing", "Attempting to use File Mapping feature but file_mapper_ is uninitialized", "map-failed"
+    ),
+    LogPattern(
+        "callback-api-missing", "Invalid function pointer for contextCreateFromBinaryWithCallback.", "map-failed"
+    ),
     # release side: reported as evidence, they do not change where this session's weights came from
     LogPattern("dma-release", "Releasing DMA data mapping for memory mapped pointer({}", "note", level="I"),
     LogPattern("deregister-failed", "Failed to deregister buffer from RPCMEM: {}", "note", level="E"),
-    LogPattern("release-null", "Attempting to release DMA data for null memory mapped pointer", "note",
-               level="E"),
-    LogPattern("release-bad-request", "Mapping release request address must not be null and size must be > 0",
-               "note", level="E"),
+    LogPattern("release-null", "Attempting to release DMA data for null memory mapped pointer", "note", level="E"),
+    LogPattern(
+        "release-bad-request",
+        "Mapping release request address must not be null and size must be > 0",
+        "note",
+        level="E",
+    ),
     LogPattern("release-callback-param", "ReleaseDmaDataCallback: notify_param is null", "note", level="E"),
-    LogPattern("release-callback-manager", "ReleaseDmaDataCallback: QnnBackendManager is null", "note",
-               level="E"),
+    LogPattern("release-callback-manager", "ReleaseDmaDataCallback: QnnBackendManager is null", "note", level="E"),
 )
 
 #: Selected strings of the binaries (see epstrings.SELECT_TERMS) that no pattern reads, each
@@ -179,23 +258,39 @@ IGNORED: tuple[tuple[str, str], ...] = (
     (r"disable_file_mapped_weights", "the provider option's key, not a message"),
     (r"rpcmem_(alloc|free|to_fd)", "symbol names the EP resolves in the RPCMem library"),
     (r"rpcmem_[aft]H", "machine code bytes that happen to spell a symbol prefix (Linux .so)"),
-    (r"Failed to get symbol rpcmem_(alloc|free|to_fd)\.",
-     "text of the exception reported inside 'Unable to load RPCMem library: <e>'"),
-    (r"(remote_register_)?Failed to initialize RPCMEM dynamic library hand(le: |Hash table size overflow)",
-     "text of the exception reported inside 'Unable to load RPCMem library: <e>'"),
+    (
+        r"Failed to get symbol rpcmem_(alloc|free|to_fd)\.",
+        "text of the exception reported inside 'Unable to load RPCMem library: <e>'",
+    ),
+    (
+        r"(remote_register_)?Failed to initialize RPCMEM dynamic library hand(le: |Hash table size overflow)",
+        "text of the exception reported inside 'Unable to load RPCMem library: <e>'",
+    ),
     (r"rpcmem_lib should not be nullptr\.", "internal assertion text (ORT_ENFORCE), not a log message"),
-    (r"rpcmem_alloc\(\) failed to allocate and returned nullptr\.",
-     "HTP shared-memory allocator (enable_htp_shared_memory_allocator), not file mapping"),
-    (r"rpcmem_to_fd\(\) returned invalid file descriptor\.",
-     "HTP shared-memory allocator (enable_htp_shared_memory_allocator), not file mapping"),
-    (r"No EPContext read callback registered; reading '",
-     "debug detail (VERBOSE) of where ORT gets the .bin path; printed on Linux too, says nothing of mapping"),
-    (r"EPContext binary decrypted via App read callback: ",
-     "debug detail of the read-callback path; the 'read callback registered' line is what is classified"),
-    (r"Failed to resolve EPContext read callback \(",
-     "configuration error of the read callback: session creation fails, no mapping path taken"),
-    (r"Unknown exception occurred while creating QNN EP( factory\.| for compatibility check|\.)",
-     "EP construction error; selected only by the session marker's search term"),
+    (
+        r"rpcmem_alloc\(\) failed to allocate and returned nullptr\.",
+        "HTP shared-memory allocator (enable_htp_shared_memory_allocator), not file mapping",
+    ),
+    (
+        r"rpcmem_to_fd\(\) returned invalid file descriptor\.",
+        "HTP shared-memory allocator (enable_htp_shared_memory_allocator), not file mapping",
+    ),
+    (
+        r"No EPContext read callback registered; reading '",
+        "debug detail (VERBOSE) of where ORT gets the .bin path; printed on Linux too, says nothing of mapping",
+    ),
+    (
+        r"EPContext binary decrypted via App read callback: ",
+        "debug detail of the read-callback path; the 'read callback registered' line is what is classified",
+    ),
+    (
+        r"Failed to resolve EPContext read callback \(",
+        "configuration error of the read callback: session creation fails, no mapping path taken",
+    ),
+    (
+        r"Unknown exception occurred while creating QNN EP( factory\.| for compatibility check|\.)",
+        "EP construction error; selected only by the session marker's search term",
+    ),
     (r"(Unmap|Map)ViewOfFile", "Win32 API import names"),
     (r"onnxruntime::qnn::(Map|Release)DmaDataCallback", "function names (__FUNCTION__ of error statuses)"),
     (r"\.\?AV.*RpcMemLibrary.*", "MSVC RTTI type name (symbol)"),
@@ -253,8 +348,9 @@ class WorkerVerdict:
 def check_disable_flag(value: object) -> str:
     """The provider option is a string "0"/"1"; anything else would be silently misread by the EP."""
     if not isinstance(value, str) or value not in OPTION_VALUES:
-        raise ValueError(f'disable_file_mapped_weights must be the string "0" (feature on) or "1" '
-                         f"(feature off), got {value!r}")
+        raise ValueError(
+            f'disable_file_mapped_weights must be the string "0" (feature on) or "1" (feature off), got {value!r}'
+        )
     return value
 
 
@@ -313,8 +409,7 @@ def _evidence(hits: Sequence[_Hit]) -> str:
         return _EVIDENCE_RANK.index(h.pattern.effect), h.pattern.level == "V", -i
 
     chosen = sorted(sorted(last.values(), key=rank)[:EVIDENCE_LINES], key=lambda t: t[0])
-    return "\n".join(h.line + (f" [x{count[h.pattern.name]}]" if count[h.pattern.name] > 1 else "")
-                     for _, h in chosen)
+    return "\n".join(h.line + (f" [x{count[h.pattern.name]}]" if count[h.pattern.name] > 1 else "") for _, h in chosen)
 
 
 def _message(hit: _Hit) -> str:
@@ -358,8 +453,11 @@ def _decide(hits: Sequence[_Hit], text: str, passed: str) -> tuple[str, str]:
     if e["retry"]:
         return "retried", _message(e["retry"][-1]).rstrip(".")
     if e["map-failed"]:
-        return "retried", ("mapping attempt failed (" + _message(e["map-failed"][0]).rstrip(".")
-                           + "); the session was created from a direct read")
+        return "retried", (
+            "mapping attempt failed ("
+            + _message(e["map-failed"][0]).rstrip(".")
+            + "); the session was created from a direct read"
+        )
     if e["ep-disabled"]:
         reasons = list(dict.fromkeys(h.pattern.reason for h in e["ep-disabled"]))
         return "ep-disabled", "; ".join(reasons)
@@ -368,7 +466,8 @@ def _decide(hits: Sequence[_Hit], text: str, passed: str) -> tuple[str, str]:
         reason = f"{len(e['dma-ok'])} DMA region(s) mapped" + (f" from {', '.join(paths)}" if paths else "")
         if passed == "1":
             reason += ' although the harness passed "1" (' + (
-                'the EP reported "0")' if ep_option == "0" else "the EP did not confirm it)")
+                'the EP reported "0")' if ep_option == "0" else "the EP did not confirm it)"
+            )
         return "active", reason
     return "unknown", _missing(e, text, passed, ep_option)
 
@@ -377,8 +476,9 @@ def _missing(e: dict[str, list[_Hit]], text: str, passed: str, ep_option: str | 
     """Why there is no verdict: say which evidence is missing, so the fix is obvious."""
     if passed == "1" and ep_option != "1":
         said = "missing" if ep_option is None else f"the EP printed {ep_option!r}"
-        return (f'option "1" passed but the EP did not confirm it '
-                f'("User specified disable_file_mapped_weights: 1" {said})')
+        return (
+            f'option "1" passed but the EP did not confirm it ("User specified disable_file_mapped_weights: 1" {said})'
+        )
     if e["map"] and not e["dma-request"]:
         return "file mapping created but QNN requested no weight region: nothing was served from the mapping"
     if e["dma-request"] and not e["dma-ok"]:
@@ -417,15 +517,15 @@ def aggregate(verdicts: Iterable[EpVerdict]) -> WorkerVerdict:
     for v in verdicts:
         counts[v.state] = counts.get(v.state, 0) + 1
     worst = min(verdicts, key=lambda v: WORST_ORDER.index(v.state))
-    return WorkerVerdict(worst.state, {s: counts[s] for s in EP_STATES if s in counts}, worst.reason,
-                         worst.evidence)
+    return WorkerVerdict(worst.state, {s: counts[s] for s in EP_STATES if s in counts}, worst.reason, worst.evidence)
 
 
 def classify_log(text: str, *, disable_file_mapped_weights: str) -> WorkerVerdict:
     """Whole-log entry point for a caller that has one text: split into sessions where the log
     marks them (`split_sessions`), classify each, aggregate."""
-    return aggregate(classify_session(seg, disable_file_mapped_weights=disable_file_mapped_weights)
-                     for seg in split_sessions(text))
+    return aggregate(
+        classify_session(seg, disable_file_mapped_weights=disable_file_mapped_weights) for seg in split_sessions(text)
+    )
 
 
 def classify_ep_log(text: str, *, disable_file_mapped_weights: str) -> tuple[str, str]:
