@@ -55,6 +55,20 @@ def test_a_copied_epcontext_model_runs_as_it_is(run_harness, compiled, embed_mod
     assert spec["options"]["onnx"] == [str(onnx_path)]  # the user's file itself, nothing recompiled
 
 
+def test_an_epcontext_model_given_by_a_relative_path_runs(run_harness, compiled, tmp_path):
+    """The workers do not run in the user's folder: a relative ``--model ctx/model_ctx.onnx``
+    must reach them as the file the user named (it failed every worker with NO_SUCHFILE)."""
+    onnx_path, bins = compiled[0]
+    folder = tmp_path / "ctx"  # run_harness runs in tmp_path
+    folder.mkdir()
+    for f in (onnx_path, *bins):
+        shutil.copyfile(f, folder / f.name)
+    outcome = run_harness("run", "--target", "qnn", "--model", f"ctx/{onnx_path.name}", *ONE)
+    assert_all_ok(outcome, workers=2)
+    spec = json.loads(next((outcome.out / "workers").rglob("*.spec.json")).read_text())
+    assert spec["options"]["onnx"] == [str(folder / onnx_path.name)]
+
+
 def test_a_missing_context_binary_is_one_line(run_harness, compiled, tmp_path):
     onnx_path, bins = compiled[0]
     lonely = tmp_path / onnx_path.name
