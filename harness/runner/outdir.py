@@ -40,15 +40,63 @@ RUN_FILES = (
     "bench.json",
     "headline.json",
 )
-#: Folders a run writes (one per group, holding the workers' specs, records and logs).
-RUN_FOLDERS = ("workers",)
+#: Folders a run writes: one per group (the workers' specs, records and logs), and the
+#: preparation's logs (the QNN compiler's own output, `sweep.keep_logs`).
+RUN_FOLDERS = ("workers", "logs")
 LOCK_NAME = ".harness.lock"
-#: What marks a folder as a run folder of this harness.
-MARKERS = ("metadata.json", "results.csv")
+#: Keys every metadata.json this harness writes holds (`sweep._metadata`).
+METADATA_KEYS = ("format_version", "status", "run")
+#: A marker file larger than this is not one of ours (metadata.json is a few KiB).
+MARKER_MAX_BYTES = 4 << 20
 
 
 def is_run_folder(folder: Path) -> bool:
-    return any((folder / name).is_file() for name in MARKERS)
+    """A folder a run of this harness wrote: its metadata.json is this harness's (a JSON object
+    with `METADATA_KEYS`), or its results.csv has this harness's header. A file merely NAMED
+    metadata.json or results.csv (a dataset's, another tool's) does not make one: cleaning the
+    folder would delete it, and its ``workers/`` with it."""
+    return _our_metadata(folder / "metadata.json") or _our_results(folder / "results.csv")
+
+
+def _regular_text(path: Path, limit: int) -> str | None:
+    """The start of ``path`` when it is a regular file (a FIFO is never opened), else None."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, "rb") as handle:
+            return handle.read(limit).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _our_metadata(path: Path) -> bool:
+    import json
+
+    text = _regular_text(path, MARKER_MAX_BYTES + 1)
+    if text is None or len(text) > MARKER_MAX_BYTES:
+        return False
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and all(k in data for k in METADATA_KEYS) and isinstance(data["run"], dict)
+
+
+def _our_results(path: Path) -> bool:
+    import csv
+
+    from harness.core.schema import ResultRow
+    from harness.core.tables import check_header
+
+    text = _regular_text(path, 64 << 10)
+    if not text:
+        return False
+    try:
+        header = next(csv.reader([text.splitlines()[0]]))
+        check_header(path, header, ResultRow)
+    except (InputError, csv.Error, StopIteration):
+        return False
+    return True
 
 
 def _kind(mode: int) -> str:

@@ -185,3 +185,50 @@ def test_report_out_that_is_its_own_history_is_refused(model_cache, a_run, tmp_p
     proc = run_quick(["report", str(a_run), "--out", str(history), "--history", str(history)], model_cache)
     _one_line_exit_2(proc, "is also --history")
     assert not history.exists()
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [("metadata.json", '{"name": "my dataset", "status": "final"}\n'), ("results.csv", "id,score\n1,0.5\n")],
+)
+def test_a_folder_with_someone_elses_metadata_or_results_is_not_cleaned(model_cache, tmp_path, name, text):
+    """A project folder that holds its own metadata.json or results.csv (and a workers/ folder)
+    is not a run folder: --out into it is refused and nothing in it is touched. Before, any file
+    of those names made it "a run folder", and the run cleaned it: both files and workers/ went."""
+    out = tmp_path / "project"
+    (out / "workers").mkdir(parents=True)
+    (out / "workers" / "pool.py").write_text("my code\n")
+    (out / name).write_text(text)
+    cache = tmp_path / "cache"
+    proc = run_quick(
+        ["run", *SMALL, "--processes", "1", "--quiet", "--cache-dir", str(cache), "--out", str(out)],
+        model_cache,
+        timeout=120,
+    )
+    _one_line_exit_2(proc, "--out", "neither empty nor a run folder")
+    assert (out / name).read_text() == text
+    assert (out / "workers" / "pool.py").read_text() == "my code\n"
+    assert not cache.exists()
+
+
+def test_reused_out_drops_the_previous_runs_logs_and_never_writes_through_a_symlink(model_cache, a_run, tmp_path):
+    """logs/ (the QNN compiler's log a qnn run keeps) belongs to the run that wrote it: a reused
+    --out removes it like workers/, so a cpu run does not show a stale qnn log. A logs/ that is
+    a symlink is refused before work, not written through (before, a qnn run copied its log
+    into whatever file the link led to)."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(a_run, out, ignore=shutil.ignore_patterns(".harness.lock"))
+    (out / "logs").mkdir()
+    (out / "logs" / "old-compile.log").write_text("a previous run's log\n")
+    args = ["run", *SMALL, "--processes", "1", "--modes", "mapped", "--quiet", "--no-report", "--out", str(out)]
+    proc = run_quick(args, model_cache, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert not (out / "logs").exists(), "the previous run's logs/ is still there"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.log").write_text("keep\n")
+    (out / "logs").symlink_to(elsewhere)
+    _one_line_exit_2(run_quick(args, model_cache, timeout=120), "--out", "logs")
+    assert (out / "logs").is_symlink() and (elsewhere / "keep.log").read_text() == "keep\n"
