@@ -411,11 +411,14 @@ class SessionRecorder:
         return self.report_dir / SESSION_DIR
 
     def start(self) -> None:
-        """Controller, before any test: a clean runs/ and session index for this session."""
+        """Controller, before any test: a clean runs/ and session index for this session. Only
+        what an earlier session of this plugin left is removed: the plugin is active in every
+        project that installed the package, and ``--report-dir .`` in a project whose ``runs/``
+        holds something else (TensorBoard's default folder) must not delete it."""
         for folder in (self.runs, self.index):
-            if folder.is_symlink() or folder.is_file():
-                folder.unlink()
-            elif folder.exists():
+            _check_ours(folder, self.report_dir)
+        for folder in (self.runs, self.index):
+            if folder.exists():
                 shutil.rmtree(folder)
         self.runs.mkdir(parents=True, exist_ok=True)
         self.index.mkdir(parents=True, exist_ok=True)
@@ -514,6 +517,37 @@ class SessionRecorder:
             line = f"qnn-fmw-harness: no report rendered: {err}"
         if terminal is not None:
             terminal.write_line(line)
+
+
+def _check_ours(folder: Path, report_dir: Path) -> None:
+    """UsageError unless ``folder`` is absent, or a folder holding only what this plugin writes
+    there: run folders of this harness (or empty ones) in runs/, ``*.jsonl`` in the index."""
+    from harness.runner.outdir import is_run_folder
+
+    if not os.path.lexists(folder):
+        return
+    foreign: list[str] = []
+    if folder.is_symlink() or not folder.is_dir():
+        foreign = ["it is not a folder"]
+    else:
+        try:
+            for entry in sorted(folder.iterdir()):
+                if folder.name == SESSION_DIR:
+                    ours = entry.suffix == ".jsonl" and entry.is_file() and not entry.is_symlink()
+                else:
+                    ours = (
+                        entry.is_dir() and not entry.is_symlink() and (is_run_folder(entry) or not any(entry.iterdir()))
+                    )
+                if not ours:
+                    foreign.append(entry.name)
+        except OSError as err:
+            foreign = [f"cannot list it: {err.strerror or err}"]
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise pytest.UsageError(
+            f"--report-dir {report_dir}: {folder.name}/ holds what this plugin did not write ({shown}); "
+            "it empties that folder at the start of a session, so choose another --report-dir"
+        )
 
 
 def _rename_run(folder: Path) -> None:

@@ -225,3 +225,24 @@ def test_a_report_that_cannot_be_written_does_not_break_the_session(project, tmp
     result.assert_outcomes(passed=1)
     assert result.ret == 0 and "INTERNALERROR" not in result.stdout.str()
     assert "qnn-fmw-harness: no report rendered:" in result.stdout.str()
+
+
+def test_report_dir_never_empties_a_runs_folder_it_did_not_write(project, tmp_path):
+    """The plugin is active in every project that installed the package: ``--report-dir .`` in a
+    project whose runs/ is someone else's (TensorBoard's default folder) is refused in one line,
+    with nothing deleted. Before, runs/ was emptied unconditionally. A runs/ of an earlier
+    session is still emptied."""
+    project.makepyfile(test_ok="def test_ok():\n    pass\n")
+    report_dir = tmp_path / "project"
+    (report_dir / "runs" / "exp1").mkdir(parents=True)
+    (report_dir / "runs" / "exp1" / "events.out").write_text("weeks of training\n")
+    result = run_pytest(project, "--report-dir", str(report_dir))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
+    assert "runs/ holds what this plugin did not write (exp1)" in result.stderr.str()
+    assert "Traceback" not in result.stderr.str()
+    assert (report_dir / "runs" / "exp1" / "events.out").read_text() == "weeks of training\n"
+    (report_dir / "runs").rename(tmp_path / "theirs")
+    project.makepyfile(test_run=f"def test_run(run_harness):\n    assert run_harness({SMALL_RUN}).returncode == 0\n")
+    run_pytest(project, "--report-dir", str(report_dir)).assert_outcomes(passed=2)
+    run_pytest(project, "--report-dir", str(report_dir), "test_ok.py").assert_outcomes(passed=1)
+    assert not any((report_dir / "runs").iterdir()), "an earlier session's runs/ was not emptied"
