@@ -69,6 +69,18 @@ def test_an_epcontext_model_given_by_a_relative_path_runs(run_harness, compiled,
     assert spec["options"]["onnx"] == [str(folder / onnx_path.name)]
 
 
+@pytest.mark.parametrize("how", ["--cache-dir", "HARNESS_CACHE_DIR"])
+def test_a_relative_model_cache_works_for_qnn(run_harness, tmp_path, how):
+    """The QNN compile runs in a child process in another folder: a relative cache folder must
+    reach it as the folder the user meant (it failed with 'Input model path does not exist')."""
+    if how == "--cache-dir":
+        outcome = run_harness("run", "--target", "qnn", "--model-size", "1MiB", "--cache-dir", "rel-cache", *ONE)
+    else:
+        outcome = run_harness("run", "--target", "qnn", "--model-size", "1MiB", *ONE, env={how: "rel-cache"})
+    assert_all_ok(outcome, workers=2)
+    assert (tmp_path / "rel-cache").is_dir()  # run_harness runs in tmp_path
+
+
 def test_a_missing_context_binary_is_one_line(run_harness, compiled, tmp_path):
     onnx_path, bins = compiled[0]
     lonely = tmp_path / onnx_path.name
