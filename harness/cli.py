@@ -587,8 +587,7 @@ def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
     finally:
         progress.close()
     try:
-        if outcome.exit_code == EXIT_INTERRUPTED:
-            print(f"interrupted: what was measured is in {outcome.out}", file=sys.stderr)
+        _say_interrupted(outcome)
         show_outcomes = opts.repeat > 1 or any(k in opts.target_options for k in ("fault", "map_failures"))
         judgement = report_run(
             outcome.out, history=ns.history, render=not ns.no_report and bool(outcome.rows), outcomes=show_outcomes
@@ -598,6 +597,13 @@ def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
     if outcome.exit_code != EXIT_OK:
         return outcome.exit_code
     return judgement.exit_code
+
+
+def _say_interrupted(outcome: Any) -> None:
+    """The one stderr line of an interrupted run or bench (--quiet included): where the
+    partial results are."""
+    if outcome.exit_code == EXIT_INTERRUPTED:
+        print(f"interrupted: what was measured is in {outcome.out}", file=sys.stderr)
 
 
 def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
@@ -620,6 +626,7 @@ def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
     finally:
         progress.close()
     try:
+        _say_interrupted(outcome)
         judgement = report_run(outcome.out, history=None, render=bool(outcome.rows), outcomes=False, kind="bench")
         path = write_bench_json(outcome.out, judgement)
     finally:

@@ -141,7 +141,8 @@ def test_bench_interrupted_stops_at_once(model_cache, tmp_path, sig):
     except BaseException:
         stop(proc)
         raise
-    _interrupted(proc, out, lambda: proc.send_signal(sig))
+    _, stderr, _ = _interrupted(proc, out, lambda: proc.send_signal(sig))
+    assert f"interrupted: what was measured is in {out}" in stderr  # as `run` says it, --quiet or not
     # the signal lands within the first group (or, on a slow machine, the next one): never later
     groups = sorted(p.name for p in (out / "workers").iterdir())
     assert groups in (["cpu-mapped-n2-r0"], ["cpu-heap-n2-r0", "cpu-mapped-n2-r0"]), groups
