@@ -155,7 +155,7 @@ def compare(current: RunData, baseline: RunData) -> Comparison:
         at = f"N={common[0]} processes x M={common[1]} session(s), the largest size both runs measured"
     else:
         at_current, at_baseline = _largest(mine), _largest(theirs)
-        at = f"each run's largest size (current {at_current}, baseline {at_baseline})"
+        at = f"each run's largest size (current {_size(at_current)}, baseline {_size(at_baseline)})"
         if at_current and at_baseline:
             warnings.append(
                 "the runs share no N x M measured in both modes: figures are compared at different "
@@ -166,6 +166,11 @@ def compare(current: RunData, baseline: RunData) -> Comparison:
         warnings.append("a run has no mapped/heap pair: nothing to compare")
     if current.target != baseline.target:
         warnings.append(f"different targets: current {current.target}, baseline {baseline.target}")
+    if _model(current) != _model(baseline):
+        warnings.append(
+            f"different models: current {_model_text(current)}, baseline {_model_text(baseline)}: "
+            "their differences are not a regression"
+        )
     rows = [s for pair in cur_pairs + base_pairs for s in pair]
     changes = []
     for metric in metrics_for(fair_metric(rows)):
@@ -173,6 +178,20 @@ def compare(current: RunData, baseline: RunData) -> Comparison:
     cur_v, base_v = versions(current.env), versions(baseline.env)
     version_rows = [(k, str(base_v.get(k) or "-"), str(cur_v.get(k) or "-")) for k in cur_v]
     return Comparison(baseline, current, at, changes, version_rows, warnings)
+
+
+def _size(nm: tuple[int, int] | None) -> str:
+    return "nothing measured in both modes" if nm is None else f"N={nm[0]} x M={nm[1]}"
+
+
+def _model(run: RunData) -> tuple[str, int | None]:
+    """What a run measured: its model and the bytes of weights its sessions load."""
+    return str(run.run.get("model") or ""), run.weights_bytes
+
+
+def _model_text(run: RunData) -> str:
+    name, size = _model(run)
+    return f"{name or 'unknown model'} ({fmt_bytes(size) if size else 'unknown size'} of weights)"
 
 
 def _values(metric: Metric, pairs: list[Pair]) -> list[float]:

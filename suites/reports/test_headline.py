@@ -114,6 +114,27 @@ def test_report_baseline_prints_absolute_values_deltas_and_changes(tmp_path, cap
     assert '<td class="differs">1.33.0</td>' in html
 
 
+def test_baseline_of_another_model_or_of_nothing_says_so(tmp_path, capsys):
+    """A baseline that measured another model (16 MiB vs 32 MiB of weights) shows deltas that are
+    no regression: the comparison warns. Where nothing can be compared it says so in words (it
+    printed Python's "(2, 1)" and "None")."""
+    base = write_run(tmp_path / "base", fake_results(processes=(2,)))
+    meta = metadata(processes=[2])
+    meta["run"].update(model="my.onnx", weights_bytes=512 * MIB)
+    other = write_run(tmp_path / "other", fake_results(processes=(2,)), meta)
+    warnings = compare(load_run(other), load_run(base)).warnings
+    assert any(
+        w.startswith("different models: current my.onnx (512.0 MiB of weights), baseline generated:mlp:256MiB")
+        for w in warnings
+    ), warnings
+    assert not any("different models" in w for w in compare(load_run(base), load_run(base)).warnings)
+    killed = write_run(tmp_path / "killed", [], metadata(status="running", processes=[2]))
+    comparison = compare(load_run(base), load_run(killed))
+    assert comparison.at == "each run's largest size (current N=2 x M=1, baseline nothing measured in both modes)"
+    assert report_main([str(other), "--baseline", str(base), "--no-default-gates"]) == 0
+    assert "warning: different models:" in capsys.readouterr().out
+
+
 def test_baseline_errors_are_one_line(tmp_path, capsys):
     run = write_run(tmp_path / "run", fake_results(processes=(2,)))
     assert report_main([str(run), "--baseline", str(tmp_path / "missing")]) == 2
