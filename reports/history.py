@@ -41,6 +41,8 @@ CONTEXT_COLUMNS = (
     "onnxruntime_qnn",
     "qnn_sdk",
     "python",
+    "os",
+    "cpu",
 )
 DEFAULT_TREND_RUNS = 10
 
@@ -70,7 +72,7 @@ def _context(run: RunData) -> dict[str, Any]:
         "system": run.env.get("system") or run.env.get("os") or "",
         "model": run.run.get("model") or "",
         "labels": ";".join(f"{k}={v}" for k, v in sorted((run.run.get("labels") or {}).items())),
-        **{key: run.env.get(key) or "" for key in ("onnxruntime", "onnxruntime_qnn", "qnn_sdk", "python")},
+        **{key: run.env.get(key) or "" for key in ("onnxruntime", "onnxruntime_qnn", "qnn_sdk", "python", "os", "cpu")},
     }
 
 

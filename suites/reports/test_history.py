@@ -34,6 +34,9 @@ def test_create_then_append(tmp_path):
     kinds = [r["record"] for r in rows]
     assert kinds == ["summary"] * len(first.run.summary) + ["headline"]
     assert rows[-1]["verdict"] == "pass" and rows[-1]["onnxruntime"] == "1.32.0"
+    # every version headline.json carries (issue 13), so a trend can be split by OS and CPU
+    assert {"onnxruntime", "onnxruntime_qnn", "qnn_sdk", "python", "os", "cpu", "commit"} <= set(header)
+    assert (rows[-1]["os"], rows[-1]["cpu"]) == ("Linux-6.1", "test cpu")
     assert append_history(history, make_run(tmp_path, "r2", 2, "bbbbbbb2"))
     _, rows = read_history(history)
     assert [r["run_id"] for r in rows if r["record"] == "headline"] == ["r1", "r2"]
