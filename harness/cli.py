@@ -669,10 +669,12 @@ def cmd_doctor(ns: argparse.Namespace) -> int:
     from harness.core.files import write_json_atomic
     from harness.targets.qnn.device import probe_device
 
-    if ns.json is not None:
-        from harness.core.files import check_creatable
+    if ns.json is not None:  # checked before the probe: a mistake costs no probe
+        from harness.core.files import check_creatable, check_writable, replaceable_path
 
         check_creatable(ns.json, "--json", folder=False)
+        replaceable_path(ns.json, "--json")
+        check_writable(ns.json, "--json", folder=False)
     report = probe_device(timeout_s=ns.timeout)
     for line in report.lines():
         print(line)

@@ -71,8 +71,7 @@ def check_writable(path: Path | str, option: str, *, folder: bool = True) -> Non
             os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
         except OSError as err:
             raise InputError(f"{option} {path}: cannot write to it ({err.strerror or err})") from None
-        path = path.parent
-    probe = path if folder else path.parent
+    probe = path if folder else path.parent  # an atomic write makes its temp file beside the file
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     try:

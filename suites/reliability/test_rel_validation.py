@@ -220,3 +220,34 @@ def test_report_gate_typo_is_refused(run_harness, tmp_path):
     outcome = run_harness("report", str(tmp_path), "--gate", "init_ratoi<0.1")
     assert outcome.returncode == 2
     assert "unknown metric 'init_ratoi'" in outcome.stderr and len(outcome.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "dangling-symlink", "file-in-read-only-folder"])
+def test_doctor_json_it_cannot_write_is_refused_before_the_probe(run_harness, tmp_path, kind):
+    """`harness doctor --json PATH` where PATH is a FIFO (a /dev/null twin), a folder, a dangling
+    symlink, or an existing file in a folder that takes no new file (the JSON is written
+    atomically, through a temp file beside it): one line, exit 2, before the ~2 s probe, the path
+    left as it was. Before, the probe ran and printed its report first, then the write failed
+    (exit 1, "in the harness failed ... .d.json.xyz.tmp" for the read-only folder)."""
+    import os
+    import stat
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    path = folder / "doctor.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "dangling-symlink":
+        path.symlink_to(tmp_path / "nowhere")
+    else:
+        path.write_text("{}\n")
+    mode = os.lstat(path).st_mode
+    with unwritable(folder) if kind == "file-in-read-only-folder" else contextlib.nullcontext():
+        t0 = time.monotonic()
+        outcome = run_harness("doctor", "--json", str(path))
+        assert_usage_error(outcome, "--json")
+        assert outcome.stdout == "", "the probe ran before --json was checked"
+        assert time.monotonic() - t0 < MAX_SECONDS
+    assert stat.S_IFMT(os.lstat(path).st_mode) == stat.S_IFMT(mode)
