@@ -17,9 +17,11 @@ fails either check (``load`` raises `CorruptEntry`) is rebuilt, once; a second f
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 import uuid
@@ -100,16 +102,41 @@ def default_cache_dir() -> Path:
     return Path(env).absolute() if env else Path.home() / ".cache" / "qnn-fmw-harness"
 
 
+#: The names `cached_build`, `_discard` and `clear_cache` give their scratch:
+#: ``.build-<entry>-<pid>-<8 hex>`` (``-trash`` when it is an entry set aside to be deleted).
+#: Nothing else is ever removed as scratch: a cache folder pointed at a home folder by mistake
+#: may hold a ``.build-tools`` of the user's.
+_SCRATCH_NAME = re.compile(r"^\.build-.+-(?P<pid>\d+)-[0-9a-f]{8}(?P<trash>-trash)?$")
+#: Log files the QNN child processes leave in the cache's ``logs`` folder (`qnn_log_dir`).
+_LOG_NAME = re.compile(r"^(.+-(htp|cpu|gpu|saver)-[0-9a-f]{16}-compile|ctx-.+-[0-9a-f]{16}-reference)\.log$")
+
+
+def is_scratch(path: Path) -> bool:
+    return _SCRATCH_NAME.match(path.name) is not None
+
+
+def is_entry(path: Path) -> bool:
+    """A published entry of this cache: a folder holding the record `cached_build` writes.
+    Any other folder (the user's own, when the cache folder is set to a home folder by
+    mistake) is neither listed nor cleared."""
+    return path.is_dir() and not path.is_symlink() and not is_scratch(path) and (path / ENTRY_RECORD).is_file()
+
+
 def _scratch_owner_alive(path: Path) -> bool:
-    """Scratch is named ``.build-<entry>-<pid>-<token>``: alive while that pid runs (and young)."""
+    """Scratch is alive while the pid in its name runs (and it is young); trash never is."""
+    match = _SCRATCH_NAME.match(path.name)
+    if match is None:
+        return True  # not our scratch: never removed
+    if match["trash"]:
+        return False
     try:
-        pid = int(path.name.rsplit("-", 2)[-2])
         if time.time() - path.stat().st_mtime > STALE_SCRATCH_S:
             return False
-    except (ValueError, IndexError, OSError):
+    except OSError:
         return False
     import psutil
 
+    pid = int(match["pid"])
     return pid == os.getpid() or psutil.pid_exists(pid)
 
 
@@ -117,7 +144,7 @@ def remove_stale_scratch(parent: Path) -> list[Path]:
     """Delete scratch folders left by builds that were killed; returns what was removed."""
     removed = []
     try:
-        candidates = [p for p in parent.iterdir() if p.name.startswith(SCRATCH_PREFIX)]
+        candidates = [p for p in parent.iterdir() if is_scratch(p) and p.is_dir() and not p.is_symlink()]
     except OSError:
         return removed
     for path in candidates:
@@ -221,10 +248,11 @@ def _folder_size(folder: Path) -> tuple[int, int]:
 
 
 def cache_entries(cache_dir: Path | None = None) -> list[CacheEntry]:
-    """Published entries (not scratch), largest first; [] when the cache does not exist."""
+    """Published entries (`is_entry`: not scratch, not anything else found there), largest
+    first; [] when the cache does not exist."""
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     try:
-        children = [p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(SCRATCH_PREFIX)]
+        children = [p for p in folder.iterdir() if is_entry(p)]
     except OSError:
         return []
     entries = []
@@ -257,4 +285,17 @@ def clear_cache(cache_dir: Path | None = None) -> tuple[list[CacheEntry], list[t
         shutil.rmtree(trash, ignore_errors=True)
         removed.append(entry)
     remove_stale_scratch(folder)
+    _remove_child_logs(folder / "logs")
     return removed, kept
+
+
+def _remove_child_logs(logs: Path) -> None:
+    """The QNN child processes' logs (and their folder once empty); nothing else in it."""
+    try:
+        names = [p for p in logs.iterdir() if _LOG_NAME.match(p.name) and p.is_file() and not p.is_symlink()]
+    except OSError:
+        return
+    for path in names:
+        path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        logs.rmdir()
