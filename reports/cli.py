@@ -124,6 +124,7 @@ def report_main(argv: list[str], prog: str = "python -m harness report") -> int:
             history=args.history,
             project_to=args.project_to,
             baseline=args.baseline,
+            inputs=[args.gates_file] if args.gates_file else [],
         )
     except SystemExit as exc:  # --help
         return int(exc.code or 0)

@@ -201,25 +201,36 @@ def _ensure_long_csv(run: RunData) -> None:
             pass  # a read-only run folder still gets its report
 
 
-def _run_files(judgements: Sequence[Judgement]) -> set[Path]:
+def _run_files(folders: Sequence[Path]) -> set[Path]:
     """Files the runs are made of: a report must never be written over one of them."""
     files = set()
-    for j in judgements:
+    for folder in folders:
         for name in (RESULTS_CSV, SUMMARY_CSV, LONG_CSV, METADATA_JSON):
-            files.add((j.run.folder / name).resolve())
+            files.add((folder / name).resolve())
     return files
 
 
-def check_report_path(out: Path, judgements: Sequence[Judgement]) -> Path:
+def check_report_path(
+    out: Path, judgements: Sequence[Judgement], *, baseline: Path | None = None, inputs: Sequence[Path] = ()
+) -> Path:
     """The report's path, refused (InputError) when its folder is missing, when something other
-    than a regular file is there, or when it is one of the runs' own files."""
+    than a regular file is there, or when it is one of the report's inputs: the runs' own files,
+    the baseline run's, or an input file such as the gates file."""
     out = Path(out)
     if not out.parent.is_dir():
         raise InputError(f"{out.parent}: output folder does not exist")
     resolved = out.resolve()
-    inside_workers = any((j.run.folder / "workers").resolve() in resolved.parents for j in judgements)
-    if resolved in _run_files(judgements) or inside_workers:
-        raise InputError(f"--out {out}: is one of the run's own files; refusing to write the report over it")
+    folders = [j.run.folder for j in judgements] + ([Path(baseline)] if baseline is not None else [])
+    inside_workers = any((folder / "workers").resolve() in resolved.parents for folder in folders)
+    if resolved in _run_files(folders) or inside_workers:
+        whose = (
+            "the baseline run's"
+            if baseline is not None and resolved.parent == Path(baseline).resolve()
+            else "the run's"
+        )
+        raise InputError(f"--out {out}: is one of {whose} own files; refusing to write the report over it")
+    if any(resolved == Path(p).resolve() for p in inputs):
+        raise InputError(f"--out {out}: is one of the report's input files; refusing to write the report over it")
     replaceable_path(out, "--out")
     return out
 
@@ -291,12 +302,15 @@ def publish(
     tests: Sequence[TestRecord] = (),
     test_counts: dict[str, int] | None = None,
     baseline: Any = None,
+    inputs: Sequence[Path] = (),
 ) -> Published:
     """Append the runs to the history (when given), then write the report atomically. With no
-    run, only a test session (``tests`` or ``test_counts``) may be published."""
+    run, only a test session (``tests`` or ``test_counts``) may be published. ``inputs``: files
+    the report was made from (a gates file), never written over."""
     if not judgements and not tests and not test_counts:
         raise InputError("no run folder given")
-    out_path = check_report_path(Path(out), judgements)
+    base_folder = baseline.baseline.folder if baseline is not None else None
+    out_path = check_report_path(Path(out), judgements, baseline=base_folder, inputs=inputs)
     if history is not None and Path(history).resolve() == out_path.resolve():
         raise InputError(f"--out {out} is also --history: the report would replace the history")
     published = Published(path=out_path, judgements=list(judgements))
@@ -328,6 +342,7 @@ def render_runs(
     baseline: Path | str | None = None,
     tests: Sequence[TestRecord] = (),
     test_counts: dict[str, int] | None = None,
+    inputs: Sequence[Path] = (),
 ) -> Published:
     """Load, judge and publish run folders in one call (what `harness report` does): the report
     goes to ``out``, by default RUN_DIR/report.html for one run and ./report.html for several.
@@ -358,6 +373,7 @@ def render_runs(
         tests=tests,
         test_counts=test_counts,
         baseline=comparisons[0] if comparisons else None,
+        inputs=inputs,
     )
     published.comparisons = comparisons
     return published

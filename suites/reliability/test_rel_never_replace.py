@@ -180,6 +180,29 @@ def test_report_never_writes_over_the_runs_own_files(model_cache, a_run, name):
     assert target.read_bytes() == before
 
 
+@pytest.mark.parametrize("name", ["results.csv", "metadata.json", "workers/cpu-mapped-n1-r0/w0.spec.json"])
+def test_report_never_writes_over_the_baseline_runs_files(model_cache, a_run, tmp_path, name):
+    """The --baseline run is an input of the report too (before, `report RUN --baseline RUN0
+    --out RUN0/results.csv` replaced the baseline's results with HTML)."""
+    import shutil
+
+    baseline = tmp_path / "baseline"
+    shutil.copytree(a_run, baseline, ignore=shutil.ignore_patterns(".harness.lock"))
+    target = baseline / name
+    before = target.read_bytes()
+    proc = run_quick(["report", str(a_run), "--baseline", str(baseline), "--out", str(target)], model_cache)
+    _one_line_exit_2(proc, "own files")
+    assert target.read_bytes() == before
+
+
+def test_report_never_writes_over_its_gates_file(model_cache, a_run, tmp_path):
+    gates = tmp_path / "gates.txt"
+    gates.write_text("failed_workers==0\n")
+    proc = run_quick(["report", str(a_run), "--gates-file", str(gates), "--out", str(gates)], model_cache)
+    _one_line_exit_2(proc, "input files")
+    assert gates.read_text() == "failed_workers==0\n"
+
+
 def test_report_out_that_is_its_own_history_is_refused(model_cache, a_run, tmp_path):
     history = tmp_path / "history.csv"
     proc = run_quick(["report", str(a_run), "--out", str(history), "--history", str(history)], model_cache)
