@@ -5,7 +5,7 @@ rules (which N, which metric, medians over repeats) to mean anything; a nightly 
 "did ORT 1.33 regress the saving?" wants the answer those rules give, with the versions it was
 measured with. `headline_document` builds it from the run's one `Judgement`, so it can never
 disagree with the terminal or report.html. The command line writes it next to the run's
-tables (``harness run``, ``harness bench``, ``harness report``).
+tables (``harness run``, ``harness bench``).
 
 Format (``format_version`` 1; keys are only ever added within a version):
 
@@ -18,7 +18,8 @@ Format (``format_version`` 1; keys are only ever added within a version):
 - ``headline``: the gate metrics at the largest N x M measured in both modes (medians over
   repeats), e.g. ``mapped_pss_ratio``, ``init_ratio``, ``processes``, ``sessions``;
 - ``per_n``: one entry per (N, M) measured in both modes, in N order: ``processes``,
-  ``sessions_per_process``, ``sessions``, ``repeats``, ``mapped`` and ``heap`` ({SummaryRow
+  ``sessions_per_process``, ``sessions``, ``repeats`` (complete pairs: the only ones the
+  figures come from), ``incomplete_repeats``, ``mapped`` and ``heap`` ({SummaryRow
   figure: median over repeats}, bytes and seconds), ``ratios`` ({metric: median of the
   per-repeat mapped/heap ratios}), ``ratio_range`` ({metric: [min, max] over repeats}),
   ``saving`` ({``metric``: "pss" | "private", ``bytes``: heap - mapped, ``fraction``:
@@ -37,7 +38,7 @@ from typing import Any
 
 from .files import read_json, write_json_atomic
 from .schema import SummaryRow
-from .summary import RATIO_COLUMNS, median, paired, ratio, sessions_of
+from .summary import RATIO_COLUMNS, complete_pair, median, pair_ratio, paired, sessions_of
 from .units import fmt_bytes, fmt_percent, fmt_seconds
 
 HEADLINE_JSON = "headline.json"
@@ -78,25 +79,30 @@ def fair_metric(rows: Sequence[SummaryRow]) -> str | None:
 
 
 def per_n(summary: Sequence[SummaryRow], target: str) -> list[dict[str, Any]]:
-    """Mapped and heap side by side at every (N, M) ``target`` measured in both modes."""
+    """Mapped and heap side by side at every (N, M) ``target`` measured in both modes, from its
+    complete pairs only (a group with a dead or unsampled worker has no figures that compare;
+    ``incomplete_repeats`` counts those left out), as the gates see them; a system delta within
+    its noise has no ratio."""
     by_size: dict[tuple[int, int], list[tuple[SummaryRow, SummaryRow]]] = defaultdict(list)
     for mapped, heap in paired(s for s in summary if s.target == target):
         by_size[(mapped.processes, mapped.sessions_per_process)].append((mapped, heap))
     out = []
-    for (n, m), pairs in sorted(by_size.items()):
+    for (n, m), measured in sorted(by_size.items()):
+        pairs = [p for p in measured if complete_pair(*p)]
         mapped_rows, heap_rows = [p[0] for p in pairs], [p[1] for p in pairs]
         entry: dict[str, Any] = {
             "processes": n,
             "sessions_per_process": m,
-            "sessions": sessions_of(pairs[0][0]),
+            "sessions": sessions_of(measured[0][0]),
             "repeats": len(pairs),
+            "incomplete_repeats": len(measured) - len(pairs),
             "mapped": {c: median(getattr(r, c) for r in mapped_rows) for c in ABSOLUTE_COLUMNS},
             "heap": {c: median(getattr(r, c) for r in heap_rows) for c in ABSOLUTE_COLUMNS},
             "ratios": {},
             "ratio_range": {},
         }
         for name, column in RATIO_COLUMNS.items():
-            values = [v for v in (ratio(getattr(a, column), getattr(b, column)) for a, b in pairs) if v is not None]
+            values = [v for v in (pair_ratio(a, b, column) for a, b in pairs) if v is not None]
             entry["ratios"][name] = median(values)
             entry["ratio_range"][name] = [min(values), max(values)] if values else None
         metric = fair_metric(mapped_rows + heap_rows)

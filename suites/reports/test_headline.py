@@ -7,7 +7,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from report_fixtures import MIB, fake_results, metadata, write_run
+from report_fixtures import MIB, fail_worker, fake_results, metadata, write_run
 
 from harness.core.compare import compare
 from harness.core.headline import HEADLINE_FORMAT_VERSION, headline_document, read_headline, write_headline
@@ -65,6 +65,28 @@ def test_headline_of_an_unexercised_feature_says_so(tmp_path):
     assert doc["feature"]["state"] == "unavailable" and doc["verdict"] == "pass"
     assert "NOT exercised" in doc["sentence"] and "saving" in doc["sentence"]
     assert "less summed" not in doc["sentence"]
+
+
+def test_per_n_and_the_sentence_use_complete_groups_only(tmp_path):
+    """A group with a dead worker has no figures that compare: the gates say "not measured",
+    and so must headline.json's per_n and the sentence. Before, per_n took the surviving
+    workers' init times and the sentence said "sessions started 8.7x faster" beside a failed
+    init_ratio gate; the system delta ratio was given even when the delta was within its noise."""
+    rows = fail_worker(fake_results(processes=(2,)), index=0)  # mapped N=2, worker 0 died
+    run = write_run(tmp_path / "dead", rows, metadata(processes=[2]))
+    judgement = judge(load_run(run))
+    doc = headline_document(judgement)
+    (entry,) = doc["per_n"]
+    assert entry["repeats"] == 0 and entry["incomplete_repeats"] == 1
+    assert all(value is None for value in entry["ratios"].values()), entry["ratios"]
+    assert entry["mapped"]["init_s_median"] is None and entry["saving"]["bytes"] is None
+    assert judgement.values["init_ratio"] is None
+    assert "faster" not in doc["sentence"] and "SLOWER" not in doc["sentence"], doc["sentence"]
+    assert "init time was not measured" in doc["sentence"]
+    complete = write_run(tmp_path / "ok", fake_results(processes=(2,)))
+    (entry,) = headline_document(judge(load_run(complete)))["per_n"]
+    assert entry["repeats"] == 1 and entry["incomplete_repeats"] == 0
+    assert entry["ratios"]["init_ratio"] == pytest.approx(judge(load_run(complete)).values["init_ratio"])
 
 
 def _three_repeats(tmp_path, name, mapped_factors, meta_overrides=None):
