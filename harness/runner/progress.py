@@ -83,12 +83,15 @@ class Progress:
     # ------------------------------------------------------------------ output primitives
 
     def note(self, message: str) -> None:
-        """One permanent line (plain text, never markup)."""
+        """One permanent line (plain text, never markup). Printed with our lock released: the
+        live area's refresh thread holds rich's lock while it calls `_render`, which takes
+        ours, and printing above a live area takes rich's lock: holding both in the other
+        order deadlocked the run (seen within a few dozen lines at a fast refresh)."""
         if self.quiet:
             return
         with self._lock:
             target = self._live.console if self._live is not None else self.console
-            target.print(message, markup=False, highlight=False)
+        target.print(message, markup=False, highlight=False)
 
     def _render(self) -> Any:
         from rich.text import Text

@@ -75,6 +75,40 @@ def test_live_area_shows_worker_states_with_elapsed_time():
     assert "w0 ready" in buffer.getvalue()  # drawn on the terminal while the group ran
 
 
+def test_lines_printed_above_the_live_area_never_deadlock_with_its_refresh(monkeypatch):
+    """The live area's refresh thread holds rich's lock while it asks us for the text; a line
+    printed above the area takes rich's lock too. `note` held our lock while printing: the two
+    threads then waited for each other for good (at 1000 refreshes a second, within a few dozen
+    lines; at the real 4 a second, now and then in a long run on a terminal)."""
+    import threading
+
+    import rich.live
+    from rich.console import Console
+
+    original = rich.live.Live.__init__
+
+    def fast(self, *args, **kwargs):
+        kwargs["refresh_per_second"] = 1000
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(rich.live.Live, "__init__", fast)
+    progress = Progress(live=True)
+    progress.console = Console(file=io.StringIO(), force_terminal=True, force_interactive=True, width=120)
+    progress.group_started(0, 1, GROUP)
+    done = threading.Event()
+
+    def lines() -> None:
+        for i in range(500):
+            progress.note(f"line {i}")
+        done.set()
+
+    threading.Thread(target=lines, daemon=True).start()
+    finished = done.wait(30)
+    if finished:
+        progress.close()
+    assert finished, "note() and the live refresh deadlocked"
+
+
 def test_heartbeat_in_plain_mode(monkeypatch):
     monkeypatch.setattr("harness.runner.progress.HEARTBEAT_S", 0.05)
     progress = plain()
