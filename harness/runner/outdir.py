@@ -40,8 +40,9 @@ RUN_FILES = (
     "bench.json",
     "headline.json",
 )
-#: Folders a run writes (one per group, holding the workers' specs, records and logs).
-RUN_FOLDERS = ("workers",)
+#: Folders a run writes: workers/ (one folder per group: the workers' specs, records and logs)
+#: and logs/ (the qnn target's compiler logs).
+RUN_FOLDERS = ("workers", "logs")
 LOCK_NAME = ".harness.lock"
 #: What marks a folder as a run folder of this harness.
 MARKERS = ("metadata.json", "results.csv")
