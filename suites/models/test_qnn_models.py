@@ -55,6 +55,21 @@ def test_a_copied_epcontext_model_runs_as_it_is(run_harness, compiled, embed_mod
     assert spec["options"]["onnx"] == [str(onnx_path)]  # the user's file itself, nothing recompiled
 
 
+def test_relative_model_and_cache_paths_work_for_qnn(run_harness, compiled, tmp_path):
+    """As a user types them, relative to the folder the harness runs in: the workers and the
+    compiler's child process run elsewhere, so both paths must reach them absolute (before,
+    every worker failed with NO_SUCHFILE and the compile with "Input model path does not exist")."""
+    onnx_path, bins = compiled[0]
+    hub = tmp_path / "hub"  # run_harness runs in tmp_path
+    hub.mkdir()
+    for f in (onnx_path, *bins):
+        shutil.copyfile(f, hub / f.name)
+    assert_all_ok(run_harness("run", "--target", "qnn", "--model", f"hub/{onnx_path.name}", *ONE), workers=2)
+    generated_model = run_harness("run", "--target", "qnn", "--model-size", "1MiB", "--cache-dir", "my-cache", *ONE)
+    assert_all_ok(generated_model, workers=2)
+    assert list((tmp_path / "my-cache").glob("qdq-chain-*"))
+
+
 def test_a_missing_context_binary_is_one_line(run_harness, compiled, tmp_path):
     onnx_path, bins = compiled[0]
     lonely = tmp_path / onnx_path.name
