@@ -104,10 +104,12 @@ def per_n(summary: Sequence[SummaryRow], target: str) -> list[dict[str, Any]]:
         mapped_value = entry["mapped"].get(column) if column else None
         heap_value = entry["heap"].get(column) if column else None
         saved = heap_value - mapped_value if mapped_value is not None and heap_value is not None else None
+        # the fraction is 1 - the headline ratio (median of per-repeat ratios), as the gates see it
+        fair_ratio = entry["ratios"].get(f"mapped_{metric}_ratio") if metric else None
         entry["saving"] = {
             "metric": metric,
             "bytes": saved,
-            "fraction": saved / heap_value if saved is not None and heap_value else None,
+            "fraction": 1 - fair_ratio if fair_ratio is not None and saved is not None else None,
         }
         out.append(entry)
     return out
@@ -162,8 +164,9 @@ def headline_sentence(judgement: Any) -> str:
             f"{label} than heap ({fmt_bytes(top['mapped'][column])} vs {fmt_bytes(top['heap'][column])}, "
             f"{fmt_percent(abs(saving['fraction'] or 0))} {'saved' if less else 'extra'})"
         )
-    if init_m and init_h:
-        speed = init_h / init_m
+    init_ratio = top["ratios"].get("init_ratio")  # median of per-repeat ratios: what init_ratio gates judge
+    if init_ratio:
+        speed = 1 / init_ratio
         init = (
             f"sessions started {speed:.1f}x faster ({times})"
             if speed >= 1

@@ -434,6 +434,26 @@ def generated_qdq(size: int, cache_dir: Path) -> PreparedModel:
     return cached_model(cache_dir / f"qdq-chain-{size}-s0", build)
 
 
+def _inline_model(
+    tmp: Path, path: Path, graph: Any, inputs: list, shapes: dict, weights_bytes: int, onnx_file: str, **kwargs: Any
+) -> PreparedModel:
+    """A prepared model whose weights stay where the user's model keeps them (nothing
+    externalised): what the qnn target measures, its compile input or its EPContext model."""
+    output_types = {o.name: o.type.tensor_type.elem_type for o in graph.graph.output}
+    return PreparedModel(
+        tmp,
+        str(path),
+        [],
+        shapes,
+        {i.name: i.onnx_type for i in inputs},
+        list(output_types),
+        weights_bytes,
+        output_types=output_types,
+        onnx_file=onnx_file,
+        **kwargs,
+    )
+
+
 def prepare_qnn_source(path: Path, request: Any, settings: Any, cache_dir: Path) -> PreparedModel:
     """A user's (uncompiled) model for the qnn target: compiled AS IT IS, weights untouched.
     The folder holds the CPU reference and, when input shapes had to be fixed for the
@@ -455,18 +475,7 @@ def prepare_qnn_source(path: Path, request: Any, settings: Any, cache_dir: Path)
             onnx_file = Path(path).name  # relative: the folder moves when the cache publishes it
             onnx.save(fixed_shape_copy(graph, shapes), str(tmp / onnx_file))
             link_external_data(path, graph, tmp)
-        output_types = {o.name: o.type.tensor_type.elem_type for o in graph.graph.output}
-        model = PreparedModel(
-            tmp,
-            str(path),
-            [],
-            shapes,
-            {i.name: i.onnx_type for i in inputs},
-            list(output_types),
-            0,
-            output_types=output_types,
-            onnx_file=onnx_file,
-        )
+        model = _inline_model(tmp, path, graph, inputs, shapes, 0, onnx_file)
         write_reference(model, Path(path), feeds, settings, level="all", label=label)
         return model
 
@@ -485,17 +494,14 @@ def prepare_epcontext(path: Path, request: Any, job: dict, cache_dir: Path) -> t
 
     def build(tmp: Path) -> PreparedModel:
         inputs, shapes, feeds = resolve_feeds(graph, request, label)
-        output_types = {o.name: o.type.tensor_type.elem_type for o in graph.graph.output}
-        model = PreparedModel(
+        model = _inline_model(
             tmp,
-            str(path),
-            [],
+            path,
+            graph,
+            inputs,
             shapes,
-            {i.name: i.onnx_type for i in inputs},
-            list(output_types),
             info.context_bytes,
-            output_types=output_types,
-            onnx_file=str(Path(path).resolve()),
+            str(Path(path).resolve()),
             extra={"reference_kind": "qnn-heap", "context_bins": [str(b) for b in info.bins]},
         )
         save_reference(model.reference_path, feeds, {})
