@@ -96,8 +96,8 @@ def check_entry(folder: Path) -> None:
 
 
 def default_cache_dir() -> Path:
-    """``$HARNESS_CACHE_DIR`` or ``~/.cache/qnn-fmw-harness``, absolute: the QNN compile child
-    and the workers run in other folders, a relative path would name another place there."""
+    """``$HARNESS_CACHE_DIR`` or ``~/.cache/qnn-fmw-harness``, absolute: the QNN compiler's
+    child process and the workers do not run in the folder the user typed a relative path in."""
     env = os.environ.get("HARNESS_CACHE_DIR")
     return Path(env).absolute() if env else Path.home() / ".cache" / "qnn-fmw-harness"
 

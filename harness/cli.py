@@ -149,7 +149,11 @@ def _add_target_options(parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group(f"--target {target.name} options")
         for option in target.options:
             dest = f"target_option_{option.name}"
-            default = str(option.default).lower() if isinstance(option.default, bool) else option.default
+            default = option.default
+            if isinstance(default, bool):
+                default = str(default).lower()
+            elif default in ({}, [], (), None):  # a repeatable option starts empty
+                default = "none"
             text = f"{option.help} (default: {default})"
             if option.parse is None:
                 group.add_argument(option.flag, dest=dest, action="store_const", const=True, default=None, help=text)
@@ -310,7 +314,9 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
         metavar="EXPR",
         help="pass/fail criterion, e.g. mapped_pss_ratio<=0.35 (repeatable; metrics below); a failing gate exits 1",
     )
-    run.add_argument("--gates-file", type=Path, metavar="FILE", help="one gate expression per line, # comments")
+    run.add_argument(
+        "--gates-file", type=Path, metavar="FILE", help="one gate expression per line, # comments (default: none)"
+    )
     run.add_argument("--no-default-gates", action="store_true", help="do not add the target's default gates")
     run.add_argument(
         "--label",
@@ -320,7 +326,12 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="tag the run (repeatable), e.g. device=x-elite: kept in metadata.json and the history",
     )
-    run.add_argument("--history", type=Path, metavar="FILE", help="append this run's summary to a history CSV")
+    run.add_argument(
+        "--history",
+        type=Path,
+        metavar="FILE",
+        help="append this run's summary and headline to a history CSV; needs the report (default: none)",
+    )
     run.add_argument(
         "--project-to",
         type=_projection,

@@ -24,7 +24,9 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if action.default in (None, False, [], argparse.SUPPRESS) or "%(default)" in text:
+        default = action.default
+        # identity, not ==: 0 == False, and a count whose default is 0 must still show it
+        if default is None or default is False or default is argparse.SUPPRESS or "%(default)" in text:
             return text
         if isinstance(action.default, list):  # repeatable options start empty: nothing to show
             return text

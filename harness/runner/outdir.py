@@ -40,8 +40,8 @@ RUN_FILES = (
     "bench.json",
     "headline.json",
 )
-#: Folders a run writes: one per group (the workers' specs, records and logs), and the
-#: preparation's logs (the QNN compiler's own output, `sweep.keep_logs`).
+#: Folders a run writes: workers/ (one folder per group: the workers' specs, records and logs)
+#: and logs/ (the qnn target's compiler logs).
 RUN_FOLDERS = ("workers", "logs")
 LOCK_NAME = ".harness.lock"
 #: Keys every metadata.json this harness writes holds (`sweep._metadata`).

@@ -77,7 +77,7 @@ class RunOptions:
     project_to: tuple[int, int] | None = None  # (sessions, weights bytes) the report projects to
 
     def __post_init__(self) -> None:
-        if self.cache_dir is not None:  # child processes run in other folders: never relative
+        if self.cache_dir is not None:  # the compiler's child and the workers run in other folders
             self.cache_dir = Path(self.cache_dir).absolute()
         if self.models:
             self.model = self.models[0]

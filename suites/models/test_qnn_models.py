@@ -55,30 +55,19 @@ def test_a_copied_epcontext_model_runs_as_it_is(run_harness, compiled, embed_mod
     assert spec["options"]["onnx"] == [str(onnx_path)]  # the user's file itself, nothing recompiled
 
 
-def test_an_epcontext_model_given_by_a_relative_path_runs(run_harness, compiled, tmp_path):
-    """The workers do not run in the user's folder: a relative ``--model ctx/model_ctx.onnx``
-    must reach them as the file the user named (it failed every worker with NO_SUCHFILE)."""
+def test_relative_model_and_cache_paths_work_for_qnn(run_harness, compiled, tmp_path):
+    """As a user types them, relative to the folder the harness runs in: the workers and the
+    compiler's child process run elsewhere, so both paths must reach them absolute (before,
+    every worker failed with NO_SUCHFILE and the compile with "Input model path does not exist")."""
     onnx_path, bins = compiled[0]
-    folder = tmp_path / "ctx"  # run_harness runs in tmp_path
-    folder.mkdir()
+    hub = tmp_path / "hub"  # run_harness runs in tmp_path
+    hub.mkdir()
     for f in (onnx_path, *bins):
-        shutil.copyfile(f, folder / f.name)
-    outcome = run_harness("run", "--target", "qnn", "--model", f"ctx/{onnx_path.name}", *ONE)
-    assert_all_ok(outcome, workers=2)
-    spec = json.loads(next((outcome.out / "workers").rglob("*.spec.json")).read_text())
-    assert spec["options"]["onnx"] == [str(folder / onnx_path.name)]
-
-
-@pytest.mark.parametrize("how", ["--cache-dir", "HARNESS_CACHE_DIR"])
-def test_a_relative_model_cache_works_for_qnn(run_harness, tmp_path, how):
-    """The QNN compile runs in a child process in another folder: a relative cache folder must
-    reach it as the folder the user meant (it failed with 'Input model path does not exist')."""
-    if how == "--cache-dir":
-        outcome = run_harness("run", "--target", "qnn", "--model-size", "1MiB", "--cache-dir", "rel-cache", *ONE)
-    else:
-        outcome = run_harness("run", "--target", "qnn", "--model-size", "1MiB", *ONE, env={how: "rel-cache"})
-    assert_all_ok(outcome, workers=2)
-    assert (tmp_path / "rel-cache").is_dir()  # run_harness runs in tmp_path
+        shutil.copyfile(f, hub / f.name)
+    assert_all_ok(run_harness("run", "--target", "qnn", "--model", f"hub/{onnx_path.name}", *ONE), workers=2)
+    generated_model = run_harness("run", "--target", "qnn", "--model-size", "1MiB", "--cache-dir", "my-cache", *ONE)
+    assert_all_ok(generated_model, workers=2)
+    assert list((tmp_path / "my-cache").glob("qdq-chain-*"))
 
 
 def test_a_missing_context_binary_is_one_line(run_harness, compiled, tmp_path):

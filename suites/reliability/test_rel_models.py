@@ -41,7 +41,7 @@ def models(tmp_path_factory) -> Path:
 
     folder = tmp_path_factory.mktemp("models")
     onnx.save(_matmul_model(), str(folder / "dynamic.onnx"))
-    for name in ("external", "no-data"):  # saving with external data rewrites the proto: one each
+    for name in ("external", "no-data", "short-data"):  # saving with external data rewrites the proto: one each
         onnx.save(
             _matmul_model(),
             str(folder / f"{name}.onnx"),
@@ -51,6 +51,8 @@ def models(tmp_path_factory) -> Path:
             size_threshold=1024,
         )
     (folder / "no-data.data").unlink()
+    short = folder / "short-data.data"
+    short.write_bytes(short.read_bytes()[:1000])  # W needs 2048 bytes
     (folder / "text.onnx").write_text("this is not an ONNX model\n")
     (folder / "empty.onnx").write_bytes(b"")
     (folder / "no-models").mkdir()  # a folder is a pipeline of its models: this one has none
@@ -63,6 +65,7 @@ def models(tmp_path_factory) -> Path:
         ("text.onnx", [], ["not a readable ONNX model"]),
         ("empty.onnx", [], ["not an ONNX model"]),
         ("no-data.onnx", ["--shape", "x=1x16"], ["external data file 'no-data.data'", "is missing"]),
+        ("short-data.onnx", ["--shape", "x=1x16"], ["--model", "short-data.onnx", "ONNX Runtime cannot load it"]),
         ("dynamic.onnx", [], ["input shape(s) not static: x[batch,16]", "--shape x=1x16"]),
         ("dynamic.onnx", ["--shape", "y=1x16"], ["unknown input(s) ['y']", "the model's inputs: x"]),
         ("dynamic.onnx", ["--shape", "x=1x2x16"], ["--shape x", "rank 2, got 3 dims"]),
@@ -76,6 +79,7 @@ def models(tmp_path_factory) -> Path:
         "not-onnx",
         "empty-file",
         "external-data-missing",
+        "external-data-too-short",
         "dynamic-without-shape",
         "shape-unknown-input",
         "shape-wrong-rank",

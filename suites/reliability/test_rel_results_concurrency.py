@@ -4,7 +4,7 @@
   as the README invites) lose no line and record no run twice (an OS file lock);
 - runs started in the same second without --out get folders of their own (created with an
   atomic mkdir and a numbered suffix);
-- a reused --out holds only the new run's files (the old report.html and workers/ are gone),
+- a reused --out holds only the new run's files (the old report.html, workers/ and logs/ are gone),
   and a second run into a folder another run is writing is refused.
 
 Before: appends raced at the file's creation and lost lines, simultaneous runs shared
@@ -130,6 +130,9 @@ def test_reused_out_holds_only_the_new_runs_files(model_cache, tmp_path):
     )
     assert first.returncode == 0 and (out / "report.html").is_file()
     (out / "my-notes.txt").write_text("kept: not a file a run writes")
+    # what a previous qnn run leaves: its compiler's log, copied into logs/
+    (out / "logs").mkdir()
+    (out / "logs" / "model-htp-compile.log").write_text("a previous run's QNN compile log")
     started = metadata(out)["run"]["started"]
     time.sleep(1.1)  # a different start second, so the metadata tells the runs apart
     second = run_quick(
@@ -138,6 +141,7 @@ def test_reused_out_holds_only_the_new_runs_files(model_cache, tmp_path):
     )
     assert second.returncode == 0, second.stderr
     assert not (out / "report.html").exists(), "the previous run's report is still there"
+    assert not (out / "logs").exists(), "the previous run's logs/ is still there"
     assert sorted(p.name for p in (out / "workers").iterdir()) == ["cpu-mapped-n1-r0"]
     assert metadata(out)["run"]["started"] != started
     assert {line.split(",")[1] for line in (out / "results.csv").read_text().splitlines()[1:]} == {"mapped"}

@@ -616,8 +616,8 @@ def prepare_qnn(opts: Any) -> list[QnnModel]:
             out.append(
                 QnnModel(
                     model,
-                    info.path.absolute(),  # the workers do not run in the user's folder
-                    [b.absolute() for b in info.bins],
+                    info.path,
+                    info.bins,
                     info.context_bytes,
                     False,
                     info.shares_context,
