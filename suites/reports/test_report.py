@@ -197,6 +197,19 @@ def test_report_opens_with_a_sentence_title_and_badges(cpu_run):
     assert "faster" in lead and "Verdict: pass" in lead
 
 
+def test_a_test_session_with_one_run_and_a_failed_test_shows_no_pass_badge(cpu_run):
+    """`pytest --report-dir` with one measured run whose test passed and another test that
+    failed: before, the header showed the run's green "pass" badge beside "tests: 1 failed"."""
+    from reports import TestRecord
+
+    tests = [TestRecord("test_a.py::test_run", "passed", str(cpu_run)), TestRecord("test_a.py::test_fail", "failed")]
+    html = render_runs([cpu_run], tests=tests, test_counts={"passed": 1, "failed": 1}).path.read_text()
+    header = html.split("</header>")[0]
+    assert '<span class="badge fail">tests: 1 failed, 1 passed</span>' in header
+    assert 'class="badge pass"' not in header, header
+    assert "768.0 MiB less summed PSS than heap" in header  # the run's sentence still opens the page
+
+
 def test_unexercised_feature_never_gets_a_green_badge(qnn_run):
     html = render_runs([qnn_run]).path.read_text()
     header = html.split("</header>")[0]
