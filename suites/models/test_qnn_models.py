@@ -70,6 +70,23 @@ def test_relative_model_and_cache_paths_work_for_qnn(run_harness, compiled, tmp_
     assert list((tmp_path / "my-cache").glob("qdq-chain-*"))
 
 
+def test_the_qnn_libraries_write_nothing_into_the_harness_folder(run_harness, tmp_path):
+    """The compile runs in a child process; the QNN saver backend writes saver_output/ into that
+    process's folder. Before, that folder was the harness's own (the checkout or the installed
+    package's parent): every `--backend-type saver` left params.bin and saver_output.c there."""
+    import time
+
+    from conftest import ROOT
+
+    stray = ROOT / "saver_output"
+    t0 = time.time() - 1  # file times are coarser than the clock on some filesystems
+    outcome = run_harness("run", "--target", "qnn", "--backend-type", "saver", "--model-size", "1MiB", *ONE)
+    assert outcome.returncode == 2 and "Traceback" not in outcome.stderr, outcome.stderr
+    written = [p for p in [stray, *stray.rglob("*")] if p.exists() and p.stat().st_mtime >= t0]
+    assert not written, f"written into the harness's folder by this run: {written}"
+    assert not (tmp_path / "saver_output").exists()  # nor into the user's folder
+
+
 def test_a_missing_context_binary_is_one_line(run_harness, compiled, tmp_path):
     onnx_path, bins = compiled[0]
     lonely = tmp_path / onnx_path.name

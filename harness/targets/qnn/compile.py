@@ -208,8 +208,8 @@ def run_child(job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S) 
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                cwd=str(_ROOT),
-                env=env,
+                cwd=tmp,  # what the QNN libraries write beside them (the saver backend's saver_output/) goes
+                env=env,  # with the job, never into the harness's own folder (PYTHONPATH finds the package)
             )
             try:
                 code = proc.wait(timeout=timeout_s)
