@@ -127,6 +127,16 @@ def _label(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+def _labels(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """--label KEY=VALUE pairs; a key given twice is a mistake, not "the last one wins"."""
+    labels: dict[str, str] = {}
+    for key, value in pairs:
+        if key in labels:
+            raise InputError(f"--label {key}: given twice ({labels[key]!r} and {value!r})")
+        labels[key] = value
+    return labels
+
+
 def _target_option_type(option: Any):
     """argparse type for a target option: its own parser, its message on one line."""
 
@@ -492,7 +502,7 @@ def _options(ns: argparse.Namespace, argv: list[str]):
         cache_dir=ns.cache_dir,
         gates=read_gate_expressions(ns.gate, ns.gates_file),
         default_gates=not ns.no_default_gates,
-        labels=dict(ns.label),
+        labels=_labels(ns.label),
         fault_actions=dict(ns.inject_worker_fault),
         command=command_line(argv),
         project_to=ns.project_to,
@@ -500,10 +510,11 @@ def _options(ns: argparse.Namespace, argv: list[str]):
 
 
 def _interrupt_on_sigterm() -> None:
-    """SIGTERM (a CI timeout, ``kill``, a container stop) ends the run like Ctrl-C: workers
-    are killed and what was measured is written. By default it would end this process on
-    the spot and leave a hung worker running with no parent. A SIGTERM disposition someone
-    chose deliberately (ignored, or a handler) is left alone."""
+    """SIGTERM (a CI timeout, ``kill``, a container stop) and SIGHUP (the terminal or SSH
+    session closed) end the run like Ctrl-C: workers are killed, what was measured is written
+    and metadata.json says "interrupted". By default either would end this process on the spot
+    with the run left "running". A disposition someone chose deliberately (ignored, e.g. under
+    nohup, or a handler) is left alone."""
     import signal
     import threading
 
@@ -512,8 +523,10 @@ def _interrupt_on_sigterm() -> None:
 
     if threading.current_thread() is not threading.main_thread():
         return  # only the main thread may set handlers (main() called from a test thread)
-    if hasattr(signal, "SIGTERM") and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, interrupt)
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None and signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, interrupt)
 
 
 def report_run(out: Path, *, history: Path | None, render: bool, outcomes: bool, kind: str = "run") -> Any:

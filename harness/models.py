@@ -348,6 +348,8 @@ def parse_shapes(specs: list[str]) -> dict[str, list[int]]:
     shapes = {}
     for spec in specs:
         name, sep, dims = spec.partition("=")
+        if name in shapes:
+            raise InputError(f"--shape {name}: given twice ({'x'.join(map(str, shapes[name]))} and {dims})")
         try:
             if not sep or not name:
                 raise ValueError

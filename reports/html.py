@@ -355,6 +355,12 @@ def render_runs(
 
     if not run_dirs and not tests and not test_counts:
         raise InputError("no run folder given")
+    seen: dict[Path, str] = {}
+    for folder in map(str, run_dirs):
+        key = Path(folder).resolve()
+        if key in seen:  # the same run twice would read as two agreeing runs
+            raise InputError(f"{folder}: the same run folder is given twice ({seen[key]} and {folder})")
+        seen[key] = folder
     extra = parse_gates(gates)
     if history is not None:
         check_history(history)

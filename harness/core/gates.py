@@ -4,14 +4,16 @@ A gate is ``METRIC OP NUMBER`` (ops ``<= < >= > == !=``), optionally followed by
 ``if METRIC OP NUMBER [and ...]``: a gate whose condition does not hold, or cannot be checked,
 is *skipped* rather than failed, so e.g. a sharing gate only applies once two processes exist.
 Metric names are the keys of `harness.core.summary.headline` plus ``weights_bytes`` (the model's
-weights size: every saving the feature makes is in proportion to it). Numbers may carry a
-size unit (``128MiB``) or a time unit (``50ms``). A measured value of ``None`` fails a gate
-with the reason "not measured" and why (an incomplete group, a delta lost in noise, one mode
-only): a gate that cannot see its figure must not pass silently.
+weights size: every saving the feature makes is in proportion to it). A ``*_bytes`` metric's
+threshold may carry a size unit (``128MiB``); ratios and counts take plain finite numbers. A
+measured value of ``None`` fails a gate with the reason "not measured" and why (an incomplete
+group, a delta lost in noise, one mode only): a gate that cannot see its figure must not pass
+silently.
 """
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from collections.abc import Callable, Iterable
@@ -105,17 +107,22 @@ def needs_both_modes(gate: Gate) -> bool:
     return gate.check.metric in PAIR_METRICS
 
 
-def _number(text: str, expr: str) -> float:
+def _number(text: str, expr: str, metric: str) -> float:
+    """The threshold: a plain finite number, or a size for a ``*_bytes`` metric (``128MiB``);
+    a unit on a ratio or a count is a mistake, refused."""
     unit_free = re.fullmatch(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?", text)
     if unit_free:
-        return float(text)
-    timed = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s)", text)
-    if timed:
-        return float(timed.group(1)) / (1000 if timed.group(2) == "ms" else 1)
-    try:
-        return float(parse_size(text))
-    except InputError:
-        raise _bad(expr, f"{text!r} is not a number (units allowed: KiB..TiB, KB..TB, ms, s)") from None
+        value = float(text)
+        if not math.isfinite(value):
+            raise _bad(expr, f"{text!r} is not a finite number")
+        return value
+    if metric.endswith("_bytes"):
+        try:
+            return float(parse_size(text))
+        except InputError:
+            pass
+    units = "KiB..TiB, KB..TB" if metric.endswith("_bytes") else "none"
+    raise _bad(expr, f"{text!r} is not a number for {metric} (units allowed: {units})")
 
 
 def _bad(expr: str, why: str) -> InputError:
@@ -129,7 +136,7 @@ def _condition(text: str, expr: str, known: list[str]) -> Condition:
     metric, op, number = match.groups()
     if metric not in known:
         raise _bad(expr, f"unknown metric {metric!r}")
-    return Condition(metric, op, _number(number, expr), number)
+    return Condition(metric, op, _number(number, expr, metric), number)
 
 
 def parse_gate(expr: str, why: str = "") -> Gate:

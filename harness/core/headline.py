@@ -68,6 +68,10 @@ VERSION_KEYS = {
 }
 
 
+#: Below this a saving larger than the shared weights explain is measurement noise, not news.
+SAVING_SLACK_BYTES = 4 * 1024**2
+
+
 def fair_metric(rows: Sequence[SummaryRow]) -> str | None:
     """ "pss" when every row has summed PSS (Linux), else "private" (Windows private bytes, USS
     on Linux) when present: the figure that charges shared pages fairly."""
@@ -170,6 +174,12 @@ def headline_sentence(judgement: Any) -> str:
             f"{label} than heap ({fmt_bytes(top['mapped'][column])} vs {fmt_bytes(top['heap'][column])}, "
             f"{fmt_percent(abs(saving['fraction'] or 0))} {'saved' if less else 'extra'})"
         )
+        explained = (top["sessions"] - 1) * (run.weights_bytes or 0)
+        if less and run.weights_bytes and saving["bytes"] > 1.1 * explained + SAVING_SLACK_BYTES:
+            memory += (
+                f" - more than sharing the weights can explain ({top['sessions'] - 1} x {weights} = "
+                f"{fmt_bytes(explained)}): the rest is other memory the two modes use differently"
+            )
     init_ratio = top["ratios"].get("init_ratio")  # median of per-repeat ratios: what init_ratio gates judge
     if init_ratio:
         speed = 1 / init_ratio

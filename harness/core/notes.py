@@ -285,7 +285,8 @@ def run_notes(run: RunData) -> list[Note]:
         )
     for text in run.load_notes:
         notes.append(Note("warn", "Incomplete run folder", text))
-    for text in run.target_notes:
-        notes.append(Note("info", f"How the {run.target} target measures", str(text)))
+    if run.target_notes:  # one note, however many facts the target recorded
+        first, *more = run.target_notes
+        notes.append(Note("info", f"How the {run.target} target measures", str(first), [str(t) for t in more]))
     order = {"error": 0, "warn": 1, "info": 2}
     return sorted(notes, key=lambda n: order.get(n.kind, 3))

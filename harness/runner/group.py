@@ -9,6 +9,7 @@ exception) is data in its row: it never aborts the run, and no child outlives th
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -35,7 +36,8 @@ def _no_event(worker: int, state: str, detail: str = "") -> None:
     pass
 
 
-ROOT = Path(__file__).resolve().parents[2]
+#: The folder holding the ``harness`` package this process runs (a checkout or site-packages).
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -120,7 +122,9 @@ def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob) -> _Worker:
         Path(stale).unlink(missing_ok=True)  # a leftover "ready" would end the barrier early
     spec.write(Path(f"{stem}.spec.json"))
     interpreter, env = worker_interpreter()
+    cwd = group.workdir / f"w{index}"
     try:
+        cwd.mkdir(exist_ok=True)
         log_file = open(spec.log_path, "wb")  # closed in kill_all
     except OSError as err:
         raise SpawnError(describe(err, f"opening the log of worker {index} of {group.workdir.name}")) from err
@@ -130,8 +134,8 @@ def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob) -> _Worker:
             stdin=subprocess.PIPE,
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            cwd=str(ROOT),
-            env=env,
+            cwd=str(cwd),
+            env=worker_environment(env),
         )
     except OSError as err:
         log_file.close()
@@ -141,6 +145,17 @@ def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob) -> _Worker:
         raise
     job.add(getattr(proc, "_handle", 0))
     return _Worker(index, spec, proc, log_file)
+
+
+def worker_environment(env: dict[str, str] | None) -> dict[str, str]:
+    """The worker's environment: this harness's own package first on PYTHONPATH, so the worker
+    imports the very code that started it whatever folder it runs in. Each worker runs in its
+    own folder of the run (``workers/<group>/w<i>/``): files an EP or a provider option writes
+    to a relative path (profiles, QNN saver output) land in the run, never in the harness's
+    checkout or the user's folder, and nothing there can shadow the package."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
 
 
 def _wait_until_ready(workers: list[_Worker], timeout_s: float, on_event: EventCallback = _no_event) -> None:

@@ -36,6 +36,8 @@ from harness.targets.base import Prepared, Target
 #: Memory a worker needs beyond the weights (Python, numpy, ORT, arenas): measured ~60-120 MiB
 #: here; 200 MiB keeps the refusal conservative.
 WORKER_OVERHEAD_BYTES = 200 * 1024**2
+#: The smallest generated model: one layer of the narrowest chain (128 x 128 fp32).
+MIN_GENERATED_BYTES = 64 * 1024
 #: Share of the available memory a run may plan to use before it is refused.
 MEMORY_BUDGET_SHARE = 0.85
 
@@ -130,6 +132,13 @@ def command_line(argv: list[str]) -> str:
     return shlex.join(["python", "-m", "harness", *argv])
 
 
+def _copies_per_worker(opts: RunOptions) -> int:
+    """Weight copies one worker may hold: one per session in heap mode (or a fallback), one
+    mapping otherwise."""
+    heap_like = "heap" in opts.modes or get_target(opts.target).mapped_may_copy(opts)
+    return opts.sessions_per_process if heap_like else 1
+
+
 def estimated_peak_bytes(opts: RunOptions, weights_bytes: int) -> int:
     """Memory the largest group needs: heap copies every session's weights, mapping once."""
     n = max(opts.processes)
@@ -211,6 +220,11 @@ def check_gates_fit_modes(opts: RunOptions) -> None:
 
 def check_options(opts: RunOptions) -> None:
     """Everything that can be refused before work starts (target-independent rules first)."""
+    if opts.model is None and opts.model_size < MIN_GENERATED_BYTES:
+        raise InputError(
+            f"--model-size {opts.model_size}: the generated model needs at least 64 KiB of weights "
+            "(sizes are bytes unless given a unit, e.g. 64MiB)"
+        )
     if (opts.shapes or opts.free_dims or opts.input_values) and opts.model is None:
         flag = "--shape" if opts.shapes else "--free-dim" if opts.free_dims else "--input"
         raise InputError(f"{flag} fixes inputs of --model; the generated model has one static input")
@@ -414,7 +428,7 @@ def check_before_work(opts: RunOptions) -> None:
     check_shapes_allocatable(opts.shapes, available)
     check_memory_budget(opts, expected_weights_bytes(opts), available)
     check_fd_limit(max(opts.processes))
-    check_address_space(expected_weights_bytes(opts))
+    check_address_space(expected_weights_bytes(opts), _copies_per_worker(opts))
     check_out(opts.out, opts.cache_dir or default_cache_dir())
 
 
@@ -426,7 +440,7 @@ def execute(opts: RunOptions, progress) -> RunOutcome:
     check_before_work(opts)
     prepared = prepare_all(opts, progress)
     check_memory_budget(opts, prepared[opts.target].weights_bytes, system_available_bytes())
-    check_address_space(prepared[opts.target].weights_bytes)
+    check_address_space(prepared[opts.target].weights_bytes, _copies_per_worker(opts))
     folder = claim(opts.out, opts.out_prefix)
     try:
         return _run_groups(opts, prepared, folder, progress)

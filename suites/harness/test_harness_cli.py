@@ -25,6 +25,10 @@ import pytest
         (["--model-size", "1GiB", "--processes", "200"], "is available"),
         (["--gates-file", "/nonexistent/gates.txt"], "no such file"),
         (["--bogus"], "unrecognized arguments"),
+        (["--gate", "mapped_pss_ratio<=1GiB"], "is not a number for mapped_pss_ratio (units allowed: none)"),
+        (["--gate", "init_ratio<=1e999"], "is not a finite number"),
+        (["--label", "device=a", "--label", "device=b"], "--label device: given twice"),
+        (["--model-size", "1"], "needs at least 64 KiB of weights"),
         (["--no-report", "--history", "h.csv"], "drop --no-report"),
     ],
 )

@@ -121,3 +121,32 @@ def test_qnn_dynamic_shape_model_is_a_clear_error(run_harness, tmp_path):
     assert outcome.returncode == 2
     assert len(outcome.stderr.strip().splitlines()) == 1
     assert "--shape x=" in outcome.stderr
+
+
+def test_relative_paths_written_by_the_ep_land_in_the_run(run_harness, tmp_path):
+    """A provider option naming a relative file (the QNN profiler's output here) writes into the
+    worker's own folder of the run, never into the harness's checkout (workers used to run
+    there) nor beside other workers' files."""
+    from harness.runner.group import PACKAGE_ROOT
+
+    outcome = run_harness(
+        "run",
+        "--target",
+        "qnn",
+        "--model-size",
+        "1MiB",
+        "--processes",
+        "1",
+        "--modes",
+        "mapped",
+        "--provider-option",
+        "profiling_level=basic",
+        "--provider-option",
+        "profiling_file_path=prof.csv",
+        "--quiet",
+        "--no-report",
+    )
+    assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+    written = list((outcome.out / "workers").rglob("prof*"))
+    assert written and all(p.parent.name == "w0" for p in written), written
+    assert not list(PACKAGE_ROOT.glob("prof*"))

@@ -84,8 +84,11 @@ def test_sigint_while_a_worker_hangs(model_cache, tmp_path, to_group):
     assert read_rows(out / "results.csv", ResultRow) == []  # parses; the interrupted group is not a result
 
 
-def test_sigterm_in_the_second_group_keeps_the_first_groups_rows(model_cache, tmp_path):
-    """SIGTERM mid-run: the completed group's rows are kept, the hung worker is killed."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "sighup"])
+def test_sigterm_in_the_second_group_keeps_the_first_groups_rows(model_cache, tmp_path, sig):
+    """SIGTERM (a CI timeout) or SIGHUP (the terminal closed) mid-run: the completed group's rows
+    are kept, the hung worker is killed, the run says "interrupted" (before, SIGHUP left it
+    "running")."""
     out = tmp_path / "run"
     proc = _start(out, model_cache, "5")  # the first (mapped) group ends when worker 0 times out
     try:
@@ -98,7 +101,7 @@ def test_sigterm_in_the_second_group_keeps_the_first_groups_rows(model_cache, tm
     except BaseException:
         stop(proc)
         raise
-    _, stderr, elapsed = _interrupted(proc, out, lambda: proc.send_signal(signal.SIGTERM))
+    _, stderr, elapsed = _interrupted(proc, out, lambda: proc.send_signal(sig))
     assert elapsed < 10
     rows = read_rows(out / "results.csv", ResultRow)
     assert sorted((r.mode, r.worker) for r in rows) == [("mapped", 0), ("mapped", 1)]

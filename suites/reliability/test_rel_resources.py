@@ -170,3 +170,17 @@ def test_address_space_limit_too_small_for_the_weights_is_refused_before_work(mo
     )
     one_line_error(proc, 2, "the address-space limit (ulimit -v) is 1.5 GiB", "2.0 GiB of weights")
     assert not cache.exists() and not out.exists()
+
+
+def test_address_space_limit_too_small_for_a_worker_is_refused_before_work(model_cache, tmp_path):
+    """Small weights, but a limit below what a worker needs to start onnxruntime at all (its
+    thread pools and OpenBLAS buffers): refused before work, not a run of dead workers whose
+    metadata says "complete" (before, only the parent's own size was counted)."""
+    cache, out = tmp_path / "cache", tmp_path / "run"
+    proc = run_quick(
+        ["run", *SMALL, "--processes", "1", "--quiet", "--cache-dir", str(cache), "--out", str(out)],
+        model_cache,
+        preexec=_limit(resource.RLIMIT_AS, 200 * 1024**2),
+    )
+    one_line_error(proc, 2, "the address-space limit (ulimit -v) is 200.0 MiB", "for Python, onnxruntime")
+    assert not cache.exists() and not out.exists()

@@ -83,9 +83,22 @@ def test_conditions_skip_instead_of_failing():
     assert skipped.passed and "not measured" in skipped.reason
 
 
-def test_time_units():
-    assert parse_gate("create_ratio<=50ms").check.threshold == pytest.approx(0.05)
-    assert parse_gate("create_ratio<=2s").check.threshold == 2
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "create_ratio<=50ms",
+        "init_ratio<=2s",
+        "mapped_pss_ratio<=1GiB",
+        "failed_workers==1KiB",
+        "init_ratio<=nan",
+        "init_ratio<=1e999",
+    ],
+)
+def test_units_only_where_the_metric_has_them(expr):
+    """A unit on a ratio or a count is a mistake (it used to be accepted: 50 ms on a ratio)."""
+    with pytest.raises(ValueError, match="bad gate"):
+        parse_gate(expr)
+    assert parse_gate("weights_bytes>=128MiB").check.threshold == 128 * 1024**2
 
 
 def test_gates_file(tmp_path):

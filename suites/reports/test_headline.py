@@ -188,3 +188,24 @@ def test_projection_defaults_to_the_measured_model_and_follows_project_to(tmp_pa
     assert report_main([str(small), "--project-to", "3x1GiB"]) == 0
     assert "Projection for 3 sessions of a 1.0 GiB model" in (small / "report.html").read_text()
     assert report_main([str(small), "--project-to", "3x1G"]) == 2
+
+
+def test_a_saving_beyond_the_shared_weights_is_flagged(tmp_path):
+    """Sharing S sessions' weights saves at most (S-1) x W: a larger measured saving is stated
+    with that bound, not credited to the mapping (a 543 KiB model 'saved' 3 MiB)."""
+    from report_fixtures import Law, fake_results, metadata, write_run
+
+    from harness.core.headline import headline_sentence
+    from harness.core.rundata import load_run
+    from harness.core.verdict import judge
+
+    small = Law(weights=1024**2, per_session=72 * 1024**2)
+    rows = fake_results(law=small, processes=(2,))
+    heavier = [
+        r if r.mode == "mapped" else type(r)(**{**r.__dict__, "pss_bytes": r.pss_bytes + 8 * 1024**2}) for r in rows
+    ]
+    meta = metadata(weights_bytes=small.weights, processes=[2])
+    sentence = headline_sentence(judge(load_run(write_run(tmp_path / "r", heavier, meta, law=small))))
+    assert "more than sharing the weights can explain" in sentence, sentence
+    plain = headline_sentence(judge(load_run(write_run(tmp_path / "p", rows, meta, law=small))))
+    assert "more than sharing" not in plain, plain

@@ -229,3 +229,9 @@ def test_long_cells_are_clipped_with_the_full_text_on_hover(qnn_run):
     workers = html.split('table class="data sortable workers"')[1]
     text = escape(UNAVAILABLE_LOG)
     assert f'class="long" title="{text}"><div class="clip">{text}</div>' in workers
+
+
+def test_the_same_run_twice_is_a_usage_error(cpu_run, capsys):
+    """`report r1 r1` would read as two runs agreeing with each other."""
+    assert report_main([str(cpu_run), str(cpu_run / ".." / cpu_run.name)]) == 2
+    assert "the same run folder is given twice" in capsys.readouterr().err
