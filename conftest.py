@@ -3,19 +3,59 @@
 Options, markers and fixtures (``run_harness``, ``harness_options``, ``model_cache``...) come
 from the package's pytest plugin, `harness.pytest_plugin`, registered by ``pip install -e .``
 as the ``pytest11`` entry point ``qnn_fmw_harness``: any project gets them the same way.
+
+The few helpers here are the ones more than one suite needs (each suite's own support module
+imports them from here: the suite folders are not packages and cannot import each other).
 """
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 
 # Re-exported for the suites that import them from here (reliability helpers).
 from harness.pytest_plugin import HarnessOutcome, harness_env
 
-__all__ = ["ROOT", "HarnessOutcome", "harness_env"]
+__all__ = ["ROOT", "HarnessOutcome", "harness_env", "kill_unfinished", "one_line_error", "qnn_skip_reason"]
 
 #: The plugin suite runs pytest in temporary projects of its own (pytester).
 pytest_plugins = ["pytester"]
 
 #: This checkout (the suites read its workflows, README and sources).
 ROOT = Path(__file__).resolve().parent
+
+
+def one_line_error(proc: subprocess.CompletedProcess | HarnessOutcome, exit_code: int, *expected: str) -> str:
+    """Exit ``exit_code`` with exactly one stderr line holding every ``expected`` text, and no
+    traceback anywhere. Returns the line."""
+    assert proc.returncode == exit_code, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for text in expected:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+def qnn_skip_reason() -> str | None:
+    """Why the real QNN EP cannot run on this machine (platform, package), or None."""
+    from harness.targets.qnn.ep import qnn_platform_supported
+
+    ok, why = qnn_platform_supported()
+    if not ok:
+        return why
+    try:
+        import onnxruntime_qnn  # noqa: F401 - cheap: the package only computes library paths
+    except ImportError:
+        return "onnxruntime-qnn is not installed"
+    return None
+
+
+def kill_unfinished(children: Iterable[subprocess.Popen]) -> None:
+    """Kill and reap every child still running: the cleanup after children a test started
+    together, so a failed assertion or a timeout never leaves one behind."""
+    for child in children:
+        if child.poll() is None:
+            child.kill()
+            child.wait()

@@ -9,7 +9,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from conftest import HarnessOutcome
+from conftest import HarnessOutcome, one_line_error
+from conftest import qnn_skip_reason as qnn_skip_reason  # shared with the qnn suites: imported from here
 
 #: Small, fast runs: one worker per mode unless a test needs sharing.
 ONE = ("--processes", "1", "--quiet", "--no-report")
@@ -17,13 +18,7 @@ ONE = ("--processes", "1", "--quiet", "--no-report")
 
 def assert_usage_error(outcome: HarnessOutcome, *expected: str) -> str:
     """Exit 2, exactly one stderr line containing every ``expected`` text, no traceback."""
-    assert outcome.returncode == 2, f"exit {outcome.returncode}\n{outcome.stdout}\n{outcome.stderr}"
-    lines = outcome.stderr.strip().splitlines()
-    assert len(lines) == 1, outcome.stderr
-    assert "Traceback" not in outcome.stderr + outcome.stdout
-    for text in expected:
-        assert text in lines[0], lines[0]
-    return lines[0]
+    return one_line_error(outcome, 2, *expected)
 
 
 def assert_all_ok(outcome: HarnessOutcome, workers: int | None = None) -> list:
@@ -46,17 +41,3 @@ def spec_options(out: Path) -> list[dict]:
 def csv_rows(path: Path) -> list[dict]:
     with open(path, newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
-
-
-def qnn_skip_reason() -> str | None:
-    """Why the real QNN EP cannot run here (platform, package), or None."""
-    from harness.targets.qnn.ep import qnn_platform_supported
-
-    ok, why = qnn_platform_supported()
-    if not ok:
-        return why
-    try:
-        import onnxruntime_qnn  # noqa: F401 - cheap: the package only computes library paths
-    except ImportError:
-        return "onnxruntime-qnn is not installed"
-    return None

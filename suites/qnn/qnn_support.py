@@ -1,17 +1,11 @@
-"""Shared by the qnn suites: whether the real QNN EP can run here at all."""
+"""Shared by the qnn suites: whether the real QNN EP can run here at all.
+
+`qnn_skip_reason` is shared with the model suites, so it lives in the checkout's conftest
+(the suite folders cannot import each other); the qnn suites import it from here.
+"""
 
 from __future__ import annotations
 
+from conftest import qnn_skip_reason
 
-def qnn_skip_reason() -> str | None:
-    """Why the real QNN EP cannot run on this machine (platform, package), or None."""
-    from harness.targets.qnn.ep import qnn_platform_supported
-
-    ok, why = qnn_platform_supported()
-    if not ok:
-        return why
-    try:
-        import onnxruntime_qnn  # noqa: F401 - cheap: the package only computes library paths
-    except ImportError:
-        return "onnxruntime-qnn is not installed"
-    return None
+__all__ = ["qnn_skip_reason"]
