@@ -16,11 +16,13 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 
-from conftest import ROOT, HarnessOutcome, harness_env
+# one_line_error is shared with the other suites: the suites import it from here
+from conftest import ROOT, HarnessOutcome, harness_env, one_line_error
 
 #: Fastest model that still exercises mapping, sharing and the reference check.
 SMALL = ("--model-size", "8MiB")
@@ -64,33 +66,71 @@ def assert_no_survivors(out: Path, timeout: float = 5.0) -> None:
 def assert_usage_error(outcome: HarnessOutcome, *expected: str) -> str:
     """Exit 2, exactly one stderr line containing every ``expected`` text, no traceback,
     nothing written to the output folder. Returns the line."""
-    assert outcome.returncode == 2, f"exit {outcome.returncode}\n{outcome.stdout}\n{outcome.stderr}"
-    lines = outcome.stderr.strip().splitlines()
-    assert len(lines) == 1, outcome.stderr
-    assert "Traceback" not in outcome.stderr + outcome.stdout
-    for text in expected:
-        assert text in lines[0], lines[0]
+    line = one_line_error(outcome, 2, *expected)
     assert not outcome.out.exists() or not any(outcome.out.iterdir()), sorted(outcome.out.iterdir())
-    return lines[0]
+    return line
 
 
 def metadata(out: Path) -> dict:
     return json.loads((out / "metadata.json").read_text())
 
 
-def start_harness(args: list[str], model_cache: Path, *, new_session: bool = True) -> subprocess.Popen:
+def run_args(
+    *extra: str,
+    processes: int = 1,
+    modes: str | None = None,
+    report: bool = False,
+    cache: Path | None = None,
+    out: Path | None = None,
+    model: tuple[str, ...] = SMALL,
+) -> list[str]:
+    """The ``run`` command line most runs of these suites share: ``model`` (the small one
+    unless given), N ``processes``, ``--modes`` only when given (else the harness's default,
+    both), ``--quiet``, no report.html unless ``report``, then ``--cache-dir``, ``--out`` and
+    ``extra``. Each test still names what it is about (a fault, a gate, a limit) in ``extra``."""
+    args = ["run", *model, "--processes", str(processes)]
+    if modes is not None:
+        args += ["--modes", modes]
+    args.append("--quiet")
+    if not report:
+        args.append("--no-report")
+    if cache is not None:
+        args += ["--cache-dir", str(cache)]
+    if out is not None:
+        args += ["--out", str(out)]
+    return [*args, *extra]
+
+
+def hung_worker_0(worker_timeout: str | int) -> tuple[str, ...]:
+    """Worker 0 of every group hangs until ``--worker-timeout`` kills it: the other workers of
+    the group are ready and wait at the barrier meanwhile, which holds a moment of the run open
+    for a test to act in."""
+    return ("--inject-worker-fault", "0=hang", "--worker-timeout", str(worker_timeout))
+
+
+def start_harness(
+    args: list[str],
+    model_cache: Path,
+    *,
+    new_session: bool = True,
+    cwd: Path = ROOT,
+    preexec: Callable[[], None] | None = None,
+) -> subprocess.Popen:
     """``python -m harness <args>`` in the background, as a terminal would start it: SIGINT at
     its default disposition (a background job of a non-interactive shell, or an xdist
     worker, may have inherited SIG_IGN) and, with ``new_session``, its own process group
-    so a Ctrl-C to that group reaches it and its workers but never pytest."""
+    so a Ctrl-C to that group reaches it and its workers but never pytest. ``preexec`` runs
+    in the child after that (a limit, a signal disposition of the test's own)."""
 
     def as_from_a_terminal() -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if preexec is not None:
+            preexec()
 
     return subprocess.Popen(
         [sys.executable, "-m", "harness", *args],
-        cwd=ROOT,
+        cwd=cwd,
         env=harness_env(model_cache),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -99,6 +139,47 @@ def start_harness(args: list[str], model_cache: Path, *, new_session: bool = Tru
         start_new_session=new_session,
         preexec_fn=as_from_a_terminal,
     )
+
+
+def start_hung_run(
+    out: Path,
+    model_cache: Path,
+    *,
+    processes: int,
+    worker_timeout: str | int,
+    modes: str | None = None,
+    cache: Path | None = None,
+    preexec: Callable[[], None] | None = None,
+) -> subprocess.Popen:
+    """`start_harness` of a run into ``out`` whose worker 0 hangs (`hung_worker_0`)."""
+    args = run_args(*hung_worker_0(worker_timeout), processes=processes, modes=modes, cache=cache, out=out)
+    return start_harness(args, model_cache, preexec=preexec)
+
+
+@contextlib.contextmanager
+def first_group_waiting(
+    out: Path,
+    model_cache: Path,
+    *,
+    processes: int = 2,
+    worker_timeout: str | int = 300,
+    modes: str | None = None,
+    cache: Path | None = None,
+    preexec: Callable[[], None] | None = None,
+) -> Iterator[subprocess.Popen]:
+    """`start_hung_run`, yielded once workers 1..N-1 of its first (mapped) group are ready and
+    wait for the hung worker 0; the run (and its workers) is killed on the way out if it is
+    still running, so a failed test leaves nothing behind."""
+    proc = start_hung_run(
+        out, model_cache, processes=processes, worker_timeout=worker_timeout, modes=modes, cache=cache, preexec=preexec
+    )
+    try:
+        group = out / "workers" / f"cpu-mapped-n{processes}-r0"
+        ready = [group / f"w{i}.ready.json" for i in range(1, processes)]
+        wait_for(lambda: all(path.exists() for path in ready), 60, "the first group's workers 1.. to be ready", proc)
+        yield proc
+    finally:
+        stop(proc)
 
 
 def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None) -> None:
@@ -181,16 +262,29 @@ def run_quick(
     )
 
 
-def one_line_error(proc: subprocess.CompletedProcess, exit_code: int, *expected: str) -> str:
-    """Exit ``exit_code`` with exactly one stderr line holding every ``expected`` text, and no
-    traceback anywhere. Returns the line."""
-    assert proc.returncode == exit_code, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    for text in expected:
-        assert text in lines[0], lines[0]
-    return lines[0]
+def matmul_model(path: Path, weight, *, batch: int | str = 1, data_file: str | None = None) -> Path:
+    """y = x @ W saved at ``path``: the smallest user model the harness externalises. ``weight``
+    is W, a (K, N) float32 array; ``batch`` is x's first dimension (a name makes it dynamic);
+    with ``data_file``, W is saved to that external data file beside the model."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rows, cols = weight.shape
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])],
+        "matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, rows])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, cols])],
+        [numpy_helper.from_array(weight, "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    if data_file is None:
+        onnx.save(model, str(path))
+    else:
+        external = {"all_tensors_to_one_file": True, "location": data_file, "size_threshold": 0}
+        onnx.save(model, str(path), save_as_external_data=True, **external)
+    return path
 
 
 def kill_survivors(out: Path) -> None:

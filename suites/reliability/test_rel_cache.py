@@ -18,56 +18,29 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rel_support import SMALL, one_line_error, run_quick, start_harness, stop, unwritable, wait_for
+from rel_support import (
+    SMALL,
+    matmul_model,
+    one_line_error,
+    run_args,
+    run_quick,
+    start_harness,
+    stop,
+    unwritable,
+    wait_for,
+)
 
 from harness.cache import ENTRY_RECORD
 
 
 def _external_model(folder: Path, seed: int) -> Path:
     """y = x @ W with W (64x64 fp32, 16 KiB) in model.data beside model.onnx."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
     w = np.random.default_rng(seed).standard_normal((64, 64)).astype(np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["y"])],
-        "ext",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
-        [numpy_helper.from_array(w, "W")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    path = folder / "model.onnx"
-    onnx.save(
-        model,
-        str(path),
-        save_as_external_data=True,
-        all_tensors_to_one_file=True,
-        location="model.data",
-        size_threshold=0,
-    )
-    return path
+    return matmul_model(folder / "model.onnx", w, data_file="model.data")
 
 
-def _run(model_cache, cache: Path, out: Path, *args: str):
-    return run_quick(
-        [
-            "run",
-            *(args or SMALL),
-            "--processes",
-            "1",
-            "--modes",
-            "mapped",
-            "--quiet",
-            "--no-report",
-            "--cache-dir",
-            str(cache),
-            "--out",
-            str(out),
-        ],
-        model_cache,
-    )
+def _run(model_cache, cache: Path, out: Path, *model: str):
+    return run_quick(run_args(model=model or SMALL, modes="mapped", cache=cache, out=out), model_cache)
 
 
 def _rows_ok(out: Path) -> bool:
@@ -105,24 +78,7 @@ def test_new_external_weights_beside_the_same_graph_are_a_new_entry(model_cache,
 def test_a_build_killed_half_way_leaves_no_entry_and_is_cleaned_next_time(model_cache, tmp_path):
     cache, out = tmp_path / "cache", tmp_path / "run"
     size = "256MiB"
-    proc = start_harness(
-        [
-            "run",
-            "--model-size",
-            size,
-            "--processes",
-            "1",
-            "--modes",
-            "mapped",
-            "--quiet",
-            "--no-report",
-            "--cache-dir",
-            str(cache),
-            "--out",
-            str(out),
-        ],
-        model_cache,
-    )
+    proc = start_harness(run_args(model=("--model-size", size), modes="mapped", cache=cache, out=out), model_cache)
     try:
 
         def building() -> bool:

@@ -17,7 +17,7 @@ import shutil
 import signal
 
 import pytest
-from rel_support import SMALL, assert_no_survivors, metadata, start_harness, stop, wait_for
+from rel_support import assert_no_survivors, first_group_waiting, metadata, run_args
 
 from harness.core.schema import ResultRow, SummaryRow, columns
 from harness.core.tables import read_rows, write_rows
@@ -31,7 +31,7 @@ def complete_run(tmp_path_factory, model_cache):
     from rel_support import run_quick
 
     out = tmp_path_factory.mktemp("complete") / "run"
-    proc = run_quick(["run", *SMALL, "--processes", "2", "--quiet", "--no-report", "--out", str(out)], model_cache)
+    proc = run_quick(run_args(processes=2, out=out), model_cache)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
 
@@ -46,6 +46,15 @@ def _report(run_harness, *folders, extra=()):
     return run_harness("report", *map(str, folders), "--out", str(folders[0].parent / "report.html"), *extra)
 
 
+def _signalled_once_the_first_group_waits(out, model_cache, sig):
+    """A run (N=2) whose worker 0 hangs, sent ``sig`` once worker 1 is ready; returns the
+    ended process."""
+    with first_group_waiting(out, model_cache) as proc:
+        proc.send_signal(sig)
+        proc.communicate(timeout=15)
+    return proc
+
+
 def test_a_healthy_run_passes(run_harness, complete_run, tmp_path):
     """The control: the same report command exits 0 on the untouched run."""
     outcome = _report(run_harness, _copy(complete_run, tmp_path))
@@ -57,29 +66,7 @@ def test_report_on_a_killed_run_exits_1(run_harness, model_cache, tmp_path):
     """SIGKILL mid-run: metadata.json still says "running" and the tables hold only what was
     written before: incomplete, never a pass."""
     out = tmp_path / "run"
-    proc = start_harness(
-        [
-            "run",
-            *SMALL,
-            "--processes",
-            "2",
-            "--quiet",
-            "--no-report",
-            "--inject-worker-fault",
-            "0=hang",
-            "--worker-timeout",
-            "300",
-            "--out",
-            str(out),
-        ],
-        model_cache,
-    )
-    try:
-        wait_for((out / "workers" / "cpu-mapped-n2-r0" / "w1.ready.json").exists, 60, "worker 1 ready", proc)
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=15)
-    finally:
-        stop(proc)
+    _signalled_once_the_first_group_waits(out, model_cache, signal.SIGKILL)
     assert_no_survivors(out)
     assert metadata(out)["status"] == "running"
     outcome = _report(run_harness, out)
@@ -89,29 +76,7 @@ def test_report_on_a_killed_run_exits_1(run_harness, model_cache, tmp_path):
 
 def test_report_on_an_interrupted_run_with_zero_rows_exits_1(run_harness, model_cache, tmp_path):
     out = tmp_path / "run"
-    proc = start_harness(
-        [
-            "run",
-            *SMALL,
-            "--processes",
-            "2",
-            "--quiet",
-            "--no-report",
-            "--inject-worker-fault",
-            "0=hang",
-            "--worker-timeout",
-            "300",
-            "--out",
-            str(out),
-        ],
-        model_cache,
-    )
-    try:
-        wait_for((out / "workers" / "cpu-mapped-n2-r0" / "w1.ready.json").exists, 60, "worker 1 ready", proc)
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=15)
-    finally:
-        stop(proc)
+    proc = _signalled_once_the_first_group_waits(out, model_cache, signal.SIGINT)
     assert proc.returncode == 130
     assert metadata(out)["status"] == "interrupted"
     assert read_rows(out / "results.csv", ResultRow) == []
@@ -179,18 +144,7 @@ def test_files_that_are_not_this_harness_tables_exit_2(run_harness, complete_run
 def test_a_group_with_a_dead_worker_is_not_summed_and_its_gate_fails(run_harness):
     """Worker 0 crashes in both modes: each group has one worker's memory. Before, the sums of
     the survivors were compared as if they were the groups', and a ratio gate passed on them."""
-    outcome = run_harness(
-        "run",
-        *SMALL,
-        "--processes",
-        "2",
-        "--quiet",
-        "--no-report",
-        "--inject-worker-fault",
-        "0=crash",
-        "--gate",
-        "mapped_uss_ratio<=1.5",
-    )
+    outcome = run_harness(*run_args("--inject-worker-fault", "0=crash", "--gate", "mapped_uss_ratio<=1.5", processes=2))
     assert outcome.returncode == 1, outcome.stdout + outcome.stderr
     summary = outcome.summary()
     assert {s.mode for s in summary} == {"mapped", "heap"}

@@ -11,13 +11,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from rel_support import (
-    SMALL,
-    assert_no_survivors,
-    start_harness,
-    stop,
-    wait_for,
-)
+from rel_support import assert_no_survivors, first_group_waiting, matmul_model, run_args, run_quick
 
 from harness.core.schema import ResultRow
 from harness.core.tables import read_rows
@@ -26,21 +20,8 @@ from harness.core.tables import read_rows
 def _tiny_model(path: Path) -> Path:
     """y = x @ W with a 4 KiB fp32 W: the smallest model the harness externalises."""
     import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
 
-    w = numpy_helper.from_array(np.random.default_rng(3).standard_normal((32, 32)).astype(np.float32), "W")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["y"])],
-        "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32])],
-        [w],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, str(path))
-    return path
+    return matmul_model(path, np.random.default_rng(3).standard_normal((32, 32)).astype(np.float32))
 
 
 def _tree(folder: Path) -> dict[str, tuple[int, int, int]]:
@@ -55,19 +36,7 @@ def test_weights_truncated_in_the_model_cache_is_rebuilt(run_harness, tmp_path):
     """A cached model whose weights.bin was cut short (disk full, an interrupted copy) fails
     the entry's own check: the cache rebuilds it instead of workers reading past its end."""
     model, cache = _tiny_model(tmp_path / "tiny.onnx"), tmp_path / "cache"
-    args = (
-        "run",
-        "--model",
-        str(model),
-        "--cache-dir",
-        str(cache),
-        "--processes",
-        "1",
-        "--modes",
-        "mapped",
-        "--quiet",
-        "--no-report",
-    )
+    args = run_args(model=("--model", str(model)), modes="mapped", cache=cache)
     run_harness(*args, out=tmp_path / "first", check_exit=0)
     (weights,) = cache.glob("user-tiny-*/weights.bin")
     size = weights.stat().st_size
@@ -83,37 +52,12 @@ def test_weights_truncated_during_a_run_fail_cleanly(model_cache, tmp_path):
     """The weights file is cut in half after the first group's workers loaded it: the next
     group's workers fail with a clear error (no SIGBUS, no hang), the run completes."""
     out, cache = tmp_path / "run", tmp_path / "cache"  # a private cache: this test damages it
-    proc = start_harness(
-        [
-            "run",
-            *SMALL,
-            "--cache-dir",
-            str(cache),
-            "--processes",
-            "2",
-            "--modes",
-            "mapped,heap",
-            "--inject-worker-fault",
-            "0=hang",
-            "--worker-timeout",
-            "5",
-            "--quiet",
-            "--no-report",
-            "--out",
-            str(out),
-        ],
-        model_cache,
-    )
-    try:
-        # worker 0 hangs until the timeout, so worker 1 of the first (mapped) group is ready
-        # and waiting: that is the moment between "prepared" and the next group's load.
-        ready = out / "workers" / "cpu-mapped-n2-r0" / "w1.ready.json"
-        wait_for(ready.exists, 60, "the first group's worker 1 to be ready", proc)
+    # worker 0 hangs until the timeout, so worker 1 of the first (mapped) group is ready
+    # and waiting: that is the moment between "prepared" and the next group's load.
+    with first_group_waiting(out, model_cache, worker_timeout=5, modes="mapped,heap", cache=cache) as proc:
         (weights,) = cache.glob("matmul-chain-*/weights.bin")
         os.truncate(weights, weights.stat().st_size // 2)
         stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        stop(proc)
     assert proc.returncode == 1, stdout + stderr
     assert "Traceback" not in stderr
     rows = {(r.mode, r.worker): r for r in read_rows(out / "results.csv", ResultRow)}
@@ -130,39 +74,13 @@ def test_disk_full_while_building_the_model_is_refused(model_cache, tmp_path):
     EFBIG a quota or a full disk gives): one line naming the cache, no half model left."""
     import resource
     import signal
-    import subprocess
-    import sys
-
-    from conftest import ROOT, harness_env
 
     def small_file_limit() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of being killed
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 
     cache, out = tmp_path / "cache", tmp_path / "run"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "run",
-            *SMALL,
-            "--cache-dir",
-            str(cache),
-            "--out",
-            str(out),
-            "--processes",
-            "1",
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-        env=harness_env(model_cache),
-        stdin=subprocess.DEVNULL,
-        preexec_fn=small_file_limit,
-    )
+    proc = run_quick(run_args(report=True, cache=cache, out=out), model_cache, preexec=small_file_limit, timeout=120)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and f"model cache {cache}: cannot write the model" in lines[0], proc.stderr
@@ -175,7 +93,7 @@ def test_read_only_model_cache_after_the_model_was_built(run_harness, tmp_path):
     the run works and writes nothing there. (As root the mode bits are not enforced, so the
     test also proves nothing in the cache changed.)"""
     cache = tmp_path / "cache"
-    args = ("run", *SMALL, "--cache-dir", str(cache), "--processes", "1", "--modes", "mapped", "--quiet", "--no-report")
+    args = run_args(modes="mapped", cache=cache)
     run_harness(*args, out=tmp_path / "build", check_exit=0)
     for path in [cache, *cache.rglob("*")]:
         path.chmod(0o555 if path.is_dir() else 0o444)
@@ -194,9 +112,7 @@ def test_paths_with_spaces_and_non_ascii_characters(run_harness, tmp_path):
     HTML report all land where asked."""
     out = tmp_path / "résultats du jour" / "run ü 実験 🚀"
     cache = tmp_path / "cache ñ 模型"
-    outcome = run_harness(
-        "run", *SMALL, "--cache-dir", str(cache), "--processes", "1", "--quiet", out=out, check_exit=0
-    )
+    outcome = run_harness(*run_args(report=True, cache=cache), out=out, check_exit=0)
     rows = outcome.results()
     assert sorted(r.path_taken for r in rows) == ["heap", "mapped"]
     assert all(r.output_ok for r in rows)
@@ -224,7 +140,7 @@ def test_unusable_out_cache_or_history_path_is_one_line_exit_2(run_harness, tmp_
         "history-under-a-file": ["--history", str(blocker / "history.csv")],
         "history-is-a-folder": ["--history", str(tmp_path)],
     }.get(where, [])
-    outcome = run_harness("run", *SMALL, "--cache-dir", str(cache), "--processes", "1", "--quiet", *history, out=out)
+    outcome = run_harness(*run_args(*history, report=True, cache=cache), out=out)
     assert outcome.returncode == 2, outcome.stderr
     lines = outcome.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0] and "Traceback" not in outcome.stderr, outcome.stderr

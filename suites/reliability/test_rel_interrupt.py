@@ -13,7 +13,16 @@ import signal
 import time
 
 import pytest
-from rel_support import SMALL, assert_no_survivors, metadata, start_harness, stop, wait_for, worker_processes
+from rel_support import (
+    assert_no_survivors,
+    first_group_waiting,
+    metadata,
+    start_harness,
+    start_hung_run,
+    stop,
+    wait_for,
+    worker_processes,
+)
 
 from harness.core.schema import ResultRow
 from harness.core.tables import read_rows
@@ -24,25 +33,7 @@ WORKERS = 2
 
 
 def _start(out, model_cache, worker_timeout: str):
-    return start_harness(
-        [
-            "run",
-            *SMALL,
-            "--processes",
-            str(WORKERS),
-            "--modes",
-            "mapped,heap",
-            "--quiet",
-            "--no-report",
-            "--inject-worker-fault",
-            "0=hang",
-            "--worker-timeout",
-            worker_timeout,
-            "--out",
-            str(out),
-        ],
-        model_cache,
-    )
+    return start_hung_run(out, model_cache, processes=WORKERS, worker_timeout=worker_timeout, modes="mapped,heap")
 
 
 def _interrupted(proc, out, send) -> tuple[str, str, float]:
@@ -116,14 +107,10 @@ def test_harness_killed_outright_leaves_no_worker_behind(model_cache, tmp_path):
     its workers notice their parent is gone and exit (a hung one included), and the run
     folder never claims to be complete."""
     out = tmp_path / "run"
-    proc = _start(out, model_cache, "300")
-    try:
-        wait_for((out / "workers" / "cpu-mapped-n2-r0" / "w1.ready.json").exists, 60, "worker 1 ready", proc)
+    with first_group_waiting(out, model_cache, processes=WORKERS, modes="mapped,heap") as proc:
         assert len(worker_processes(out)) == WORKERS
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=15)
-    finally:
-        stop(proc)
     assert proc.returncode == -signal.SIGKILL
     assert_no_survivors(out, timeout=5)
     assert metadata(out)["status"] == "running"

@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from rel_support import SMALL, char_device_like_dev_null, run_quick
+from rel_support import char_device_like_dev_null, one_line_error, run_args, run_quick
 
 KINDS = ["dev-null", "fifo", "folder", "dangling-symlink", "symlink-to-dev-null"]
 
@@ -49,20 +49,13 @@ def _unchanged(path: Path, kind_bits: int) -> None:
 
 
 def _one_line_exit_2(proc, *expected):
-    assert proc.returncode == 2, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    for text in expected:
-        assert text in lines[0], lines[0]
+    one_line_error(proc, 2, *expected)
 
 
 @pytest.fixture(scope="module")
 def a_run(tmp_path_factory, model_cache):
     out = tmp_path_factory.mktemp("run") / "run"
-    proc = run_quick(
-        ["run", *SMALL, "--processes", "1", "--modes", "mapped", "--quiet", "--no-report", "--out", str(out)],
-        model_cache,
-    )
+    proc = run_quick(run_args(modes="mapped", out=out), model_cache)
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -71,23 +64,7 @@ def a_run(tmp_path_factory, model_cache):
 def test_run_history_refuses_what_is_not_a_regular_file(model_cache, tmp_path, kind):
     path, bits = _make(kind, tmp_path)
     cache, out = tmp_path / "cache", tmp_path / "run"
-    proc = run_quick(
-        [
-            "run",
-            *SMALL,
-            "--processes",
-            "1",
-            "--quiet",
-            "--cache-dir",
-            str(cache),
-            "--out",
-            str(out),
-            "--history",
-            str(path),
-        ],
-        model_cache,
-        timeout=120,
-    )
+    proc = run_quick(run_args("--history", str(path), report=True, cache=cache, out=out), model_cache, timeout=120)
     _one_line_exit_2(proc, "--history", str(path))
     _unchanged(path, bits)
     assert not cache.exists() and not out.exists()
@@ -128,11 +105,7 @@ def test_reused_out_refuses_a_previous_run_file_that_is_not_regular(model_cache,
     else:
         os.rename(made, out / name)
     cache = tmp_path / "cache"
-    proc = run_quick(
-        ["run", *SMALL, "--processes", "1", "--quiet", "--cache-dir", str(cache), "--out", str(out)],
-        model_cache,
-        timeout=120,
-    )
+    proc = run_quick(run_args(report=True, cache=cache, out=out), model_cache, timeout=120)
     _one_line_exit_2(proc, "--out", name)
     _unchanged(out / name, bits)
     assert not cache.exists()
@@ -148,20 +121,7 @@ def test_symlink_to_a_regular_history_is_followed(model_cache, tmp_path):
     link.symlink_to(real)
     for n in (1, 2):
         proc = run_quick(
-            [
-                "run",
-                *SMALL,
-                "--processes",
-                "1",
-                "--modes",
-                "mapped",
-                "--quiet",
-                "--out",
-                str(tmp_path / f"run{n}"),
-                "--history",
-                str(link),
-            ],
-            model_cache,
+            run_args("--history", str(link), modes="mapped", report=True, out=tmp_path / f"run{n}"), model_cache
         )
         assert proc.returncode == 0, proc.stderr
     assert link.is_symlink() and real.is_file()
@@ -223,11 +183,7 @@ def test_a_folder_with_someone_elses_metadata_or_results_is_not_cleaned(model_ca
     (out / "workers" / "pool.py").write_text("my code\n")
     (out / name).write_text(text)
     cache = tmp_path / "cache"
-    proc = run_quick(
-        ["run", *SMALL, "--processes", "1", "--quiet", "--cache-dir", str(cache), "--out", str(out)],
-        model_cache,
-        timeout=120,
-    )
+    proc = run_quick(run_args(report=True, cache=cache, out=out), model_cache, timeout=120)
     _one_line_exit_2(proc, "--out", "neither empty nor a run folder")
     assert (out / name).read_text() == text
     assert (out / "workers" / "pool.py").read_text() == "my code\n"
@@ -245,7 +201,7 @@ def test_reused_out_drops_the_previous_runs_logs_and_never_writes_through_a_syml
     shutil.copytree(a_run, out, ignore=shutil.ignore_patterns(".harness.lock"))
     (out / "logs").mkdir()
     (out / "logs" / "old-compile.log").write_text("a previous run's log\n")
-    args = ["run", *SMALL, "--processes", "1", "--modes", "mapped", "--quiet", "--no-report", "--out", str(out)]
+    args = run_args(modes="mapped", out=out)
     proc = run_quick(args, model_cache, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert not (out / "logs").exists(), "the previous run's logs/ is still there"

@@ -15,13 +15,10 @@ import json
 import resource
 import signal
 import subprocess
-import sys
 
 import psutil
 import pytest
-from rel_support import SMALL, assert_no_survivors, one_line_error, run_quick, stop, wait_for
-
-from conftest import ROOT, harness_env
+from rel_support import assert_no_survivors, first_group_waiting, one_line_error, run_args, run_quick
 
 pytestmark = pytest.mark.memory
 
@@ -30,53 +27,19 @@ pytestmark = pytest.mark.memory
 LONG_NAME = "run-" + "x" * 100
 
 
-def _start(args: list[str], model_cache) -> subprocess.Popen:
-    def child() -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of being killed, as on a full disk
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-    return subprocess.Popen(
-        [sys.executable, "-m", "harness", *args],
-        cwd=ROOT,
-        env=harness_env(model_cache),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=child,
-    )
+def _efbig_instead_of_sigxfsz() -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of being killed, as on a full disk
 
 
 def _while_the_first_group_waits(out, model_cache, squeeze, n: int = 2) -> tuple[subprocess.Popen, str, str]:
     """Start a run whose first group waits for a hung worker 0 (5 s); once the other workers
     are ready, apply ``squeeze(harness)``; return what the run did afterwards."""
-    proc = _start(
-        [
-            "run",
-            *SMALL,
-            "--processes",
-            str(n),
-            "--modes",
-            "mapped,heap",
-            "--quiet",
-            "--no-report",
-            "--inject-worker-fault",
-            "0=hang",
-            "--worker-timeout",
-            "5",
-            "--out",
-            str(out),
-        ],
-        model_cache,
+    waiting = first_group_waiting(
+        out, model_cache, processes=n, worker_timeout=5, modes="mapped,heap", preexec=_efbig_instead_of_sigxfsz
     )
-    try:
-        group = out / "workers" / f"cpu-mapped-n{n}-r0"
-        wait_for(lambda: all((group / f"w{i}.ready.json").exists() for i in range(1, n)), 60, "workers ready", proc)
+    with waiting as proc:
         squeeze(psutil.Process(proc.pid))
         stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        stop(proc)
     return proc, stdout, stderr
 
 
@@ -140,7 +103,7 @@ def _limit(kind: int, soft: int):
 def test_open_file_limit_too_small_for_the_group_is_refused_before_work(model_cache, tmp_path):
     cache, out = tmp_path / "cache", tmp_path / "run"
     proc = run_quick(
-        ["run", *SMALL, "--processes", "20", "--quiet", "--cache-dir", str(cache), "--out", str(out)],
+        run_args(processes=20, report=True, cache=cache, out=out),
         model_cache,
         preexec=_limit(resource.RLIMIT_NOFILE, 40),
     )
@@ -151,20 +114,7 @@ def test_open_file_limit_too_small_for_the_group_is_refused_before_work(model_ca
 def test_address_space_limit_too_small_for_the_weights_is_refused_before_work(model_cache, tmp_path):
     cache, out = tmp_path / "cache", tmp_path / "run"
     proc = run_quick(
-        [
-            "run",
-            "--model-size",
-            "2GiB",
-            "--modes",
-            "mapped",
-            "--processes",
-            "1",
-            "--quiet",
-            "--cache-dir",
-            str(cache),
-            "--out",
-            str(out),
-        ],
+        run_args(model=("--model-size", "2GiB"), modes="mapped", report=True, cache=cache, out=out),
         model_cache,
         preexec=_limit(resource.RLIMIT_AS, 1536 * 1024**2),
     )
@@ -178,9 +128,7 @@ def test_address_space_limit_too_small_for_a_worker_is_refused_before_work(model
     metadata says "complete" (before, only the parent's own size was counted)."""
     cache, out = tmp_path / "cache", tmp_path / "run"
     proc = run_quick(
-        ["run", *SMALL, "--processes", "1", "--quiet", "--cache-dir", str(cache), "--out", str(out)],
-        model_cache,
-        preexec=_limit(resource.RLIMIT_AS, 200 * 1024**2),
+        run_args(report=True, cache=cache, out=out), model_cache, preexec=_limit(resource.RLIMIT_AS, 200 * 1024**2)
     )
     one_line_error(proc, 2, "the address-space limit (ulimit -v) is 200.0 MiB", "for Python, onnxruntime")
     assert not cache.exists() and not out.exists()

@@ -20,7 +20,7 @@ import textwrap
 import time
 
 import pytest
-from rel_support import SMALL, metadata, run_quick, start_harness, stop, wait_for
+from rel_support import metadata, run_args, run_quick, start_harness, start_hung_run, stop, wait_for
 
 from conftest import ROOT, harness_env
 
@@ -53,7 +53,7 @@ APPEND_CHILD = textwrap.dedent(
 @pytest.fixture(scope="module")
 def a_run(tmp_path_factory, model_cache):
     out = tmp_path_factory.mktemp("run") / "run"
-    proc = run_quick(["run", *SMALL, "--processes", "1", "--quiet", "--no-report", "--out", str(out)], model_cache)
+    proc = run_quick(run_args(out=out), model_cache)
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -88,30 +88,7 @@ def test_concurrent_history_appends_lose_nothing(a_run, model_cache, tmp_path):
 def test_runs_started_together_without_out_get_their_own_folders(model_cache, tmp_path):
     """Four runs released at the same instant, all defaulting to results/run-<date>-<time>."""
     runs = 4
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "harness",
-                "run",
-                *SMALL,
-                "--processes",
-                "1",
-                "--modes",
-                "mapped",
-                "--quiet",
-                "--no-report",
-            ],
-            cwd=tmp_path,
-            env=harness_env(model_cache),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            stdin=subprocess.DEVNULL,
-        )
-        for _ in range(runs)
-    ]
+    procs = [start_harness(run_args(modes="mapped"), model_cache, cwd=tmp_path, new_session=False) for _ in range(runs)]
     outputs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0] * runs, outputs
     folders = sorted((tmp_path / "results").iterdir())
@@ -125,9 +102,7 @@ def test_runs_started_together_without_out_get_their_own_folders(model_cache, tm
 
 def test_reused_out_holds_only_the_new_runs_files(model_cache, tmp_path):
     out = tmp_path / "run"
-    first = run_quick(
-        ["run", *SMALL, "--processes", "1", "--modes", "mapped,heap", "--quiet", "--out", str(out)], model_cache
-    )
+    first = run_quick(run_args(modes="mapped,heap", report=True, out=out), model_cache)
     assert first.returncode == 0 and (out / "report.html").is_file()
     (out / "my-notes.txt").write_text("kept: not a file a run writes")
     # what a previous qnn run leaves: its compiler's log, copied into logs/
@@ -135,10 +110,7 @@ def test_reused_out_holds_only_the_new_runs_files(model_cache, tmp_path):
     (out / "logs" / "model-htp-compile.log").write_text("a previous run's QNN compile log")
     started = metadata(out)["run"]["started"]
     time.sleep(1.1)  # a different start second, so the metadata tells the runs apart
-    second = run_quick(
-        ["run", *SMALL, "--processes", "1", "--modes", "mapped", "--quiet", "--no-report", "--out", str(out)],
-        model_cache,
-    )
+    second = run_quick(run_args(modes="mapped", out=out), model_cache)
     assert second.returncode == 0, second.stderr
     assert not (out / "report.html").exists(), "the previous run's report is still there"
     assert not (out / "logs").exists(), "the previous run's logs/ is still there"
@@ -150,28 +122,10 @@ def test_reused_out_holds_only_the_new_runs_files(model_cache, tmp_path):
 
 def test_a_second_run_into_a_folder_being_written_is_refused(model_cache, tmp_path):
     out = tmp_path / "run"
-    first = start_harness(
-        [
-            "run",
-            *SMALL,
-            "--processes",
-            "1",
-            "--modes",
-            "mapped",
-            "--quiet",
-            "--no-report",
-            "--inject-worker-fault",
-            "0=hang",
-            "--worker-timeout",
-            "300",
-            "--out",
-            str(out),
-        ],
-        model_cache,
-    )
+    first = start_hung_run(out, model_cache, processes=1, worker_timeout=300, modes="mapped")
     try:
         wait_for((out / "workers" / "cpu-mapped-n1-r0" / "w0.spec.json").exists, 60, "the first run's group", first)
-        second = run_quick(["run", *SMALL, "--processes", "1", "--quiet", "--out", str(out)], model_cache)
+        second = run_quick(run_args(report=True, out=out), model_cache)
         assert second.returncode == 2, second.stderr
         assert "another harness run is writing there" in second.stderr
         assert len(second.stderr.strip().splitlines()) == 1

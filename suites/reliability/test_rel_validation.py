@@ -14,35 +14,23 @@ import contextlib
 import time
 
 import pytest
-from rel_support import SMALL, assert_usage_error, unwritable
+from rel_support import assert_usage_error, matmul_model, run_args, unwritable
 
 #: A usage error must cost seconds (a harness start-up), not a model build or a sweep.
 MAX_SECONDS = 30
 
 
 def _tiny_model(path):
+    """y = x @ W, W 32x32 fp32, x with a dynamic batch dimension."""
     import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
 
-    w = numpy_helper.from_array(np.ones((32, 32), np.float32), "W")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["y"])],
-        "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 32])],
-        [w],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    onnx.save(model, str(path))
-    return path
+    return matmul_model(path, np.ones((32, 32), np.float32), batch="batch")
 
 
 def _refused_before_work(run_harness, tmp_path, *args, expected=()):
     cache = tmp_path / "cache"
     t0 = time.monotonic()
-    outcome = run_harness("run", *SMALL, "--processes", "1", "--quiet", "--cache-dir", str(cache), *args)
+    outcome = run_harness(*run_args(*args, report=True, cache=cache))
     line = assert_usage_error(outcome, *expected)
     assert time.monotonic() - t0 < MAX_SECONDS
     assert not cache.exists(), "a model was built before the input was refused"
@@ -110,19 +98,7 @@ def test_gates_file_with_bom_and_crlf_is_accepted(run_harness, tmp_path):
 
     path = tmp_path / "gates.txt"
     path.write_bytes("\ufefffailed_workers==0\r\n# comment\r\nfallback_workers==0 # trailing\r\n".encode())
-    outcome = run_harness(
-        "run",
-        *SMALL,
-        "--processes",
-        "1",
-        "--modes",
-        "mapped",
-        "--quiet",
-        "--no-report",
-        "--gates-file",
-        str(path),
-        check_exit=0,
-    )
+    outcome = run_harness(*run_args("--gates-file", str(path), modes="mapped"), check_exit=0)
     meta = json.loads((outcome.out / "metadata.json").read_text())
     assert meta["gates"] == ["failed_workers==0", "fallback_workers==0"]
 
@@ -178,7 +154,7 @@ def test_out_that_is_not_a_run_folder_is_refused_and_left_alone(run_harness, tmp
     (out / "thesis.tex").write_text("years of work")
     (out / "report.html").write_text("my own report")
     cache = tmp_path / "cache"
-    outcome = run_harness("run", *SMALL, "--processes", "1", "--quiet", "--cache-dir", str(cache))
+    outcome = run_harness(*run_args(report=True, cache=cache))
     assert outcome.returncode == 2, outcome.stderr
     assert "neither empty nor a run folder of this harness" in outcome.stderr
     assert len(outcome.stderr.strip().splitlines()) == 1
@@ -189,7 +165,7 @@ def test_out_that_is_not_a_run_folder_is_refused_and_left_alone(run_harness, tmp
 
 def test_out_inside_the_model_cache_is_refused(run_harness, tmp_path):
     cache = tmp_path / "cache"
-    outcome = run_harness("run", *SMALL, "--processes", "1", "--quiet", "--cache-dir", str(cache), out=cache / "my-run")
+    outcome = run_harness(*run_args(report=True, cache=cache), out=cache / "my-run")
     assert outcome.returncode == 2, outcome.stderr
     assert "overlap" in outcome.stderr and len(outcome.stderr.strip().splitlines()) == 1
     assert not cache.exists()
@@ -200,16 +176,7 @@ def test_shape_no_machine_could_allocate_is_refused_before_work(run_harness, tmp
     cache = tmp_path / "cache"
     t0 = time.monotonic()
     outcome = run_harness(
-        "run",
-        "--model",
-        str(model),
-        "--shape",
-        "x=100000000x100000000",
-        "--processes",
-        "1",
-        "--quiet",
-        "--cache-dir",
-        str(cache),
+        *run_args("--shape", "x=100000000x100000000", model=("--model", str(model)), report=True, cache=cache)
     )
     assert_usage_error(outcome, "--shape x=100000000x100000000", "1e+16 elements", "is available")
     assert time.monotonic() - t0 < MAX_SECONDS
