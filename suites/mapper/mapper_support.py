@@ -200,6 +200,32 @@ def run_child(code: str, *args: str, timeout: float = 30) -> subprocess.Complete
     )
 
 
+#: Child-code preamble: ``path`` is argv[1], ``m`` is mapper_impl, and the address-space limit
+#: leaves 16 MiB above what the interpreter already uses: room for Python, not for a 64 MiB
+#: mapping or copy. RLIMIT_AS is enforced on Linux only.
+LITTLE_ADDRESS_SPACE = """
+    import resource, sys
+    import mapper_impl as m
+    path = sys.argv[1]
+    with open("/proc/self/status") as f:
+        vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    limit = vm + 16 * 2**20   # room for Python, not for a 64 MiB copy
+    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+"""
+
+
+def run_with_little_address_space(code: str, folder: Path) -> tuple[Path, list[str]]:
+    """Run ``code`` (indented as `LITTLE_ADDRESS_SPACE`, which it follows) in a child on a sparse
+    64 MiB file in ``folder``, so the limit touches nothing else; the child must exit 0.
+    Returns the file and the child's stdout lines."""
+    path = folder / "big.bin"
+    with open(path, "wb") as f:
+        f.truncate(64 * 2**20)
+    result = run_child(LITTLE_ADDRESS_SPACE + code, str(path))
+    assert result.returncode == 0, result.stderr
+    return path, result.stdout.splitlines()
+
+
 class CountingMapper(FileMapper):
     """The platform's real mapper (POSIX mmap or Windows kernel32), counting how often a load
     asks it to map."""

@@ -16,7 +16,7 @@ import pytest
 from mapper_support import (  # noqa: F401 (stats_guard: autouse fixture)
     assert_clean,
     open_handle_count,
-    run_child,
+    run_with_little_address_space,
     stats_guard,
     write_file,
 )
@@ -130,13 +130,6 @@ def test_heap_read_failure_after_mapping_failure(weights_file):
 
 
 MEMORY_ERROR_CHILD = """
-    import resource, sys
-    import mapper_impl as m
-    path = sys.argv[1]
-    with open("/proc/self/status") as f:
-        vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
-    limit = vm + 16 * 2**20   # room for Python, not for a 64 MiB copy
-    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
     try:
         m.load_weights(path, faults=m.FaultPlan(map_failures=1))
     except m.HeapReadError as err:
@@ -154,12 +147,7 @@ def test_heap_memory_error_keeps_the_mapping_errors(tmp_path):
     """A real MemoryError (the address-space limit refuses the 64 MiB copy) after a mapping
     failure is a HeapReadError that still carries the mapping error (issue 11), in a child so
     the limit touches nothing else."""
-    path = tmp_path / "big.bin"
-    with open(path, "wb") as f:
-        f.truncate(64 * 2**20)
-    result = run_child(MEMORY_ERROR_CHILD, str(path))
-    assert result.returncode == 0, result.stderr
-    first, clean = result.stdout.splitlines()
+    _, (first, clean) = run_with_little_address_space(MEMORY_ERROR_CHILD, tmp_path)
     chain, message = first.split("|")
     assert chain == "HeapReadError>HeapReadError>MemoryError"
     assert "no memory for a 67108864-byte copy" in message

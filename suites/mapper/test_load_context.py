@@ -16,7 +16,7 @@ from mapper_support import (  # noqa: F401 (stats_guard: autouse fixture)
     CountingMapper,
     assert_clean,
     data_address,
-    run_child,
+    run_with_little_address_space,
     settled_stats,
     stats_guard,
     write_file,
@@ -71,6 +71,12 @@ class Recorder:
         if len(self.calls) in self.fail_on:
             raise self.error(f"create call {len(self.calls)} failed")
         return ("value", len(self.calls))
+
+
+def _mapped(path, **options) -> LoadedContext:
+    """``load_context`` of REGIONS with mapping on and a fresh `Recorder`: most tests here vary
+    only the faults and the policy."""
+    return load_context(path, REGIONS, Recorder(), disable_file_mapped_weights="0", **options)
 
 
 @pytest.fixture
@@ -188,12 +194,10 @@ def test_opt_in_retry_of_the_map_stage(weights_file):
     errors kept; without it the first failure falls back."""
     path, _ = weights_file
     plan = FaultPlan(map_failures=2)
-    with load_context(
-        path, REGIONS, Recorder(), disable_file_mapped_weights="0", faults=plan, retry=RetryPolicy(max_attempts=3)
-    ) as ctx:
+    with _mapped(path, faults=plan, retry=RetryPolicy(max_attempts=3)) as ctx:
         assert (ctx.path_taken, ctx.map_attempts, ctx.attempts) == ("mapped", 3, 1)
         assert [e.message.split(":")[0] for e in ctx.errors] == ["attempt 1", "attempt 2"]
-    with load_context(path, REGIONS, Recorder(), disable_file_mapped_weights="0", faults=plan) as ctx:
+    with _mapped(path, faults=plan) as ctx:
         assert (ctx.path_taken, ctx.fallback_stage, ctx.map_attempts) == ("fallback", "map", 1)
     assert_clean()
 
@@ -245,12 +249,6 @@ def test_memory_error_in_the_direct_create_keeps_the_mapped_error(weights_file):
 
 
 MEMORY_ERROR_CHILD = """
-    import resource, sys
-    import mapper_impl as m
-    path = sys.argv[1]
-    with open("/proc/self/status") as f:
-        vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
-    resource.setrlimit(resource.RLIMIT_AS, (vm + 16 * 2**20, resource.getrlimit(resource.RLIMIT_AS)[1]))
     try:
         m.load_context(path, [(0, 10)], lambda w, v: None, disable_file_mapped_weights="0")
     except m.ContextLoadError as err:
@@ -265,12 +263,7 @@ def test_real_address_space_exhaustion_keeps_both_errors(tmp_path):
     64 MiB mapping nor a 64 MiB copy, mmap fails (ENOMEM) and then the direct read's
     allocation fails (MemoryError); the error names both, in order. In a child, so the limit
     touches nothing else."""
-    path = tmp_path / "big.bin"
-    with open(path, "wb") as f:
-        f.truncate(64 * 2**20)
-    result = run_child(MEMORY_ERROR_CHILD, str(path))
-    assert result.returncode == 0, result.stderr
-    message, clean = result.stdout.splitlines()
+    path, (message, clean) = run_with_little_address_space(MEMORY_ERROR_CHILD, tmp_path)
     mapped, direct = message.split("; ")
     assert mapped.startswith(f"cannot load {path}: mapped map: attempt 1: mmap of {path} failed")
     assert "Cannot allocate memory" in mapped
@@ -284,14 +277,7 @@ def test_no_fallback_raises_after_cleaning_up(weights_file, direct_reads):
     path, _ = weights_file
     for stage in STAGES:
         with pytest.raises(ContextLoadError) as info:
-            load_context(
-                path,
-                REGIONS,
-                Recorder(),
-                disable_file_mapped_weights="0",
-                faults=FaultPlan(**{f"{stage}_failures": 1}),
-                fallback_to_heap=False,
-            )
+            _mapped(path, faults=FaultPlan(**{f"{stage}_failures": 1}), fallback_to_heap=False)
         assert info.value.failed_stage == stage
         assert [(e.attempt, e.stage) for e in info.value.errors] == [("mapped", stage)]
         assert_clean()
@@ -304,23 +290,11 @@ def test_upstream_strictness_map_failure_is_fatal(weights_file, direct_reads):
     path, _ = weights_file
     assert UPSTREAM_FALLBACK_STAGES == {"register", "create"}
     with pytest.raises(ContextLoadError) as info:
-        load_context(
-            path,
-            REGIONS,
-            Recorder(),
-            disable_file_mapped_weights="0",
-            faults=FaultPlan(map_failures=1),
-            fallback_stages=UPSTREAM_FALLBACK_STAGES,
-        )
+        _mapped(path, faults=FaultPlan(map_failures=1), fallback_stages=UPSTREAM_FALLBACK_STAGES)
     assert info.value.failed_stage == "map" and direct_reads == []
     for stage in ("register", "create"):
-        with load_context(
-            path,
-            REGIONS,
-            Recorder(),
-            disable_file_mapped_weights="0",
-            faults=FaultPlan(**{f"{stage}_failures": 1}),
-            fallback_stages=UPSTREAM_FALLBACK_STAGES,
+        with _mapped(
+            path, faults=FaultPlan(**{f"{stage}_failures": 1}), fallback_stages=UPSTREAM_FALLBACK_STAGES
         ) as ctx:
             assert (ctx.path_taken, ctx.fallback_stage) == ("fallback", stage)
     assert len(direct_reads) == 2
@@ -335,9 +309,7 @@ def test_deregister_fault_is_swept_at_teardown(weights_file):
     kept, and the same teardown's sweep deregisters it: stats clean after close(), the
     failure recorded."""
     path, _ = weights_file
-    ctx = load_context(
-        path, REGIONS, Recorder(), disable_file_mapped_weights="0", faults=FaultPlan(deregister_failures=1)
-    )
+    ctx = _mapped(path, faults=FaultPlan(deregister_failures=1))
     assert ctx.path_taken == "mapped" and stats().dma_registrations == 3
     ctx.close()
     assert [(e.attempt, e.stage) for e in ctx.errors] == [("teardown", "deregister")]
@@ -352,7 +324,7 @@ def test_failed_attempt_deregistration_is_kept_and_pins_the_mapping(weights_file
     fallback context lives, and its teardown sweep deregisters it: stats clean."""
     path, _ = weights_file
     plan = FaultPlan(create_failures=1, deregister_failures=1)
-    ctx = load_context(path, REGIONS, Recorder(), disable_file_mapped_weights="0", faults=plan)
+    ctx = _mapped(path, faults=plan)
     assert (ctx.path_taken, ctx.fallback_stage) == ("fallback", "create")
     assert ctx.pending_deregistrations == 1
     snapshot = settled_stats()
@@ -369,9 +341,7 @@ def test_stubborn_deregistrations_are_retried_by_later_sweeps(weights_file):
     pending); the next close sweeps (7th fails, 2 succeed: 1 pending); the next one succeeds.
     Each sweep is counted and deterministic; the stats say what is left."""
     path, _ = weights_file
-    ctx = load_context(
-        path, REGIONS, Recorder(), disable_file_mapped_weights="0", faults=FaultPlan(deregister_failures=7)
-    )
+    ctx = _mapped(path, faults=FaultPlan(deregister_failures=7))
     pending = []
     for _ in range(3):
         ctx.close()
@@ -385,9 +355,7 @@ def test_a_context_dropped_without_close_is_torn_down(weights_file):
     """Dropping a LoadedContext without close() runs its teardown (as upstream's destructor):
     registrations deregistered, mapping released; leftovers are swept by sweep_registrations."""
     path, _ = weights_file
-    ctx = load_context(
-        path, REGIONS, Recorder(), disable_file_mapped_weights="0", faults=FaultPlan(deregister_failures=6)
-    )
+    ctx = _mapped(path, faults=FaultPlan(deregister_failures=6))
     assert stats().dma_registrations == 3
     del ctx
     snapshot = settled_stats()
@@ -480,9 +448,7 @@ def test_disable_is_per_file_and_per_context(weights_file, tmp_path):
         load_context(other, REGIONS, Recorder(), disable_file_mapped_weights="0") as b,
     ):
         assert (a.path_taken, b.path_taken) == ("heap", "mapped")
-    with load_context(
-        path, REGIONS, Recorder(), disable_file_mapped_weights="0", faults=FaultPlan(create_failures=1)
-    ) as failed:
+    with _mapped(path, faults=FaultPlan(create_failures=1)) as failed:
         assert failed.path_taken == "fallback"
         with (
             load_context(other, REGIONS, Recorder(), disable_file_mapped_weights="0") as b,
@@ -499,7 +465,7 @@ def test_m_contexts_share_one_mapping(weights_file):
     regions registrations, views at the same addresses; closing them one by one unmaps at
     the last."""
     path, _ = weights_file
-    contexts = [load_context(path, REGIONS, Recorder(), disable_file_mapped_weights="0") for _ in range(6)]
+    contexts = [_mapped(path) for _ in range(6)]
     assert shared_users(str(path)) == 6
     snapshot = stats()
     assert (snapshot.live_mappings, snapshot.mapped_bytes, snapshot.dma_registrations) == (1, SIZE, 18)
@@ -631,7 +597,7 @@ def test_stage_error_and_context_repr(weights_file):
     and stage."""
     assert str(StageError("mapped", "create", "RuntimeError: boom")) == "mapped create: RuntimeError: boom"
     path, _ = weights_file
-    ctx = load_context(path, REGIONS, Recorder(), disable_file_mapped_weights="0", faults=FaultPlan(create_failures=1))
+    ctx = _mapped(path, faults=FaultPlan(create_failures=1))
     assert "path_taken=fallback fallback_stage=create" in repr(ctx)
     assert ctx.error_text.startswith("mapped create: InjectedCreateError: ")
     ctx.close()

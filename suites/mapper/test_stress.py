@@ -20,6 +20,7 @@ from mapper_support import (  # noqa: F401 (stats_guard: autouse fixture)
     write_file,
 )
 
+from conftest import kill_unfinished
 from mapper_impl import FileAccessError, RegionError, load_weights, shared_users
 
 SIZE = 16 * GRANULARITY + 1234
@@ -217,10 +218,7 @@ def test_several_processes_map_one_file_at_once(tmp_path):
         ]
         results = [child.communicate(input="go\n", timeout=30) for child in children]
     finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
+        kill_unfinished(children)
     for child, (out, err) in zip(children, results, strict=True):
         assert child.returncode == 0, err
         assert out.strip() == "ok"

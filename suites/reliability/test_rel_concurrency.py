@@ -13,7 +13,7 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import ROOT
+from conftest import ROOT, kill_unfinished
 
 PROCESSES = 4
 THREADS = 12
@@ -110,10 +110,7 @@ def test_processes_and_threads_share_one_file(tmp_path):
             child.stdin.flush()
         results = [child.communicate(timeout=120) for child in children]
     finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
+        kill_unfinished(children)
     for child, (out, err) in zip(children, results, strict=True):
         assert child.returncode == 0, err
         report = json.loads(out.strip().splitlines()[-1])
