@@ -310,13 +310,7 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="kill a worker not ready after this many seconds",
     )
-    run.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: a new results/run-<time>/)")
-    run.add_argument(
-        "--cache-dir",
-        type=Path,
-        metavar="DIR",
-        help="model cache (default: $HARNESS_CACHE_DIR or ~/.cache/qnn-fmw-harness)",
-    )
+    _add_folder_arguments(run, "run")
     run.add_argument(
         "--gate",
         action="append",
@@ -356,6 +350,19 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
         "--inject-worker-fault", type=_worker_fault, action="append", default=[], help=argparse.SUPPRESS
     )  # reliability suites: make worker I crash/hang/raise
     _add_target_options(run)
+
+
+def _add_folder_arguments(parser: argparse.ArgumentParser, kind: str) -> None:
+    """--out and --cache-dir, the same for `run` and `bench`: only the default folder's name differs."""
+    parser.add_argument(
+        "--out", type=Path, metavar="DIR", help=f"output folder (default: a new results/{kind}-<time>/)"
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="model cache (default: $HARNESS_CACHE_DIR or ~/.cache/qnn-fmw-harness)",
+    )
 
 
 def _add_cache_parser(sub: Any) -> None:
@@ -418,13 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="repeats (count); criteria use the median over them: single ms-scale init times on a "
         "2-core machine are noisy",
     )
-    bench.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: a new results/bench-<time>/)")
-    bench.add_argument(
-        "--cache-dir",
-        type=Path,
-        metavar="DIR",
-        help="model cache (default: $HARNESS_CACHE_DIR or ~/.cache/qnn-fmw-harness)",
-    )
+    _add_folder_arguments(bench, "bench")
     bench.add_argument("--quiet", action="store_true", help="no progress on stderr")
     sub.add_parser(
         "report",
