@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 from dataclasses import replace
 
+from harness_support import group_spec
+
 from harness.console import make_console, print_judgement
 from harness.core.rundata import RunData
 from harness.core.schema import ResultRow
@@ -69,24 +71,7 @@ def test_progress_prints_worker_errors_verbatim(capsys):
     progress = Progress()
     progress.console.file = io.StringIO()
     result = GroupResult(_rows(), None)
-    progress.group_started(0, 1, replace_group())
-    progress.group_finished(0, 1, replace_group(), result)
+    progress.group_started(0, 1, group_spec("heap"))
+    progress.group_finished(0, 1, group_spec("heap"), result)
     text = progress.console.file.getvalue()
     assert ERROR in text and "1 failed" in text and "[1/1]" in text
-
-
-def replace_group():
-    from pathlib import Path
-
-    from harness.runner.group import GroupSpec
-
-    return GroupSpec(
-        target="cpu",
-        mode="heap",
-        processes=2,
-        sessions_per_process=1,
-        repeat=0,
-        model_folder=Path("."),
-        workdir=Path("."),
-        worker_timeout_s=1.0,
-    )

@@ -7,23 +7,14 @@ import io
 import re
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from harness_support import group_spec
 
-from harness.runner.group import GroupResult, GroupSpec
+from harness.runner.group import GroupResult
 from harness.runner.progress import Progress
 
-GROUP = GroupSpec(
-    target="cpu",
-    mode="mapped",
-    processes=2,
-    sessions_per_process=1,
-    repeat=0,
-    model_folder=Path("."),
-    workdir=Path("."),
-    worker_timeout_s=1.0,
-)
+GROUP = group_spec()
 
 
 def plain() -> Progress:
