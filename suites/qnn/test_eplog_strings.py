@@ -44,6 +44,17 @@ VERSION = installed_version()
 needs_qnn = pytest.mark.skipif(VERSION is None, reason="onnxruntime-qnn is not installed")
 
 
+def _extract_strings(path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """The module's command line, ``--extract-strings PATH``, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "harness.targets.qnn.epstrings", "--extract-strings", str(path), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+    )
+
+
 def _fixture(platform: str) -> StringsList:
     path = find_fixture(VERSION, platform)
     if path is None:
@@ -139,13 +150,7 @@ def test_cli_writes_the_fixture(tmp_path: Path) -> None:
     lib = installed_library()
     platform = WIN if lib.suffix == ".dll" else LINUX
     out = tmp_path / "strings.txt"
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness.targets.qnn.epstrings", "--extract-strings", str(lib), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    proc = _extract_strings(lib, "--out", str(out), timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""  # no unclassified string, no stale pattern
     assert out.read_text() == Path(find_fixture(VERSION, platform)).read_text()
@@ -156,13 +161,7 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     if name != "missing.whl":
         path.write_bytes(b"not a wheel")
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness.targets.qnn.epstrings", "--extract-strings", str(path)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
+    proc = _extract_strings(path)
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
 
 
@@ -170,13 +169,7 @@ def test_wheel_without_the_library_is_an_error(tmp_path: Path) -> None:
     whl = tmp_path / "onnxruntime_qnn-9.9.9-cp311-cp311-win_arm64.whl"
     with zipfile.ZipFile(whl, "w") as z:
         z.writestr("onnxruntime_qnn/__init__.py", "")
-    proc = subprocess.run(
-        [sys.executable, "-m", "harness.targets.qnn.epstrings", "--extract-strings", str(whl)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    )
+    proc = _extract_strings(whl)
     assert proc.returncode == 2 and "no onnxruntime_providers_qnn.dll inside" in proc.stderr
 
 
