@@ -599,18 +599,10 @@ def render_test_session(folders: list[str], out: Path, records: list[Any], count
 
 
 def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
-    from harness.runner.progress import Progress
-    from harness.runner.sweep import execute
-
     opts = _options(ns, argv)
     if ns.history is not None:
         check_history_path(ns.history, opts.out)
-    progress = Progress(quiet=ns.quiet)
-    _interrupt_on_sigterm()
-    try:
-        outcome = execute(opts, progress)
-    finally:
-        progress.close()
+    outcome = _execute(opts, quiet=ns.quiet)
     try:
         _say_interrupted(outcome)
         show_outcomes = opts.repeat > 1 or any(k in opts.target_options for k in ("fault", "map_failures"))
@@ -624,6 +616,20 @@ def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
     return judgement.exit_code
 
 
+def _execute(opts: Any, *, quiet: bool) -> Any:
+    """The sweep of a run or bench, interruptible by SIGTERM/SIGHUP as by Ctrl-C, with its
+    progress on stderr, which is closed however the sweep ends."""
+    from harness.runner.progress import Progress
+    from harness.runner.sweep import execute
+
+    _interrupt_on_sigterm()
+    progress = Progress(quiet=quiet)
+    try:
+        return execute(opts, progress)
+    finally:
+        progress.close()
+
+
 def _say_interrupted(outcome: Any) -> None:
     """The one stderr line of an interrupted run or bench (--quiet included): where the
     partial results are."""
@@ -633,8 +639,7 @@ def _say_interrupted(outcome: Any) -> None:
 
 def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
     from harness.bench import bench_options, write_bench_json
-    from harness.runner.progress import Progress
-    from harness.runner.sweep import command_line, execute
+    from harness.runner.sweep import command_line
 
     opts = bench_options(
         model_size=ns.model_size,
@@ -644,12 +649,7 @@ def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
         cache_dir=ns.cache_dir,
         command=command_line(argv),
     )
-    _interrupt_on_sigterm()
-    progress = Progress(quiet=ns.quiet)
-    try:
-        outcome = execute(opts, progress)
-    finally:
-        progress.close()
+    outcome = _execute(opts, quiet=ns.quiet)
     try:
         _say_interrupted(outcome)
         judgement = report_run(outcome.out, history=None, render=bool(outcome.rows), outcomes=False, kind="bench")
