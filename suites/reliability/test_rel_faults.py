@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from rel_support import SMALL, assert_no_survivors
+from rel_support import SMALL, assert_no_survivors, run_args
 
 pytestmark = pytest.mark.memory
 
@@ -19,19 +19,7 @@ WORKERS = 2
 
 
 def _run(run_harness, *args: str, modes: str = "mapped"):
-    outcome = run_harness(
-        "run",
-        *SMALL,
-        "--processes",
-        str(WORKERS),
-        "--modes",
-        modes,
-        "--quiet",
-        "--no-report",
-        *args,
-        check_exit=0,
-        timeout=180,
-    )
+    outcome = run_harness(*run_args(*args, processes=WORKERS, modes=modes), check_exit=0, timeout=180)
     assert_no_survivors(outcome.out)
     return outcome, outcome.results()
 

@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 import pytest
-from rel_support import assert_no_survivors, start_harness, stop, wait_for
+from rel_support import assert_no_survivors, run_args, start_harness, stop, wait_for
 
 from harness.core.schema import ResultRow, SummaryRow
 from harness.core.tables import read_rows
@@ -31,18 +31,8 @@ WEIGHTS = "128MiB"
 
 
 def test_samples_that_contradict_their_mode_are_flagged_and_kept_out(run_harness):
-    outcome = run_harness(
-        "run",
-        "--model-size",
-        WEIGHTS,
-        "--processes",
-        "2",
-        "--quiet",
-        "--inject-worker-fault",
-        "0=drop-weight-pages",
-        "--gate",
-        "mapped_uss_ratio<=1",
-    )
+    fault_and_gate = ("--inject-worker-fault", "0=drop-weight-pages", "--gate", "mapped_uss_ratio<=1")
+    outcome = run_harness(*run_args(*fault_and_gate, model=("--model-size", WEIGHTS), processes=2, report=True))
     assert outcome.returncode == 1, outcome.stdout + outcome.stderr
     rows = {(r.mode, r.worker): r for r in outcome.results()}
     assert all(r.output_ok and not r.error for r in rows.values()), "the workers themselves were fine"

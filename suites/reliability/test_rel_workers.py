@@ -10,7 +10,7 @@ import time
 
 import psutil
 import pytest
-from rel_support import SMALL, assert_no_survivors, assert_usage_error
+from rel_support import SMALL, assert_no_survivors, assert_usage_error, run_args
 
 WORKERS = 3
 
@@ -29,18 +29,7 @@ def test_one_failing_worker_is_recorded_and_the_run_completes(run_harness, tmp_p
     out = tmp_path / "run"
     t0 = time.monotonic()
     outcome = run_harness(
-        "run",
-        *SMALL,
-        "--processes",
-        str(WORKERS),
-        "--modes",
-        "mapped",
-        "--quiet",
-        "--no-report",
-        "--worker-timeout",
-        "3",
-        "--inject-worker-fault",
-        f"0={fault}",
+        *run_args("--worker-timeout", "3", "--inject-worker-fault", f"0={fault}", processes=WORKERS, modes="mapped"),
         out=out,
         timeout=120,
     )
