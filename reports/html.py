@@ -185,7 +185,9 @@ def _tests_summary(tests: Sequence[TestRecord], counts: dict[str, int] | None) -
     counts = dict(counts or Counter(t.outcome for t in tests))
     failed = counts.get("failed", 0) + counts.get("error", 0)
     text = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) or "no test ran"
-    return {"records": list(tests), "text": text, "failed": failed, "badge": "fail" if failed else "pass"}
+    # "pass" needs a test that passed: a session of skips alone shows no pass badge
+    badge = "fail" if failed else "pass" if counts.get("passed") else "incomplete"
+    return {"records": list(tests), "text": text, "failed": failed, "badge": badge}
 
 
 def _ensure_long_csv(run: RunData) -> None:

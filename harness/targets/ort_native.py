@@ -56,9 +56,25 @@ class OrtNativeTarget(Target):
                 record.load_s += t1 - t0
                 record.create_s += t2 - t1
             live.add_group(group)
-        record.path_taken = "heap" if spec.mode == "heap" else "mapped"
+        record.path_taken = "heap" if spec.mode == "heap" else mapped_by_ort([m.weights_path for m in models])
         record.weights_bytes = sum(m.weights_bytes for m in models)
         return live
+
+
+def mapped_by_ort(paths: list) -> str:
+    """ "mapped" only when this process's own memory maps show every weights file mapped (ORT
+    decides by itself whether to map external data; nothing else proves it did), "unknown"
+    when a file is not there or the maps cannot be read."""
+    import os
+
+    try:
+        import psutil
+
+        seen = {os.path.normcase(m.path) for m in psutil.Process().memory_maps(grouped=True)}
+    except Exception:  # psutil cannot read the maps here: no evidence either way
+        return "unknown"
+    wanted = {os.path.normcase(str(p.resolve())) for p in paths}
+    return "mapped" if wanted <= seen else "unknown"
 
 
 TARGET = OrtNativeTarget()
