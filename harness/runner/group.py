@@ -9,7 +9,6 @@ exception) is data in its row: it never aborts the run, and no child outlives th
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from harness.core.files import read_json
 from harness.core.schema import ResultRow, disable_flag
 from harness.runner.memory import MemorySample, implausible, sample_process, system_available_bytes
 from harness.runner.resources import describe
-from harness.runner.spawn import KillOnCloseJob, worker_interpreter, worker_pid_in_tree
+from harness.runner.spawn import KillOnCloseJob, python_child, worker_pid_in_tree
 from harness.runner.spec import WorkerRecord, WorkerSpec
 
 POLL_S = 0.02
@@ -34,10 +33,6 @@ EventCallback = Callable[[int, str, str], None]
 
 def _no_event(worker: int, state: str, detail: str = "") -> None:
     pass
-
-
-#: The folder holding the ``harness`` package this process runs (a checkout or site-packages).
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -121,7 +116,7 @@ def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob) -> _Worker:
     for stale in (spec.ready_path, spec.result_path):  # from an earlier run into the same --out:
         Path(stale).unlink(missing_ok=True)  # a leftover "ready" would end the barrier early
     spec.write(Path(f"{stem}.spec.json"))
-    interpreter, env = worker_interpreter()
+    command, env = python_child("harness.runner.worker", f"{stem}.spec.json")
     cwd = group.workdir / f"w{index}"
     try:
         cwd.mkdir(exist_ok=True)
@@ -130,12 +125,12 @@ def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob) -> _Worker:
         raise SpawnError(describe(err, f"opening the log of worker {index} of {group.workdir.name}")) from err
     try:
         proc = subprocess.Popen(
-            [interpreter, "-m", "harness.runner.worker", f"{stem}.spec.json"],
+            command,
             stdin=subprocess.PIPE,
             stdout=log_file,
             stderr=subprocess.STDOUT,
             cwd=str(cwd),
-            env=worker_environment(env),
+            env=env,  # each worker runs in its own folder of the run (cwd): relative EP output lands there
         )
     except OSError as err:
         log_file.close()
@@ -145,17 +140,6 @@ def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob) -> _Worker:
         raise
     job.add(getattr(proc, "_handle", 0))
     return _Worker(index, spec, proc, log_file)
-
-
-def worker_environment(env: dict[str, str] | None) -> dict[str, str]:
-    """The worker's environment: this harness's own package first on PYTHONPATH, so the worker
-    imports the very code that started it whatever folder it runs in. Each worker runs in its
-    own folder of the run (``workers/<group>/w<i>/``): files an EP or a provider option writes
-    to a relative path (profiles, QNN saver output) land in the run, never in the harness's
-    checkout or the user's folder, and nothing there can shadow the package."""
-    env = dict(os.environ if env is None else env)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p)
-    return env
 
 
 def _wait_until_ready(workers: list[_Worker], timeout_s: float, on_event: EventCallback = _no_event) -> None:

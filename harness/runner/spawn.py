@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 
 def _path_eq(a: str, b: str, platform: str) -> bool:
@@ -47,6 +48,21 @@ def worker_interpreter(
         env["__PYVENV_LAUNCHER__"] = executable
         return base_executable, env
     return executable, None
+
+
+#: The folder holding the ``harness`` package this process runs (a checkout or site-packages).
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+
+def python_child(module: str, *args: str) -> tuple[list[str], dict[str, str]]:
+    """(command, environment) to run ``python -m module args`` as a child of the harness: the
+    real interpreter (`worker_interpreter`), and this harness's own package first on
+    PYTHONPATH, so the child imports the very code that started it whatever folder it runs in
+    (workers, the QNN compiler child and the device probe all run in folders of their own)."""
+    interpreter, env = worker_interpreter()
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p)
+    return [interpreter, "-m", module, *args], env
 
 
 def worker_pid_in_tree(spawned_pid: int, reported_pid: int) -> bool:

@@ -44,7 +44,6 @@ from harness.targets.qnn.eplog import (
 
 PROBE_WEIGHTS = 4096  # one 64x64 uint8 MatMul: the smallest model make_qdq_model builds
 DEFAULT_TIMEOUT_S = 120.0
-_PACKAGE_ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass
@@ -106,23 +105,11 @@ class DeviceReport:
 # ----------------------------------------------------------------------------- parent side
 
 
-def _python_command() -> tuple[list[str], dict[str, str]]:
-    """The interpreter to start, as multiprocessing does on Windows: in a venv, sys.executable
-    is a redirector that starts the real interpreter as ITS child, so a timeout would kill the
-    launcher and leak the probe. Start the base interpreter with __PYVENV_LAUNCHER__ instead."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p)
-    exe = sys.executable
-    base = getattr(sys, "_base_executable", exe)
-    if sys.platform == "win32" and base and os.path.normcase(base) != os.path.normcase(exe):
-        env["__PYVENV_LAUNCHER__"] = exe
-        exe = base
-    return [exe, "-m", "harness.targets.qnn.device", "--child"], env
-
-
 def _run_child(workdir: Path, timeout_s: float) -> tuple[dict, str, str]:
     """(child's JSON record, its whole log, what went wrong with the process itself)."""
-    cmd, env = _python_command()
+    from harness.runner.spawn import python_child
+
+    cmd, env = python_child("harness.targets.qnn.device", "--child")
     log = workdir / "probe.log"
     problem = ""
     try:
