@@ -22,7 +22,7 @@ from harness.core.files import check_creatable, check_writable, replaceable_path
 from harness.core.gates import known_metrics
 from harness.core.rundata import RunData
 from harness.core.schema import SummaryRow, columns, dtypes
-from harness.core.tables import csv_text, format_cell
+from harness.core.tables import csv_text, format_cell, neutralise, unneutralise, unneutralise_frame
 from harness.core.verdict import Judgement
 
 #: How long an append waits for another process's append before giving up.
@@ -94,21 +94,45 @@ def _csv_text(records: list[dict[str, Any]], cols: list[str], header: bool) -> s
 
 
 def read_history(path: Path | str) -> tuple[list[str], list[dict[str, str]]]:
-    """(header, raw rows as text dicts); ([], []) when the file does not exist yet. InputError
-    (one line) for a file that is not a history CSV, before anything is appended to it."""
+    """(header, raw rows as text dicts, text cells un-neutralised); ([], []) when the file does
+    not exist yet. InputError (one line) for a file that is not a history CSV, or whose rows do
+    not match its header (a torn line, a line glued to another), before anything is appended."""
     path = replaceable_path(path, "--history")
     if not path.is_file() or path.stat().st_size == 0:
         return [], []
     try:
         with open(path, encoding="utf-8", newline="") as handle:
             reader = csv.DictReader(handle)
-            rows = list(reader)
             header = list(reader.fieldnames or [])
+            rows = [_checked_row(path, reader.line_num, header, row) for row in reader]
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise InputError(f"--history {path}: not a readable history CSV ({type(err).__name__})") from None
     if "record" not in header or "run_id" not in header:
         raise InputError(f"--history {path}: not a history CSV of this harness (no record/run_id columns)")
+    kinds = history_dtypes()
+    for row in rows:
+        for name, text in row.items():
+            if kinds.get(name, "string") == "string":
+                row[name] = unneutralise(text)
     return header, rows
+
+
+def _checked_row(path: Path, line: int, header: list[str], row: dict) -> dict[str, str]:
+    """A history row whose cells match the header one to one (InputError otherwise)."""
+    if None in row or None in row.values():
+        cells = len(header) + len(row.get(None) or []) if None in row else sum(v is not None for v in row.values())
+        raise InputError(
+            f"--history {path}:{line}: {cells} cells under a {len(header)}-column header "
+            "(a torn or glued line): repair or remove that line"
+        )
+    return row
+
+
+def _ends_with_newline(path: Path) -> bool:
+    """False when the last write to ``path`` was cut before its line end (a torn last line)."""
+    with open(path, "rb") as handle:
+        handle.seek(-1, 2)
+        return handle.read(1) in (b"\n", b"\r")
 
 
 def check_history(path: Path | str) -> None:
@@ -158,13 +182,22 @@ def _append_locked(path: Path, judgement: Judgement) -> bool:
     if not header:
         write_text_atomic(path, _csv_text(records, cols, header=True), newline="", what="--history")
     elif header == cols:
+        # a last line whose cells are all there but whose line end is not (an editor, a cut
+        # write) would get our first row glued to it: start on a line of our own
+        lead = "" if _ends_with_newline(path) else "\n"
         with open(path, "a", encoding="utf-8", newline="") as handle:
-            handle.write(_csv_text(records, cols, header=False))
+            handle.write(lead + _csv_text(records, cols, header=False))
     else:  # written by another version: keep old columns, rewrite the file whole
         merged = cols + [c for c in header if c not in cols]
-        old = csv_text(merged, ([r.get(c) or "" for c in merged] for r in rows))  # old text as is
+        kinds = history_dtypes()
+        old = csv_text(merged, ([_old_cell(r.get(c) or "", kinds.get(c, "string")) for c in merged] for r in rows))
         write_text_atomic(path, old + _csv_text(records, merged, header=False), newline="", what="--history")
     return True
+
+
+def _old_cell(text: str, kind: str) -> str:
+    """An old row's cell as it was written: numbers as is, text neutralised again."""
+    return neutralise(text) if kind == "string" else text
 
 
 def _float(text: str | None) -> float | None:
@@ -210,4 +243,5 @@ def read_history_frame(path: Path | str) -> Any:
     """The history file as a DataFrame with `history_dtypes` (for notebooks)."""
     import pandas as pd
 
-    return pd.read_csv(path, dtype=history_dtypes(), keep_default_na=False, na_values=[""])
+    kinds = history_dtypes()
+    return unneutralise_frame(pd.read_csv(path, dtype=kinds, keep_default_na=False, na_values=[""]), kinds)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import fields
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 from .errors import InputError
 from .files import write_text_atomic
-from .schema import ResultRow, SummaryRow, columns, dtypes, required_columns, row_from_dict
+from .schema import ResultRow, SummaryRow, cell_problem, columns, dtypes, required_columns, row_from_dict
 
 RESULTS_CSV = "results.csv"
 SUMMARY_CSV = "summary.csv"
@@ -45,6 +46,23 @@ LONG_DTYPES = {
 }
 _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no"}
+#: First characters that make a spreadsheet read a cell as a formula (OWASP "CSV injection").
+FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
+#: The prefix that neutralises them; a text that starts with it is prefixed too, so reading
+#: back strips exactly one and every text survives the round trip.
+NEUTRAL_PREFIX = "'"
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
+
+
+def neutralise(text: str) -> str:
+    """A text cell a spreadsheet shows as text: ``'`` before a formula trigger (and before a
+    leading ``'``). Only text cells: a number (a negative delta) is never touched."""
+    return NEUTRAL_PREFIX + text if text.startswith((*FORMULA_TRIGGERS, NEUTRAL_PREFIX)) else text
+
+
+def unneutralise(text: str) -> str:
+    """What `neutralise` wrote, back: one leading ``'`` removed."""
+    return text[1:] if text.startswith(NEUTRAL_PREFIX) else text
 
 
 def format_cell(value: Any, dtype: str) -> str:
@@ -59,7 +77,7 @@ def format_cell(value: Any, dtype: str) -> str:
         return str(int(value))
     if dtype == "boolean":
         return "True" if value else "False"
-    return str(value)
+    return neutralise(str(value))
 
 
 def parse_cell(text: str, dtype: str) -> Any:
@@ -67,9 +85,14 @@ def parse_cell(text: str, dtype: str) -> Any:
     if text == "":
         return None
     if dtype == "Int64":
-        return int(text) if text.lstrip("-").isdigit() else int(float(text))
+        if not _INTEGER.fullmatch(text):
+            raise ValueError(f"{text[:40]!r} is not an integer")
+        return int(text)
     if dtype == "Float64":
-        return float(text)
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(f"{text[:40]!r} is not a finite number")
+        return value
     if dtype == "boolean":
         lowered = text.strip().lower()
         if lowered in _TRUE:
@@ -77,7 +100,7 @@ def parse_cell(text: str, dtype: str) -> Any:
         if lowered in _FALSE:
             return False
         raise ValueError(f"not a boolean: {text!r}")
-    return text
+    return unneutralise(text)
 
 
 def csv_text(header: list[str], lines: Iterable[list[str]]) -> str:
@@ -164,6 +187,9 @@ def read_rows(path: Path | str, row_type: type) -> list[Any]:
                         values[name] = parse_cell(text, kinds[name])
                     except ValueError as exc:
                         raise InputError(f"{path}:{reader.line_num}: column {name}: {exc}") from None
+                    problem = cell_problem(row_type, name, values[name])
+                    if problem:
+                        raise InputError(f"{path}:{reader.line_num}: column {name}: {problem}")
                 out.append(row_from_dict(row_type, values))
     except UnicodeDecodeError:
         raise InputError(f"{path}: not UTF-8 text: not a table of this harness") from None
@@ -185,7 +211,15 @@ def read_frame(path: Path | str, row_type: type) -> Any:
         if name not in frame.columns:
             frame[name] = pd.Series([pd.NA] * len(frame), dtype=kind)
     extra = [c for c in frame.columns if c not in kinds]
-    return frame[[*kinds, *extra]]
+    return unneutralise_frame(frame[[*kinds, *extra]], kinds)
+
+
+def unneutralise_frame(frame: Any, kinds: dict[str, str]) -> Any:
+    """The text columns of a frame read by pandas, with `neutralise`'s prefix removed."""
+    for name, kind in kinds.items():
+        if kind == "string" and name in frame.columns:
+            frame[name] = frame[name].map(unneutralise, na_action="ignore").astype("string")
+    return frame
 
 
 def long_metrics(row_type: type = ResultRow) -> list[tuple[str, str]]:
@@ -230,7 +264,7 @@ def read_long(path: Path | str) -> Any:
     """``results_long.csv`` -> DataFrame with `LONG_DTYPES` (what ``pd.read_csv`` would need)."""
     import pandas as pd
 
-    return pd.read_csv(path, dtype=LONG_DTYPES, keep_default_na=False, na_values=[""])
+    return unneutralise_frame(pd.read_csv(path, dtype=LONG_DTYPES, keep_default_na=False, na_values=[""]), LONG_DTYPES)
 
 
 def write_run_tables(
