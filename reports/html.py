@@ -352,7 +352,7 @@ def render_runs(
     rendered; `Published.comparisons` holds all of them)."""
     from harness.core.compare import compare
     from harness.core.gates import parse_gates
-    from harness.core.rundata import load_run
+    from harness.core.rundata import load_run, same_run
     from harness.core.verdict import judge
 
     if not run_dirs and not tests and not test_counts:
@@ -363,6 +363,11 @@ def render_runs(
         if key in seen:  # the same run twice would read as two agreeing runs
             raise InputError(f"{folder}: the same run folder is given twice ({seen[key]} and {folder})")
         seen[key] = folder
+    if baseline is not None and Path(baseline).resolve() in seen:
+        raise InputError(
+            f"--baseline {baseline}: is the run folder {seen[Path(baseline).resolve()]} itself; a run compared "
+            "with itself shows no change whatever it measured"
+        )
     extra = parse_gates(gates)
     if history is not None:
         check_history(history)
@@ -370,6 +375,9 @@ def render_runs(
     comparisons = []
     if baseline is not None:
         base = load_run(baseline)
+        for j in judgements:
+            if same_run(j.run, base):
+                raise InputError(f"--baseline {baseline}: is a copy of the run {j.run.folder} (same run id and start)")
         comparisons = [compare(j.run, base) for j in judgements]
     if out is None:
         out = Path(run_dirs[0]) / REPORT_HTML if len(run_dirs) == 1 else Path(REPORT_HTML)

@@ -7,18 +7,63 @@ exists, results.csv exists, format_version is one we understand) live here, once
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .files import read_json
 from .schema import FORMAT_VERSION, MODES, ResultRow, SummaryRow
-from .summary import headline, primary_target, summarize, with_completeness
+from .summary import group_key, headline, primary_target, summarize, with_completeness
 from .tables import RESULTS_CSV, SUMMARY_CSV, read_rows
 
 METADATA_JSON = "metadata.json"
+HEADLINE_JSON = "headline.json"
+#: The largest JSON file of a run folder read (metadata.json, headline.json): the runner's own
+#: are a few KiB; a bigger one is not ours and is not read into memory.
+MAX_JSON_BYTES = 16 * 1024**2
+#: The deepest nesting accepted in those files: the runner's own nest 4 levels deep.
+MAX_JSON_DEPTH = 32
+#: The type each metadata.json entry must have when present (None is always allowed).
+META_TYPES: dict[str, type | tuple[type, ...]] = {
+    "status": str,
+    "run": dict,
+    "env": dict,
+    "gates": list,
+    "default_gates": list,
+    "target_notes": list,
+}
+RUN_TYPES: dict[str, type | tuple[type, ...]] = {
+    "run_id": str,
+    "target": str,
+    "peer": str,
+    "model": str,
+    "started": str,
+    "labels": dict,
+    "target_options": dict,
+    "processes": list,
+    "modes": list,
+    "repeat": int,
+    "sessions_per_process": int,
+    "weights_bytes": int,
+    "duration_s": (int, float),
+}
+#: Summary columns recomputed from results.csv; a summary.csv that says otherwise is refused.
+RECOMPUTED = (
+    "ok_workers",
+    "failed_workers",
+    "fallback_workers",
+    "complete",
+    "sum_rss_bytes",
+    "sum_uss_bytes",
+    "sum_pss_bytes",
+    "sum_private_bytes",
+    "init_s_median",
+    "create_s_median",
+    "first_run_s_median",
+)
 
 
 @dataclass
@@ -83,15 +128,61 @@ class RunData:
         return headline(self.summary)
 
 
+def _depth(value: Any) -> int:
+    """Nesting depth of parsed JSON, without recursion (a hostile file may nest deeply)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            if depth > MAX_JSON_DEPTH:
+                return depth
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def read_run_json(path: Path) -> Any:
+    """A JSON file of a run folder, bounded: at most `MAX_JSON_BYTES`, nested at most
+    `MAX_JSON_DEPTH` deep, no NaN or Infinity; InputError (one line) otherwise."""
+
+    def no_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a JSON number")
+
+    try:
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise InputError(f"{path}: {size} bytes, more than a run's JSON can be ({MAX_JSON_BYTES} bytes)")
+        with open(path, encoding="utf-8") as handle:
+            data = json.loads(handle.read(MAX_JSON_BYTES + 1), parse_constant=no_constant)
+    except RecursionError:
+        raise InputError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels: not a file of this harness") from None
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"{path}: not readable JSON ({' '.join(str(exc).split())[:200]})") from None
+    if _depth(data) > MAX_JSON_DEPTH:
+        raise InputError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels: not a file of this harness")
+    return data
+
+
+def _check_types(path: Path, where: str, data: dict, types: dict[str, Any]) -> None:
+    for key, kind in types.items():
+        value = data.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, kind):
+            names = "/".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+            raise InputError(f"{path}: {where}{key} is a {type(value).__name__}, expected {names}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"{path}: {where}{key} is not a finite number")
+
+
 def _read_metadata(folder: Path, notes: list[str]) -> dict[str, Any]:
     path = folder / METADATA_JSON
     if not path.is_file():
         notes.append(f"{METADATA_JSON} is missing: the header lacks the run's settings.")
         return {}
-    try:
-        meta = read_json(path)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not readable JSON ({exc})") from None
+    meta = read_run_json(path)
     if not isinstance(meta, dict):
         raise InputError(f"{path}: expected a JSON object")
     version = meta.get("format_version")
@@ -99,11 +190,108 @@ def _read_metadata(folder: Path, notes: list[str]) -> dict[str, Any]:
         raise InputError(
             f"{path}: format_version {version!r} is not {FORMAT_VERSION}; this report understands only that version"
         )
+    _check_types(path, "", meta, META_TYPES)
+    _check_types(path, "run.", meta.get("run") or {}, RUN_TYPES)
     return meta
 
 
+def _differs(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        if a is None or b is None:
+            return a is not b
+        return not math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return a != b
+
+
+def _where(key: tuple) -> str:
+    return f"{key[0]} {key[1]} N={key[2]} M={key[3]} repeat {key[4]}"
+
+
+def _recomputed_summary(folder: Path, stated: list[SummaryRow], results: list[ResultRow]) -> list[SummaryRow]:
+    """The summary recomputed from results.csv (sums, medians, completeness); only what the
+    runner measured outside the workers (the system memory delta and its noise) comes from
+    summary.csv. InputError when summary.csv contradicts results.csv: a report believes the
+    workers' own rows, never a summary of them."""
+    if any(s.complete is None for s in stated):  # an older harness: no completeness to compare
+        return with_completeness(stated, results)
+    system = {group_key(s): (s.system_delta_bytes, s.system_noise_bytes) for s in stated}
+    fresh = summarize(results, system)
+    mine = {group_key(s): s for s in fresh}
+    theirs = {group_key(s): s for s in stated}
+    for key in sorted(mine.keys() ^ theirs.keys(), key=str):
+        where = SUMMARY_CSV if key in theirs else RESULTS_CSV
+        raise InputError(
+            f"{folder}: {SUMMARY_CSV} contradicts {RESULTS_CSV}: group {_where(key)} is only in {where}"
+        )
+    for key, row in theirs.items():
+        for column in RECOMPUTED:
+            said, found = getattr(row, column), getattr(mine[key], column)
+            if _differs(said, found):
+                raise InputError(
+                    f"{folder}: {SUMMARY_CSV} contradicts {RESULTS_CSV}: group {_where(key)} {column} is "
+                    f"{said} there, {found} from the workers' rows"
+                )
+    return fresh
+
+
+def _check_against_metadata(folder: Path, meta: dict[str, Any], results: list[ResultRow]) -> None:
+    """InputError when a worker row lies outside what metadata.json says the run measured."""
+    run = meta.get("run") or {}
+    planned: list[tuple[str, set]] = [
+        ("target", {run.get("target"), run.get("peer")} - {None} if run.get("target") else set()),
+        ("mode", set(run.get("modes") or [])),
+        ("processes", set(run.get("processes") or [])),
+        ("sessions_per_process", {run["sessions_per_process"]} if run.get("sessions_per_process") else set()),
+        ("repeat", set(range(run["repeat"])) if run.get("repeat") else set()),
+    ]
+    for column, allowed in planned:
+        if not allowed:
+            continue
+        for row in results:
+            value = getattr(row, column)
+            if value is not None and value not in allowed:
+                raise InputError(
+                    f"{folder}: {RESULTS_CSV} contradicts {METADATA_JSON}: a worker row has {column}={value}, "
+                    f"the run measured {', '.join(map(str, sorted(allowed, key=str)))}"
+                )
+
+
+def _check_headline(folder: Path, meta: dict[str, Any], summary: list[SummaryRow]) -> None:
+    """InputError when headline.json states figures or a status the run's own rows and
+    metadata do not give (a headline.json of another version is left alone: a note)."""
+    path = folder / HEADLINE_JSON
+    if not path.is_file():
+        return
+    from .headline import HEADLINE_FORMAT_VERSION
+
+    data = read_run_json(path)
+    if not isinstance(data, dict) or data.get("format_version") != HEADLINE_FORMAT_VERSION:
+        return
+    if meta and data.get("status") != meta.get("status"):
+        raise InputError(
+            f"{folder}: {HEADLINE_JSON} contradicts {METADATA_JSON}: status {data.get('status')!r} vs "
+            f"{meta.get('status')!r}"
+        )
+    stated = data.get("headline")
+    if not isinstance(stated, dict):
+        raise InputError(f"{path}: headline is a {type(stated).__name__}, expected an object")
+    for key, value in headline(summary).items():
+        if key in stated and _differs(stated[key], value):
+            raise InputError(
+                f"{folder}: {HEADLINE_JSON} contradicts {RESULTS_CSV}: {key} is {stated[key]} there, "
+                f"{value} from the workers' rows"
+            )
+
+
+def same_run(a: RunData, b: RunData) -> bool:
+    """Two loaded folders hold the same run (a copy, another path): same id and start."""
+    started = a.run.get("started")
+    return a.run_id == b.run_id and started is not None and started == b.run.get("started")
+
+
 def load_run(folder: Path | str) -> RunData:
-    """Load and check one run folder; `InputError` (one line) for what stops a report."""
+    """Load and check one run folder; `InputError` (one line) for what stops a report: a
+    missing or malformed file, a cell out of its range, files that contradict each other."""
     folder = Path(folder)
     if not folder.is_dir():
         raise InputError(f"{folder}: no such run folder")
@@ -114,14 +302,16 @@ def load_run(folder: Path | str) -> RunData:
     meta = _read_metadata(folder, notes)
     try:
         results = read_rows(results_path, ResultRow)
+        _check_against_metadata(folder, meta, results)
         summary_path = folder / SUMMARY_CSV
         if summary_path.is_file():
-            summary = with_completeness(read_rows(summary_path, SummaryRow), results)
+            summary = _recomputed_summary(folder, read_rows(summary_path, SummaryRow), results)
         else:
             notes.append(
                 f"{SUMMARY_CSV} is missing: summarised again from {RESULTS_CSV} (the system memory delta is not in it)."
             )
             summary = summarize(results)
+        _check_headline(folder, meta, summary)
     except OSError as exc:
         raise InputError(f"{folder}: cannot read ({exc})") from None
     if not results:

@@ -53,8 +53,9 @@ MAX_NAMED = 3
 
 
 def row_ok(row: ResultRow) -> bool:
-    """A worker counts as ok when it produced a correct output and raised nothing."""
-    return bool(row.output_ok) and not row.error
+    """A worker counts as ok when it produced a correct output, raised nothing and exited
+    cleanly (a worker killed by a signal, exit code -9, is not ok whatever else its row says)."""
+    return bool(row.output_ok) and not row.error and row.exit_code in (None, 0)
 
 
 def row_sampled(row: ResultRow) -> bool:
@@ -64,7 +65,19 @@ def row_sampled(row: ResultRow) -> bool:
         row.memory_ok is True
         and row.rss_bytes is not None
         and (row.uss_bytes is not None or row.private_bytes is not None)
+        and memory_physical(row)
     )
+
+
+def memory_physical(row: ResultRow) -> bool:
+    """The figures physics allows a live process: none zero, USS <= PSS <= RSS (a page a
+    process holds alone is in its PSS at full weight, and PSS never exceeds what is resident).
+    A row that says otherwise was not measured, whatever its memory_ok says."""
+    figures = [row.rss_bytes, row.uss_bytes, row.pss_bytes, row.private_bytes]
+    if any(v is not None and v <= 0 for v in figures):
+        return False
+    ordered = [v for v in (row.uss_bytes, row.pss_bytes, row.rss_bytes) if v is not None]
+    return ordered == sorted(ordered)
 
 
 def median(values: Iterable[float | int | None]) -> float | None:
@@ -126,7 +139,8 @@ def incomplete_reasons(members: list[ResultRow], processes: int | None) -> list[
         reasons.append(_named(unchecked, "not checked for plausibility (rows of an older harness)"))
     bad = [r for r in ok if r.memory_ok is not None and not row_sampled(r)]
     if bad:
-        first = (bad[0].memory_note or "no memory figures").split("; ")[0]
+        physical = memory_physical(bad[0]) or bad[0].memory_ok is not True
+        first = (bad[0].memory_note or "no memory figures").split("; ")[0] if physical else "impossible memory figures"
         reasons.append(_named(bad, f"not sampled or implausible ({first})"))
     return reasons
 

@@ -172,5 +172,12 @@ def write_run(folder: Path, rows: list[ResultRow], meta: dict | None = None, law
     write_rows(folder / "results.csv", rows, ResultRow)
     write_rows(folder / "summary.csv", summarize(rows, deltas), SummaryRow)
     target = rows[0].target if rows else "cpu"
+    if meta is None and rows:  # what the rows measured: the report refuses rows the metadata does not plan
+        meta = metadata(
+            target,
+            processes=sorted({r.processes for r in rows}),
+            repeat=max(r.repeat for r in rows) + 1,
+            modes=sorted({r.mode for r in rows}),
+        )
     (folder / "metadata.json").write_text(json.dumps(meta or metadata(target)))
     return folder
