@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import HelpFormatter, InputError, OneLineArgumentParser
+from harness.core.limits import check_bounds, refuse_repeated
 from harness.core.schema import MODES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -460,6 +461,8 @@ def _target_options(ns: argparse.Namespace) -> dict[str, Any]:
                 continue
             if target.name != ns.target:
                 raise InputError(f"{option.flag} only applies to --target {target.name}")
+            if option.repeat:
+                refuse_repeated(value, option.flag)
             chosen[option.name] = dict(value) if option.repeat else value
     return chosen
 
@@ -480,6 +483,13 @@ def _options(ns: argparse.Namespace, argv: list[str]):
 
     if ns.no_report and ns.history:
         raise InputError("--history is written with the report: drop --no-report")
+    for items, flag in (
+        (ns.session_config, "--session-config"),
+        (ns.provider_option, "--provider-option"),
+        (ns.free_dim, "--free-dim"),
+        (ns.input, "--input"),
+    ):
+        refuse_repeated(items, flag)
     return RunOptions(
         target=ns.target,
         target_options=_target_options(ns),
@@ -716,6 +726,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return report_main(argv[1:], prog=f"{PROG} report")
         ns = build_parser().parse_args(argv)
+        check_bounds(ns)
         if ns.command == "bench":
             return cmd_bench(ns, argv)
         if ns.command == "cache":

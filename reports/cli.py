@@ -15,6 +15,7 @@ from pathlib import Path
 
 from harness.core.errors import HelpFormatter, InputError, OneLineArgumentParser
 from harness.core.gates import metrics_epilog, read_gates_file
+from harness.core.limits import check_bounds
 from harness.core.units import SIZE_HELP, parse_projection
 from harness.core.verdict import gates_summary_line
 
@@ -115,6 +116,7 @@ def report_main(argv: list[str], prog: str = "python -m harness report") -> int:
     """Run the report command; returns the exit code (the caller passes it to sys.exit)."""
     try:
         args = build_parser(prog).parse_args(argv)
+        check_bounds(args)
         gates = [*args.gate, *(read_gates_file(args.gates_file) if args.gates_file else [])]
         published = render_runs(
             args.run_dirs,

@@ -1,0 +1,111 @@
+"""Upper bounds of every numeric option, and the rule that a key given twice is a mistake.
+
+Why bounds: a number the harness turns into processes, threads, sessions, repeats, sleeps or
+allocations must be one the machine can honour. Without a bound ``--intra-op-threads 100000``
+grew the parent past 2 GiB (the reference session's thread pool) and ignored SIGTERM while
+doing so. Each bound is far above any real use and is checked once, right after the command
+line is parsed, before a model is built or a process started (one line, exit 2). The README's
+"What happens when" lists them.
+
+Why no repeated keys: ``--session-config k=1 --session-config k=2`` used to keep the last value
+silently; the user meant one of them, and only they know which.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InputError
+
+#: At most this many threads per CPU for --intra-op-threads (never above `MAX_THREADS`).
+THREADS_PER_CPU = 4
+MAX_THREADS = 1024
+
+
+def max_threads() -> int:
+    """The --intra-op-threads bound of this machine: 4 x its CPUs, at most 1024."""
+    return min(MAX_THREADS, THREADS_PER_CPU * (os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The largest value an option takes, and what that is in words (docs and messages)."""
+
+    flag: str
+    dest: str
+    maximum: float
+    unit: str = ""
+
+
+#: The bounds of ``run`` and ``bench`` (options absent from a command are skipped).
+BOUNDS = (
+    Bound("--processes", "processes", 1024),
+    Bound("--sessions-per-process", "sessions_per_process", 1024),
+    Bound("--repeat", "repeat", 1000),
+    Bound("--runs", "runs", 1_000_000),
+    Bound("--worker-timeout", "worker_timeout", 86_400, "s"),
+    Bound("--timeout", "timeout", 3_600, "s"),
+    Bound("--model-size", "model_size", 64 * 1024**3, "bytes"),
+    Bound("--map-failures", "target_option_map_failures", 1000),
+    Bound("--max-attempts", "target_option_max_attempts", 100),
+)
+#: Values per list option (--processes 1,2,4,...) and K of --fault STAGE=K.
+MAX_LIST = 64
+MAX_FAULTS = 1000
+#: Longest --label value, in characters.
+MAX_LABEL = 256
+#: --project-to: at most this many sessions of at most `MAX_PROJECTED_BYTES` of weights.
+MAX_PROJECTED_SESSIONS = 1_000_000
+MAX_PROJECTED_BYTES = 2**50
+
+
+def _show(value: float, unit: str) -> str:
+    if unit == "bytes":
+        from .units import fmt_bytes
+
+        return fmt_bytes(value)
+    number = str(value) if isinstance(value, int) else f"{value:g}"
+    return f"{number}{' ' + unit if unit else ''}"
+
+
+def _check(flag: str, value: Any, maximum: float, unit: str = "", why: str = "") -> None:
+    values = value if isinstance(value, (list, tuple)) else [value]
+    for item in values:
+        if isinstance(item, (int, float)) and not isinstance(item, bool) and item > maximum:
+            raise InputError(f"{flag} {_show(item, unit)}: at most {_show(maximum, unit)}{why}")
+
+
+def check_bounds(ns: Any) -> None:
+    """InputError (one line) for any option of the parsed command line ``ns`` above its bound."""
+    for bound in BOUNDS:
+        _check(bound.flag, getattr(ns, bound.dest, None), bound.maximum, bound.unit)
+    processes = getattr(ns, "processes", None)
+    if isinstance(processes, list) and len(processes) > MAX_LIST:
+        raise InputError(f"--processes: {len(processes)} values, at most {MAX_LIST}")
+    threads = getattr(ns, "intra_op_threads", None)
+    _check("--intra-op-threads", threads, max_threads(), why=f" ({THREADS_PER_CPU} x the {os.cpu_count()} CPU(s))")
+    for _, count in getattr(ns, "target_option_fault", None) or []:
+        _check("--fault K", count, MAX_FAULTS)
+    for key, value in getattr(ns, "label", None) or []:
+        if len(value) > MAX_LABEL:
+            raise InputError(f"--label {key}: {len(value)} characters, at most {MAX_LABEL}")
+    projection = getattr(ns, "project_to", None)
+    if projection is not None:
+        _check("--project-to sessions", projection[0], MAX_PROJECTED_SESSIONS)
+        _check("--project-to size", projection[1], MAX_PROJECTED_BYTES, "bytes")
+
+
+def refuse_repeated(items: Iterable[str | tuple], flag: str) -> None:
+    """InputError when two ``KEY=VALUE`` items (or parsed (key, value) pairs) of a repeatable
+    option name the same key: which one was meant is the user's to say, never "the last one
+    wins"."""
+    seen: dict[str, Any] = {}
+    for item in items:
+        key = str(item[0]) if isinstance(item, tuple) else item.partition("=")[0].strip()
+        item = "=".join(map(str, item)) if isinstance(item, tuple) else item
+        if key in seen:
+            raise InputError(f"{flag} {key}: given twice ({seen[key]!r} and {item!r}); give it once")
+        seen[key] = item
