@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import HelpFormatter, InputError, OneLineArgumentParser
-from harness.core.limits import check_bounds, refuse_repeated
+from harness.core.limits import check_bounds, check_text_arguments, refuse_repeated
 from harness.core.schema import MODES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -541,27 +541,32 @@ def _interrupt_on_sigterm() -> None:
 
 
 def report_run(out: Path, *, history: Path | None, render: bool, outcomes: bool, kind: str = "run") -> Any:
-    """Judge a finished run folder, print the judgement, write headline.json and render its
-    report (and history)."""
+    """Judge a finished run folder, print the judgement, render its report (and history) and
+    write headline.json."""
     from harness.console import make_console, print_judgement
     from harness.core.headline import write_headline
     from harness.core.rundata import load_run
     from harness.core.verdict import judge
+    from harness.runner.resources import describe
+    from harness.runner.sweep import record_failure
 
     judgement = judge(load_run(out))
     console = make_console()
     print_judgement(console, judgement, outcomes=outcomes)
-    write_headline(out, judgement, kind=kind)
+    # report.html first, headline.json last: a step that fails (a full disk) marks the run
+    # failed in metadata.json, and no headline.json says "pass" for it
     if render:
-        from harness.runner.resources import describe
-        from harness.runner.sweep import RunFailed
         from reports import publish
 
         try:
             published = publish([judgement], out / "report.html", history=history)
         except OSError as err:
-            raise RunFailed(describe(err, "writing report.html or the history"), out) from err
+            raise record_failure(out, describe(err, "writing report.html or the history")) from err
         console.print(f"report: {published.path}")
+    try:
+        write_headline(out, judgement, kind=kind)
+    except OSError as err:
+        raise record_failure(out, describe(err, "writing headline.json")) from err
     console.print(f"results: {out}")
     return judgement
 
@@ -721,6 +726,7 @@ def cmd_doctor(ns: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        check_text_arguments(argv)
         if argv[:1] == ["report"]:  # its own parser, options included (--help too)
             from reports.cli import report_main
 

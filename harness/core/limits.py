@@ -109,3 +109,21 @@ def refuse_repeated(items: Iterable[str | tuple], flag: str) -> None:
         if key in seen:
             raise InputError(f"{flag} {key}: given twice ({seen[key]!r} and {item!r}); give it once")
         seen[key] = item
+
+
+def check_text_arguments(argv: Iterable[str]) -> None:
+    """InputError for an argument this locale cannot hold as text. Under ``LC_ALL=C`` without
+    Python's UTF-8 mode a non-ASCII path (``modèle.onnx``) arrives with its bytes escaped
+    (surrogates), and the first hash, JSON record or worker spec of it fails deep in the run:
+    refuse it before any work, with the cure."""
+    import sys
+
+    for arg in argv:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = arg.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+            raise InputError(
+                f"argument '{shown}': not text in this locale (file system encoding "
+                f"{sys.getfilesystemencoding()}); run with LC_ALL=C.UTF-8 or PYTHONUTF8=1"
+            ) from None

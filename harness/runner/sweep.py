@@ -360,6 +360,22 @@ def record_status(out: Path, meta: dict) -> bool:
         return False
 
 
+def record_failure(out: Path, failure: str) -> RunFailed:
+    """metadata.json says ``"failed: <failure>"`` for a step after the tables (report.html,
+    headline.json, the history): a folder whose report could not be written must never look
+    complete. Returns the RunFailed to raise (saying so when even the status could not be
+    written)."""
+    try:
+        meta = json.loads((out / METADATA_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        meta = None
+    if isinstance(meta, dict):
+        meta["status"] = f"failed: {failure}"
+        if record_status(out, meta):
+            return RunFailed(failure, out)
+    return RunFailed(f"{failure}; {METADATA_JSON} could not be updated either", out)
+
+
 def write_outputs(out: Path, rows: list[ResultRow], system: dict, meta: dict) -> list[SummaryRow]:
     """Rewrite the tables, then metadata.json. A table that cannot be written fails the run:
     the status says which and why, so a half-written folder never looks complete."""
