@@ -68,13 +68,12 @@ _positive_int = _int_at_least(1)
 
 
 def _processes(text: str) -> list[int]:
+    from harness.core.limits import parse_process_list
+
     try:
-        values = [int(p) for p in text.split(",") if p.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a list like 1,2,4,8") from None
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: each N must be >= 1")
-    return sorted(set(values))
+        return parse_process_list(text)
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _modes(text: str) -> list[str]:

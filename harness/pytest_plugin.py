@@ -93,6 +93,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # behaves as "load" for every test without a group.
     if getattr(config.option, "dist", None) == "load":
         config.option.dist = "loadgroup"
+    _check_options(config)
     report_dir = config.getoption("--report-dir")
     if report_dir:
         worker_input = getattr(config, "workerinput", None)
@@ -105,6 +106,32 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(recorder, _RECORDER)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(), "qnn_fmw_harness_xdist")
+
+
+def _check_options(config: pytest.Config) -> None:
+    """The plugin's options checked before any session starts: a mistake is a pytest usage
+    error (exit 4, one line), never an INTERNALERROR or a session of failing tests."""
+    from harness.core.errors import InputError
+    from harness.core.files import check_writable
+    from harness.core.limits import BOUNDS, parse_process_list
+    from harness.core.units import parse_size
+
+    try:
+        limit = next(b.maximum for b in BOUNDS if b.dest == "processes")
+        counts = parse_process_list(config.getoption("--processes"))
+        if max(counts) > limit:
+            raise InputError(f"{max(counts)}: at most {limit:g}")
+    except InputError as err:
+        raise pytest.UsageError(f"--processes {err}") from None
+    try:
+        parse_size(config.getoption("--model-size"))
+        report_dir = config.getoption("--report-dir")
+        if report_dir:
+            if Path(report_dir).exists() and not Path(report_dir).is_dir():
+                raise InputError(f"--report-dir {report_dir}: is a file, not a folder")
+            check_writable(report_dir, "--report-dir")
+    except InputError as err:
+        raise pytest.UsageError(str(err)) from None
 
 
 class _XdistHooks:

@@ -127,3 +127,15 @@ def check_text_arguments(argv: Iterable[str]) -> None:
                 f"argument '{shown}': not text in this locale (file system encoding "
                 f"{sys.getfilesystemencoding()}); run with LC_ALL=C.UTF-8 or PYTHONUTF8=1"
             ) from None
+
+
+def parse_process_list(text: str) -> list[int]:
+    """``"1,2,4"`` -> [1, 2, 4] (sorted, once each): the --processes of ``run`` and of the
+    pytest plugin. InputError (without the option's name: argparse and pytest add it)."""
+    try:
+        values = [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise InputError(f"{text!r}: expected a list like 1,2,4,8") from None
+    if not values or any(v < 1 for v in values):
+        raise InputError(f"{text!r}: each N must be >= 1")
+    return sorted(set(values))
