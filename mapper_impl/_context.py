@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import threading
-import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +31,7 @@ from ._base import FileMapper
 from ._common import ContextLoadError, FileCheckError, as_index, parse_disable_flag
 from ._dma import DmaBackend, DmaRegistrations, get_backend, keep_for_later_sweeps, sweep_unswept
 from ._faults import FaultCursor, FaultPlan
+from ._lifecycle import forget_frames, on_drop, release_now
 from ._weights import RetryPolicy, Weights, check_faults, default_mapper, heap_weights, map_stage
 
 #: The mapped attempt's stages, in order; ``fallback_stage`` is one of them (or "").
@@ -94,8 +94,7 @@ class LoadedContext:
         self.map_attempts = map_attempts
         self._registrations = tuple(registrations)
         self._lock = threading.Lock()
-        self._teardown = weakref.finalize(self, _teardown, weights, self._registrations)
-        self._teardown.atexit = False  # the OS releases everything at exit anyway
+        self._teardown = on_drop(self, _teardown, weights, self._registrations)  # dropped: released, counted
 
     @property
     def closed(self) -> bool:
@@ -120,7 +119,7 @@ class LoadedContext:
             self.value = None  # the caller's own references keep its object alive
             self.views = ()
             if self._teardown.alive:
-                errors = self._teardown()
+                errors = release_now(self._teardown) or []
             else:  # a later teardown sweep of what the first one could not deregister
                 errors = [e for dma in self._registrations for e in dma.sweep()]
             self.errors.extend(StageError("teardown", "deregister", str(e)) for e in errors)
@@ -262,6 +261,7 @@ def _direct_attempt(load: _Load, path_taken: str, fallback_stage: str, failed: l
         value = load.call_create(weights, views, with_callbacks=False)
     except Exception as err:
         views.clear()  # the raised error's traceback holds this frame: it must not pin the copy
+        forget_frames(err)  # nor may the frames of create (its own list of the views) or the read
         if weights is not None:
             weights.close()
         if isinstance(err, FileCheckError) and not load.errors:

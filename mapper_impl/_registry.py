@@ -50,6 +50,12 @@ class MappingRegistry:
         self._by_id: dict[int, _Entry] = {}
         self._key_locks: dict[str, _KeyLock] = {}
 
+    def reset_locks(self) -> None:
+        """In a forked child (`_lifecycle`): a new table lock and no per-key locks; the threads
+        that held them in the parent do not exist here. The inherited mappings stay valid."""
+        self._lock = threading.Lock()
+        self._key_locks = {}
+
     # -- per-key locks ----------------------------------------------------------------------
     def _enter_key(self, key: str) -> _KeyLock:
         with self._lock:

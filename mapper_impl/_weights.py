@@ -25,6 +25,7 @@ from ._common import (
 )
 from ._faults import FaultCursor, FaultPlan
 from ._heap import read_into_heap
+from ._lifecycle import MAX_ATTEMPTS, MAX_BACKOFF_S, check_number, on_drop, release_now
 from ._registry import REGISTRY
 
 PATHS_TAKEN = ("mapped", "heap", "fallback")
@@ -40,12 +41,8 @@ class RetryPolicy:
     backoff_s: float = 0.0
 
     def __post_init__(self) -> None:
-        attempts = self.max_attempts
-        if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
-            raise ValueError(f"max_attempts must be an integer >= 1, got {attempts!r}")
-        backoff = self.backoff_s
-        if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or not backoff >= 0:
-            raise ValueError(f"backoff_s must be a number >= 0, got {backoff!r}")
+        check_number("max_attempts", self.max_attempts, low=1, high=MAX_ATTEMPTS, integer=True)
+        check_number("backoff_s", self.backoff_s, low=0, high=MAX_BACKOFF_S)
 
     def should_retry(self, err: MappingError, attempts_made: int) -> bool:
         return not isinstance(err, PlatformUnavailableError) and attempts_made < self.max_attempts
@@ -82,6 +79,7 @@ class Weights:
         self._mapping = mapping
         self._enabled = True
         self._lock = threading.Lock()
+        self._release = on_drop(self, _release_mapping, mapping)  # dropped without close()
 
     @property
     def mapped(self) -> bool:
@@ -133,15 +131,14 @@ class Weights:
         a numpy array, an OrtValue) still points into it."""
         with self._lock:
             buffer, self._buffer = self._buffer, None
-            mapping, self._mapping = self._mapping, None
+            self._mapping = None  # the finalizer holds the mapping: release_now gives it back
         if buffer is None:
             return
         try:
             buffer.release()
         except BufferError:
             pass  # exported to numpy/ORT: the memory stays valid until they let go
-        if mapping is not None:
-            REGISTRY.release(mapping)
+        release_now(self._release)
 
     def __enter__(self) -> Weights:
         return self
@@ -154,6 +151,12 @@ class Weights:
             f"<Weights {self.path!r} {self.size} bytes path_taken={self.path_taken} "
             f"attempts={self.attempts}{' closed' if self.closed else ''}>"
         )
+
+
+def _release_mapping(mapping: MappedFile | None) -> None:
+    """This load's share of the mapping, given back (close() or the finalizer of a dropped load)."""
+    if mapping is not None:
+        REGISTRY.release(mapping)
 
 
 def heap_weights(path: str, path_taken: str, attempts: int, errors: list[str], faults: FaultCursor | None) -> Weights:

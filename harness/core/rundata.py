@@ -220,9 +220,7 @@ def _recomputed_summary(folder: Path, stated: list[SummaryRow], results: list[Re
     theirs = {group_key(s): s for s in stated}
     for key in sorted(mine.keys() ^ theirs.keys(), key=str):
         where = SUMMARY_CSV if key in theirs else RESULTS_CSV
-        raise InputError(
-            f"{folder}: {SUMMARY_CSV} contradicts {RESULTS_CSV}: group {_where(key)} is only in {where}"
-        )
+        raise InputError(f"{folder}: {SUMMARY_CSV} contradicts {RESULTS_CSV}: group {_where(key)} is only in {where}")
     for key, row in theirs.items():
         for column in RECOMPUTED:
             said, found = getattr(row, column), getattr(mine[key], column)

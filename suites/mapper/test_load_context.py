@@ -357,9 +357,11 @@ def test_a_context_dropped_without_close_is_torn_down(weights_file):
     path, _ = weights_file
     ctx = _mapped(path, faults=FaultPlan(deregister_failures=6))
     assert stats().dma_registrations == 3
+    leaked = stats().leaked_loads
     del ctx
     snapshot = settled_stats()
     assert (snapshot.dma_registrations, snapshot.dma_pending_deregistrations) == (3, 3)
+    assert snapshot.leaked_loads == leaked + 1, "a dropped context is counted as leaked"
     assert sweep_registrations() == 0
     assert_clean()
 

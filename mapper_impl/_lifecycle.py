@@ -1,0 +1,95 @@
+"""Lifecycle safety nets: a dropped load is released and counted, a forked child starts with
+fresh locks, an error pins no buffer, a numeric argument is checked before any work.
+
+Upstream's C++ objects release in destructors; a Python caller that drops a `Weights` or a
+`LoadedContext` without ``close()`` would otherwise keep its fds and its share of the mapping
+for the life of the process (50 dropped loads kept 100 fds and 50 mappings). Here a
+`weakref.finalize` releases what the dropped object held and ``stats().leaked_loads`` counts
+it, so a leak is visible in the numbers instead of silently paid for in memory.
+
+``fork()`` copies the locks of every thread but only the calling thread: a per-key lock held
+by a loading thread of the parent was held forever in the child (10 of 10 children
+deadlocked). `os.register_at_fork` gives the child new locks and no per-key lock table; the
+mappings it inherited stay valid (the child has the pages) and are still released when their
+loads close.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import traceback
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from ._stats import COUNTERS
+
+#: The longest backoff a RetryPolicy may wait per attempt: a retry is for a transient failure.
+MAX_BACKOFF_S = 60.0
+#: The most mapping attempts a RetryPolicy may make.
+MAX_ATTEMPTS = 1000
+
+
+def _leaked(release: Callable[..., Any], *args: Any) -> None:
+    """Finalizer of a load dropped without close(): count it, then release what it held."""
+    COUNTERS.add(leaked_loads=1)
+    release(*args)
+
+
+def on_drop(owner: object, release: Callable[..., Any], *args: Any) -> weakref.finalize:
+    """Run ``release(*args)`` when ``owner`` is garbage without having been closed, counting it
+    in ``stats().leaked_loads``. ``args`` must not reference ``owner`` (it would never die).
+    Closing calls `release_now` instead, which detaches this finalizer: not a leak."""
+    finalizer = weakref.finalize(owner, _leaked, release, *args)
+    finalizer.atexit = False  # the OS releases everything at exit anyway
+    return finalizer
+
+
+def release_now(finalizer: weakref.finalize) -> Any:
+    """An explicit close(): run the release once, without counting a leak; None when the
+    finalizer already ran (or was detached) before."""
+    detached = finalizer.detach()
+    if detached is None:
+        return None
+    _, _, args, _ = detached
+    release, *rest = args
+    return release(*rest)
+
+
+def forget_frames(err: BaseException | None) -> None:
+    """Clear the locals of every finished frame in ``err``'s tracebacks (its cause and context
+    chain included): an error a caller keeps must not keep the heap copy, the regions or the
+    caller's own ``create`` arguments alive through them."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        traceback.clear_frames(err.__traceback__)
+        err = err.__cause__ or err.__context__
+
+
+def check_number(name: str, value: object, *, low: float, high: float, integer: bool = False) -> None:
+    """ValueError unless ``value`` is a finite number (an int when ``integer``) in low..high."""
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        what = "an integer" if integer else "a number"
+        raise ValueError(f"{name} must be {what} in {low:g}..{high:g}, got {value!r}")
+    if not math.isfinite(value) or not low <= value <= high:
+        raise ValueError(f"{name} must be a finite number in {low:g}..{high:g}, got {value!r}")
+
+
+def _reset_in_child() -> None:
+    """After fork, in the child: every module-level lock new, no per-key lock held by a thread
+    that does not exist here."""
+    from . import _dma
+    from ._registry import REGISTRY
+
+    REGISTRY.reset_locks()
+    COUNTERS.lock = threading.RLock()
+    _dma._shared_lock = threading.Lock()
+    _dma._unswept_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_in_child)
