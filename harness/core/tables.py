@@ -105,12 +105,16 @@ def parse_cell(text: str, dtype: str) -> Any:
 
 def csv_text(header: list[str], lines: Iterable[list[str]]) -> str:
     """The one CSV dialect every table of the harness is written in (results, summary, long
-    format, history): comma-separated, ``\\n`` line ends, cells already formatted."""
+    format, history): comma-separated, ``\\n`` line ends, cells already formatted. A line with
+    a carriage return in a cell is written fully quoted: Python's minimal quoting quotes only
+    the line terminator's characters, and a bare CR splits the row for every reader."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
+    quoted = csv.writer(buffer, lineterminator="\n", quoting=csv.QUOTE_ALL)
     if header:
         writer.writerow(header)
-    writer.writerows(lines)
+    for line in lines:
+        (quoted if any("\r" in cell for cell in line) else writer).writerow(line)
     return buffer.getvalue()
 
 
