@@ -69,15 +69,28 @@ def row_sampled(row: ResultRow) -> bool:
     )
 
 
+#: Figures of one sample are read a few milliseconds apart and rounded to pages: a check
+#: allows this much (plus `SLACK_SHARE` of the figure it needs) before it calls a sample
+#: implausible (the runner's checks at the barrier and the report's alike).
+SLACK_BYTES = 1024**2
+SLACK_SHARE = 0.02
+
+
+def short_of(have: int, need: int) -> bool:
+    """``have`` is below ``need`` by more than the sampling slack."""
+    return have + SLACK_BYTES + SLACK_SHARE * need < need
+
+
 def memory_physical(row: ResultRow) -> bool:
-    """The figures physics allows a live process: none zero, USS <= PSS <= RSS (a page a
-    process holds alone is in its PSS at full weight, and PSS never exceeds what is resident).
-    A row that says otherwise was not measured, whatever its memory_ok says."""
+    """The figures physics allows a live process: none zero, USS <= PSS <= RSS within the
+    sampling slack (a page a process holds alone is in its PSS at full weight, and PSS never
+    exceeds what is resident). A row that says otherwise was not measured, whatever its
+    memory_ok says."""
     figures = [row.rss_bytes, row.uss_bytes, row.pss_bytes, row.private_bytes]
     if any(v is not None and v <= 0 for v in figures):
         return False
     ordered = [v for v in (row.uss_bytes, row.pss_bytes, row.rss_bytes) if v is not None]
-    return ordered == sorted(ordered)
+    return not any(short_of(high, low) for low, high in zip(ordered, ordered[1:], strict=False))
 
 
 def median(values: Iterable[float | int | None]) -> float | None:

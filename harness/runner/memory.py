@@ -11,6 +11,9 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+# the sampling slack of every check: one rule for the runner at the barrier and the report
+from harness.core.summary import short_of as _short
+
 
 @dataclass
 class MemorySample:
@@ -53,17 +56,6 @@ def sample_process(pid: int) -> MemorySample:
         notes.append("no PSS on Windows: private bytes is the figure")
     sample.note = "; ".join(notes)
     return sample
-
-
-#: Figures of one sample are read a few milliseconds apart and rounded to pages: a check
-#: allows this much (plus `SLACK_SHARE` of the figure it needs) before it calls a sample
-#: implausible.
-SLACK_BYTES = 1024**2
-SLACK_SHARE = 0.02
-
-
-def _short(have: int, need: int) -> bool:
-    return have + SLACK_BYTES + SLACK_SHARE * need < need
 
 
 def implausible(sample: MemorySample, private_copy_bytes: int | None, mapped_resident_bytes: int | None) -> list[str]:

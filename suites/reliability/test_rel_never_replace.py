@@ -11,6 +11,7 @@ file, and `report --out RUN/results.csv` overwrote the run's own data.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -148,6 +149,9 @@ def test_report_never_writes_over_the_baseline_runs_files(model_cache, a_run, tm
 
     baseline = tmp_path / "baseline"
     shutil.copytree(a_run, baseline, ignore=shutil.ignore_patterns(".harness.lock"))
+    meta = json.loads((baseline / "metadata.json").read_text())
+    meta["run"]["started"] = "2020-01-01T00:00:00+00:00"  # another run, not a copy (refused as such)
+    (baseline / "metadata.json").write_text(json.dumps(meta))
     target = baseline / name
     before = target.read_bytes()
     proc = run_quick(["report", str(a_run), "--baseline", str(baseline), "--out", str(target)], model_cache)
