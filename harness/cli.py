@@ -474,9 +474,10 @@ def read_gate_expressions(exprs: list[str], gates_file: Path | None) -> list[str
 
 
 def _options(ns: argparse.Namespace, argv: list[str]):
-    from harness.models import parse_free_dims, parse_input_values, parse_shapes
+    from harness.prep.modelargs import parse_free_dims, parse_input_values, parse_shapes
     from harness.prep.sessions import parse_key_values
-    from harness.runner.sweep import RunOptions, command_line
+    from harness.runner.options import RunOptions
+    from harness.runner.sweep import command_line
 
     if ns.no_report and ns.history:
         raise InputError("--history is written with the report: drop --no-report")

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.models import PreparedModel
+    from harness.prep.folder import PreparedModel
+    from harness.runner.options import RunOptions
     from harness.runner.spec import WorkerRecord, WorkerSpec
-    from harness.runner.sweep import RunOptions
 
 #: Every target gets at least this gate: correctness does not depend on the platform.
 CORRECTNESS_GATE = ("failed_workers==0", "A crash, hang, exception or wrong output is a defect in either mode.")
@@ -102,6 +102,12 @@ class Target(ABC):
     options: tuple[TargetOption, ...] = ()
 
     # -- parent side -------------------------------------------------------------------
+    def options_for(self, opts: RunOptions) -> dict[str, Any]:
+        """This target's options: its defaults, overridden by what was given (when it is the
+        run's own target; a peer runs with its defaults)."""
+        given = opts.target_options if self.name == opts.target else {}
+        return {o.name: given.get(o.name, o.default) for o in self.options}
+
     def check(self, opts: RunOptions) -> None:  # noqa: B027 - optional hook, deliberately empty
         """Refuse (InputError) run options this target cannot honour. Called before any work."""
 

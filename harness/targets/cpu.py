@@ -13,7 +13,8 @@ import sys
 import time
 
 from harness.core.schema import disable_flag
-from harness.models import PreparedModel, prepare_cpu_models
+from harness.prep.folder import PreparedModel
+from harness.prep.models import prepare_cpu_models
 from harness.prep.sessions import SessionSettings, cpu_session_options
 
 from .base import CORRECTNESS_GATE, LiveSessions, Prepared, Target, TargetOption

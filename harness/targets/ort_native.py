@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 
-from harness.models import PreparedModel, prepare_cpu_models
+from harness.prep.folder import PreparedModel
+from harness.prep.models import prepare_cpu_models
 from harness.prep.sessions import cpu_session_options
 
 from .base import LiveSessions, Prepared, Target

@@ -83,7 +83,8 @@ def compile_job(job: dict) -> dict:
 def _check_loads(job: dict) -> dict:
     import onnxruntime as ort
 
-    from harness.models import PreparedModel, load_reference
+    from harness.prep.folder import PreparedModel
+    from harness.prep.reference import load_reference
     from harness.prep.sessions import run_session
 
     model = PreparedModel.load(Path(job["check_folder"]), check_files=False)
@@ -102,8 +103,9 @@ def _check_loads(job: dict) -> dict:
 def reference_job(job: dict) -> dict:
     import onnxruntime as ort
 
-    from harness.models import PreparedModel, load_reference, save_reference
+    from harness.prep.folder import PreparedModel
     from harness.prep.outputs import nondeterministic_outputs
+    from harness.prep.reference import load_reference, save_reference
     from harness.prep.sessions import run_session
 
     model = PreparedModel.load(Path(job["folder"]), check_files=False)

@@ -30,22 +30,15 @@ from typing import TYPE_CHECKING, Any
 from harness.cache import CorruptEntry, cached_build, default_cache_dir
 from harness.core.errors import InputError
 from harness.core.files import write_json_atomic
-from harness.models import (
-    PREP_VERSION,
-    PreparedModel,
-    cached_model,
-    external_data_files,
-    link_external_data,
-    load_onnx,
-    ort_reason,
-    resolve_feeds,
-    save_reference,
-    source_key,
-    write_reference,
-)
+from harness.prep.cachekeys import PREP_VERSION, source_key
 from harness.prep.epcontext import EpContextModel, epcontext_nodes, inspect_epcontext
+from harness.prep.externalise import link_external_data
+from harness.prep.folder import PreparedModel, cached_model
 from harness.prep.inputs import model_inputs, shape_hint
+from harness.prep.models import resolve_feeds
+from harness.prep.onnxfile import external_data_files, load_onnx, ort_reason
 from harness.prep.pipeline import check_pipeline_request, resolve_models
+from harness.prep.reference import save_reference, write_reference
 
 from .ep import QnnUnavailableError, qnn_platform_supported, qnn_versions, register_qnn_ep
 

@@ -1,0 +1,86 @@
+"""Reading a user's ONNX file, and ONNX Runtime's errors said in one line: every problem an
+InputError naming the user's file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.core.errors import InputError
+
+
+def external_data_files(path: Path, model: Any) -> list[Path]:
+    """Every external-data file the model reads (initializers, also inside subgraphs)."""
+    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+
+    names = {ExternalDataInfo(t).location for t in _get_all_tensors(model) if uses_external_data(t)}
+    return sorted(path.parent / name for name in names)
+
+
+def load_onnx(path: Path, *, external_data: bool = True, label: str = "--model") -> Any:
+    """The model (with its external data loaded when asked); InputError, one line, naming the
+    user's file, for anything that is not a readable model with a graph."""
+    import onnx
+    from onnx.external_data_helper import load_external_data_for_model
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{label} {path}: {'a folder, not an ONNX file' if path.is_dir() else 'model file not found'}")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as err:  # protobuf raises several unrelated types
+        raise InputError(f"{label} {path}: not a readable ONNX model ({type(err).__name__})") from None
+    if not model.graph.node:  # an empty file, or bytes that happen to parse as an empty message
+        raise InputError(f"{label} {path}: not an ONNX model (no graph nodes): no node assigned to QNN or any other EP")
+    if not external_data:
+        return model
+    for file in external_data_files(path, model):
+        if not file.is_file():
+            raise InputError(
+                f"{label} {path}: external data file {file.name!r} is missing (expected next to the model)"
+            )
+    try:
+        load_external_data_for_model(model, str(path.parent))
+    except FileNotFoundError as err:
+        raise InputError(f"{label} {path}: external data missing ({err.filename or err})") from None
+    except Exception as err:  # onnx raises ValidationError, OSError, ValueError...
+        raise InputError(f"{label} {path}: cannot load its external data ({first_line(err)})") from None
+    return model
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's text (ORT and onnx put whole reports in theirs)."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def ort_reason(err: BaseException | str) -> str:
+    """The first line of an ORT error without its status prefix ("[ONNXRuntimeError] : 2 :
+    INVALID_ARGUMENT : "): the reason itself."""
+    import re
+
+    text = err if isinstance(err, str) else first_line(err)
+    text = re.sub(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*", "", text).strip()
+    return _without_source_location(text)
+
+
+def _without_source_location(text: str) -> str:
+    """Drop the "/onnxruntime_src/...graph.cc:1451 onnxruntime::Graph::Graph(<50 parameters>)"
+    part of an ORT enforce message: the words after it are the reason."""
+    import re
+
+    match = re.search(r"\S+\.(?:cc|cpp|h):\d+ ", text)
+    if not match:
+        return text
+    depth, end = 0, None
+    for i in range(match.end(), len(text)):
+        if text[i] == "(":
+            depth += 1
+        elif text[i] == ")":
+            depth -= 1
+            if depth == 0:
+                end = i + 1
+                break
+    if end is None:
+        return text
+    return (text[: match.start()] + text[end:].lstrip()).strip()
