@@ -70,12 +70,6 @@ class PreparedModel:
         return self.folder / "reference.npz"
 
     @property
-    def input_dtypes(self) -> dict[str, str]:
-        from harness.prep.tensors import element_type
-
-        return {name: element_type(t).name for name, t in self.input_types.items()}
-
-    @property
     def nondeterministic(self) -> list[str]:
         return list(self.extra.get("nondeterministic") or {})
 
