@@ -484,7 +484,7 @@ class SessionRecorder:
         return "unknown"
 
     def test_records(self) -> tuple[list[Any], dict[str, int]]:
-        from harness.cli import test_record
+        from harness.publish import test_record
 
         records, seen, with_runs = [], set(), set()
         for nodeid, folder in self.recorded_runs():
@@ -504,8 +504,8 @@ class SessionRecorder:
         """Controller: one report over every run of the session, with the tests' outcomes."""
         if not self.controller:
             return
-        from harness.cli import render_test_session
         from harness.core.errors import InputError
+        from harness.publish import render_test_session
 
         records, counts = self.test_records()
         folders = list(dict.fromkeys(r.folder for r in records if r.folder))

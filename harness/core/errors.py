@@ -28,6 +28,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         # identity, not ==: 0 == False, and a count whose default is 0 must still show it
         if default is None or default is False or default is argparse.SUPPRESS or "%(default)" in text:
             return text
+        if action.nargs == 0:  # a switch (--no-default-gates): its default is its absence
+            return text
         if isinstance(action.default, list):  # repeatable options start empty: nothing to show
             return text
         return text + " (default: %(default)s)"
