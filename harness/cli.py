@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from harness.cli_parser import PROG, build_parser
+from harness.core.argtypes import attach_dash_values
 from harness.core.errors import InputError
 from harness.publish import check_history_path, report_run
 
@@ -123,14 +124,14 @@ def cmd_cache(ns: argparse.Namespace) -> int:
     import datetime as dt
 
     from harness.cache import cache_entries, clear_cache, default_cache_dir
-    from harness.core.units import fmt_bytes
+    from harness.core.units import fmt_bytes, plural
 
     folder = ns.cache_dir or default_cache_dir()
     if ns.action == "info":
         entries = cache_entries(folder)
         total = sum(e.bytes for e in entries)
         print(
-            f"cache: {folder} ({len(entries)} entries, {fmt_bytes(total)})"
+            f"cache: {folder} ({plural(len(entries), 'entry', 'entries')}, {fmt_bytes(total)})"
             + ("" if folder.is_dir() else " - does not exist yet")
         )
         for entry in entries:
@@ -138,7 +139,8 @@ def cmd_cache(ns: argparse.Namespace) -> int:
             print(f"  {fmt_bytes(entry.bytes):>10}  {when}  {entry.path.name}")
         return EXIT_OK
     removed, kept = clear_cache(folder)
-    print(f"cache: {folder}: removed {len(removed)} entries ({fmt_bytes(sum(e.bytes for e in removed))})")
+    freed = fmt_bytes(sum(e.bytes for e in removed))
+    print(f"cache: {folder}: removed {plural(len(removed), 'entry', 'entries')} ({freed})")
     for path, why in kept:
         print(f"  kept {path.name}: {why}")
     return EXIT_FAILED if kept else EXIT_OK
@@ -171,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             from reports.cli import report_main
 
             return report_main(argv[1:], prog=f"{PROG} report")
-        ns = build_parser().parse_args(argv)
+        ns = build_parser().parse_args(attach_dash_values(argv))
         if ns.command == "bench":
             return cmd_bench(ns, argv)
         if ns.command == "cache":

@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--model-size",
-        type=argtypes.size,
+        type=argtypes.generated_size,
         default="512MiB",
         metavar="SIZE",
         help=f"weights of the generated model ({SIZE_HELP})",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
 from harness.core.errors import InputError
 from harness.core.schema import MODES
@@ -81,6 +82,22 @@ def size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+#: The smallest generated model: one layer of the narrowest chain (128 x 128 fp32).
+MIN_GENERATED_BYTES = 64 * 1024
+
+
+def generated_size(text: str) -> int:
+    """A --model-size: a size of at least one layer of the generated chain, the error echoing
+    what the user typed (``'10KiB'``, not ``10240``)."""
+    value = size(text)
+    if value < MIN_GENERATED_BYTES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the generated model needs at least 64 KiB of weights "
+            "(sizes are bytes unless given a unit, e.g. 64MiB)"
+        )
+    return value
+
+
 def projection(text: str) -> tuple[int, int]:
     """``8x4GiB`` -> (8 sessions, 4 GiB of weights)."""
     from harness.core.units import parse_projection
@@ -113,3 +130,16 @@ def labels(pairs: list[tuple[str, str]]) -> dict[str, str]:
             raise InputError(f"--label {key}: given twice ({labels[key]!r} and {value!r})")
         labels[key] = value
     return labels
+
+
+def attach_dash_values(argv: list[str]) -> list[str]:
+    """argparse reads ``--model-size -5MiB`` as two options ("expected one argument"): a value
+    starting with a dash and a digit is attached to the flag before it (``--model-size=-5MiB``),
+    so the option's own type says what is wrong with it."""
+    out: list[str] = []
+    for item in argv:
+        if out and re.fullmatch(r"-\d.*", item) and out[-1].startswith("--") and "=" not in out[-1]:
+            out[-1] = f"{out[-1]}={item}"
+        else:
+            out.append(item)
+    return out

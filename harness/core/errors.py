@@ -14,7 +14,23 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     the usage dump argparse prints hides the actual problem."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise InputError(f"{self.prog}: {message} (see --help)")
+        raise InputError(f"{self.prog}: {message}{self._suggestion(message)} (see --help)")
+
+    def _suggestion(self, message: str) -> str:
+        """``--proceses`` -> "(did you mean --processes?)": the closest flag of this parser or
+        its sub-commands to each unrecognized one."""
+        import difflib
+
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        parsers = [self]
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers += list(action.choices.values())
+        flags = sorted({flag for parser in parsers for flag in parser._option_string_actions if flag.startswith("--")})
+        given = [word.split("=")[0] for word in message.split(":", 1)[1].split() if word.startswith("--")]
+        close = [match for word in given for match in difflib.get_close_matches(word, flags, n=1, cutoff=0.75)]
+        return f" (did you mean {' or '.join(dict.fromkeys(close))}?)" if close else ""
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):

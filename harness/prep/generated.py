@@ -15,12 +15,32 @@ from .sessions import SessionSettings
 
 
 def matmul_chain_dims(weights_bytes: int) -> tuple[int, int]:
-    """(width D, layers L) of an fp32 MatMul chain holding about ``weights_bytes``."""
-    for width in (2048, 1024, 512, 256, 128):
+    """(width D, layers L) of an fp32 MatMul chain holding ``weights_bytes``: exactly, with
+    the widest D that divides it into at least 4 layers (600MiB: 150 layers of 1024 x 1024),
+    else about (whole layers; the run's notes then say what was built)."""
+    widths = (2048, 1024, 512, 256, 128)
+    for width in widths:
+        layers, left = divmod(weights_bytes, width * width * 4)
+        if layers >= 4 and not left:
+            return width, layers
+    for width in widths:
         layers = round(weights_bytes / (width * width * 4))
         if layers >= 4:
             return width, layers
     return 128, max(1, round(weights_bytes / (128 * 128 * 4)))
+
+
+def size_note(asked: int, built: int) -> str | None:
+    """What the run's notes say when the generated chain cannot hold exactly ``asked`` bytes."""
+    if built == asked:
+        return None
+    from harness.core.units import fmt_bytes
+
+    width, layers = matmul_chain_dims(asked)
+    return (
+        f"--model-size {fmt_bytes(asked)} ({asked} bytes) is not a whole number of {width} x {width} fp32 "
+        f"layers: the generated model holds {layers} of them, {fmt_bytes(built)} ({built} bytes)"
+    )
 
 
 def generated_matmul_chain(

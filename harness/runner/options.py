@@ -98,7 +98,7 @@ class RunOptions:
     model_size: int = flag(
         256 * 1024**2,
         flag="--model-size",
-        type=argtypes.size,
+        type=argtypes.generated_size,
         text_default="256MiB",
         metavar="SIZE",
         group="source",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from harness.core.argtypes import MIN_GENERATED_BYTES
 from harness.core.errors import InputError
 from harness.runner.options import PAGE_CACHE_MODES, RunOptions
 from harness.runner.outdir import check_out
@@ -14,8 +15,6 @@ from harness.targets import get_target
 #: Memory a worker needs beyond the weights (Python, numpy, ORT, arenas): measured ~60-120 MiB
 #: here; 200 MiB keeps the refusal conservative.
 WORKER_OVERHEAD_BYTES = 200 * 1024**2
-#: The smallest generated model: one layer of the narrowest chain (128 x 128 fp32).
-MIN_GENERATED_BYTES = 64 * 1024
 #: Share of the available memory a run may plan to use before it is refused.
 MEMORY_BUDGET_SHARE = 0.85
 
@@ -105,6 +104,10 @@ def check_options(opts: RunOptions) -> None:
             f"--model-size {opts.model_size}: the generated model needs at least 64 KiB of weights "
             "(sizes are bytes unless given a unit, e.g. 64MiB)"
         )
+    if opts.models:  # a missing file is said first, before any stage starts
+        from harness.prep.pipeline import resolve_models
+
+        resolve_models(opts.models)
     if (opts.shapes or opts.free_dims or opts.input_values) and opts.model is None:
         flag = "--shape" if opts.shapes else "--free-dim" if opts.free_dims else "--input"
         raise InputError(f"{flag} fixes inputs of --model; the generated model has one static input")

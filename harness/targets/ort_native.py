@@ -24,7 +24,7 @@ class OrtNativeTarget(Target):
     def prepare(self, opts, progress) -> Prepared:
         from .cpu import prepared_cpu_models
 
-        return prepared_cpu_models(prepare_cpu_models(opts, progress, target=self.name))
+        return prepared_cpu_models(prepare_cpu_models(opts, progress, target=self.name), opts)
 
     def create_sessions(self, spec, models: list[PreparedModel], record) -> LiveSessions:
         import onnxruntime as ort
