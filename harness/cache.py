@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from harness.core.errors import InputError
+from harness.core.errors import CorruptEntry, InputError
 
 T = TypeVar("T")
 SCRATCH_PREFIX = ".build-"
@@ -46,10 +46,6 @@ ENTRY_RECORD = ".entry.json"
 WHOLE_HASH_BYTES = 16 * 1024**2
 SAMPLED_BLOCKS = 256
 BLOCK_BYTES = 4096
-
-
-class CorruptEntry(Exception):
-    """A cache entry exists but fails its own consistency check."""
 
 
 def fingerprint(path: Path) -> dict:

@@ -19,10 +19,8 @@ from typing import Any
 
 from harness.cli_parser import PROG, build_parser
 from harness.core.argtypes import attach_dash_values
-from harness.core.errors import InputError
+from harness.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, InputError
 from harness.publish import check_history_path, report_run
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def _options(ns: argparse.Namespace, argv: list[str]):
@@ -183,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_run(ns, argv)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
-        return EXIT_USAGE
+        return err.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -194,13 +192,13 @@ def main(argv: list[str] | None = None) -> int:
 def _failed(err: Exception) -> int:
     """A run that could not go on (`RunFailed`: the disk filled, no descriptors left, a worker
     could not be started), or a resource error outside any run folder: one line, exit 1."""
+    from harness.core.errors import RunFailed
     from harness.runner.resources import describe
-    from harness.runner.sweep import RunFailed
 
     if isinstance(err, RunFailed):
         where = f"; what was measured before is in {err.out}" if err.out else ""
         print(f"error: run failed: {err}{where}", file=sys.stderr)
-        return EXIT_FAILED
+        return err.exit_code
     if isinstance(err, (OSError, MemoryError)):
         where = f" ({err.filename})" if getattr(err, "filename", None) else ""
         print(f"error: {describe(err, 'in the harness')}{where}", file=sys.stderr)

@@ -27,8 +27,8 @@ def report_run(out: Path, *, history: Path | None, render: bool, outcomes: bool,
     print_judgement(console, judgement, outcomes=outcomes)
     write_headline(out, judgement, kind=kind)
     if render:
+        from harness.core.errors import RunFailed
         from harness.runner.resources import describe
-        from harness.runner.sweep import RunFailed
         from reports import publish
 
         try:

@@ -11,8 +11,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness.cache import CorruptEntry, cached_build
-from harness.core.errors import InputError
+from harness.cache import cached_build
+from harness.core.errors import CorruptEntry, InputError
 from harness.core.files import write_json_atomic
 
 ALIGNMENT = 64 * 1024

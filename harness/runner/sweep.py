@@ -19,12 +19,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.core.errors import RunFailed, SpawnError
 from harness.core.files import write_json_atomic
 from harness.core.rundata import METADATA_JSON
 from harness.core.schema import FORMAT_VERSION, ResultRow, SummaryRow
 from harness.core.summary import group_key, summarize
 from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV, write_long, write_rows
-from harness.runner.group import GroupResult, GroupSpec, SpawnError, run_group
+from harness.runner.group import GroupResult, GroupSpec, run_group
 from harness.runner.options import RunOptions
 from harness.runner.outdir import RunFolder, claim
 from harness.runner.preflight import check_before_work, check_memory_budget, copies_per_worker
@@ -45,15 +46,6 @@ class RunOutcome:
     def release(self) -> None:
         if self.folder is not None:
             self.folder.release()
-
-
-class RunFailed(Exception):
-    """The run could not go on (disk full, no descriptors, a worker that cannot be started):
-    metadata.json says ``"failed: <this text>"`` where it could still be written."""
-
-    def __init__(self, message: str, out: Path | None = None) -> None:
-        super().__init__(message)
-        self.out = out
 
 
 def command_line(argv: list[str]) -> str:

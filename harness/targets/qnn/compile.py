@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.cache import CorruptEntry, cached_build, default_cache_dir
-from harness.core.errors import InputError
+from harness.cache import cached_build, default_cache_dir
+from harness.core.errors import CorruptEntry, InputError, QnnUnavailableError
 from harness.core.files import write_json_atomic
 from harness.prep.cachekeys import PREP_VERSION, source_key
 from harness.prep.epcontext import EpContextModel, epcontext_nodes, inspect_epcontext
@@ -40,7 +40,7 @@ from harness.prep.pipeline import check_pipeline_request, resolve_models
 from harness.prep.reference import save_reference, write_reference
 
 from .child import run_child
-from .ep import QnnUnavailableError, qnn_platform_supported, qnn_versions, register_qnn_ep
+from .ep import qnn_platform_supported, qnn_versions, register_qnn_ep
 from .qdq import make_feeds, make_qdq_model, reference_output
 
 if TYPE_CHECKING:

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.core.errors import RegistryUnreachable, StringsError
 from harness.targets.qnn.eplog import IGNORED, LINUX, PATTERNS, WIN, LogPattern
 
 #: the reference list's grep terms (shared/reference/onnxruntime-qnn-2.7.0-ep-strings.txt) ...
@@ -57,14 +58,6 @@ _NETWORK_ERRORS = re.compile(
     r"timed out|Could not fetch URL|ProxyError|SSLError|No route to host",
     re.I,
 )
-
-
-class StringsError(RuntimeError):
-    """A wheel or library that cannot be read, or a download that failed for another reason."""
-
-
-class RegistryUnreachable(StringsError):
-    """pip could not reach the package index (no network, proxy, DNS)."""
 
 
 @dataclass
