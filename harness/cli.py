@@ -145,10 +145,10 @@ def cmd_cache(ns: argparse.Namespace) -> int:
 
 
 def cmd_doctor(ns: argparse.Namespace) -> int:
-    """Probe the QNN EP in a child process and print its verdict. Exit 0 whenever a verdict was
-    reached (a machine without an NPU is a finding, not an error)."""
+    """Probe the target's device (the QNN EP, in a child process) and print its verdict. Exit 0
+    whenever a verdict was reached (a machine without an NPU is a finding, not an error)."""
     from harness.core.files import write_json_atomic
-    from harness.targets.qnn.device import probe_device
+    from harness.targets import get_target
 
     if ns.json is not None:  # checked before the probe: a mistake costs no probe
         from harness.core.files import check_creatable, check_writable, replaceable_path
@@ -156,7 +156,7 @@ def cmd_doctor(ns: argparse.Namespace) -> int:
         check_creatable(ns.json, "--json", folder=False)
         replaceable_path(ns.json, "--json")
         check_writable(ns.json, "--json", folder=False)
-    report = probe_device(timeout_s=ns.timeout)
+    report = get_target(ns.target).probe(ns.timeout)
     for line in report.lines():
         print(line)
     if ns.json is not None:

@@ -208,7 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit code 0 whenever a verdict was reached (no NPU is a finding, not an error); 2 usage error.",
         formatter_class=HelpFormatter,
     )
-    doctor.add_argument("--target", choices=("qnn",), default="qnn", help="the target to probe")
+    from harness.targets import all_targets
+
+    probed = tuple(t.name for t in all_targets() if t.has_probe)
+    doctor.add_argument("--target", choices=probed, default=probed[0], help="the target to probe")
     doctor.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON (default: none)")
     doctor.add_argument("--timeout", type=argtypes.timeout, default="120", metavar="SECONDS", help="probe time limit")
     return parser

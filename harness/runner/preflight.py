@@ -111,8 +111,13 @@ def check_options(opts: RunOptions) -> None:
     if (opts.shapes or opts.free_dims or opts.input_values) and opts.model is None:
         flag = "--shape" if opts.shapes else "--free-dim" if opts.free_dims else "--input"
         raise InputError(f"{flag} fixes inputs of --model; the generated model has one static input")
-    if opts.provider_options and "qnn" not in (opts.target, opts.peer):
-        raise InputError("--provider-option applies to --target qnn (the QNN EP's provider options)")
+    if opts.provider_options and not any(get_target(n).provider_ep for n in (opts.target, opts.peer) if n):
+        from harness.targets import all_targets
+
+        takers = [t for t in all_targets() if t.provider_ep]
+        names = " or ".join(f"--target {t.name}" for t in takers)
+        eps = ", ".join(f"{t.provider_ep}'s" for t in takers)
+        raise InputError(f"--provider-option applies to {names} ({eps} provider options)")
     from harness.prep.sessions import check_provider_options
 
     check_provider_options(opts.provider_options)

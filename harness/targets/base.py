@@ -100,6 +100,9 @@ class Target(ABC):
     name: str
     summary: str  # one line for --help
     options: tuple[TargetOption, ...] = ()
+    #: The EP whose provider options ``--provider-option`` sets, e.g. "the QNN EP" ("": this
+    #: target takes none, and a run of it refuses them).
+    provider_ep: str = ""
 
     # -- parent side -------------------------------------------------------------------
     def options_for(self, opts: RunOptions) -> dict[str, Any]:
@@ -133,6 +136,16 @@ class Target(ABC):
     def versions(self) -> dict[str, str | None]:
         """Versions of what this target runs on, beyond onnxruntime (metadata, history)."""
         return {}
+
+    def probe(self, timeout_s: float) -> Any | None:
+        """What this machine's device is, as the target's EP reports it (``doctor``): an object
+        with ``lines()`` (for people) and ``to_dict()`` (``--json``); None when the target has
+        no device to probe (``doctor`` then does not offer it)."""
+        return None
+
+    @property
+    def has_probe(self) -> bool:
+        return type(self).probe is not Target.probe
 
     # -- worker side -------------------------------------------------------------------
     @abstractmethod
