@@ -121,6 +121,12 @@ class PreparedModel:
         for path in (model.onnx_path, model.reference_path):
             if not path.is_file():
                 raise CorruptEntry(f"{path.name} is missing")
+        try:
+            load_reference(model)  # arrays only: an object (pickled) array is a corrupt entry
+        except Exception as err:  # numpy and zipfile raise several unrelated types
+            raise CorruptEntry(
+                f"{model.reference_path.name} is not a plain array archive ({type(err).__name__})"
+            ) from None
         if model.tensors:
             need = model.weights_extent()
             if not model.weights_path.is_file() or model.weights_path.stat().st_size < need:
@@ -229,14 +235,15 @@ def externalise(
 
 def _copy_external(proto: Any, base_dir: Path, size: int, out) -> None:
     """Copy an external tensor's ``size`` bytes into ``out`` (ValueError when the file is short)."""
-    from onnx.external_data_helper import ExternalDataInfo
+    from harness.core.inputfiles import open_regular
+    from harness.prep.containment import tensor_ref
 
-    info = ExternalDataInfo(proto)
+    info = tensor_ref(base_dir, proto, "model")
     length = info.length if info.length else size
     if length != size:
         raise ValueError(f"{proto.name}: {length} bytes of external data for {size} expected")
-    with open(base_dir / info.location, "rb") as src:
-        src.seek(info.offset or 0)
+    with open_regular(info.path, "external data") as src:
+        src.seek(info.offset)
         left = size
         while left:
             chunk = src.read(min(left, 16 * 1024**2))
@@ -397,12 +404,13 @@ def _file_identity(path: Path) -> str:
     return f"{path.resolve()}|{ident.device}|{ident.inode}|{ident.size}|{ident.mtime_ns}|{ident.edge_hash}"
 
 
-def external_data_files(path: Path, model: Any) -> list[Path]:
-    """Every external-data file the model reads (initializers, also inside subgraphs)."""
-    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+def external_data_files(path: Path, model: Any, label: str | None = None) -> list[Path]:
+    """Every external-data file the model reads (initializers, also inside subgraphs),
+    resolved, each checked by `harness.prep.containment` (inside the model's folder, a
+    regular file, every tensor's range inside it) before anything opens it."""
+    from harness.prep.containment import external_refs
 
-    names = {ExternalDataInfo(t).location for t in _get_all_tensors(model) if uses_external_data(t)}
-    return sorted(path.parent / name for name in names)
+    return sorted({ref.path for ref in external_refs(Path(path), model, label or f"--model {path}")})
 
 
 def source_key(path: Path, model: Any, extra: object = None, files: list[Path] | None = None) -> str:
@@ -428,22 +436,26 @@ def load_onnx(path: Path, *, external_data: bool = True, label: str = "--model")
     import onnx
     from onnx.external_data_helper import load_external_data_for_model
 
+    from harness.core.inputfiles import ONNX_MAX_BYTES, read_bytes_bounded
+    from harness.prep.graphs import refuse_duplicate_initializers
+
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{label} {path}: {'a folder, not an ONNX file' if path.is_dir() else 'model file not found'}")
+    if path.is_dir():
+        raise InputError(f"{label} {path}: a folder, not an ONNX file")
+    if not path.exists():
+        raise InputError(f"{label} {path}: model file not found")
+    data = read_bytes_bounded(path, label, ONNX_MAX_BYTES)
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        model = onnx.load_model_from_string(data)
     except Exception as err:  # protobuf raises several unrelated types
         raise InputError(f"{label} {path}: not a readable ONNX model ({type(err).__name__})") from None
+    del data
+    external_data_files(path, model, f"{label} {path}")  # every path it names checked, before any use
+    refuse_duplicate_initializers(model, f"{label} {path}")
     if not model.graph.node:  # an empty file, or bytes that happen to parse as an empty message
         raise InputError(f"{label} {path}: not an ONNX model (no graph nodes): no node assigned to QNN or any other EP")
     if not external_data:
         return model
-    for file in external_data_files(path, model):
-        if not file.is_file():
-            raise InputError(
-                f"{label} {path}: external data file {file.name!r} is missing (expected next to the model)"
-            )
     try:
         load_external_data_for_model(model, str(path.parent))
     except FileNotFoundError as err:
@@ -584,13 +596,19 @@ def link_external_data(path: Path, graph: Any, folder: Path) -> None:
     hard link (no copy), else a copy (another filesystem). Not a symlink: ORT resolves it and
     refuses external data outside the model's folder ("External data path escapes model
     directory")."""
-    for data in external_data_files(path, graph):
-        target = folder / data.relative_to(Path(path).parent)
+    from harness.prep.containment import external_refs, inside
+
+    done = set()
+    for ref in external_refs(Path(path), graph, f"--model {path}"):
+        if ref.location in done:
+            continue
+        done.add(ref.location)
+        target = inside(folder, folder / ref.location)
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            os.link(data.resolve(), target)
+            os.link(ref.path, target)
         except (OSError, NotImplementedError):
-            shutil.copyfile(data, target)
+            shutil.copyfile(ref.path, target)
 
 
 def _build_user_model(
@@ -702,6 +720,8 @@ def _storable(array: Any) -> Any:
     import numpy as np
 
     array = np.asarray(array)
+    if array.dtype == object:  # string tensors: numpy unicode, loadable without pickle
+        return array.astype(str)
     if (
         array.dtype.kind == "V"
         or type(array.dtype).__module__.startswith("ml_dtypes")
@@ -729,12 +749,14 @@ def load_reference(model: PreparedModel) -> tuple[dict, dict]:
     from harness.prep.tensors import numpy_dtype
 
     def typed(array: Any, onnx_type: int | None) -> Any:
-        if onnx_type is None or array.dtype == object:
+        if onnx_type is None:
             return array
         want = numpy_dtype(onnx_type)
+        if want == object:  # strings are stored as numpy unicode (never pickled objects)
+            return array.astype(object)
         return array if array.dtype == want else array.view(want)
 
-    with np.load(model.reference_path, allow_pickle=True) as data:
+    with np.load(model.reference_path, allow_pickle=False) as data:
         feeds = {k[3:]: typed(data[k], model.input_types.get(k[3:])) for k in data.files if k.startswith("in:")}
         outputs = {k[4:]: typed(data[k], model.output_types.get(k[4:])) for k in data.files if k.startswith("out:")}
     return feeds, outputs
