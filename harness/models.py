@@ -752,7 +752,7 @@ def load_reference(model: PreparedModel) -> tuple[dict, dict]:
         if onnx_type is None:
             return array
         want = numpy_dtype(onnx_type)
-        if want == object:  # strings are stored as numpy unicode (never pickled objects)
+        if want.kind == "O":  # strings are stored as numpy unicode (never pickled objects)
             return array.astype(object)
         return array if array.dtype == want else array.view(want)
 

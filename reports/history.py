@@ -19,8 +19,8 @@ from typing import Any
 
 from harness.core.errors import InputError
 from harness.core.files import check_creatable, check_writable, replaceable_path, write_text_atomic
-from harness.core.inputfiles import HISTORY_MAX_BYTES, check_regular
 from harness.core.gates import known_metrics
+from harness.core.inputfiles import HISTORY_MAX_BYTES, check_regular
 from harness.core.rundata import RunData
 from harness.core.schema import SummaryRow, columns, dtypes
 from harness.core.tables import csv_text, format_cell

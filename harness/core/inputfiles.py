@@ -168,7 +168,10 @@ def load_npy_bounded(path: Path | str, label: str, max_bytes: int = NPY_MAX_BYTE
         handle.seek(0)
         try:
             version = npy.read_magic(handle)
-            shape, fortran, dtype = npy._read_array_header(handle, version)  # noqa: SLF001
+            readers = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}
+            if version not in readers:
+                raise ValueError(f"version {version}")
+            shape, fortran, dtype = readers[version](handle)
         except (ValueError, OSError, EOFError, SyntaxError) as err:
             raise InputError(f"{label} {path}: not a readable .npy header ({type(err).__name__})") from None
         if dtype.hasobject:
