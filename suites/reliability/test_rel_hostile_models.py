@@ -59,7 +59,11 @@ def _weight_model(tmp: Path, location: str, *, offset: str = "0", constant: bool
     nodes = [helper.make_node("MatMul", ["x", "W"], ["h"] if constant else ["y"])]
     if constant:
         value = numpy_helper.from_array(np.eye(32, dtype=np.float32), "Cv")
-        nodes = [helper.make_node("Constant", [], ["C"], value=value), *nodes, helper.make_node("MatMul", ["h", "C"], ["y"])]
+        nodes = [
+            helper.make_node("Constant", [], ["C"], value=value),
+            *nodes,
+            helper.make_node("MatMul", ["h", "C"], ["y"]),
+        ]
     weight = TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[16, 32], data_location=TensorProto.EXTERNAL)
     for key, value in (("location", location), ("offset", offset), ("length", "2048")):
         entry = weight.external_data.add()
