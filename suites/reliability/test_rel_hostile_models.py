@@ -94,8 +94,8 @@ def _refused_untouched(model_cache: Path, tmp: Path, model: Path, *expected: str
     unchanged, no run folder, nothing in the cache but (empty) folders of its own."""
     before = _snapshot(tmp / "sentinel", model.parent)
     proc = _run(model_cache, tmp, str(model), *extra, target=target)
-    line = one_line_error(proc, 2, *expected)
     assert _snapshot(tmp / "sentinel", model.parent) == before, "a hostile model changed files outside our folders"
+    line = one_line_error(proc, 2, *expected)
     assert not (tmp / "out").exists()
     cached = [p for p in (tmp / "cache").rglob("*") if p.is_file()] if (tmp / "cache").exists() else []
     assert not cached, cached
@@ -300,3 +300,35 @@ def test_the_lifted_constant_path_still_runs_a_contained_model(model_cache, tmp_
 
     rows = read_rows(tmp_path / "out" / "results.csv", ResultRow)
     assert rows and all(r.output_ok and not r.error for r in rows), [r.error for r in rows]
+
+
+@pytest.mark.parametrize(("target", "depth"), [("cpu", 3), ("ort-native", 3), ("qnn", 2)])
+def test_a_model_cannot_overwrite_a_file_beside_the_cache(model_cache, tmp_path, target, depth):
+    """The attack of issue 16, exactly: the model's folder and the cache's scratch lie at
+    different depths, so one ``../`` chain reads the attacker's bytes beside the model and,
+    taken relative to the scratch, lands on a file beside the cache. Before containment the
+    cpu target's lifted-Constant link (scratch/lifted/, depth 3) and the qnn target's static
+    copy (scratch/, depth 2) hard-linked, then copied, the attacker's file over the victim."""
+    location = "../" * depth + "S/victim"
+    home = tmp_path.joinpath(*["m"] * (depth - 1))  # the model at home/models/m.onnx
+    model = _weight_model(home, location, batch="batch")
+    attacker = tmp_path / "S"
+    attacker.mkdir()
+    (attacker / "victim").write_bytes(np.full(16 * 32, 7, np.float32).tobytes())
+    victim_folder = tmp_path / "deep" / "S"  # beside the cache tmp/deep/cache
+    victim_folder.mkdir(parents=True)
+    (victim_folder / "victim").write_bytes(b"the user's own file")
+    before = _snapshot(victim_folder, attacker, model.parent)
+    args = run_args(
+        "--target",
+        target,
+        "--shape",
+        "x=1x16",
+        modes="mapped",
+        cache=tmp_path / "deep" / "cache",
+        out=tmp_path / "out",
+        model=("--model", str(model)),
+    )
+    proc = run_quick(args, model_cache, timeout=TIMEOUT_S)
+    assert _snapshot(victim_folder, attacker, model.parent) == before, "the model overwrote a file beside the cache"
+    one_line_error(proc, 2, f"external data file '{location}'", "points outside the model's folder")
