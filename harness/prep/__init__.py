@@ -16,5 +16,6 @@
 - `outputs`: comparing outputs with a reference (tolerance by dtype, NaN, non-determinism);
 - `sessions`: the ORT session settings every session and every reference run share;
 - `pipeline`: several models measured together (repeated --model, a folder, genai_config.json);
-- `epcontext`: pre-compiled EPContext models and the context binaries they name.
+- `epcontext`: pre-compiled EPContext models and the context binaries they name;
+- `containment`: the one rule for every path a model names (inside its folder, checked first).
 """

@@ -13,7 +13,6 @@ from typing import Any
 from harness.core.errors import InputError
 
 from .folder import ALIGNMENT, EXTERNAL_THRESHOLD, TensorEntry
-from .onnxfile import external_data_files
 
 
 def write_aligned(f, data: bytes | memoryview) -> int:
@@ -81,14 +80,15 @@ def externalise(
 
 def _copy_external(proto: Any, base_dir: Path, size: int, out) -> None:
     """Copy an external tensor's ``size`` bytes into ``out`` (ValueError when the file is short)."""
-    from onnx.external_data_helper import ExternalDataInfo
+    from harness.core.inputfiles import open_regular
+    from harness.prep.containment import tensor_ref
 
-    info = ExternalDataInfo(proto)
+    info = tensor_ref(base_dir, proto, "model")
     length = info.length if info.length else size
     if length != size:
         raise ValueError(f"{proto.name}: {length} bytes of external data for {size} expected")
-    with open(base_dir / info.location, "rb") as src:
-        src.seek(info.offset or 0)
+    with open_regular(info.path, "external data") as src:
+        src.seek(info.offset)
         left = size
         while left:
             chunk = src.read(min(left, 16 * 1024**2))
@@ -120,10 +120,16 @@ def link_external_data(path: Path, graph: Any, folder: Path) -> None:
     hard link (no copy), else a copy (another filesystem). Not a symlink: ORT resolves it and
     refuses external data outside the model's folder ("External data path escapes model
     directory")."""
-    for data in external_data_files(path, graph):
-        target = folder / data.relative_to(Path(path).parent)
+    from harness.prep.containment import external_refs, inside
+
+    done = set()
+    for ref in external_refs(Path(path), graph, f"--model {path}"):
+        if ref.location in done:
+            continue
+        done.add(ref.location)
+        target = inside(folder, folder / ref.location)
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            os.link(data.resolve(), target)
+            os.link(ref.path, target)
         except (OSError, NotImplementedError):
-            shutil.copyfile(data, target)
+            shutil.copyfile(ref.path, target)

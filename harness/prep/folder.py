@@ -97,6 +97,14 @@ class PreparedModel:
         for path in (model.onnx_path, model.reference_path):
             if not path.is_file():
                 raise CorruptEntry(f"{path.name} is missing")
+        from .reference import load_reference
+
+        try:
+            load_reference(model)  # arrays only: an object (pickled) array is a corrupt entry
+        except Exception as err:  # numpy and zipfile raise several unrelated types
+            raise CorruptEntry(
+                f"{model.reference_path.name} is not a plain array archive ({type(err).__name__})"
+            ) from None
         if model.tensors:
             need = model.weights_extent()
             if not model.weights_path.is_file() or model.weights_path.stat().st_size < need:

@@ -235,18 +235,15 @@ def given_feeds(inputs: list[InputInfo], request: InputRequest) -> dict[str, Any
     (``("fill", value)``: filled to the input's shape later), in the input's element type."""
     import numpy as np
 
+    from harness.core.inputfiles import load_npy_bounded
+
     by_name = {i.name: i for i in inputs}
     out = {}
     for name, text in request.values.items():
         info = by_name[name]
         is_file = text.lower().endswith(".npy") or Path(text).is_file()
         if is_file:
-            try:
-                array = np.load(text, allow_pickle=False)
-            except (OSError, ValueError) as err:
-                raise InputError(
-                    f"--input {name}={text}: cannot read it as a .npy array ({getattr(err, 'strerror', None) or err})"
-                ) from None
+            array = load_npy_bounded(text, f"--input {name}:")
         else:
             array = _literal(text, info)
         want = numpy_dtype(info.onnx_type)

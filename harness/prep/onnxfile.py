@@ -9,12 +9,13 @@ from typing import Any
 from harness.core.errors import InputError
 
 
-def external_data_files(path: Path, model: Any) -> list[Path]:
-    """Every external-data file the model reads (initializers, also inside subgraphs)."""
-    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+def external_data_files(path: Path, model: Any, label: str | None = None) -> list[Path]:
+    """Every external-data file the model reads (initializers, also inside subgraphs),
+    resolved, each checked by `harness.prep.containment` (inside the model's folder, a
+    regular file, every tensor's range inside it) before anything opens it."""
+    from harness.prep.containment import external_refs
 
-    names = {ExternalDataInfo(t).location for t in _get_all_tensors(model) if uses_external_data(t)}
-    return sorted(path.parent / name for name in names)
+    return sorted({ref.path for ref in external_refs(Path(path), model, label or f"--model {path}")})
 
 
 def load_onnx(path: Path, *, external_data: bool = True, label: str = "--model") -> Any:
@@ -23,22 +24,26 @@ def load_onnx(path: Path, *, external_data: bool = True, label: str = "--model")
     import onnx
     from onnx.external_data_helper import load_external_data_for_model
 
+    from harness.core.inputfiles import ONNX_MAX_BYTES, read_bytes_bounded
+    from harness.prep.graphs import refuse_duplicate_initializers
+
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{label} {path}: {'a folder, not an ONNX file' if path.is_dir() else 'model file not found'}")
+    if path.is_dir():
+        raise InputError(f"{label} {path}: a folder, not an ONNX file")
+    if not path.exists():
+        raise InputError(f"{label} {path}: model file not found")
+    data = read_bytes_bounded(path, label, ONNX_MAX_BYTES)
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        model = onnx.load_model_from_string(data)
     except Exception as err:  # protobuf raises several unrelated types
         raise InputError(f"{label} {path}: not a readable ONNX model ({type(err).__name__})") from None
+    del data
+    external_data_files(path, model, f"{label} {path}")  # every path it names checked, before any use
+    refuse_duplicate_initializers(model, f"{label} {path}")
     if not model.graph.node:  # an empty file, or bytes that happen to parse as an empty message
         raise InputError(f"{label} {path}: not an ONNX model (no graph nodes): no node assigned to QNN or any other EP")
     if not external_data:
         return model
-    for file in external_data_files(path, model):
-        if not file.is_file():
-            raise InputError(
-                f"{label} {path}: external data file {file.name!r} is missing (expected next to the model)"
-            )
     try:
         load_external_data_for_model(model, str(path.parent))
     except FileNotFoundError as err:

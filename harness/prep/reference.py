@@ -8,13 +8,12 @@ from typing import Any
 
 from harness.core.errors import InputError
 
-from .folder import PreparedModel
 from .onnxfile import ort_reason
 from .sessions import SessionSettings
 
 
 def write_reference(
-    model: PreparedModel,
+    model: Any,  # a PreparedModel (harness.prep.folder, which imports this module)
     run_path: Path,
     feeds: dict,
     settings: SessionSettings | None = None,
@@ -65,6 +64,8 @@ def _storable(array: Any) -> Any:
     import numpy as np
 
     array = np.asarray(array)
+    if array.dtype == object:  # string tensors: numpy unicode, loadable without pickle
+        return array.astype(str)
     if (
         array.dtype.kind == "V"
         or type(array.dtype).__module__.startswith("ml_dtypes")
@@ -86,18 +87,20 @@ def save_reference(path: Path, feeds: dict, outputs: dict) -> None:
     )
 
 
-def load_reference(model: PreparedModel) -> tuple[dict, dict]:
+def load_reference(model: Any) -> tuple[dict, dict]:
     import numpy as np
 
     from harness.prep.tensors import numpy_dtype
 
     def typed(array: Any, onnx_type: int | None) -> Any:
-        if onnx_type is None or array.dtype == object:
+        if onnx_type is None:
             return array
         want = numpy_dtype(onnx_type)
+        if want.kind == "O":  # strings are stored as numpy unicode (never pickled objects)
+            return array.astype(object)
         return array if array.dtype == want else array.view(want)
 
-    with np.load(model.reference_path, allow_pickle=True) as data:
+    with np.load(model.reference_path, allow_pickle=False) as data:
         feeds = {k[3:]: typed(data[k], model.input_types.get(k[3:])) for k in data.files if k.startswith("in:")}
         outputs = {k[4:]: typed(data[k], model.output_types.get(k[4:])) for k in data.files if k.startswith("out:")}
     return feeds, outputs

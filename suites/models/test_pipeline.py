@@ -62,7 +62,7 @@ def test_a_folder_is_a_pipeline_and_genai_config_names_its_models(run_harness, t
     ("layout", "expected"),
     [
         ("twice", ["given twice"]),
-        ("config-names-missing", ["genai_config.json names nothere.onnx, not found"]),
+        ("config-names-missing", ["genai_config.json entry 'nothere.onnx' is missing"]),
         ("shape-unknown", ["--shape names unknown input(s) ['nope']"]),
     ],
     ids=["same-model-twice", "genai-missing-file", "shape-unknown-in-every-model"],
