@@ -33,9 +33,9 @@ def _options(ns: argparse.Namespace, argv: list[str]):
         raise InputError("--history is written with the report: drop --no-report")
     for items, flag in (
         (ns.session_config, "--session-config"),
-        (ns.provider_option, "--provider-option"),
-        (ns.free_dim, "--free-dim"),
-        (ns.input, "--input"),
+        (ns.provider_options, "--provider-option"),
+        (ns.free_dims, "--free-dim"),
+        (ns.input_values, "--input"),
     ):
         refuse_repeated(items, flag)
     return RunOptions.from_arguments(ns, target_options=target_options(ns), command=command_line(argv))

@@ -46,6 +46,7 @@ BOUNDS = (
     Bound("--sessions-per-process", "sessions_per_process", 1024),
     Bound("--repeat", "repeat", 1000),
     Bound("--runs", "runs", 1_000_000),
+    Bound("--worker-timeout", "worker_timeout_s", 86_400, "s"),
     Bound("--worker-timeout", "worker_timeout", 86_400, "s"),
     Bound("--timeout", "timeout", 3_600, "s"),
     Bound("--model-size", "model_size", 64 * 1024**3, "bytes"),
@@ -89,7 +90,7 @@ def check_bounds(ns: Any) -> None:
     _check("--intra-op-threads", threads, max_threads(), why=f" ({THREADS_PER_CPU} x the {os.cpu_count()} CPU(s))")
     for _, count in getattr(ns, "target_option_fault", None) or []:
         _check("--fault K", count, MAX_FAULTS)
-    for key, value in getattr(ns, "label", None) or []:
+    for key, value in getattr(ns, "labels", None) or getattr(ns, "label", None) or []:
         if len(value) > MAX_LABEL:
             raise InputError(f"--label {key}: {len(value)} characters, at most {MAX_LABEL}")
     projection = getattr(ns, "project_to", None)
