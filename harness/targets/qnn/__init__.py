@@ -63,6 +63,7 @@ class QnnTarget(Target):
 
     def prepare(self, opts, progress) -> Prepared:
         from .compile import prepare_qnn
+        from .partitions import load_level, load_note
 
         parts = prepare_qnn(opts)
         bins = list(dict.fromkeys(b for p in parts for b in p.bins))
@@ -70,8 +71,8 @@ class QnnTarget(Target):
         shared = len(parts) > 1 and (
             any(p.shares_context for p in parts) or len(bins) < sum(len(p.bins) for p in parts)
         )
-        options = {"onnx": [str(p.onnx_path) for p in parts]}
-        notes = []
+        options = {"onnx": [str(p.onnx_path) for p in parts], "partitions": [p.partitions for p in parts]}
+        notes = [f"{p.model.source}: {load_note(p.partitions)}" for p in parts if load_level(p.partitions)]
         if shared and not opts.target_options.get("share_ep_contexts"):
             options["share_ep_contexts"] = True
             notes.append(
@@ -127,10 +128,12 @@ class QnnTarget(Target):
 
         from .ep import qnn_session_options
         from .eplog import LogSegment, aggregate, classify_session
+        from .partitions import apply_load_level
 
         options = spec.options
         settings = SessionSettings.from_dict(options.get("session"))
         paths = options["onnx"] if isinstance(options["onnx"], list) else [options["onnx"]]
+        partitions = options.get("partitions") or [1] * len(paths)
         flag = disable_flag(spec.mode)
         ort.set_default_logger_severity(1)  # some EP lines go through ORT's default logger
         live = LiveSessions()
@@ -138,13 +141,14 @@ class QnnTarget(Target):
         t0 = time.perf_counter()
         for _ in range(spec.sessions):
             group = []
-            for path in paths:
+            for path, parts in zip(paths, partitions, strict=True):
                 so = qnn_session_options(
                     disable_file_mapped_weights=flag,
                     share_ep_contexts=bool(options.get("share_ep_contexts")),
                     backend_type=options.get("backend_type", "htp"),
                     provider_options=settings.provider_options,
                 )
+                apply_load_level(so, parts)
                 with LogSegment(spec.log_path) as segment:
                     group.append(ort.InferenceSession(path, settings.apply(so)))
                 verdicts.append(classify_session(segment.text(), disable_file_mapped_weights=flag))

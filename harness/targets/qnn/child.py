@@ -35,10 +35,12 @@ from typing import Any
 FAULT_ENV = "HARNESS_TEST_QNN_CHILD_FAULT"
 
 
-def _session_options(job: dict, *, disable: str) -> Any:
+def _session_options(job: dict, *, disable: str, onnx_path: str | Path) -> Any:
+    """The sessions' options, and the load workaround for a multi-partition model (`partitions`)."""
     from harness.prep.sessions import SessionSettings
 
     from .ep import qnn_session_options
+    from .partitions import apply_load_level, partitions_of
 
     so = qnn_session_options(
         disable_file_mapped_weights=disable,
@@ -46,6 +48,7 @@ def _session_options(job: dict, *, disable: str) -> Any:
         share_ep_contexts=bool(job.get("share_ep_contexts")),
         provider_options=job.get("provider_options") or {},
     )
+    apply_load_level(so, partitions_of(Path(onnx_path)))
     return SessionSettings(dict(job.get("session_config") or {}), job.get("intra_op_threads")).apply(so)
 
 
@@ -89,7 +92,7 @@ def _check_loads(job: dict) -> dict:
     model = PreparedModel.load(Path(job["check_folder"]), check_files=False)
     feeds, _ = load_reference(model)
     try:
-        session = ort.InferenceSession(job["out"], _session_options(job, disable="1"))
+        session = ort.InferenceSession(job["out"], _session_options(job, disable="1", onnx_path=job["out"]))
     except Exception as err:  # ORT raises its own Fail type
         return {"ok": False, "stage": "load", "error": _first_line(err)}
     try:
@@ -109,7 +112,9 @@ def reference_job(job: dict) -> dict:
     model = PreparedModel.load(Path(job["folder"]), check_files=False)
     feeds, _ = load_reference(model)
     try:
-        session = ort.InferenceSession(str(model.onnx_path), _session_options(job, disable="1"))
+        session = ort.InferenceSession(
+            str(model.onnx_path), _session_options(job, disable="1", onnx_path=model.onnx_path)
+        )
     except Exception as err:  # ORT raises its own Fail type
         return {"ok": False, "stage": "load", "error": _first_line(err)}
     runs = []

@@ -48,6 +48,7 @@ from harness.prep.inputs import model_inputs, shape_hint
 from harness.prep.pipeline import check_pipeline_request, resolve_models
 
 from .ep import QnnUnavailableError, qnn_platform_supported, qnn_versions, register_qnn_ep
+from .partitions import UPSTREAM_ERRORS, partitions_of
 
 if TYPE_CHECKING:
     import numpy
@@ -277,6 +278,13 @@ def _compile(
         )
     if result.get("stage") == "crash":
         raise InputError(f"{label}: the QNN compiler crashed: {error}{where}")
+    if result.get("stage") == "load" and any(e in error for e in UPSTREAM_ERRORS):
+        parts = partitions_of(out_onnx) if out_onnx.is_file() else 0
+        raise InputError(
+            f"{label}: compiled into {parts or 'several'} QNN partitions; onnxruntime-qnn "
+            f"{qnn_versions()['onnxruntime_qnn']} on this platform cannot load this multi-partition "
+            f"EPContext model even with ORT's graph optimizations disabled: {ort_reason(error)}{where}"
+        )
     if result.get("stage") in ("load", "run"):
         raise InputError(
             f"{label}: compiled for QNN, but the compiled model does not {result['stage']}: {ort_reason(error)}{where}"
@@ -558,6 +566,7 @@ class QnnModel:
     compiled: bool  # True: compiled by the harness; False: the user's own EPContext model
     shares_context: bool = False
     log: Path | None = None  # the EP's log of the compile (or of the reference run)
+    partitions: int = 1  # EPContext nodes (more than one: loaded with `partitions.load_level`)
 
 
 def prepare_qnn(opts: Any) -> list[QnnModel]:
@@ -591,7 +600,13 @@ def prepare_qnn(opts: Any) -> list[QnnModel]:
             log_dir=qnn_log_dir(cache_dir),
         )
         return QnnModel(
-            source, c.onnx_path, c.bin_paths, int(c.context_bytes), True, log=c.onnx_path.parent / "compile.log"
+            source,
+            c.onnx_path,
+            c.bin_paths,
+            int(c.context_bytes),
+            True,
+            log=c.onnx_path.parent / "compile.log",
+            partitions=partitions_of(c.onnx_path),
         )
 
     if not opts.models:
@@ -622,6 +637,7 @@ def prepare_qnn(opts: Any) -> list[QnnModel]:
                     False,
                     info.shares_context,
                     log=model.folder / "reference.log",
+                    partitions=info.nodes,
                 )
             )
         else:
