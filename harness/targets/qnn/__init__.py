@@ -65,7 +65,7 @@ class QnnTarget(Target):
         from .compile import prepare_qnn
         from .partitions import load_level, load_note
 
-        parts = prepare_qnn(opts)
+        parts = prepare_qnn(opts, progress)
         bins = list(dict.fromkeys(b for p in parts for b in p.bins))
         embedded = sum(p.context_bytes - sum(b.stat().st_size for b in p.bins) for p in parts)
         shared = len(parts) > 1 and (

@@ -52,6 +52,15 @@ def _session_options(job: dict, *, disable: str, onnx_path: str | Path) -> Any:
     return SessionSettings(dict(job.get("session_config") or {}), job.get("intra_op_threads")).apply(so)
 
 
+def _status(job: dict, text: str) -> None:
+    """Tell the parent what this child is doing now (its progress line shows it)."""
+    if job.get("status"):
+        try:
+            Path(job["status"]).write_text(text, encoding="utf-8")
+        except OSError:
+            pass  # progress only
+
+
 def _first_line(err: BaseException) -> str:
     """The error's first line for the parent's one-line message; the whole text goes to the log."""
     print(f"harness: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
@@ -71,6 +80,7 @@ def compile_job(job: dict) -> dict:
     for key, value in (job.get("session_config") or {}).items():
         so.add_session_config_entry(key, value)
     t0 = time.perf_counter()
+    _status(job, f"compiling {Path(job['src']).name} for QNN")
     try:
         ort.ModelCompiler(
             so, job["src"], bool(job.get("embed_mode")), flags=ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED
@@ -91,6 +101,7 @@ def _check_loads(job: dict) -> dict:
 
     model = PreparedModel.load(Path(job["check_folder"]), check_files=False)
     feeds, _ = load_reference(model)
+    _status(job, "loading the compiled model and running it once (the first inference)")
     try:
         session = ort.InferenceSession(job["out"], _session_options(job, disable="1", onnx_path=job["out"]))
     except Exception as err:  # ORT raises its own Fail type
@@ -111,6 +122,7 @@ def reference_job(job: dict) -> dict:
 
     model = PreparedModel.load(Path(job["folder"]), check_files=False)
     feeds, _ = load_reference(model)
+    _status(job, f"loading {model.onnx_path.name} and running it twice for the reference")
     try:
         session = ort.InferenceSession(
             str(model.onnx_path), _session_options(job, disable="1", onnx_path=model.onnx_path)

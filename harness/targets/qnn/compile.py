@@ -51,7 +51,11 @@ from .ep import QnnUnavailableError, qnn_platform_supported, qnn_versions, regis
 from .partitions import UPSTREAM_ERRORS, partitions_of
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import numpy
+
+    StatusCallback = Callable[[str], None]
 
 _COMPILE_NOTHING = "Unable to compile any nodes"
 #: A compile (or reference run) in the child taking longer than this is killed: QNN compiles of
@@ -186,16 +190,19 @@ def qnn_log_dir(cache_dir: Path | None = None) -> Path:
     return (cache_dir or default_cache_dir()) / "logs"
 
 
-def run_child(job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S) -> dict:
+def run_child(
+    job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S, on_status: StatusCallback | None = None
+) -> dict:
     """Run one `child` job in a child process whose stdout and stderr (the EP's and the QNN
     libraries' own log) go to ``log_path``; returns its result. A child killed by a signal or
-    past ``timeout_s`` gives ``{"ok": False, "stage": "crash", ...}``; no child is left behind."""
+    past ``timeout_s`` gives ``{"ok": False, "stage": "crash", ...}``; no child is left behind.
+    ``on_status`` hears what the child says it is doing (compiling, loading, running once)."""
     import subprocess
     import tempfile
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="qnn-job-") as tmp:
-        job = dict(job, result=str(Path(tmp) / "result.json"))
+        job = dict(job, result=str(Path(tmp) / "result.json"), status=str(Path(tmp) / "status.txt"))
         job_path = Path(tmp) / "job.json"
         job_path.write_text(json.dumps(job), encoding="utf-8")
         from harness.runner.spawn import worker_interpreter
@@ -213,7 +220,7 @@ def run_child(job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S) 
                 env=env,  # with the job, never into the harness's own folder (PYTHONPATH finds the package)
             )
             try:
-                code = proc.wait(timeout=timeout_s)
+                code = _wait_reporting(proc, Path(job["status"]), timeout_s, on_status)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
@@ -226,6 +233,30 @@ def run_child(job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S) 
             return json.loads(Path(job["result"]).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {"ok": False, "stage": "crash", "error": _describe_exit(code)}
+
+
+#: How often the parent looks at what the child says it is doing.
+STATUS_POLL_S = 1.0
+
+
+def _wait_reporting(proc: Any, status: Path, timeout_s: float, on_status: StatusCallback | None) -> int:
+    """``proc.wait(timeout_s)``, passing each new line of the child's status file to ``on_status``."""
+    import subprocess
+    import time
+
+    deadline, said = time.monotonic() + timeout_s, ""
+    while True:
+        try:
+            return proc.wait(timeout=max(0.0, min(STATUS_POLL_S, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
+        if on_status is not None:
+            with contextlib.suppress(OSError):
+                text = status.read_text(encoding="utf-8", errors="replace").strip()[:200]
+                if text and text != said:
+                    said = text
+                    on_status(text)
 
 
 def _describe_exit(code: int) -> str:
@@ -250,6 +281,7 @@ def _compile(
     session_config: dict | None = None,
     check_folder: Path | None = None,
     log_path: Path,
+    on_status: StatusCallback | None = None,
 ) -> float:
     """Compile in a child process (see `child`); returns seconds spent. Every failure is one
     InputError naming the user's model (``label``), the EP's reason and the log file."""
@@ -265,6 +297,7 @@ def _compile(
             "check_folder": str(check_folder) if check_folder else "",
         },
         log_path,
+        on_status=on_status,
     )
     if result.get("ok"):
         return float(result.get("compile_s") or 0.0)
@@ -289,7 +322,21 @@ def _compile(
         raise InputError(
             f"{label}: compiled for QNN, but the compiled model does not {result['stage']}: {ort_reason(error)}{where}"
         )
-    raise InputError(f"{label}: QNN compilation failed: {ort_reason(error)}{where}")
+    raise InputError(f"{label}: QNN compilation failed: {ort_reason(error)}{_fix_hint(error, provider_options)}{where}")
+
+
+#: The simulated HTP cannot finalize a float graph without a SoC to size its memory for.
+_MEM_ALLOC = "MEM_ALLOC"
+
+
+def _fix_hint(error: str, provider_options: dict | None) -> str:
+    """What the user can change, for the compile errors whose fix is known."""
+    if _MEM_ALLOC in error and "soc_model" not in (provider_options or {}):
+        return (
+            "; a float model on the simulated HTP needs a SoC to compile for: pass "
+            "--provider-option soc_model=60, or quantize it first (--quantize qdq)"
+        )
+    return ""
 
 
 def _context_files(onnx_path: Path) -> tuple[list[str], int]:
@@ -340,6 +387,7 @@ def compile_epcontext(
     session_config: dict | None = None,
     check_folder: Path | None = None,
     log_dir: Path | None = None,
+    on_status: StatusCallback | None = None,
 ) -> CompiledModel:
     """Compile `src` for QNN into an EPContext model under `out_dir`, reusing an earlier result.
 
@@ -380,6 +428,7 @@ def compile_epcontext(
             session_config=session_config,
             check_folder=check_folder,
             log_path=log_path,
+            on_status=on_status,
         )
         bins, embedded = _context_files(scratch / f"{stem}_ctx.onnx")
         if not embedded and not bins:
@@ -490,7 +539,9 @@ def prepare_qnn_source(path: Path, request: Any, settings: Any, cache_dir: Path)
     return cached_model(cache_dir / f"qnnsrc-{path.stem}-{key}", build)
 
 
-def prepare_epcontext(path: Path, request: Any, job: dict, cache_dir: Path) -> tuple[PreparedModel, EpContextModel]:
+def prepare_epcontext(
+    path: Path, request: Any, job: dict, cache_dir: Path, on_status: StatusCallback | None = None
+) -> tuple[PreparedModel, EpContextModel]:
     """A pre-compiled EPContext model, measured where it is. There is no CPU original to
     compare with, so its reference is its own first inference on the QNN EP with file mapping
     disabled (in a child process), and a second one tells whether it is deterministic."""
@@ -514,7 +565,7 @@ def prepare_epcontext(path: Path, request: Any, job: dict, cache_dir: Path) -> t
         )
         save_reference(model.reference_path, feeds, {})
         model.save()  # the child reads the manifest
-        result = run_child(dict(job, kind="reference", folder=str(tmp)), log_path)
+        result = run_child(dict(job, kind="reference", folder=str(tmp)), log_path, on_status=on_status)
         if not result.get("ok"):
             what = "crashed" if result.get("stage") == "crash" else f"cannot {result.get('stage', 'run')} it"
             raise InputError(
@@ -569,11 +620,12 @@ class QnnModel:
     partitions: int = 1  # EPContext nodes (more than one: loaded with `partitions.load_level`)
 
 
-def prepare_qnn(opts: Any) -> list[QnnModel]:
+def prepare_qnn(opts: Any, progress: Any = None) -> list[QnnModel]:
     """Every model of the run, ready for the QNN EP: compiled (the generated QDQ chain, or the
     user's model as it is) or the user's own EPContext model. Every problem the user can fix
     (platform, missing package, dynamic shapes, nothing for QNN, a compile the EP refuses or
-    crashes in) is an InputError."""
+    crashes in) is an InputError. ``progress`` (a `Progress`) shows what the QNN child is doing."""
+    on_status = progress.step if progress is not None else None
     supported, why = qnn_platform_supported()
     if not supported:
         raise InputError(f"--target qnn: {why}")
@@ -598,6 +650,7 @@ def prepare_qnn(opts: Any) -> list[QnnModel]:
             session_config=settings.config,
             check_folder=source.folder,
             log_dir=qnn_log_dir(cache_dir),
+            on_status=on_status,
         )
         return QnnModel(
             source,
@@ -627,7 +680,7 @@ def prepare_qnn(opts: Any) -> list[QnnModel]:
         graph = load_onnx(path, external_data=False)
         part = request.for_model(graph)
         if epcontext_nodes(graph):
-            model, info = prepare_epcontext(path, part, job, cache_dir)
+            model, info = prepare_epcontext(path, part, job, cache_dir, on_status)
             out.append(
                 QnnModel(
                     model,
