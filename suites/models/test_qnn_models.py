@@ -159,3 +159,32 @@ def test_an_epcontext_model_on_cpu_and_a_mixed_folder_are_one_line(run_harness, 
         "and plain models (source.onnx)",
         "repeated --model",
     )
+
+
+def test_a_float_model_quantized_with_qdq_compiles_without_soc_model_and_is_cached(run_harness, tmp_path):
+    """--quantize qdq: the float Conv that fails with MEM_ALLOC as it is compiles as a uint8 QDQ
+    model (ORT's qnn_preprocess_model + quantize_static with get_qnn_qdq_config), its outputs
+    compared with the float model's CPU output; the quantized model is cached by content and
+    options (a second run quantizes nothing, another calibration size is a new entry)."""
+    path = generated.nhwc_model(tmp_path / "conv.onnx")
+    cache = tmp_path / "cache"
+    args = ("run", "--target", "qnn", "--model", str(path), "--quantize", "qdq", "--cache-dir", str(cache))
+    outcome = run_harness(*args, "--calibration-size", "3", *ONE, out=tmp_path / "a")
+    assert_all_ok(outcome, workers=2)
+    meta = json.loads((outcome.out / "metadata.json").read_text())
+    assert any(
+        "quantized before the compile (qdq, 3 calibration inputs)" in n and ">= 0.95" in n for n in meta["target_notes"]
+    )
+    entries = sorted(cache.glob("qnnsrc-conv-*"))
+    assert len(entries) == 1 and (entries[0] / "conv_qdq.onnx").is_file()
+    stamp = (entries[0] / "conv_qdq.onnx").stat().st_mtime_ns
+    assert_all_ok(run_harness(*args, "--calibration-size", "3", *ONE, out=tmp_path / "b"), workers=2)
+    assert (entries[0] / "conv_qdq.onnx").stat().st_mtime_ns == stamp
+    assert_all_ok(run_harness(*args, "--calibration-size", "2", *ONE, out=tmp_path / "c"), workers=2)
+    assert len(list(cache.glob("qnnsrc-conv-*"))) == 2
+
+
+def test_quantize_needs_a_model(run_harness):
+    assert_usage_error(
+        run_harness("run", "--target", "qnn", "--quantize", "qdq", *ONE), "--quantize qdq: needs --model"
+    )

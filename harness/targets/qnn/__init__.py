@@ -15,6 +15,7 @@ from harness.core.schema import disable_flag
 from harness.targets.base import LiveSessions, Prepared, Target, TargetOption
 
 from .ep import BACKEND_TYPES
+from .quantize import CALIBRATION_SIZE, MIN_COSINE, QUANTIZE_CHOICES, parse_calibration_size, parse_quantize
 
 #: Absolute agreement, relative to max(1, |reference|), of an output with no direction to
 #: compare by cosine: HTP's fp16 arithmetic resolves ~1e-3 of the value's scale.
@@ -59,6 +60,23 @@ class QnnTarget(Target):
             parse=_backend,
             choices=BACKEND_TYPES,
         ),
+        TargetOption(
+            "quantize",
+            "--quantize",
+            "none",
+            "qdq: quantize a float --model to uint8 QDQ before compiling (qnn_preprocess_model, "
+            "quantize_static with get_qnn_qdq_config), as ORT's QNN docs prepare models for the HTP",
+            parse=parse_quantize,
+            choices=QUANTIZE_CHOICES,
+        ),
+        TargetOption(
+            "calibration_size",
+            "--calibration-size",
+            CALIBRATION_SIZE,
+            "inputs --quantize qdq calibrates on (made like the reference input, never it)",
+            parse=parse_calibration_size,
+            metavar="N",
+        ),
     )
 
     def prepare(self, opts, progress) -> Prepared:
@@ -86,6 +104,13 @@ class QnnTarget(Target):
                     "There is no CPU original to compare with: its reference output is its own first "
                     "inference on the QNN EP with file mapping disabled (disable_file_mapped_weights=1), "
                     "and every worker must reproduce it within its output type's tolerance."
+                )
+            if p.model.extra.get("quantized"):
+                notes.append(
+                    f"{p.model.source} was quantized before the compile ({p.model.extra['quantized']}): its "
+                    "outputs are compared with the FLOAT model's CPU output by cosine similarity >= "
+                    f"{p.model.extra.get('min_cosine', MIN_COSINE)} (uint8 activations move every value by up "
+                    "to half a step)."
                 )
             unstable = p.model.extra.get("nondeterministic") or {}
             if unstable:
@@ -186,7 +211,9 @@ class QnnTarget(Target):
             got, want = got[~special], want[~special]
             if got.size == 0:
                 continue
-            result = compare_outputs(got, want, quant_step=model.extra.get("quant_step"))
+            result = compare_outputs(
+                got, want, quant_step=model.extra.get("quant_step"), min_cosine=model.extra.get("min_cosine", 0.99)
+            )
             if result["ok"]:
                 continue
             # An output that is ~0 everywhere (a detector's probability map for a random image)

@@ -49,6 +49,7 @@ from harness.prep.pipeline import check_pipeline_request, resolve_models
 
 from .ep import QnnUnavailableError, qnn_platform_supported, qnn_versions, register_qnn_ep
 from .partitions import UPSTREAM_ERRORS, partitions_of
+from .quantize import CALIBRATION_SIZE, MIN_COSINE, QuantizeSpec, calibration_feeds, quantize_qdq
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -511,16 +512,28 @@ def _inline_model(
     )
 
 
-def prepare_qnn_source(path: Path, request: Any, settings: Any, cache_dir: Path) -> PreparedModel:
-    """A user's (uncompiled) model for the qnn target: compiled AS IT IS, weights untouched.
-    The folder holds the CPU reference and, when input shapes had to be fixed for the
-    compiler, a shape-fixed copy of the graph (its external data linked, not copied)."""
+def prepare_qnn_source(
+    path: Path, request: Any, settings: Any, cache_dir: Path, quantize: QuantizeSpec | None = None
+) -> PreparedModel:
+    """A user's (uncompiled) model for the qnn target: compiled AS IT IS, weights untouched,
+    unless ``quantize`` asks for its QDQ model (`quantize`). The folder holds the CPU reference
+    of the float model and, when input shapes had to be fixed for the compiler, a shape-fixed
+    copy of the graph (its external data linked, not copied), and the quantized model."""
     from harness.prep.inputs import fixed_shape_copy
 
+    quantize = quantize or QuantizeSpec()
     label = f"--model {path}"
     graph = load_onnx(path, external_data=False)
     key = source_key(
-        path, graph, {"request": request.key(), "prep": PREP_VERSION, "qnn_source": 1, "session": settings.to_dict()}
+        path,
+        graph,
+        {
+            "request": request.key(),
+            "prep": PREP_VERSION,
+            "qnn_source": 1,
+            "session": settings.to_dict(),
+            **quantize.key(),
+        },
     )
 
     def build(tmp: Path) -> PreparedModel:
@@ -532,8 +545,19 @@ def prepare_qnn_source(path: Path, request: Any, settings: Any, cache_dir: Path)
             onnx_file = Path(path).name  # relative: the folder moves when the cache publishes it
             onnx.save(fixed_shape_copy(graph, shapes), str(tmp / onnx_file))
             link_external_data(path, graph, tmp)
-        model = _inline_model(tmp, path, graph, inputs, shapes, 0, onnx_file)
-        write_reference(model, Path(path), feeds, settings, level="all", label=label)
+        extra = {}
+        if quantize.enabled:
+            calibration = calibration_feeds(inputs, shapes, feeds, set(request.values), quantize.calibration_size)
+            qdq = quantize_qdq(
+                Path(tmp / onnx_file if not Path(onnx_file).is_absolute() else onnx_file),
+                tmp / f"{Path(path).stem}_qdq.onnx",
+                calibration,
+                label,
+            )
+            onnx_file = qdq.name
+            extra = {"min_cosine": MIN_COSINE, "quantized": f"qdq, {quantize.calibration_size} calibration inputs"}
+        model = _inline_model(tmp, path, graph, inputs, shapes, 0, onnx_file, extra=extra)
+        write_reference(model, Path(path), feeds, settings, level="all", label=label)  # the float model's
         return model
 
     return cached_model(cache_dir / f"qnnsrc-{path.stem}-{key}", build)
@@ -662,7 +686,10 @@ def prepare_qnn(opts: Any, progress: Any = None) -> list[QnnModel]:
             partitions=partitions_of(c.onnx_path),
         )
 
+    quantize = QuantizeSpec(options.get("quantize", "none"), options.get("calibration_size", CALIBRATION_SIZE))
     if not opts.models:
+        if quantize.enabled:
+            raise InputError("--quantize qdq: needs --model (the generated model is already a QDQ model)")
         source = generated_qdq(opts.model_size, cache_dir)
         return [compiled(source, source.source)]
     models = resolve_models(opts.models)
@@ -694,5 +721,6 @@ def prepare_qnn(opts: Any, progress: Any = None) -> list[QnnModel]:
                 )
             )
         else:
-            out.append(compiled(prepare_qnn_source(path, part, settings, cache_dir), f"--model {path}"))
+            source = prepare_qnn_source(path, part, settings, cache_dir, quantize)
+            out.append(compiled(source, f"--model {path}"))
     return out
