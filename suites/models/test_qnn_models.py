@@ -188,3 +188,39 @@ def test_quantize_needs_a_model(run_harness):
     assert_usage_error(
         run_harness("run", "--target", "qnn", "--quantize", "qdq", *ONE), "--quantize qdq: needs --model"
     )
+
+
+def test_a_shape_fixed_copy_gets_static_internal_shapes():
+    """tf2onnx/Paddle exports keep symbolic dims in value_info: after the inputs are fixed,
+    ONNX's data propagation makes the Shape -> Concat -> Reshape chain static for the compiler."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from harness.prep.inputs import fixed_shape_copy
+    from harness.targets.qnn.shapes import dynamic_value_infos, with_static_shapes
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Slice", ["s", "zero", "one"], ["batch"]),
+        helper.make_node("Concat", ["batch", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"]),
+        helper.make_node("Relu", ["flat"], ["y"]),
+    ]
+    consts = [
+        numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("zero", [0]), ("one", [1]), ("minus1", [-1]))
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dyn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "M"])],
+        consts,
+        value_info=[helper.make_tensor_value_info("flat", TensorProto.FLOAT, ["N", "unk"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    fixed = fixed_shape_copy(model, {"x": [2, 3, 4]})
+    assert dynamic_value_infos(fixed) == 1
+    static = with_static_shapes(fixed)
+    assert dynamic_value_infos(static) == 0
+    flat = next(v for v in static.graph.value_info if v.name == "flat")
+    assert [d.dim_value for d in flat.type.tensor_type.shape.dim] == [2, 12]

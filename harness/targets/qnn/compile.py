@@ -50,6 +50,7 @@ from harness.prep.pipeline import check_pipeline_request, resolve_models
 from .ep import QnnUnavailableError, qnn_platform_supported, qnn_versions, register_qnn_ep
 from .partitions import UPSTREAM_ERRORS, partitions_of
 from .quantize import CALIBRATION_SIZE, MIN_COSINE, QuantizeSpec, calibration_feeds, quantize_qdq
+from .shapes import with_static_shapes
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -530,7 +531,7 @@ def prepare_qnn_source(
         {
             "request": request.key(),
             "prep": PREP_VERSION,
-            "qnn_source": 1,
+            "qnn_source": 2,  # 2: internal shapes inferred again (shapes.with_static_shapes)
             "session": settings.to_dict(),
             **quantize.key(),
         },
@@ -543,7 +544,7 @@ def prepare_qnn_source(
         onnx_file = str(Path(path).resolve())
         if any(i.dims != shapes[i.name] for i in inputs):  # dynamic: the compiler needs a static copy
             onnx_file = Path(path).name  # relative: the folder moves when the cache publishes it
-            onnx.save(fixed_shape_copy(graph, shapes), str(tmp / onnx_file))
+            onnx.save(with_static_shapes(fixed_shape_copy(graph, shapes)), str(tmp / onnx_file))
             link_external_data(path, graph, tmp)
         extra = {}
         if quantize.enabled:
