@@ -224,3 +224,25 @@ def test_a_shape_fixed_copy_gets_static_internal_shapes():
     assert dynamic_value_infos(static) == 0
     flat = next(v for v in static.graph.value_info if v.name == "flat")
     assert [d.dim_value for d in flat.type.tensor_type.shape.dim] == [2, 12]
+
+
+def test_a_model_the_htp_takes_nothing_of_names_the_first_op_it_refuses(run_harness, tmp_path):
+    """No node assigned to QNN: the child asks the EP (verbose node-support log) which op it
+    refuses, and the one line names it with the EP's reason."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Acos", ["x"], ["a"], name="first"), helper.make_node("Acos", ["a"], ["y"], name="second")],
+        "acos",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    path = tmp_path / "acos.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    assert_usage_error(
+        run_harness("run", "--target", "qnn", "--model", str(path), *ONE),
+        "no node was assigned to QNN",
+        "the first op the EP refuses: Acos (node 'first', index 0): Operators of type `Acos` are not supported by QNN EP",
+        "(EP log: ",
+    )

@@ -33,6 +33,8 @@ from typing import Any
 
 #: Test hook (see the module docstring).
 FAULT_ENV = "HARNESS_TEST_QNN_CHILD_FAULT"
+#: ORT's error when the EP took no node (ERROR_IF_NO_NODES_COMPILED).
+NOTHING_COMPILED = "Unable to compile any nodes"
 
 
 def _session_options(job: dict, *, disable: str, onnx_path: str | Path) -> Any:
@@ -73,12 +75,16 @@ def compile_job(job: dict) -> dict:
 
     from .ep import register_qnn_ep
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 2
-    options = {"backend_type": job.get("backend_type", "htp"), **(job.get("provider_options") or {})}
-    so.add_provider_for_devices(register_qnn_ep(), options)
-    for key, value in (job.get("session_config") or {}).items():
-        so.add_session_config_entry(key, value)
+    def options() -> Any:
+        so = ort.SessionOptions()
+        so.log_severity_level = 2
+        provider = {"backend_type": job.get("backend_type", "htp"), **(job.get("provider_options") or {})}
+        so.add_provider_for_devices(register_qnn_ep(), provider)
+        for key, value in (job.get("session_config") or {}).items():
+            so.add_session_config_entry(key, value)
+        return so
+
+    so = options()
     t0 = time.perf_counter()
     _status(job, f"compiling {Path(job['src']).name} for QNN")
     try:
@@ -86,7 +92,13 @@ def compile_job(job: dict) -> dict:
             so, job["src"], bool(job.get("embed_mode")), flags=ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED
         ).compile_to_file(job["out"])
     except Exception as err:  # ORT raises its own Fail type
-        return {"ok": False, "stage": "compile", "error": _first_line(err)}
+        error = _first_line(err)
+        if NOTHING_COMPILED in error:
+            from .support import log_node_support
+
+            _status(job, "asking the EP which op it refuses (verbose log)")
+            log_node_support(options, job["src"])
+        return {"ok": False, "stage": "compile", "error": error}
     result = {"ok": True, "stage": "compile", "compile_s": time.perf_counter() - t0}
     if job.get("check_folder"):
         result |= _check_loads(job)

@@ -47,10 +47,12 @@ from harness.prep.epcontext import EpContextModel, epcontext_nodes, inspect_epco
 from harness.prep.inputs import model_inputs, shape_hint
 from harness.prep.pipeline import check_pipeline_request, resolve_models
 
+from .child import NOTHING_COMPILED
 from .ep import QnnUnavailableError, qnn_platform_supported, qnn_versions, register_qnn_ep
 from .partitions import UPSTREAM_ERRORS, partitions_of
 from .quantize import CALIBRATION_SIZE, MIN_COSINE, QuantizeSpec, calibration_feeds, quantize_qdq
 from .shapes import with_static_shapes
+from .support import first_refused_op
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -59,7 +61,6 @@ if TYPE_CHECKING:
 
     StatusCallback = Callable[[str], None]
 
-_COMPILE_NOTHING = "Unable to compile any nodes"
 #: A compile (or reference run) in the child taking longer than this is killed: QNN compiles of
 #: LLM-sized graphs take minutes, never hours.
 CHILD_TIMEOUT_S = 3600.0
@@ -305,11 +306,14 @@ def _compile(
         return float(result.get("compile_s") or 0.0)
     error = str(result.get("error") or "")
     where = f" (EP log: {log_path})"
-    if _COMPILE_NOTHING in error:
+    if NOTHING_COMPILED in error:
+        refused = None
+        with contextlib.suppress(OSError):
+            refused = first_refused_op(log_path.read_text(encoding="utf-8", errors="replace"))
         raise InputError(
             f"{label}: no node was assigned to QNN (the {backend_type} backend takes "
             "none of its ops as given; it needs static shapes and typically "
-            "a QDQ-quantized model)"
+            "a QDQ-quantized model)" + (f"; the first op the EP refuses: {refused}" if refused else "") + where
         )
     if result.get("stage") == "crash":
         raise InputError(f"{label}: the QNN compiler crashed: {error}{where}")
