@@ -518,7 +518,12 @@ def _inline_model(
 
 
 def prepare_qnn_source(
-    path: Path, request: Any, settings: Any, cache_dir: Path, quantize: QuantizeSpec | None = None
+    path: Path,
+    request: Any,
+    settings: Any,
+    cache_dir: Path,
+    quantize: QuantizeSpec | None = None,
+    on_status: StatusCallback | None = None,
 ) -> PreparedModel:
     """A user's (uncompiled) model for the qnn target: compiled AS IT IS, weights untouched,
     unless ``quantize`` asks for its QDQ model (`quantize`). The folder holds the CPU reference
@@ -552,6 +557,8 @@ def prepare_qnn_source(
             link_external_data(path, graph, tmp)
         extra = {}
         if quantize.enabled:
+            if on_status is not None:
+                on_status(f"quantizing {Path(path).name} (qdq, {quantize.calibration_size} calibration inputs)")
             calibration = calibration_feeds(inputs, shapes, feeds, set(request.values), quantize.calibration_size)
             qdq = quantize_qdq(
                 Path(tmp / onnx_file if not Path(onnx_file).is_absolute() else onnx_file),
@@ -726,6 +733,6 @@ def prepare_qnn(opts: Any, progress: Any = None) -> list[QnnModel]:
                 )
             )
         else:
-            source = prepare_qnn_source(path, part, settings, cache_dir, quantize)
+            source = prepare_qnn_source(path, part, settings, cache_dir, quantize, on_status)
             out.append(compiled(source, f"--model {path}"))
     return out
