@@ -20,6 +20,7 @@ from typing import Any
 from harness.core.errors import InputError
 from harness.core.files import check_creatable, check_writable, replaceable_path, write_text_atomic
 from harness.core.gates import known_metrics
+from harness.core.inputfiles import HISTORY_MAX_BYTES, check_regular
 from harness.core.rundata import RunData
 from harness.core.schema import SummaryRow, columns, dtypes
 from harness.core.tables import csv_text, format_cell
@@ -99,6 +100,7 @@ def read_history(path: Path | str) -> tuple[list[str], list[dict[str, str]]]:
     path = replaceable_path(path, "--history")
     if not path.is_file() or path.stat().st_size == 0:
         return [], []
+    check_regular(path, "--history", HISTORY_MAX_BYTES)
     try:
         with open(path, encoding="utf-8", newline="") as handle:
             reader = csv.DictReader(handle)

@@ -166,17 +166,10 @@ def read_gates_text(text: str) -> list[str]:
 def read_gates_file(path: Path | str) -> list[str]:
     """The expressions of a gates file, each checked: InputError (one line, naming the file and
     line) for an unreadable file, a binary file or a bad expression."""
+    from harness.core.inputfiles import GATES_FILE_MAX_BYTES, read_text_bounded
+
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"gates file {path}: no such file") from None
-    except OSError as exc:
-        raise InputError(f"gates file {path}: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"gates file {path}: not a UTF-8 text file") from None
+    text = read_text_bounded(path, "gates file", GATES_FILE_MAX_BYTES)
     if "\x00" in text:
         raise InputError(f"gates file {path}: not a text file (it holds NUL bytes)")
     exprs = read_gates_text(text)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import InputError
+from harness.prep.containment import contained_file
 
 EPCONTEXT_OP = "EPContext"
 
@@ -66,12 +66,9 @@ def inspect_epcontext(path: Path, model: Any, label: str) -> EpContextModel:
         name = blob.decode(errors="replace") if isinstance(blob, bytes) else str(blob)
         if not name:
             continue
-        bin_path = (Path(path).parent / name).resolve()
-        if not bin_path.is_file():
-            raise InputError(
-                f"{label}: context binary {name!r} named by EPContext node {node.name!r} is missing "
-                f"(expected at {bin_path})"
-            )
+        bin_path = contained_file(
+            Path(path).parent, name, label, f"context binary {name!r} named by EPContext node {node.name!r}"
+        )
         if bin_path not in info.bins:
             info.bins.append(bin_path)
     return info

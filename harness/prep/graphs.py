@@ -126,3 +126,20 @@ def unique_initializer_names(model: Any) -> int:
             seen.add(new)
             renamed += 1
     return renamed
+
+
+def refuse_duplicate_initializers(model: Any, label: str) -> None:
+    """InputError when one graph declares two initializers of the same name: which one a
+    session binds is undefined, and every worker's reference check would fail; refused at
+    preparation, in one line, instead."""
+    from harness.core.errors import InputError
+
+    for graph in all_graphs(model.graph):
+        seen: set[str] = set()
+        for init in graph.initializer:
+            if init.name in seen:
+                where = "the main graph" if graph is model.graph else f"subgraph {graph.name!r}"
+                raise InputError(
+                    f"{label}: two initializers named {init.name!r} in {where}; ONNX requires unique names"
+                )
+            seen.add(init.name)

@@ -55,11 +55,6 @@ class InputInfo:
     onnx_type: int = 0  # element type of a tensor input
     dims: list[int | str] | None = None  # declared dims: ints where fixed, names or "?"; None: no shape
 
-    def type_text(self) -> str:
-        if self.kind != "tensor":
-            return self.kind
-        return element_type(self.onnx_type).name
-
 
 @dataclass
 class InputRequest:
@@ -240,18 +235,15 @@ def given_feeds(inputs: list[InputInfo], request: InputRequest) -> dict[str, Any
     (``("fill", value)``: filled to the input's shape later), in the input's element type."""
     import numpy as np
 
+    from harness.core.inputfiles import load_npy_bounded
+
     by_name = {i.name: i for i in inputs}
     out = {}
     for name, text in request.values.items():
         info = by_name[name]
         is_file = text.lower().endswith(".npy") or Path(text).is_file()
         if is_file:
-            try:
-                array = np.load(text, allow_pickle=False)
-            except (OSError, ValueError) as err:
-                raise InputError(
-                    f"--input {name}={text}: cannot read it as a .npy array ({getattr(err, 'strerror', None) or err})"
-                ) from None
+            array = load_npy_bounded(text, f"--input {name}:")
         else:
             array = _literal(text, info)
         want = numpy_dtype(info.onnx_type)

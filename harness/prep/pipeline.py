@@ -12,12 +12,13 @@ next (the harness measures loading and running the weights, not the generation l
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.core.errors import InputError
+from harness.core.inputfiles import read_json_bounded
+from harness.prep.containment import contained_file
 
 GENAI_CONFIG = "genai_config.json"
 
@@ -54,18 +55,14 @@ def _mentions_qnn(node: Any) -> bool:
 
 
 def _from_genai_config(folder: Path) -> tuple[list[Path], bool]:
-    config_path = folder / GENAI_CONFIG
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise InputError(f"--model {folder}: cannot read {GENAI_CONFIG} ({type(err).__name__})") from None
+    label = f"--model {folder}"
+    config = read_json_bounded(contained_file(folder, GENAI_CONFIG, label, repr(GENAI_CONFIG)), label)
+    if not isinstance(config, dict):
+        raise InputError(f"{label}: {GENAI_CONFIG} is not a JSON object")
     names = [n for n in dict.fromkeys(_filenames(config.get("model", config))) if n.lower().endswith(".onnx")]
     if not names:
         raise InputError(f'--model {folder}: {GENAI_CONFIG} names no .onnx file under "model"')
-    paths = [folder / n for n in names]
-    missing = [p.name for p in paths if not p.is_file()]
-    if missing:
-        raise InputError(f"--model {folder}: {GENAI_CONFIG} names {', '.join(missing)}, not found in the folder")
+    paths = [contained_file(folder, n, label, f"{GENAI_CONFIG} entry {n!r}") for n in names]
     return paths, _mentions_qnn(config.get("model", config))
 
 
@@ -84,7 +81,11 @@ def resolve_models(given: list[Path]) -> ModelSet:
             found, qnn = _from_genai_config(item)
             origin, genai_qnn = "genai_config", genai_qnn or qnn
         else:
-            found = sorted(p for p in item.glob("*.onnx") if p.is_file())
+            found = sorted(
+                contained_file(item, p.name, f"--model {item}", f"model {p.name!r}")
+                for p in item.glob("*.onnx")
+                if p.is_file()
+            )
             origin = "folder"
             if not found:
                 raise InputError(f"--model {item}: a folder without .onnx files (and without {GENAI_CONFIG})")
@@ -100,7 +101,7 @@ def resolve_models(given: list[Path]) -> ModelSet:
 
 def _refuse_mixed(folder: Path, files: list[Path]) -> None:
     """A folder holding a source model and its compiled EPContext twin is ambiguous."""
-    from harness.models import load_onnx
+    from harness.prep.onnxfile import load_onnx
 
     from .epcontext import epcontext_nodes
 
@@ -115,7 +116,7 @@ def _refuse_mixed(folder: Path, files: list[Path]) -> None:
 
 def check_pipeline_request(paths: list[Path], request: Any) -> None:
     """--shape/--input/--free-dim names must exist in at least one model of the set."""
-    from harness.models import load_onnx
+    from harness.prep.onnxfile import load_onnx
 
     from .inputs import check_request, model_inputs
 

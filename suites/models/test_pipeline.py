@@ -36,7 +36,7 @@ def test_two_models_load_together_in_one_worker(run_harness, two_models, target)
     assert meta["run"]["models"] == [str(p) for p in two_models]
     folders = [o["models"] for o in spec_options(outcome.out)]
     assert all(len(f) == 2 for f in folders)
-    from harness.models import PreparedModel
+    from harness.prep.folder import PreparedModel
 
     weights = sum(PreparedModel.load(__import__("pathlib").Path(f)).weights_bytes for f in folders[0])
     assert {r.weights_bytes for r in rows} == {weights}
@@ -62,7 +62,7 @@ def test_a_folder_is_a_pipeline_and_genai_config_names_its_models(run_harness, t
     ("layout", "expected"),
     [
         ("twice", ["given twice"]),
-        ("config-names-missing", ["genai_config.json names nothere.onnx, not found"]),
+        ("config-names-missing", ["genai_config.json entry 'nothere.onnx' is missing"]),
         ("shape-unknown", ["--shape names unknown input(s) ['nope']"]),
     ],
     ids=["same-model-twice", "genai-missing-file", "shape-unknown-in-every-model"],

@@ -28,13 +28,105 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+#: What `run_child` tells about the child's work (a `Progress.step`).
+StatusCallback = Callable[[str], None]
 
 #: Test hook (see the module docstring).
 FAULT_ENV = "HARNESS_TEST_QNN_CHILD_FAULT"
 #: ORT's error when the EP took no node (ERROR_IF_NO_NODES_COMPILED).
 NOTHING_COMPILED = "Unable to compile any nodes"
+
+
+# ----------------------------------------------------------------------------- the parent's side
+
+#: A compile (or reference run) in the child taking longer than this is killed: QNN compiles of
+#: LLM-sized graphs take minutes, never hours.
+CHILD_TIMEOUT_S = 3600.0
+
+
+def run_child(
+    job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S, on_status: StatusCallback | None = None
+) -> dict:
+    """Run one `child` job in a child process whose stdout and stderr (the EP's and the QNN
+    libraries' own log) go to ``log_path``; returns its result. A child killed by a signal or
+    past ``timeout_s`` gives ``{"ok": False, "stage": "crash", ...}``; no child is left behind.
+    ``on_status`` hears what the child says it is doing (compiling, loading, running once)."""
+    import subprocess
+    import tempfile
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="qnn-job-") as tmp:
+        job = dict(job, result=str(Path(tmp) / "result.json"), status=str(Path(tmp) / "status.txt"))
+        job_path = Path(tmp) / "job.json"
+        job_path.write_text(json.dumps(job), encoding="utf-8")
+        from harness.runner.spawn import python_child
+
+        command, env = python_child("harness.targets.qnn.child", str(job_path))
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=tmp,  # what the QNN libraries write beside them (the saver backend's saver_output/) goes
+                env=env,  # with the job, never into the harness's own folder (PYTHONPATH finds the package)
+            )
+            try:
+                code = _wait_reporting(proc, Path(job["status"]), timeout_s, on_status)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                return {"ok": False, "stage": "crash", "error": f"no result after {timeout_s:g} s (killed)"}
+            finally:
+                if proc.poll() is None:  # Ctrl-C while waiting
+                    proc.kill()
+                    proc.wait()
+        try:
+            return json.loads(Path(job["result"]).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {"ok": False, "stage": "crash", "error": _describe_exit(code)}
+
+
+#: How often the parent looks at what the child says it is doing.
+STATUS_POLL_S = 1.0
+
+
+def _wait_reporting(proc: Any, status: Path, timeout_s: float, on_status: StatusCallback | None) -> int:
+    """``proc.wait(timeout_s)``, passing each new line of the child's status file to ``on_status``."""
+    import contextlib
+    import subprocess
+
+    deadline, said = time.monotonic() + timeout_s, ""
+    while True:
+        try:
+            return proc.wait(timeout=max(0.0, min(STATUS_POLL_S, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
+        if on_status is not None:
+            with contextlib.suppress(OSError):
+                text = status.read_text(encoding="utf-8", errors="replace").strip()[:200]
+                if text and text != said:
+                    said = text
+                    on_status(text)
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        import signal
+
+        try:
+            return f"the process crashed ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"the process was killed by signal {-code}"
+    return f"the process exited with code {code} without a result"
+
+
+# ----------------------------------------------------------------------------- the child's side
 
 
 def _session_options(job: dict, *, disable: str, onnx_path: str | Path) -> Any:
@@ -108,7 +200,8 @@ def compile_job(job: dict) -> dict:
 def _check_loads(job: dict) -> dict:
     import onnxruntime as ort
 
-    from harness.models import PreparedModel, load_reference
+    from harness.prep.folder import PreparedModel
+    from harness.prep.reference import load_reference
     from harness.prep.sessions import run_session
 
     model = PreparedModel.load(Path(job["check_folder"]), check_files=False)
@@ -128,8 +221,9 @@ def _check_loads(job: dict) -> dict:
 def reference_job(job: dict) -> dict:
     import onnxruntime as ort
 
-    from harness.models import PreparedModel, load_reference, save_reference
+    from harness.prep.folder import PreparedModel
     from harness.prep.outputs import nondeterministic_outputs
+    from harness.prep.reference import load_reference, save_reference
     from harness.prep.sessions import run_session
 
     model = PreparedModel.load(Path(job["folder"]), check_files=False)

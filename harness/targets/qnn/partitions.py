@@ -44,7 +44,7 @@ def partition_count(model: Any) -> int:
 
 def partitions_of(onnx_path: Path) -> int:
     """EPContext nodes of the model at ``onnx_path`` (its graph only, no external data)."""
-    from harness.models import load_onnx
+    from harness.prep.onnxfile import load_onnx
 
     return partition_count(load_onnx(Path(onnx_path), external_data=False))
 

@@ -75,7 +75,7 @@ def quantize_qdq(src: Path, dst: Path, calibration: list[dict[str, Any]], label:
         config = get_qnn_qdq_config(str(pre), _Feeds(calibration))
         quantize(str(pre), str(dst), config)
     except Exception as err:  # ORT's quantization tools raise anything from onnx to numpy errors
-        from harness.models import ort_reason
+        from harness.prep.onnxfile import ort_reason
 
         raise InputError(f"{label}: --quantize qdq failed: {type(err).__name__}: {ort_reason(err)}") from None
     return dst
