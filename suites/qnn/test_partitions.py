@@ -25,7 +25,8 @@ def test_upstream_still_cannot_load_a_multi_partition_model_with_default_optimiz
     """Fails when an onnxruntime-qnn release loads the reproducer with ORT's default graph
     optimizations: then `partitions.load_level` and the README's workaround can go."""
     from harness.targets.qnn.ep import qnn_versions
-    from harness.targets.qnn.partitions import UPSTREAM_ERRORS, reproduce
+    from harness.targets.qnn.partitions import UPSTREAM_ERRORS
+    from harness.targets.qnn.partitions_repro import reproduce
 
     result = reproduce(tmp_path)
     code, line = result["default"]
