@@ -120,5 +120,25 @@ def check_pipeline_request(paths: list[Path], request: Any) -> None:
 
     from .inputs import check_request, model_inputs
 
-    inputs = [i for p in paths for i in model_inputs(load_onnx(p, external_data=False))]
-    check_request(inputs, request)
+    graphs = [load_onnx(p, external_data=False) for p in paths]
+    check_request([i for g in graphs for i in model_inputs(g)], request)
+    if len(paths) > 1:
+        _refuse_unresolved(paths, graphs, request)
+
+
+def _refuse_unresolved(paths: list[Path], graphs: list[Any], request: Any) -> None:
+    """Every model's unresolved input shapes in ONE error: a three-model pipeline used to name
+    them one model at a time, a run each."""
+    from .inputs import given_feeds, model_inputs, resolve_shapes
+
+    problems = []
+    for path, graph in zip(paths, graphs, strict=True):
+        part = request.for_model(graph)
+        inputs = model_inputs(graph)
+        try:
+            given = given_feeds([i for i in inputs if i.name in part.values], part)
+            resolve_shapes(inputs, part, given, f"{path.name}")
+        except InputError as err:
+            problems.append(str(err))
+    if problems:
+        raise InputError(f"the pipeline's inputs are not all resolved: {' | '.join(problems)}")

@@ -9,6 +9,10 @@ Two renderings of the same events:
 - plain (a pipe, a CI log): one line per event, and a "still ..." line every
   `HEARTBEAT_S` seconds during a long stage, so a log never goes silent for long.
 
+A stage says what it is doing now (`step`: "compiling X for QNN", "loading and running it
+once"), and a worker still starting counts its time on until it is ready: a QNN compile or a
+first inference of minutes on the simulator shows its elapsed time, never a frozen figure.
+
 Text from data (worker errors, paths, run ids) is always a `rich.text.Text` or printed with
 markup off: "[/path]" in an error must print as it is.
 """
@@ -38,12 +42,13 @@ class _Stage:
     total: int = 0
     unit: str = "bytes"
     printed_share: float = 0.0
+    detail: str = ""  # what the stage is doing now (e.g. "compiling X for QNN")
     beats: int = 0  # "still busy" lines printed, one per HEARTBEAT_S since its own start
 
     def text(self) -> str:
         took = fmt_seconds(time.monotonic() - self.t0)
         if not self.total:
-            return f"{self.label}: {took}"
+            return f"{self.label}: {self.detail + ', ' if self.detail else ''}{took}"
         amount = (
             f"{fmt_bytes(self.done)} / {fmt_bytes(self.total)}"
             if self.unit == "bytes"
@@ -60,9 +65,23 @@ class _Group:
     beats: int = 0  # "still busy" lines printed, one per HEARTBEAT_S since its own start
 
     def text(self) -> str:
-        took = fmt_seconds(time.monotonic() - self.t0)
-        workers = "  ".join(f"w{i} {state} {fmt_seconds(at)}" for i, (state, at) in sorted(self.states.items()))
+        now = time.monotonic() - self.t0
+        took = fmt_seconds(now)
+        workers = "  ".join(_worker_text(i, state, at, now) for i, (state, at) in sorted(self.states.items()))
         return f"{self.title}, {took}: {workers}"
+
+
+#: What a worker still "starting" is doing: its sessions load the model (on the QNN simulator
+#: that is where a long first inference goes) and run the first inference.
+STARTING_DETAIL = "(sessions + first inference)"
+
+
+def _worker_text(index: int, state: str, at: float, now: float) -> str:
+    """A finished state shows when it was reached; "starting" counts on until the worker is
+    ready, so a first inference of minutes never reads as a frozen "starting 7.4 ms"."""
+    if state == "starting":
+        return f"w{index} starting {STARTING_DETAIL} {fmt_seconds(now)}"
+    return f"w{index} {state} {fmt_seconds(at)}"
 
 
 class Progress:
@@ -186,6 +205,17 @@ class Progress:
                 stage.printed_share = share
         if due:
             self.note(f"  {stage.text()}")
+
+    def step(self, detail: str) -> None:
+        """What the current stage is doing now (a compile, a first inference in a child): shown
+        with the stage's elapsed time, live and in every plain "still busy" line."""
+        with self._lock:
+            stage = self._stage
+            if stage is None or stage.detail == detail:
+                return
+            stage.detail = detail
+        if not self.live_mode:
+            self.note(f"  {stage.label}: {detail}")
 
     def bytes_written(self, done: int, total: int) -> None:
         """Callback for builders that write a file of known size."""

@@ -59,7 +59,7 @@ def test_live_area_shows_worker_states_with_elapsed_time():
     progress.worker_event(1, "starting")
     rendered = progress._render().plain
     assert "[1/1] cpu mapped N=2 M=1 repeat=0" in rendered
-    assert re.search(r"w0 ready [\d.]+ ms\s+w1 starting [\d.]+ ms", rendered), rendered
+    assert re.search(r"w0 ready [\d.]+ ms\s+w1 starting \(sessions \+ first inference\) [\d.]+ ms", rendered), rendered
     time.sleep(0.6)  # the live area refreshes 4 times a second
     progress.group_finished(0, 1, GROUP, GroupResult([], None))
     progress.close()
@@ -107,6 +107,28 @@ def test_heartbeat_in_plain_mode(monkeypatch):
         time.sleep(0.3)
     progress.close()
     assert "still busy: compiling:" in progress.console.file.getvalue()
+
+
+def test_a_starting_worker_and_a_stage_step_count_on_while_they_last(monkeypatch):
+    """A first inference of minutes on the QNN simulator showed "w0 starting 7.4 ms", frozen:
+    a worker still starting shows the time so far, and a stage says what it is doing."""
+    monkeypatch.setattr("harness.runner.progress.HEARTBEAT_S", 0.05)
+    progress = plain()
+    progress.group_started(0, 1, GROUP)
+    progress.worker_event(0, "starting")
+    first = progress._group.text()
+    time.sleep(0.3)
+    later = progress._group.text()
+    assert first != later and re.search(r"w0 starting \(sessions \+ first inference\) [\d.]+ ms", later), later
+    progress.group_finished(0, 1, GROUP, GroupResult([], None))
+    with progress.stage("preparing the qnn model"):
+        progress.step("compiling m.onnx for QNN")
+        time.sleep(0.3)
+    progress.close()
+    text = progress.console.file.getvalue()
+    assert "preparing the qnn model: compiling m.onnx for QNN" in text
+    assert re.search(r"still busy: preparing the qnn model: compiling m.onnx for QNN, [\d.]+ ms", text), text
+    assert re.search(r"still busy: \[1/1\].*w0 starting \(sessions \+ first inference\)", text), text
 
 
 def test_quiet_prints_nothing():

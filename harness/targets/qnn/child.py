@@ -28,11 +28,17 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+#: What `run_child` tells about the child's work (a `Progress.step`).
+StatusCallback = Callable[[str], None]
+
 #: Test hook (see the module docstring).
 FAULT_ENV = "HARNESS_TEST_QNN_CHILD_FAULT"
+#: ORT's error when the EP took no node (ERROR_IF_NO_NODES_COMPILED).
+NOTHING_COMPILED = "Unable to compile any nodes"
 
 
 # ----------------------------------------------------------------------------- the parent's side
@@ -42,16 +48,19 @@ FAULT_ENV = "HARNESS_TEST_QNN_CHILD_FAULT"
 CHILD_TIMEOUT_S = 3600.0
 
 
-def run_child(job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S) -> dict:
+def run_child(
+    job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S, on_status: StatusCallback | None = None
+) -> dict:
     """Run one `child` job in a child process whose stdout and stderr (the EP's and the QNN
     libraries' own log) go to ``log_path``; returns its result. A child killed by a signal or
-    past ``timeout_s`` gives ``{"ok": False, "stage": "crash", ...}``; no child is left behind."""
+    past ``timeout_s`` gives ``{"ok": False, "stage": "crash", ...}``; no child is left behind.
+    ``on_status`` hears what the child says it is doing (compiling, loading, running once)."""
     import subprocess
     import tempfile
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="qnn-job-") as tmp:
-        job = dict(job, result=str(Path(tmp) / "result.json"))
+        job = dict(job, result=str(Path(tmp) / "result.json"), status=str(Path(tmp) / "status.txt"))
         job_path = Path(tmp) / "job.json"
         job_path.write_text(json.dumps(job), encoding="utf-8")
         from harness.runner.spawn import python_child
@@ -67,7 +76,7 @@ def run_child(job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S) 
                 env=env,  # with the job, never into the harness's own folder (PYTHONPATH finds the package)
             )
             try:
-                code = proc.wait(timeout=timeout_s)
+                code = _wait_reporting(proc, Path(job["status"]), timeout_s, on_status)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
@@ -80,6 +89,30 @@ def run_child(job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S) 
             return json.loads(Path(job["result"]).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {"ok": False, "stage": "crash", "error": _describe_exit(code)}
+
+
+#: How often the parent looks at what the child says it is doing.
+STATUS_POLL_S = 1.0
+
+
+def _wait_reporting(proc: Any, status: Path, timeout_s: float, on_status: StatusCallback | None) -> int:
+    """``proc.wait(timeout_s)``, passing each new line of the child's status file to ``on_status``."""
+    import contextlib
+    import subprocess
+
+    deadline, said = time.monotonic() + timeout_s, ""
+    while True:
+        try:
+            return proc.wait(timeout=max(0.0, min(STATUS_POLL_S, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
+        if on_status is not None:
+            with contextlib.suppress(OSError):
+                text = status.read_text(encoding="utf-8", errors="replace").strip()[:200]
+                if text and text != said:
+                    said = text
+                    on_status(text)
 
 
 def _describe_exit(code: int) -> str:
@@ -96,10 +129,12 @@ def _describe_exit(code: int) -> str:
 # ----------------------------------------------------------------------------- the child's side
 
 
-def _session_options(job: dict, *, disable: str) -> Any:
+def _session_options(job: dict, *, disable: str, onnx_path: str | Path) -> Any:
+    """The sessions' options, and the load workaround for a multi-partition model (`partitions`)."""
     from harness.prep.sessions import SessionSettings
 
     from .ep import qnn_session_options
+    from .partitions import apply_load_level, partitions_of
 
     so = qnn_session_options(
         disable_file_mapped_weights=disable,
@@ -107,7 +142,17 @@ def _session_options(job: dict, *, disable: str) -> Any:
         share_ep_contexts=bool(job.get("share_ep_contexts")),
         provider_options=job.get("provider_options") or {},
     )
+    apply_load_level(so, partitions_of(Path(onnx_path)))
     return SessionSettings(dict(job.get("session_config") or {}), job.get("intra_op_threads")).apply(so)
+
+
+def _status(job: dict, text: str) -> None:
+    """Tell the parent what this child is doing now (its progress line shows it)."""
+    if job.get("status"):
+        try:
+            Path(job["status"]).write_text(text, encoding="utf-8")
+        except OSError:
+            pass  # progress only
 
 
 def _first_line(err: BaseException) -> str:
@@ -122,19 +167,30 @@ def compile_job(job: dict) -> dict:
 
     from .ep import register_qnn_ep
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 2
-    options = {"backend_type": job.get("backend_type", "htp"), **(job.get("provider_options") or {})}
-    so.add_provider_for_devices(register_qnn_ep(), options)
-    for key, value in (job.get("session_config") or {}).items():
-        so.add_session_config_entry(key, value)
+    def options() -> Any:
+        so = ort.SessionOptions()
+        so.log_severity_level = 2
+        provider = {"backend_type": job.get("backend_type", "htp"), **(job.get("provider_options") or {})}
+        so.add_provider_for_devices(register_qnn_ep(), provider)
+        for key, value in (job.get("session_config") or {}).items():
+            so.add_session_config_entry(key, value)
+        return so
+
+    so = options()
     t0 = time.perf_counter()
+    _status(job, f"compiling {Path(job['src']).name} for QNN")
     try:
         ort.ModelCompiler(
             so, job["src"], bool(job.get("embed_mode")), flags=ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED
         ).compile_to_file(job["out"])
     except Exception as err:  # ORT raises its own Fail type
-        return {"ok": False, "stage": "compile", "error": _first_line(err)}
+        error = _first_line(err)
+        if NOTHING_COMPILED in error:
+            from .support import log_node_support
+
+            _status(job, "asking the EP which op it refuses (verbose log)")
+            log_node_support(options, job["src"])
+        return {"ok": False, "stage": "compile", "error": error}
     result = {"ok": True, "stage": "compile", "compile_s": time.perf_counter() - t0}
     if job.get("check_folder"):
         result |= _check_loads(job)
@@ -150,8 +206,9 @@ def _check_loads(job: dict) -> dict:
 
     model = PreparedModel.load(Path(job["check_folder"]), check_files=False)
     feeds, _ = load_reference(model)
+    _status(job, "loading the compiled model and running it once (the first inference)")
     try:
-        session = ort.InferenceSession(job["out"], _session_options(job, disable="1"))
+        session = ort.InferenceSession(job["out"], _session_options(job, disable="1", onnx_path=job["out"]))
     except Exception as err:  # ORT raises its own Fail type
         return {"ok": False, "stage": "load", "error": _first_line(err)}
     try:
@@ -171,8 +228,11 @@ def reference_job(job: dict) -> dict:
 
     model = PreparedModel.load(Path(job["folder"]), check_files=False)
     feeds, _ = load_reference(model)
+    _status(job, f"loading {model.onnx_path.name} and running it twice for the reference")
     try:
-        session = ort.InferenceSession(str(model.onnx_path), _session_options(job, disable="1"))
+        session = ort.InferenceSession(
+            str(model.onnx_path), _session_options(job, disable="1", onnx_path=model.onnx_path)
+        )
     except Exception as err:  # ORT raises its own Fail type
         return {"ok": False, "stage": "load", "error": _first_line(err)}
     runs = []

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness.cache import cached_build, default_cache_dir
 from harness.core.errors import CorruptEntry, InputError, QnnUnavailableError
@@ -39,14 +39,13 @@ from harness.prep.onnxfile import external_data_files, load_onnx, ort_reason
 from harness.prep.pipeline import check_pipeline_request, resolve_models
 from harness.prep.reference import save_reference, write_reference
 
-from .child import run_child
+from .child import NOTHING_COMPILED, StatusCallback, run_child
 from .ep import qnn_platform_supported, qnn_versions, register_qnn_ep
+from .partitions import UPSTREAM_ERRORS, partitions_of
 from .qdq import make_feeds, make_qdq_model, reference_output
-
-if TYPE_CHECKING:
-    pass
-
-_COMPILE_NOTHING = "Unable to compile any nodes"
+from .quantize import CALIBRATION_SIZE, MIN_COSINE, QuantizeSpec, calibration_feeds, quantize_qdq
+from .shapes import with_static_shapes
+from .support import first_refused_op
 
 
 @dataclass
@@ -93,6 +92,7 @@ def _compile(
     session_config: dict | None = None,
     check_folder: Path | None = None,
     log_path: Path,
+    on_status: StatusCallback | None = None,
 ) -> float:
     """Compile in a child process (see `child`); returns seconds spent. Every failure is one
     InputError naming the user's model (``label``), the EP's reason and the log file."""
@@ -108,24 +108,49 @@ def _compile(
             "check_folder": str(check_folder) if check_folder else "",
         },
         log_path,
+        on_status=on_status,
     )
     if result.get("ok"):
         return float(result.get("compile_s") or 0.0)
     error = str(result.get("error") or "")
     where = f" (EP log: {log_path})"
-    if _COMPILE_NOTHING in error:
+    if NOTHING_COMPILED in error:
+        refused = None
+        with contextlib.suppress(OSError):
+            refused = first_refused_op(log_path.read_text(encoding="utf-8", errors="replace"))
         raise InputError(
             f"{label}: no node was assigned to QNN (the {backend_type} backend takes "
             "none of its ops as given; it needs static shapes and typically "
-            "a QDQ-quantized model)"
+            "a QDQ-quantized model)" + (f"; the first op the EP refuses: {refused}" if refused else "") + where
         )
     if result.get("stage") == "crash":
         raise InputError(f"{label}: the QNN compiler crashed: {error}{where}")
+    if result.get("stage") == "load" and any(e in error for e in UPSTREAM_ERRORS):
+        parts = partitions_of(out_onnx) if out_onnx.is_file() else 0
+        raise InputError(
+            f"{label}: compiled into {parts or 'several'} QNN partitions; onnxruntime-qnn "
+            f"{qnn_versions()['onnxruntime_qnn']} on this platform cannot load this multi-partition "
+            f"EPContext model even with ORT's graph optimizations disabled: {ort_reason(error)}{where}"
+        )
     if result.get("stage") in ("load", "run"):
         raise InputError(
             f"{label}: compiled for QNN, but the compiled model does not {result['stage']}: {ort_reason(error)}{where}"
         )
-    raise InputError(f"{label}: QNN compilation failed: {ort_reason(error)}{where}")
+    raise InputError(f"{label}: QNN compilation failed: {ort_reason(error)}{_fix_hint(error, provider_options)}{where}")
+
+
+#: The simulated HTP cannot finalize a float graph without a SoC to size its memory for.
+_MEM_ALLOC = "MEM_ALLOC"
+
+
+def _fix_hint(error: str, provider_options: dict | None) -> str:
+    """What the user can change, for the compile errors whose fix is known."""
+    if _MEM_ALLOC in error and "soc_model" not in (provider_options or {}):
+        return (
+            "; a float model on the simulated HTP needs a SoC to compile for: pass "
+            "--provider-option soc_model=60, or quantize it first (--quantize qdq)"
+        )
+    return ""
 
 
 def _context_files(onnx_path: Path) -> tuple[list[str], int]:
@@ -176,6 +201,7 @@ def compile_epcontext(
     session_config: dict | None = None,
     check_folder: Path | None = None,
     log_dir: Path | None = None,
+    on_status: StatusCallback | None = None,
 ) -> CompiledModel:
     """Compile `src` for QNN into an EPContext model under `out_dir`, reusing an earlier result.
 
@@ -216,6 +242,7 @@ def compile_epcontext(
             session_config=session_config,
             check_folder=check_folder,
             log_path=log_path,
+            on_status=on_status,
         )
         bins, embedded = _context_files(scratch / f"{stem}_ctx.onnx")
         if not embedded and not bins:
@@ -298,16 +325,33 @@ def _inline_model(
     )
 
 
-def prepare_qnn_source(path: Path, request: Any, settings: Any, cache_dir: Path) -> PreparedModel:
-    """A user's (uncompiled) model for the qnn target: compiled AS IT IS, weights untouched.
-    The folder holds the CPU reference and, when input shapes had to be fixed for the
-    compiler, a shape-fixed copy of the graph (its external data linked, not copied)."""
+def prepare_qnn_source(
+    path: Path,
+    request: Any,
+    settings: Any,
+    cache_dir: Path,
+    quantize: QuantizeSpec | None = None,
+    on_status: StatusCallback | None = None,
+) -> PreparedModel:
+    """A user's (uncompiled) model for the qnn target: compiled AS IT IS, weights untouched,
+    unless ``quantize`` asks for its QDQ model (`quantize`). The folder holds the CPU reference
+    of the float model and, when input shapes had to be fixed for the compiler, a shape-fixed
+    copy of the graph (its external data linked, not copied), and the quantized model."""
     from harness.prep.inputs import fixed_shape_copy
 
+    quantize = quantize or QuantizeSpec()
     label = f"--model {path}"
     graph = load_onnx(path, external_data=False)
     key = source_key(
-        path, graph, {"request": request.key(), "prep": PREP_VERSION, "qnn_source": 1, "session": settings.to_dict()}
+        path,
+        graph,
+        {
+            "request": request.key(),
+            "prep": PREP_VERSION,
+            "qnn_source": 2,  # 2: internal shapes inferred again (shapes.with_static_shapes)
+            "session": settings.to_dict(),
+            **quantize.key(),
+        },
     )
 
     def build(tmp: Path) -> PreparedModel:
@@ -317,16 +361,31 @@ def prepare_qnn_source(path: Path, request: Any, settings: Any, cache_dir: Path)
         onnx_file = str(Path(path).resolve())
         if any(i.dims != shapes[i.name] for i in inputs):  # dynamic: the compiler needs a static copy
             onnx_file = Path(path).name  # relative: the folder moves when the cache publishes it
-            onnx.save(fixed_shape_copy(graph, shapes), str(tmp / onnx_file))
+            onnx.save(with_static_shapes(fixed_shape_copy(graph, shapes)), str(tmp / onnx_file))
             link_external_data(path, graph, tmp)
-        model = _inline_model(tmp, path, graph, inputs, shapes, 0, onnx_file)
-        write_reference(model, Path(path), feeds, settings, level="all", label=label)
+        extra = {}
+        if quantize.enabled:
+            if on_status is not None:
+                on_status(f"quantizing {Path(path).name} (qdq, {quantize.calibration_size} calibration inputs)")
+            calibration = calibration_feeds(inputs, shapes, feeds, set(request.values), quantize.calibration_size)
+            qdq = quantize_qdq(
+                Path(tmp / onnx_file if not Path(onnx_file).is_absolute() else onnx_file),
+                tmp / f"{Path(path).stem}_qdq.onnx",
+                calibration,
+                label,
+            )
+            onnx_file = qdq.name
+            extra = {"min_cosine": MIN_COSINE, "quantized": f"qdq, {quantize.calibration_size} calibration inputs"}
+        model = _inline_model(tmp, path, graph, inputs, shapes, 0, onnx_file, extra=extra)
+        write_reference(model, Path(path), feeds, settings, level="all", label=label)  # the float model's
         return model
 
     return cached_model(cache_dir / f"qnnsrc-{path.stem}-{key}", build)
 
 
-def prepare_epcontext(path: Path, request: Any, job: dict, cache_dir: Path) -> tuple[PreparedModel, EpContextModel]:
+def prepare_epcontext(
+    path: Path, request: Any, job: dict, cache_dir: Path, on_status: StatusCallback | None = None
+) -> tuple[PreparedModel, EpContextModel]:
     """A pre-compiled EPContext model, measured where it is. There is no CPU original to
     compare with, so its reference is its own first inference on the QNN EP with file mapping
     disabled (in a child process), and a second one tells whether it is deterministic."""
@@ -350,7 +409,7 @@ def prepare_epcontext(path: Path, request: Any, job: dict, cache_dir: Path) -> t
         )
         save_reference(model.reference_path, feeds, {})
         model.save()  # the child reads the manifest
-        result = run_child(dict(job, kind="reference", folder=str(tmp)), log_path)
+        result = run_child(dict(job, kind="reference", folder=str(tmp)), log_path, on_status=on_status)
         if not result.get("ok"):
             what = "crashed" if result.get("stage") == "crash" else f"cannot {result.get('stage', 'run')} it"
             raise InputError(
@@ -402,13 +461,15 @@ class QnnModel:
     compiled: bool  # True: compiled by the harness; False: the user's own EPContext model
     shares_context: bool = False
     log: Path | None = None  # the EP's log of the compile (or of the reference run)
+    partitions: int = 1  # EPContext nodes (more than one: loaded with `partitions.load_level`)
 
 
-def prepare_qnn(opts: Any) -> list[QnnModel]:
+def prepare_qnn(opts: Any, progress: Any = None) -> list[QnnModel]:
     """Every model of the run, ready for the QNN EP: compiled (the generated QDQ chain, or the
     user's model as it is) or the user's own EPContext model. Every problem the user can fix
     (platform, missing package, dynamic shapes, nothing for QNN, a compile the EP refuses or
-    crashes in) is an InputError."""
+    crashes in) is an InputError. ``progress`` (a `Progress`) shows what the QNN child is doing."""
+    on_status = progress.step if progress is not None else None
     supported, why = qnn_platform_supported()
     if not supported:
         raise InputError(f"--target qnn: {why}")
@@ -433,12 +494,22 @@ def prepare_qnn(opts: Any) -> list[QnnModel]:
             session_config=settings.config,
             check_folder=source.folder,
             log_dir=qnn_log_dir(cache_dir),
+            on_status=on_status,
         )
         return QnnModel(
-            source, c.onnx_path, c.bin_paths, int(c.context_bytes), True, log=c.onnx_path.parent / "compile.log"
+            source,
+            c.onnx_path,
+            c.bin_paths,
+            int(c.context_bytes),
+            True,
+            log=c.onnx_path.parent / "compile.log",
+            partitions=partitions_of(c.onnx_path),
         )
 
+    quantize = QuantizeSpec(options.get("quantize", "none"), options.get("calibration_size", CALIBRATION_SIZE))
     if not opts.models:
+        if quantize.enabled:
+            raise InputError("--quantize qdq: needs --model (the generated model is already a QDQ model)")
         source = generated_qdq(opts.model_size, cache_dir)
         return [compiled(source, source.source)]
     models = resolve_models(opts.models)
@@ -456,7 +527,7 @@ def prepare_qnn(opts: Any) -> list[QnnModel]:
         graph = load_onnx(path, external_data=False)
         part = request.for_model(graph)
         if epcontext_nodes(graph):
-            model, info = prepare_epcontext(path, part, job, cache_dir)
+            model, info = prepare_epcontext(path, part, job, cache_dir, on_status)
             out.append(
                 QnnModel(
                     model,
@@ -466,8 +537,10 @@ def prepare_qnn(opts: Any) -> list[QnnModel]:
                     False,
                     info.shares_context,
                     log=model.folder / "reference.log",
+                    partitions=info.nodes,
                 )
             )
         else:
-            out.append(compiled(prepare_qnn_source(path, part, settings, cache_dir), f"--model {path}"))
+            source = prepare_qnn_source(path, part, settings, cache_dir, quantize, on_status)
+            out.append(compiled(source, f"--model {path}"))
     return out

@@ -121,8 +121,9 @@ def qnn_session_options(
     return so
 
 
-def compare_outputs(out: Any, ref: Any, *, quant_step: float | None = None) -> dict:
-    """QNN vs CPU reference: ok when cosine >= 0.99 and mean |diff| <= 3 quantization steps.
+def compare_outputs(out: Any, ref: Any, *, quant_step: float | None = None, min_cosine: float = 0.99) -> dict:
+    """QNN vs CPU reference: ok when cosine >= ``min_cosine`` (0.99; a model the harness
+    quantized from float: `quantize.MIN_COSINE`) and mean |diff| <= 3 quantization steps.
 
     Why these bounds: both runs quantize every activation to uint8, so they differ by rounding
     only; measured on the QDQ chain: cosine ~0.998, mean |diff| ~1.2 steps. Wrong weights or a
@@ -138,7 +139,7 @@ def compare_outputs(out: Any, ref: Any, *, quant_step: float | None = None) -> d
     cosine = float(a @ b / denom) if denom else float(np.array_equal(a, b))
     diff = np.abs(a - b)
     res = {"cosine": cosine, "max_abs": float(diff.max()), "mean_abs": float(diff.mean())}
-    ok = cosine >= 0.99
+    ok = cosine >= min_cosine
     if quant_step:
         res["mean_steps"] = res["mean_abs"] / quant_step
         res["max_steps"] = res["max_abs"] / quant_step

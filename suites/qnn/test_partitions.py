@@ -1,0 +1,69 @@
+"""Multi-partition EPContext models (issue 22): the upstream failure reproduced, the harness's
+load workaround (ORT's graph optimizations disabled for a model of several EPContext nodes), a
+model the harness compiles into two partitions measured end to end, and the same compiled model
+brought by a user measured as it is."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from qnn_support import qnn_skip_reason
+
+pytestmark = pytest.mark.qnn
+
+
+@pytest.fixture(autouse=True)
+def _needs_qnn():
+    reason = qnn_skip_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+def test_upstream_still_cannot_load_a_multi_partition_model_with_default_optimizations(tmp_path):
+    """Fails when an onnxruntime-qnn release loads the reproducer with ORT's default graph
+    optimizations: then `partitions.load_level` and the README's workaround can go."""
+    from harness.targets.qnn.ep import qnn_versions
+    from harness.targets.qnn.partitions import UPSTREAM_ERRORS
+    from harness.targets.qnn.partitions_repro import reproduce
+
+    result = reproduce(tmp_path)
+    code, line = result["default"]
+    version = qnn_versions()["onnxruntime_qnn"]
+    assert code != 0 and any(e in line for e in UPSTREAM_ERRORS), (
+        f"onnxruntime-qnn {version} now loads a multi-partition EPContext model with default "
+        f"optimizations (exit {code}: {line!r}): drop the load workaround in harness/targets/qnn/partitions.py"
+    )
+    assert result["disabled"] == (0, "loads and runs: S = [0, 3, 7, 7]"), result["disabled"]
+
+
+def test_a_model_compiled_into_two_partitions_is_measured(run_harness, tmp_path):
+    from harness.targets.qnn.partitions import make_shape_between_model
+
+    path = make_shape_between_model(tmp_path / "two.onnx")
+    outcome = run_harness("run", "--target", "qnn", "--model", str(path), "--processes", "1", "--quiet")
+    assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+    rows = outcome.results()
+    assert len(rows) == 2 and all(r.output_ok and not r.error for r in rows), [r.error for r in rows]
+    meta = json.loads((outcome.out / "metadata.json").read_text())
+    assert any("compiled into 2 QNN partitions" in n for n in meta["target_notes"]), meta["target_notes"]
+    spec = json.loads(next((outcome.out / "workers").rglob("*.spec.json")).read_text())
+    assert spec["options"]["partitions"] == [2]
+
+
+def test_a_users_multi_partition_epcontext_model_is_measured_as_it_is(run_harness, tmp_path):
+    from harness.targets.qnn.compile import compile_epcontext
+    from harness.targets.qnn.partitions import make_shape_between_model
+
+    compiled = compile_epcontext(make_shape_between_model(tmp_path / "two.onnx"), tmp_path / "cache")
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    for f in (compiled.onnx_path, *compiled.bin_paths):
+        shutil.copyfile(f, hub / f.name)
+    model = hub / compiled.onnx_path.name
+    outcome = run_harness("run", "--target", "qnn", "--model", str(model), "--processes", "1", "--quiet")
+    assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+    assert all(r.output_ok and not r.error for r in outcome.results())
+    spec = json.loads(next((outcome.out / "workers").rglob("*.spec.json")).read_text())
+    assert spec["options"]["onnx"] == [str(model)] and spec["options"]["partitions"] == [2]
