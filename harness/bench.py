@@ -15,7 +15,7 @@ from harness.core.errors import InputError
 from harness.core.files import write_json_atomic
 from harness.core.gates import read_gates_text
 from harness.core.schema import FORMAT_VERSION
-from harness.runner.sweep import RunOptions
+from harness.runner.options import RunOptions
 
 BENCH_GATES = "bench.gates"
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from harness.core.errors import InputError
+from harness.core.errors import CorruptEntry, InputError
 from harness.core.inputfiles import JSON_MAX_BYTES, parse_json_bounded, read_text_bounded
 
 T = TypeVar("T")
@@ -48,10 +48,6 @@ STALE_SCRATCH_S = 24 * 3600
 ENTRY_RECORD = ".entry.json"
 #: Read size of the content hash.
 HASH_CHUNK_BYTES = 1024**2
-
-
-class CorruptEntry(Exception):
-    """A cache entry exists but fails its own consistency check."""
 
 
 def fingerprint(path: Path) -> dict:

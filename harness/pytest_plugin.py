@@ -21,7 +21,8 @@ session), `harness_runner` (session-wide runner, for module-scoped fixtures), `r
 (where a test's run folder goes), `weights_file` / `weights_file_factory` (deterministic
 files to map) and `mapper_leak_guard` (fails the test if mapper_impl leaks a mapping).
 
-How --report-dir survives xdist: each process that runs tests appends "this test produced
+The session recorder behind --report-dir is `harness.pytest_recorder`. How --report-dir
+survives xdist: each process that runs tests appends "this test produced
 this run folder" lines to ``DIR/.harness-session/<token>-<worker>.jsonl``; the controller
 (which sees every test's report) merges those lines with the outcomes at session end and
 renders. The token is made by the controller and handed to the workers, so lines of an earlier
@@ -30,19 +31,19 @@ session in the same DIR are never mixed in; ``DIR/runs/`` is emptied when a sess
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import uuid
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from harness.pytest_recorder import SessionRecorder, shown_id
 
 MARKERS = {
     "memory": "multi-process memory / init-time measurements (run serialized in one xdist group)",
@@ -52,9 +53,6 @@ MARKERS = {
     "slow": "long measurements, excluded from the default run (-m slow to run them)",
 }
 SERIAL_GROUP = "serial"
-RUNS = "runs"
-SESSION_DIR = ".harness-session"
-REPORT = "report.html"
 _TOKEN_KEY = "qnn_fmw_harness_token"
 _LOADGROUP_KEY = "qnn_fmw_harness_loadgroup"
 _RECORDER = "qnn_fmw_harness_recorder"
@@ -388,201 +386,3 @@ def mapper_leak_guard():
     after = snapshot()
     leaked = {key: (before[key], value) for key, value in after.items() if value > before[key]}
     assert not leaked, f"mapper_impl leaked (before, after): {leaked}"
-
-
-# ----------------------------------------------------------------------------- --report-dir
-
-
-@dataclass
-class SessionRecorder:
-    """Keeps the session's run folders and the outcomes of the tests that produced them."""
-
-    report_dir: Path
-    token: str
-    controller: bool
-    outcomes: dict[str, list[tuple[str, str]]] = field(default_factory=lambda: defaultdict(list))
-
-    @property
-    def runs(self) -> Path:
-        return self.report_dir / RUNS
-
-    @property
-    def index(self) -> Path:
-        return self.report_dir / SESSION_DIR
-
-    def start(self) -> None:
-        """Controller, before any test: a clean runs/ and session index for this session. Only
-        what an earlier session of this plugin left is removed: the plugin is active in every
-        project that installed the package, and ``--report-dir .`` in a project whose ``runs/``
-        holds something else (TensorBoard's default folder) must not delete it."""
-        for folder in (self.runs, self.index):
-            _check_ours(folder, self.report_dir)
-        for folder in (self.runs, self.index):
-            if folder.exists():
-                shutil.rmtree(folder)
-        self.runs.mkdir(parents=True, exist_ok=True)
-        self.index.mkdir(parents=True, exist_ok=True)
-
-    def reserve(self, name: str) -> Path:
-        """A new, empty folder runs/NAME (or NAME-2, NAME-3...: the first that did not exist)."""
-        for k in range(1, 10_000):
-            path = self.runs / (name if k == 1 else f"{name}-{k}")
-            try:
-                path.mkdir(parents=True)
-                return path
-            except FileExistsError:
-                continue
-        raise RuntimeError(f"{self.runs}: no free run folder name for {name}")
-
-    def keep(self, owner: str, out: Path, fresh_out) -> Path | None:
-        """Record that ``owner`` produced the run folder ``out`` (copied under runs/ when it lies
-        elsewhere); None when ``out`` holds no measured run."""
-        results = out / "results.csv"
-        try:
-            measured = results.is_file() and len(results.read_text(encoding="utf-8").splitlines()) > 1
-        except OSError:
-            measured = False
-        if not measured:
-            return None
-        kept = out
-        if self.runs.resolve() not in out.resolve().parents:
-            kept = fresh_out(owner, out.parent)
-            shutil.copytree(out, kept, ignore=shutil.ignore_patterns("workers"), dirs_exist_ok=True)
-            _rename_run(kept)
-        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        line = json.dumps({"nodeid": owner, "folder": str(kept)}) + "\n"
-        with open(self.index / f"{self.token}-{worker}.jsonl", "a", encoding="utf-8") as handle:
-            handle.write(line)
-        return kept
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Controller: every phase of every test (xdist forwards the workers' reports)."""
-        if self.controller:
-            self.outcomes[report.nodeid].append((report.when, _outcome(report)))
-
-    def recorded_runs(self) -> list[tuple[str, str]]:
-        lines = []
-        for path in sorted(self.index.glob(f"{self.token}-*.jsonl")):
-            for text in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    record = json.loads(text)
-                    lines.append((str(record["nodeid"]), str(record["folder"])))
-                except (ValueError, KeyError, TypeError):
-                    continue  # a torn line of a worker that died mid-write
-        return lines
-
-    def outcome_of(self, nodeid: str) -> str:
-        """A test's outcome; for a module or class id (a wide fixture's run), the worst outcome
-        of the tests inside it."""
-        phases = self.outcomes.get(nodeid)
-        if phases is not None:
-            return _merge(phases)
-        inside = [_merge(p) for n, p in self.outcomes.items() if n.startswith(nodeid + "::")]
-        for worst in ("failed", "error", "xpassed", "passed", "xfailed", "skipped"):
-            if worst in inside:
-                return worst
-        return "unknown"
-
-    def test_records(self) -> tuple[list[Any], dict[str, int]]:
-        from harness.cli import test_record
-
-        records, seen, with_runs = [], set(), set()
-        for nodeid, folder in self.recorded_runs():
-            if (nodeid, folder) not in seen and (Path(folder) / "results.csv").is_file():
-                seen.add((nodeid, folder))
-                with_runs.add(nodeid)
-                records.append(test_record(shown_id(nodeid), self.outcome_of(nodeid), folder))
-        for nodeid, phases in self.outcomes.items():
-            outcome = _merge(phases)
-            if outcome in ("failed", "error") and nodeid not in with_runs:
-                records.append(test_record(shown_id(nodeid), outcome, ""))
-        counts = Counter(_merge(p) for p in self.outcomes.values())
-        return records, dict(counts)
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        """Controller: one report over every run of the session, with the tests' outcomes."""
-        if not self.controller:
-            return
-        from harness.cli import render_test_session
-        from harness.core.errors import InputError
-
-        records, counts = self.test_records()
-        folders = list(dict.fromkeys(r.folder for r in records if r.folder))
-        terminal = session.config.pluginmanager.get_plugin("terminalreporter")
-        try:
-            path = render_test_session(folders, self.report_dir / REPORT, records, counts)
-            line = f"qnn-fmw-harness: {len(folders)} run(s), report: {path}"
-        except (InputError, OSError) as err:  # the session's own outcome must survive a bad --report-dir
-            line = f"qnn-fmw-harness: no report rendered: {err}"
-        if terminal is not None:
-            terminal.write_line(line)
-
-
-def _check_ours(folder: Path, report_dir: Path) -> None:
-    """UsageError unless ``folder`` is absent, or a folder holding only what this plugin writes
-    there: run folders of this harness (or empty ones) in runs/, ``*.jsonl`` in the index."""
-    from harness.runner.outdir import is_run_folder
-
-    if not os.path.lexists(folder):
-        return
-    foreign: list[str] = []
-    if folder.is_symlink() or not folder.is_dir():
-        foreign = ["it is not a folder"]
-    else:
-        try:
-            for entry in sorted(folder.iterdir()):
-                if folder.name == SESSION_DIR:
-                    ours = entry.suffix == ".jsonl" and entry.is_file() and not entry.is_symlink()
-                else:
-                    ours = (
-                        entry.is_dir() and not entry.is_symlink() and (is_run_folder(entry) or not any(entry.iterdir()))
-                    )
-                if not ours:
-                    foreign.append(entry.name)
-        except OSError as err:
-            foreign = [f"cannot list it: {err.strerror or err}"]
-    if foreign:
-        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
-        raise pytest.UsageError(
-            f"--report-dir {report_dir}: {folder.name}/ holds what this plugin did not write ({shown}); "
-            "it empties that folder at the start of a session, so choose another --report-dir"
-        )
-
-
-def _rename_run(folder: Path) -> None:
-    """A kept copy is its own run: its run id becomes its folder name (two tests that both wrote
-    to a folder called "run" must not show up as two runs named "run")."""
-    for name, key in (("metadata.json", "run"), ("headline.json", None)):
-        path = folder / name
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            (data.setdefault(key, {}) if key else data)["run_id"] = folder.name
-            path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-        except (OSError, ValueError, AttributeError):
-            pass  # a folder without readable metadata is reported under its folder name anyway
-
-
-def shown_id(nodeid: str) -> str:
-    """A test id without the ``@group`` suffix xdist's loadgroup adds."""
-    return re.sub(r"@[\w.-]+$", "", nodeid)
-
-
-def _outcome(report: pytest.TestReport) -> str:
-    if hasattr(report, "wasxfail"):
-        return "xfailed" if report.skipped else "xpassed"
-    return report.outcome
-
-
-def _merge(phases: list[tuple[str, str]]) -> str:
-    """One outcome from a test's setup / call / teardown reports, as pytest's summary counts
-    them: a failed setup or teardown is an error, a failed call a failure."""
-    by_phase = dict(phases)
-    if by_phase.get("call") == "failed":
-        return "failed"
-    if "failed" in (by_phase.get("setup"), by_phase.get("teardown")):
-        return "error"
-    for phase in ("call", "setup"):
-        if by_phase.get(phase) in ("skipped", "xfailed", "xpassed"):
-            return by_phase[phase]
-    return by_phase.get("call", "passed" if by_phase else "unknown")

@@ -17,8 +17,6 @@ Windows, `PosixFileMapper` (mmap) everywhere else.
 
 from __future__ import annotations
 
-import os
-
 from ._base import FileMapper, MappedFile
 from ._common import (
     ClosedError,
@@ -45,27 +43,11 @@ from ._common import (
 from ._context import STAGES, UPSTREAM_FALLBACK_STAGES, LoadedContext, StageError, load_context
 from ._dma import DmaBackend, sweep_registrations
 from ._faults import FaultPlan
+from ._platform import create_mapper
 from ._posix import PosixFileMapper
 from ._registry import REGISTRY as _REGISTRY
 from ._stats import MapperStats, stats
 from ._weights import PATHS_TAKEN, RetryPolicy, Weights, load_weights
-
-if os.name == "nt":
-    from ._windows import WindowsFileMapper as _WindowsFileMapper
-
-    _PlatformMapper: type[FileMapper] = _WindowsFileMapper
-else:
-    _PlatformMapper = PosixFileMapper
-
-_default_mapper: FileMapper | None = None
-
-
-def create_mapper() -> FileMapper:
-    """The platform's mapper (one shared instance: mappers hold no per-call state)."""
-    global _default_mapper
-    if _default_mapper is None:
-        _default_mapper = _PlatformMapper()
-    return _default_mapper
 
 
 def shared_users(path: str, mapper: FileMapper | None = None) -> int:

@@ -165,7 +165,7 @@ def heap_weights(path: str, path_taken: str, attempts: int, errors: list[str], f
 def default_mapper(mapper: FileMapper | None) -> FileMapper:
     if mapper is not None:
         return mapper
-    from . import create_mapper
+    from ._platform import create_mapper
 
     return create_mapper()
 

@@ -1,12 +1,65 @@
-"""Errors the command line turns into exit codes."""
+"""The harness's error tree, and the exit code of each branch (one place; `harness.cli` maps
+them). Every error the harness raises on purpose is a `HarnessError`:
+
+- `InputError` (usage or input mistake, also a ValueError): exit 2, one line, no traceback;
+- `RunFailed` (the run could not go on: disk full, no descriptors): exit 1;
+- `SpawnError` (a worker could not be started): becomes a `RunFailed` of its run;
+- `CorruptEntry` (a cache entry fails its own check): the cache rebuilds it, never user-facing;
+- `QnnUnavailableError` (onnxruntime-qnn missing or without a device; also a RuntimeError);
+- `StringsError` / `RegistryUnreachable` (reading the EP's binaries for its strings).
+
+As in `mapper_impl._common`, OS errors become these at the boundary (``raise ... from err``).
+"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
-class InputError(ValueError):
+class HarnessError(Exception):
+    """Base of every error the harness raises on purpose; ``exit_code`` is what the command
+    line exits with when one reaches it."""
+
+    exit_code = EXIT_FAILED
+
+
+class InputError(HarnessError, ValueError):
     """A usage or input mistake: one line on stderr, exit code 2, no traceback."""
+
+    exit_code = EXIT_USAGE
+
+
+class RunFailed(HarnessError):
+    """The run could not go on (disk full, no descriptors, a worker that cannot be started):
+    metadata.json says ``"failed: <this text>"`` where it could still be written."""
+
+    def __init__(self, message: str, out: Path | None = None) -> None:
+        super().__init__(message)
+        self.out = out
+
+
+class SpawnError(HarnessError):
+    """A worker process could not be started (no file descriptors, no memory, no process
+    slots): the run cannot go on, and says so in one line."""
+
+
+class CorruptEntry(HarnessError):
+    """A cache entry exists but fails its own consistency check."""
+
+
+class QnnUnavailableError(HarnessError, RuntimeError):
+    """onnxruntime-qnn is missing or exposes no QNN device on this machine."""
+
+
+class StringsError(HarnessError, RuntimeError):
+    """A wheel or library that cannot be read, or a download that failed for another reason."""
+
+
+class RegistryUnreachable(StringsError):
+    """pip could not reach the package index (no network, proxy, DNS)."""
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
@@ -14,7 +67,23 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     the usage dump argparse prints hides the actual problem."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise InputError(f"{self.prog}: {message} (see --help)")
+        raise InputError(f"{self.prog}: {message}{self._suggestion(message)} (see --help)")
+
+    def _suggestion(self, message: str) -> str:
+        """``--proceses`` -> "(did you mean --processes?)": the closest flag of this parser or
+        its sub-commands to each unrecognized one."""
+        import difflib
+
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        parsers = [self]
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers += list(action.choices.values())
+        flags = sorted({flag for parser in parsers for flag in parser._option_string_actions if flag.startswith("--")})
+        given = [word.split("=")[0] for word in message.split(":", 1)[1].split() if word.startswith("--")]
+        close = [match for word in given for match in difflib.get_close_matches(word, flags, n=1, cutoff=0.75)]
+        return f" (did you mean {' or '.join(dict.fromkeys(close))}?)" if close else ""
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -27,6 +96,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         default = action.default
         # identity, not ==: 0 == False, and a count whose default is 0 must still show it
         if default is None or default is False or default is argparse.SUPPRESS or "%(default)" in text:
+            return text
+        if action.nargs == 0:  # a switch (--no-default-gates): its default is its absence
             return text
         if isinstance(action.default, list):  # repeatable options start empty: nothing to show
             return text

@@ -25,6 +25,8 @@ SIZE_HELP = "sizes: KiB MiB GiB TiB = powers of 1024, KB MB GB TB = powers of 10
 def parse_size(text: str) -> int:
     """``"256MiB"`` -> 268435456, ``"1GB"`` -> 1000000000. InputError for anything else,
     including the ambiguous ``"256M"``."""
+    if text.strip().startswith("-"):
+        raise InputError(f"size {text!r} must be positive")
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
     unit = match.group(2).lower() if match else ""
     if match and unit in _AMBIGUOUS:
@@ -40,6 +42,11 @@ def parse_size(text: str) -> int:
     if value <= 0:
         raise InputError(f"size {text!r} must be positive")
     return value
+
+
+def plural(count: int, one: str, many: str) -> str:
+    """``1 entry``, ``2 entries``, ``0 entries``: the count with the word that fits it."""
+    return f"{count} {one if count == 1 else many}"
 
 
 def fmt_bytes(value: float | None) -> str:

@@ -115,12 +115,6 @@ def feature_state(run: RunData) -> FeatureState:
     return FeatureState("unknown", f"not exercised: no mapped-mode worker finished on the mapped path ({shown})")
 
 
-def run_gates(run: RunData, extra: Iterable[Gate] = (), *, use_default_gates: bool = True) -> list[Gate]:
-    """The gates a run is judged by: the ones it was run with, ``extra`` ones (from
-    `harness report --gate`), and its target's defaults unless switched off. Each once."""
-    return [g for g, _ in _gates_with_origin(run, extra, use_default_gates)]
-
-
 def _gates_with_origin(run: RunData, extra: Iterable[Gate], use_default_gates: bool) -> list[tuple[Gate, bool]]:
     """(gate, is one of the target's defaults): a gate the user gave is never a default."""
     given = [*parse_gates(run.meta.get("gates") or []), *extra]

@@ -55,11 +55,6 @@ class InputInfo:
     onnx_type: int = 0  # element type of a tensor input
     dims: list[int | str] | None = None  # declared dims: ints where fixed, names or "?"; None: no shape
 
-    def type_text(self) -> str:
-        if self.kind != "tensor":
-            return self.kind
-        return element_type(self.onnx_type).name
-
 
 @dataclass
 class InputRequest:

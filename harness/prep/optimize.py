@@ -38,7 +38,7 @@ def optimize_offline(
     initializers of at least ``min_external_bytes`` in ``optimized.data``); returns its path."""
     import onnxruntime as ort
 
-    from harness.models import ort_reason
+    from harness.prep.onnxfile import ort_reason
 
     out = out_dir / "optimized.onnx"
     so = cpu_session_options(settings, level=OFFLINE_LEVEL)

@@ -101,7 +101,7 @@ def resolve_models(given: list[Path]) -> ModelSet:
 
 def _refuse_mixed(folder: Path, files: list[Path]) -> None:
     """A folder holding a source model and its compiled EPContext twin is ambiguous."""
-    from harness.models import load_onnx
+    from harness.prep.onnxfile import load_onnx
 
     from .epcontext import epcontext_nodes
 
@@ -116,7 +116,7 @@ def _refuse_mixed(folder: Path, files: list[Path]) -> None:
 
 def check_pipeline_request(paths: list[Path], request: Any) -> None:
     """--shape/--input/--free-dim names must exist in at least one model of the set."""
-    from harness.models import load_onnx
+    from harness.prep.onnxfile import load_onnx
 
     from .inputs import check_request, model_inputs
 

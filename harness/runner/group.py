@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.core.errors import SpawnError
 from harness.core.files import read_json
 from harness.core.schema import ResultRow, disable_flag
 from harness.runner.memory import MemorySample, implausible, sample_process, system_available_bytes
@@ -61,11 +62,6 @@ class GroupResult:
     #: |idle available memory after the group - before it|: how far the machine drifted on its
     #: own while the group ran, the noise floor of the delta.
     system_noise_bytes: int | None = None
-
-
-class SpawnError(Exception):
-    """A worker process could not be started (no file descriptors, no memory, no process
-    slots): the run cannot go on, and says so in one line."""
 
 
 @dataclass

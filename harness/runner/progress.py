@@ -38,6 +38,7 @@ class _Stage:
     total: int = 0
     unit: str = "bytes"
     printed_share: float = 0.0
+    beats: int = 0  # "still busy" lines printed, one per HEARTBEAT_S since its own start
 
     def text(self) -> str:
         took = fmt_seconds(time.monotonic() - self.t0)
@@ -56,6 +57,7 @@ class _Group:
     title: str
     t0: float
     states: dict[int, tuple[str, float]] = field(default_factory=dict)  # worker -> (state, elapsed s)
+    beats: int = 0  # "still busy" lines printed, one per HEARTBEAT_S since its own start
 
     def text(self) -> str:
         took = fmt_seconds(time.monotonic() - self.t0)
@@ -121,9 +123,16 @@ class Progress:
             return
 
         def beat() -> None:
-            while not self._stop.wait(HEARTBEAT_S):
+            # Each stage and group counts its own HEARTBEAT_S from its own start, not from the
+            # run's: a group never hears "still busy" before it has been busy that long.
+            while not self._stop.wait(min(HEARTBEAT_S, 0.5) / 2):
                 with self._lock:
-                    parts = [part.text() for part in (self._stage, self._group) if part is not None]
+                    parts = []
+                    for part in (self._stage, self._group):
+                        due = int((time.monotonic() - part.t0) // HEARTBEAT_S) if part is not None else 0
+                        if part is not None and due > part.beats:
+                            part.beats = due
+                            parts.append(part.text())
                 for text in parts:
                     self.note(f"  still busy: {text}")
 

@@ -149,7 +149,7 @@ def latency_percentiles(samples: list[float]) -> tuple[float, float, float]:
 def run_and_check(target, live, models, record: WorkerRecord, runs: int) -> None:
     """First inference of every model in session group 0 (timed, checked against each model's
     reference), then ``runs`` more timed passes over all of them for the latency figures."""
-    from harness.models import load_reference
+    from harness.prep.reference import load_reference
 
     references = [load_reference(m) for m in models]
     sessions = live.first_group()
@@ -220,7 +220,7 @@ def run_worker(spec: WorkerSpec) -> int:
     pause_point(spec, "pause-start")
     exit_with_parent(spec)  # before any heavy import: an orphan must not even finish starting
     pause_point(spec, "pause-imports")
-    from harness.models import PreparedModel
+    from harness.prep.folder import PreparedModel
     from harness.targets import get_target
 
     record = WorkerRecord(pid=os.getpid())

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.models import PreparedModel
+    from harness.prep.folder import PreparedModel
+    from harness.runner.options import RunOptions
     from harness.runner.spec import WorkerRecord, WorkerSpec
-    from harness.runner.sweep import RunOptions
 
 #: Every target gets at least this gate: correctness does not depend on the platform.
 CORRECTNESS_GATE = ("failed_workers==0", "A crash, hang, exception or wrong output is a defect in either mode.")
@@ -100,8 +100,17 @@ class Target(ABC):
     name: str
     summary: str  # one line for --help
     options: tuple[TargetOption, ...] = ()
+    #: The EP whose provider options ``--provider-option`` sets, e.g. "the QNN EP" ("": this
+    #: target takes none, and a run of it refuses them).
+    provider_ep: str = ""
 
     # -- parent side -------------------------------------------------------------------
+    def options_for(self, opts: RunOptions) -> dict[str, Any]:
+        """This target's options: its defaults, overridden by what was given (when it is the
+        run's own target; a peer runs with its defaults)."""
+        given = opts.target_options if self.name == opts.target else {}
+        return {o.name: given.get(o.name, o.default) for o in self.options}
+
     def check(self, opts: RunOptions) -> None:  # noqa: B027 - optional hook, deliberately empty
         """Refuse (InputError) run options this target cannot honour. Called before any work."""
 
@@ -127,6 +136,16 @@ class Target(ABC):
     def versions(self) -> dict[str, str | None]:
         """Versions of what this target runs on, beyond onnxruntime (metadata, history)."""
         return {}
+
+    def probe(self, timeout_s: float) -> Any | None:
+        """What this machine's device is, as the target's EP reports it (``doctor``): an object
+        with ``lines()`` (for people) and ``to_dict()`` (``--json``); None when the target has
+        no device to probe (``doctor`` then does not offer it)."""
+        return None
+
+    @property
+    def has_probe(self) -> bool:
+        return type(self).probe is not Target.probe
 
     # -- worker side -------------------------------------------------------------------
     @abstractmethod

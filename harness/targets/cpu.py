@@ -13,8 +13,10 @@ import sys
 import time
 
 from harness.core.schema import disable_flag
-from harness.models import PreparedModel, prepare_cpu_models
+from harness.prep.folder import PreparedModel
+from harness.prep.models import prepare_cpu_models
 from harness.prep.sessions import SessionSettings, cpu_session_options
+from harness.runner.options import RunOptions
 
 from .base import CORRECTNESS_GATE, LiveSessions, Prepared, Target, TargetOption
 
@@ -104,10 +106,14 @@ WINDOWS_PRIVATE_GATE = (
 _PATH_RANK = {"mapped": 0, "heap": 1, "fallback": 2}
 
 
-def prepared_cpu_models(models: list[PreparedModel]) -> Prepared:
+def prepared_cpu_models(models: list[PreparedModel], opts: RunOptions | None = None) -> Prepared:
     """What the cpu and ort-native targets hand the runner: every model's weights file."""
+    from harness.prep.generated import size_note
+
     source = " + ".join(m.source for m in models)
     notes = []
+    if opts is not None and not opts.models and (note := size_note(opts.model_size, models[0].weights_bytes)):
+        notes.append(note)
     for m in models:
         unstable = m.extra.get("nondeterministic") or {}
         if unstable:
@@ -163,7 +169,7 @@ class CpuTarget(Target):
     )
 
     def prepare(self, opts, progress) -> Prepared:
-        return prepared_cpu_models(prepare_cpu_models(opts, progress, target=self.name))
+        return prepared_cpu_models(prepare_cpu_models(opts, progress, target=self.name), opts)
 
     def mapped_may_copy(self, opts) -> bool:
         plan = fault_plan(opts.target_options)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 
-from harness.models import PreparedModel, prepare_cpu_models
+from harness.prep.folder import PreparedModel
+from harness.prep.models import prepare_cpu_models
 from harness.prep.sessions import cpu_session_options
 
 from .base import LiveSessions, Prepared, Target
@@ -23,7 +24,7 @@ class OrtNativeTarget(Target):
     def prepare(self, opts, progress) -> Prepared:
         from .cpu import prepared_cpu_models
 
-        return prepared_cpu_models(prepare_cpu_models(opts, progress, target=self.name))
+        return prepared_cpu_models(prepare_cpu_models(opts, progress, target=self.name), opts)
 
     def create_sessions(self, spec, models: list[PreparedModel], record) -> LiveSessions:
         import onnxruntime as ort

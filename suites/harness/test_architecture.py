@@ -4,7 +4,9 @@
   nothing else of the project, so the runner, the reports and the tests share one meaning.
 - `reports` presents judged runs: it may use `harness.core` and nothing else of `harness`
   (never the runner, the worker or the targets).
-- Outside `harness/cli.py`, the composition root, `harness` never imports `reports`.
+- Outside `harness/cli.py` and `harness/publish.py`, the composition roots, `harness` never imports
+  `reports`.
+- No import circles between modules of `harness/`, `reports/` and `mapper_impl/`.
 - Every registered target is one module exposing ``TARGET``, a `Target` named as registered.
 """
 
@@ -18,23 +20,86 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def imported_modules(path: Path) -> set[str]:
-    """Absolute names of every module ``path`` imports, relative imports resolved."""
+def _import_targets(path: Path):
+    """Per import statement, the absolute names it reaches: ``import a.b`` gives ``a.b``;
+    ``from a import x, y`` gives ``a`` and ``a.x``, ``a.y`` (relative imports resolved)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
-    found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            for alias in node.names:
+                yield alias.name, [alias.name]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 name = ".".join(base + ([node.module] if node.module else []))
             else:
                 name = node.module or ""
-            found.add(name)
-            found.update(f"{name}.{alias.name}" for alias in node.names)
+            yield name, [f"{name}.{alias.name}" for alias in node.names]
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Absolute names of every module ``path`` imports, relative imports resolved."""
+    found = set()
+    for name, names in _import_targets(path):
+        found.add(name)
+        found.update(names)
     return found
+
+
+PROJECT = ("harness", "reports", "mapper_impl")
+
+
+def project_modules() -> dict[str, Path]:
+    """Every module of the project by dotted name (a package by its own name)."""
+    found = {}
+    for folder in PROJECT:
+        for path in modules_under(folder):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports, lazy imports and ``TYPE_CHECKING`` ones included.
+
+    ``from pkg import sub`` reaches the submodule ``pkg.sub`` (not ``pkg``'s ``__init__``, which
+    Python runs first in any case); ``from pkg import name`` of a non-module reaches ``pkg``.
+    """
+    modules = project_modules()
+
+    def owner(name: str) -> str | None:
+        parts = name.split(".")
+        while parts and ".".join(parts) not in modules:
+            parts.pop()
+        return ".".join(parts) or None
+
+    graph = {}
+    for module, path in modules.items():
+        reached = {owner(name) for _, names in _import_targets(path) for name in names}
+        graph[module] = {name for name in reached if name and name != module}
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (as a closed path ``a -> b -> a``) per strongly connected group of modules."""
+    cycles, state = [], {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                cycles.append(path[path.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                visit(nxt, path)
+        path.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+    return cycles
 
 
 def modules_under(folder: str) -> list[Path]:
@@ -65,15 +130,31 @@ def test_reports_use_only_the_core_of_the_harness():
 
 
 def test_only_the_command_line_imports_reports():
-    files = [p for p in modules_under("harness") if p != ROOT / "harness" / "cli.py"]
+    roots = {ROOT / "harness" / "cli.py", ROOT / "harness" / "publish.py"}
+    files = [p for p in modules_under("harness") if p not in roots]
     assert _violations(files, lambda name: name == "reports" or name.startswith("reports.")) == []
 
 
 def test_the_checker_sees_imports_inside_functions(tmp_path):
     """The rules above would pass vacuously if lazy imports were missed."""
+    names = imported_modules(ROOT / "harness" / "publish.py")
+    assert "reports" in names  # imported inside report_run and friends only
     names = imported_modules(ROOT / "harness" / "cli.py")
-    assert "reports" in names  # imported inside cmd_run/report_run only
     assert "harness.runner.sweep.execute" in names
+
+
+def test_no_import_circles():
+    """A circle makes import order matter and hides which layer owns what; none is allowed."""
+    cycles = find_cycles(import_graph())
+    assert not cycles, "import circles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_the_circle_finder_finds_circles():
+    """The test above would pass vacuously if the finder missed circles."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert find_cycles(graph) == [["a", "b", "c", "a"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+    assert "harness.runner.sweep" in import_graph()["harness.cli"]
 
 
 @pytest.mark.parametrize("name", __import__("harness.targets", fromlist=["NAMES"]).NAMES)

@@ -67,10 +67,10 @@ def test_a_cache_folder_set_to_a_home_folder_by_mistake_loses_nothing(tmp_path, 
     ours = home / "logs" / "model_em0-htp-0123456789abcdef-compile.log"
     ours.write_text("the QNN compiler's log\n")
     info = run_harness("cache", "info", "--cache-dir", str(home))
-    assert info.returncode == 0 and f"cache: {home} (1 entries," in info.stdout, info.stdout
+    assert info.returncode == 0 and f"cache: {home} (1 entry," in info.stdout, info.stdout
     assert ".ssh" not in info.stdout and "Documents" not in info.stdout
     cleared = run_harness("cache", "clear", "--cache-dir", str(home))
-    assert cleared.returncode == 0 and "removed 1 entries" in cleared.stdout, cleared.stdout + cleared.stderr
+    assert cleared.returncode == 0 and "removed 1 entry" in cleared.stdout, cleared.stdout + cleared.stderr
     assert not (home / "matmul-chain-a").exists() and not ours.exists()
     for name in (".ssh", "Documents", ".build-tools", "logs"):
         assert (home / name / "keep.txt").read_text() == "the user's\n", name

@@ -150,3 +150,23 @@ def test_worker_errors_are_printed_verbatim():
     progress.group_started(0, 1, GROUP)
     progress.group_finished(0, 1, GROUP, GroupResult([replace(row)], None))
     assert "OSError: [/tmp/x[v2]] ([bold]y[/])" in progress.console.file.getvalue()
+
+
+def test_the_heartbeat_counts_from_the_group_start_not_the_run_start(monkeypatch):
+    """A group that started 0.7 beat into the run hears no "still busy" before it has been busy
+    a whole beat itself (the beat used to be anchored to the run's first stage)."""
+    beat = 1.0
+    monkeypatch.setattr("harness.runner.progress.HEARTBEAT_S", beat)
+    progress = plain()
+    heard: list[tuple[float, str]] = []
+    note = progress.note
+    monkeypatch.setattr(progress, "note", lambda message: (heard.append((time.monotonic(), message)), note(message)))
+    with progress.stage("compiling"):
+        time.sleep(0.7 * beat)
+    started = time.monotonic()
+    progress.group_started(0, 1, GROUP)
+    time.sleep(1.6 * beat)
+    progress.close()
+    busy = [at - started for at, message in heard if "still busy" in message and "N=" in message]
+    assert busy, heard  # the group was busy for more than a beat: it said so
+    assert min(busy) >= beat - 0.05, busy

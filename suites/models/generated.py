@@ -327,7 +327,7 @@ def nan_output_model(path: Path) -> Path:
 
 def qdq_model(path: Path, weights_bytes: int = 1 << 16, seed: int = 0) -> Path:
     """A static uint8 QDQ MatMul chain the HTP backend takes whole (the qnn target's own kind)."""
-    from harness.targets.qnn.compile import make_qdq_model
+    from harness.targets.qnn.qdq import make_qdq_model
 
     make_qdq_model(path, weights_bytes, seed=seed)
     return path

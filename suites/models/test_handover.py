@@ -52,7 +52,7 @@ def test_orts_transpose_optimizer_defeats_a_naive_handover(tmp_path, width, symp
 def test_the_harness_hands_over_the_optimized_weights(tmp_path, run_harness, model_cache, width, target):
     """Both modes correct; the constants are in the mapped file in the layout ORT computes with
     (transposed to [1,C,1,1]; the Add's was fused into the Conv bias by ORT)."""
-    from harness.models import PreparedModel
+    from harness.prep.folder import PreparedModel
 
     path = generated.nhwc_model(tmp_path / f"nhwc{width}.onnx", width=width)
     rows = assert_all_ok(run_harness("run", "--target", target, "--model", str(path), *ONE), workers=2)

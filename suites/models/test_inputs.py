@@ -86,7 +86,8 @@ def test_an_input_without_shape_gets_its_shape_from_shape(run_harness, models):
 
 def test_string_inputs_get_a_deterministic_text(run_harness, models, model_cache):
     """Strings are fed (a fixed text: the model looks some words up) and checked exactly."""
-    from harness.models import PreparedModel, load_reference
+    from harness.prep.folder import PreparedModel
+    from harness.prep.reference import load_reference
 
     outcome = run_harness("run", "--model", str(models["string_input"]), *ONE)
     assert_all_ok(outcome, workers=2)

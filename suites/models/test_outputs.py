@@ -79,7 +79,7 @@ def deep_chain(tmp_path_factory):
     """A deep fp32 chain of small layers: 512 MatMuls of 64x64 (the 4 GiB model's 256 layers of
     2048, cheap). Rounding differences compound over depth, so any difference in how the
     reference and the workers compute shows."""
-    from harness.models import generated_chain
+    from harness.prep.generated import generated_chain
 
     return generated_chain(64, 512, cache_dir=tmp_path_factory.mktemp("chain"))
 
@@ -88,7 +88,7 @@ def _worker_output(model):
     """The first output as a cpu worker computes it: weights handed over in place."""
     import onnxruntime as ort
 
-    from harness.models import load_reference
+    from harness.prep.reference import load_reference
     from harness.prep.sessions import cpu_session_options
     from harness.prep.tensors import ortvalue_over
 

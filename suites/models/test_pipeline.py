@@ -36,7 +36,7 @@ def test_two_models_load_together_in_one_worker(run_harness, two_models, target)
     assert meta["run"]["models"] == [str(p) for p in two_models]
     folders = [o["models"] for o in spec_options(outcome.out)]
     assert all(len(f) == 2 for f in folders)
-    from harness.models import PreparedModel
+    from harness.prep.folder import PreparedModel
 
     weights = sum(PreparedModel.load(__import__("pathlib").Path(f)).weights_bytes for f in folders[0])
     assert {r.weights_bytes for r in rows} == {weights}

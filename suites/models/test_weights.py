@@ -183,7 +183,7 @@ def typed_models(tmp_path_factory) -> dict[str, Path]:
 def test_typed_weights_measure_with_correct_outputs(typed_models, run_harness, model_cache, target, name):
     """Both modes, every worker's first inference matches ORT's own output of the original
     model, and the weights file holds the tensor in its own type and packed size."""
-    from harness.models import PreparedModel
+    from harness.prep.folder import PreparedModel
 
     outcome = run_harness("run", "--target", target, "--model", str(typed_models[name]), *ONE)
     rows = assert_all_ok(outcome, workers=2)

@@ -412,7 +412,8 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     reason = qnn_skip_reason()
     if reason:
         pytest.skip(reason)
-    from harness.targets.qnn.compile import compile_epcontext, make_qdq_model
+    from harness.targets.qnn.compile import compile_epcontext
+    from harness.targets.qnn.qdq import make_qdq_model
 
     d = tmp_path_factory.mktemp("eplog")
     make_qdq_model(d / "m.onnx", 1 << 16)

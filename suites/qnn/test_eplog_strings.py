@@ -1,6 +1,6 @@
 """eplog's patterns against the strings of the real onnxruntime-qnn binaries, one step per release.
 
-Offline: the committed fixtures of the INSTALLED version (suites/qnn/data, provenance in their
+Offline: the committed fixtures of the INSTALLED version (harness/targets/qnn/data, provenance in their
 headers). A version without fixtures fails, with the command that makes them. Online: the
 installed version's win_arm64 wheel is downloaded (62 MB, ~1-3 s here) and its DLL must give
 exactly the committed strings; skipped only when the package index is unreachable. The Linux
@@ -190,3 +190,21 @@ def test_downloaded_win_arm64_wheel_gives_the_committed_strings(tmp_path: Path) 
     assert check(fresh) == []
     assert [t for t in SELECT_TERMS if not any(t.lower() in s.lower() for s in fresh.strings)] == []
     assert fixture_name(VERSION, WIN) == Path(find_fixture(VERSION, WIN)).name
+
+
+def test_the_fixtures_ship_inside_the_package():
+    """An installed harness has no suites/: the fixtures live in the package and pyproject's
+    package-data ships them (every fixture matches one of its globs)."""
+    import tomllib
+
+    import harness.targets.qnn as qnn_package
+    from harness.targets.qnn.epstrings import FIXTURE_DIR
+
+    package = Path(qnn_package.__file__).parent
+    assert FIXTURE_DIR.parent == package
+    root = package.parents[2]
+    data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    globs = data["tool"]["setuptools"]["package-data"]["harness.targets.qnn"]
+    fixtures = sorted(FIXTURE_DIR.glob("*-ep-strings.txt"))
+    assert fixtures
+    assert all(any(f.relative_to(package).match(g) for g in globs) for f in fixtures)

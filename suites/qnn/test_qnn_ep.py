@@ -16,19 +16,14 @@ import pytest
 from qnn_support import qnn_skip_reason
 
 from harness.core.errors import InputError as QnnInputError
-from harness.targets.qnn.compile import (
-    CompiledModel,
-    compile_epcontext,
-    make_feeds,
-    make_qdq_model,
-    reference_output,
-)
+from harness.targets.qnn.compile import CompiledModel, compile_epcontext
 from harness.targets.qnn.ep import (
     compare_outputs,
     qnn_session_options,
     qnn_versions,
     register_qnn_ep,
 )
+from harness.targets.qnn.qdq import make_feeds, make_qdq_model, reference_output
 
 pytestmark = pytest.mark.qnn
 

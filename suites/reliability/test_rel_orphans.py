@@ -124,7 +124,7 @@ def test_a_worker_never_released_gives_up_at_its_own_deadline(model_cache, tmp_p
     import psutil
 
     from conftest import ROOT, harness_env
-    from harness.models import generated_matmul_chain
+    from harness.prep.generated import generated_matmul_chain
     from harness.runner.spec import WorkerSpec
     from harness.runner.worker import EXIT_NOT_RELEASED
 

@@ -115,14 +115,14 @@ def fail_worker(rows: list[ResultRow], index: int = -1, error: str = "RuntimeErr
 def metadata(target: str = "cpu", status: str = "complete", **run: object) -> dict:
     """metadata.json as the runner writes it for ``target`` (its options, default gates and
     notes come from the target itself, as in a real run)."""
-    from harness.runner.sweep import RunOptions
+    from harness.runner.options import RunOptions
     from harness.targets import get_target
 
     opts = RunOptions(target=target)
     tgt = get_target(target)
     base = {
         "target": target,
-        "target_options": opts.options_of(tgt),
+        "target_options": tgt.options_for(opts),
         "peer": None,
         "model": "generated:mlp:256MiB",
         "weights_bytes": 256 * MIB,

@@ -36,6 +36,7 @@ def _backend(text: str) -> str:
 class QnnTarget(Target):
     name = "qnn"
     summary = "the real QNN EP from onnxruntime-qnn (HTP simulator on Linux x86_64)"
+    provider_ep = "the QNN EP"
     options = (
         TargetOption(
             "embed_mode",
@@ -116,6 +117,12 @@ class QnnTarget(Target):
         from .ep import qnn_versions
 
         return qnn_versions()
+
+    def probe(self, timeout_s: float):
+        """The QNN EP probed in a child process (`device.probe_device`)."""
+        from .device import probe_device
+
+        return probe_device(timeout_s=timeout_s)
 
     def create_sessions(self, spec, models, record) -> LiveSessions:
         """M session groups (one session per model), each session with its own EP verdict read

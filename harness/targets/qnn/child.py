@@ -35,6 +35,67 @@ from typing import Any
 FAULT_ENV = "HARNESS_TEST_QNN_CHILD_FAULT"
 
 
+# ----------------------------------------------------------------------------- the parent's side
+
+#: A compile (or reference run) in the child taking longer than this is killed: QNN compiles of
+#: LLM-sized graphs take minutes, never hours.
+CHILD_TIMEOUT_S = 3600.0
+
+
+def run_child(job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S) -> dict:
+    """Run one `child` job in a child process whose stdout and stderr (the EP's and the QNN
+    libraries' own log) go to ``log_path``; returns its result. A child killed by a signal or
+    past ``timeout_s`` gives ``{"ok": False, "stage": "crash", ...}``; no child is left behind."""
+    import subprocess
+    import tempfile
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="qnn-job-") as tmp:
+        job = dict(job, result=str(Path(tmp) / "result.json"))
+        job_path = Path(tmp) / "job.json"
+        job_path.write_text(json.dumps(job), encoding="utf-8")
+        from harness.runner.spawn import python_child
+
+        command, env = python_child("harness.targets.qnn.child", str(job_path))
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=tmp,  # what the QNN libraries write beside them (the saver backend's saver_output/) goes
+                env=env,  # with the job, never into the harness's own folder (PYTHONPATH finds the package)
+            )
+            try:
+                code = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                return {"ok": False, "stage": "crash", "error": f"no result after {timeout_s:g} s (killed)"}
+            finally:
+                if proc.poll() is None:  # Ctrl-C while waiting
+                    proc.kill()
+                    proc.wait()
+        try:
+            return json.loads(Path(job["result"]).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {"ok": False, "stage": "crash", "error": _describe_exit(code)}
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        import signal
+
+        try:
+            return f"the process crashed ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"the process was killed by signal {-code}"
+    return f"the process exited with code {code} without a result"
+
+
+# ----------------------------------------------------------------------------- the child's side
+
+
 def _session_options(job: dict, *, disable: str) -> Any:
     from harness.prep.sessions import SessionSettings
 
@@ -83,7 +144,8 @@ def compile_job(job: dict) -> dict:
 def _check_loads(job: dict) -> dict:
     import onnxruntime as ort
 
-    from harness.models import PreparedModel, load_reference
+    from harness.prep.folder import PreparedModel
+    from harness.prep.reference import load_reference
     from harness.prep.sessions import run_session
 
     model = PreparedModel.load(Path(job["check_folder"]), check_files=False)
@@ -102,8 +164,9 @@ def _check_loads(job: dict) -> dict:
 def reference_job(job: dict) -> dict:
     import onnxruntime as ort
 
-    from harness.models import PreparedModel, load_reference, save_reference
+    from harness.prep.folder import PreparedModel
     from harness.prep.outputs import nondeterministic_outputs
+    from harness.prep.reference import load_reference, save_reference
     from harness.prep.sessions import run_session
 
     model = PreparedModel.load(Path(job["folder"]), check_files=False)

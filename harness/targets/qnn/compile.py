@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import os
 import shutil
 import sys
@@ -27,36 +26,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.cache import CorruptEntry, cached_build, default_cache_dir
-from harness.core.errors import InputError
+from harness.cache import cached_build, default_cache_dir
+from harness.core.errors import CorruptEntry, InputError, QnnUnavailableError
 from harness.core.files import write_json_atomic
-from harness.models import (
-    PREP_VERSION,
-    PreparedModel,
-    cached_model,
-    external_data_files,
-    link_external_data,
-    load_onnx,
-    ort_reason,
-    resolve_feeds,
-    save_reference,
-    source_key,
-    write_reference,
-)
+from harness.prep.cachekeys import PREP_VERSION, source_key
 from harness.prep.epcontext import EpContextModel, epcontext_nodes, inspect_epcontext
+from harness.prep.externalise import link_external_data
+from harness.prep.folder import PreparedModel, cached_model
 from harness.prep.inputs import model_inputs, shape_hint
+from harness.prep.models import resolve_feeds
+from harness.prep.onnxfile import external_data_files, load_onnx, ort_reason
 from harness.prep.pipeline import check_pipeline_request, resolve_models
+from harness.prep.reference import save_reference, write_reference
 
-from .ep import QnnUnavailableError, qnn_platform_supported, qnn_versions, register_qnn_ep
+from .child import run_child
+from .ep import qnn_platform_supported, qnn_versions, register_qnn_ep
+from .qdq import make_feeds, make_qdq_model, reference_output
 
 if TYPE_CHECKING:
-    import numpy
+    pass
 
 _COMPILE_NOTHING = "Unable to compile any nodes"
-#: A compile (or reference run) in the child taking longer than this is killed: QNN compiles of
-#: LLM-sized graphs take minutes, never hours.
-CHILD_TIMEOUT_S = 3600.0
-_ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass
@@ -71,99 +61,6 @@ class CompiledModel:
     compile_s: float = 0.0  # wall time of the compilation that produced it
     cached: bool = False  # True when this call reused an earlier compilation
     cpu_ops: list[str] = field(default_factory=list)  # nodes left outside QNN (e.g. boundary Q/DQ)
-
-
-def make_qdq_model(path: Path, weights_bytes: int, *, seed: int = 0) -> dict:
-    """Write a static-shape uint8 QDQ MatMul chain of about `weights_bytes` weights.
-
-    Shape: X[1,D] -> Q/DQ -> L x (MatMul with DQ(uint8 W[D,D]) -> Q/DQ) -> Y[1,D]. D is a power of
-    two chosen so L <= 16 (fewer requantizations, smaller error against the CPU reference).
-    Activation scales are calibrated in numpy so values use most of the uint8 range without
-    clipping. Weights are embedded up to 1 GiB (protobuf limit 2 GiB), external beyond.
-    """
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    if weights_bytes < 4096:
-        raise ValueError(f"weights_bytes must be >= 4096, got {weights_bytes}")
-    dim = max(64, 2 ** math.ceil(math.log2(math.sqrt(weights_bytes / 16))))
-    layers = max(1, round(weights_bytes / (dim * dim)))
-    rng = np.random.default_rng(seed)
-    x = rng.uniform(-1.0, 1.0, (1, dim)).astype(np.float32)  # calibration input
-    w_scale = np.float32(math.sqrt(3.0 / dim) / 128.0)  # keeps activation variance ~constant
-    inits = [
-        numpy_helper.from_array(np.array(1.0 / 127.0, np.float32), "x_scale"),
-        numpy_helper.from_array(np.array(128, np.uint8), "zp"),
-    ]
-    nodes = [
-        helper.make_node("QuantizeLinear", ["X", "x_scale", "zp"], ["x_q"]),
-        helper.make_node("DequantizeLinear", ["x_q", "x_scale", "zp"], ["a0"]),
-    ]
-    act, prev, a_scale = x, "a0", 0.0
-    for i in range(layers):
-        w = rng.integers(0, 256, (dim, dim), dtype=np.uint8)
-        acc = np.zeros((1, dim), np.float32)
-        for r in range(0, dim, 1024):  # chunked so a big layer never needs a float32 copy
-            acc += act[:, r : r + 1024] @ (w[r : r + 1024].astype(np.float32) - 128.0)
-        act = acc * w_scale
-        a_scale = float(np.abs(act).max() * 1.25 / 127.0) or 1e-3
-        out = "Y" if i == layers - 1 else f"a{i + 1}"
-        inits += [
-            numpy_helper.from_array(w, f"w{i}"),
-            numpy_helper.from_array(np.array(w_scale, np.float32), f"w{i}_scale"),
-            numpy_helper.from_array(np.array(a_scale, np.float32), f"a{i}_scale"),
-        ]
-        nodes += [
-            helper.make_node("DequantizeLinear", [f"w{i}", f"w{i}_scale", "zp"], [f"wq{i}"]),
-            helper.make_node("MatMul", [prev, f"wq{i}"], [f"mm{i}"]),
-            helper.make_node("QuantizeLinear", [f"mm{i}", f"a{i}_scale", "zp"], [f"mm{i}_q"]),
-            helper.make_node("DequantizeLinear", [f"mm{i}_q", f"a{i}_scale", "zp"], [out]),
-        ]
-        prev = out
-    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, dim]) for n in ("X", "Y")]
-    graph = helper.make_graph(nodes, "qdq_matmul_chain", io[:1], io[1:], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    model.ir_version = 10
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    external = layers * dim * dim > 2**30
-    onnx.save_model(
-        model,
-        str(path),
-        save_as_external_data=external,
-        all_tensors_to_one_file=True,
-        location=path.name + ".data",
-        size_threshold=4096,
-    )
-    return {
-        "input_name": "X",
-        "input_shape": [1, dim],
-        "output_name": "Y",
-        "weights_bytes": layers * dim * dim,
-        "layers": layers,
-        "dim": dim,
-        "output_scale": a_scale,
-        "external_data": external,
-    }
-
-
-def make_feeds(info: dict, *, seed: int = 1) -> dict:
-    """A random input in [-1, 1] for a model from `make_qdq_model` (its calibrated range)."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    return {info["input_name"]: rng.uniform(-1.0, 1.0, info["input_shape"]).astype(np.float32)}
-
-
-def reference_output(model_path: Path, feeds: dict) -> numpy.ndarray:
-    """First output of the ORIGINAL (un-compiled) model on the CPU EP: the correctness reference."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    session = ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)[0]
 
 
 def _source_sha256(src: Path, model: Any) -> str:
@@ -183,59 +80,6 @@ def _source_sha256(src: Path, model: Any) -> str:
 def qnn_log_dir(cache_dir: Path | None = None) -> Path:
     """Where the logs of the QNN child processes are kept (named in every error about them)."""
     return (cache_dir or default_cache_dir()) / "logs"
-
-
-def run_child(job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S) -> dict:
-    """Run one `child` job in a child process whose stdout and stderr (the EP's and the QNN
-    libraries' own log) go to ``log_path``; returns its result. A child killed by a signal or
-    past ``timeout_s`` gives ``{"ok": False, "stage": "crash", ...}``; no child is left behind."""
-    import subprocess
-    import tempfile
-
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="qnn-job-") as tmp:
-        job = dict(job, result=str(Path(tmp) / "result.json"))
-        job_path = Path(tmp) / "job.json"
-        job_path.write_text(json.dumps(job), encoding="utf-8")
-        from harness.runner.spawn import worker_interpreter
-
-        interpreter, env = worker_interpreter()  # the real interpreter, not a Windows venv launcher
-        env = dict(env or os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                [interpreter, "-m", "harness.targets.qnn.child", str(job_path)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=tmp,  # what the QNN libraries write beside them (the saver backend's saver_output/) goes
-                env=env,  # with the job, never into the harness's own folder (PYTHONPATH finds the package)
-            )
-            try:
-                code = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                return {"ok": False, "stage": "crash", "error": f"no result after {timeout_s:g} s (killed)"}
-            finally:
-                if proc.poll() is None:  # Ctrl-C while waiting
-                    proc.kill()
-                    proc.wait()
-        try:
-            return json.loads(Path(job["result"]).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {"ok": False, "stage": "crash", "error": _describe_exit(code)}
-
-
-def _describe_exit(code: int) -> str:
-    if code < 0:
-        import signal
-
-        try:
-            return f"the process crashed ({signal.Signals(-code).name})"
-        except ValueError:
-            return f"the process was killed by signal {-code}"
-    return f"the process exited with code {code} without a result"
 
 
 def _compile(

@@ -390,18 +390,20 @@ def _device_dict(x) -> dict:
 def _child_htp(rec: _Record, ep, comp, workdir: Path) -> None:
     import onnxruntime as ort
 
+    from harness.targets.qnn import qdq
+
     d = rec.data
     rec.step("compile")
     t0 = time.perf_counter()
     try:
-        info = comp.make_qdq_model(workdir / "probe.onnx", PROBE_WEIGHTS)
+        info = qdq.make_qdq_model(workdir / "probe.onnx", PROBE_WEIGHTS)
         d["model"] = f"{info['dim']}x{info['dim']} uint8 QDQ MatMul"
         compiled = comp.compile_epcontext(workdir / "probe.onnx", workdir / "ctx")
     except Exception as err:  # the backend's failure is the finding
         d["compile_error"] = f"compiling for HTP failed: {err}"
         return
     rec.timed("compile", t0)
-    feeds = comp.make_feeds(info)
+    feeds = qdq.make_feeds(info)
     rec.step("session")
     t0 = time.perf_counter()
     # some EP messages go through ORT's default logger, not the session's: show those too
@@ -425,7 +427,7 @@ def _child_htp(rec: _Record, ep, comp, workdir: Path) -> None:
     try:
         out = session.run(None, feeds)[0]
         d["run_ok"] = True
-        ref = comp.reference_output(workdir / "probe.onnx", feeds)
+        ref = qdq.reference_output(workdir / "probe.onnx", feeds)
         d["output"] = ep.compare_outputs(out, ref, quant_step=info["output_scale"])
     except Exception as err:
         d["run_error"] = f"running the compiled model failed: {err}"

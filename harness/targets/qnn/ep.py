@@ -12,6 +12,8 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
+from harness.core.errors import QnnUnavailableError
+
 if TYPE_CHECKING:
     import onnxruntime
 
@@ -21,10 +23,6 @@ SHARE_EP_CONTEXTS_KEY = "ep.share_ep_contexts"
 #: QNN backends the EP's ``backend_type`` provider option names (htp is the NPU).
 BACKEND_TYPES = ("htp", "cpu", "gpu", "saver")
 _register_lock = threading.Lock()
-
-
-class QnnUnavailableError(RuntimeError):
-    """onnxruntime-qnn is missing or exposes no QNN device on this machine."""
 
 
 def qnn_platform_supported() -> tuple[bool, str]:

@@ -5,10 +5,10 @@ every file-mapping string of the binary must be read by a pattern or listed in `
 Why the binary: the EP's messages are the only evidence of what it did, and a release that
 rewords one would silently turn a verdict into "unknown" (or worse, miss a retry). The check is
 one step per onnxruntime-qnn release: a fixture per version and platform is committed under
-suites/qnn/data with its provenance; a version without one fails the offline test, with the
+harness/targets/qnn/data with its provenance; a version without one fails the offline test, with the
 command below in the message.
 
-    python -m harness.targets.qnn.epstrings --fetch --out-dir suites/qnn/data
+    python -m harness.targets.qnn.epstrings --fetch --out-dir harness/targets/qnn/data
         downloads the installed version's win_arm64 wheel, reads its DLL and the installed
         library (Linux x86_64), writes both fixtures
     python -m harness.targets.qnn.epstrings --extract-strings WHEEL_OR_LIBRARY [--out FILE]
@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.core.errors import RegistryUnreachable, StringsError
 from harness.targets.qnn.eplog import IGNORED, LINUX, PATTERNS, WIN, LogPattern
 
 #: the reference list's grep terms (shared/reference/onnxruntime-qnn-2.7.0-ep-strings.txt) ...
@@ -49,7 +50,7 @@ SELECT_TERMS = REFERENCE_TERMS + EXTRA_TERMS
 MIN_LEN = 8  # strings -n 8
 LIBRARY_NAMES = {WIN: "onnxruntime_providers_qnn.dll", LINUX: "libonnxruntime_providers_qnn.so"}
 PROVENANCE_KEYS = ("platform", "version", "qnn-sdk", "source", "source-sha256", "library", "library-sha256")
-FIXTURE_DIR = Path(__file__).resolve().parents[3] / "suites" / "qnn" / "data"
+FIXTURE_DIR = Path(__file__).resolve().parent / "data"  # inside the package: an installed harness has no suites/
 _PRINTABLE = re.compile(rb"[\t\x20-\x7e]{%d,}" % MIN_LEN)
 _NETWORK_ERRORS = re.compile(
     r"NewConnectionError|Max retries exceeded|Temporary failure in name resolution|"
@@ -57,14 +58,6 @@ _NETWORK_ERRORS = re.compile(
     r"timed out|Could not fetch URL|ProxyError|SSLError|No route to host",
     re.I,
 )
-
-
-class StringsError(RuntimeError):
-    """A wheel or library that cannot be read, or a download that failed for another reason."""
-
-
-class RegistryUnreachable(StringsError):
-    """pip could not reach the package index (no network, proxy, DNS)."""
 
 
 @dataclass
@@ -180,7 +173,7 @@ def _installed_provenance(lib: Path) -> dict[str, str]:
 
 
 def fixture_name(version: str, platform: str) -> str:
-    """suites/qnn/data file name: the win_arm64 list keeps the reference's name."""
+    """harness/targets/qnn/data file name: the win_arm64 list keeps the reference's name."""
     return (
         f"onnxruntime-qnn-{version}-ep-strings.txt"
         if platform == WIN
@@ -197,7 +190,7 @@ def missing_fixture_message(version: str, platform: str) -> str:
     """What a new onnxruntime-qnn release needs before its verdicts can be trusted."""
     return (
         f"no strings fixture for onnxruntime-qnn {version} ({platform}): {fixture_name(version, platform)} "
-        f"is missing in suites/qnn/data. Generate it (on Linux x86_64 with onnxruntime-qnn=={version} "
+        f"is missing in harness/targets/qnn/data. Generate it (on Linux x86_64 with onnxruntime-qnn=={version} "
         f"installed, network to the package index): python -m harness.targets.qnn.epstrings --fetch "
         f"--version {version}; then fix eplog.PATTERNS / eplog.IGNORED until the strings tests pass and "
         f"commit the fixture(s)"

@@ -1,0 +1,233 @@
+"""The parser of ``python -m harness``: its sub-commands and their arguments.
+
+The run options' flags are not spelled here: they are declared once, with `RunOptions`
+(`harness.runner.options`), and added from there; the targets' own options come from each
+registered target's `TargetOption`s. Every option's help shows its default and unit.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from harness.core import argtypes
+from harness.core.errors import HelpFormatter, InputError, OneLineArgumentParser
+
+PROG = "python -m harness"
+DESCRIPTION = (
+    "Measure N ONNX Runtime sessions with and without file-mapped weights (the QNN EP's "
+    "disable_file_mapped_weights=0/1), judge the run and render a self-contained report. "
+    "Also installed as the console script qnn-fmw-harness."
+)
+EXIT_CODES = (
+    "Exit codes: 0 pass, 1 a worker or gate failed or the run is incomplete, 2 usage or input error, 130 interrupted."
+)
+
+
+def add_run_options(parser: argparse.ArgumentParser, names: list[str] | None = None, *, kind: str = "run") -> None:
+    """The flags declared on `RunOptions` (all of them, or ``names`` only), in declaration order.
+    Each keeps the field's name as its ``dest``, so `RunOptions.from_arguments` copies them back."""
+    from dataclasses import MISSING
+
+    from harness.core.units import SIZE_HELP
+    from harness.runner.options import command_line_fields
+    from harness.targets import NAMES, get_target
+
+    summaries = "; ".join(f"{n}: {get_target(n).summary.removesuffix(' (default)')}" for n in NAMES)
+    groups: dict[str, Any] = {}
+    for f in command_line_fields():
+        if names is not None and f.name not in names:
+            continue
+        spec = f.metadata["flag"]
+        where = parser
+        if spec.group:
+            if spec.group not in groups:
+                groups[spec.group] = parser.add_mutually_exclusive_group()
+            where = groups[spec.group]
+        keywords: dict[str, Any] = {"dest": f.name, "action": spec.action or "store"}
+        if spec.action != "store_false":
+            keywords["choices"] = NAMES if spec.choose_target else spec.choices
+            keywords.update(type=spec.type, metavar=spec.metavar)
+            if spec.text_default is not None:
+                keywords["default"] = spec.text_default
+            elif spec.action == "append":
+                keywords["default"] = []
+            elif f.default is not MISSING:
+                keywords["default"] = f.default
+        help_text = spec.help
+        if help_text != argparse.SUPPRESS:
+            help_text = help_text.format(targets=summaries, size_help=SIZE_HELP, kind=kind)
+        where.add_argument(spec.flag, help=help_text, **{k: v for k, v in keywords.items() if v is not None})
+
+
+def _add_run_arguments(run: argparse.ArgumentParser) -> None:
+    add_run_options(run)
+    run.add_argument(
+        "--gates-file", type=Path, metavar="FILE", help="one gate expression per line, # comments (default: none)"
+    )
+    run.add_argument(
+        "--history",
+        type=Path,
+        metavar="FILE",
+        help="append this run's summary and headline to a history CSV; needs the report (default: none)",
+    )
+    run.add_argument("--no-report", action="store_true", help="skip report.html (headline.json is still written)")
+    run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    _add_target_options(run)
+
+
+def _target_option_type(option: Any):
+    """argparse type for a target option: its own parser, its message on one line."""
+
+    def parse(text: str) -> Any:
+        try:
+            return option.parse(text)
+        except (ValueError, TypeError) as err:
+            raise argparse.ArgumentTypeError(f"{text!r}: {err}") from None
+
+    parse.__name__ = option.name
+    return parse
+
+
+def _add_target_options(parser: argparse.ArgumentParser) -> None:
+    """Every registered target's own options; each records None unless given, so giving one to
+    another target is caught (see `target_options`)."""
+    from harness.targets import all_targets
+
+    for target in all_targets():
+        group = parser.add_argument_group(f"--target {target.name} options")
+        for option in target.options:
+            dest = f"target_option_{option.name}"
+            default = option.default
+            if isinstance(default, bool):
+                default = str(default).lower()
+            elif default in ({}, [], (), None):  # a repeatable option starts empty
+                default = "none"
+            text = f"{option.help} (default: {default})"
+            if option.parse is None:
+                group.add_argument(option.flag, dest=dest, action="store_const", const=True, default=None, help=text)
+            elif option.repeat:
+                group.add_argument(
+                    option.flag,
+                    dest=dest,
+                    type=_target_option_type(option),
+                    action="append",
+                    default=None,
+                    metavar=option.metavar,
+                    help=text,
+                )
+            else:
+                group.add_argument(
+                    option.flag,
+                    dest=dest,
+                    type=_target_option_type(option),
+                    default=None,
+                    choices=option.choices,
+                    metavar=option.metavar,
+                    help=text,
+                )
+
+
+def _add_cache_parser(sub: Any) -> None:
+    cache = sub.add_parser(
+        "cache",
+        help="show or clear the model cache",
+        formatter_class=HelpFormatter,
+        description="The model cache holds generated, externalised and compiled models "
+        "(content-keyed: a stale entry is never used). Where: --cache-dir, else "
+        "$HARNESS_CACHE_DIR, else ~/.cache/qnn-fmw-harness.",
+    )
+    cache.add_argument("action", choices=("info", "clear"), help="info: entries and sizes; clear: delete every entry")
+    cache.add_argument(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="the cache folder (default: $HARNESS_CACHE_DIR or ~/.cache/qnn-fmw-harness)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from harness.core.gates import metrics_epilog
+    from harness.core.units import SIZE_HELP
+
+    parser = OneLineArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EXIT_CODES, formatter_class=HelpFormatter)
+    sub = parser.add_subparsers(
+        dest="command", required=True, parser_class=OneLineArgumentParser, metavar="{run,bench,report,cache,doctor}"
+    )
+    run = sub.add_parser(
+        "run",
+        help="measure N sessions with and without file-mapped weights",
+        description="Measure N worker processes x M sessions in mapped and heap mode, print the "
+        "judgement, write results.csv, summary.csv, metadata.json, headline.json and "
+        "report.html into --out.",
+        epilog=f"{metrics_epilog()}\n{SIZE_HELP}.\n{EXIT_CODES}",
+        formatter_class=HelpFormatter,
+    )
+    _add_run_arguments(run)
+    bench = sub.add_parser(
+        "bench",
+        help="the headline benchmark: cpu mapped/heap vs ort-native, criteria as gates",
+        description="A run of --target cpu with --peer ort-native, judged by the criteria of "
+        "harness/bench.gates; writes report.html, headline.json and bench.json.",
+        epilog=EXIT_CODES,
+        formatter_class=HelpFormatter,
+    )
+    bench.add_argument(
+        "--model-size",
+        type=argtypes.generated_size,
+        default="512MiB",
+        metavar="SIZE",
+        help=f"weights of the generated model ({SIZE_HELP})",
+    )
+    bench.add_argument(
+        "--processes", type=argtypes.positive_int, default=4, metavar="N", help="worker processes (count)"
+    )
+    bench.add_argument(
+        "--repeat",
+        type=argtypes.positive_int,
+        default=3,
+        metavar="R",
+        help="repeats (count); criteria use the median over them: single ms-scale init times on a "
+        "2-core machine are noisy",
+    )
+    add_run_options(bench, ["out", "cache_dir"], kind="bench")
+    bench.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    sub.add_parser(
+        "report",
+        help="render report.html from run folders, compare with a --baseline (see: report --help)",
+        add_help=False,
+    )
+    _add_cache_parser(sub)
+    doctor = sub.add_parser(
+        "doctor",
+        help="what the QNN EP reports on this machine: EP devices, NPU, HTP, "
+        "RPCMem, file mapping, and whether it is a QNN device",
+        description="Probe the QNN EP in a child process: EP devices, NPU, HTP, RPCMem, file "
+        "mapping, and whether this machine is a QNN device.",
+        epilog="Exit code 0 whenever a verdict was reached (no NPU is a finding, not an error); 2 usage error.",
+        formatter_class=HelpFormatter,
+    )
+    from harness.targets import all_targets
+
+    probed = tuple(t.name for t in all_targets() if t.has_probe)
+    doctor.add_argument("--target", choices=probed, default=probed[0], help="the target to probe")
+    doctor.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON (default: none)")
+    doctor.add_argument("--timeout", type=argtypes.timeout, default="120", metavar="SECONDS", help="probe time limit")
+    return parser
+
+
+def target_options(ns: argparse.Namespace) -> dict[str, Any]:
+    """The options given for the chosen target; InputError for another target's option."""
+    from harness.targets import all_targets
+
+    chosen: dict[str, Any] = {}
+    for target in all_targets():
+        for option in target.options:
+            value = getattr(ns, f"target_option_{option.name}")
+            if value is None:
+                continue
+            if target.name != ns.target:
+                raise InputError(f"{option.flag} only applies to --target {target.name}")
+            chosen[option.name] = dict(value) if option.repeat else value
+    return chosen

@@ -1,0 +1,106 @@
+"""The reference every worker checks its first inference against: the original model run by
+ORT's CPU EP loading its own weights, twice (an output that differs is non-deterministic)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.core.errors import InputError
+
+from .onnxfile import ort_reason
+from .sessions import SessionSettings
+
+
+def write_reference(
+    model: Any,  # a PreparedModel (harness.prep.folder, which imports this module)
+    run_path: Path,
+    feeds: dict,
+    settings: SessionSettings | None = None,
+    *,
+    level: str | None = None,
+    label: str | None = None,
+) -> None:
+    """Run ``run_path`` (the original model) twice on ORT's CPU EP, ORT loading the weights
+    itself, with the workers' session settings at ``level``; store input and outputs. Outputs
+    that differ between the two runs are recorded as non-deterministic."""
+    import onnxruntime as ort
+
+    from harness.prep.outputs import nondeterministic_outputs
+    from harness.prep.sessions import cpu_session_options, run_session
+
+    so = cpu_session_options(settings, level=level or model.session_level)
+    so.log_severity_level = 4  # the error is reported in one line below, not as ORT's log lines
+    try:
+        session = ort.InferenceSession(str(run_path), so, providers=["CPUExecutionProvider"])
+        runs = [
+            dict(
+                zip(
+                    model.outputs,
+                    run_session(session, model.outputs, feeds, model.input_types, model.output_types),
+                    strict=True,
+                )
+            )
+            for _ in range(2)
+        ]
+    except Exception as err:  # ORT raises its own exception types
+        hint = ""
+        if "cannot load" not in str(err):
+            hint = (
+                " (if an input needs real values, e.g. a sample rate or token ids, give them with "
+                "--input NAME=FILE.npy or --input NAME=VALUE)"
+            )
+        raise InputError(
+            f"{label or 'model ' + model.source}: ONNX Runtime cannot run it: {ort_reason(err)}{hint}"
+        ) from None
+    unstable = nondeterministic_outputs(runs[0], runs[1])
+    if unstable:
+        model.extra["nondeterministic"] = unstable
+    save_reference(model.reference_path, feeds, runs[0])
+
+
+def _storable(array: Any) -> Any:
+    """numpy can save bfloat16/float8/int4 arrays only as their raw unsigned views."""
+    import numpy as np
+
+    array = np.asarray(array)
+    if array.dtype == object:  # string tensors: numpy unicode, loadable without pickle
+        return array.astype(str)
+    if (
+        array.dtype.kind == "V"
+        or type(array.dtype).__module__.startswith("ml_dtypes")
+        or array.dtype.name in ("bfloat16", "int4", "uint4", "int2", "uint2")
+        or "float8" in array.dtype.name
+    ):
+        return array.view(f"u{array.dtype.itemsize}")
+    return array
+
+
+def save_reference(path: Path, feeds: dict, outputs: dict) -> None:
+    """The fixed input and the reference output(s), in one ``.npz`` every worker reads."""
+    import numpy as np
+
+    np.savez(
+        path,
+        **{f"in:{k}": _storable(v) for k, v in feeds.items()},
+        **{f"out:{k}": _storable(v) for k, v in outputs.items()},
+    )
+
+
+def load_reference(model: Any) -> tuple[dict, dict]:
+    import numpy as np
+
+    from harness.prep.tensors import numpy_dtype
+
+    def typed(array: Any, onnx_type: int | None) -> Any:
+        if onnx_type is None:
+            return array
+        want = numpy_dtype(onnx_type)
+        if want.kind == "O":  # strings are stored as numpy unicode (never pickled objects)
+            return array.astype(object)
+        return array if array.dtype == want else array.view(want)
+
+    with np.load(model.reference_path, allow_pickle=False) as data:
+        feeds = {k[3:]: typed(data[k], model.input_types.get(k[3:])) for k in data.files if k.startswith("in:")}
+        outputs = {k[4:]: typed(data[k], model.output_types.get(k[4:])) for k in data.files if k.startswith("out:")}
+    return feeds, outputs

@@ -1,0 +1,150 @@
+"""Pre-flight checks: every refusal that needs no model (options, memory, descriptors, address
+space, the output folder), made before a run spends minutes building one."""
+
+from __future__ import annotations
+
+import math
+
+from harness.core.argtypes import MIN_GENERATED_BYTES
+from harness.core.errors import InputError
+from harness.runner.options import PAGE_CACHE_MODES, RunOptions
+from harness.runner.outdir import check_out
+from harness.runner.resources import check_address_space, check_fd_limit
+from harness.targets import get_target
+
+#: Memory a worker needs beyond the weights (Python, numpy, ORT, arenas): measured ~60-120 MiB
+#: here; 200 MiB keeps the refusal conservative.
+WORKER_OVERHEAD_BYTES = 200 * 1024**2
+#: Share of the available memory a run may plan to use before it is refused.
+MEMORY_BUDGET_SHARE = 0.85
+
+
+def copies_per_worker(opts: RunOptions) -> int:
+    """Weight copies one worker may hold: one per session in heap mode (or a fallback), one
+    mapping otherwise."""
+    heap_like = "heap" in opts.modes or get_target(opts.target).mapped_may_copy(opts)
+    return opts.sessions_per_process if heap_like else 1
+
+
+def estimated_peak_bytes(opts: RunOptions, weights_bytes: int) -> int:
+    """Memory the largest group needs: heap copies every session's weights, mapping once."""
+    n = max(opts.processes)
+    sessions = n * opts.sessions_per_process
+    heap_like = "heap" in opts.modes or get_target(opts.target).mapped_may_copy(opts)
+    weights = sessions * weights_bytes if heap_like else weights_bytes
+    return weights + n * WORKER_OVERHEAD_BYTES
+
+
+def expected_weights_bytes(opts: RunOptions) -> int:
+    """Weights size known before any model is built or read: a run that cannot fit is
+    refused before it spends minutes generating a model."""
+    if opts.models:
+        total = 0
+        for path in opts.models:
+            try:
+                files = [p for p in path.iterdir() if p.is_file()] if path.is_dir() else [path]
+                total += sum(f.stat().st_size for f in files)
+            except OSError:
+                continue  # preparation reports the missing file
+        return total
+    return opts.model_size
+
+
+def check_memory_budget(opts: RunOptions, weights_bytes: int, available: int) -> None:
+    """Refuse before starting a run that would push the machine into swap or the OOM killer."""
+    need = estimated_peak_bytes(opts, weights_bytes)
+    if need > available * MEMORY_BUDGET_SHARE:
+        from harness.core.units import fmt_bytes
+
+        raise InputError(
+            f"--processes {max(opts.processes)} x {opts.sessions_per_process} session(s) needs about "
+            f"{fmt_bytes(need)} but only {fmt_bytes(available)} is available; lower --processes, "
+            "--sessions-per-process or --model-size"
+        )
+
+
+#: Largest input tensor a --shape may ask for, in elements (numpy's own ceiling is 2**63).
+MAX_SHAPE_ELEMENTS = 2**48
+
+
+def check_shapes_allocatable(shapes: dict[str, list[int]], available: int) -> None:
+    """A --shape whose input cannot be allocated is refused now, not after the model was
+    externalised: each input takes at least one byte per element (and every worker holds its
+    own), so more elements than the available memory can never run."""
+    for name, dims in shapes.items():
+        elements = math.prod(dims)
+        if elements > MAX_SHAPE_ELEMENTS or elements > available * MEMORY_BUDGET_SHARE:
+            from harness.core.units import fmt_bytes
+
+            raise InputError(
+                f"--shape {name}={'x'.join(map(str, dims))}: an input of {elements:.4g} elements needs "
+                f"at least {fmt_bytes(elements)} (1 byte each) but {fmt_bytes(available)} is available"
+            )
+
+
+def check_gates_fit_modes(opts: RunOptions) -> None:
+    """A gate comparing mapped with heap can never be judged on a one-mode run: refused
+    before work, rather than failed after it."""
+    if len(set(opts.modes)) != 1:
+        return
+    from harness.core.gates import needs_both_modes, parse_gate
+
+    for expr in opts.gates:
+        if needs_both_modes(parse_gate(expr)):
+            raise InputError(
+                f"gate {expr!r} compares mapped with heap, but --modes is {opts.modes[0]} only: "
+                "run both modes or drop the gate"
+            )
+
+
+def check_options(opts: RunOptions) -> None:
+    """Everything that can be refused before work starts (target-independent rules first)."""
+    if opts.model is None and opts.model_size < MIN_GENERATED_BYTES:
+        raise InputError(
+            f"--model-size {opts.model_size}: the generated model needs at least 64 KiB of weights "
+            "(sizes are bytes unless given a unit, e.g. 64MiB)"
+        )
+    if opts.models:  # a missing file is said first, before any stage starts
+        from harness.prep.pipeline import resolve_models
+
+        resolve_models(opts.models)
+    if (opts.shapes or opts.free_dims or opts.input_values) and opts.model is None:
+        flag = "--shape" if opts.shapes else "--free-dim" if opts.free_dims else "--input"
+        raise InputError(f"{flag} fixes inputs of --model; the generated model has one static input")
+    if opts.provider_options and not any(get_target(n).provider_ep for n in (opts.target, opts.peer) if n):
+        from harness.targets import all_targets
+
+        takers = [t for t in all_targets() if t.provider_ep]
+        names = " or ".join(f"--target {t.name}" for t in takers)
+        eps = ", ".join(f"{t.provider_ep}'s" for t in takers)
+        raise InputError(f"--provider-option applies to {names} ({eps} provider options)")
+    from harness.prep.sessions import check_provider_options
+
+    check_provider_options(opts.provider_options)
+    if opts.page_cache not in PAGE_CACHE_MODES:
+        raise InputError(f"--page-cache {opts.page_cache}: expected one of {', '.join(PAGE_CACHE_MODES)}")
+    if opts.page_cache == "cold":
+        from harness.runner.pagecache import check_cold_supported
+
+        check_cold_supported()
+    check_gates_fit_modes(opts)
+    if opts.peer is not None:
+        if opts.peer == opts.target:
+            raise InputError(f"--peer {opts.peer}: the peer must be another target than --target")
+        if "mapped" not in opts.modes:
+            raise InputError("--peer is compared with the mapped mode: keep mapped in --modes")
+    get_target(opts.target).check(opts)
+
+
+def check_before_work(opts: RunOptions) -> None:
+    """Every refusal that needs no model: options, limits, the output folder."""
+    from harness.cache import default_cache_dir
+    from harness.runner.memory import system_available_bytes
+
+    check_options(opts)
+    available = system_available_bytes()
+    check_shapes_allocatable(opts.shapes, available)
+    check_memory_budget(opts, expected_weights_bytes(opts), available)
+    check_fd_limit(max(opts.processes))
+    check_address_space(expected_weights_bytes(opts), copies_per_worker(opts))
+    check_out(opts.out, opts.cache_dir or default_cache_dir())

@@ -1,0 +1,103 @@
+"""A target with its own EP touches no generic module: its provider options, its own options,
+its versions and its device probe all go through `Target` hooks. Proven with a target defined
+here and registered for these tests only (the generic layers never name it)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from harness.core.errors import InputError
+from harness.targets.base import TargetOption
+from harness.targets.cpu import CpuTarget
+
+
+@dataclass
+class ProbeReport:
+    """What the demo EP's probe found: the providers this onnxruntime really offers."""
+
+    providers: list[str]
+
+    def lines(self) -> list[str]:
+        return [f"demo EP: providers {', '.join(self.providers)}"]
+
+    def to_dict(self) -> dict:
+        return {"providers": self.providers}
+
+
+class DemoTarget(CpuTarget):
+    """The cpu target's sessions under another name, with an EP of its own around them."""
+
+    name = "demo"
+    summary = "a demo EP (tests only)"
+    provider_ep = "the demo EP"
+    options = (TargetOption("level", "--demo-level", 1, "demo EP optimisation level", parse=int),)
+
+    def versions(self) -> dict[str, str | None]:
+        import onnxruntime as ort
+
+        return {"demo_ep": ort.__version__}
+
+    def probe(self, timeout_s: float) -> ProbeReport:
+        import onnxruntime as ort
+
+        return ProbeReport(ort.get_available_providers())
+
+
+TARGET = DemoTarget()
+
+
+@pytest.fixture
+def demo(monkeypatch):
+    import harness.targets as registry
+
+    monkeypatch.setitem(registry._MODULES, "demo", __name__)
+    monkeypatch.setattr(registry, "NAMES", (*registry.NAMES, "demo"))
+    return TARGET
+
+
+def test_provider_options_follow_the_target_hook(demo):
+    from harness.runner.options import RunOptions
+    from harness.runner.preflight import check_options
+
+    check_options(RunOptions(target="demo", provider_options={"level": "3"}))  # accepted: it has an EP
+    with pytest.raises(InputError, match="--target qnn or --target demo") as err:
+        check_options(RunOptions(target="cpu", provider_options={"level": "3"}))
+    assert "the demo EP's" in str(err.value)
+
+
+def test_its_options_reach_the_parser_and_the_run_options(demo):
+    from harness.cli_parser import build_parser, target_options
+    from harness.runner.options import RunOptions
+
+    ns = build_parser().parse_args(["run", "--target", "demo", "--demo-level", "3"])
+    opts = RunOptions.from_arguments(ns, target_options=target_options(ns))
+    assert opts.target == "demo" and demo.options_for(opts) == {"level": 3}
+
+
+def test_its_versions_are_in_every_run_s_metadata(demo):
+    import onnxruntime as ort
+
+    from harness.runner.metadata import target_versions
+
+    assert target_versions()["demo_ep"] == ort.__version__
+
+
+def test_doctor_probes_it(demo, capsys, tmp_path):
+    import onnxruntime as ort
+
+    from harness.cli import main
+
+    out = tmp_path / "doctor.json"
+    assert main(["doctor", "--target", "demo", "--json", str(out)]) == 0
+    assert "CPUExecutionProvider" in capsys.readouterr().out
+    assert json.loads(out.read_text())["providers"] == ort.get_available_providers()
+
+
+def test_a_target_without_a_probe_is_not_offered_by_doctor(demo, capsys):
+    from harness.cli import main
+
+    assert main(["doctor", "--target", "cpu"]) == 2
+    assert "invalid choice: 'cpu'" in capsys.readouterr().err
