@@ -1,0 +1,203 @@
+/* Executor B of the Wine differential tests (suites/mapper/test_wine_differential.py).
+
+   It makes no decision of its own: it replays, call by call, the kernel32 calls that the
+   Python mapper (`mapper_impl/_windows.py`, `_winapi.py`) made over the fake kernel32, with
+   the very flags the Python code passed (the trace is written by `_wine.py` from the fake's
+   record), and prints each outcome as one JSON line: ok, GetLastError on failure, bytes read,
+   size, file id, a digest of the bytes read. Compiled with mingw at test time, never committed
+   as a binary.
+
+   Usage: probe.exe replay TRACE          (one call per line, tab-separated, UTF-8)
+          probe.exe job CLASS FLAGS PIDFILE (kill-on-close job: the child must die on close)
+          probe.exe lost CLASS FLAGS PIDFILE (the job's handle is lost: its owner exits)
+          probe.exe owner CLASS FLAGS PIDFILE (lost's helper: makes the job, exits)
+          probe.exe spawner PIDFILE        (a launcher: starts a "sleep" grandchild, sleeps)
+          probe.exe sleep                  (sleeps 60 s)
+*/
+#include <windows.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SLOTS 4096
+static void *slot[SLOTS];
+
+static unsigned long long fnv(const unsigned char *p, size_t n) {
+    unsigned long long h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) { h ^= p[i]; h *= 1099511628211ULL; }
+    return h;
+}
+
+static wchar_t *wide(const char *utf8) {
+    int n = MultiByteToWideChar(CP_UTF8, 0, utf8, -1, NULL, 0);
+    wchar_t *w = malloc(sizeof(wchar_t) * (n + 1));
+    MultiByteToWideChar(CP_UTF8, 0, utf8, -1, w, n);
+    return w;
+}
+
+static void emit(int idx, const char *call, BOOL ok, const char *extra) {
+    DWORD err = ok ? 0 : GetLastError();
+    printf("{\"i\": %d, \"call\": \"%s\", \"ok\": %s, \"err\": %lu%s%s}\n", idx, call,
+           ok ? "true" : "false", err, extra[0] ? ", " : "", extra);
+}
+
+static unsigned long long num(char **save) { return _strtoui64(strtok_r(NULL, "\t\n", save), NULL, 0); }
+static void *ref(char **save) { return slot[num(save) % SLOTS]; }
+
+static void replay_line(char *line) {
+    char *save = NULL, extra[256] = "";
+    char *first = strtok_r(line, "\t\n", &save);
+    if (!first) return;
+    if (!strcmp(first, "SCENARIO")) { printf("{\"scenario\": \"%s\"}\n", strtok_r(NULL, "\t\n", &save)); memset(slot, 0, sizeof slot); return; }
+    int idx = atoi(first);
+    char *call = strtok_r(NULL, "\t\n", &save);
+    BOOL ok = FALSE;
+    SetLastError(0);
+    if (!strcmp(call, "GetSystemInfo")) {
+        SYSTEM_INFO si; GetSystemInfo(&si); ok = TRUE;
+        snprintf(extra, sizeof extra, "\"granularity\": %lu", si.dwAllocationGranularity);
+    } else if (!strcmp(call, "CreateFileW")) {
+        wchar_t *path = wide(strtok_r(NULL, "\t\n", &save));
+        DWORD access = num(&save), share = num(&save), disposition = num(&save), flags = num(&save);
+        HANDLE h = CreateFileW(path, access, share, NULL, disposition, flags, NULL);
+        ok = h != INVALID_HANDLE_VALUE && h != NULL; slot[idx] = h; free(path);
+    } else if (!strcmp(call, "GetFileSizeEx")) {
+        LARGE_INTEGER size = {0}; ok = GetFileSizeEx(ref(&save), &size);
+        if (ok) snprintf(extra, sizeof extra, "\"size\": %lld", size.QuadPart);
+    } else if (!strcmp(call, "GetFileInformationByHandle")) {
+        BY_HANDLE_FILE_INFORMATION info; ok = GetFileInformationByHandle(ref(&save), &info);
+    } else if (!strcmp(call, "GetFileInformationByHandleEx")) {
+        HANDLE h = ref(&save); int cls = num(&save); DWORD size = num(&save);
+        FILE_ID_INFO id; ok = GetFileInformationByHandleEx(h, cls, &id, size);
+        if (ok) snprintf(extra, sizeof extra, "\"id\": \"%llx:%016llx\"", id.VolumeSerialNumber,
+                         fnv(id.FileId.Identifier, 16));
+    } else if (!strcmp(call, "ReadFile")) {
+        HANDLE h = ref(&save); DWORD n = num(&save); unsigned long long at = num(&save);
+        unsigned char *buf = malloc(n ? n : 1); DWORD done = 0; OVERLAPPED o = {0};
+        o.Offset = (DWORD)at; o.OffsetHigh = (DWORD)(at >> 32);
+        ok = ReadFile(h, buf, n, &done, &o);
+        snprintf(extra, sizeof extra, "\"n\": %lu, \"digest\": \"%016llx\"", done, fnv(buf, done));
+        free(buf);
+    } else if (!strcmp(call, "CreateFileMappingW")) {
+        HANDLE h = ref(&save); DWORD protect = num(&save), high = num(&save), low = num(&save);
+        HANDLE m = CreateFileMappingW(h, NULL, protect, high, low, NULL); ok = m != NULL; slot[idx] = m;
+    } else if (!strcmp(call, "MapViewOfFile")) {
+        HANDLE m = ref(&save); DWORD access = num(&save), high = num(&save), low = num(&save);
+        SIZE_T length = num(&save);
+        void *v = MapViewOfFile(m, access, high, low, length); ok = v != NULL; slot[idx] = v;
+    } else if (!strcmp(call, "UnmapViewOfFile")) {
+        ok = UnmapViewOfFile(ref(&save));
+    } else if (!strcmp(call, "CloseHandle")) {
+        ok = CloseHandle(ref(&save));
+    } else if (!strcmp(call, "SetEndOfFile")) {
+        ok = SetEndOfFile(ref(&save));
+    } else if (!strcmp(call, "MoveFileExW")) {
+        wchar_t *src = wide(strtok_r(NULL, "\t\n", &save)), *dst = wide(strtok_r(NULL, "\t\n", &save));
+        ok = MoveFileExW(src, dst, num(&save)); free(src); free(dst);
+    } else if (!strcmp(call, "PEEK")) {  /* not a kernel32 call: read the view's memory */
+        unsigned char *v = ref(&save); unsigned long long at = num(&save), n = num(&save);
+        ok = v != NULL;
+        if (ok) snprintf(extra, sizeof extra, "\"n\": %llu, \"digest\": \"%016llx\"", n, fnv(v + at, n));
+    } else {
+        fprintf(stderr, "unknown call %s\n", call); exit(2);
+    }
+    emit(idx, call, ok, extra);
+}
+
+static int replay(const char *trace) {
+    FILE *f = fopen(trace, "rb");
+    if (!f) { perror(trace); return 2; }
+    static char line[65536];
+    while (fgets(line, sizeof line, f)) replay_line(line);
+    fclose(f);
+    return 0;
+}
+
+static HANDLE start(const char *args, DWORD *pid) {
+    char exe[MAX_PATH], cmd[4096];
+    STARTUPINFOA si = {sizeof si}; PROCESS_INFORMATION pi;
+    GetModuleFileNameA(NULL, exe, sizeof exe);
+    snprintf(cmd, sizeof cmd, "\"%s\" %s", exe, args);
+    if (!CreateProcessA(exe, cmd, NULL, NULL, FALSE, 0, NULL, NULL, &si, &pi)) return NULL;
+    CloseHandle(pi.hThread);
+    *pid = pi.dwProcessId;
+    return pi.hProcess;
+}
+
+static DWORD read_pid(const char *pidfile) {
+    for (int i = 0; i < 500; i++) {
+        FILE *f = fopen(pidfile, "r"); DWORD pid = 0;
+        if (f) { int got = fscanf(f, "%lu", &pid); fclose(f); if (got == 1 && pid) return pid; }
+        Sleep(20);
+    }
+    return 0;
+}
+
+/* A job with the harness's limit information class and flags (from harness/runner/spawn.py,
+   passed on the command line), a launcher in it that starts the "worker" grandchild. */
+static HANDLE make_job(const char *cls, const char *flags, const char *pidfile, HANDLE *launcher, DWORD *worker_pid) {
+    HANDLE job = CreateJobObjectW(NULL, NULL);
+    JOBOBJECT_EXTENDED_LIMIT_INFORMATION info; memset(&info, 0, sizeof info);
+    info.BasicLimitInformation.LimitFlags = strtoul(flags, NULL, 0);
+    BOOL set = SetInformationJobObject(job, atoi(cls), &info, sizeof info);
+    char args[1024]; DWORD pid = 0;
+    snprintf(args, sizeof args, "spawner \"%s\"", pidfile);
+    *launcher = start(args, &pid);
+    BOOL assigned = AssignProcessToJobObject(job, *launcher);
+    *worker_pid = read_pid(pidfile);
+    printf("{\"job\": %s, \"set\": %s, \"assigned\": %s, \"launcher\": %lu, \"worker\": %lu}\n", job ? "true" : "false",
+           set ? "true" : "false", assigned ? "true" : "false", pid, *worker_pid);
+    return job;
+}
+
+static const char *gone(HANDLE process) {
+    return process && WaitForSingleObject(process, 10000) == WAIT_OBJECT_0 ? "true" : "false";
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 3 && !strcmp(argv[1], "replay")) return replay(argv[2]);
+    if (argc >= 2 && !strcmp(argv[1], "sleep")) { Sleep(60000); return 0; }
+    if (argc >= 3 && !strcmp(argv[1], "spawner")) {
+        DWORD pid = 0;
+        /* The launcher is assigned to the job right after it starts; wait for that so the
+           grandchild is created inside the job, as a venv launcher's child is. */
+        BOOL in_job = FALSE;
+        for (int i = 0; i < 500 && !in_job; i++) { IsProcessInJob(GetCurrentProcess(), NULL, &in_job); if (!in_job) Sleep(10); }
+        HANDLE child = start("sleep", &pid);
+        FILE *f = fopen(argv[2], "w"); fprintf(f, "%lu\n", child ? pid : 0); fclose(f);
+        Sleep(60000);
+        return 0;
+    }
+    if (argc >= 5 && !strcmp(argv[1], "job")) {
+        HANDLE launcher; DWORD worker_pid;
+        HANDLE job = make_job(argv[2], argv[3], argv[4], &launcher, &worker_pid);
+        HANDLE worker = OpenProcess(SYNCHRONIZE | PROCESS_TERMINATE, FALSE, worker_pid);
+        BOOL closed = CloseHandle(job);
+        printf("{\"closed\": %s, \"launcher_gone\": %s, \"worker_gone\": %s}\n", closed ? "true" : "false",
+               gone(launcher), gone(worker));
+        if (launcher) TerminateProcess(launcher, 1);  /* no-ops when the job did its work; */
+        if (worker) TerminateProcess(worker, 1);      /* else no sleeper is left behind     */
+        return 0;
+    }
+    if (argc >= 5 && !strcmp(argv[1], "owner")) {  /* holds the job, then exits without closing it */
+        HANDLE launcher; DWORD worker_pid;
+        HANDLE release = CreateEventW(NULL, TRUE, FALSE, L"qnn_fmw_probe_release");
+        make_job(argv[2], argv[3], argv[4], &launcher, &worker_pid);
+        fflush(stdout);
+        WaitForSingleObject(release, 10000);  /* until "lost" holds the worker's handle */
+        ExitProcess(0);  /* the job's only handle is never closed by us: the kernel does it */
+    }
+    if (argc >= 5 && !strcmp(argv[1], "lost")) {
+        char args[1024]; DWORD pid = 0;
+        HANDLE release = CreateEventW(NULL, TRUE, FALSE, L"qnn_fmw_probe_release");
+        snprintf(args, sizeof args, "owner %s %s \"%s\"", argv[2], argv[3], argv[4]);
+        HANDLE owner = start(args, &pid);
+        DWORD worker_pid = read_pid(argv[4]);
+        HANDLE worker = OpenProcess(SYNCHRONIZE, FALSE, worker_pid);
+        SetEvent(release);
+        printf("{\"owner_gone\": %s, \"worker\": %lu, \"worker_gone\": %s}\n", gone(owner), worker_pid, gone(worker));
+        return 0;
+    }
+    fprintf(stderr, "usage: probe.exe replay TRACE | job CLASS FLAGS PIDFILE | lost CLASS FLAGS PIDFILE\n");
+    return 2;
+}
