@@ -48,6 +48,7 @@ RUN_TYPES: dict[str, type | tuple[type, ...]] = {
     "repeat": int,
     "sessions_per_process": int,
     "weights_bytes": int,
+    "weights_file_bytes": int,
     "duration_s": (int, float),
 }
 #: Summary columns recomputed from results.csv; a summary.csv that says otherwise is refused.
@@ -113,6 +114,13 @@ class RunData:
         if value is None:
             value = max((r.weights_bytes or 0 for r in self.results), default=0) or None
         return value
+
+    @property
+    def weights_file_bytes(self) -> int | None:
+        """Bytes of the weights files the heap path copies (tensors plus alignment padding);
+        None for a run recorded before this was (its sentence then states tensor bytes only)."""
+        value = self.run.get("weights_file_bytes")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     @property
     def modes(self) -> list[str]:

@@ -108,6 +108,38 @@ class ResultRow:
         "(why not: memory_note; empty: written by an older harness, not checked)",
         required=False,
     )
+    # -- what the memory is made of (issue 18): measured against the group's control worker --
+    mapped_resident_bytes: int = col(
+        "Int64",
+        "bytes",
+        "pages of the weights files resident in this worker, from its memory maps (read by the parent at the barrier)",
+        required=False,
+    )
+    copied_bytes: int = col(
+        "Int64",
+        "bytes",
+        "private memory attributable to weight copies: USS / private bytes minus the control's (runtime_bytes), "
+        "minus weights-file pages only this worker maps (empty: no control, or out of physical range)",
+        required=False,
+    )
+    runtime_bytes: int = col(
+        "Int64",
+        "bytes",
+        "USS / private bytes of the group's control worker: same runtime, sessions and inputs, no weights",
+        required=False,
+    )
+    # -- how busy the machine was while the timings were taken --
+    cpu_s: float = col("Float64", "s", "CPU time of the worker's measured work (all threads)", required=False)
+    busy_s: float = col(
+        "Float64", "s", "wall time of the same work: cpu_s / busy_s < 0.5 is contention", required=False
+    )
+    load_avg: float = col(
+        "Float64", "", "1-minute load average at the barrier (empty where the OS has none)", required=False
+    )
+    cpu_count: int = col("Int64", "count", "CPUs this harness may run on", required=False)
+    steal_s: float = col(
+        "Float64", "s", "CPU time stolen by the hypervisor over the group, whole machine (Linux)", required=False
+    )
 
 
 @dataclass
@@ -163,6 +195,21 @@ class SummaryRow:
     )
     note: str = col(
         "string", "", "why the group is not complete, or why its system delta is unreliable", required=False
+    )
+    copied_bytes_median: int = col(
+        "Int64", "bytes", "median copied_bytes over the ok workers (weight copies per worker)", required=False
+    )
+    mapped_resident_bytes_median: int = col(
+        "Int64", "bytes", "median mapped_resident_bytes over the ok workers", required=False
+    )
+    runtime_bytes: int = col("Int64", "bytes", "the group's control worker's USS / private bytes", required=False)
+    load_avg: float = col("Float64", "", "highest load_avg of the group's workers", required=False)
+    cpu_share_min: float = col("Float64", "", "lowest cpu_s / busy_s of the group's ok workers", required=False)
+    contended: bool = col(
+        "boolean",
+        "",
+        "timings taken on a contended machine: load_avg above cpu_count, or a worker's CPU share below 0.5",
+        required=False,
     )
 
 

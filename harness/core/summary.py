@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from .composition import composition
 from .schema import ResultRow, SummaryRow
 
 #: Headline metric -> SummaryRow column whose mapped/heap ratio it is.
@@ -244,6 +245,7 @@ def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = No
                 complete=complete,
                 system_noise_bytes=noise,
                 note="; ".join([*reasons, *([unreliable] if unreliable else [])]) or None,
+                **composition(ok),
             )
         )
     return out

@@ -1,8 +1,7 @@
 """The model folder the workers load: ``model.onnx`` whose large initializers live in ONE
-external ``weights.bin``, each tensor at an offset aligned to 64 KiB (the Windows allocation
-granularity, a multiple of every POSIX page size), ``manifest.json`` saying where each tensor
-is, and ``reference.npz`` with a fixed input and ORT's own output for it, so every worker can
-check its first inference.
+external ``weights.bin``, each tensor at an offset aligned to `ALIGNMENT` bytes,
+``manifest.json`` saying where each tensor is, and ``reference.npz`` with a fixed input and
+ORT's own output for it, so every worker can check its first inference.
 """
 
 from __future__ import annotations
@@ -15,13 +14,20 @@ from harness.cache import cached_build
 from harness.core.errors import CorruptEntry, InputError
 from harness.core.files import write_json_atomic
 
-ALIGNMENT = 64 * 1024
+#: Offset alignment of every tensor in weights.bin: 64 bytes, what ORT's CPU kernels (and the
+#: widest SIMD load) want of a buffer handed over in place. Not 64 KiB: the mapping is ONE
+#: whole-file view, so no tensor needs a view of its own at an allocation-granularity offset,
+#: and padding every tensor to 64 KiB made the heap baseline (which reads the whole file)
+#: copy up to 9x a small model's tensor bytes. The file is within 1 % + 64 KiB of its tensors.
+#: (A real QNN context binary has its own layout and padding: this file stands in for it.)
+ALIGNMENT = 64
 
 #: Tensors smaller than this stay inside the ONNX file (shape tensors, scales...): ORT may need
 #: them for graph optimisation, and mapping them buys nothing.
 EXTERNAL_THRESHOLD = 1024
 
-MANIFEST_VERSION = 2
+#: 3: tensors at 64-byte offsets (2 had 64 KiB): an older folder is rebuilt.
+MANIFEST_VERSION = 3
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """Models the workers load: the generated chain or bring-your-own ONNX, prepared into a model folder.
 
 Every model the cpu targets load is prepared into one folder holding ``model.onnx`` whose
-large initializers live in ONE external ``weights.bin``, each tensor at an offset aligned to
-64 KiB (the Windows allocation granularity, a multiple of every POSIX page size), plus
+large initializers live in ONE external ``weights.bin``, each tensor at a 64-byte aligned
+offset (`harness.prep.folder.ALIGNMENT`), plus
 ``manifest.json`` saying where each tensor is and ``reference.npz`` with a fixed input and ORT's
 own output for it, so every worker can check its first inference.
 

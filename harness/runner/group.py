@@ -19,7 +19,18 @@ from typing import Any
 from harness.core.errors import SpawnError
 from harness.core.files import read_json
 from harness.core.schema import ResultRow, disable_flag
-from harness.runner.memory import MemorySample, implausible, sample_process, system_available_bytes
+from harness.runner.memory import (
+    MachineLoad,
+    MappedPages,
+    MemorySample,
+    copied_bytes,
+    fair_private,
+    implausible,
+    machine_load,
+    mapped_pages,
+    sample_process,
+    system_available_bytes,
+)
 from harness.runner.resources import describe
 from harness.runner.spawn import KillOnCloseJob, python_child, worker_pid_in_tree
 from harness.runner.spec import WorkerRecord, WorkerSpec
@@ -53,6 +64,8 @@ class GroupSpec:
     parent_pid: int = 0
     parent_create_time: float = 0.0
     fault_actions: dict[int, str] = field(default_factory=dict)
+    #: Run a control worker beside the N workers (`harness.runner.control`).
+    control: bool = False
 
 
 @dataclass
@@ -74,6 +87,7 @@ class _Worker:
     timed_out: bool = False
     memory: MemorySample = field(default_factory=MemorySample)
     sampled_pid: int | None = None
+    pages: MappedPages = field(default_factory=MappedPages)
 
 
 def _read_record(path: str) -> WorkerRecord | None:
@@ -91,9 +105,11 @@ def _pause_before_spawn(group: GroupSpec, index: int) -> None:
         time.sleep(10**6)
 
 
-def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob) -> _Worker:
-    _pause_before_spawn(group, index)
-    stem = group.workdir / f"w{index}"
+def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob, *, control: bool = False) -> _Worker:
+    if not control:
+        _pause_before_spawn(group, index)
+    name = "control" if control else f"w{index}"
+    stem = group.workdir / name
     spec = WorkerSpec(
         target=group.target,
         mode=group.mode,
@@ -107,13 +123,14 @@ def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob) -> _Worker:
         parent_pid=group.parent_pid,
         parent_create_time=group.parent_create_time,
         release_timeout_s=RELEASE_TIMEOUT_S + group.worker_timeout_s,
-        fault_action=group.fault_actions.get(index, ""),
+        fault_action="" if control else group.fault_actions.get(index, ""),
+        control=control,
     )
     for stale in (spec.ready_path, spec.result_path):  # from an earlier run into the same --out:
         Path(stale).unlink(missing_ok=True)  # a leftover "ready" would end the barrier early
     spec.write(Path(f"{stem}.spec.json"))
     command, env = python_child("harness.runner.worker", f"{stem}.spec.json")
-    cwd = group.workdir / f"w{index}"
+    cwd = group.workdir / name
     try:
         cwd.mkdir(exist_ok=True)
         log_file = open(spec.log_path, "wb")  # closed in kill_all
@@ -161,12 +178,25 @@ def _wait_until_ready(workers: list[_Worker], timeout_s: float, on_event: EventC
             time.sleep(POLL_S)
 
 
+def _worker_events(on_event: EventCallback, control: _Worker | None) -> EventCallback:
+    """``on_event`` for the N workers only: the control is no worker of the progress display."""
+    skip = control.index if control is not None else None
+
+    def forward(worker: int, state: str, detail: str = "") -> None:
+        if worker != skip:
+            on_event(worker, state, detail)
+
+    return forward
+
+
 def _sample(w: _Worker) -> None:
     """Sample the process the worker says it is, once that pid is verified to be ours."""
     reported = w.ready.pid if w.ready is not None else 0
     if reported and worker_pid_in_tree(w.proc.pid, reported):
         w.sampled_pid = reported
         w.memory = sample_process(reported)
+        if not w.spec.control:  # right after the sample, from the parent: see mapped_pages
+            w.pages = mapped_pages(reported, list(w.spec.options.get("models") or [w.spec.model_folder]))
     else:
         w.memory = MemorySample(
             note=f"worker reported pid {reported}, which is not process {w.proc.pid} or "
@@ -234,7 +264,37 @@ def describe_exit(code: int | None, timed_out: bool, timeout_s: float) -> str:
     return f"exited with code {code}"
 
 
-def _row(group: GroupSpec, w: _Worker) -> ResultRow:
+@dataclass
+class _Observed:
+    """What the parent saw of the group as a whole at the barrier."""
+
+    load: MachineLoad | None = None
+    steal_s: float | None = None
+    control: int | None = None  # the control worker's private memory
+    control_note: str = ""  # why there is no control figure
+
+
+def _control_figure(control: _Worker | None) -> tuple[int | None, str]:
+    """(the control's private memory, why it is missing)."""
+    if control is None:
+        return None, ""
+    record = _read_record(control.spec.result_path) or control.ready
+    if record is None or record.error or control.ready is None:
+        why = record.error if record is not None and record.error else "it did not reach the barrier"
+        return None, f"no control figure: the control worker failed ({why})"
+    value = fair_private(control.memory)
+    return value, "" if value is not None else f"no control figure: {control.memory.note or 'not sampled'}"
+
+
+def _composition(w: _Worker, record: WorkerRecord, seen: _Observed) -> tuple[int | None, list[str]]:
+    """(copied_bytes, notes) of one worker, against the group's control."""
+    if seen.control is None:
+        return None, [seen.control_note] if seen.control_note else []
+    value, why = copied_bytes(fair_private(w.memory), seen.control, w.pages.private)
+    return value, [why] if why else []
+
+
+def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultRow:
     record = _read_record(w.spec.result_path) or w.ready or WorkerRecord(pid=w.proc.pid)
     code = w.proc.returncode
     error = record.error
@@ -245,9 +305,12 @@ def _row(group: GroupSpec, w: _Worker) -> ResultRow:
     elif error and code not in (0, None):
         error = f"{error} ({how})"
     init = None if record.load_s is None or record.create_s is None else record.load_s + record.create_s
+    seen = seen or _Observed()
     sampled = w.memory.rss_bytes is not None and (w.memory.uss_bytes is not None or w.memory.private_bytes is not None)
-    violations = implausible(w.memory, record.private_copy_bytes, record.mapped_resident_bytes) if sampled else []
-    memory_note = "; ".join(x for x in (w.memory.note, *violations) if x)
+    resident = record.mapped_resident_bytes if record.mapped_resident_bytes is not None else w.pages.resident
+    violations = implausible(w.memory, record.private_copy_bytes, resident) if sampled else []
+    copied, copy_notes = _composition(w, record, seen) if sampled else (None, [])
+    memory_note = "; ".join(x for x in (w.memory.note, *violations, *copy_notes) if x)
     return ResultRow(
         target=group.target,
         mode=group.mode,
@@ -284,6 +347,14 @@ def _row(group: GroupSpec, w: _Worker) -> ResultRow:
         ep_sessions=record.ep_sessions or None,
         ep_reason=record.ep_reason or None,
         memory_ok=sampled and not violations,
+        mapped_resident_bytes=w.pages.resident,
+        copied_bytes=copied,
+        runtime_bytes=seen.control,
+        cpu_s=record.cpu_s,
+        busy_s=record.busy_s,
+        load_avg=seen.load.load_avg if seen.load else None,
+        cpu_count=seen.load.cpu_count if seen.load else None,
+        steal_s=seen.steal_s,
     )
 
 
@@ -292,26 +363,37 @@ def run_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupRes
     ``on_event`` hears each worker's states (starting, ready/exited/timed out, sampled, done)."""
     group.workdir.mkdir(parents=True, exist_ok=True)
     before = system_available_bytes()
+    start_load = machine_load()
     workers: list[_Worker] = []
+    control: _Worker | None = None
     job = KillOnCloseJob()
     during = None
+    seen = _Observed()
     try:
         for i in range(group.processes):
             workers.append(_spawn(group, i, job))
             on_event(i, "starting", "")
-        _wait_until_ready(workers, group.worker_timeout_s, on_event)
-        for w in workers:
+        if group.control:  # alive and sampled with the workers; no progress events of its own
+            control = _spawn(group, group.processes, job, control=True)
+        everyone = [*workers, *([control] if control else [])]
+        _wait_until_ready(everyone, group.worker_timeout_s, _worker_events(on_event, control))
+        for w in everyone:
             if w.ready is not None and w.proc.poll() is None:
                 _sample(w)
-                on_event(w.index, "sampled", "")
+                if w is not control:
+                    on_event(w.index, "sampled", "")
         during = system_available_bytes()
-        _release(workers)
+        seen.load = machine_load()
+        _release(everyone)
         for w in workers:
             on_event(w.index, "done", f"exit code {w.proc.returncode}")
     finally:
-        kill_all(workers)
+        kill_all([*workers, *([control] if control else [])])
         job.close()
     after = system_available_bytes()  # idle again: every worker has exited and been reaped
     measured = during is not None and any(w.ready for w in workers)
-    rows = [_row(group, w) for w in workers]
+    if seen.load is not None and seen.load.steal_s is not None and start_load.steal_s is not None:
+        seen.steal_s = max(seen.load.steal_s - start_load.steal_s, 0.0)
+    seen.control, seen.control_note = _control_figure(control)
+    rows = [_row(group, w, seen) for w in workers]
     return GroupResult(rows, before - during if measured else None, abs(after - before) if measured else None)

@@ -121,3 +121,80 @@ def own_peak_bytes() -> int | None:
         return int(peak if sys.platform == "darwin" else peak * 1024)
     except Exception:  # a missing peak is recorded as empty, never fatal
         return None
+
+
+@dataclass
+class MappedPages:
+    """Pages of the weights files in one process's page tables, at the barrier."""
+
+    resident: int | None = None  # resident bytes of those mappings (shared or not)
+    private: int | None = None  # of which only this process maps (Linux: counted in its USS)
+
+
+def mapped_pages(pid: int, folders: list[str]) -> MappedPages:
+    """What a worker has of the files under ``folders`` mapped and resident, read by the PARENT
+    from the worker's memory maps right after its sample (a worker reading its own maps
+    allocates several MiB before it is sampled). Empty when the maps cannot be read."""
+    import os
+
+    import psutil
+
+    roots = [os.path.normcase(os.path.realpath(f)) + os.sep for f in folders]
+    try:
+        maps = psutil.Process(pid).memory_maps(grouped=True)
+    except (psutil.Error, OSError, NotImplementedError):
+        return MappedPages()
+    ours = [m for m in maps if any(os.path.normcase(m.path).startswith(r) for r in roots)]
+    resident = sum(m.rss for m in ours)
+    if not all(hasattr(m, "private_clean") for m in ours):
+        return MappedPages(resident, None)  # Windows: file views are never private bytes
+    return MappedPages(resident, sum(m.private_clean + m.private_dirty for m in ours))
+
+
+@dataclass
+class MachineLoad:
+    """How busy the machine was while a group's timings were taken."""
+
+    load_avg: float | None  # 1-minute load average (None where the OS has none)
+    cpu_count: int
+    steal_s: float | None  # CPU time the hypervisor gave other guests, cumulative (Linux)
+
+
+def machine_load() -> MachineLoad:
+    import os
+
+    import psutil
+
+    try:
+        load = float(os.getloadavg()[0])
+    except (OSError, AttributeError):
+        load = None
+    try:
+        count = len(os.sched_getaffinity(0))
+    except AttributeError:
+        count = os.cpu_count() or 1
+    steal = getattr(psutil.cpu_times(), "steal", None)
+    return MachineLoad(load, count, float(steal) if steal is not None else None)
+
+
+def fair_private(sample: MemorySample) -> int | None:
+    """The private figure of a sample: USS, else Windows private bytes."""
+    return sample.uss_bytes if sample.uss_bytes is not None else sample.private_bytes
+
+
+def copied_bytes(private: int | None, control: int | None, file_private: int | None) -> tuple[int | None, str]:
+    """(weight copies in a worker's private memory, why it is empty): its private memory minus
+    the control's, minus the weights-file pages only it maps (file pages, not copies). Physics
+    bounds it below by 0: a worker holding less than a weightless twin of itself (beyond the
+    sampling slack) is no measurement of copies, and is left empty with the reason."""
+    if private is None or control is None:
+        return None, ""
+    base = control + (file_private or 0)
+    if _short(private, base):
+        from harness.core.units import fmt_bytes
+
+        return None, (
+            f"implausible copied_bytes: private memory {fmt_bytes(private)} below the control's "
+            f"{fmt_bytes(control)} plus {fmt_bytes(file_private or 0)} of weights-file pages"
+        )
+    return max(private - base, 0), ""

@@ -41,6 +41,8 @@ class WorkerSpec:
     #: "raise", "drop-weight-pages", or "pause-start" / "pause-imports" / "pause-session" (stop at
     #: that moment of the worker's start-up so a test can kill the harness right there).
     fault_action: str = ""
+    #: The group's control worker: the same sessions over no weights (`harness.runner.control`).
+    control: bool = False
     spec_version: int = SPEC_VERSION
 
     def write(self, path: Path) -> None:
@@ -82,8 +84,13 @@ class WorkerRecord:
     #: written (heap and fallback loads): its USS / private bytes cannot be below this.
     private_copy_bytes: int | None = None
     #: Resident bytes of the model's mapped files in this process's page tables, read from its
-    #: own memory maps just before it reported ready: its RSS cannot be below this.
+    #: own memory maps just before it reported ready, only under the "drop-weight-pages" test
+    #: hook (the parent reads the maps of every other worker itself): its RSS cannot be below this.
     mapped_resident_bytes: int | None = None
+    #: CPU time (every thread) and wall time of the measured work (sessions, first inference,
+    #: timed runs): a share well below 1 means the worker waited for a CPU (contention).
+    cpu_s: float | None = None
+    busy_s: float | None = None
     teardown: str = ""  # what the worker's teardown left behind (mapper_impl stats), empty when clean
     error: str = ""
 

@@ -25,6 +25,7 @@ from harness.core.rundata import METADATA_JSON
 from harness.core.schema import FORMAT_VERSION, ResultRow, SummaryRow
 from harness.core.summary import group_key, summarize
 from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV, write_long, write_rows
+from harness.runner.control import has_control
 from harness.runner.group import GroupResult, GroupSpec, run_group
 from harness.runner.options import RunOptions
 from harness.runner.outdir import RunFolder, claim
@@ -95,6 +96,7 @@ def plan_groups(
                         parent_pid=parent[0],
                         parent_create_time=parent[1],
                         fault_actions=opts.fault_actions if target_name == opts.target else {},
+                        control=has_control(target),
                     )
                 )
     return groups
@@ -115,6 +117,7 @@ def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, sta
             "model": own.source if own else (str(opts.model) if opts.model else "generated"),
             "models": [str(m.source) for m in own.models] if own else [str(m) for m in opts.models],
             "weights_bytes": own.weights_bytes if own else None,
+            "weights_file_bytes": (own.file_bytes or own.weights_bytes) if own else None,
             "session": opts.session_settings().to_dict(),
             "runs": opts.runs,
             "page_cache": opts.page_cache,

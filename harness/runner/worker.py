@@ -4,7 +4,11 @@ Creates its M session groups through its target (one session per model of the ru
 inference of each model and checks it against that model's reference, then (``--runs R``) R
 more timed inferences for the latency percentiles, writes a "ready" record, then blocks until
 the parent has sampled every worker's memory (the barrier, with a deadline of its own), writes
-its final record and exits. Its stdout/stderr go to a log file the parent chose (ORT and the
+its final record and exits. Between its last measured action and the sample it does nothing
+that allocates: the latency percentiles are computed after the release, and its memory maps
+are read by the parent (`harness.runner.memory.mapped_pages`); the observer leaves no trace.
+With ``control`` in its spec it is the group's control worker (`harness.runner.control`).
+Its stdout/stderr go to a log file the parent chose (ORT and the
 QNN EP log there); results go only to the JSON files.
 
 A worker never outlives the harness that started it (`exit_with_parent`): the kernel kills it
@@ -146,9 +150,10 @@ def latency_percentiles(samples: list[float]) -> tuple[float, float, float]:
     return float(p50), float(p90), float(p99)
 
 
-def run_and_check(target, live, models, record: WorkerRecord, runs: int) -> None:
+def run_and_check(target, live, models, record: WorkerRecord, runs: int) -> list[float]:
     """First inference of every model in session group 0 (timed, checked against each model's
-    reference), then ``runs`` more timed passes over all of them for the latency figures."""
+    reference), then ``runs`` more timed passes over all of them: their times, returned raw
+    (their percentiles are computed after the sample: the observer leaves no trace)."""
     from harness.prep.reference import load_reference
 
     references = [load_reference(m) for m in models]
@@ -167,13 +172,18 @@ def run_and_check(target, live, models, record: WorkerRecord, runs: int) -> None
     record.output_detail = "; ".join(details)
     if not record.output_ok:
         record.error = f"wrong output: {record.output_detail}"
-        return
+        return []
     samples = []
     for _ in range(runs):
         t0 = time.perf_counter()
         for s, m, (feeds, _) in zip(sessions, models, references, strict=True):
             target.run(s, m, feeds)
         samples.append(time.perf_counter() - t0)
+    return samples
+
+
+def record_latency(record: WorkerRecord, samples: list[float]) -> None:
+    """The latency figures of the timed runs, after the barrier (numpy allocates)."""
     if samples:
         record.runs = len(samples)
         record.latency_p50_s, record.latency_p90_s, record.latency_p99_s = latency_percentiles(samples)
@@ -221,20 +231,23 @@ def run_worker(spec: WorkerSpec) -> int:
     exit_with_parent(spec)  # before any heavy import: an orphan must not even finish starting
     pause_point(spec, "pause-imports")
     from harness.prep.folder import PreparedModel
+    from harness.runner.control import ControlTarget
     from harness.targets import get_target
 
     record = WorkerRecord(pid=os.getpid())
     live = None
     try:
         apply_fault_action(spec.fault_action)
-        target = get_target(spec.target)
+        target = ControlTarget() if spec.control else get_target(spec.target)
         models = [PreparedModel.load(Path(folder), check_files=False) for folder in model_folders(spec)]
         pause_point(spec, "pause-session")
+        cpu0, wall0 = time.process_time(), time.perf_counter()
         live = target.create_sessions(spec, models, record)
-        run_and_check(target, live, models, record, int(spec.options.get("runs") or 0))
-        resident = [mapped_resident_bytes(m.folder) for m in models]
-        record.mapped_resident_bytes = None if any(r is None for r in resident) else sum(resident)
-        if spec.fault_action == "drop-weight-pages":
+        samples = run_and_check(target, live, models, record, int(spec.options.get("runs") or 0))
+        record.cpu_s, record.busy_s = time.process_time() - cpu0, time.perf_counter() - wall0
+        if spec.fault_action == "drop-weight-pages":  # what it held, before the hook drops it
+            resident = [mapped_resident_bytes(m.folder) for m in models]
+            record.mapped_resident_bytes = None if any(r is None for r in resident) else sum(resident)
             drop_weight_pages(live)
     except Exception as err:  # a worker's failure is data for the parent
         traceback.print_exc()
@@ -246,6 +259,7 @@ def run_worker(spec: WorkerSpec) -> int:
         print(f"not released within {spec.release_timeout_s:g} s: exiting", file=sys.stderr)
         return EXIT_NOT_RELEASED
     record.peak_bytes = _peak()
+    record_latency(record, samples)
     live.close()
     record.teardown = _teardown_leftovers()
     if record.teardown:

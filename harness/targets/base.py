@@ -60,6 +60,9 @@ class Prepared:
     models: list[PreparedModel] = field(default_factory=list)  # every model of a pipeline (default: [model])
     notes: list[str] = field(default_factory=list)  # facts about these models (how the reference was made...)
     logs: list[Path] = field(default_factory=list)  # logs of the preparation (the QNN compiler's): copied into the run
+    #: Bytes of the files the heap path reads whole (weights files with their alignment padding;
+    #: 0: the same as ``weights_bytes``, as for a QNN context binary, which is measured as it is).
+    file_bytes: int = 0
 
     def __post_init__(self) -> None:
         if not self.models:

@@ -139,6 +139,7 @@ def prepared_cpu_models(models: list[PreparedModel], opts: RunOptions | None = N
         source=source,
         models=models,
         notes=notes,
+        file_bytes=sum(m.weights_path.stat().st_size for m in models),
     )
 
 

@@ -1,0 +1,94 @@
+"""The control worker: the same runtime, session options and inputs as a group's workers, but no
+weights, so what a worker holds beyond it is attributable to weights.
+
+Why: a worker's USS is Python + numpy + onnxruntime + the sessions + its weights; a saving read
+off the difference of two modes mixes all of these (feeds that touch a fraction of an embedding
+table, a copy ORT makes in mapped mode too). The control runs in every group, alive and sampled
+with the workers at the barrier, and loads each model with every externalised tensor handed
+over as an OrtValue over pages that hold no memory: a read-only anonymous mapping on POSIX
+(reads map the kernel's shared zero page, which no USS or RSS counts), a read-only view of the
+weights file on Windows (file views are not private bytes). It runs the same first inference
+and timed runs; its outputs are not checked (zero weights give other values). Its private
+memory is the run's ``runtime_bytes``; a worker's private memory minus it, minus the weights
+file pages private to that worker, is the worker's ``copied_bytes``.
+
+Only targets whose models list their tensors (cpu, ort-native) have a control (`has_control`).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from typing import Any
+
+from harness.targets.base import LiveSessions, Target
+
+
+def has_control(target: Target) -> bool:
+    """True when ``target``'s models list their external tensors, so a weightless twin exists."""
+    return target.name in ("cpu", "ort-native")
+
+
+def _zero_pages(model: Any) -> mmap.mmap:
+    """Memory the size of the model's weights that costs none: see the module docstring."""
+    size = max(model.weights_extent(), 1)
+    if os.name == "nt":
+        with open(model.weights_path, "rb") as f:
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=mmap.PROT_READ)
+
+
+class ControlTarget(Target):
+    """A stand-in for a group's own target in the control worker (never chosen by a user)."""
+
+    name = "control"
+    summary = "the weightless twin of a group's workers"
+
+    def prepare(self, opts, progress):  # pragma: no cover - the control never prepares a model
+        raise NotImplementedError("the control worker loads the group's prepared models")
+
+    def create_sessions(self, spec, models, record) -> LiveSessions:
+        """One session per model per session group, as the workers create, over zero pages."""
+        import onnxruntime as ort
+
+        import mapper_impl  # noqa: F401 - the workers' runtime includes it
+        from harness.prep.sessions import SessionSettings, cpu_session_options
+        from harness.prep.tensors import ortvalue_over
+
+        settings = SessionSettings.from_dict(spec.options.get("session"))
+        live = LiveSessions()
+        record.load_s = record.create_s = 0.0
+        for _ in range(spec.sessions):
+            group = []
+            for model in models:
+                pages = _zero_pages(model)
+                live.closers.append(_closer(pages))
+                t0 = time.perf_counter()
+                so = cpu_session_options(settings, level=model.session_level)
+                for t in model.tensors:
+                    value = ortvalue_over(pages, t.onnx_type, t.shape, t.offset)
+                    live.keepalive.append(value)
+                    so.add_initializer(t.name, value)
+                group.append(ort.InferenceSession(str(model.onnx_path), so, providers=["CPUExecutionProvider"]))
+                record.create_s += time.perf_counter() - t0
+            live.add_group(group)
+        record.path_taken = ""
+        record.weights_bytes = 0
+        return live
+
+    def check_output(self, outputs, reference, model) -> tuple[bool, str]:
+        """Not compared: zero weights give other values; the control only has to run."""
+        return True, ""
+
+
+def _closer(pages: mmap.mmap):
+    """Unmap at teardown; a view ORT still holds keeps the pages until the process exits."""
+
+    def close() -> None:
+        try:
+            pages.close()
+        except BufferError:
+            pass
+
+    return close
