@@ -71,7 +71,7 @@ class Gate:
 @dataclass(frozen=True)
 class GateResult:
     gate: Gate
-    status: str  # "pass" | "fail" | "skip"
+    status: str  # "pass" | "fail" | "skip" | "contended" (a timing gate on a busy machine)
     value: float | int | None
     reason: str
 
@@ -215,6 +215,9 @@ def evaluate_gate(
             return GateResult(gate, "skip", None, f"skipped: {cond.metric} = {shown}, needs {cond}")
     metric = gate.check.metric
     value = values.get(metric)
+    busy = contended(gate, value, values)
+    if busy is not None:
+        return busy
     if value is None:
         why = (reasons or {}).get(metric)
         return GateResult(gate, "fail", None, f"not measured: {why}" if why else "not measured")
@@ -222,6 +225,22 @@ def evaluate_gate(
     limit = f"{gate.check.op} {gate.check.text or gate.check.threshold}"
     reason = f"{metric} = {_fmt(metric, value)}" + (f" (required {limit})" if ok else f", but required {limit}")
     return GateResult(gate, "pass" if ok else "fail", value, reason)
+
+
+#: Headline metrics that are timings: on a contended machine their gates are not judged.
+TIMING_METRICS = ("init_ratio", "create_ratio", "peer_init_ratio")
+
+
+def contended(gate: Gate, value: float | int | None, values: dict[str, float | int | None]) -> GateResult | None:
+    """A timing gate whose headline groups were timed on a contended machine (issue 18): status
+    "contended", neither pass nor fail (memory gates keep their verdicts); None otherwise."""
+    groups = values.get("contended_groups")
+    if gate.check.metric not in TIMING_METRICS or not groups:
+        return None
+    shown = f"{gate.check.metric} = {_fmt(gate.check.metric, value)}" if value is not None else "no value"
+    return GateResult(
+        gate, "contended", value, f"contended: {shown}, timed while {groups} headline group(s) were contended"
+    )
 
 
 def evaluate(

@@ -14,14 +14,19 @@ Format (``format_version`` 1; keys are only ever added within a version):
 - ``verdict`` (pass | fail | incomplete), ``reasons`` (why not pass), ``feature``
   ({``state``: active | partial | unavailable | disabled | unknown | not-measured, ``text``}),
   ``sentence`` (the plain-language summary the report opens with);
-- ``model``, ``weights_bytes``, ``labels`` ({KEY: VALUE} given with --label);
+- ``model``, ``weights_bytes`` (tensor bytes), ``weights_file_bytes`` (the files the heap path
+  copies: tensors plus alignment padding), ``labels`` ({KEY: VALUE} given with --label);
+- ``contention``: {``contended_groups``, ``groups``, ``load_avg_max``, ``cpu_share_min``}: how
+  busy the machine was while the timings were taken (timing gates read "contended" then);
 - ``headline``: the gate metrics at the largest N x M measured in both modes (medians over
   repeats), e.g. ``mapped_pss_ratio``, ``init_ratio``, ``processes``, ``sessions``;
 - ``per_n``: one entry per (N, M) measured in both modes, in N order: ``processes``,
   ``sessions_per_process``, ``sessions``, ``repeats`` (complete pairs: the only ones the
   figures come from), ``incomplete_repeats``, ``mapped`` and ``heap`` ({SummaryRow
-  figure: median over repeats}, bytes and seconds), ``ratios`` ({metric: median of the
-  per-repeat mapped/heap ratios}), ``ratio_range`` ({metric: [min, max] over repeats}),
+  figure: median over repeats}, bytes and seconds, incl. ``copied_bytes_median``,
+  ``mapped_resident_bytes_median``, ``runtime_bytes``), ``ratios`` ({metric: the ratio of the
+  two medians, `median_ratio`: the factor the sentence prints}), ``ratio_range`` ({metric:
+  [min, max] of the per-repeat ratios: their spread}),
   ``saving`` ({``metric``: "pss" | "private", ``bytes``: heap - mapped, ``fraction``:
   1 - mapped/heap});
 - ``gates``: [{``expr``, ``status`` (pass | fail | skip), ``value``, ``reason``, ``why``}];
@@ -38,7 +43,7 @@ from typing import Any
 
 from .files import read_json, write_json_atomic
 from .schema import SummaryRow
-from .summary import RATIO_COLUMNS, complete_pair, median, pair_ratio, paired, sessions_of
+from .summary import RATIO_COLUMNS, complete_pair, median, median_ratio, pair_ratio, paired, sessions_of
 from .units import fmt_bytes, fmt_percent, fmt_seconds
 
 HEADLINE_JSON = "headline.json"
@@ -52,6 +57,9 @@ ABSOLUTE_COLUMNS = (
     "system_delta_bytes",
     "init_s_median",
     "create_s_median",
+    "copied_bytes_median",
+    "mapped_resident_bytes_median",
+    "runtime_bytes",
 )
 #: headline.json version key -> metadata.json ``env`` key.
 VERSION_KEYS = {
@@ -70,6 +78,8 @@ VERSION_KEYS = {
 
 #: Below this a saving larger than the shared weights explain is measurement noise, not news.
 SAVING_SLACK_BYTES = 4 * 1024**2
+#: Mapped workers' copied_bytes above this share of the weights (plus the slack) are named.
+COPIED_SLACK_SHARE = 0.05
 
 
 def fair_metric(rows: Sequence[SummaryRow]) -> str | None:
@@ -105,16 +115,16 @@ def per_n(summary: Sequence[SummaryRow], target: str) -> list[dict[str, Any]]:
             "ratios": {},
             "ratio_range": {},
         }
-        for name, column in RATIO_COLUMNS.items():
+        for name, column in RATIO_COLUMNS.items():  # the factor is the ratio of the printed medians
             values = [v for v in (pair_ratio(a, b, column) for a, b in pairs) if v is not None]
-            entry["ratios"][name] = median(values)
+            entry["ratios"][name] = median_ratio(pairs, column)
             entry["ratio_range"][name] = [min(values), max(values)] if values else None
         metric = fair_metric(mapped_rows + heap_rows)
         column = f"sum_{metric}_bytes" if metric else None
         mapped_value = entry["mapped"].get(column) if column else None
         heap_value = entry["heap"].get(column) if column else None
         saved = heap_value - mapped_value if mapped_value is not None and heap_value is not None else None
-        # the fraction is 1 - the headline ratio (median of per-repeat ratios), as the gates see it
+        # the fraction is 1 - the headline ratio (the ratio of the two medians), as the gates see it
         fair_ratio = entry["ratios"].get(f"mapped_{metric}_ratio") if metric else None
         entry["saving"] = {
             "metric": metric,
@@ -146,10 +156,12 @@ def headline_sentence(judgement: Any) -> str:
     top = max(entries, key=lambda e: (e["sessions"], e["processes"]))
     saving = top["saving"]
     weights = fmt_bytes(run.weights_bytes) if run.weights_bytes else "?"
-    where = (
-        f"With {top['processes']} process(es) x {top['sessions_per_process']} session(s) "
-        f"({run.target}, {weights} of weights)"
-    )
+    files = " of weights"
+    if run.weights_file_bytes:  # what the heap baseline copies: the files, padding included
+        files = f" of tensors in {fmt_bytes(run.weights_file_bytes)} of weights files, which the heap path copies"
+    size = f"{top['processes']} process(es) x {top['sessions_per_process']} session(s)"
+    where = f"With {size} ({run.target}, {weights}{files})"
+    busy = contention_text(judgement)
     label = "PSS" if saving["metric"] == "pss" else "private bytes"
     column = f"sum_{saving['metric']}_bytes"
     init_m, init_h = top["mapped"]["init_s_median"], top["heap"]["init_s_median"]
@@ -163,7 +175,7 @@ def headline_sentence(judgement: Any) -> str:
         )
         return (
             f"{where}, {memory} and {times}, but file mapping was NOT exercised ({feature.state}), so this is "
-            f"no measurement of its saving. {verdict}."
+            f"no measurement of its saving.{busy} {verdict}."
         )
     if saving["bytes"] is None:
         memory = "no fair memory figure (PSS or private bytes) was measured"
@@ -178,9 +190,10 @@ def headline_sentence(judgement: Any) -> str:
         if less and run.weights_bytes and saving["bytes"] > 1.1 * explained + SAVING_SLACK_BYTES:
             memory += (
                 f" - more than sharing the weights can explain ({top['sessions'] - 1} x {weights} = "
-                f"{fmt_bytes(explained)}): the rest is other memory the two modes use differently"
+                f"{fmt_bytes(explained)}): {beyond_sharing(top, run.weights_bytes)}"
             )
-    init_ratio = top["ratios"].get("init_ratio")  # median of per-repeat ratios: what init_ratio gates judge
+        memory += still_copied(top, run.weights_bytes)
+    init_ratio = top["ratios"].get("init_ratio")  # the ratio of the two medians printed: what gates judge
     if init_ratio:
         speed = 1 / init_ratio
         init = (
@@ -190,7 +203,54 @@ def headline_sentence(judgement: Any) -> str:
         )
     else:
         init = "init time was not measured"
-    return f"{where}, {memory}, and {init}. {tail}"
+    return f"{where}, {memory}, and {init}.{busy} {tail}"
+
+
+def beyond_sharing(top: dict[str, Any], weights: int) -> str:
+    """Why a saving exceeds what sharing explains, from the memory split: the heap path copies
+    every byte, a mapped worker has only the pages its inferences touched."""
+    resident = top["mapped"].get("mapped_resident_bytes_median")
+    if resident is None or not weights:
+        return "the rest is other memory the two modes use differently"
+    return (
+        f"the mapped workers touched only {fmt_percent(min(resident / weights, 1))} of the weights "
+        f"({fmt_bytes(resident)} of {fmt_bytes(weights)} resident each), while every heap session copies all of them"
+    )
+
+
+def still_copied(top: dict[str, Any], weights: int | None) -> str:
+    """ " - yet the mapped workers copied X each" when mapped mode still holds weight copies."""
+    copied = top["mapped"].get("copied_bytes_median")
+    if copied is None or not weights or copied <= COPIED_SLACK_SHARE * weights + SAVING_SLACK_BYTES:
+        return ""
+    return f"; yet each mapped worker still copied {fmt_bytes(copied)} of weights (copied_bytes)"
+
+
+def contention(summary: Sequence[SummaryRow], target: str) -> dict[str, Any]:
+    """How busy the machine was over ``target``'s groups (headline.json ``contention``)."""
+    rows = [s for s in summary if s.target == target]
+    loads = [s.load_avg for s in rows if s.load_avg is not None]
+    shares = [s.cpu_share_min for s in rows if s.cpu_share_min is not None]
+    return {
+        "contended_groups": sum(1 for s in rows if s.contended),
+        "groups": len(rows),
+        "load_avg_max": max(loads) if loads else None,
+        "cpu_share_min": min(shares) if shares else None,
+    }
+
+
+def contention_text(judgement: Any) -> str:
+    """ " Timings were taken on a contended machine (...)." or ""."""
+    busy = contention(judgement.run.summary, judgement.run.target)
+    if not busy["contended_groups"]:
+        return ""
+    load = f"load average up to {busy['load_avg_max']:.1f}" if busy["load_avg_max"] is not None else "load unknown"
+    share = f", a worker got {fmt_percent(busy['cpu_share_min'])} of a CPU" if busy["cpu_share_min"] is not None else ""
+    cpus = judgement.run.cpu_count
+    return (
+        f" Timings were taken on a contended machine ({busy['contended_groups']} of {busy['groups']} groups; "
+        f"{load}{f' on {cpus} CPUs' if cpus else ''}{share}): timing gates read 'contended', not pass or fail."
+    )
 
 
 def headline_document(judgement: Any, *, kind: str = "run") -> dict[str, Any]:
@@ -212,6 +272,8 @@ def headline_document(judgement: Any, *, kind: str = "run") -> dict[str, Any]:
         "sentence": headline_sentence(judgement),
         "model": r.get("model"),
         "weights_bytes": run.weights_bytes,
+        "weights_file_bytes": run.weights_file_bytes,
+        "contention": contention(run.summary, run.target),
         "labels": dict(r.get("labels") or {}),
         "headline": dict(judgement.values),
         "per_n": per_n(run.summary, run.target),

@@ -123,6 +123,11 @@ class RunData:
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     @property
+    def cpu_count(self) -> int | None:
+        """CPUs the workers could run on, as their rows recorded (None before it was)."""
+        return max((r.cpu_count or 0 for r in self.results), default=0) or None
+
+    @property
     def modes(self) -> list[str]:
         seen = {r.mode for r in self.results if r.mode}
         return sorted(seen, key=lambda m: (MODES.index(m) if m in MODES else len(MODES), m))

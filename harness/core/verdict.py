@@ -160,9 +160,10 @@ def judge(run: RunData, extra_gates: Iterable[Gate] = (), *, use_default_gates: 
 
     fail: a worker or a gate failed (the run's status is named too when it is not complete);
     incomplete: otherwise, the run did not complete, no worker has a correct output, or a group
-    lacks evidence (a worker not sampled, an implausible sample); pass: none of these."""
+    lacks evidence (a worker not sampled, an implausible sample, a derived figure physics
+    forbids: `harness.core.physics`); pass: none of these."""
     results = judge_gates(run, extra_gates, use_default_gates=use_default_gates)
-    values, _ = gate_values_with_reasons(run.summary)
+    values, missing = gate_values_with_reasons(run.summary)
     failed = [g for g in results if not g.passed]
     broken = [r for r in run.results if not row_ok(r)]
     reasons = []
@@ -179,6 +180,9 @@ def judge(run: RunData, extra_gates: Iterable[Gate] = (), *, use_default_gates: 
             reasons.append(f"run status is {run.status}")
         if not any(row_ok(r) for r in run.results):
             reasons.append("no worker finished with a correct output")
+        reasons.extend(
+            why for why in missing.values() if why.startswith("implausible")
+        )  # a figure physics forbids is missing evidence: never a pass
         incomplete = _incomplete_groups(run)
         if incomplete and run.results:
             shown = ", ".join(incomplete[:3]) + (f" and {len(incomplete) - 3} more" if len(incomplete) > 3 else "")

@@ -1,0 +1,70 @@
+"""Physical ranges of the derived figures: a figure outside its range is no measurement.
+
+Why: a formula over noisy or surprising inputs can produce numbers physics forbids (-2.79
+mapped copies of the weights, seen on an ort-native run whose heap workers held 2.9 copies
+each), and a gate like ``mapped_weight_copies<=1.25`` then "passes" on nonsense. Each metric's
+range is a lower (or upper) bound every sound measurement meets with margin; a value outside
+it becomes None with the reason "implausible: ...", so its gate reads "not measured" (a
+failure, never a pass) and the reason says why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from .schema import SummaryRow
+
+#: How far below a bound a figure may sit before it is implausible (sampling noise, pages the
+#: kernel reclaimed in between): a tenth of a copy, plus `NOISE_BYTES` per process of the
+#: pair in copies of the weights (a worker's own overhead moves by a few MiB between groups,
+#: which is many "copies" of a small model).
+COPIES_SLACK = 0.1
+NOISE_BYTES = 4 * 1024**2
+
+
+def _fair_bytes(row: SummaryRow) -> int | None:
+    """The figure that charges shared pages fairly: PSS, or private bytes where there is none."""
+    return row.sum_pss_bytes if row.sum_pss_bytes is not None else row.sum_private_bytes
+
+
+def weight_copies(mapped: SummaryRow, heap: SummaryRow) -> tuple[float | None, float | None]:
+    """(mapped copies of the weights, heap copies per session), from one mapped/heap pair.
+
+    The heap run holds S = N x M copies of the weights W plus an overhead O (Python, ORT, the
+    sessions): O = heap - S x W. Whatever the mapped run holds beyond O is its weights, so
+    (mapped - O) / W counts how many copies it really keeps (1 = all share one). Both assume
+    one copy per heap session: `bounded` refuses what that assumption makes impossible."""
+    weights = heap.weights_bytes or mapped.weights_bytes
+    m, h = _fair_bytes(mapped), _fair_bytes(heap)
+    sessions = int(heap.processes or 0) * int(heap.sessions_per_process or 1)
+    if not weights or m is None or h is None or not sessions:
+        return None, None
+    overhead = h - sessions * weights
+    return (m - overhead) / weights, h / (sessions * weights)
+
+
+def bounded(
+    name: str, value: float | None, values: Mapping[str, float | int | None], weights_bytes: int | None = None
+) -> tuple[float | None, str]:
+    """(value, "") when ``value`` is physically possible for metric ``name``, else (None, why)."""
+    if value is None:
+        return None, ""
+    if not math.isfinite(value):
+        return None, f"implausible: {name} = {value!r} is not a finite number"
+    noise = 2 * int(values.get("processes") or 1) * NOISE_BYTES / weights_bytes if weights_bytes else 0.0
+    if name == "mapped_weight_copies" and value < -(COPIES_SLACK + noise):
+        heap = values.get("heap_copies_per_session")
+        hint = f" (heap_copies_per_session = {heap:.2f})" if isinstance(heap, float) else ""
+        return None, (
+            f"implausible: mapped_weight_copies = {value:.2f}, below 0 copies: the heap workers hold more than "
+            f"one copy per session{hint}, so the heap run's overhead estimate is wrong"
+        )
+    if name == "heap_copies_per_session" and value < 1 - COPIES_SLACK - noise:
+        return None, (
+            f"implausible: heap_copies_per_session = {value:.2f}, below 1: a heap session holds a whole copy, "
+            "so the sample lacks pages (reclaimed, or not the worker)"
+        )
+    if name.endswith("_ratio") and name != "system_delta_ratio" and value <= 0:
+        return None, f"implausible: {name} = {value:.4g}, but a figure of a live process is above 0"
+    return value, ""
