@@ -65,6 +65,19 @@ HEADLINE_ROWS = (
     ),
     ("Median init (load + create)", "init_s_median", "init_ratio", "time until the sessions exist"),
     ("Median session creation", "create_s_median", "create_ratio", "InferenceSession construction alone"),
+    (
+        "Weight copies per worker",
+        "copied_bytes_median",
+        "",
+        "private memory beyond the control worker's: what each worker copied (median)",
+    ),
+    (
+        "Mapped weight pages per worker",
+        "mapped_resident_bytes_median",
+        "",
+        "pages of the weights files resident in each worker (median)",
+    ),
+    ("Control worker", "runtime_bytes", "", "same runtime, sessions and inputs, no weights: the floor"),
 )
 
 
@@ -244,7 +257,7 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
             continue
         if column == "sum_private_bytes" and has_pss:
             continue  # on Linux private bytes are USS: one row is enough
-        unit = "s" if column.endswith("_median") else "bytes"
+        unit = "bytes" if "bytes" in column else "s"
         m_val = median([getattr(s, column) for s in mapped])
         h_val = median([getattr(s, column) for s in heap])
         diff = h_val - m_val if m_val is not None and h_val is not None else None
@@ -255,7 +268,7 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
                 "mapped": fmt_value(m_val, unit),
                 "heap": fmt_value(h_val, unit),
                 "diff": fmt_value(diff, unit),
-                "ratio": fmt_ratio(head.get(key)),
+                "ratio": fmt_ratio(head.get(key) if key else None),
                 "key": key,
             }
         )

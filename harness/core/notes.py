@@ -272,7 +272,9 @@ def _coverage_notes(run: RunData) -> list[Note]:
 
 def run_notes(run: RunData) -> list[Note]:
     """Every note that applies to ``run``, most important first; the RSS note always."""
-    notes = [*_worker_notes(run), *_qnn_notes(run), *_coverage_notes(run), RSS_NOTE]
+    from .figurenotes import figure_notes
+
+    notes = [*_worker_notes(run), *_qnn_notes(run), *figure_notes(run), *_coverage_notes(run), RSS_NOTE]
     status = run.meta.get("status")
     if status and status != "complete":
         notes.append(

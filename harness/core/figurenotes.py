@@ -1,0 +1,60 @@
+"""Notes on what the memory figures are made of and on the conditions timings were taken in.
+
+Why a module of its own: these read the columns measured against the control worker and the
+contention figures (issue 18), which `harness.core.notes` only gathers.
+"""
+
+from __future__ import annotations
+
+from .composition import MIN_CPU_SHARE
+from .rundata import RunData
+from .summary import row_ok
+from .units import fmt_bytes, fmt_percent
+
+#: Mapped workers' copied_bytes above this share of the weights (plus 1 MiB) are named.
+COPY_SHARE = 0.05
+
+
+def figure_notes(run: RunData) -> list:
+    from .notes import Note
+
+    notes = []
+    weights = run.weights_bytes or 0
+    copying = [
+        r
+        for r in run.results
+        if r.mode == "mapped" and row_ok(r) and r.copied_bytes and r.copied_bytes > COPY_SHARE * weights + 1024**2
+    ]
+    if copying and weights:
+        worst = max(r.copied_bytes or 0 for r in copying)
+        notes.append(
+            Note(
+                "warn",
+                "Mapped workers still copied weights",
+                f"{len(copying)} mapped-mode worker(s) held up to {fmt_bytes(worst)} of private memory beyond "
+                f"the control worker's runtime ({fmt_percent(worst / weights)} of the {fmt_bytes(weights)} of "
+                "weights): something copied them despite the mapping (weight prepacking left on, a layout "
+                "transform, an element type ORT converts, a Constant that could not be lifted). The saving is "
+                "smaller by that much; see copied_bytes in the worker table.",
+            )
+        )
+    busy = [s for s in run.summary if s.contended]
+    if busy:
+        loads = [s.load_avg for s in busy if s.load_avg is not None]
+        shares = [s.cpu_share_min for s in busy if s.cpu_share_min is not None]
+        detail = []
+        if loads:
+            detail.append(f"load average up to {max(loads):.1f} on {run.cpu_count or '?'} CPU(s)")
+        if shares:
+            detail.append(f"a worker got as little as {fmt_percent(min(shares))} of a CPU")
+        notes.append(
+            Note(
+                "warn",
+                "Timings taken on a contended machine",
+                f"{len(busy)} of {len(run.summary)} group(s) ran while the machine was contended "
+                f"({'; '.join(detail)}): a load above the CPU count, or a worker below {MIN_CPU_SHARE:g} of a "
+                "CPU, makes times measure the queue as much as the work. Timing gates read 'contended' "
+                "instead of pass or fail; memory figures are not affected and keep their verdicts.",
+            )
+        )
+    return notes
