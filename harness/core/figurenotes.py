@@ -15,9 +15,8 @@ from .units import fmt_bytes, fmt_percent
 COPY_SHARE = 0.05
 
 
-def figure_notes(run: RunData) -> list:
-    from .notes import Note
-
+def figure_notes(run: RunData) -> list[tuple[str, str, str]]:
+    """(kind, title, text) of each note that applies (`harness.core.notes` makes them Notes)."""
     notes = []
     weights = run.weights_bytes or 0
     copying = [
@@ -28,7 +27,7 @@ def figure_notes(run: RunData) -> list:
     if copying and weights:
         worst = max(r.copied_bytes or 0 for r in copying)
         notes.append(
-            Note(
+            (
                 "warn",
                 "Mapped workers still copied weights",
                 f"{len(copying)} mapped-mode worker(s) held up to {fmt_bytes(worst)} of private memory beyond "
@@ -48,7 +47,7 @@ def figure_notes(run: RunData) -> list:
         if shares:
             detail.append(f"a worker got as little as {fmt_percent(min(shares))} of a CPU")
         notes.append(
-            Note(
+            (
                 "warn",
                 "Timings taken on a contended machine",
                 f"{len(busy)} of {len(run.summary)} group(s) ran while the machine was contended "

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .figurenotes import figure_notes
 from .rundata import RunData
 from .summary import SYSTEM_NOISE_FACTOR, row_ok
 from .units import fmt_bytes
@@ -272,9 +273,8 @@ def _coverage_notes(run: RunData) -> list[Note]:
 
 def run_notes(run: RunData) -> list[Note]:
     """Every note that applies to ``run``, most important first; the RSS note always."""
-    from .figurenotes import figure_notes
-
-    notes = [*_worker_notes(run), *_qnn_notes(run), *figure_notes(run), *_coverage_notes(run), RSS_NOTE]
+    figures = [Note(*note) for note in figure_notes(run)]
+    notes = [*_worker_notes(run), *_qnn_notes(run), *figures, *_coverage_notes(run), RSS_NOTE]
     status = run.meta.get("status")
     if status and status != "complete":
         notes.append(
