@@ -1,0 +1,106 @@
+"""The observer leaves no trace (issue 18): between its last measured action and the parent's
+sample a worker allocates nothing, so its USS at the barrier is what its ORT work costs.
+
+A "bare" worker does the very same ORT work (the same target creates the same sessions from
+the same spec, the same first inference and timed runs) without any of the harness's
+bookkeeping (no output check, no records, no watchdog, no barrier thread) and waits. The real
+worker runs in a real group beside it; both are sampled while both are alive (the weights
+file's pages are then shared by the two and in neither USS). Before this issue the worker
+computed its latency percentiles and read its own memory maps just before the sample: +3.7
+MiB of USS per worker.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.prep.generated import generated_matmul_chain
+from harness.prep.sessions import SessionSettings
+from harness.runner.group import GroupSpec, run_group
+from harness.runner.memory import sample_process
+from harness.runner.spawn import harness_identity, python_child
+from harness.runner.spec import WorkerSpec
+
+pytestmark = pytest.mark.memory
+
+MIB = 1024**2
+RUNS = 20
+#: The issue's bound: a worker's USS at the barrier within this of the bare worker's.
+TRACE_BYTES = MIB // 2
+
+BARE = """
+import sys
+from pathlib import Path
+
+from harness.prep.folder import PreparedModel
+from harness.prep.reference import load_reference
+from harness.runner.spec import WorkerRecord, WorkerSpec
+from harness.targets import get_target
+
+spec = WorkerSpec.read(Path(sys.argv[1]))
+target = get_target(spec.target)
+models = [PreparedModel.load(Path(f), check_files=False) for f in spec.options["models"]]
+live = target.create_sessions(spec, models, WorkerRecord())
+references = [load_reference(m) for m in models]
+for _ in range(1 + spec.options["runs"]):
+    for session, model, (feeds, _) in zip(live.first_group(), models, references):
+        target.run(session, model, feeds)
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _options(model, runs: int) -> dict:
+    return {"models": [str(model.folder.resolve())], "session": SessionSettings().to_dict(), "runs": runs}
+
+
+def test_a_worker_at_the_barrier_holds_what_a_bare_worker_holds(tmp_path):
+    model = generated_matmul_chain(8 * MIB, cache_dir=tmp_path / "cache")
+    spec = WorkerSpec(target="cpu", mode="mapped", model_folder=str(model.folder), options=_options(model, RUNS))
+    spec.write(tmp_path / "bare.spec.json")
+    command, env = python_child("harness.runner.worker")  # the same interpreter and package path
+    bare = subprocess.Popen(
+        [command[0], "-c", BARE, str(tmp_path / "bare.spec.json")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        cwd=tmp_path,
+    )
+    seen: dict[str, int | None] = {}
+    try:
+        assert bare.stdout.readline().strip() == b"ready"
+
+        def on_event(worker: int, state: str, detail: str = "") -> None:
+            if state == "sampled":  # the real worker was just sampled and still waits: both alive
+                seen["bare"] = sample_process(bare.pid).uss_bytes
+
+        pid, created = harness_identity()
+        group = GroupSpec(
+            target="cpu",
+            mode="mapped",
+            processes=1,
+            sessions_per_process=1,
+            repeat=0,
+            model_folder=model.folder,
+            workdir=tmp_path / "group",
+            worker_timeout_s=300,
+            weights_bytes=model.weights_bytes,
+            options=_options(model, RUNS),
+            parent_pid=pid,
+            parent_create_time=created,
+        )
+        row = run_group(group, on_event).rows[0]
+    finally:
+        bare.stdin.close()
+        bare.wait(timeout=60)
+    assert row.output_ok and not row.error and row.runs == RUNS, row
+    assert row.latency_p50_s is not None, "the percentiles are still computed, after the sample"
+    assert seen.get("bare") and row.uss_bytes, (seen, row.uss_bytes)
+    trace = row.uss_bytes - seen["bare"]
+    assert abs(trace) <= TRACE_BYTES, f"worker USS {row.uss_bytes / MIB:.2f} MiB vs bare {seen['bare'] / MIB:.2f} MiB"
+    assert row.mapped_resident_bytes and row.mapped_resident_bytes >= model.weights_bytes - MIB, "read by the parent"
+    assert Path(sys.executable).exists()
