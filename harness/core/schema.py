@@ -53,7 +53,9 @@ class ResultRow:
         "",
         "mapped | heap | fallback | unknown (how the weights were loaded; unknown: the EP log gave no evidence)",
     )
-    map_attempts: int = col("Int64", "count", "mapping attempts made by mapper_impl")
+    map_attempts: int = col(
+        "Int64", "count", "the most mapping attempts one session's load needed (mapper_impl; 1: the first try mapped)"
+    )
     fallback_stage: str = col(
         "string",
         "",
