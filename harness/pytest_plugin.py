@@ -305,6 +305,8 @@ class HarnessRunner:
             stdin=subprocess.DEVNULL,
         )
         outcome = HarnessOutcome(proc.returncode, proc.stdout, proc.stderr, out)
+        problem = sentence_problem(out)  # every run of every suite: one definition of every factor
+        assert not problem, f"{out}: {problem}"
         if self.recorder is not None:
             outcome.kept = self.recorder.keep(owner, out, self.default_out)
             if outcome.kept is None and reserved and out.is_dir() and not any(out.iterdir()):
@@ -312,6 +314,19 @@ class HarnessRunner:
         if check_exit is not None:
             assert proc.returncode == check_exit, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
         return outcome
+
+
+def sentence_problem(out: Path) -> str:
+    """Why the headline sentence a run wrote into ``out`` contradicts itself ("" when it does
+    not, or when the run wrote none)."""
+    from harness.core.headline import HEADLINE_JSON, factor_problem, read_headline
+
+    if not (out / HEADLINE_JSON).is_file():
+        return ""
+    try:
+        return factor_problem(str(read_headline(out / HEADLINE_JSON).get("sentence") or ""))
+    except (OSError, ValueError):
+        return ""  # not a headline of this version: the tests that wrote it check it
 
 
 @pytest.fixture(scope="session")

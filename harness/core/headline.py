@@ -36,6 +36,7 @@ Format (``format_version`` 1; keys are only ever added within a version):
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -296,3 +297,32 @@ def read_headline(path: Path | str) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("format_version") != HEADLINE_FORMAT_VERSION:
         raise ValueError(f"{path}: not a headline.json of format_version {HEADLINE_FORMAT_VERSION}")
     return data
+
+
+_FACTOR = re.compile(r"([\d.]+)x (?:faster|SLOWER) \(([\d.]+) (ms|s) vs ([\d.]+) (ms|s) median init\)")
+
+
+def _bounds(number: str, unit: str) -> tuple[float, float]:
+    """The interval of seconds a printed time stands for (half a unit of its last digit)."""
+    scale = 1e-3 if unit == "ms" else 1.0
+    half = 0.5 * 10 ** -len(number.partition(".")[2])
+    return (float(number) - half) * scale, (float(number) + half) * scale
+
+
+def factor_problem(sentence: str) -> str:
+    """Why the speed-up factor of ``sentence`` is not the ratio of the two times it prints
+    ("" when it is, or states none): one definition of every factor, checked on every run the
+    test suites make (`harness.pytest_plugin`)."""
+    match = _FACTOR.search(sentence)
+    if not match:
+        return ""
+    factor, a, unit_a, b, unit_b = match.groups()
+    (a_low, a_high), (b_low, b_high) = _bounds(a, unit_a), _bounds(b, unit_b)
+    if min(a_low, b_low) <= 0:
+        return ""  # a time printed as 0.0: no ratio can be checked against it
+    if b_low + b_high < a_low + a_high:  # the factor is always the larger time over the smaller
+        (a_low, a_high), (b_low, b_high) = (b_low, b_high), (a_low, a_high)
+    low, high = b_low / a_high, b_high / a_low
+    if not low - 0.05 <= float(factor) <= high + 0.05:
+        return f"the factor {factor}x is not the ratio of the times it prints ({a} {unit_a} vs {b} {unit_b})"
+    return ""

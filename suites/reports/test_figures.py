@@ -15,7 +15,7 @@ import pytest
 from report_fixtures import MIB, Law, fake_results, metadata, write_run
 
 from harness.core.gates import parse_gate
-from harness.core.headline import headline_document
+from harness.core.headline import factor_problem, headline_document
 from harness.core.rundata import load_run
 from harness.core.units import parse_size
 from harness.core.verdict import judge
@@ -56,6 +56,8 @@ def test_the_sentence_factor_is_the_ratio_of_the_times_it_prints(tmp_path):
     doc = headline_document(judgement)
     factor, printed = _printed_factor(doc["sentence"])
     assert factor == pytest.approx(printed, rel=0.01), doc["sentence"]
+    assert not factor_problem(doc["sentence"]), "the check every suite run makes agrees"
+    assert factor_problem("sessions started 74.3x faster (80.0 ms vs 7.27 s median init).")
     assert factor == pytest.approx(50.0, rel=0.01), "the ratio of the medians, not the median of ratios (90.9)"
     top = doc["per_n"][-1]
     assert top["ratios"]["init_ratio"] == pytest.approx(top["mapped"]["init_s_median"] / top["heap"]["init_s_median"])
