@@ -77,8 +77,10 @@ def gates_summary_line(judgements: Iterable[Judgement]) -> str:
     """ "gates: 4 of 5 passed or skipped, 1 failed" over one or several runs."""
     results = [g for j in judgements for g in j.gates]
     failed = sum(1 for g in results if not g.passed)
+    busy = sum(1 for g in results if g.status == "contended")
+    contended = f", {busy} contended (timings not judged)" if busy else ""
     return (
-        f"gates: {len(results) - failed} of {len(results)} passed or skipped, {failed} failed"
+        f"gates: {len(results) - failed - busy} of {len(results)} passed or skipped{contended}, {failed} failed"
         if results
         else "gates: none"
     )
