@@ -61,6 +61,15 @@ def group_figures(ok: Sequence[Any], system: Any) -> dict[str, Any]:
     return out
 
 
+def stated_system(row: Any) -> Any:
+    """The system figures a summary row states (summary.csv), in the shape of the runner's
+    SystemPeak: what a re-read run passes back to `group_figures` (measured outside the workers,
+    so results.csv cannot recompute them)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**{attr: getattr(row, column, None) for column, attr in SYSTEM_FIELDS.items()})
+
+
 def headroom(row: Any) -> tuple[int | None, str]:
     """(bytes the machine had free for new workers as the group started, which bound that is)."""
     limit, committed = row.system_commit_limit_bytes, row.system_start_committed_bytes
