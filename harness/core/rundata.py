@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .schema import FORMAT_VERSION, MODES, ResultRow, SummaryRow
 from .fits import stated_system
+from .schema import FORMAT_VERSION, MODES, ResultRow, SummaryRow
 from .summary import group_key, headline, primary_target, summarize, with_completeness
 from .tables import RESULTS_CSV, SUMMARY_CSV, read_rows
 
