@@ -200,8 +200,11 @@ def compare(current: RunData, baseline: RunData) -> Comparison:
         )
     rows = [s for pair in cur_pairs + base_pairs for s in pair]
     changes = []
+    optional = {m.key for m in startup_metrics()}  # figures older runs (or runs without --runs) lack
     for metric in metrics_for(fair_metric(rows)):
-        changes.append(Change(metric, _values(metric, base_pairs), _values(metric, cur_pairs)))
+        change = Change(metric, _values(metric, base_pairs), _values(metric, cur_pairs))
+        if metric.key not in optional or change.baseline or change.current:
+            changes.append(change)
     cur_v, base_v = versions(current.env), versions(baseline.env)
     version_rows = [(k, str(base_v.get(k) or "-"), str(cur_v.get(k) or "-")) for k in cur_v]
     return Comparison(baseline, current, at, changes, version_rows, warnings)

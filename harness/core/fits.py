@@ -145,8 +145,10 @@ def peak_projection(mapped: Any, heap: Any, weights_bytes: int, sessions: int) -
     from the measured peaks: per session, mapped costs its overhead o (its peak) and heap o + c x W,
     c = (heap peak - mapped peak) / measured weights (the copies heap holds at its peak)."""
     m_peak, h_peak, w = mapped.max_peak_private_bytes, heap.max_peak_private_bytes, heap.weights_bytes
+    if not m_peak and not h_peak:
+        return []  # a run from before the peak sampler: nothing to say
     if not m_peak or not h_peak or not w:
-        return ["start-up peak: not projected (no start-up peaks measured in both modes)"]
+        return ["start-up peak: not projected (no start-up peak measured in both modes)"]
     per_worker = int(heap.sessions_per_process or 1)
     overhead = m_peak / per_worker
     copies = max(0.0, (h_peak - m_peak) / per_worker / w)
