@@ -156,8 +156,8 @@ class RunOptions:
         flag="--runs",
         type=argtypes.int_at_least(0),
         metavar="R",
-        help="timed inferences after the first (and the --warmup ones): latency mean, stdev, min, "
-        "p50, p90, p95, p99, max, inferences/s (count)",
+        help="timed inferences after the first (and after the --warmup ones): latency mean, stdev, "
+        "min, p50, p90, p95, p99, max, inferences/s (count)",
     )
     warmup: int = flag(
         0,
