@@ -118,6 +118,12 @@ class ResultRow:
     peak_sample_hz: float = col(
         "Float64", "count/s", "samples per second the peak sampler achieved (1000 or more asked)", required=False
     )
+    peak_sample_max_gap_s: float = col(
+        "Float64",
+        "s",
+        "longest time between two peak samples (a call holding Python's GIL blinds the sampler that long)",
+        required=False,
+    )
     weights_bytes: int = col("Int64", "bytes", "size of the weights file the sessions use")
     output_ok: bool = col("boolean", "", "first inference matched the reference output")
     error: str = col("string", "", "why the worker failed or fell back (empty when clean)")

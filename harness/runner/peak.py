@@ -47,6 +47,10 @@ class PeakResult:
     peak_phase: str | None = None
     peak_rss_bytes: int | None = None
     peak_sample_hz: float | None = None
+    #: The longest time between two samples: a call that holds the GIL (a 256 MiB bytearray is
+    #: zero-filled under it) blinds the sampler that long; a transient shorter than this and
+    #: inside such a window can be missed (the phase-change samples bound it on both sides).
+    peak_sample_max_gap_s: float | None = None
     samples: int = 0
 
 
@@ -104,6 +108,8 @@ class PeakSampler:
         self.peak = -1
         self.peak_phase: str | None = None
         self.samples = 0
+        self.max_gap = 0.0
+        self._last = 0.0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -133,8 +139,12 @@ class PeakSampler:
             value = self._reader.private()
         except (OSError, ValueError):
             return
+        now = time.perf_counter()
         with self._lock:
             self.samples += 1
+            if self._last and now - self._last > self.max_gap:
+                self.max_gap = now - self._last
+            self._last = now
             if value > self.peak:
                 self.peak, self.peak_phase = value, self.phase
 
@@ -175,6 +185,7 @@ class PeakSampler:
             peak_phase=phase,
             peak_rss_bytes=kernel_rss,
             peak_sample_hz=self.samples / elapsed if elapsed > 0 else None,
+            peak_sample_max_gap_s=self.max_gap if self.samples > 1 else None,
             samples=self.samples,
         )
 

@@ -87,6 +87,7 @@ class WorkerRecord:
     peak_phase: str | None = None
     peak_rss_bytes: int | None = None
     peak_sample_hz: float | None = None
+    peak_sample_max_gap_s: float | None = None
     output_ok: bool = False
     output_detail: str = ""
     weights_bytes: int | None = None

@@ -186,6 +186,7 @@ def record_peak(record: WorkerRecord, found) -> None:
     """The start-up peak sampler's figures into the record."""
     record.peak_private_bytes, record.peak_phase = found.peak_private_bytes, found.peak_phase
     record.peak_rss_bytes, record.peak_sample_hz = found.peak_rss_bytes, found.peak_sample_hz
+    record.peak_sample_max_gap_s = found.peak_sample_max_gap_s
 
 
 def mapped_resident_bytes(folder: Path) -> int | None:

@@ -36,7 +36,7 @@ def test_sampler_sees_a_transient_allocation_and_its_phase():
     assert found.peak_private_bytes >= before + 60 * MIB
     assert found.peak_phase == "create"
     assert found.peak_rss_bytes >= found.peak_private_bytes * 0.98
-    assert found.samples >= 4 and found.peak_sample_hz > 0
+    assert found.samples >= 4 and found.peak_sample_hz > 0 and found.peak_sample_max_gap_s >= 0
 
 
 def test_mark_without_a_sampler_is_a_no_op_and_phases_are_checked():

@@ -65,6 +65,7 @@ def test_every_peak_names_its_phase_and_rate(peak_run):
     for row in peak_run.results():
         assert row.peak_phase in PHASES
         assert row.peak_sample_hz and row.peak_sample_hz > 0
+        assert row.peak_sample_max_gap_s is not None and row.peak_sample_max_gap_s >= 0
         # the kernel's RSS peak covers the private peak (private pages are resident pages)
         assert row.peak_rss_bytes >= 0.98 * row.peak_private_bytes
 
