@@ -142,3 +142,23 @@ def test_concurrency_splits_the_timed_runs_over_threads(fallback_run):
     for row in fallback_run.results():
         assert (row.runs, row.concurrency) == (4, 2)
         assert row.inferences_per_s > 0
+
+
+def test_baseline_compare_has_the_start_up_and_latency_figures(peak_run):
+    """--baseline compares the peak, init + first inference and latency (the run against itself
+    here: every delta is zero, the figures are what matters)."""
+    from harness.core.compare import compare
+    from harness.core.rundata import load_run
+
+    run = load_run(peak_run.out)
+    changes = {c.metric.key: c for c in compare(run, run).changes}
+    for key in ("heap_peak_private", "mapped_startup", "mapped_latency_p50", "latency_p50_ratio", "first_run_ratio"):
+        assert changes[key].current and changes[key].delta == 0, key
+
+
+def test_report_draws_peak_vs_steady_and_projects_the_peak(peak_run, run_harness, tmp_path):
+    out = tmp_path / "report.html"
+    outcome = run_harness("report", str(peak_run.out), "--project-to", "8x4GiB", "--out", str(out), check_exit=None)
+    html = out.read_text(encoding="utf-8")
+    assert "Start-up peak vs steady memory per mode" in html and "<svg" in html, outcome.stderr
+    assert "start-up peak of 8 sessions started together" in html
