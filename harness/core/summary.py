@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from . import fits, latency
 from .composition import composition
 from .physics import bounded, weight_copies
 from .schema import ResultRow, SummaryRow
@@ -26,6 +27,8 @@ RATIO_COLUMNS = {
     "system_delta_ratio": "system_delta_bytes",
     "init_ratio": "init_s_median",
     "create_ratio": "create_s_median",
+    **latency.LATENCY_RATIO_COLUMNS,
+    **fits.PEAK_RATIO_COLUMNS,
 }
 #: Headline metrics that are not mapped/heap ratios, with what they mean (docs and gates).
 OTHER_METRICS = {
@@ -248,6 +251,8 @@ def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = No
                 complete=complete,
                 system_noise_bytes=noise,
                 note="; ".join([*reasons, *([unreliable] if unreliable else [])]) or None,
+                **latency.group_figures(ok),
+                **fits.group_figures(ok, (system or {}).get(key)),
                 **composition(ok),
             )
         )

@@ -18,6 +18,8 @@ from typing import Any
 
 from harness.core.errors import SpawnError
 from harness.core.files import read_json
+from harness.core.fits import WORKER_FIELDS as PEAK_FIELDS
+from harness.core.latency import WORKER_FIELDS as LATENCY_FIELDS
 from harness.core.schema import ResultRow, disable_flag
 from harness.runner.memory import (
     MachineLoad,
@@ -34,6 +36,7 @@ from harness.runner.memory import (
 from harness.runner.resources import describe
 from harness.runner.spawn import KillOnCloseJob, python_child, worker_pid_in_tree
 from harness.runner.spec import WorkerRecord, WorkerSpec
+from harness.runner.syswatch import SystemWatch
 
 POLL_S = 0.02
 RELEASE_TIMEOUT_S = 60.0
@@ -75,6 +78,9 @@ class GroupResult:
     #: |idle available memory after the group - before it|: how far the machine drifted on its
     #: own while the group ran, the noise floor of the delta.
     system_noise_bytes: int | None = None
+    #: The system's side of the start-up peak (min available, max commit charge while the
+    #: workers started: `harness.runner.syswatch`), None when not watched.
+    system_peak: Any = None
 
 
 @dataclass
@@ -176,17 +182,6 @@ def _wait_until_ready(workers: list[_Worker], timeout_s: float, on_event: EventC
             return
         if pending:
             time.sleep(POLL_S)
-
-
-def _worker_events(on_event: EventCallback, control: _Worker | None) -> EventCallback:
-    """``on_event`` for the N workers only: the control is no worker of the progress display."""
-    skip = control.index if control is not None else None
-
-    def forward(worker: int, state: str, detail: str = "") -> None:
-        if worker != skip:
-            on_event(worker, state, detail)
-
-    return forward
 
 
 def _sample(w: _Worker) -> None:
@@ -347,6 +342,7 @@ def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultR
         ep_sessions=record.ep_sessions or None,
         ep_reason=record.ep_reason or None,
         memory_ok=sampled and not violations,
+        **{name: getattr(record, name) for name in (*LATENCY_FIELDS, *PEAK_FIELDS)},
         mapped_resident_bytes=w.pages.resident,
         copied_bytes=copied,
         runtime_bytes=seen.control,
@@ -369,20 +365,23 @@ def run_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupRes
     job = KillOnCloseJob()
     during = None
     seen = _Observed()
+    watch = SystemWatch()
     try:
-        for i in range(group.processes):
-            workers.append(_spawn(group, i, job))
-            on_event(i, "starting", "")
-        if group.control:  # alive and sampled with the workers; no progress events of its own
+        with watch:  # the system's side of the start-up peak: from the first spawn to the barrier
+            for i in range(group.processes):
+                workers.append(_spawn(group, i, job))
+                on_event(i, "starting", "")
+            _wait_until_ready(workers, group.worker_timeout_s, on_event)
+        during = system_available_bytes()  # the N workers alone: the control is not counted
+        if group.control:  # started once the workers wait: it never competes with their start-up
             control = _spawn(group, group.processes, job, control=True)
+            _wait_until_ready([control], group.worker_timeout_s)
         everyone = [*workers, *([control] if control else [])]
-        _wait_until_ready(everyone, group.worker_timeout_s, _worker_events(on_event, control))
         for w in everyone:
             if w.ready is not None and w.proc.poll() is None:
                 _sample(w)
                 if w is not control:
                     on_event(w.index, "sampled", "")
-        during = system_available_bytes()
         seen.load = machine_load()
         _release(everyone)
         for w in workers:
@@ -396,4 +395,9 @@ def run_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupRes
         seen.steal_s = max(seen.load.steal_s - start_load.steal_s, 0.0)
     seen.control, seen.control_note = _control_figure(control)
     rows = [_row(group, w, seen) for w in workers]
-    return GroupResult(rows, before - during if measured else None, abs(after - before) if measured else None)
+    return GroupResult(
+        rows,
+        before - during if measured else None,
+        abs(after - before) if measured else None,
+        watch.result if measured else None,
+    )

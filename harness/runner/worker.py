@@ -5,11 +5,11 @@ inference of each model and checks it against that model's reference, then (``--
 more timed inferences for the latency percentiles, writes a "ready" record, then blocks until
 the parent has sampled every worker's memory (the barrier, with a deadline of its own), writes
 its final record and exits. Between its last measured action and the sample it does nothing
-that allocates: the latency percentiles are computed after the release, and its memory maps
+that allocates: the latency statistics are computed after the release, and its memory maps
 are read by the parent (`harness.runner.memory.mapped_pages`); the observer leaves no trace.
 With ``control`` in its spec it is the group's control worker (`harness.runner.control`).
-Its stdout/stderr go to a log file the parent chose (ORT and the
-QNN EP log there); results go only to the JSON files.
+Its stdout/stderr go to a log file the parent chose (ORT and the QNN EP log there); results go
+only to the JSON files.
 
 A worker never outlives the harness that started it (`exit_with_parent`): the kernel kills it
 (Linux: ``PR_SET_PDEATHSIG``; Windows: the parent's kill-on-close job object), and a watchdog
@@ -142,25 +142,25 @@ def model_folders(spec: WorkerSpec) -> list[str]:
     return list(spec.options.get("models") or [spec.model_folder])
 
 
-def latency_percentiles(samples: list[float]) -> tuple[float, float, float]:
-    """(p50, p90, p99) of the timed runs, linear interpolation between samples."""
-    import numpy as np
-
-    p50, p90, p99 = np.percentile(np.asarray(samples, dtype=np.float64), [50, 90, 99])
-    return float(p50), float(p90), float(p99)
-
-
-def run_and_check(target, live, models, record: WorkerRecord, runs: int) -> list[float]:
+def run_and_check(target, live, models, record: WorkerRecord, options: dict) -> tuple | None:
     """First inference of every model in session group 0 (timed, checked against each model's
-    reference), then ``runs`` more timed passes over all of them: their times, returned raw
-    (their percentiles are computed after the sample: the observer leaves no trace)."""
+    reference), then ``warmup`` untimed and ``runs`` timed passes over all of them (on
+    ``concurrency`` threads) for the latency figures (`harness.core.latency`). The start-up
+    peak sampler stops after the first inference: the timed runs are steady state, and a
+    sampler thread beside them would slow what they time. Returns the timed runs raw (samples,
+    wall): their statistics are computed after the sample (`record_latency`), so the observer
+    leaves no trace."""
+    from harness.core.latency import timed_runs
     from harness.prep.reference import load_reference
+    from harness.runner import peak
 
     references = [load_reference(m) for m in models]
     sessions = live.first_group()
+    peak.mark("first_run")
     t0 = time.perf_counter()
     outputs = [target.run(s, m, feeds) for s, m, (feeds, _) in zip(sessions, models, references, strict=True)]
     record.first_run_s = time.perf_counter() - t0
+    record_peak(record, peak.stop())
     details = []
     record.output_ok = True
     for model, got, (_, reference) in zip(models, outputs, references, strict=True):
@@ -172,21 +172,33 @@ def run_and_check(target, live, models, record: WorkerRecord, runs: int) -> list
     record.output_detail = "; ".join(details)
     if not record.output_ok:
         record.error = f"wrong output: {record.output_detail}"
-        return []
-    samples = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
+        return None
+
+    def one_pass() -> None:
         for s, m, (feeds, _) in zip(sessions, models, references, strict=True):
             target.run(s, m, feeds)
-        samples.append(time.perf_counter() - t0)
-    return samples
+
+    runs = int(options.get("runs") or 0)
+    record.warmup = int(options.get("warmup") or 0)
+    record.concurrency = int(options.get("concurrency") or 1)
+    for _ in range(record.warmup):
+        one_pass()
+    return timed_runs(one_pass, runs, record.concurrency) if runs else None
 
 
-def record_latency(record: WorkerRecord, samples: list[float]) -> None:
-    """The latency figures of the timed runs, after the barrier (numpy allocates)."""
-    if samples:
-        record.runs = len(samples)
-        record.latency_p50_s, record.latency_p90_s, record.latency_p99_s = latency_percentiles(samples)
+def record_latency(record: WorkerRecord, timed: tuple | None) -> None:
+    """The latency statistics of the timed runs, after the barrier (numpy allocates)."""
+    if timed is not None:
+        from harness.core.latency import record_stats, stats
+
+        record_stats(record, stats(*timed))
+
+
+def record_peak(record: WorkerRecord, found) -> None:
+    """The start-up peak sampler's figures into the record."""
+    record.peak_private_bytes, record.peak_phase = found.peak_private_bytes, found.peak_phase
+    record.peak_rss_bytes, record.peak_sample_hz = found.peak_rss_bytes, found.peak_sample_hz
+    record.peak_sample_max_gap_s = found.peak_sample_max_gap_s
 
 
 def mapped_resident_bytes(folder: Path) -> int | None:
@@ -227,6 +239,9 @@ def drop_weight_pages(live) -> None:
 
 
 def run_worker(spec: WorkerSpec) -> int:
+    from harness.runner import peak
+
+    peak.start()  # the start-up peak, from the first line (interpreter and imports are "start")
     pause_point(spec, "pause-start")
     exit_with_parent(spec)  # before any heavy import: an orphan must not even finish starting
     pause_point(spec, "pause-imports")
@@ -241,9 +256,10 @@ def run_worker(spec: WorkerSpec) -> int:
         target = ControlTarget() if spec.control else get_target(spec.target)
         models = [PreparedModel.load(Path(folder), check_files=False) for folder in model_folders(spec)]
         pause_point(spec, "pause-session")
+        peak.mark("load")
         cpu0, wall0 = time.process_time(), time.perf_counter()
         live = target.create_sessions(spec, models, record)
-        samples = run_and_check(target, live, models, record, int(spec.options.get("runs") or 0))
+        timed = run_and_check(target, live, models, record, spec.options)
         record.cpu_s, record.busy_s = time.process_time() - cpu0, time.perf_counter() - wall0
         if spec.fault_action == "drop-weight-pages":  # what it held, before the hook drops it
             resident = [mapped_resident_bytes(m.folder) for m in models]
@@ -252,6 +268,8 @@ def run_worker(spec: WorkerSpec) -> int:
     except Exception as err:  # a worker's failure is data for the parent
         traceback.print_exc()
         record.error = _error_text(err)
+        if record.peak_private_bytes is None:
+            record_peak(record, peak.stop())  # the peak until the failure: what a failed load cost
         write_json_atomic(Path(spec.result_path), asdict(record))
         return EXIT_FAILED
     write_json_atomic(Path(spec.ready_path), asdict(record))
@@ -259,7 +277,7 @@ def run_worker(spec: WorkerSpec) -> int:
         print(f"not released within {spec.release_timeout_s:g} s: exiting", file=sys.stderr)
         return EXIT_NOT_RELEASED
     record.peak_bytes = _peak()
-    record_latency(record, samples)
+    record_latency(record, timed)
     live.close()
     record.teardown = _teardown_leftovers()
     if record.teardown:
