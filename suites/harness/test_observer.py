@@ -6,8 +6,9 @@ the same spec, the same first inference and timed runs) without any of the harne
 bookkeeping (no output check, no records, no watchdog, no barrier thread) and waits. It runs
 the start-up peak sampler as the worker does (`harness.runner.peak`, issue 20: an instrument of
 the measured start-up, stopped at the first inference), so what is compared is what happens
-after the last measured action; the sampler's own residue (~0.85 MiB of USS at the barrier,
-measured 2026-12) is a separate question. The real
+after the last measured action (the same timing loop too, `timed_runs`). Without the sampler
+and that module the bare worker held ~0.85 MiB less (measured 2026-12): the start-up
+instruments' own residue, a separate question from this one. The real
 worker runs in a real group beside it; both are sampled while both are alive (the weights
 file's pages are then shared by the two and in neither USS). Before this issue the worker
 computed its latency percentiles and read its own memory maps just before the sample: +3.7
@@ -53,11 +54,18 @@ target = get_target(spec.target)
 models = [PreparedModel.load(Path(f), check_files=False) for f in spec.options["models"]]
 live = target.create_sessions(spec, models, WorkerRecord())
 references = [load_reference(m) for m in models]
-for n in range(1 + spec.options["runs"]):
+
+
+def one_pass():
     for session, model, (feeds, _) in zip(live.first_group(), models, references):
         target.run(session, model, feeds)
-    if n == 0:
-        peak.stop()  # where the worker stops it: after the first inference
+
+
+one_pass()
+peak.stop()  # where the worker stops it: after the first inference
+from harness.core.latency import timed_runs
+
+timed = timed_runs(one_pass, spec.options["runs"])  # the same timing loop, kept raw
 print("ready", flush=True)
 sys.stdin.readline()
 """
