@@ -12,7 +12,8 @@ and timed runs; its outputs are not checked (zero weights give other values). It
 memory is the run's ``runtime_bytes``; a worker's private memory minus it, minus the weights
 file pages private to that worker, is the worker's ``copied_bytes``.
 
-Only targets whose models list their tensors (cpu, ort-native) have a control (`has_control`).
+Only targets whose models list their tensors (cpu, ort-native) have a control
+(`Target.has_control`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from harness.targets.base import LiveSessions, Target
 
 def has_control(target: Target) -> bool:
     """True when ``target``'s models list their external tensors, so a weightless twin exists."""
-    return target.name in ("cpu", "ort-native")
+    return bool(target.has_control)
 
 
 def _zero_pages(model: Any) -> mmap.mmap:

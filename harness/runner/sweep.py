@@ -119,7 +119,7 @@ def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, sta
             "model": own.source if own else (str(opts.model) if opts.model else "generated"),
             "models": [str(m.source) for m in own.models] if own else [str(m) for m in opts.models],
             "weights_bytes": own.weights_bytes if own else None,
-            "weights_file_bytes": (own.file_bytes or own.weights_bytes) if own else None,
+            "weights_file_bytes": (own.file_bytes or None) if own else None,
             "session": opts.session_settings().to_dict(),
             "runs": opts.runs,
             "warmup": opts.warmup,

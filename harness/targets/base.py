@@ -61,7 +61,7 @@ class Prepared:
     notes: list[str] = field(default_factory=list)  # facts about these models (how the reference was made...)
     logs: list[Path] = field(default_factory=list)  # logs of the preparation (the QNN compiler's): copied into the run
     #: Bytes of the files the heap path reads whole (weights files with their alignment padding;
-    #: 0: the same as ``weights_bytes``, as for a QNN context binary, which is measured as it is).
+    #: 0: not a prepared weights file, e.g. a QNN context binary, measured as it is).
     file_bytes: int = 0
 
     def __post_init__(self) -> None:
@@ -106,6 +106,9 @@ class Target(ABC):
     #: The EP whose provider options ``--provider-option`` sets, e.g. "the QNN EP" ("": this
     #: target takes none, and a run of it refuses them).
     provider_ep: str = ""
+    #: Its models list their external tensors, so each group can run a weightless control
+    #: worker beside the workers (`harness.runner.control`).
+    has_control: bool = False
 
     # -- parent side -------------------------------------------------------------------
     def options_for(self, opts: RunOptions) -> dict[str, Any]:

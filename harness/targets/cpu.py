@@ -146,6 +146,7 @@ def prepared_cpu_models(models: list[PreparedModel], opts: RunOptions | None = N
 class CpuTarget(Target):
     name = "cpu"
     summary = "mapper_impl + ORT CPU EP, weights handed over in place (default)"
+    has_control = True
     options = (
         TargetOption(
             "fault",

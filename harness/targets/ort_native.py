@@ -20,6 +20,7 @@ from .base import LiveSessions, Prepared, Target
 class OrtNativeTarget(Target):
     name = "ort-native"
     summary = "ORT maps the external data itself (the peer baseline)"
+    has_control = True
 
     def prepare(self, opts, progress) -> Prepared:
         from .cpu import prepared_cpu_models
