@@ -37,13 +37,20 @@ from harness.prep.inputs import model_inputs, shape_hint
 from harness.prep.models import resolve_feeds
 from harness.prep.onnxfile import external_data_files, load_onnx, ort_reason
 from harness.prep.pipeline import check_pipeline_request, resolve_models
-from harness.prep.reference import save_reference, write_reference
+from harness.prep.reference import load_reference, save_reference, write_reference
 
 from .child import NOTHING_COMPILED, StatusCallback, run_child
 from .ep import qnn_platform_supported, qnn_versions, register_qnn_ep
 from .partitions import UPSTREAM_ERRORS, partitions_of
 from .qdq import make_feeds, make_qdq_model, reference_output
-from .quantize import CALIBRATION_SIZE, MIN_COSINE, QuantizeSpec, calibration_feeds, quantize_qdq
+from .quantize import (
+    CALIBRATION_SIZE,
+    MIN_COSINE,
+    QuantizeSpec,
+    calibration_feeds,
+    check_quantized,
+    quantize_qdq,
+)
 from .shapes import with_static_shapes
 from .support import first_refused_op
 
@@ -378,6 +385,8 @@ def prepare_qnn_source(
             extra = {"min_cosine": MIN_COSINE, "quantized": f"qdq, {quantize.calibration_size} calibration inputs"}
         model = _inline_model(tmp, path, graph, inputs, shapes, 0, onnx_file, extra=extra)
         write_reference(model, Path(path), feeds, settings, level="all", label=label)  # the float model's
+        if quantize.enabled:
+            check_quantized(model.onnx_path, *load_reference(model), label)
         return model
 
     return cached_model(cache_dir / f"qnnsrc-{path.stem}-{key}", build)
