@@ -51,7 +51,7 @@ from .quantize import (
     check_quantized,
     quantize_qdq,
 )
-from .shapes import with_static_shapes
+from .shapes import fold_if_still_dynamic, with_static_shapes
 from .support import first_refused_op
 
 
@@ -355,7 +355,7 @@ def prepare_qnn_source(
         {
             "request": request.key(),
             "prep": PREP_VERSION,
-            "qnn_source": 2,  # 2: internal shapes inferred again (shapes.with_static_shapes)
+            "qnn_source": 3,  # 2: internal shapes inferred again; 3: folded where still dynamic, quantize fixes
             "session": settings.to_dict(),
             **quantize.key(),
         },
@@ -370,6 +370,7 @@ def prepare_qnn_source(
             onnx_file = Path(path).name  # relative: the folder moves when the cache publishes it
             onnx.save(with_static_shapes(fixed_shape_copy(graph, shapes)), str(tmp / onnx_file))
             link_external_data(path, graph, tmp)
+            onnx_file = fold_if_still_dynamic(tmp / onnx_file).name
         extra = {}
         if quantize.enabled:
             if on_status is not None:
