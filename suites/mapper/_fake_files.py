@@ -71,8 +71,8 @@ class FileRules:
         mode = os.O_RDWR if access & GENERIC_WRITE else os.O_RDONLY
         try:
             fd = os.open(_local(path), mode | getattr(os, "O_BINARY", 0))
-        except FileNotFoundError:
-            self.last_error = 2  # ERROR_FILE_NOT_FOUND
+        except FileNotFoundError:  # ERROR_PATH_NOT_FOUND when a folder on the way is missing
+            self.last_error = 2 if os.path.isdir(os.path.dirname(_local(path))) else 3
             return INVALID
         except PermissionError:
             self.last_error = 5  # ERROR_ACCESS_DENIED

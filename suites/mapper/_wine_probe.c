@@ -2,12 +2,13 @@
 
    It makes no decision of its own: it replays, call by call, the kernel32 calls that the
    Python mapper (`mapper_impl/_windows.py`, `_winapi.py`) made over the fake kernel32, with
-   the very flags the Python code passed (the trace is written by `_wine.py` from the fake's
+   the very flags the Python code passed (the trace is written by `_wine_exec.py` from the fake's
    record), and prints each outcome as one JSON line: ok, GetLastError on failure, bytes read,
    size, file id, a digest of the bytes read. Compiled with mingw at test time, never committed
    as a binary.
 
    Usage: probe.exe replay TRACE          (one call per line, tab-separated, UTF-8)
+          probe.exe upstream PATH         (the upstream call sequence, flags from windows.h)
           probe.exe job CLASS FLAGS PIDFILE (kill-on-close job: the child must die on close)
           probe.exe lost CLASS FLAGS PIDFILE (the job's handle is lost: its owner exits)
           probe.exe owner CLASS FLAGS PIDFILE (lost's helper: makes the job, exits)
@@ -94,6 +95,9 @@ static void replay_line(char *line) {
     } else if (!strcmp(call, "MoveFileExW")) {
         wchar_t *src = wide(strtok_r(NULL, "\t\n", &save)), *dst = wide(strtok_r(NULL, "\t\n", &save));
         ok = MoveFileExW(src, dst, num(&save)); free(src); free(dst);
+    } else if (!strcmp(call, "DeleteFileW")) {
+        wchar_t *path = wide(strtok_r(NULL, "\t\n", &save));
+        ok = DeleteFileW(path); free(path);
     } else if (!strcmp(call, "PEEK")) {  /* not a kernel32 call: read the view's memory */
         unsigned char *v = ref(&save); unsigned long long at = num(&save), n = num(&save);
         ok = v != NULL;
@@ -110,6 +114,33 @@ static int replay(const char *trace) {
     static char line[65536];
     while (fgets(line, sizeof line, f)) replay_line(line);
     fclose(f);
+    return 0;
+}
+
+/* The upstream sequence (WindowsFileMapper::Map in qnn_windows_file_mapper.cc), written here
+   with windows.h's own constants, independently of _winapi.py: the test compares it, call by
+   call and flag by flag, with what the Python mapper passed over the fake. */
+static void step(const char *call, BOOL ok, const char *args) {
+    printf("{\"call\": \"%s\", \"args\": [%s], \"ok\": %s, \"err\": %lu}\n", call, args,
+           ok ? "true" : "false", ok ? 0 : GetLastError());
+}
+
+static int upstream(const char *utf8) {
+    char args[256]; wchar_t *path = wide(utf8);
+    HANDLE file = CreateFileW(path, GENERIC_READ, FILE_SHARE_READ, NULL, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, NULL);
+    snprintf(args, sizeof args, "%lu, %lu, %lu, %lu", (DWORD)GENERIC_READ, (DWORD)FILE_SHARE_READ,
+             (DWORD)OPEN_EXISTING, (DWORD)FILE_ATTRIBUTE_NORMAL);
+    step("CreateFileW", file != INVALID_HANDLE_VALUE, args);
+    HANDLE mapping = CreateFileMappingW(file, NULL, PAGE_READONLY, 0, 0, NULL);
+    snprintf(args, sizeof args, "%lu, 0, 0", (DWORD)PAGE_READONLY);
+    step("CreateFileMappingW", mapping != NULL, args);
+    void *view = MapViewOfFile(mapping, FILE_MAP_READ, 0, 0, 0);
+    snprintf(args, sizeof args, "%lu, 0, 0, 0", (DWORD)FILE_MAP_READ);
+    step("MapViewOfFile", view != NULL, args);
+    step("CloseHandle", CloseHandle(mapping), "\"mapping\"");
+    step("CloseHandle", CloseHandle(file), "\"file\"");
+    step("UnmapViewOfFile", UnmapViewOfFile(view), "\"view\"");
+    free(path);
     return 0;
 }
 
@@ -156,6 +187,7 @@ static const char *gone(HANDLE process) {
 
 int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "replay")) return replay(argv[2]);
+    if (argc >= 3 && !strcmp(argv[1], "upstream")) return upstream(argv[2]);
     if (argc >= 2 && !strcmp(argv[1], "sleep")) { Sleep(60000); return 0; }
     if (argc >= 3 && !strcmp(argv[1], "spawner")) {
         DWORD pid = 0;
