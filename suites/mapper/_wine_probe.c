@@ -13,9 +13,11 @@
           probe.exe lost CLASS FLAGS PIDFILE (the job's handle is lost: its owner exits)
           probe.exe owner CLASS FLAGS PIDFILE (lost's helper: makes the job, exits)
           probe.exe spawner PIDFILE        (a launcher: starts a "sleep" grandchild, sleeps)
-          probe.exe sleep                  (sleeps 60 s)
+          probe.exe tree CLASS FLAGS PIDFILE (the worker's own pid, parent and job vs the launcher's)
+          probe.exe sleep [PIDFILE]        (writes its own pid there, sleeps 60 s)
 */
 #include <windows.h>
+#include <tlhelp32.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,6 +183,17 @@ static HANDLE make_job(const char *cls, const char *flags, const char *pidfile, 
     return job;
 }
 
+/* The parent of a process as the process snapshot has it: what psutil's children() (and so
+   harness.runner.spawn.worker_pid_in_tree) reads on Windows. */
+static DWORD parent_of(DWORD pid) {
+    HANDLE snap = CreateToolhelp32Snapshot(TH32CS_SNAPPROCESS, 0);
+    PROCESSENTRY32W entry = {sizeof entry}; DWORD parent = 0;
+    for (BOOL more = Process32FirstW(snap, &entry); more; more = Process32NextW(snap, &entry))
+        if (entry.th32ProcessID == pid) parent = entry.th32ParentProcessID;
+    CloseHandle(snap);
+    return parent;
+}
+
 static const char *gone(HANDLE process) {
     return process && WaitForSingleObject(process, 10000) == WAIT_OBJECT_0 ? "true" : "false";
 }
@@ -188,14 +201,19 @@ static const char *gone(HANDLE process) {
 int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "replay")) return replay(argv[2]);
     if (argc >= 3 && !strcmp(argv[1], "upstream")) return upstream(argv[2]);
-    if (argc >= 2 && !strcmp(argv[1], "sleep")) { Sleep(60000); return 0; }
+    if (argc >= 2 && !strcmp(argv[1], "sleep")) {
+        if (argc >= 3) { FILE *f = fopen(argv[2], "w"); fprintf(f, "%lu\n", GetCurrentProcessId()); fclose(f); }
+        Sleep(60000);
+        return 0;
+    }
     if (argc >= 3 && !strcmp(argv[1], "spawner")) {
         DWORD pid = 0;
         /* The launcher is assigned to the job right after it starts; wait for that so the
            grandchild is created inside the job, as a venv launcher's child is. */
         BOOL in_job = FALSE;
         for (int i = 0; i < 500 && !in_job; i++) { IsProcessInJob(GetCurrentProcess(), NULL, &in_job); if (!in_job) Sleep(10); }
-        HANDLE child = start("sleep", &pid);
+        char args[1024]; snprintf(args, sizeof args, "sleep \"%s.self\"", argv[2]);
+        HANDLE child = start(args, &pid);
         FILE *f = fopen(argv[2], "w"); fprintf(f, "%lu\n", child ? pid : 0); fclose(f);
         Sleep(60000);
         return 0;
@@ -209,6 +227,26 @@ int main(int argc, char **argv) {
                gone(launcher), gone(worker));
         if (launcher) TerminateProcess(launcher, 1);  /* no-ops when the job did its work; */
         if (worker) TerminateProcess(worker, 1);      /* else no sleeper is left behind     */
+        return 0;
+    }
+    if (argc >= 5 && !strcmp(argv[1], "tree")) {  /* the worker's own view of itself */
+        HANDLE launcher; DWORD worker_pid; char self[1100];
+        HANDLE job = make_job(argv[2], argv[3], argv[4], &launcher, &worker_pid);
+        snprintf(self, sizeof self, "%s.self", argv[4]);
+        DWORD own = read_pid(self);
+        HANDLE worker = OpenProcess(SYNCHRONIZE | PROCESS_TERMINATE | PROCESS_QUERY_INFORMATION, FALSE, worker_pid);
+        BOOL in_job = FALSE, launcher_in_job = FALSE;
+        /* PROCESS_QUERY_INFORMATION: Wine 8 refuses the LIMITED right here (error 5), which
+           Windows documents as enough (learn.microsoft.com/windows/win32/api/jobapi/
+           nf-jobapi-isprocessinjob); the full right works on both. */
+        IsProcessInJob(worker, job, &in_job); IsProcessInJob(launcher, job, &launcher_in_job);
+        printf("{\"launcher\": %lu, \"worker_self\": %lu, \"worker_parent\": %lu, \"worker_in_job\": %s,"
+               " \"launcher_in_job\": %s}\n", GetProcessId(launcher), own, parent_of(worker_pid),
+               in_job ? "true" : "false", launcher_in_job ? "true" : "false");
+        CloseHandle(job);
+        printf("{\"worker_gone\": %s}\n", gone(worker));
+        if (launcher) TerminateProcess(launcher, 1);
+        if (worker) TerminateProcess(worker, 1);
         return 0;
     }
     if (argc >= 5 && !strcmp(argv[1], "owner")) {  /* holds the job, then exits without closing it */

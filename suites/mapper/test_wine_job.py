@@ -2,7 +2,8 @@
 (Wine's): a C probe (`_wine_probe.c`, compiled with mingw at test time) creates a job with the
 harness's own limit class and flags, read from `spawn.py`, puts a launcher in it that starts the
 "worker" grandchild (a venv launcher and the real interpreter), then closes or loses the job's
-handle: both must be gone. Skips, with the reason, where Wine or mingw is not installed (fixtures: conftest.py)."""
+handle: both must be gone; and the worker's own pid is checked against the launcher's. Skips,
+with the reason, where Wine or mingw is not installed (fixtures: conftest.py)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,21 @@ def test_without_the_kill_flag_the_worker_survives(wine):
     run, folder = wine
     lines = run("job", str(spawn._JOB_OBJECT_EXTENDED_LIMIT_INFORMATION), "0", wine_path(str(folder / "none.pid")))
     assert lines[-1]["worker_gone"] is False, lines
+
+
+def test_worker_reports_its_own_pid_below_the_launcher_and_inside_the_job(wine):
+    """What `spawn.worker_pid_in_tree` relies on, under a real kernel32: the pid the worker
+    reports for itself (GetCurrentProcessId) is not the launcher's, the process snapshot that
+    psutil's children() reads on Windows names the launcher as its parent (so the reported pid
+    is accepted as the spawned process's descendant), and the launcher's child is in the
+    launcher's job without being assigned (so the kill-on-close job reaches it)."""
+    run, folder = wine
+    flags = hex(spawn._JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE)
+    created, tree, outcome = run(
+        "tree", str(spawn._JOB_OBJECT_EXTENDED_LIMIT_INFORMATION), flags, wine_path(str(folder / "tree.pid"))
+    )
+    assert created["assigned"] and created["worker"], created
+    assert tree["worker_self"] == created["worker"] != tree["launcher"] == created["launcher"], tree
+    assert tree["worker_parent"] == tree["launcher"], tree
+    assert tree["worker_in_job"] is True and tree["launcher_in_job"] is True, tree
+    assert outcome["worker_gone"] is True, outcome
