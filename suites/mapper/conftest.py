@@ -31,7 +31,7 @@ def mingw() -> str:
 def wine(mingw, tmp_path_factory) -> tuple[Callable[..., list[dict]], Path]:
     """(run, folder): ``run(*args)`` runs the compiled probe under Wine (no display, no debug
     output) and returns its JSON lines; ``folder`` is the session's scratch folder."""
-    wine = shutil.which("wine") or shutil.which("wine64")
+    wine = shutil.which("wine") or shutil.which("wine64") or shutil.which("wine64", path="/usr/lib/wine")
     if not wine:
         pytest.skip("wine64 not installed (.ci/run installs it)")
     folder = tmp_path_factory.mktemp("wine")
