@@ -9,7 +9,7 @@
 
    Usage: probe.exe replay TRACE          (one call per line, tab-separated, UTF-8)
           probe.exe upstream PATH         (the upstream call sequence, flags from windows.h)
-          probe.exe job CLASS FLAGS PIDFILE (kill-on-close job: the child must die on close)
+          probe.exe job CLASS FLAGS PIDFILE [WAIT_MS] (kill-on-close job: the child must die on close)
           probe.exe lost CLASS FLAGS PIDFILE (the job's handle is lost: its owner exits)
           probe.exe owner CLASS FLAGS PIDFILE (lost's helper: makes the job, exits)
           probe.exe spawner PIDFILE        (a launcher: starts a "sleep" grandchild, sleeps)
@@ -194,8 +194,10 @@ static DWORD parent_of(DWORD pid) {
     return parent;
 }
 
+static DWORD wait_ms = 10000;  /* how long a process may take to end; "job" takes another */
+
 static const char *gone(HANDLE process) {
-    return process && WaitForSingleObject(process, 10000) == WAIT_OBJECT_0 ? "true" : "false";
+    return process && WaitForSingleObject(process, wait_ms) == WAIT_OBJECT_0 ? "true" : "false";
 }
 
 int main(int argc, char **argv) {
@@ -219,6 +221,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc >= 5 && !strcmp(argv[1], "job")) {
+        if (argc >= 6) wait_ms = strtoul(argv[5], NULL, 0);  /* the negative control's wait */
         HANDLE launcher; DWORD worker_pid;
         HANDLE job = make_job(argv[2], argv[3], argv[4], &launcher, &worker_pid);
         HANDLE worker = OpenProcess(SYNCHRONIZE | PROCESS_TERMINATE, FALSE, worker_pid);

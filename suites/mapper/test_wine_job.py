@@ -32,7 +32,11 @@ def test_without_the_kill_flag_the_worker_survives(wine):
     """The negative control: the same probe with no limit flag leaves the worker running (the
     probe then ends it), so the test above can fail."""
     run, folder = wine
-    lines = run("job", str(spawn._JOB_OBJECT_EXTENDED_LIMIT_INFORMATION), "0", wine_path(str(folder / "none.pid")))
+    # 2 s for each process to end: the sleepers never end by themselves (60 s), so the wait
+    # only bounds the test's length, it is no timing assertion.
+    lines = run(
+        "job", str(spawn._JOB_OBJECT_EXTENDED_LIMIT_INFORMATION), "0", wine_path(str(folder / "none.pid")), "2000"
+    )
     assert lines[-1]["worker_gone"] is False, lines
 
 
