@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import sys
 
+import _wine_fixtures
 import pytest
 from _wine_exec import group_by_scenario, normalised, prepare, run_scenario, trace_text, unlock, wine_path
 from wine_scenarios import KNOWN_WINE_DEVIATIONS, SCENARIOS, Deviation
 
+mingw, wine = _wine_fixtures.mingw, _wine_fixtures.wine  # the session fixtures, for pytest
 pytestmark = [
     pytest.mark.xdist_group("wine"),
     # The Linux stand-in for a real kernel32: on Windows, test_windows_real.py runs the mapper

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import _wine_fixtures
 import pytest
 from _wine_exec import run_scenario, wine_path
 from _wine_flags import compile_check, header_check, load_copy, mapping_sequence
@@ -17,6 +18,7 @@ from wine_scenarios import SCENARIOS
 from mapper_impl import _winapi
 from mapper_impl import _windows as win
 
+mingw, wine = _wine_fixtures.mingw, _wine_fixtures.wine  # the session fixtures, for pytest
 pytestmark = [
     pytest.mark.xdist_group("wine"),
     # The Linux stand-in for a real kernel32: on Windows, test_windows_real.py runs the mapper

@@ -7,11 +7,13 @@ with the reason, where Wine or mingw is not installed (fixtures: conftest.py).""
 
 from __future__ import annotations
 
+import _wine_fixtures
 import pytest
 from _wine_exec import wine_path
 
 from harness.runner import spawn
 
+mingw, wine = _wine_fixtures.mingw, _wine_fixtures.wine  # the session fixtures, for pytest
 pytestmark = pytest.mark.xdist_group("wine")
 
 

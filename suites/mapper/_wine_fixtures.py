@@ -1,7 +1,8 @@
-"""Fixtures of the Wine tests (`test_wine_job.py`, `test_wine_differential.py`): the mingw cross
-compiler and the C probe (`_wine_probe.c`) compiled once per session under a Wine prefix of its
-own in a pytest temporary folder. Either tool missing makes those tests skip, with the reason
-(`.ci/run` installs both)."""
+"""Fixtures of the Wine tests (`test_wine_job.py`, `test_wine_differential.py`,
+`test_wine_flags.py`, each imports them): the mingw cross compiler and the C probe
+(`_wine_probe.c`) compiled once per test process under a Wine prefix of its own in a pytest
+temporary folder. Either tool missing makes those tests skip, with the reason (`.ci/run`
+installs both). Not a conftest.py: the suites import the root conftest by that name."""
 
 from __future__ import annotations
 
@@ -27,6 +28,11 @@ def mingw() -> str:
     return gcc
 
 
+#: The compiled probe and its prefix, made once per test process: each importing module gets
+#: a session fixture of its own, and a second Wine prefix would cost another first start.
+_PROBE: dict[str, tuple[Callable[..., list[dict]], Path]] = {}
+
+
 @pytest.fixture(scope="session")
 def wine(mingw, tmp_path_factory) -> tuple[Callable[..., list[dict]], Path]:
     """(run, folder): ``run(*args)`` runs the compiled probe under Wine (no display, no debug
@@ -34,7 +40,12 @@ def wine(mingw, tmp_path_factory) -> tuple[Callable[..., list[dict]], Path]:
     wine = shutil.which("wine") or shutil.which("wine64") or shutil.which("wine64", path="/usr/lib/wine")
     if not wine:
         pytest.skip("wine64 not installed (.ci/run installs it)")
-    folder = tmp_path_factory.mktemp("wine")
+    if "probe" not in _PROBE:
+        _PROBE["probe"] = _compile(mingw, wine, tmp_path_factory.mktemp("wine"))
+    return _PROBE["probe"]
+
+
+def _compile(mingw: str, wine: str, folder: Path) -> tuple[Callable[..., list[dict]], Path]:
     exe = folder / "probe.exe"
     subprocess.run([mingw, "-O1", "-o", str(exe), str(PROBE_SOURCE)], check=True, capture_output=True)
     env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
