@@ -1,4 +1,4 @@
-"""The session recorder of the pytest plugin's ``--report-dir``: keeps every run folder a test
+"""The session recorder of the pytest plugin's ``--fmw-report-dir``: keeps every run folder a test
 produced under ``DIR/runs/``, the outcome of every test, and renders ``DIR/report.html`` over
 them at the end of the session (through `harness.publish`).
 
@@ -47,7 +47,7 @@ class SessionRecorder:
     def start(self) -> None:
         """Controller, before any test: a clean runs/ and session index for this session. Only
         what an earlier session of this plugin left is removed: the plugin is active in every
-        project that installed the package, and ``--report-dir .`` in a project whose ``runs/``
+        project that installed the package, and ``--fmw-report-dir .`` in a project whose ``runs/``
         holds something else (TensorBoard's default folder) must not delete it."""
         for folder in (self.runs, self.index):
             _check_ours(folder, self.report_dir)
@@ -146,7 +146,7 @@ class SessionRecorder:
         try:
             path = render_test_session(folders, self.report_dir / REPORT, records, counts)
             line = f"qnn-fmw-harness: {len(folders)} run(s), report: {path}"
-        except (InputError, OSError) as err:  # the session's own outcome must survive a bad --report-dir
+        except (InputError, OSError) as err:  # the session's own outcome must survive a bad --fmw-report-dir
             line = f"qnn-fmw-harness: no report rendered: {err}"
         if terminal is not None:
             terminal.write_line(line)
