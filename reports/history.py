@@ -28,23 +28,21 @@ from harness.core.verdict import Judgement
 
 #: How long an append waits for another process's append before giving up.
 LOCK_TIMEOUT_S = 120.0
-CONTEXT_COLUMNS = (
-    "record",
-    "run_id",
-    "date",
-    "commit",
-    "host",
-    "system",
-    "model",
-    "labels",
-    "verdict",
-    "onnxruntime",
-    "onnxruntime_qnn",
-    "qnn_sdk",
-    "python",
-    "os",
-    "cpu",
-)
+_RUN_COLUMNS = ("record", "run_id", "date", "commit", "host", "system", "model", "labels", "verdict")
+
+
+def version_columns() -> tuple[str, ...]:
+    """onnxruntime, every target's own versions (`Target.version_keys`), the machine's."""
+    from harness.targets import version_labels
+
+    return ("onnxruntime", *version_labels(), "python", "os", "cpu")
+
+
+def context_columns() -> tuple[str, ...]:
+    """The columns that say which run a history line comes from, and on what."""
+    return (*_RUN_COLUMNS, *version_columns())
+
+
 DEFAULT_TREND_RUNS = 10
 
 
@@ -52,12 +50,12 @@ def history_columns() -> list[str]:
     """Context columns, then SummaryRow's, then headline keys SummaryRow lacks."""
     summary_cols = columns(SummaryRow)
     extra = [k for k in known_metrics() if k not in summary_cols]
-    return [*CONTEXT_COLUMNS, *summary_cols, *extra]
+    return [*context_columns(), *summary_cols, *extra]
 
 
 def history_dtypes() -> dict[str, str]:
     """pandas dtypes of the history file (ratios are Float64, counts Int64)."""
-    kinds = {c: "string" for c in CONTEXT_COLUMNS} | dtypes(SummaryRow)
+    kinds = {c: "string" for c in context_columns()} | dtypes(SummaryRow)
     for key in history_columns():
         if key not in kinds:
             kinds[key] = "Int64" if key in ("sessions",) else "Float64"
@@ -73,7 +71,7 @@ def _context(run: RunData) -> dict[str, Any]:
         "system": run.env.get("system") or run.env.get("os") or "",
         "model": run.run.get("model") or "",
         "labels": ";".join(f"{k}={v}" for k, v in sorted((run.run.get("labels") or {}).items())),
-        **{key: run.env.get(key) or "" for key in ("onnxruntime", "onnxruntime_qnn", "qnn_sdk", "python", "os", "cpu")},
+        **{key: run.env.get(key) or "" for key in version_columns()},
     }
 
 
@@ -231,7 +229,7 @@ def trend(
     heads.sort(key=lambda r: r.get("date") or "")
     out = []
     for row in heads[-k:] if k > 0 else []:
-        point: dict[str, Any] = {c: row.get(c, "") for c in CONTEXT_COLUMNS}
+        point: dict[str, Any] = {c: row.get(c, "") for c in context_columns()}
         point["target"] = row.get("target", "")
         for key in known_metrics():
             point[key] = _float(row.get(key))

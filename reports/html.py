@@ -22,7 +22,7 @@ from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV, write_long
 from harness.core.units import fmt_bytes, fmt_ratio
 from harness.core.verdict import Judgement
 from reports.history import append_history, check_history, trend
-from reports.views import VERSION_LABELS, RunView, TestRecord, build_run_view
+from reports.views import RunView, TestRecord, build_run_view, version_labels
 
 REPORT_HTML = "report.html"
 #: (headline key, row title) of the ratio rows of the cross-run comparison.
@@ -166,13 +166,14 @@ def _comparison(views: Sequence[RunView]) -> dict[str, Any]:
 def _baseline(comparison: Any) -> dict[str, Any]:
     from harness.core.compare import comparison_rows
 
+    labels = version_labels()
     return {
         "baseline": comparison.baseline.run_id,
         "current": comparison.current.run_id,
         "at": comparison.at,
         "rows": comparison_rows(comparison),
         "versions": [
-            {"name": VERSION_LABELS.get(k, k), "baseline": b, "current": c, "differs": b != c}
+            {"name": labels.get(k, k), "baseline": b, "current": c, "differs": b != c}
             for k, b, c in comparison.versions
         ],
         "warnings": list(comparison.warnings),

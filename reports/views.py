@@ -27,20 +27,17 @@ from reports.projection import (
 )
 from reports.startup import StartupView, startup_view
 
-ENV_KEYS = (
-    "os",
-    "system",
-    "arch",
-    "cpu",
-    "cpu_count",
-    "ram_bytes",
-    "python",
-    "onnxruntime",
-    "onnxruntime_qnn",
-    "qnn_sdk",
-    "hostname",
-    "git_commit",
-)
+_MACHINE_KEYS = ("os", "system", "arch", "cpu", "cpu_count", "ram_bytes", "python")
+
+
+def env_keys() -> tuple[str, ...]:
+    """The metadata ``env`` keys the report lists: the machine's, onnxruntime, every target's own
+    versions (`Target.version_keys`), host and commit."""
+    from harness.targets import version_labels
+
+    return (*_MACHINE_KEYS, "onnxruntime", *version_labels(), "hostname", "git_commit")
+
+
 #: (label, SummaryRow column, headline key, how to read it)
 HEADLINE_ROWS = (
     (
@@ -70,16 +67,16 @@ HEADLINE_ROWS = (
 
 #: Cells longer than this are clipped to one line in the tables, the full text on hover.
 CLIP_CHARS = 40
-#: headline.json version key -> what the report calls it.
-VERSION_LABELS = {
-    "onnxruntime": "onnxruntime",
-    "onnxruntime_qnn": "onnxruntime-qnn",
-    "qnn_sdk": "QNN SDK",
-    "python": "Python",
-    "os": "OS",
-    "cpu": "CPU",
-    "commit": "commit",
-}
+#: headline.json version key -> what the report calls it, besides the targets' own.
+_MACHINE_LABELS = {"python": "Python", "os": "OS", "cpu": "CPU", "commit": "commit"}
+
+
+def version_labels() -> dict[str, str]:
+    """headline.json version key -> what the report calls it: onnxruntime, every target's own
+    (`Target.version_keys`), the machine's."""
+    from harness.targets import version_labels as target_labels
+
+    return {"onnxruntime": "onnxruntime", **target_labels(), **_MACHINE_LABELS}
 
 
 @dataclass(frozen=True)
@@ -213,7 +210,7 @@ def _processes(run: RunData) -> str:
 def _env(run: RunData) -> list[tuple[str, str]]:
     env = run.env
     out = []
-    for key in ENV_KEYS:
+    for key in env_keys():
         if env.get(key) not in (None, ""):
             value = fmt_bytes(env[key]) if key == "ram_bytes" else str(env[key])
             out.append((key.replace("_", " "), value))
@@ -309,7 +306,7 @@ def _per_n_rows(run: RunData) -> list[dict[str, str]]:
 
 def _versions(run: RunData) -> list[tuple[str, str]]:
     found = versions(run.env)
-    return [(label, str(found.get(key) or "–")) for key, label in VERSION_LABELS.items()]
+    return [(label, str(found.get(key) or "–")) for key, label in version_labels().items()]
 
 
 def projection_for(run: RunData, override: tuple[int, int] | None = None) -> tuple[int, int]:

@@ -25,8 +25,9 @@ Format (``format_version`` 1; keys are only ever added within a version):
   ``saving`` ({``metric``: "pss" | "private", ``bytes``: heap - mapped, ``fraction``:
   1 - mapped/heap});
 - ``gates``: [{``expr``, ``status`` (pass | fail | skip), ``value``, ``reason``, ``why``}];
-- ``versions``: {``onnxruntime``, ``onnxruntime_qnn``, ``qnn_sdk``, ``python``, ``os``,
-  ``cpu``, ``commit``} (null where unknown), plus ``system``, ``arch``, ``hostname``.
+- ``versions``: {``onnxruntime``, each target's own keys (``Target.version_keys``: the qnn
+  target's ``onnxruntime_qnn``, ``qnn_sdk``), ``python``, ``os``, ``cpu``, ``commit``} (null
+  where unknown), plus ``system``, ``arch``, ``hostname``.
 """
 
 from __future__ import annotations
@@ -53,11 +54,9 @@ ABSOLUTE_COLUMNS = (
     "init_s_median",
     "create_s_median",
 )
-#: headline.json version key -> metadata.json ``env`` key.
-VERSION_KEYS = {
-    "onnxruntime": "onnxruntime",
-    "onnxruntime_qnn": "onnxruntime_qnn",
-    "qnn_sdk": "qnn_sdk",
+#: headline.json version key -> metadata.json ``env`` key, besides the targets' own keys
+#: (`Target.version_keys`, which go after onnxruntime: see `version_keys`).
+MACHINE_VERSION_KEYS = {
     "python": "python",
     "os": "os",
     "cpu": "cpu",
@@ -125,8 +124,16 @@ def per_n(summary: Sequence[SummaryRow], target: str) -> list[dict[str, Any]]:
     return out
 
 
+def version_keys() -> dict[str, str]:
+    """headline.json version key -> metadata.json ``env`` key: onnxruntime, every target's own
+    versions (same key in both), then the machine's."""
+    from harness.targets import version_labels
+
+    return {"onnxruntime": "onnxruntime", **{key: key for key in version_labels()}, **MACHINE_VERSION_KEYS}
+
+
 def versions(env: dict[str, Any]) -> dict[str, Any]:
-    return {key: env.get(source) or None for key, source in VERSION_KEYS.items()}
+    return {key: env.get(source) or None for key, source in version_keys().items()}
 
 
 def headline_sentence(judgement: Any) -> str:

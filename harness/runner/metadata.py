@@ -58,21 +58,29 @@ def target_versions() -> dict[str, str | None]:
     return versions
 
 
+def target_version_keys() -> list[str]:
+    from harness.targets import version_labels
+
+    return list(version_labels())
+
+
 def environment() -> dict:
     import psutil
 
-    return {
-        "os": platform.platform(),
-        "system": platform.system(),
-        "arch": platform.machine(),
-        "cpu": cpu_name(),
-        "cpu_count": psutil.cpu_count(logical=True),
-        "ram_bytes": int(psutil.virtual_memory().total),
-        "python": platform.python_version(),
-        "onnxruntime": package_version("onnxruntime"),
-        "onnxruntime_qnn": package_version("onnxruntime-qnn"),
-        "qnn_sdk": None,
-        "numpy": package_version("numpy"),
-        "hostname": socket.gethostname(),
-        "git_commit": git_commit(),
-    } | {k: v for k, v in target_versions().items() if v is not None}
+    return (
+        {
+            "os": platform.platform(),
+            "system": platform.system(),
+            "arch": platform.machine(),
+            "cpu": cpu_name(),
+            "cpu_count": psutil.cpu_count(logical=True),
+            "ram_bytes": int(psutil.virtual_memory().total),
+            "python": platform.python_version(),
+            "onnxruntime": package_version("onnxruntime"),
+            "numpy": package_version("numpy"),
+            "hostname": socket.gethostname(),
+            "git_commit": git_commit(),
+        }
+        | dict.fromkeys(target_version_keys())
+        | {k: v for k, v in target_versions().items() if v is not None}
+    )

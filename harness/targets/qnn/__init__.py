@@ -144,6 +144,9 @@ class QnnTarget(Target):
 
         return qnn_versions()
 
+    def version_keys(self) -> dict[str, str]:
+        return {"onnxruntime_qnn": "onnxruntime-qnn", "qnn_sdk": "QNN SDK"}
+
     def probe(self, timeout_s: float):
         """The QNN EP probed in a child process (`device.probe_device`)."""
         from .device import probe_device
