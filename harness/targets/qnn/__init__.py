@@ -81,8 +81,8 @@ class QnnTarget(Target):
     )
 
     def prepare(self, opts, progress) -> Prepared:
-        from .compile import prepare_qnn
         from .partitions import load_level, load_note
+        from .prepare import prepare_qnn
 
         parts = prepare_qnn(opts, progress)
         bins = list(dict.fromkeys(b for p in parts for b in p.bins))
