@@ -166,7 +166,7 @@ def _comparison(views: Sequence[RunView]) -> dict[str, Any]:
 def _baseline(comparison: Any) -> dict[str, Any]:
     from harness.core.compare import comparison_rows
 
-    labels = version_labels()
+    labels = version_labels(comparison.baseline.env, comparison.current.env)
     return {
         "baseline": comparison.baseline.run_id,
         "current": comparison.current.run_id,

@@ -58,29 +58,29 @@ def target_versions() -> dict[str, str | None]:
     return versions
 
 
-def target_version_keys() -> list[str]:
+def target_version_env() -> dict:
+    """Every target's versions (None where unknown) and ``version_labels``, what reports call
+    them (`Target.version_keys`): core and reports read the keys from here, never the targets."""
     from harness.targets import version_labels
 
-    return list(version_labels())
+    labels = version_labels()
+    reported = {k: v for k, v in target_versions().items() if v is not None}
+    return dict.fromkeys(labels) | reported | {"version_labels": labels}
 
 
 def environment() -> dict:
     import psutil
 
-    return (
-        {
-            "os": platform.platform(),
-            "system": platform.system(),
-            "arch": platform.machine(),
-            "cpu": cpu_name(),
-            "cpu_count": psutil.cpu_count(logical=True),
-            "ram_bytes": int(psutil.virtual_memory().total),
-            "python": platform.python_version(),
-            "onnxruntime": package_version("onnxruntime"),
-            "numpy": package_version("numpy"),
-            "hostname": socket.gethostname(),
-            "git_commit": git_commit(),
-        }
-        | dict.fromkeys(target_version_keys())
-        | {k: v for k, v in target_versions().items() if v is not None}
-    )
+    return {
+        "os": platform.platform(),
+        "system": platform.system(),
+        "arch": platform.machine(),
+        "cpu": cpu_name(),
+        "cpu_count": psutil.cpu_count(logical=True),
+        "ram_bytes": int(psutil.virtual_memory().total),
+        "python": platform.python_version(),
+        "onnxruntime": package_version("onnxruntime"),
+        "numpy": package_version("numpy"),
+        "hostname": socket.gethostname(),
+        "git_commit": git_commit(),
+    } | target_version_env()

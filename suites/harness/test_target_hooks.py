@@ -91,22 +91,29 @@ def test_its_versions_are_in_every_run_s_metadata(demo):
 
 
 def test_its_version_keys_reach_the_headline_the_history_and_the_report(demo):
-    """headline.json's versions, the history's columns and the report's environment and
-    version rows all take the demo target's key from its hook."""
+    """The runner records every target's version keys in the run's metadata; headline.json's
+    versions, the history's columns and the report's environment and version rows take the
+    demo target's key from there (core and reports never import the targets)."""
     import onnxruntime as ort
 
-    from harness.core.headline import versions
+    from harness.core.headline import target_version_labels, versions
     from harness.runner.metadata import environment
-    from reports.history import context_columns, history_columns
+    from reports.history import history_columns
     from reports.views import env_keys, version_labels
 
     env = environment()
-    assert env["demo_ep"] == ort.__version__
+    assert env["demo_ep"] == ort.__version__ and env["version_labels"]["demo_ep"] == "demo EP"
     assert versions(env)["demo_ep"] == ort.__version__
-    assert "demo_ep" in context_columns() and "demo_ep" in history_columns()
-    assert version_labels()["demo_ep"] == "demo EP" and "demo_ep" in env_keys()
+    assert "demo_ep" in history_columns(env)
+    assert version_labels(env)["demo_ep"] == "demo EP" and "demo_ep" in env_keys(env)
     # the qnn target's keys come the same way: no generic module names them
-    assert version_labels()["qnn_sdk"] == "QNN SDK" and "onnxruntime_qnn" in versions(env)
+    assert version_labels(env)["qnn_sdk"] == "QNN SDK" and "onnxruntime_qnn" in versions(env)
+    # a run recorded before the labels were: its other env keys, each its own label
+    legacy = {k: v for k, v in env.items() if k != "version_labels"}
+    assert target_version_labels(legacy)["demo_ep"] == "demo_ep"
+    # untrusted metadata: only identifier keys become columns
+    hostile = target_version_labels({"version_labels": {"a,b": "x", "=cmd": "y", "ok_key": "z" * 500}})
+    assert hostile == {"ok_key": "z" * 60}
 
 
 def test_no_generic_module_names_a_target_s_version_keys():
