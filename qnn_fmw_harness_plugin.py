@@ -234,8 +234,11 @@ def _arg_folders(config: pytest.Config) -> list[Path]:
     folders = []
     for arg in config.args:
         path = config.invocation_params.dir / arg.split("::")[0]
-        if path.exists():
-            folders.append(path if path.is_dir() else path.parent)
+        try:
+            if path.exists():
+                folders.append(path if path.is_dir() else path.parent)
+        except (OSError, ValueError):  # a name the OS refuses is pytest's to report
+            continue
     return folders
 
 

@@ -141,21 +141,29 @@ def test_a_real_run(run_harness):
 
 
 @pytest.mark.memory
-@pytest.mark.parametrize("xdist", [["-p", "no:xdist"], ["-n", "2"]], ids=["without-xdist", "with-xdist"])
-def test_a_project_with_its_own_harness_and_reports(installed, tmp_path, xdist):
+@pytest.mark.parametrize(
+    "python, xdist",
+    [(["-m"], ["-p", "no:xdist"]), (["-m"], ["-n", "2"]), (["-P", "-m"], ["-p", "no:xdist"])],
+    ids=["without-xdist", "with-xdist", "console-script"],
+)
+def test_a_project_with_its_own_harness_and_reports(installed, tmp_path, python, xdist):
     """``python -m pytest`` puts the project first on sys.path, so its ``harness.py`` and
     ``reports/`` shadow the package's: the plugin still loads, its fixtures and
     --fmw-report-dir work, and the project's tests import their own modules. The CLI children
-    get the package first on PYTHONPATH although the project is on it too."""
+    get the package first on PYTHONPATH although the project is on it too. ``python -P``
+    starts pytest as its console script does (the folder not on sys.path): the shadow is then
+    found in the rootdir, before the plugin imports anything."""
     project = tmp_path / "project"
     (project / "reports").mkdir(parents=True)
     (project / "harness.py").write_text('WHO = "their harness"\n')
     (project / "reports" / "__init__.py").write_text('WHO = "their reports"\n')
     (project / "test_shadow.py").write_text(SHADOW_TESTS)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHONPATH"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(installed), str(project)])
+    # the project on PYTHONPATH too (its CLI children must still get the package's harness),
+    # except for the console-script start, whose sys.path must not hold the project at first
+    env["PYTHONPATH"] = os.pathsep.join([str(installed)] + ([] if "-P" in python else [str(project)]))
     report_dir = tmp_path / "rd"
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--strict-markers", *xdist]
+    argv = [sys.executable, *python, "pytest", "-p", "no:cacheprovider", "--strict-markers", *xdist]
     proc = subprocess.run(
         [*argv, "--fmw-report-dir", str(report_dir)], cwd=project, env=env, capture_output=True, text=True, timeout=600
     )
