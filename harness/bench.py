@@ -54,7 +54,14 @@ def write_bench_json(out: Path, judgement) -> Path:
             "run": str(out),
             "verdict": judgement.verdict,
             "criteria": [
-                {"gate": g.gate.expr, "status": g.status, "value": g.value, "reason": g.reason}
+                {
+                    "gate": g.gate.expr,
+                    "status": g.status,
+                    "value": g.value,
+                    "interval": list(g.interval) if g.interval else None,
+                    "repeats": g.repeats,
+                    "reason": g.reason,
+                }
                 for g in judgement.gates
                 if g.gate.expr in criteria
             ],

@@ -24,7 +24,9 @@ Format (``format_version`` 1; keys are only ever added within a version):
   per-repeat mapped/heap ratios}), ``ratio_range`` ({metric: [min, max] over repeats}),
   ``saving`` ({``metric``: "pss" | "private", ``bytes``: heap - mapped, ``fraction``:
   1 - mapped/heap});
-- ``gates``: [{``expr``, ``status`` (pass | fail | skip), ``value``, ``reason``, ``why``}];
+- ``gates``: [{``expr``, ``status`` (pass | fail | skip | inconclusive), ``value``, ``interval``
+  ([low, high]: a timing gate's 95 % interval over its repeats, else null), ``repeats`` (the
+  repeats a timing gate was judged on, else null), ``reason``, ``why``};
 - ``versions``: {``onnxruntime``, ``onnxruntime_qnn``, ``qnn_sdk``, ``python``, ``os``,
   ``cpu``, ``commit``} (null where unknown), plus ``system``, ``arch``, ``hostname``.
 """
@@ -216,7 +218,15 @@ def headline_document(judgement: Any, *, kind: str = "run") -> dict[str, Any]:
         "headline": dict(judgement.values),
         "per_n": per_n(run.summary, run.target),
         "gates": [
-            {"expr": g.gate.expr, "status": g.status, "value": g.value, "reason": g.reason, "why": g.gate.why or None}
+            {
+                "expr": g.gate.expr,
+                "status": g.status,
+                "value": g.value,
+                "interval": list(g.interval) if g.interval else None,
+                "repeats": g.repeats,
+                "reason": g.reason,
+                "why": g.gate.why or None,
+            }
             for g in judgement.gates
         ],
         "versions": versions(run.env),
