@@ -16,6 +16,7 @@ from harness.core.notes import Note
 from harness.core.rundata import RunData
 from harness.core.schema import ResultRow, SummaryRow, column_docs
 from harness.core.summary import headline_pairs, largest_groups, median, row_ok, sessions_of
+from harness.core.timing import spread_text, timing_spread
 from harness.core.units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
 from harness.core.verdict import Judgement
 from reports import charts
@@ -238,6 +239,7 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
         heap = [s for s in chosen if s.mode == "heap"]
         at = f"{sessions_of(chosen[0]) if chosen else 0} sessions in all; no mapped/heap pair, so no ratios"
     has_pss = any(s.sum_pss_bytes is not None for s in run.summary)
+    spread = timing_spread(run.summary)
     out = []
     for label, column, key, hint in HEADLINE_ROWS:
         if column == "sum_pss_bytes" and not has_pss:
@@ -255,7 +257,7 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
                 "mapped": fmt_value(m_val, unit),
                 "heap": fmt_value(h_val, unit),
                 "diff": fmt_value(diff, unit),
-                "ratio": fmt_ratio(head.get(key)),
+                "ratio": fmt_ratio(head.get(key)) + (f" ({spread_text(spread[key])})" if key in spread else ""),
                 "key": key,
             }
         )

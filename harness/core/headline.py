@@ -24,6 +24,9 @@ Format (``format_version`` 1; keys are only ever added within a version):
   per-repeat mapped/heap ratios}), ``ratio_range`` ({metric: [min, max] over repeats}),
   ``saving`` ({``metric``: "pss" | "private", ``bytes``: heap - mapped, ``fraction``:
   1 - mapped/heap});
+- ``timing_spread``: {timing metric: {``repeats``, ``min``, ``max``, ``interval`` ([low, high],
+  the 95 % interval of the ratio over repeats; null below 2)}} at the headline's N x M: no
+  timing figure goes without its spread;
 - ``gates``: [{``expr``, ``status`` (pass | fail | skip | inconclusive), ``value``, ``interval``
   ([low, high]: a timing gate's 95 % interval over its repeats, else null), ``repeats`` (the
   repeats a timing gate was judged on, else null), ``reason``, ``why``};
@@ -41,7 +44,8 @@ from typing import Any
 from .files import read_json, write_json_atomic
 from .schema import SummaryRow
 from .summary import RATIO_COLUMNS, complete_pair, median, pair_ratio, paired, sessions_of
-from .units import fmt_bytes, fmt_percent, fmt_seconds
+from .timing import spread_text, timing_spread
+from .units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
 
 HEADLINE_JSON = "headline.json"
 HEADLINE_FORMAT_VERSION = 1
@@ -185,6 +189,7 @@ def headline_sentence(judgement: Any) -> str:
     init_ratio = top["ratios"].get("init_ratio")  # median of per-repeat ratios: what init_ratio gates judge
     if init_ratio:
         speed = 1 / init_ratio
+        times += f"; init ratio {fmt_ratio(init_ratio)}, {spread_text(timing_spread(run.summary).get('init_ratio'))}"
         init = (
             f"sessions started {speed:.1f}x faster ({times})"
             if speed >= 1
@@ -216,6 +221,7 @@ def headline_document(judgement: Any, *, kind: str = "run") -> dict[str, Any]:
         "weights_bytes": run.weights_bytes,
         "labels": dict(r.get("labels") or {}),
         "headline": dict(judgement.values),
+        "timing_spread": timing_spread(run.summary),
         "per_n": per_n(run.summary, run.target),
         "gates": [
             {

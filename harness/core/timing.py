@@ -85,3 +85,30 @@ def interval_status(op: str, threshold: float, values: Sequence[float]) -> tuple
     status = "pass" if holds else "fail" if fails else "inconclusive"
     words = interval.text()
     return status, interval, words if status != "inconclusive" else f"inconclusive: {words} straddles the threshold"
+
+
+def timing_spread(summary: Iterable[SummaryRow]) -> dict[str, dict]:
+    """{metric: {repeats, min, max, interval}} for every timing ratio measured at the headline's
+    N x M: the spread that goes beside a timing figure wherever it is shown."""
+    out = {}
+    for name, values in timing_repeats(summary).items():
+        if values:
+            interval = ratio_interval(values)
+            out[name] = {
+                "repeats": len(values),
+                "min": min(values),
+                "max": max(values),
+                "interval": [interval.low, interval.high] if interval else None,
+            }
+    return out
+
+
+def spread_text(entry: dict | None) -> str:
+    """ "0.031..0.062 over 3 repeats, 95% interval 0.024..0.081", or "1 repeat: no spread"."""
+    if not entry:
+        return "not measured"
+    if entry["repeats"] < 2:
+        return "1 repeat: no spread"
+    text = f"{entry['min']:.3g}..{entry['max']:.3g} over {entry['repeats']} repeats"
+    interval = entry.get("interval")
+    return text + (f", 95% interval {interval[0]:.3g}..{interval[1]:.3g}" if interval else "")
