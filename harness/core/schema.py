@@ -1,7 +1,7 @@
 """The one schema for result rows and summary rows: workers, CSV, HTML and tests all use it.
 
 Data flows one way: spec -> workers -> `ResultRow` -> `SummaryRow` -> report. Columns are
-declared once here, with their dtype and unit, and the CSV writers/readers, the README's
+declared once here, with their dtype and unit, and the CSV writers/readers, docs/results.md's
 column table and the report's tables are all derived from these declarations.
 """
 
@@ -53,7 +53,9 @@ class ResultRow:
         "",
         "mapped | heap | fallback | unknown (how the weights were loaded; unknown: the EP log gave no evidence)",
     )
-    map_attempts: int = col("Int64", "count", "mapping attempts made by mapper_impl")
+    map_attempts: int = col(
+        "Int64", "count", "the most mapping attempts one session's load needed (mapper_impl; 1: the first try mapped)"
+    )
     fallback_stage: str = col(
         "string",
         "",
@@ -177,7 +179,7 @@ def dtypes(row_type: type) -> dict[str, str]:
 
 
 def column_docs(row_type: type) -> list[tuple[str, str, str, str]]:
-    """(name, dtype, unit, meaning) for the README and the report."""
+    """(name, dtype, unit, meaning) for docs/results.md and the report."""
     return [(f.name, f.metadata["dtype"], f.metadata["unit"], f.metadata["doc"]) for f in fields(row_type)]
 
 

@@ -228,7 +228,9 @@ class CpuTarget(Target):
                 live.closers.append(ctx.close)
                 record.create_s += creating.seconds
                 record.load_s += total - creating.seconds
-                record.map_attempts += ctx.map_attempts
+                # the most attempts one load needed: summed over models and sessions, a pipeline
+                # without a single retry would read as "mapped after a retry"
+                record.map_attempts = max(record.map_attempts, ctx.map_attempts)
                 record.map_errors.extend(str(e) for e in ctx.errors)
                 stages.append(ctx.fallback_stage)
                 if ctx.path_taken != "mapped":  # a private copy, every byte written by the read
