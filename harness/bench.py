@@ -1,8 +1,9 @@
 """`harness bench`: the headline benchmark is a run plus a gates file.
 
 The run: the cpu target (mapped and heap) with the ort-native target as its peer (mapped), at
-the same N and model size, repeated (medians over repeats: one ms-scale init time on a 2-core
-machine is noise). The criteria the project promises are gate expressions in ``bench.gates``,
+the same N and model size, repeated (8 times by default: memory criteria use the medians, timing
+criteria the 95 % interval over the repeats, because one ms-scale init time on a 2-core machine
+is noise). The criteria the project promises are gate expressions in ``bench.gates``,
 judged like any run's gates, so the terminal, report.html and ``bench.json`` agree.
 """
 

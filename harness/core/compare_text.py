@@ -128,7 +128,7 @@ def regression_lines(comparison: Comparison) -> list[str]:
             f"regression [{comparison.current.run_id} vs {comparison.baseline.run_id}]: {c.metric.label} {c.call}: "
             f"{fmt_value(c.baseline_value, unit)} -> {fmt_value(c.current_value, unit)} "
             f"({fmt_value(c.delta, unit, signed=True)}, {fmt_percent(c.percent, signed=True)}), "
-            f"p={fmt_p(c.p_value)}, minimum effect {_threshold_text(c)}"
+            f"p{'' if fmt_p(c.p_value).startswith('<') else '='}{fmt_p(c.p_value)}, minimum effect {_threshold_text(c)}"
         )
     return out
 
