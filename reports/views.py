@@ -303,10 +303,18 @@ def _per_n_rows(run: RunData) -> list[dict[str, str]]:
                 "saved_pct": fmt_percent(saving["fraction"]),
                 "init_mapped": fmt_value(init_m, "s"),
                 "init_heap": fmt_value(init_h, "s"),
-                "speedup": f"{init_h / init_m:.1f}x" if init_m and init_h else "–",
+                "speedup": (f"{init_h / init_m:.1f}x" if init_m and init_h else "–") + _range_text(entry, "init_ratio"),
             }
         )
     return rows
+
+
+def _range_text(entry: dict[str, Any], metric: str) -> str:
+    """ " (ratio 0.03..0.06 over 3 repeats)": a timing figure of several repeats with its spread."""
+    spread = entry["ratio_range"].get(metric)
+    if not spread or entry["repeats"] < 2:
+        return ""
+    return f" (ratio {spread[0]:.3g}..{spread[1]:.3g} over {entry['repeats']} repeats)"
 
 
 def _versions(run: RunData) -> list[tuple[str, str]]:
