@@ -238,7 +238,9 @@ def check_report_path(
         )
         raise InputError(f"{option} {out}: is one of {whose} own files; refusing to write the report over it")
     if any(resolved == Path(p).resolve() for p in inputs):
-        raise InputError(f"{option} {out}: is one of the report's input or output files; refusing to write over it")
+        raise InputError(
+            f"{option} {out}: is one of the report's input files (or the report itself); refusing to write over it"
+        )
     replaceable_path(out, option)
     return out
 
