@@ -10,16 +10,18 @@ workers, mapped/heap ratio of the repeat's pair); a run's value is the median ov
 as the headline is.
 
 The call (`harness.core.stats` says why this test): a change is called when Welch's t-test on
-the two runs' per-repeat values gives p < 0.01 AND the change of the median is at least the
-figure's minimum effect (memory: 1 % of the baseline and 1 MiB; time: 5 %; ``--min-effect``).
-With fewer than 3 repeats in either run no change is called. Words: "no significant change",
-"smaller"/"larger" (memory, ratios), "faster"/"slower" (times); never better/worse. A
+the two runs' per-repeat values (times and ratios on the log scale, see `Change.scale`) gives
+p < 0.01 AND the change of the median is at least the figure's minimum effect (memory: 1 % of
+the baseline and 1 MiB; time: 5 %; ``--min-effect``). With fewer than 3 repeats in either run
+no change is called. Words: "no significant change", "smaller"/"larger" (memory, ratios),
+"faster"/"slower" (times); never better/worse. A
 *regression* is a called change in the bad direction of a figure that judges the feature: the
 mapped mode's memory, the saving, init and latency (``--fail-on-regression``).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -176,11 +178,22 @@ class Change:
         return None if d is None or not a else d / abs(a)
 
     @property
+    def scale(self) -> str:
+        """ "log" for times and ratios (their noise is multiplicative: a loaded machine slows a
+        run by a factor, and one slow repeat must not hide a tenfold change), "linear" for bytes
+        (page noise adds) and wherever a value is not positive."""
+        positive = all(v > 0 for v in (*self.baseline, *self.current))
+        return "log" if self.metric.unit != "bytes" and positive else "linear"
+
+    @property
     def p_value(self) -> float | None:
-        """Welch's two-sided p-value, when both runs have at least 2 repeats."""
+        """Welch's two-sided p-value on `scale`, when both runs have at least 2 repeats."""
         if len(self.baseline) < 2 or len(self.current) < 2:
             return None
-        return welch(self.baseline, self.current).p
+        a, b = self.baseline, self.current
+        if self.scale == "log":
+            a, b = [math.log(v) for v in a], [math.log(v) for v in b]
+        return welch(a, b).p
 
     @property
     def threshold(self) -> float | None:

@@ -6,9 +6,10 @@ the delta, the p-value, the threshold and the call), plus one line per regressio
 JSON format (``format_version`` 1; keys are only ever added within a version):
 ``{format_version, kind: "comparison", test, alpha, min_repeats, min_effect, comparisons: [
 {baseline, current, at, warnings, versions, regressions: [key], figures: [{key, label, unit,
-kind, baseline: {value, repeats}, current: {value, repeats}, delta, percent, p_value,
-threshold, call, changed, regression}]}]}``. Bytes and seconds are plain numbers; ``percent``
-is a fraction (0.05 = +5 %); ``p_value`` is null below 2 repeats a side.
+kind, baseline: {value, repeats}, current: {value, repeats}, delta, percent, p_value, scale,
+threshold, call, changed, regression}]}]}`` (``scale``: "log" when the test ran on log
+values). Bytes and seconds are plain numbers; ``percent`` is a fraction (0.05 = +5 %);
+``p_value`` is null below 2 repeats a side.
 """
 
 from __future__ import annotations
@@ -145,6 +146,7 @@ def _figure(change: Change) -> dict[str, Any]:
         "delta": change.delta,
         "percent": change.percent,
         "p_value": change.p_value,
+        "scale": change.scale,
         "threshold": change.threshold,
         "call": change.call,
         "changed": change.changed,
