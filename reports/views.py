@@ -20,6 +20,7 @@ from harness.core.timing import spread_text, timing_spread
 from harness.core.units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
 from harness.core.verdict import Judgement
 from reports import charts
+from reports.peakchart import peak_vs_steady
 from reports.projection import (
     consecutive_marginals,
     default_projection,
@@ -349,6 +350,7 @@ def build_run_view(
         charts.memory_vs_n(run.summary),
         charts.init_distribution(run.results),
         charts.per_worker_bars(run.results),
+        peak_vs_steady(run.results),
     ]
     if trend_points is not None:
         chart_list.append(charts.ratio_trend(trend_points))

@@ -94,7 +94,7 @@ class Metric:
 
     key: str
     label: str
-    unit: str  # "bytes" | "s" | "ratio"
+    unit: str  # "bytes" | "s" | "ratio" | "count/s"
     value: Callable[[SummaryRow, SummaryRow], float | None]
     kind: str = "memory"
     lower_is_better: bool = True
@@ -136,17 +136,68 @@ def metrics_for(metric: str | None) -> list[Metric]:
         Metric("mapped_uss", "mapped summed USS", "bytes", _column("mapped", "sum_uss_bytes"), regression=True),
         Metric("mapped_init", "mapped median init", "s", _column("mapped", "init_s_median"), "time", regression=True),
         Metric("heap_init", "heap median init", "s", _column("heap", "init_s_median"), "time"),
-        Metric(
-            "mapped_latency_p50",
-            "mapped latency p50",
-            "s",
-            _column("mapped", "latency_p50_s_median"),
-            "time",
-            regression=True,
-        ),
         Metric(f"mapped_{fair}_ratio", f"{label} ratio mapped/heap", "ratio", _ratio(column)),
         Metric("mapped_uss_ratio", "USS ratio mapped/heap", "ratio", _ratio("sum_uss_bytes")),
         Metric("init_ratio", "init ratio mapped/heap", "ratio", _ratio("init_s_median"), "time", regression=True),
+        *startup_metrics(),
+    ]
+
+
+def startup_metrics() -> list[Metric]:
+    """Start-up peak, init + first inference and latency (issue 20): per mode and as ratios; the
+    mapped mode's are regression figures (its memory, start-up and latency)."""
+    out = []
+    for mode in ("mapped", "heap"):
+        mine = mode == "mapped"
+        out += [
+            Metric(
+                f"{mode}_peak_private",
+                f"{mode} start-up peak private",
+                "bytes",
+                _column(mode, "max_peak_private_bytes"),
+                regression=mine,
+            ),
+            Metric(
+                f"{mode}_startup",
+                f"{mode} init + first inference",
+                "s",
+                _column(mode, "startup_s_median"),
+                "time",
+                regression=mine,
+            ),
+            Metric(
+                f"{mode}_latency_p50",
+                f"{mode} latency p50",
+                "s",
+                _column(mode, "latency_p50_s_median"),
+                "time",
+                regression=mine,
+            ),
+            Metric(
+                f"{mode}_latency_p99",
+                f"{mode} latency p99",
+                "s",
+                _column(mode, "latency_p99_s_median"),
+                "time",
+                regression=mine,
+            ),
+            Metric(
+                f"{mode}_inferences_per_s",
+                f"{mode} inferences/s",
+                "count/s",
+                _column(mode, "inferences_per_s"),
+                "time",
+                lower_is_better=False,
+                regression=mine,
+            ),
+        ]
+    return out + [
+        Metric("peak_private_ratio", "start-up peak ratio mapped/heap", "ratio", _ratio("max_peak_private_bytes")),
+        Metric(
+            "startup_ratio", "init + first inference ratio mapped/heap", "ratio", _ratio("startup_s_median"), "time"
+        ),
+        Metric("first_run_ratio", "first inference ratio mapped/heap", "ratio", _ratio("first_run_s_median"), "time"),
+        Metric("latency_p50_ratio", "latency p50 ratio mapped/heap", "ratio", _ratio("latency_p50_s_median"), "time"),
     ]
 
 
@@ -220,7 +271,9 @@ class Change:
             return TOO_FEW
         if not self.changed:
             return NO_CHANGE
-        down, up = ("faster", "slower") if self.metric.unit == "s" else ("smaller", "larger")
+        down, up = {"s": ("faster", "slower"), "count/s": ("slower", "faster")}.get(
+            self.metric.unit, ("smaller", "larger")
+        )
         return down if self.delta < 0 else up  # type: ignore[operator]
 
     @property
@@ -295,9 +348,10 @@ def compare(current: RunData, baseline: RunData, min_effect: MinEffect | None = 
         )
     rows = [s for pair in cur_pairs + base_pairs for s in pair]
     changes = []
+    optional = {m.key for m in startup_metrics()}  # figures older runs (or runs without --runs) lack
     for metric in metrics_for(fair_metric(rows)):
         change = Change(metric, _values(metric, base_pairs), _values(metric, cur_pairs), min_effect, not_comparable)
-        if change.baseline or change.current or metric.key != "mapped_latency_p50":  # latency needs --runs
+        if metric.key not in optional or change.baseline or change.current:
             changes.append(change)
     cur_v, base_v = versions(current.env), versions(baseline.env)
     version_rows = [(k, str(base_v.get(k) or "-"), str(cur_v.get(k) or "-")) for k in cur_v]

@@ -33,6 +33,8 @@ def fmt_value(value: float | None, unit: str, *, signed: bool = False) -> str:
         return sign + fmt_bytes(value)
     if unit == "s":
         return sign + fmt_seconds(value) if value >= 0 else "-" + fmt_seconds(-value)
+    if unit == "count/s":
+        return f"{value:+.1f}/s" if signed else f"{value:.1f}/s"
     return f"{value:+.3f}" if signed else fmt_ratio(value)
 
 

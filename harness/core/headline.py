@@ -27,6 +27,14 @@ Format (``format_version`` 1; keys are only ever added within a version):
 - ``timing_spread``: {timing metric: {``repeats``, ``min``, ``max``, ``interval`` ([low, high],
   the 95 % interval of the ratio over repeats; null below 2)}} at the headline's N x M: no
   timing figure goes without its spread;
+- ``latency``: at the headline's first complete pair: ``processes``, ``sessions_per_process``,
+  ``repeat``, ``runs``, ``warmup``, ``concurrency``, ``page_cache``, and per mode (``mapped``,
+  ``heap``) ``mean``, ``stdev``, ``min``, ``p50``, ``p90``, ``p95``, ``p99``, ``max`` (s),
+  ``inferences_per_s``, ``init_s``, ``first_run_s``, ``init_plus_first_run_s`` and
+  ``first_run_penalty_s`` (first inference minus the steady p50); null without a pair;
+- ``fits``: ``sentence`` ("with heap, 3 sessions of this model exceed this machine's commit
+  limit; mapped, 11 fit"), ``modes`` ({mode: ``bound``, ``headroom_bytes``,
+  ``peak_per_worker_bytes``, ``sessions_fit``}) and ``assumptions``; null without a pair;
 - ``gates``: [{``expr``, ``status`` (pass | fail | skip | inconclusive), ``value``, ``interval``
   ([low, high]: a timing gate's 95 % interval over its repeats, else null), ``repeats`` (the
   repeats a timing gate was judged on, else null), ``reason``, ``why``};
@@ -43,7 +51,7 @@ from typing import Any
 
 from .files import read_json, write_json_atomic
 from .schema import SummaryRow
-from .summary import RATIO_COLUMNS, complete_pair, median, pair_ratio, paired, sessions_of
+from .summary import RATIO_COLUMNS, complete_pair, headline_pairs, median, pair_ratio, paired, sessions_of
 from .timing import spread_text, timing_spread
 from .units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
 
@@ -58,6 +66,21 @@ ABSOLUTE_COLUMNS = (
     "system_delta_bytes",
     "init_s_median",
     "create_s_median",
+    "first_run_s_median",
+    "startup_s_median",
+    "latency_mean_s",
+    "latency_stdev_s",
+    "latency_min_s",
+    "latency_p50_s_median",
+    "latency_p90_s_median",
+    "latency_p95_s_median",
+    "latency_p99_s_median",
+    "latency_max_s",
+    "inferences_per_s",
+    "max_peak_private_bytes",
+    "sum_peak_private_bytes",
+    "system_min_available_bytes",
+    "system_max_committed_bytes",
 )
 #: headline.json version key -> metadata.json ``env`` key.
 VERSION_KEYS = {
@@ -160,6 +183,9 @@ def headline_sentence(judgement: Any) -> str:
     column = f"sum_{saving['metric']}_bytes"
     init_m, init_h = top["mapped"]["init_s_median"], top["heap"]["init_s_median"]
     times = f"{fmt_seconds(init_m)} vs {fmt_seconds(init_h)} median init"
+    start_m, start_h = top["mapped"]["startup_s_median"], top["heap"]["startup_s_median"]
+    if start_m is not None and start_h is not None:  # mapped pages are faulted in by the first run
+        times += f", {fmt_seconds(start_m)} vs {fmt_seconds(start_h)} init + first inference"
     if feature.state not in ("active", "partial"):
         memory = (
             f"mapped and heap mode measured {fmt_bytes(top['mapped'][column])} vs "
@@ -200,6 +226,20 @@ def headline_sentence(judgement: Any) -> str:
     return f"{where}, {memory}, and {init}. {tail}"
 
 
+def startup_documents(run: Any) -> dict[str, Any]:
+    """headline.json's ``latency`` (percentiles, inferences/s, init, first inference and init +
+    first inference per mode) and ``fits`` (how many sessions fit this machine at the start-up
+    peak) keys, from the headline's first complete pair (None: no complete pair)."""
+    from .fits import fits, fits_document
+    from .latency import headline_latency
+
+    pairs = [p for p in headline_pairs(s for s in run.summary if s.target == run.target) if complete_pair(*p)]
+    return {
+        "latency": headline_latency(pairs, run.run),
+        "fits": fits_document(fits(*pairs[0])) if pairs else None,
+    }
+
+
 def headline_document(judgement: Any, *, kind: str = "run") -> dict[str, Any]:
     """The ``headline.json`` content of one judged run (see the module docstring)."""
     run = judgement.run
@@ -223,6 +263,7 @@ def headline_document(judgement: Any, *, kind: str = "run") -> dict[str, Any]:
         "headline": dict(judgement.values),
         "timing_spread": timing_spread(run.summary),
         "per_n": per_n(run.summary, run.target),
+        **startup_documents(run),
         "gates": [
             {
                 "expr": g.gate.expr,

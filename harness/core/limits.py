@@ -46,6 +46,8 @@ BOUNDS = (
     Bound("--sessions-per-process", "sessions_per_process", 1024),
     Bound("--repeat", "repeat", 1000),
     Bound("--runs", "runs", 1_000_000),
+    Bound("--warmup", "warmup", 1_000_000),
+    Bound("--concurrency", "concurrency", 256),
     Bound("--worker-timeout", "worker_timeout_s", 86_400, "s"),
     Bound("--worker-timeout", "worker_timeout", 86_400, "s"),
     Bound("--timeout", "timeout", 3_600, "s"),

@@ -31,8 +31,10 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
 
 
 def is_timing(metric: str) -> bool:
-    """True for a gate metric measured in time (new ``*_s_median`` ratios are picked up)."""
-    return metric in PEER_TIMING or RATIO_COLUMNS.get(metric, "").endswith("_s_median")
+    """True for a gate metric measured in time: the peer ratio and every mapped/heap ratio of a
+    column in seconds or per second (``*_s``, ``*_s_median``, ``inferences_per_s``), so ratios
+    added later are picked up."""
+    return metric in PEER_TIMING or RATIO_COLUMNS.get(metric, "").endswith(("_s", "_s_median"))
 
 
 def timing_repeats(summary: Iterable[SummaryRow]) -> dict[str, list[float]]:

@@ -257,20 +257,25 @@ class _SessionFactory:
         import onnxruntime as ort
 
         from harness.prep.tensors import ortvalue_over, view_extent
+        from harness.runner import peak
 
-        t0 = time.perf_counter()
-        so = cpu_session_options(self.settings, level=self.model.session_level)
-        keepalive = []
-        for t, view in zip(self.model.tensors, views, strict=True):
-            if view_extent(t.onnx_type, t.shape) == t.length:
-                value = ortvalue_over(view, t.onnx_type, t.shape, 0)
-            else:  # sub-byte types: the view spans one byte per element, ORT reads only the region
-                value = ortvalue_over(weights.buffer, t.onnx_type, t.shape, t.offset)
-            keepalive.append(value)
-            so.add_initializer(t.name, value)
-        session = ort.InferenceSession(str(self.model.onnx_path), so, providers=["CPUExecutionProvider"])
-        self.seconds += time.perf_counter() - t0
-        return session, keepalive
+        peak.mark("create")
+        try:
+            t0 = time.perf_counter()
+            so = cpu_session_options(self.settings, level=self.model.session_level)
+            keepalive = []
+            for t, view in zip(self.model.tensors, views, strict=True):
+                if view_extent(t.onnx_type, t.shape) == t.length:
+                    value = ortvalue_over(view, t.onnx_type, t.shape, 0)
+                else:  # sub-byte types: the view spans one byte per element, ORT reads only the region
+                    value = ortvalue_over(weights.buffer, t.onnx_type, t.shape, t.offset)
+                keepalive.append(value)
+                so.add_initializer(t.name, value)
+            session = ort.InferenceSession(str(self.model.onnx_path), so, providers=["CPUExecutionProvider"])
+            self.seconds += time.perf_counter() - t0
+            return session, keepalive
+        finally:  # the next load, or the direct read after a failed create
+            peak.mark("load")
 
 
 TARGET = CpuTarget()

@@ -18,8 +18,10 @@ from reports import report_main
 
 
 def test_timing_metrics_are_the_time_ratios():
-    assert all(is_timing(m) for m in ("init_ratio", "create_ratio", "peer_init_ratio"))
-    assert not any(is_timing(m) for m in ("mapped_pss_ratio", "mapped_uss_ratio", "failed_workers", "sessions"))
+    timing = ("init_ratio", "create_ratio", "peer_init_ratio", "latency_p50_ratio", "latency_mean_ratio")
+    assert all(is_timing(m) for m in (*timing, "first_run_ratio", "startup_ratio", "throughput_ratio"))
+    memory = ("mapped_pss_ratio", "mapped_uss_ratio", "peak_private_ratio", "failed_workers", "sessions")
+    assert not any(is_timing(m) for m in memory)
 
 
 @pytest.mark.parametrize(
