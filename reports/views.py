@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.core.gates import GateResult
-from harness.core.headline import headline_sentence, per_n, versions
+from harness.core.headline import headline_sentence, per_n, target_version_labels, versions
 from harness.core.notes import Note
 from harness.core.rundata import RunData
 from harness.core.schema import ResultRow, SummaryRow, column_docs
 from harness.core.summary import headline_pairs, largest_groups, median, row_ok, sessions_of
+from harness.core.timing import spread_text, timing_spread
 from harness.core.units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
 from harness.core.verdict import Judgement
 from reports import charts
@@ -28,20 +29,15 @@ from reports.projection import (
 )
 from reports.startup import StartupView, startup_view
 
-ENV_KEYS = (
-    "os",
-    "system",
-    "arch",
-    "cpu",
-    "cpu_count",
-    "ram_bytes",
-    "python",
-    "onnxruntime",
-    "onnxruntime_qnn",
-    "qnn_sdk",
-    "hostname",
-    "git_commit",
-)
+_MACHINE_KEYS = ("os", "system", "arch", "cpu", "cpu_count", "ram_bytes", "python")
+
+
+def env_keys(env: dict[str, Any]) -> tuple[str, ...]:
+    """The metadata ``env`` keys the report lists: the machine's, onnxruntime, the targets' own
+    versions as the run recorded them (`Target.version_keys`), host and commit."""
+    return (*_MACHINE_KEYS, "onnxruntime", *target_version_labels(env), "hostname", "git_commit")
+
+
 #: (label, SummaryRow column, headline key, how to read it)
 HEADLINE_ROWS = (
     (
@@ -84,16 +80,17 @@ HEADLINE_ROWS = (
 
 #: Cells longer than this are clipped to one line in the tables, the full text on hover.
 CLIP_CHARS = 40
-#: headline.json version key -> what the report calls it.
-VERSION_LABELS = {
-    "onnxruntime": "onnxruntime",
-    "onnxruntime_qnn": "onnxruntime-qnn",
-    "qnn_sdk": "QNN SDK",
-    "python": "Python",
-    "os": "OS",
-    "cpu": "CPU",
-    "commit": "commit",
-}
+#: headline.json version key -> what the report calls it, besides the targets' own.
+_MACHINE_LABELS = {"python": "Python", "os": "OS", "cpu": "CPU", "commit": "commit"}
+
+
+def version_labels(*envs: dict[str, Any]) -> dict[str, str]:
+    """headline.json version key -> what the report calls it: onnxruntime, the targets' own as
+    the runs (``envs``) recorded them (`Target.version_keys`), the machine's."""
+    targets: dict[str, str] = {}
+    for env in envs:
+        targets.update(target_version_labels(env))
+    return {"onnxruntime": "onnxruntime", **targets, **_MACHINE_LABELS}
 
 
 @dataclass(frozen=True)
@@ -227,7 +224,7 @@ def _processes(run: RunData) -> str:
 def _env(run: RunData) -> list[tuple[str, str]]:
     env = run.env
     out = []
-    for key in ENV_KEYS:
+    for key in env_keys(env):
         if env.get(key) not in (None, ""):
             value = fmt_bytes(env[key]) if key == "ram_bytes" else str(env[key])
             out.append((key.replace("_", " "), value))
@@ -252,6 +249,7 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
         heap = [s for s in chosen if s.mode == "heap"]
         at = f"{sessions_of(chosen[0]) if chosen else 0} sessions in all; no mapped/heap pair, so no ratios"
     has_pss = any(s.sum_pss_bytes is not None for s in run.summary)
+    spread = timing_spread(run.summary)
     out = []
     for label, column, key, hint in HEADLINE_ROWS:
         if column == "sum_pss_bytes" and not has_pss:
@@ -269,7 +267,8 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
                 "mapped": fmt_value(m_val, unit),
                 "heap": fmt_value(h_val, unit),
                 "diff": fmt_value(diff, unit),
-                "ratio": fmt_ratio(head.get(key) if key else None),
+                "ratio": fmt_ratio(head.get(key) if key else None)
+                + (f" ({spread_text(spread[key])})" if key in spread else ""),
                 "key": key,
             }
         )
@@ -315,15 +314,23 @@ def _per_n_rows(run: RunData) -> list[dict[str, str]]:
                 "saved_pct": fmt_percent(saving["fraction"]),
                 "init_mapped": fmt_value(init_m, "s"),
                 "init_heap": fmt_value(init_h, "s"),
-                "speedup": f"{init_h / init_m:.1f}x" if init_m and init_h else "–",
+                "speedup": (f"{init_h / init_m:.1f}x" if init_m and init_h else "–") + _range_text(entry, "init_ratio"),
             }
         )
     return rows
 
 
+def _range_text(entry: dict[str, Any], metric: str) -> str:
+    """ " (ratio 0.03..0.06 over 3 repeats)": a timing figure of several repeats with its spread."""
+    spread = entry["ratio_range"].get(metric)
+    if not spread or entry["repeats"] < 2:
+        return ""
+    return f" (ratio {spread[0]:.3g}..{spread[1]:.3g} over {entry['repeats']} repeats)"
+
+
 def _versions(run: RunData) -> list[tuple[str, str]]:
     found = versions(run.env)
-    return [(label, str(found.get(key) or "–")) for key, label in VERSION_LABELS.items()]
+    return [(label, str(found.get(key) or "–")) for key, label in version_labels(run.env).items()]
 
 
 def projection_for(run: RunData, override: tuple[int, int] | None = None) -> tuple[int, int]:

@@ -29,6 +29,9 @@ Format (``format_version`` 1; keys are only ever added within a version):
   [min, max] of the per-repeat ratios: their spread}),
   ``saving`` ({``metric``: "pss" | "private", ``bytes``: heap - mapped, ``fraction``:
   1 - mapped/heap});
+- ``timing_spread``: {timing metric: {``repeats``, ``min``, ``max``, ``interval`` ([low, high],
+  the 95 % interval of the ratio over repeats; null below 2)}} at the headline's N x M: no
+  timing figure goes without its spread;
 - ``latency``: at the headline's first complete pair: ``processes``, ``sessions_per_process``,
   ``repeat``, ``runs``, ``warmup``, ``concurrency``, ``page_cache``, and per mode (``mapped``,
   ``heap``) ``mean``, ``stdev``, ``min``, ``p50``, ``p90``, ``p95``, ``p99``, ``max`` (s),
@@ -37,9 +40,12 @@ Format (``format_version`` 1; keys are only ever added within a version):
 - ``fits``: ``sentence`` ("with heap, 3 sessions of this model exceed this machine's commit
   limit; mapped, 11 fit"), ``modes`` ({mode: ``bound``, ``headroom_bytes``,
   ``peak_per_worker_bytes``, ``sessions_fit``}) and ``assumptions``; null without a pair;
-- ``gates``: [{``expr``, ``status`` (pass | fail | skip), ``value``, ``reason``, ``why``}];
-- ``versions``: {``onnxruntime``, ``onnxruntime_qnn``, ``qnn_sdk``, ``python``, ``os``,
-  ``cpu``, ``commit``} (null where unknown), plus ``system``, ``arch``, ``hostname``.
+- ``gates``: [{``expr``, ``status`` (pass | fail | skip | inconclusive), ``value``, ``interval``
+  ([low, high]: a timing gate's 95 % interval over its repeats, else null), ``repeats`` (the
+  repeats a timing gate was judged on, else null), ``reason``, ``why``};
+- ``versions``: {``onnxruntime``, each target's own keys (``Target.version_keys``: the qnn
+  target's ``onnxruntime_qnn``, ``qnn_sdk``), ``python``, ``os``, ``cpu``, ``commit``} (null
+  where unknown), plus ``system``, ``arch``, ``hostname``.
 """
 
 from __future__ import annotations
@@ -53,7 +59,8 @@ from typing import Any
 from .files import read_json, write_json_atomic
 from .schema import SummaryRow
 from .summary import RATIO_COLUMNS, complete_pair, headline_pairs, median, median_ratio, pair_ratio, paired, sessions_of
-from .units import fmt_bytes, fmt_percent, fmt_seconds
+from .timing import spread_text, timing_spread
+from .units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
 
 HEADLINE_JSON = "headline.json"
 HEADLINE_FORMAT_VERSION = 1
@@ -85,11 +92,9 @@ ABSOLUTE_COLUMNS = (
     "mapped_resident_bytes_median",
     "runtime_bytes",
 )
-#: headline.json version key -> metadata.json ``env`` key.
-VERSION_KEYS = {
-    "onnxruntime": "onnxruntime",
-    "onnxruntime_qnn": "onnxruntime_qnn",
-    "qnn_sdk": "qnn_sdk",
+#: headline.json version key -> metadata.json ``env`` key, besides the targets' own keys
+#: (`Target.version_keys`, which go after onnxruntime: see `version_keys`).
+MACHINE_VERSION_KEYS = {
     "python": "python",
     "os": "os",
     "cpu": "cpu",
@@ -159,8 +164,37 @@ def per_n(summary: Sequence[SummaryRow], target: str) -> list[dict[str, Any]]:
     return out
 
 
+#: metadata ``env`` keys of the machine and the generic stack: never a target's own version.
+GENERIC_ENV_KEYS = frozenset(
+    ("os", "system", "arch", "cpu", "cpu_count", "ram_bytes", "python", "onnxruntime", "numpy")
+    + ("hostname", "git_commit", "version_labels")
+)
+_VERSION_KEY = re.compile(r"[a-z][a-z0-9_]{0,47}")
+MAX_TARGET_VERSION_KEYS = 32
+
+
+def target_version_labels(env: dict[str, Any]) -> dict[str, str]:
+    """A run's target version keys and what reports call them, as its metadata recorded them
+    (``env["version_labels"]``: every target's `Target.version_keys`, written by the runner), so
+    core and reports never import the targets. A run recorded before that: its other env keys,
+    each its own label. Untrusted: identifier keys only, a bounded number, short labels."""
+    recorded = env.get("version_labels")
+    if isinstance(recorded, dict):
+        pairs = [(str(k), str(v)[:60]) for k, v in recorded.items()]
+    else:
+        pairs = [(str(k), str(k)) for k in env if k not in GENERIC_ENV_KEYS]
+    return dict([(k, v) for k, v in pairs if _VERSION_KEY.fullmatch(k)][:MAX_TARGET_VERSION_KEYS])
+
+
+def version_keys(env: dict[str, Any]) -> dict[str, str]:
+    """headline.json version key -> metadata.json ``env`` key: onnxruntime, the targets' own
+    versions (same key in both), then the machine's."""
+    targets = {key: key for key in target_version_labels(env)}
+    return {"onnxruntime": "onnxruntime", **targets, **MACHINE_VERSION_KEYS}
+
+
 def versions(env: dict[str, Any]) -> dict[str, Any]:
-    return {key: env.get(source) or None for key, source in VERSION_KEYS.items()}
+    return {key: env.get(source) or None for key, source in version_keys(env).items()}
 
 
 def headline_sentence(judgement: Any) -> str:
@@ -204,32 +238,8 @@ def headline_sentence(judgement: Any) -> str:
             f"{where}, {memory} and {times}, but file mapping was NOT exercised ({feature.state}), so this is "
             f"no measurement of its saving.{busy} {verdict}."
         )
-    if saving["bytes"] is None:
-        memory = "no fair memory figure (PSS or private bytes) was measured"
-    else:
-        less = saving["bytes"] >= 0
-        memory = (
-            f"mapped weights used {fmt_bytes(abs(saving['bytes']))} {'less' if less else 'MORE'} summed "
-            f"{label} than heap ({fmt_bytes(top['mapped'][column])} vs {fmt_bytes(top['heap'][column])}, "
-            f"{fmt_percent(abs(saving['fraction'] or 0))} {'saved' if less else 'extra'})"
-        )
-        explained = (top["sessions"] - 1) * (run.weights_bytes or 0)
-        if less and run.weights_bytes and saving["bytes"] > 1.1 * explained + SAVING_SLACK_BYTES:
-            memory += (
-                f" - more than sharing the weights can explain ({top['sessions'] - 1} x {weights} = "
-                f"{fmt_bytes(explained)}): {beyond_sharing(top, run.weights_bytes)}"
-            )
-        memory += still_copied(top, run.weights_bytes)
-    init_ratio = top["ratios"].get("init_ratio")  # the ratio of the two medians printed: what gates judge
-    if init_ratio:
-        speed = 1 / init_ratio
-        init = (
-            f"sessions started {speed:.1f}x faster ({times})"
-            if speed >= 1
-            else f"sessions started {1 / speed:.1f}x SLOWER ({times})"
-        )
-    else:
-        init = "init time was not measured"
+    memory = _saving_text(top, run.weights_bytes, label, column)
+    init = _init_text(top, times, timing_spread(run.summary).get("init_ratio"))
     return f"{where}, {memory}, and {init}.{busy} {tail}"
 
 
@@ -280,6 +290,43 @@ def contention_text(judgement: Any) -> str:
     )
 
 
+def _saving_text(top: dict[str, Any], weights_bytes: int | None, label: str, column: str) -> str:
+    """The memory clause of `headline_sentence` when mapping was exercised: the saving, and
+    when it exceeds what sharing the weights can explain, that it does."""
+    saving = top["saving"]
+    if saving["bytes"] is None:
+        return "no fair memory figure (PSS or private bytes) was measured"
+    less = saving["bytes"] >= 0
+    memory = (
+        f"mapped weights used {fmt_bytes(abs(saving['bytes']))} {'less' if less else 'MORE'} summed "
+        f"{label} than heap ({fmt_bytes(top['mapped'][column])} vs {fmt_bytes(top['heap'][column])}, "
+        f"{fmt_percent(abs(saving['fraction'] or 0))} {'saved' if less else 'extra'})"
+    )
+    explained = (top["sessions"] - 1) * (weights_bytes or 0)
+    if less and weights_bytes and saving["bytes"] > 1.1 * explained + SAVING_SLACK_BYTES:
+        memory += (
+            f" - more than sharing the weights can explain ({top['sessions'] - 1} x {fmt_bytes(weights_bytes)} = "
+            f"{fmt_bytes(explained)}): {beyond_sharing(top, weights_bytes)}"
+        )
+    return memory + still_copied(top, weights_bytes)
+
+
+def _init_text(top: dict[str, Any], times: str, spread: dict | None = None) -> str:
+    """The init clause: the ratio of the two median times it prints (`median_ratio`, as the
+    init_ratio gates judge it), with its spread over repeats (``spread``: `timing_spread`'s
+    entry for init_ratio)."""
+    init_ratio = top["ratios"].get("init_ratio")
+    if not init_ratio:
+        return "init time was not measured"
+    speed = 1 / init_ratio
+    times += f"; init ratio {fmt_ratio(init_ratio)}, {spread_text(spread)}"
+    return (
+        f"sessions started {speed:.1f}x faster ({times})"
+        if speed >= 1
+        else f"sessions started {1 / speed:.1f}x SLOWER ({times})"
+    )
+
+
 def startup_documents(run: Any) -> dict[str, Any]:
     """headline.json's ``latency`` (percentiles, inferences/s, init, first inference and init +
     first inference per mode) and ``fits`` (how many sessions fit this machine at the start-up
@@ -317,10 +364,19 @@ def headline_document(judgement: Any, *, kind: str = "run") -> dict[str, Any]:
         "contention": contention(run.summary, run.target),
         "labels": dict(r.get("labels") or {}),
         "headline": dict(judgement.values),
+        "timing_spread": timing_spread(run.summary),
         "per_n": per_n(run.summary, run.target),
         **startup_documents(run),
         "gates": [
-            {"expr": g.gate.expr, "status": g.status, "value": g.value, "reason": g.reason, "why": g.gate.why or None}
+            {
+                "expr": g.gate.expr,
+                "status": g.status,
+                "value": g.value,
+                "interval": list(g.interval) if g.interval else None,
+                "repeats": g.repeats,
+                "reason": g.reason,
+                "why": g.gate.why or None,
+            }
             for g in judgement.gates
         ],
         "versions": versions(run.env),
@@ -340,7 +396,7 @@ def read_headline(path: Path | str) -> dict[str, Any]:
     return data
 
 
-_FACTOR = re.compile(r"([\d.]+)x (?:faster|SLOWER) \(([\d.]+) (ms|s) vs ([\d.]+) (ms|s) median init[,)]")
+_FACTOR = re.compile(r"([\d.]+)x (?:faster|SLOWER) \(([\d.]+) (ms|s) vs ([\d.]+) (ms|s) median init[,;)]")
 
 
 def _bounds(number: str, unit: str) -> tuple[float, float]:
