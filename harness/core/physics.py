@@ -16,11 +16,13 @@ from collections.abc import Mapping
 from .schema import SummaryRow
 
 #: How far below a bound a figure may sit before it is implausible (sampling noise, pages the
-#: kernel reclaimed in between): a tenth of a copy, plus `NOISE_BYTES` per process of the
-#: pair in copies of the weights (a worker's own overhead moves by a few MiB between groups,
-#: which is many "copies" of a small model).
+#: kernel reclaimed in between): a tenth of a copy, plus, in copies of the weights,
+#: `NOISE_BYTES` per process of the pair and `OVERHEAD_NOISE` of the heap run's non-weight
+#: overhead (a worker's own memory moves by several MiB between groups, which is many "copies"
+#: of a small model: a 92 KiB QNN context measured -105 copies from 9.5 MiB of PSS noise).
 COPIES_SLACK = 0.1
 NOISE_BYTES = 4 * 1024**2
+OVERHEAD_NOISE = 0.1
 
 
 def _fair_bytes(row: SummaryRow) -> int | None:
@@ -44,15 +46,28 @@ def weight_copies(mapped: SummaryRow, heap: SummaryRow) -> tuple[float | None, f
     return (m - overhead) / weights, h / (sessions * weights)
 
 
+def heap_overhead(heap: SummaryRow) -> int | None:
+    """The heap run's memory beyond one copy of the weights per session (`weight_copies`' O)."""
+    weights, h = heap.weights_bytes, _fair_bytes(heap)
+    sessions = int(heap.processes or 0) * int(heap.sessions_per_process or 1)
+    return None if not weights or h is None else h - sessions * weights
+
+
 def bounded(
-    name: str, value: float | None, values: Mapping[str, float | int | None], weights_bytes: int | None = None
+    name: str,
+    value: float | None,
+    values: Mapping[str, float | int | None],
+    weights_bytes: int | None = None,
+    overhead_bytes: int | None = None,
 ) -> tuple[float | None, str]:
-    """(value, "") when ``value`` is physically possible for metric ``name``, else (None, why)."""
+    """(value, "") when ``value`` is physically possible for metric ``name``, else (None, why).
+    ``overhead_bytes``: the heap run's memory beyond its copies (its noise widens the bounds)."""
     if value is None:
         return None, ""
     if not math.isfinite(value):
         return None, f"implausible: {name} = {value!r} is not a finite number"
-    noise = 2 * int(values.get("processes") or 1) * NOISE_BYTES / weights_bytes if weights_bytes else 0.0
+    slack = 2 * int(values.get("processes") or 1) * NOISE_BYTES + OVERHEAD_NOISE * max(overhead_bytes or 0, 0)
+    noise = slack / weights_bytes if weights_bytes else 0.0
     if name == "mapped_weight_copies" and value < -(COPIES_SLACK + noise):
         heap = values.get("heap_copies_per_session")
         hint = f" (heap_copies_per_session = {heap:.2f})" if isinstance(heap, float) else ""

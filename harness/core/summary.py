@@ -15,7 +15,7 @@ from typing import Any
 
 from . import fits, latency
 from .composition import composition
-from .physics import bounded, weight_copies
+from .physics import bounded, heap_overhead, weight_copies
 from .schema import ResultRow, SummaryRow
 
 #: Headline metric -> SummaryRow column whose mapped/heap ratio it is.
@@ -429,8 +429,9 @@ def headline_with_reasons(summary: Iterable[SummaryRow]) -> tuple[dict[str, floa
     result["mapped_weight_copies"] = median(c[0] for c in copies)
     result["heap_copies_per_session"] = median(c[1] for c in copies)
     weights = max((h.weights_bytes or m.weights_bytes or 0) for m, h in pairs) or None
+    overhead = median(heap_overhead(h) for _, h in pairs)
     for name in PAIR_METRICS:  # physics first: an impossible figure is no measurement
-        result[name], why = bounded(name, result[name], result, weights)
+        result[name], why = bounded(name, result[name], result, weights, overhead)
         if why:
             reasons[name] = why
     result["peer_init_ratio"] = _peer_init_ratio(summary, pairs)

@@ -281,7 +281,22 @@ def _control_figure(control: _Worker | None) -> tuple[int | None, str]:
     return value, "" if value is not None else f"no control figure: {control.memory.note or 'not sampled'}"
 
 
-def _composition(w: _Worker, record: WorkerRecord, seen: _Observed) -> tuple[int | None, list[str]]:
+def _split_columns(w: _Worker, record: WorkerRecord, seen: _Observed, copied: int | None) -> dict[str, Any]:
+    """The memory split and the contention figures of one worker's row (issue 18)."""
+    load = seen.load
+    return {
+        "mapped_resident_bytes": w.pages.resident,
+        "copied_bytes": copied,
+        "runtime_bytes": seen.control,
+        "cpu_s": record.cpu_s,
+        "busy_s": record.busy_s,
+        "load_avg": load.load_avg if load else None,
+        "cpu_count": load.cpu_count if load else None,
+        "steal_s": seen.steal_s,
+    }
+
+
+def _composition(w: _Worker, seen: _Observed) -> tuple[int | None, list[str]]:
     """(copied_bytes, notes) of one worker, against the group's control."""
     if seen.control is None:
         return None, [seen.control_note] if seen.control_note else []
@@ -304,7 +319,7 @@ def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultR
     sampled = w.memory.rss_bytes is not None and (w.memory.uss_bytes is not None or w.memory.private_bytes is not None)
     resident = record.mapped_resident_bytes if record.mapped_resident_bytes is not None else w.pages.resident
     violations = implausible(w.memory, record.private_copy_bytes, resident) if sampled else []
-    copied, copy_notes = _composition(w, record, seen) if sampled else (None, [])
+    copied, copy_notes = _composition(w, seen) if sampled else (None, [])
     memory_note = "; ".join(x for x in (w.memory.note, *violations, *copy_notes) if x)
     return ResultRow(
         target=group.target,
@@ -343,14 +358,7 @@ def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultR
         ep_reason=record.ep_reason or None,
         memory_ok=sampled and not violations,
         **{name: getattr(record, name) for name in (*LATENCY_FIELDS, *PEAK_FIELDS)},
-        mapped_resident_bytes=w.pages.resident,
-        copied_bytes=copied,
-        runtime_bytes=seen.control,
-        cpu_s=record.cpu_s,
-        busy_s=record.busy_s,
-        load_avg=seen.load.load_avg if seen.load else None,
-        cpu_count=seen.load.cpu_count if seen.load else None,
-        steal_s=seen.steal_s,
+        **_split_columns(w, record, seen, copied),
     )
 
 

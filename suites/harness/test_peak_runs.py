@@ -122,11 +122,15 @@ def test_headline_json_has_latency_startup_and_fits(peak_run):
 
 
 def test_latency_gates_are_judged(peak_run):
-    """A latency gate that holds passes, one that cannot hold fails: judged, not skipped."""
-    gates = {g["expr"]: g for g in peak_run.headline()["gates"]}
-    assert gates["latency_p50_ratio<=1000"]["status"] == "pass"
-    assert gates["first_run_ratio<=0"]["status"] == "fail"
-    assert peak_run.returncode == 1
+    """A latency gate that holds passes, one that cannot hold fails: judged, not skipped. On a
+    contended machine (issue 18: load above the CPU count, or a worker below half a CPU) both
+    read "contended" instead, never a pass: the run cannot end 0 either way."""
+    doc = peak_run.headline()
+    gates = {g["expr"]: g for g in doc["gates"]}
+    busy = doc["contention"]["contended_groups"]
+    assert gates["latency_p50_ratio<=1000"]["status"] == ("contended" if busy else "pass")
+    assert gates["first_run_ratio<=0"]["status"] == ("contended" if busy else "fail")
+    assert peak_run.returncode != 0
 
 
 def test_fallback_peak_holds_the_copy(fallback_run):
