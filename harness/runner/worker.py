@@ -264,7 +264,9 @@ def _teardown_leftovers() -> str:
 
     gc.collect()  # sessions and OrtValues in reference cycles
     left = stats()
-    return "" if left.is_clean() else ", ".join(f"{k}={v}" for k, v in left.to_dict().items() if v)
+    held = [] if left.is_clean() else [f"{k}={v}" for k, v in left.to_dict().items() if v and k != "leaked_loads"]
+    held += [f"{k}={v} (failed deregistrations, still registered: a leak)" for k, v in left.leaks().items()]
+    return ", ".join(dict.fromkeys(held))
 
 
 def _peak() -> int | None:
