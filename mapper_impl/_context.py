@@ -246,9 +246,7 @@ def _mapped_attempt(
 ) -> tuple[LoadedContext | None, str, DmaRegistrations | None]:
     """map -> register -> create. Returns (context, "", None) on success, else (None, failed
     stage, this attempt's registrations: their failed deregistrations await a sweep)."""
-    weights, load.map_attempts, map_errors, _ = map_stage(
-        load.path, mapper, load.cursor, policy, load.scope.registry
-    )
+    weights, load.map_attempts, map_errors, _ = map_stage(load.path, mapper, load.cursor, policy, load.scope.registry)
     load.errors += [StageError("mapped", "map", e) for e in map_errors]
     if weights is None:
         return None, "map", None
