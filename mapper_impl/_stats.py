@@ -16,7 +16,6 @@ import threading
 import weakref
 from dataclasses import asdict, dataclass
 
-
 #: Counters that count events since the process started, not something held now.
 SINCE_START = ("leaked_loads", "dma_leaked_registrations")
 
