@@ -190,6 +190,9 @@ class QnnTarget(Target):
         worker = aggregate(verdicts)
         record.ep_file_mapping, record.ep_log_tail = worker.state, worker.evidence or worker.reason
         record.ep_sessions, record.ep_reason = worker.counts_text(), worker.reason
+        record.ep_nodes = worker.nodes_text()
+        if worker.failed:  # the EP ignored the option or failed its setup: never a success
+            record.error = f"{worker.state}: {worker.reason}"
         record.path_taken = path_taken(worker.state, worker.counts)
         record.weights_bytes = spec.weights_bytes or sum(m.weights_bytes for m in models)
         return live

@@ -31,7 +31,8 @@ from collections.abc import Iterable, Sequence
 #: the reference list's grep terms (shared/reference/onnxruntime-qnn-2.7.0-ep-strings.txt) ...
 REFERENCE_TERMS = ("file mapp", "DMA data", "rpcmem", "direct read", "Retrying", "read callback", "disable_file_mapped")
 #: ... plus the ones that reach the rest of the mapping path's messages (the retry's first half,
-#: the mapped view, the DMA request checks and callbacks, the SSR version check, the session marker)
+#: the mapped view, the DMA request checks and callbacks, the SSR version check, the session
+#: marker, the context-bin checks)
 EXTRA_TERMS = (
     "WithCallback",
     "mapview",
@@ -41,6 +42,7 @@ EXTRA_TERMS = (
     "mapping release request",
     "context binary version",
     "Creating QNN EP",
+    "Context bin ",  # the mapping step's own checks ("Context bin has a size of 0 bytes: ")
 )
 SELECT_TERMS = REFERENCE_TERMS + EXTRA_TERMS
 MIN_LEN = 8  # strings -n 8
