@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.targets.qnn.epselect import MAX_GAP, by_position, by_terms, strings_at
 from harness.targets.qnn.eplog import IGNORED, LINUX, PATTERNS, WIN, WIN_X64
+from harness.targets.qnn.epselect import MAX_GAP, by_position, by_terms, strings_at
 from harness.targets.qnn.epstrings import (
     SELECT_TERMS,
     RegistryUnreachable,
