@@ -45,6 +45,7 @@ from .partitions import UPSTREAM_ERRORS, partitions_of
 from .qdq import make_feeds, make_qdq_model, reference_output
 from .quantize import CALIBRATION_SIZE, MIN_COSINE, QuantizeSpec, calibration_feeds, quantize_qdq
 from .shapes import with_static_shapes
+from .sharing import refusal
 from .support import first_refused_op
 
 
@@ -114,6 +115,9 @@ def _compile(
         return float(result.get("compile_s") or 0.0)
     error = str(result.get("error") or "")
     where = f" (EP log: {log_path})"
+    with contextlib.suppress(OSError):
+        if (why := refusal(log_path.read_text(encoding="utf-8", errors="replace"), provider_options)) is not None:
+            raise InputError(f"{label}: {why}{where}")
     if NOTHING_COMPILED in error:
         refused = None
         with contextlib.suppress(OSError):
