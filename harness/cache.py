@@ -12,7 +12,7 @@ size and a full BLAKE2b hash of every byte of each) written before it is publish
 checked on every use, so a file changed, cut short or replaced since the build (a damaged
 disk, a half-finished copy, someone's edit, a same-size overwrite with its mtime put back) is
 caught before a worker loads it. The full hash costs one read of the entry per run (about
-0.3 s for a 256 MiB weights file on this machine; the README's cache section has the figure).
+0.3 s for a 256 MiB weights file on this machine; docs/models-and-cache.md has the figure).
 The record is not believed either: a name in it that is not a plain file inside the entry
 (``../``, an absolute path, a link out, a FIFO) makes the entry corrupt. An entry that fails
 either check (``load`` raises `CorruptEntry`) is rebuilt, once, with a note on stderr; a second

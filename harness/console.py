@@ -22,7 +22,9 @@ TABLE_METRICS = [
     ("sum private", "sum_private_bytes", fmt_bytes),
     ("sum RSS", "sum_rss_bytes", fmt_bytes),
     ("system delta", "system_delta_bytes", fmt_bytes),
+    ("peak private", "max_peak_private_bytes", fmt_bytes),
     ("median init", "init_s_median", fmt_seconds),
+    ("init + 1st run", "startup_s_median", fmt_seconds),
 ]
 
 
@@ -124,6 +126,22 @@ def outcome_table(rows: list[ResultRow]) -> Any | None:
     return table
 
 
+def startup_lines(run: Any) -> list[str]:
+    """After the memory table: the latency table at the headline's N x M (`--runs`) and how
+    many sessions fit this machine at the start-up peak (`harness.core.fits`)."""
+    from harness.core.fits import fits, fits_sentence
+    from harness.core.latency import latency_lines
+    from harness.core.summary import headline_pairs
+
+    pairs = headline_pairs(s for s in run.summary if s.target == run.target)
+    lines = latency_lines(pairs, fmt_seconds)
+    complete = [p for p in pairs if complete_pair(*p)]
+    sentence = fits_sentence(fits(*complete[0])) if complete else None
+    if sentence:
+        lines.append(f"fits (start-up peak, all workers at once): {sentence}")
+    return lines
+
+
 def note_lines(judgement: Any) -> list[str]:
     """Errors with their first details, warnings in full, other notes by title (the report has
     their text)."""
@@ -140,6 +158,8 @@ def note_lines(judgement: Any) -> list[str]:
 def print_judgement(console: Any, judgement: Any, *, outcomes: bool = False) -> None:
     """The run's summary table, outcomes, notes, gates and verdict."""
     console.print(summary_table(judgement.run.summary))
+    for line in startup_lines(judgement.run):
+        console.print(line)
     table = outcome_table(judgement.run.results) if outcomes else None
     if table is not None:
         console.print(table)

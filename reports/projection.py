@@ -249,9 +249,22 @@ def projection_text(
     system: str = "Linux",
 ) -> list[str]:
     """Plain-language projection with its assumptions, ready for the report or a terminal."""
+    summary = list(summary)
     sweep = fit_sweep(summary, system=system)
+    peak = start_up_peak_lines(summary, weights_bytes, sessions)
     if not sweep.fits:
         reasons = "; ".join(f"{m}: {why}" for m, why in sorted(sweep.missing.items()))
-        return [f"No projection: {reasons}."]
+        return [f"No projection: {reasons}.", *peak]
     head = f"Projection for {sessions} sessions of a {fmt_bytes(weights_bytes)} model:"
-    return [head, *project(sweep, weights_bytes, sessions).lines, *(f"Assumes {a}." for a in ASSUMPTIONS)]
+    return [head, *project(sweep, weights_bytes, sessions).lines, *(f"Assumes {a}." for a in ASSUMPTIONS), *peak]
+
+
+def start_up_peak_lines(summary: list[SummaryRow], weights_bytes: int, sessions: int) -> list[str]:
+    """What a load fails at: the start-up peak of the projected deployment (`harness.core.fits`),
+    from the headline's first complete pair (nothing without one)."""
+    from harness.core.fits import peak_projection
+    from harness.core.summary import complete_pair, headline_pairs, primary_target
+
+    target = primary_target(summary)
+    pairs = [p for p in headline_pairs(s for s in summary if s.target == target) if complete_pair(*p)]
+    return peak_projection(*pairs[0], weights_bytes, sessions) if pairs else []

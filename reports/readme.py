@@ -1,7 +1,7 @@
-"""The README's column tables, generated from `harness.core.schema` so they cannot drift.
+"""The column tables of docs/results.md, generated from `harness.core.schema` so they cannot drift.
 
 ``python -m reports.readme`` prints the Markdown for results.csv, summary.csv and
-results_long.csv; a README test can compare its tables with `column_tables()`.
+results_long.csv; a docs test compares docs/results.md with `column_tables()`.
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ def long_table() -> str:
 
 
 def column_tables() -> str:
-    """All three tables with their headings, as the README shows them."""
+    """All three tables with their headings, as docs/results.md shows them."""
     return "\n\n".join(
         [
-            "#### results.csv (one row per worker x mode x repeat)",
+            "### results.csv (one row per worker x mode x repeat)",
             column_table(ResultRow),
-            "#### summary.csv (one row per target x mode x N x M x repeat)",
+            "### summary.csv (one row per target x mode x N x M x repeat)",
             column_table(SummaryRow),
-            "#### results_long.csv (one row per run x worker x metric; missing figures left out)",
+            "### results_long.csv (one row per run x worker x metric; missing figures left out)",
             long_table(),
         ]
     )

@@ -21,7 +21,10 @@ ROWS = (
     ("Init + first inference", "startup_s_median", "the honest start-up comparison"),
     ("Latency p50", "latency_p50_s_median", "steady state, over --runs R inferences"),
     ("Latency p90", "latency_p90_s_median", ""),
+    ("Latency p95", "latency_p95_s_median", ""),
     ("Latency p99", "latency_p99_s_median", ""),
+    ("Latency mean", "latency_mean_s", "over every timed inference of the group"),
+    ("Latency max", "latency_max_s", "the slowest timed inference of the group"),
 )
 #: Steady-state latency within this ratio counts as "no difference" (timing noise on a shared machine).
 SAME_LATENCY = (0.9, 1.1)

@@ -19,6 +19,7 @@ from harness.core.summary import headline_pairs, largest_groups, median, row_ok,
 from harness.core.units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
 from harness.core.verdict import Judgement
 from reports import charts
+from reports.peakchart import peak_vs_steady
 from reports.projection import (
     consecutive_marginals,
     default_projection,
@@ -339,6 +340,7 @@ def build_run_view(
         charts.memory_vs_n(run.summary),
         charts.init_distribution(run.results),
         charts.per_worker_bars(run.results),
+        peak_vs_steady(run.results),
     ]
     if trend_points is not None:
         chart_list.append(charts.ratio_trend(trend_points))

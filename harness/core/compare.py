@@ -39,7 +39,7 @@ class Metric:
 
     key: str
     label: str
-    unit: str  # "bytes" | "s" | "ratio"
+    unit: str  # "bytes" | "s" | "ratio" | "count/s"
     value: Callable[[SummaryRow, SummaryRow], float | None]
     lower_is_better: bool = True
 
@@ -75,6 +75,33 @@ def metrics_for(metric: str | None) -> list[Metric]:
         Metric(f"mapped_{fair}_ratio", f"{label} ratio mapped/heap", "ratio", _ratio(column)),
         Metric("mapped_uss_ratio", "USS ratio mapped/heap", "ratio", _ratio("sum_uss_bytes")),
         Metric("init_ratio", "init ratio mapped/heap", "ratio", _ratio("init_s_median")),
+        *startup_metrics(),
+    ]
+
+
+def startup_metrics() -> list[Metric]:
+    """Start-up peak, init + first inference and latency (issue 20): per mode and as ratios."""
+    out = []
+    for mode in ("mapped", "heap"):
+        out += [
+            Metric(
+                f"{mode}_peak_private",
+                f"{mode} start-up peak private",
+                "bytes",
+                _column(mode, "max_peak_private_bytes"),
+            ),
+            Metric(f"{mode}_startup", f"{mode} init + first inference", "s", _column(mode, "startup_s_median")),
+            Metric(f"{mode}_latency_p50", f"{mode} latency p50", "s", _column(mode, "latency_p50_s_median")),
+            Metric(f"{mode}_latency_p99", f"{mode} latency p99", "s", _column(mode, "latency_p99_s_median")),
+            Metric(
+                f"{mode}_inferences_per_s", f"{mode} inferences/s", "count/s", _column(mode, "inferences_per_s"), False
+            ),
+        ]
+    return out + [
+        Metric("peak_private_ratio", "start-up peak ratio mapped/heap", "ratio", _ratio("max_peak_private_bytes")),
+        Metric("startup_ratio", "init + first inference ratio mapped/heap", "ratio", _ratio("startup_s_median")),
+        Metric("first_run_ratio", "first inference ratio mapped/heap", "ratio", _ratio("first_run_s_median")),
+        Metric("latency_p50_ratio", "latency p50 ratio mapped/heap", "ratio", _ratio("latency_p50_s_median")),
     ]
 
 
@@ -173,8 +200,11 @@ def compare(current: RunData, baseline: RunData) -> Comparison:
         )
     rows = [s for pair in cur_pairs + base_pairs for s in pair]
     changes = []
+    optional = {m.key for m in startup_metrics()}  # figures older runs (or runs without --runs) lack
     for metric in metrics_for(fair_metric(rows)):
-        changes.append(Change(metric, _values(metric, base_pairs), _values(metric, cur_pairs)))
+        change = Change(metric, _values(metric, base_pairs), _values(metric, cur_pairs))
+        if metric.key not in optional or change.baseline or change.current:
+            changes.append(change)
     cur_v, base_v = versions(current.env), versions(baseline.env)
     version_rows = [(k, str(base_v.get(k) or "-"), str(cur_v.get(k) or "-")) for k in cur_v]
     return Comparison(baseline, current, at, changes, version_rows, warnings)
@@ -206,6 +236,8 @@ def fmt_value(value: float | None, unit: str, *, signed: bool = False) -> str:
         return sign + fmt_bytes(value)
     if unit == "s":
         return sign + fmt_seconds(value) if value >= 0 else "-" + fmt_seconds(-value)
+    if unit == "count/s":
+        return f"{value:+.1f}/s" if signed else f"{value:.1f}/s"
     return f"{value:+.3f}" if signed else fmt_ratio(value)
 
 

@@ -24,6 +24,14 @@ Format (``format_version`` 1; keys are only ever added within a version):
   per-repeat mapped/heap ratios}), ``ratio_range`` ({metric: [min, max] over repeats}),
   ``saving`` ({``metric``: "pss" | "private", ``bytes``: heap - mapped, ``fraction``:
   1 - mapped/heap});
+- ``latency``: at the headline's first complete pair: ``processes``, ``sessions_per_process``,
+  ``repeat``, ``runs``, ``warmup``, ``concurrency``, ``page_cache``, and per mode (``mapped``,
+  ``heap``) ``mean``, ``stdev``, ``min``, ``p50``, ``p90``, ``p95``, ``p99``, ``max`` (s),
+  ``inferences_per_s``, ``init_s``, ``first_run_s``, ``init_plus_first_run_s`` and
+  ``first_run_penalty_s`` (first inference minus the steady p50); null without a pair;
+- ``fits``: ``sentence`` ("with heap, 3 sessions of this model exceed this machine's commit
+  limit; mapped, 11 fit"), ``modes`` ({mode: ``bound``, ``headroom_bytes``,
+  ``peak_per_worker_bytes``, ``sessions_fit``}) and ``assumptions``; null without a pair;
 - ``gates``: [{``expr``, ``status`` (pass | fail | skip), ``value``, ``reason``, ``why``}];
 - ``versions``: {``onnxruntime``, ``onnxruntime_qnn``, ``qnn_sdk``, ``python``, ``os``,
   ``cpu``, ``commit``} (null where unknown), plus ``system``, ``arch``, ``hostname``.
@@ -38,7 +46,7 @@ from typing import Any
 
 from .files import read_json, write_json_atomic
 from .schema import SummaryRow
-from .summary import RATIO_COLUMNS, complete_pair, median, pair_ratio, paired, sessions_of
+from .summary import RATIO_COLUMNS, complete_pair, headline_pairs, median, pair_ratio, paired, sessions_of
 from .units import fmt_bytes, fmt_percent, fmt_seconds
 
 HEADLINE_JSON = "headline.json"
@@ -52,6 +60,21 @@ ABSOLUTE_COLUMNS = (
     "system_delta_bytes",
     "init_s_median",
     "create_s_median",
+    "first_run_s_median",
+    "startup_s_median",
+    "latency_mean_s",
+    "latency_stdev_s",
+    "latency_min_s",
+    "latency_p50_s_median",
+    "latency_p90_s_median",
+    "latency_p95_s_median",
+    "latency_p99_s_median",
+    "latency_max_s",
+    "inferences_per_s",
+    "max_peak_private_bytes",
+    "sum_peak_private_bytes",
+    "system_min_available_bytes",
+    "system_max_committed_bytes",
 )
 #: headline.json version key -> metadata.json ``env`` key.
 VERSION_KEYS = {
@@ -154,6 +177,9 @@ def headline_sentence(judgement: Any) -> str:
     column = f"sum_{saving['metric']}_bytes"
     init_m, init_h = top["mapped"]["init_s_median"], top["heap"]["init_s_median"]
     times = f"{fmt_seconds(init_m)} vs {fmt_seconds(init_h)} median init"
+    start_m, start_h = top["mapped"]["startup_s_median"], top["heap"]["startup_s_median"]
+    if start_m is not None and start_h is not None:  # mapped pages are faulted in by the first run
+        times += f", {fmt_seconds(start_m)} vs {fmt_seconds(start_h)} init + first inference"
     if feature.state not in ("active", "partial"):
         memory = (
             f"mapped and heap mode measured {fmt_bytes(top['mapped'][column])} vs "
@@ -193,6 +219,20 @@ def headline_sentence(judgement: Any) -> str:
     return f"{where}, {memory}, and {init}. {tail}"
 
 
+def startup_documents(run: Any) -> dict[str, Any]:
+    """headline.json's ``latency`` (percentiles, inferences/s, init, first inference and init +
+    first inference per mode) and ``fits`` (how many sessions fit this machine at the start-up
+    peak) keys, from the headline's first complete pair (None: no complete pair)."""
+    from .fits import fits, fits_document
+    from .latency import headline_latency
+
+    pairs = [p for p in headline_pairs(s for s in run.summary if s.target == run.target) if complete_pair(*p)]
+    return {
+        "latency": headline_latency(pairs, run.run),
+        "fits": fits_document(fits(*pairs[0])) if pairs else None,
+    }
+
+
 def headline_document(judgement: Any, *, kind: str = "run") -> dict[str, Any]:
     """The ``headline.json`` content of one judged run (see the module docstring)."""
     run = judgement.run
@@ -215,6 +255,7 @@ def headline_document(judgement: Any, *, kind: str = "run") -> dict[str, Any]:
         "labels": dict(r.get("labels") or {}),
         "headline": dict(judgement.values),
         "per_n": per_n(run.summary, run.target),
+        **startup_documents(run),
         "gates": [
             {"expr": g.gate.expr, "status": g.status, "value": g.value, "reason": g.reason, "why": g.gate.why or None}
             for g in judgement.gates

@@ -5,7 +5,7 @@ Why: a path on the command line or in a model may be ``/dev/zero`` (reads foreve
 file is therefore opened with ``O_NONBLOCK`` (a FIFO opens at once instead of hanging), checked
 with ``fstat`` on the open descriptor (what is read is what was checked: no swap between a
 check and the open), refused unless it is a regular file, and read with a bound. Each kind of
-file has its bound, stated in the README ("Input files"):
+file has its bound, stated in docs/running.md ("Paths a model names, and input files"):
 
 - a gates file: `GATES_FILE_MAX_BYTES` (1 MiB);
 - a JSON configuration (``genai_config.json``...): `JSON_MAX_BYTES` (16 MiB), nested at most

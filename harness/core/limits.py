@@ -4,8 +4,8 @@ Why bounds: a number the harness turns into processes, threads, sessions, repeat
 allocations must be one the machine can honour. Without a bound ``--intra-op-threads 100000``
 grew the parent past 2 GiB (the reference session's thread pool) and ignored SIGTERM while
 doing so. Each bound is far above any real use and is checked once, right after the command
-line is parsed, before a model is built or a process started (one line, exit 2). The README's
-"What happens when" lists them.
+line is parsed, before a model is built or a process started (one line, exit 2). docs/what-happens-when.md
+lists them.
 
 Why no repeated keys: ``--session-config k=1 --session-config k=2`` used to keep the last value
 silently; the user meant one of them, and only they know which.
@@ -46,6 +46,8 @@ BOUNDS = (
     Bound("--sessions-per-process", "sessions_per_process", 1024),
     Bound("--repeat", "repeat", 1000),
     Bound("--runs", "runs", 1_000_000),
+    Bound("--warmup", "warmup", 1_000_000),
+    Bound("--concurrency", "concurrency", 256),
     Bound("--worker-timeout", "worker_timeout_s", 86_400, "s"),
     Bound("--worker-timeout", "worker_timeout", 86_400, "s"),
     Bound("--timeout", "timeout", 3_600, "s"),

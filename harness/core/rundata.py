@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .fits import stated_system
 from .schema import FORMAT_VERSION, MODES, ResultRow, SummaryRow
 from .summary import group_key, headline, primary_target, summarize, with_completeness
 from .tables import RESULTS_CSV, SUMMARY_CSV, read_rows
@@ -214,7 +215,7 @@ def _recomputed_summary(folder: Path, stated: list[SummaryRow], results: list[Re
     workers' own rows, never a summary of them."""
     if any(s.complete is None for s in stated):  # an older harness: no completeness to compare
         return with_completeness(stated, results)
-    system = {group_key(s): (s.system_delta_bytes, s.system_noise_bytes) for s in stated}
+    system = {group_key(s): (s.system_delta_bytes, s.system_noise_bytes, stated_system(s)) for s in stated}
     fresh = summarize(results, system)
     mine = {group_key(s): s for s in fresh}
     theirs = {group_key(s): s for s in stated}

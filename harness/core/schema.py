@@ -1,7 +1,7 @@
 """The one schema for result rows and summary rows: workers, CSV, HTML and tests all use it.
 
 Data flows one way: spec -> workers -> `ResultRow` -> `SummaryRow` -> report. Columns are
-declared once here, with their dtype and unit, and the CSV writers/readers, the README's
+declared once here, with their dtype and unit, and the CSV writers/readers, docs/results.md's
 column table and the report's tables are all derived from these declarations.
 """
 
@@ -63,7 +63,9 @@ class ResultRow:
         "",
         "mapped | heap | fallback | unknown (how the weights were loaded; unknown: the EP log gave no evidence)",
     )
-    map_attempts: int = col("Int64", "count", "mapping attempts made by mapper_impl")
+    map_attempts: int = col(
+        "Int64", "count", "the most mapping attempts one session's load needed (mapper_impl; 1: the first try mapped)"
+    )
     fallback_stage: str = col(
         "string",
         "",
@@ -85,6 +87,21 @@ class ResultRow:
     latency_p50_s: float = col("Float64", "s", "median latency of those R inferences (empty without --runs)")
     latency_p90_s: float = col("Float64", "s", "90th percentile latency of the R inferences")
     latency_p99_s: float = col("Float64", "s", "99th percentile latency of the R inferences")
+    warmup: int = col("Int64", "count", "untimed inferences before the timed ones (--warmup K)", required=False)
+    concurrency: int = col(
+        "Int64",
+        "count",
+        "inference threads running the timed inferences on one session (--concurrency C)",
+        required=False,
+    )
+    latency_mean_s: float = col("Float64", "s", "mean latency of the R timed inferences", required=False)
+    latency_stdev_s: float = col("Float64", "s", "sample standard deviation of the R latencies", required=False)
+    latency_min_s: float = col("Float64", "s", "fastest of the R inferences", required=False)
+    latency_p95_s: float = col("Float64", "s", "95th percentile latency of the R inferences", required=False)
+    latency_max_s: float = col("Float64", "s", "slowest of the R inferences", required=False)
+    inferences_per_s: float = col(
+        "Float64", "count/s", "R over the wall time of the timed phase (C threads: their combined rate)", required=False
+    )
     page_cache: str = col("string", "", "warm | cold | cold-unverified: page-cache state of the weights at group start")
     weights_resident_bytes: int = col("Int64", "bytes", "weights bytes in the page cache as the group started (Linux)")
     rss_bytes: int = col("Int64", "bytes", "resident set / working set (counts shared pages)")
@@ -92,6 +109,31 @@ class ResultRow:
     pss_bytes: int = col("Int64", "bytes", "proportional set size (Linux only; empty elsewhere)")
     private_bytes: int = col("Int64", "bytes", "Windows private bytes; USS on Linux")
     peak_bytes: int = col("Int64", "bytes", "peak resident / peak working set of the worker")
+    peak_private_bytes: int = col(
+        "Int64",
+        "bytes",
+        "highest private memory (Linux: anonymous pages from /proc/self/statm; Windows: PrivateUsage, "
+        "raised to PeakPagefileUsage) sampled inside the worker from its start to ready",
+        required=False,
+    )
+    peak_phase: str = col(
+        "string", "", "start-up phase of that peak: start | load | create | first_run", required=False
+    )
+    peak_rss_bytes: int = col(
+        "Int64",
+        "bytes",
+        "kernel-kept peak resident set until ready (Linux VmHWM; Windows PeakWorkingSetSize): counts file pages",
+        required=False,
+    )
+    peak_sample_hz: float = col(
+        "Float64", "count/s", "samples per second the peak sampler achieved (1000 or more asked)", required=False
+    )
+    peak_sample_max_gap_s: float = col(
+        "Float64",
+        "s",
+        "longest time between two peak samples (a call holding Python's GIL blinds the sampler that long)",
+        required=False,
+    )
     weights_bytes: int = col("Int64", "bytes", "size of the weights file the sessions use")
     output_ok: bool = col("boolean", "", "first inference matched the reference output")
     error: str = col("string", "", "why the worker failed or fell back (empty when clean)")
@@ -143,6 +185,45 @@ class SummaryRow:
     latency_p50_s_median: float = col("Float64", "s", "median over workers of latency_p50_s")
     latency_p90_s_median: float = col("Float64", "s", "median over workers of latency_p90_s")
     latency_p99_s_median: float = col("Float64", "s", "median over workers of latency_p99_s")
+    latency_mean_s: float = col("Float64", "s", "mean latency over every timed inference of the group", required=False)
+    latency_stdev_s: float = col(
+        "Float64", "s", "standard deviation over every timed inference of the group (pooled)", required=False
+    )
+    latency_min_s: float = col("Float64", "s", "fastest timed inference of the group", required=False)
+    latency_p95_s_median: float = col("Float64", "s", "median over workers of latency_p95_s", required=False)
+    latency_max_s: float = col("Float64", "s", "slowest timed inference of the group", required=False)
+    inferences_per_s: float = col("Float64", "count/s", "median over workers of inferences_per_s", required=False)
+    max_peak_private_bytes: int = col(
+        "Int64",
+        "bytes",
+        "highest peak_private_bytes of the group's ok workers (one worker's start-up peak)",
+        required=False,
+    )
+    sum_peak_private_bytes: int = col(
+        "Int64",
+        "bytes",
+        "sum of the ok workers' peak_private_bytes: the group's peak if every worker peaked at once",
+        required=False,
+    )
+    peak_phase: str = col("string", "", "phase(s) of the workers' peaks, '|'-joined", required=False)
+    system_min_available_bytes: int = col(
+        "Int64", "bytes", "lowest system available memory while the workers started", required=False
+    )
+    system_max_committed_bytes: int = col(
+        "Int64", "bytes", "highest commit charge while the workers started (Linux Committed_AS)", required=False
+    )
+    system_commit_limit_bytes: int = col(
+        "Int64", "bytes", "the system's commit limit (Linux CommitLimit, Windows GetPerformanceInfo)", required=False
+    )
+    system_start_available_bytes: int = col(
+        "Int64", "bytes", "system available memory as the group started, before its first worker", required=False
+    )
+    system_start_committed_bytes: int = col(
+        "Int64", "bytes", "commit charge as the group started, before its first worker", required=False
+    )
+    overcommit_mode: int = col(
+        "Int64", "", "Linux vm.overcommit_memory (only 2 enforces the commit limit); empty elsewhere", required=False
+    )
     page_cache: str = col("string", "", "warm | cold | cold-unverified (see results.csv)")
     sum_rss_bytes: int = col(
         "Int64", "bytes", "sum of rss_bytes over the N workers (double-counts shared pages); empty unless complete"
@@ -194,7 +275,7 @@ def dtypes(row_type: type) -> dict[str, str]:
 
 
 def column_docs(row_type: type) -> list[tuple[str, str, str, str]]:
-    """(name, dtype, unit, meaning) for the README and the report."""
+    """(name, dtype, unit, meaning) for docs/results.md and the report."""
     return [(f.name, f.metadata["dtype"], f.metadata["unit"], f.metadata["doc"]) for f in fields(row_type)]
 
 
@@ -230,6 +311,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "path_taken": ("mapped", "heap", "fallback", "unknown"),
     "page_cache": ("warm", "cold", "cold-unverified"),
     "ep_file_mapping": (*EP_STATES, "n/a"),
+    "peak_phase": ("start", "load", "create", "first_run"),
 }
 
 

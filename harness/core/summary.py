@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from . import fits, latency
 from .schema import ResultRow, SummaryRow
 
 #: Headline metric -> SummaryRow column whose mapped/heap ratio it is.
@@ -24,6 +25,8 @@ RATIO_COLUMNS = {
     "system_delta_ratio": "system_delta_bytes",
     "init_ratio": "init_s_median",
     "create_ratio": "create_s_median",
+    **latency.LATENCY_RATIO_COLUMNS,
+    **fits.PEAK_RATIO_COLUMNS,
 }
 #: Headline metrics that are not mapped/heap ratios, with what they mean (docs and gates).
 OTHER_METRICS = {
@@ -244,6 +247,8 @@ def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = No
                 complete=complete,
                 system_noise_bytes=noise,
                 note="; ".join([*reasons, *([unreliable] if unreliable else [])]) or None,
+                **latency.group_figures(ok),
+                **fits.group_figures(ok, (system or {}).get(key)),
             )
         )
     return out

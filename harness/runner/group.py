@@ -18,11 +18,14 @@ from typing import Any
 
 from harness.core.errors import SpawnError
 from harness.core.files import read_json
+from harness.core.fits import WORKER_FIELDS as PEAK_FIELDS
+from harness.core.latency import WORKER_FIELDS as LATENCY_FIELDS
 from harness.core.schema import ResultRow, disable_flag
 from harness.runner.memory import MemorySample, implausible, sample_process, system_available_bytes
 from harness.runner.resources import describe
 from harness.runner.spawn import KillOnCloseJob, python_child, worker_pid_in_tree
 from harness.runner.spec import WorkerRecord, WorkerSpec
+from harness.runner.syswatch import SystemWatch
 
 POLL_S = 0.02
 RELEASE_TIMEOUT_S = 60.0
@@ -62,6 +65,9 @@ class GroupResult:
     #: |idle available memory after the group - before it|: how far the machine drifted on its
     #: own while the group ran, the noise floor of the delta.
     system_noise_bytes: int | None = None
+    #: The system's side of the start-up peak (min available, max commit charge while the
+    #: workers started: `harness.runner.syswatch`), None when not watched.
+    system_peak: Any = None
 
 
 @dataclass
@@ -285,6 +291,7 @@ def _row(group: GroupSpec, w: _Worker) -> ResultRow:
         ep_reason=record.ep_reason or None,
         ep_nodes=record.ep_nodes or None,
         memory_ok=sampled and not violations,
+        **{name: getattr(record, name) for name in (*LATENCY_FIELDS, *PEAK_FIELDS)},
     )
 
 
@@ -296,11 +303,13 @@ def run_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupRes
     workers: list[_Worker] = []
     job = KillOnCloseJob()
     during = None
+    watch = SystemWatch()
     try:
-        for i in range(group.processes):
-            workers.append(_spawn(group, i, job))
-            on_event(i, "starting", "")
-        _wait_until_ready(workers, group.worker_timeout_s, on_event)
+        with watch:  # the system's side of the start-up peak: from the first spawn to the barrier
+            for i in range(group.processes):
+                workers.append(_spawn(group, i, job))
+                on_event(i, "starting", "")
+            _wait_until_ready(workers, group.worker_timeout_s, on_event)
         for w in workers:
             if w.ready is not None and w.proc.poll() is None:
                 _sample(w)
@@ -315,4 +324,9 @@ def run_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupRes
     after = system_available_bytes()  # idle again: every worker has exited and been reaped
     measured = during is not None and any(w.ready for w in workers)
     rows = [_row(group, w) for w in workers]
-    return GroupResult(rows, before - during if measured else None, abs(after - before) if measured else None)
+    return GroupResult(
+        rows,
+        before - during if measured else None,
+        abs(after - before) if measured else None,
+        watch.result if measured else None,
+    )

@@ -156,7 +156,23 @@ class RunOptions:
         flag="--runs",
         type=argtypes.int_at_least(0),
         metavar="R",
-        help="timed inferences after the first, for latency p50/p90/p99 (count)",
+        help="timed inferences after the first (and after the --warmup ones): latency mean, stdev, "
+        "min, p50, p90, p95, p99, max, inferences/s (count)",
+    )
+    warmup: int = flag(
+        0,
+        flag="--warmup",
+        type=argtypes.int_at_least(0),
+        metavar="K",
+        help="untimed inferences after the first and before the --runs timed ones (count)",
+    )
+    concurrency: int = flag(
+        1,
+        flag="--concurrency",
+        type=argtypes.positive_int,
+        metavar="C",
+        help="inference threads sharing each worker's session for the timed runs, as onnxruntime_perf_test -c "
+        "(the --runs R are split over them; count)",
     )
     page_cache: str = flag(
         "warm",

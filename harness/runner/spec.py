@@ -75,6 +75,20 @@ class WorkerRecord:
     latency_p50_s: float | None = None
     latency_p90_s: float | None = None
     latency_p99_s: float | None = None
+    warmup: int = 0  # untimed inferences before the timed ones (--warmup)
+    concurrency: int = 1  # inference threads of the timed phase (--concurrency)
+    latency_mean_s: float | None = None
+    latency_stdev_s: float | None = None
+    latency_min_s: float | None = None
+    latency_p95_s: float | None = None
+    latency_max_s: float | None = None
+    inferences_per_s: float | None = None
+    #: The start-up peak (harness.runner.peak): sampled from the worker's start to ready.
+    peak_private_bytes: int | None = None
+    peak_phase: str | None = None
+    peak_rss_bytes: int | None = None
+    peak_sample_hz: float | None = None
+    peak_sample_max_gap_s: float | None = None
     output_ok: bool = False
     output_detail: str = ""
     weights_bytes: int | None = None

@@ -91,6 +91,8 @@ def plan_groups(
                             **ready.worker_options,
                             "session": opts.session_settings().to_dict(),
                             "runs": opts.runs,
+                            "warmup": opts.warmup,
+                            "concurrency": opts.concurrency,
                         },
                         parent_pid=parent[0],
                         parent_create_time=parent[1],
@@ -117,6 +119,8 @@ def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, sta
             "weights_bytes": own.weights_bytes if own else None,
             "session": opts.session_settings().to_dict(),
             "runs": opts.runs,
+            "warmup": opts.warmup,
+            "concurrency": opts.concurrency,
             "page_cache": opts.page_cache,
             "inputs": {"shapes": opts.shapes, "free_dims": opts.free_dims, "values": opts.input_values},
             "processes": opts.processes,
@@ -278,7 +282,7 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
     groups = plan_groups(opts, prepared, out, harness_identity())
     env = environment()
     rows: list[ResultRow] = []
-    system: dict[tuple, tuple[int | None, int | None]] = {}
+    system: dict[tuple, tuple] = {}  # (delta, noise, SystemPeak) per group
     failure = ""
 
     def meta(status: str) -> dict:
@@ -293,7 +297,7 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
             for row in result.rows:
                 row.page_cache, row.weights_resident_bytes = cache.state, cache.resident_bytes
             rows.extend(result.rows)
-            system[group_key(group)] = (result.system_delta_bytes, result.system_noise_bytes)
+            system[group_key(group)] = (result.system_delta_bytes, result.system_noise_bytes, result.system_peak)
             progress.group_finished(i, len(groups), group, result)
             write_outputs(out, rows, system, meta("running"))
         status = "complete"

@@ -138,24 +138,23 @@ def model_folders(spec: WorkerSpec) -> list[str]:
     return list(spec.options.get("models") or [spec.model_folder])
 
 
-def latency_percentiles(samples: list[float]) -> tuple[float, float, float]:
-    """(p50, p90, p99) of the timed runs, linear interpolation between samples."""
-    import numpy as np
-
-    p50, p90, p99 = np.percentile(np.asarray(samples, dtype=np.float64), [50, 90, 99])
-    return float(p50), float(p90), float(p99)
-
-
-def run_and_check(target, live, models, record: WorkerRecord, runs: int) -> None:
+def run_and_check(target, live, models, record: WorkerRecord, options: dict) -> None:
     """First inference of every model in session group 0 (timed, checked against each model's
-    reference), then ``runs`` more timed passes over all of them for the latency figures."""
+    reference), then ``warmup`` untimed and ``runs`` timed passes over all of them (on
+    ``concurrency`` threads) for the latency figures (`harness.core.latency`). The start-up
+    peak sampler stops after the first inference: the timed runs are steady state, and a
+    sampler thread beside them would slow what they time."""
+    from harness.core.latency import record_stats, stats, timed_runs
     from harness.prep.reference import load_reference
+    from harness.runner import peak
 
     references = [load_reference(m) for m in models]
     sessions = live.first_group()
+    peak.mark("first_run")
     t0 = time.perf_counter()
     outputs = [target.run(s, m, feeds) for s, m, (feeds, _) in zip(sessions, models, references, strict=True)]
     record.first_run_s = time.perf_counter() - t0
+    record_peak(record, peak.stop())
     details = []
     record.output_ok = True
     for model, got, (_, reference) in zip(models, outputs, references, strict=True):
@@ -168,15 +167,26 @@ def run_and_check(target, live, models, record: WorkerRecord, runs: int) -> None
     if not record.output_ok:
         record.error = f"wrong output: {record.output_detail}"
         return
-    samples = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
+
+    def one_pass() -> None:
         for s, m, (feeds, _) in zip(sessions, models, references, strict=True):
             target.run(s, m, feeds)
-        samples.append(time.perf_counter() - t0)
-    if samples:
-        record.runs = len(samples)
-        record.latency_p50_s, record.latency_p90_s, record.latency_p99_s = latency_percentiles(samples)
+
+    runs = int(options.get("runs") or 0)
+    record.warmup = int(options.get("warmup") or 0)
+    record.concurrency = int(options.get("concurrency") or 1)
+    for _ in range(record.warmup):
+        one_pass()
+    if runs:
+        samples, wall = timed_runs(one_pass, runs, record.concurrency)
+        record_stats(record, stats(samples, wall))
+
+
+def record_peak(record: WorkerRecord, found) -> None:
+    """The start-up peak sampler's figures into the record."""
+    record.peak_private_bytes, record.peak_phase = found.peak_private_bytes, found.peak_phase
+    record.peak_rss_bytes, record.peak_sample_hz = found.peak_rss_bytes, found.peak_sample_hz
+    record.peak_sample_max_gap_s = found.peak_sample_max_gap_s
 
 
 def mapped_resident_bytes(folder: Path) -> int | None:
@@ -217,6 +227,9 @@ def drop_weight_pages(live) -> None:
 
 
 def run_worker(spec: WorkerSpec) -> int:
+    from harness.runner import peak
+
+    peak.start()  # the start-up peak, from the first line (interpreter and imports are "start")
     pause_point(spec, "pause-start")
     exit_with_parent(spec)  # before any heavy import: an orphan must not even finish starting
     pause_point(spec, "pause-imports")
@@ -230,8 +243,9 @@ def run_worker(spec: WorkerSpec) -> int:
         target = get_target(spec.target)
         models = [PreparedModel.load(Path(folder), check_files=False) for folder in model_folders(spec)]
         pause_point(spec, "pause-session")
+        peak.mark("load")
         live = target.create_sessions(spec, models, record)
-        run_and_check(target, live, models, record, int(spec.options.get("runs") or 0))
+        run_and_check(target, live, models, record, spec.options)
         resident = [mapped_resident_bytes(m.folder) for m in models]
         record.mapped_resident_bytes = None if any(r is None for r in resident) else sum(resident)
         if spec.fault_action == "drop-weight-pages":
@@ -239,6 +253,8 @@ def run_worker(spec: WorkerSpec) -> int:
     except Exception as err:  # a worker's failure is data for the parent
         traceback.print_exc()
         record.error = _error_text(err)
+        if record.peak_private_bytes is None:
+            record_peak(record, peak.stop())  # the peak until the failure: what a failed load cost
         write_json_atomic(Path(spec.result_path), asdict(record))
         return EXIT_FAILED
     write_json_atomic(Path(spec.ready_path), asdict(record))

@@ -276,7 +276,9 @@ class CpuTarget(Target):
                 live.closers.append(ctx.close)
                 record.create_s += creating.seconds
                 record.load_s += total - creating.seconds
-                record.map_attempts += ctx.map_attempts
+                # the most attempts one load needed: summed over models and sessions, a pipeline
+                # without a single retry would read as "mapped after a retry"
+                record.map_attempts = max(record.map_attempts, ctx.map_attempts)
                 record.map_errors.extend(str(e) for e in ctx.errors)
                 stages.append(ctx.fallback_stage)
                 if ctx.path_taken != "mapped":  # the runtime's own copy (the read copy is gone)
@@ -305,27 +307,32 @@ class _SessionFactory:
         import onnxruntime as ort
 
         from harness.prep.tensors import ortvalue_over, view_extent
+        from harness.runner import peak
 
-        t0 = time.perf_counter()
-        so = cpu_session_options(self.settings, level=self.model.session_level)
-        keepalive: list = []
-        if weights.path_taken != "mapped":
-            runtime_copy = bytearray(weights.buffer)  # the runtime's own copy
-            keepalive.append(runtime_copy)
-            whole = memoryview(runtime_copy).toreadonly()
-            views = [whole[t.offset : t.offset + t.length] for t in self.model.tensors]
-        else:
-            whole = weights.buffer
-        for t, view in zip(self.model.tensors, views, strict=True):
-            if view_extent(t.onnx_type, t.shape) == t.length:
-                value = ortvalue_over(view, t.onnx_type, t.shape, 0)
-            else:  # sub-byte types: the view spans one byte per element, ORT reads only the region
-                value = ortvalue_over(whole, t.onnx_type, t.shape, t.offset)
-            keepalive.append(value)
-            so.add_initializer(t.name, value)
-        session = ort.InferenceSession(str(self.model.onnx_path), so, providers=["CPUExecutionProvider"])
-        self.seconds += time.perf_counter() - t0
-        return session, keepalive
+        peak.mark("create")
+        try:
+            t0 = time.perf_counter()
+            so = cpu_session_options(self.settings, level=self.model.session_level)
+            keepalive: list = []
+            if weights.path_taken != "mapped":
+                runtime_copy = bytearray(weights.buffer)  # the runtime's own copy
+                keepalive.append(runtime_copy)
+                whole = memoryview(runtime_copy).toreadonly()
+                views = [whole[t.offset : t.offset + t.length] for t in self.model.tensors]
+            else:
+                whole = weights.buffer
+            for t, view in zip(self.model.tensors, views, strict=True):
+                if view_extent(t.onnx_type, t.shape) == t.length:
+                    value = ortvalue_over(view, t.onnx_type, t.shape, 0)
+                else:  # sub-byte types: the view spans one byte per element, ORT reads only the region
+                    value = ortvalue_over(whole, t.onnx_type, t.shape, t.offset)
+                keepalive.append(value)
+                so.add_initializer(t.name, value)
+            session = ort.InferenceSession(str(self.model.onnx_path), so, providers=["CPUExecutionProvider"])
+            self.seconds += time.perf_counter() - t0
+            return session, keepalive
+        finally:  # the next load, or the direct read after a failed create
+            peak.mark("load")
 
 
 TARGET = CpuTarget()

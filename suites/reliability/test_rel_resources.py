@@ -18,7 +18,14 @@ import subprocess
 
 import psutil
 import pytest
-from rel_support import assert_no_survivors, first_group_waiting, one_line_error, run_args, run_quick
+from rel_support import (
+    HUNG_WORKER_TIMEOUT_S,
+    assert_no_survivors,
+    first_group_waiting,
+    one_line_error,
+    run_args,
+    run_quick,
+)
 
 pytestmark = pytest.mark.memory
 
@@ -32,10 +39,15 @@ def _efbig_instead_of_sigxfsz() -> None:
 
 
 def _while_the_first_group_waits(out, model_cache, squeeze, n: int = 2) -> tuple[subprocess.Popen, str, str]:
-    """Start a run whose first group waits for a hung worker 0 (5 s); once the other workers
+    """Start a run whose first group waits for a hung worker 0 (HUNG_WORKER_TIMEOUT_S); once the other workers
     are ready, apply ``squeeze(harness)``; return what the run did afterwards."""
     waiting = first_group_waiting(
-        out, model_cache, processes=n, worker_timeout=5, modes="mapped,heap", preexec=_efbig_instead_of_sigxfsz
+        out,
+        model_cache,
+        processes=n,
+        worker_timeout=HUNG_WORKER_TIMEOUT_S,
+        modes="mapped,heap",
+        preexec=_efbig_instead_of_sigxfsz,
     )
     with waiting as proc:
         squeeze(psutil.Process(proc.pid))

@@ -1,0 +1,162 @@
+"""Start-up peaks per group and what they mean for a machine: how many sessions fit.
+
+Why: a load fails at its transient peak (the heap path holds the read copy and the runtime's
+copy at once; a fallback holds the mapping and the copy), against the machine's commit limit
+(Windows) or its available memory (Linux, unless strict overcommit), not at the steady state
+the barrier samples. So the group figures here are the workers' start-up peaks
+(`peak_private_bytes`, sampled inside each worker) and the system's side while they started
+(minimum available memory, maximum commit charge), and the "fits" figure divides the
+machine's headroom by the peak of one worker:
+
+    "with heap, 3 sessions of this model exceed this machine's commit limit; mapped, 11 fit"
+
+with its assumptions stated next to it (`ASSUMPTIONS`). `peak_projection` scales the peaks to
+another model for ``--project-to``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .units import fmt_bytes
+
+#: Headline metric -> SummaryRow column whose mapped/heap ratio it is (merged into RATIO_COLUMNS).
+PEAK_RATIO_COLUMNS = {"peak_private_ratio": "max_peak_private_bytes"}
+#: Per-worker peak figures (WorkerRecord and ResultRow share these names).
+WORKER_FIELDS = ("peak_private_bytes", "peak_phase", "peak_rss_bytes", "peak_sample_hz", "peak_sample_max_gap_s")
+#: SummaryRow system columns <- attributes of the runner's SystemPeak.
+SYSTEM_FIELDS = {
+    "system_min_available_bytes": "min_available_bytes",
+    "system_max_committed_bytes": "max_committed_bytes",
+    "system_commit_limit_bytes": "commit_limit_bytes",
+    "system_start_available_bytes": "start_available_bytes",
+    "system_start_committed_bytes": "start_committed_bytes",
+    "overcommit_mode": "overcommit_mode",
+}
+ASSUMPTIONS = (
+    "every worker reaches its start-up peak at the same moment (workers started together, as measured)",
+    "a worker's peak is its private memory (anonymous / commit charge); mapped file pages are "
+    "left out: they commit nothing and the kernel can evict and re-read them",
+    "the headroom is what the machine had as the group started: commit limit minus commit charge "
+    "(Windows, or Linux with vm.overcommit_memory=2), otherwise available memory",
+    "one worker per session as measured (M sessions per worker: its peak covers all M)",
+)
+
+
+def group_figures(ok: Sequence[Any], system: Any) -> dict[str, Any]:
+    """The SummaryRow peak and system columns of one group, from its ok workers' rows and what
+    the runner recorded for it: (delta, noise, SystemPeak), or less (no system peak)."""
+    system_peak = system[2] if isinstance(system, tuple) and len(system) > 2 else None
+    peaks = [r.peak_private_bytes for r in ok if r.peak_private_bytes is not None]
+    phases = sorted({r.peak_phase for r in ok if r.peak_phase})
+    out: dict[str, Any] = {
+        "max_peak_private_bytes": max(peaks) if peaks else None,
+        "sum_peak_private_bytes": sum(peaks) if peaks and len(peaks) == len(ok) else None,
+        "peak_phase": "|".join(phases) or None,
+    }
+    for column, attr in SYSTEM_FIELDS.items():
+        out[column] = getattr(system_peak, attr, None) if system_peak is not None else None
+    return out
+
+
+def stated_system(row: Any) -> Any:
+    """The system figures a summary row states (summary.csv), in the shape of the runner's
+    SystemPeak: what a re-read run passes back to `group_figures` (measured outside the workers,
+    so results.csv cannot recompute them)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**{attr: getattr(row, column, None) for column, attr in SYSTEM_FIELDS.items()})
+
+
+def headroom(row: Any) -> tuple[int | None, str]:
+    """(bytes the machine had free for new workers as the group started, which bound that is)."""
+    limit, committed = row.system_commit_limit_bytes, row.system_start_committed_bytes
+    enforced = row.overcommit_mode in (None, 2) if limit is not None else False
+    if enforced and limit is not None and committed is not None:
+        return max(0, limit - committed), "commit limit"
+    if row.system_start_available_bytes is not None:
+        return row.system_start_available_bytes, "available memory"
+    return None, ""
+
+
+@dataclass
+class Fit:
+    mode: str
+    bound: str  # "commit limit" | "available memory"
+    headroom_bytes: int
+    per_worker_bytes: int
+    sessions_per_worker: int
+    workers: int  # how many workers fit
+
+    @property
+    def sessions(self) -> int:
+        return self.workers * self.sessions_per_worker
+
+
+def fits(mapped: Any, heap: Any) -> dict[str, Fit]:
+    """How many sessions of this model fit, per mode, from the pair's start-up peaks."""
+    out = {}
+    for row in (mapped, heap):
+        room, bound = headroom(row)
+        peak = row.max_peak_private_bytes
+        if room is None or not peak:
+            continue
+        # mapped: the weights' file pages are reclaimable page cache, but they must be resident
+        # to run: they take available memory (never commit charge) once for every worker
+        shared = (row.weights_bytes or 0) if row.mode == "mapped" and bound == "available memory" else 0
+        workers = max(0, (room - shared) // peak)
+        out[row.mode] = Fit(row.mode, bound, room, peak, int(row.sessions_per_process or 1), int(workers))
+    return out
+
+
+def fits_sentence(found: dict[str, Fit]) -> str | None:
+    """ "with heap, 3 sessions of this model exceed this machine's commit limit; mapped, 11 fit"."""
+    if not {"mapped", "heap"} <= found.keys():
+        return None
+    heap, mapped = found["heap"], found["mapped"]
+    return (
+        f"with heap, {heap.sessions + heap.sessions_per_worker} sessions of this model exceed this machine's "
+        f"{heap.bound} ({fmt_bytes(heap.headroom_bytes)} free at start, {fmt_bytes(heap.per_worker_bytes)} peak "
+        f"per worker); mapped, {mapped.sessions} fit ({fmt_bytes(mapped.per_worker_bytes)} peak per worker)"
+    )
+
+
+def fits_document(found: dict[str, Fit]) -> dict[str, Any]:
+    """headline.json's ``fits`` key."""
+    return {
+        "sentence": fits_sentence(found),
+        "modes": {
+            mode: {
+                "bound": f.bound,
+                "headroom_bytes": f.headroom_bytes,
+                "peak_per_worker_bytes": f.per_worker_bytes,
+                "sessions_fit": f.sessions,
+            }
+            for mode, f in found.items()
+        },
+        "assumptions": list(ASSUMPTIONS),
+    }
+
+
+def peak_projection(mapped: Any, heap: Any, weights_bytes: int, sessions: int) -> list[str]:
+    """The start-up peak of ``sessions`` sessions of a ``weights_bytes`` model started together,
+    from the measured peaks: per session, mapped costs its overhead o (its peak) and heap o + c x W,
+    c = (heap peak - mapped peak) / measured weights (the copies heap holds at its peak)."""
+    m_peak, h_peak, w = mapped.max_peak_private_bytes, heap.max_peak_private_bytes, heap.weights_bytes
+    if not m_peak and not h_peak:
+        return []  # a run from before the peak sampler: nothing to say
+    if not m_peak or not h_peak or not w:
+        return ["start-up peak: not projected (no start-up peak measured in both modes)"]
+    per_worker = int(heap.sessions_per_process or 1)
+    overhead = m_peak / per_worker
+    copies = max(0.0, (h_peak - m_peak) / per_worker / w)
+    heap_total = sessions * (overhead + copies * weights_bytes)
+    mapped_total = sessions * overhead
+    return [
+        f"start-up peak of {sessions} sessions started together: heap {fmt_bytes(heap_total)} private "
+        f"({copies:.2f} weight copies per session at its peak), mapped {fmt_bytes(mapped_total)} private "
+        f"+ {fmt_bytes(weights_bytes)} of shared file pages",
+        "Assumes the per-session overhead at the peak (the mapped peak) does not grow with the weights.",
+    ]

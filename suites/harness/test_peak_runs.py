@@ -1,0 +1,164 @@
+"""Start-up peaks and latency, measured for real (issue 20): cpu target, 256 MiB, N=2.
+
+What the peak must show: a heap worker's start-up peak of private memory holds its copy of the
+weights (>= W, whatever other transient copies the target makes), a mapped worker's stays far
+below (< W/4: the weights are file pages, not private), and a mapped worker whose context
+creation fails (``--fault create``) falls back to the direct read and holds the copy (>= W).
+Every peak names its phase. ``--runs 20 --warmup 3`` gives the latency table, headline.json's
+latency keys and gate metrics a gate can judge. No assertion is on a time.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.runner.peak import PHASES
+
+pytestmark = pytest.mark.memory
+
+SIZE = "256MiB"
+
+
+@pytest.fixture(scope="module")
+def peak_run(harness_runner, request, tmp_path_factory):
+    """Both modes, N=2, with timed runs and a warm-up (one run shared by the tests below)."""
+    outcome = harness_runner.run(
+        "run",
+        *("--target", "cpu", "--model-size", SIZE, "--processes", "2", "--runs", "20", "--warmup", "3"),
+        *("--gate", "latency_p50_ratio<=1000", "--gate", "first_run_ratio<=0", "--quiet", "--no-report"),
+        owner=request.node.nodeid,
+        scratch=tmp_path_factory.mktemp("peak-run"),
+    )
+    return outcome
+
+
+@pytest.fixture(scope="module")
+def fallback_run(harness_runner, request, tmp_path_factory):
+    """Mapped mode only, every session's create stage fails once: the direct read follows."""
+    outcome = harness_runner.run(
+        "run",
+        *("--target", "cpu", "--model-size", SIZE, "--processes", "2", "--modes", "mapped", "--fault", "create"),
+        *("--runs", "4", "--concurrency", "2", "--quiet", "--no-report"),
+        owner=request.node.nodeid,
+        scratch=tmp_path_factory.mktemp("fallback-run"),
+    )
+    assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+    return outcome
+
+
+def _mode(rows, mode):
+    return [r for r in rows if r.mode == mode]
+
+
+def test_heap_peak_holds_the_weights_and_mapped_stays_far_below(peak_run):
+    rows = peak_run.results()
+    heap, mapped = _mode(rows, "heap"), _mode(rows, "mapped")
+    assert len(heap) == len(mapped) == 2, peak_run.stdout + peak_run.stderr
+    weights = heap[0].weights_bytes
+    for row in heap:
+        assert row.peak_private_bytes >= weights, (row.peak_private_bytes, weights)
+    for row in mapped:
+        assert row.peak_private_bytes < weights / 4, (row.peak_private_bytes, weights)
+
+
+def test_every_peak_names_its_phase_and_rate(peak_run):
+    for row in peak_run.results():
+        assert row.peak_phase in PHASES
+        assert row.peak_sample_hz and row.peak_sample_hz > 0
+        assert row.peak_sample_max_gap_s is not None and row.peak_sample_max_gap_s >= 0
+        # the kernel's RSS peak covers the private peak (private pages are resident pages)
+        assert row.peak_rss_bytes >= 0.98 * row.peak_private_bytes
+
+
+def test_peak_is_at_least_the_steady_private_memory(peak_run):
+    """The barrier's USS comes after start-up: the peak sampled before it cannot be far below
+    (a slack of 10 %: the timed runs between the first inference and the barrier may allocate)."""
+    for row in peak_run.results():
+        assert row.peak_private_bytes >= 0.9 * row.uss_bytes - 4 * 1024**2, (row.peak_private_bytes, row.uss_bytes)
+
+
+def test_group_peak_figures_and_system_side(peak_run):
+    for s in peak_run.summary():
+        assert s.max_peak_private_bytes is not None and s.sum_peak_private_bytes >= s.max_peak_private_bytes
+        assert s.system_min_available_bytes <= s.system_start_available_bytes
+        assert s.system_max_committed_bytes >= s.system_start_committed_bytes
+        assert s.system_commit_limit_bytes > 0
+
+
+def test_runs_and_warmup_give_the_latency_figures(peak_run):
+    for row in peak_run.results():
+        assert (row.runs, row.warmup, row.concurrency) == (20, 3, 1)
+        ordered = [row.latency_min_s, row.latency_p50_s, row.latency_p90_s, row.latency_p95_s, row.latency_p99_s]
+        assert ordered == sorted(ordered) and row.latency_max_s >= row.latency_p99_s
+        assert row.latency_min_s <= row.latency_mean_s <= row.latency_max_s
+        assert row.latency_stdev_s >= 0 and row.inferences_per_s > 0
+
+
+def test_terminal_shows_the_latency_table_after_the_memory_table(peak_run):
+    out = peak_run.stdout
+    assert "latency per inference" in out, out
+    assert out.index("mapped/heap") < out.index("latency per inference")
+    for label in ("mean", "stdev", "p50", "p90", "p95", "p99", "max", "inf/s", "init+first"):
+        assert label in out
+    assert "fits (start-up peak" in out
+
+
+def test_headline_json_has_latency_startup_and_fits(peak_run):
+    doc = peak_run.headline()
+    latency = doc["latency"]
+    assert (latency["runs"], latency["warmup"], latency["concurrency"]) == (20, 3, 1)
+    for mode in ("mapped", "heap"):
+        block = latency[mode]
+        for key in ("mean", "stdev", "min", "p50", "p90", "p95", "p99", "max", "inferences_per_s"):
+            assert block[key] is not None and block[key] >= 0, (mode, key)
+        assert block["init_plus_first_run_s"] >= block["init_s"]
+    for metric in ("latency_p50_ratio", "latency_p99_ratio", "first_run_ratio", "startup_ratio", "peak_private_ratio"):
+        assert doc["headline"][metric] > 0, metric
+    assert doc["headline"]["peak_private_ratio"] < 0.25
+    assert "init + first inference" in doc["sentence"]
+    fits = doc["fits"]
+    assert fits["modes"]["mapped"]["sessions_fit"] > fits["modes"]["heap"]["sessions_fit"]
+    assert fits["sentence"].startswith("with heap, ") and fits["assumptions"]
+
+
+def test_latency_gates_are_judged(peak_run):
+    """A latency gate that holds passes, one that cannot hold fails: judged, not skipped."""
+    gates = {g["expr"]: g for g in peak_run.headline()["gates"]}
+    assert gates["latency_p50_ratio<=1000"]["status"] == "pass"
+    assert gates["first_run_ratio<=0"]["status"] == "fail"
+    assert peak_run.returncode == 1
+
+
+def test_fallback_peak_holds_the_copy(fallback_run):
+    rows = fallback_run.results()
+    assert len(rows) == 2
+    for row in rows:
+        assert row.path_taken == "fallback" and row.fallback_stage == "create"
+        assert row.peak_private_bytes >= row.weights_bytes, (row.peak_private_bytes, row.weights_bytes)
+        assert row.peak_phase in PHASES
+
+
+def test_concurrency_splits_the_timed_runs_over_threads(fallback_run):
+    for row in fallback_run.results():
+        assert (row.runs, row.concurrency) == (4, 2)
+        assert row.inferences_per_s > 0
+
+
+def test_baseline_compare_has_the_start_up_and_latency_figures(peak_run):
+    """--baseline compares the peak, init + first inference and latency (the run against itself
+    here: every delta is zero, the figures are what matters)."""
+    from harness.core.compare import compare
+    from harness.core.rundata import load_run
+
+    run = load_run(peak_run.out)
+    changes = {c.metric.key: c for c in compare(run, run).changes}
+    for key in ("heap_peak_private", "mapped_startup", "mapped_latency_p50", "latency_p50_ratio", "first_run_ratio"):
+        assert changes[key].current and changes[key].delta == 0, key
+
+
+def test_report_draws_peak_vs_steady_and_projects_the_peak(peak_run, run_harness, tmp_path):
+    out = tmp_path / "report.html"
+    outcome = run_harness("report", str(peak_run.out), "--project-to", "8x4GiB", "--out", str(out), check_exit=None)
+    html = out.read_text(encoding="utf-8")
+    assert "Start-up peak vs steady memory per mode" in html and "<svg" in html, outcome.stderr
+    assert "start-up peak of 8 sessions started together" in html
