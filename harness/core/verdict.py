@@ -35,8 +35,10 @@ VERDICTS = ("pass", "fail", "incomplete")
 @dataclass(frozen=True)
 class FeatureState:
     """Was file mapping really exercised in mapped mode? ``state`` is one of: active (every
-    mapped-mode worker took the mapped path, with evidence), partial, unavailable (the EP's
-    platform gate), disabled, unknown (no evidence), not-measured (no mapped-mode worker)."""
+    mapped-mode worker took the mapped path, with evidence), partial (some workers, or mixed
+    nodes), unavailable (the EP's platform gate), disabled, option-ignored / ep-error (the EP
+    ignored the option or failed its setup: failures, the workers fail too), unknown (no
+    evidence), not-measured (no mapped-mode worker)."""
 
     state: str
     text: str

@@ -4,10 +4,10 @@ the platform check agree with that list."""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from harness.targets.qnn import ep
 
