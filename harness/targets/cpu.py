@@ -237,17 +237,12 @@ class CpuTarget(Target):
         import numpy  # noqa: F401 - imported before the clock starts: an import is not a load
         import onnxruntime  # noqa: F401
 
-        from mapper_impl import RetryPolicy, load_context
+        from mapper_impl import load_context
 
         for model in models:
             model.check_weights_file()  # truncated since the parent prepared it: a clear error, not a bad read
         settings = SessionSettings.from_dict(spec.options.get("session"))
-        # the injected faults are the mapping pipeline's: heap mode (option "1") never runs it
-        faults = fault_plan(spec.options) if spec.mode == "mapped" else None
-        scope = spec.options.get("mapping_scope", "session")
-        sweep = bool(spec.options.get("sweep_deregistrations"))
-        attempts = spec.options.get("max_attempts", 1)
-        retry = RetryPolicy(attempts) if attempts > 1 else None
+        pipeline = _pipeline_options(spec)
         live = LiveSessions()
         record.load_s = record.create_s = 0.0
         record.map_attempts = 0
@@ -262,12 +257,9 @@ class CpuTarget(Target):
                     model.weights_path,
                     [(t.offset, t.length) for t in model.tensors],
                     creating,
-                    faults=faults,
-                    retry=retry,
                     disable_file_mapped_weights=disable_flag(spec.mode),
-                    scope=scope,
-                    sweep_deregistrations=sweep,
                     read_copy="transient",  # the direct read's copy is freed once the session exists
+                    **pipeline,
                 )
                 total = time.perf_counter() - t0
                 session, keepalive = ctx.value
@@ -289,6 +281,21 @@ class CpuTarget(Target):
         record.fallback_stage = next((s for s in stages if s), "")
         record.weights_bytes = sum(m.weights_bytes for m in models)
         return live
+
+
+def _pipeline_options(spec) -> dict:
+    """`load_context` arguments from the worker's options: the injected faults (the mapping
+    pipeline's: heap mode, option "1", never runs it), the opt-in mapping retry, the mapping
+    scope and the opt-in deregistration sweep."""
+    from mapper_impl import RetryPolicy
+
+    attempts = spec.options.get("max_attempts", 1)
+    return {
+        "faults": fault_plan(spec.options) if spec.mode == "mapped" else None,
+        "retry": RetryPolicy(attempts) if attempts > 1 else None,
+        "scope": spec.options.get("mapping_scope", "session"),
+        "sweep_deregistrations": bool(spec.options.get("sweep_deregistrations")),
+    }
 
 
 class _SessionFactory:
