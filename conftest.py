@@ -14,6 +14,8 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
+import pytest
+
 # Re-exported for the suites that import them from here (reliability helpers).
 from harness.pytest_plugin import HarnessOutcome, harness_env
 
@@ -50,6 +52,15 @@ def qnn_skip_reason() -> str | None:
     except ImportError:
         return "onnxruntime-qnn is not installed"
     return None
+
+
+@pytest.fixture
+def needs_qnn() -> None:
+    """Skips the test where the real QNN EP cannot run, with `qnn_skip_reason`'s reason (the
+    qnn suites use it for every test: ``pytest.mark.usefixtures("needs_qnn")``)."""
+    reason = qnn_skip_reason()
+    if reason:
+        pytest.skip(reason)
 
 
 def kill_unfinished(children: Iterable[subprocess.Popen]) -> None:

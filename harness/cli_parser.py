@@ -148,24 +148,9 @@ def _add_cache_parser(sub: Any) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from harness.core.gates import metrics_epilog
+def _add_bench_parser(sub: Any) -> None:
     from harness.core.units import SIZE_HELP
 
-    parser = OneLineArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EXIT_CODES, formatter_class=HelpFormatter)
-    sub = parser.add_subparsers(
-        dest="command", required=True, parser_class=OneLineArgumentParser, metavar="{run,bench,report,cache,doctor}"
-    )
-    run = sub.add_parser(
-        "run",
-        help="measure N sessions with and without file-mapped weights",
-        description="Measure N worker processes x M sessions in mapped and heap mode, print the "
-        "judgement, write results.csv, summary.csv, metadata.json, headline.json and "
-        "report.html into --out.",
-        epilog=f"{metrics_epilog()}\n{SIZE_HELP}.\n{EXIT_CODES}",
-        formatter_class=HelpFormatter,
-    )
-    _add_run_arguments(run)
     bench = sub.add_parser(
         "bench",
         help="the headline benchmark: cpu mapped/heap vs ort-native, criteria as gates",
@@ -194,6 +179,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_run_options(bench, ["out", "cache_dir"], kind="bench")
     bench.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from harness.core.gates import metrics_epilog
+    from harness.core.units import SIZE_HELP
+
+    parser = OneLineArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EXIT_CODES, formatter_class=HelpFormatter)
+    sub = parser.add_subparsers(
+        dest="command", required=True, parser_class=OneLineArgumentParser, metavar="{run,bench,report,cache,doctor}"
+    )
+    run = sub.add_parser(
+        "run",
+        help="measure N sessions with and without file-mapped weights",
+        description="Measure N worker processes x M sessions in mapped and heap mode, print the "
+        "judgement, write results.csv, summary.csv, metadata.json, headline.json and "
+        "report.html into --out.",
+        epilog=f"{metrics_epilog()}\n{SIZE_HELP}.\n{EXIT_CODES}",
+        formatter_class=HelpFormatter,
+    )
+    _add_run_arguments(run)
+    _add_bench_parser(sub)
     sub.add_parser(
         "report",
         help="render report.html from run folders, compare with a --baseline (see: report --help)",

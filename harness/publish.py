@@ -1,5 +1,5 @@
 """Publishing judged runs: the judgement printed, ``headline.json``, ``report.html`` and the
-history, for the command line (`harness.cli`) and the pytest plugin (its --report-dir page).
+history, for the command line (`harness.cli`) and the pytest plugin (its --fmw-report-dir page).
 
 With `harness.cli`, the composition roots of the harness: the only modules of `harness` that
 import `reports`. The runner records facts, `harness.core` interprets them (one `Judgement`
@@ -71,7 +71,7 @@ def test_record(nodeid: str, outcome: str, folder: str) -> Any:
 
 
 def render_test_session(folders: list[str], out: Path, records: list[Any], counts: dict[str, int]) -> Path:
-    """The pytest plugin's --report-dir report: every run folder of the session judged and
+    """The pytest plugin's --fmw-report-dir report: every run folder of the session judged and
     rendered into one page with the tests' outcomes. A folder that cannot be loaded (a run
     killed before it wrote its tables) is left out, never fatal: the session must end."""
     from harness.core.rundata import load_run

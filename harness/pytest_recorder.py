@@ -1,11 +1,12 @@
-"""The session recorder of the pytest plugin's ``--report-dir``: keeps every run folder a test
+"""The session recorder of the pytest plugin's ``--fmw-report-dir``: keeps every run folder a test
 produced under ``DIR/runs/``, the outcome of every test, and renders ``DIR/report.html`` over
 them at the end of the session (through `harness.publish`).
 
 Each process that runs tests appends "this test produced this run folder" lines to
 ``DIR/.harness-session/<token>-<worker>.jsonl``; the controller (which sees every test's
-report) merges those lines with the outcomes at session end. The options, hooks and fixtures
-are `harness.pytest_plugin`'s.
+report) merges those lines with the outcomes at session end. The hooks that call
+`record_report` and `finish` are the plugin's (`qnn_fmw_harness_plugin`), which runs them with
+this package importable even where a project of the user's shadows its name.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class SessionRecorder:
     def start(self) -> None:
         """Controller, before any test: a clean runs/ and session index for this session. Only
         what an earlier session of this plugin left is removed: the plugin is active in every
-        project that installed the package, and ``--report-dir .`` in a project whose ``runs/``
+        project that installed the package, and ``--fmw-report-dir .`` in a project whose ``runs/``
         holds something else (TensorBoard's default folder) must not delete it."""
         for folder in (self.runs, self.index):
             _check_ours(folder, self.report_dir)
@@ -88,7 +89,7 @@ class SessionRecorder:
             handle.write(line)
         return kept
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+    def record_report(self, report: pytest.TestReport) -> None:
         """Controller: every phase of every test (xdist forwards the workers' reports)."""
         if self.controller:
             self.outcomes[report.nodeid].append((report.when, _outcome(report)))
@@ -132,8 +133,7 @@ class SessionRecorder:
         counts = Counter(_merge(p) for p in self.outcomes.values())
         return records, dict(counts)
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+    def finish(self, session: pytest.Session) -> None:
         """Controller: one report over every run of the session, with the tests' outcomes."""
         if not self.controller:
             return
@@ -146,7 +146,7 @@ class SessionRecorder:
         try:
             path = render_test_session(folders, self.report_dir / REPORT, records, counts)
             line = f"qnn-fmw-harness: {len(folders)} run(s), report: {path}"
-        except (InputError, OSError) as err:  # the session's own outcome must survive a bad --report-dir
+        except (InputError, OSError) as err:  # the session's own outcome must survive a bad --fmw-report-dir
             line = f"qnn-fmw-harness: no report rendered: {err}"
         if terminal is not None:
             terminal.write_line(line)
@@ -178,8 +178,8 @@ def _check_ours(folder: Path, report_dir: Path) -> None:
     if foreign:
         shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
         raise pytest.UsageError(
-            f"--report-dir {report_dir}: {folder.name}/ holds what this plugin did not write ({shown}); "
-            "it empties that folder at the start of a session, so choose another --report-dir"
+            f"--fmw-report-dir {report_dir}: {folder.name}/ holds what this plugin did not write ({shown}); "
+            "it empties that folder at the start of a session, so choose another --fmw-report-dir"
         )
 
 

@@ -88,55 +88,9 @@ def memory_vs_n(summary: Sequence[SummaryRow]) -> Chart:
         "Lines: mapped solid with circles, heap dashed with squares. USS and PSS show the sharing; RSS cannot.",
     )
     yscale = Scale(0, ticks[-1], bottom, top_px + 20)
+    panel = _Panel(canvas, yscale, ticks, xs, div, unit, top_px, bottom, panel_w)
     for index, (metric, label) in enumerate(MEMORY_METRICS):
-        x0 = left + index * (panel_w + gap)
-        xscale = Scale(xs[0] - 0.5, xs[-1] + 0.5, x0 + 10, x0 + panel_w - 10)
-        if len(xs) == 1:
-            xscale = Scale(xs[0] - 1, xs[0] + 1, x0 + 10, x0 + panel_w - 10)
-        canvas.text(x0 + panel_w / 2, top_px + 6, label, anchor="middle", size=13, weight="bold")
-        y_axis(
-            canvas,
-            yscale,
-            ticks,
-            left=x0,
-            right=x0 + panel_w,
-            label=f"summed memory ({unit})" if index == 0 else "",
-            show_labels=index == 0,
-        )
-        canvas.line(x0, bottom, x0 + panel_w, bottom)
-        for n in xs:
-            canvas.text(xscale(n), bottom + 18, str(n), anchor="middle", size=11)
-        canvas.text(x0 + panel_w / 2, bottom + 38, "processes (N)", anchor="middle", size=12)
-        drawn = False
-        for mode in modes:
-            by_n = series.get((metric, mode))
-            if not by_n:
-                continue
-            style = mode_style(mode)
-            pts = [(n, statistics.median(by_n[n])) for n in sorted(by_n)]
-            canvas.polyline([(xscale(n), yscale(v / div)) for n, v in pts], color=style["color"], dash=style["dash"])
-            for n, v in pts:
-                canvas.marker(
-                    xscale(n),
-                    yscale(v / div),
-                    style["marker"],
-                    style["color"],
-                    tip=f"{mode}, N={n}: {v / div:.1f} {unit} {metric.upper()}",
-                )
-            drawn = True
-        if _overlap(series.get((metric, "mapped")), series.get((metric, "heap"))):
-            canvas.text(
-                x0 + panel_w / 2,
-                top_px + 24,
-                "mapped and heap lines overlap",
-                anchor="middle",
-                size=11,
-                color="#555555",
-            )
-        if not drawn:
-            canvas.text(
-                x0 + panel_w / 2, (top_px + bottom) / 2, "not measured here", anchor="middle", size=12, color="#777777"
-            )
+        _memory_panel(panel, left + index * (panel_w + gap), index, metric, label, series, modes)
     legend(
         canvas,
         left,
@@ -151,6 +105,68 @@ def memory_vs_n(summary: Sequence[SummaryRow]) -> Chart:
     if len(xs) == 1:
         caption += " Only one N was measured, so there is no trend to read here."
     return Chart(title, canvas.render(), caption)
+
+
+@dataclass
+class _Panel:
+    """What every panel of `memory_vs_n` shares: the canvas, the y axis, the N measured."""
+
+    canvas: Canvas
+    yscale: Scale
+    ticks: list[float]
+    xs: list[int]
+    div: float
+    unit: str
+    top_px: float
+    bottom: float
+    width: float
+
+
+def _memory_panel(p: _Panel, x0: float, index: int, metric: str, label: str, series: dict, modes: list[str]) -> None:
+    """One metric's panel: axes, one line per mode, and a word when lines overlap or are absent."""
+    canvas, xs, div, unit, bottom, top_px, panel_w = p.canvas, p.xs, p.div, p.unit, p.bottom, p.top_px, p.width
+    xscale = Scale(xs[0] - 0.5, xs[-1] + 0.5, x0 + 10, x0 + panel_w - 10)
+    if len(xs) == 1:
+        xscale = Scale(xs[0] - 1, xs[0] + 1, x0 + 10, x0 + panel_w - 10)
+    canvas.text(x0 + panel_w / 2, top_px + 6, label, anchor="middle", size=13, weight="bold")
+    y_axis(
+        canvas,
+        p.yscale,
+        p.ticks,
+        left=x0,
+        right=x0 + panel_w,
+        label=f"summed memory ({unit})" if index == 0 else "",
+        show_labels=index == 0,
+    )
+    canvas.line(x0, bottom, x0 + panel_w, bottom)
+    for n in xs:
+        canvas.text(xscale(n), bottom + 18, str(n), anchor="middle", size=11)
+    canvas.text(x0 + panel_w / 2, bottom + 38, "processes (N)", anchor="middle", size=12)
+    drawn = False
+    for mode in modes:
+        by_n = series.get((metric, mode))
+        if not by_n:
+            continue
+        style = mode_style(mode)
+        pts = [(n, statistics.median(by_n[n])) for n in sorted(by_n)]
+        canvas.polyline([(xscale(n), p.yscale(v / div)) for n, v in pts], color=style["color"], dash=style["dash"])
+        for n, v in pts:
+            canvas.marker(
+                xscale(n),
+                p.yscale(v / div),
+                style["marker"],
+                style["color"],
+                tip=f"{mode}, N={n}: {v / div:.1f} {unit} {metric.upper()}",
+            )
+        drawn = True
+    if _overlap(series.get((metric, "mapped")), series.get((metric, "heap"))):
+        canvas.text(
+            x0 + panel_w / 2, top_px + 24, "mapped and heap lines overlap", anchor="middle", size=11, color="#555555"
+        )
+    if not drawn:
+        canvas.text(
+            x0 + panel_w / 2, (top_px + bottom) / 2, "not measured here", anchor="middle", size=12, color="#777777"
+        )
 
 
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -185,29 +201,7 @@ def init_distribution(results: Sequence[ResultRow]) -> Chart:
     y_axis(canvas, yscale, ticks, left=left, right=width - 20, label=f"init time ({unit})")
     canvas.line(left, bottom, width - 20, bottom)
     for index, key in enumerate(keys):
-        n, mode = key
-        style = mode_style(mode)
-        cx = left + band * (index + 0.5)
-        values = [r.init_s / div for r in groups[key] if row_ok(r)]
-        if values:
-            q1, q2, q3 = _quartiles(values)
-            half = min(band * 0.3, 40)
-            canvas.rect(cx - half, yscale(q3), 2 * half, yscale(q1) - yscale(q3), fill="none", stroke=style["color"])
-            canvas.line(cx - half, yscale(q2), cx + half, yscale(q2), color=style["color"], width=3)
-        for i, row in enumerate(sorted(groups[key], key=lambda r: r.worker or 0)):
-            jitter = (((i * 0.618034) % 1) - 0.5) * min(band * 0.5, 50)
-            ok = row_ok(row)
-            canvas.marker(
-                cx + jitter,
-                yscale(row.init_s / div),
-                style["marker"] if ok else "cross",
-                style["color"] if ok else FAIL_COLOR,
-                size=3.5,
-                hollow=True,
-                tip=f"{mode} N={n} worker {row.worker}: {row.init_s / div:.1f} {unit}{'' if ok else ' (failed)'}",
-            )
-        canvas.text(cx, bottom + 18, mode, anchor="middle", size=12, color=style["color"])
-        canvas.text(cx, bottom + 34, f"N={n}", anchor="middle", size=11)
+        _init_group(canvas, yscale, key, groups[key], left + band * (index + 0.5), band, div, unit, bottom)
     modes = _mode_order(m for _, m in keys)
     legend(
         canvas,
@@ -221,6 +215,42 @@ def init_distribution(results: Sequence[ResultRow]) -> Chart:
         "heap once the weights are large; a wide spread means contention between workers."
     )
     return Chart(title, canvas.render(), caption)
+
+
+def _init_group(
+    canvas: Canvas,
+    yscale: Scale,
+    key: tuple[int, str],
+    rows: list[ResultRow],
+    cx: float,
+    band: float,
+    div: float,
+    unit: str,
+    bottom: float,
+) -> None:
+    """One (N, mode) group of `init_distribution`: the quartile box, one dot per worker."""
+    n, mode = key
+    style = mode_style(mode)
+    values = [r.init_s / div for r in rows if row_ok(r)]
+    if values:
+        q1, q2, q3 = _quartiles(values)
+        half = min(band * 0.3, 40)
+        canvas.rect(cx - half, yscale(q3), 2 * half, yscale(q1) - yscale(q3), fill="none", stroke=style["color"])
+        canvas.line(cx - half, yscale(q2), cx + half, yscale(q2), color=style["color"], width=3)
+    for i, row in enumerate(sorted(rows, key=lambda r: r.worker or 0)):
+        jitter = (((i * 0.618034) % 1) - 0.5) * min(band * 0.5, 50)
+        ok = row_ok(row)
+        canvas.marker(
+            cx + jitter,
+            yscale(row.init_s / div),
+            style["marker"] if ok else "cross",
+            style["color"] if ok else FAIL_COLOR,
+            size=3.5,
+            hollow=True,
+            tip=f"{mode} N={n} worker {row.worker}: {row.init_s / div:.1f} {unit}{'' if ok else ' (failed)'}",
+        )
+    canvas.text(cx, bottom + 18, mode, anchor="middle", size=12, color=style["color"])
+    canvas.text(cx, bottom + 34, f"N={n}", anchor="middle", size=11)
 
 
 def per_worker_bars(results: Sequence[ResultRow]) -> Chart:
@@ -255,26 +285,9 @@ def per_worker_bars(results: Sequence[ResultRow]) -> Chart:
     for mode in modes:
         start = slot
         for row in sorted(by_mode[mode], key=lambda r: r.worker or 0):
-            x = left + slot_w * slot + (slot_w - bar_w * len(metrics)) / 2
-            for j, metric in enumerate(metrics):
-                value = getattr(row, f"{metric}_bytes")
-                if value is not None:
-                    canvas.rect(
-                        x + j * bar_w,
-                        yscale(value / div),
-                        bar_w - 1,
-                        bottom - yscale(value / div),
-                        fill=METRIC_COLOR[metric],
-                        tip=f"{mode} worker {row.worker} {metric.upper()}: {value / div:.1f} {unit}",
-                    )
-            ok = row_ok(row)
-            canvas.text(
-                left + slot_w * (slot + 0.5),
-                bottom + 16,
-                f"w{row.worker}" + ("" if ok else " ✕"),
-                anchor="middle",
-                size=11,
-                color=INK_OR_FAIL[ok],
+            bars = _Bars(canvas, yscale, metrics, div, unit, bottom, bar_w)
+            _worker_bars(
+                bars, row, left + slot_w * slot + (slot_w - bar_w * len(metrics)) / 2, left + slot_w * (slot + 0.5)
             )
             slot += 1
         mid = left + slot_w * (start + slot) / 2
@@ -287,6 +300,37 @@ def per_worker_bars(results: Sequence[ResultRow]) -> Chart:
         "in every worker, so RSS bars look the same in both modes."
     )
     return Chart(title, canvas.render(), caption)
+
+
+@dataclass
+class _Bars:
+    """What every worker's bars in `per_worker_bars` share."""
+
+    canvas: Canvas
+    yscale: Scale
+    metrics: list[str]
+    div: float
+    unit: str
+    bottom: float
+    bar_w: float
+
+
+def _worker_bars(b: _Bars, row: ResultRow, x: float, centre: float) -> None:
+    """One worker's USS/PSS/RSS bars from ``x``, its name under them (marked when it failed)."""
+    for j, metric in enumerate(b.metrics):
+        value = getattr(row, f"{metric}_bytes")
+        if value is not None:
+            b.canvas.rect(
+                x + j * b.bar_w,
+                b.yscale(value / b.div),
+                b.bar_w - 1,
+                b.bottom - b.yscale(value / b.div),
+                fill=METRIC_COLOR[metric],
+                tip=f"{row.mode} worker {row.worker} {metric.upper()}: {value / b.div:.1f} {b.unit}",
+            )
+    ok = row_ok(row)
+    text = f"w{row.worker}" + ("" if ok else " ✕")
+    b.canvas.text(centre, b.bottom + 16, text, anchor="middle", size=11, color=INK_OR_FAIL[ok])
 
 
 def ratio_trend(points: Sequence[dict]) -> Chart:

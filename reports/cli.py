@@ -13,22 +13,16 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.core import argtypes
 from harness.core.errors import HelpFormatter, InputError, OneLineArgumentParser
 from harness.core.gates import metrics_epilog, read_gates_file
 from harness.core.limits import check_bounds
-from harness.core.units import SIZE_HELP, parse_projection
+from harness.core.units import SIZE_HELP
 from harness.core.verdict import gates_summary_line
 
 from .html import Published, render_runs
 
 __all__ = ["build_parser", "report_main"]
-
-
-def _projection(text: str) -> tuple[int, int]:
-    try:
-        return parse_projection(text)
-    except InputError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def build_parser(prog: str = "python -m harness report") -> argparse.ArgumentParser:
@@ -81,7 +75,7 @@ def build_parser(prog: str = "python -m harness report") -> argparse.ArgumentPar
     )
     parser.add_argument(
         "--project-to",
-        type=_projection,
+        type=argtypes.projection,
         metavar="SESSIONSxSIZE",
         help="deployment to project to, e.g. 8x4GiB (default: what the run recorded, else the "
         "measured weights at twice the largest N x M measured, at least 8 sessions)",

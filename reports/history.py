@@ -20,6 +20,7 @@ from typing import Any
 from harness.core.errors import InputError
 from harness.core.files import check_creatable, check_writable, replaceable_path, write_text_atomic
 from harness.core.gates import known_metrics
+from harness.core.headline import target_version_labels
 from harness.core.inputfiles import HISTORY_MAX_BYTES, check_regular
 from harness.core.rundata import RunData
 from harness.core.schema import SummaryRow, columns, dtypes
@@ -28,36 +29,35 @@ from harness.core.verdict import Judgement
 
 #: How long an append waits for another process's append before giving up.
 LOCK_TIMEOUT_S = 120.0
-CONTEXT_COLUMNS = (
-    "record",
-    "run_id",
-    "date",
-    "commit",
-    "host",
-    "system",
-    "model",
-    "labels",
-    "verdict",
-    "onnxruntime",
-    "onnxruntime_qnn",
-    "qnn_sdk",
-    "python",
-    "os",
-    "cpu",
-)
+_RUN_COLUMNS = ("record", "run_id", "date", "commit", "host", "system", "model", "labels", "verdict")
+
+
+def version_columns(env: dict[str, Any] | None = None) -> tuple[str, ...]:
+    """onnxruntime, the targets' own versions as the run recorded them (`Target.version_keys`),
+    the machine's."""
+    return ("onnxruntime", *target_version_labels(env or {}), "python", "os", "cpu")
+
+
+def context_columns(env: dict[str, Any] | None = None) -> tuple[str, ...]:
+    """The columns that say which run a history line comes from, and on what (a run's ``env``
+    adds its targets' version columns)."""
+    return (*_RUN_COLUMNS, *version_columns(env))
+
+
 DEFAULT_TREND_RUNS = 10
 
 
-def history_columns() -> list[str]:
-    """Context columns, then SummaryRow's, then headline keys SummaryRow lacks."""
+def history_columns(env: dict[str, Any] | None = None) -> list[str]:
+    """Context columns (with the version columns of the run whose ``env`` is given), then
+    SummaryRow's, then headline keys SummaryRow lacks."""
     summary_cols = columns(SummaryRow)
     extra = [k for k in known_metrics() if k not in summary_cols]
-    return [*CONTEXT_COLUMNS, *summary_cols, *extra]
+    return [*context_columns(env), *summary_cols, *extra]
 
 
 def history_dtypes() -> dict[str, str]:
     """pandas dtypes of the history file (ratios are Float64, counts Int64)."""
-    kinds = {c: "string" for c in CONTEXT_COLUMNS} | dtypes(SummaryRow)
+    kinds = {c: "string" for c in context_columns()} | dtypes(SummaryRow)
     for key in history_columns():
         if key not in kinds:
             kinds[key] = "Int64" if key in ("sessions",) else "Float64"
@@ -73,7 +73,7 @@ def _context(run: RunData) -> dict[str, Any]:
         "system": run.env.get("system") or run.env.get("os") or "",
         "model": run.run.get("model") or "",
         "labels": ";".join(f"{k}={v}" for k, v in sorted((run.run.get("labels") or {}).items())),
-        **{key: run.env.get(key) or "" for key in ("onnxruntime", "onnxruntime_qnn", "qnn_sdk", "python", "os", "cpu")},
+        **{key: run.env.get(key) or "" for key in version_columns(run.env)},
     }
 
 
@@ -171,7 +171,7 @@ def append_history(path: Path | str, judgement: Judgement) -> bool:
 
 
 def _append_locked(path: Path, judgement: Judgement) -> bool:
-    cols = history_columns()
+    cols = history_columns(judgement.run.env)
     header, rows = read_history(path)
     run = judgement.run
     context = _context(run)
@@ -231,7 +231,7 @@ def trend(
     heads.sort(key=lambda r: r.get("date") or "")
     out = []
     for row in heads[-k:] if k > 0 else []:
-        point: dict[str, Any] = {c: row.get(c, "") for c in CONTEXT_COLUMNS}
+        point: dict[str, Any] = {c: row.get(c, "") for c in context_columns()}
         point["target"] = row.get("target", "")
         for key in known_metrics():
             point[key] = _float(row.get(key))

@@ -22,7 +22,7 @@ from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV, write_long
 from harness.core.units import fmt_bytes, fmt_ratio
 from harness.core.verdict import Judgement
 from reports.history import append_history, check_history, trend
-from reports.views import VERSION_LABELS, RunView, TestRecord, build_run_view
+from reports.views import RunView, TestRecord, build_run_view, version_labels
 
 REPORT_HTML = "report.html"
 #: (headline key, row title) of the ratio rows of the cross-run comparison.
@@ -71,6 +71,20 @@ def _cell(text: Any, cls: str = "", title: str = "") -> dict[str, str]:
     return {"text": "–" if text in (None, "") else str(text), "cls": cls, "title": title}
 
 
+def _version_rows(views: Sequence[RunView]) -> list[dict[str, Any]]:
+    """One row per version the first run lists; a cell differs when the runs disagree."""
+    rows = []
+    for label in (label for label, _ in (views[0].versions if views else [])):
+        values = [dict(v.versions).get(label) for v in views]
+        differs = "differs" if len(set(values)) > 1 else ""
+        rows.append({"label": label, "hint": "", "cells": [_cell(value, differs) for value in values]})
+    return rows
+
+
+def _labels_text(view: RunView) -> str | None:
+    return ", ".join(f"{k[6:]}={val}" for k, val in view.header if k.startswith("Label ")) or None
+
+
 def _comparison(views: Sequence[RunView]) -> dict[str, Any]:
     """Runs in columns, figures in rows: absolute values at each run's largest N, the saving,
     the ratios, failures, versions and (in a test session) the tests behind each run."""
@@ -90,13 +104,7 @@ def _comparison(views: Sequence[RunView]) -> dict[str, Any]:
                 row("verdict", [_cell(v.badge_text, f"v-{v.badge_class}") for v in views]),
                 row("file mapping", [_cell(v.feature_state, f"f-{v.feature_state}", v.feature) for v in views]),
                 row("host", [_cell(dict(v.env).get("hostname")) for v in views]),
-                row(
-                    "labels",
-                    [
-                        _cell(", ".join(f"{k[6:]}={val}" for k, val in v.header if k.startswith("Label ")) or None)
-                        for v in views
-                    ],
-                ),
+                row("labels", [_cell(_labels_text(v)) for v in views]),
                 row("weights", [_cell(dict(v.header).get("Weights"), "num") for v in views]),
                 row("N x M", at_top("n")),
                 row("repeats", at_top("repeats")),
@@ -131,48 +139,25 @@ def _comparison(views: Sequence[RunView]) -> dict[str, Any]:
                 row("fell back to heap", [_cell(v.values.get("fallback_workers", 0), "num") for v in views]),
             ],
         ),
-        (
-            "Versions",
-            [
-                row(
-                    label,
-                    [
-                        _cell(
-                            dict(v.versions).get(label),
-                            "differs" if len({dict(w.versions).get(label) for w in views}) > 1 else "",
-                        )
-                        for v in views
-                    ],
-                )
-                for label in (label for label, _ in (views[0].versions if views else []))
-            ],
-        ),
+        ("Versions", _version_rows(views)),
     ]
     if any(v.tests for v in views):
-        sections.append(
-            (
-                "Tests",
-                [
-                    row(
-                        "pytest",
-                        [_cell("; ".join(f"{t.outcome}: {t.nodeid}" for t in v.tests) or None, "tests") for v in views],
-                    )
-                ],
-            )
-        )
+        tests = [_cell("; ".join(f"{t.outcome}: {t.nodeid}" for t in v.tests) or None, "tests") for v in views]
+        sections.append(("Tests", [{"label": "pytest", "hint": "", "cells": tests}]))
     return {"runs": [{"anchor": v.anchor, "run_id": v.run_id} for v in views], "sections": sections}
 
 
 def _baseline(comparison: Any) -> dict[str, Any]:
     from harness.core.compare import comparison_rows
 
+    labels = version_labels(comparison.baseline.env, comparison.current.env)
     return {
         "baseline": comparison.baseline.run_id,
         "current": comparison.current.run_id,
         "at": comparison.at,
         "rows": comparison_rows(comparison),
         "versions": [
-            {"name": VERSION_LABELS.get(k, k), "baseline": b, "current": c, "differs": b != c}
+            {"name": labels.get(k, k), "baseline": b, "current": c, "differs": b != c}
             for k, b, c in comparison.versions
         ],
         "warnings": list(comparison.warnings),

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.core.gates import GateResult
-from harness.core.headline import headline_sentence, per_n, versions
+from harness.core.headline import headline_sentence, per_n, target_version_labels, versions
 from harness.core.notes import Note
 from harness.core.rundata import RunData
 from harness.core.schema import ResultRow, SummaryRow, column_docs
@@ -28,20 +28,15 @@ from reports.projection import (
 )
 from reports.startup import StartupView, startup_view
 
-ENV_KEYS = (
-    "os",
-    "system",
-    "arch",
-    "cpu",
-    "cpu_count",
-    "ram_bytes",
-    "python",
-    "onnxruntime",
-    "onnxruntime_qnn",
-    "qnn_sdk",
-    "hostname",
-    "git_commit",
-)
+_MACHINE_KEYS = ("os", "system", "arch", "cpu", "cpu_count", "ram_bytes", "python")
+
+
+def env_keys(env: dict[str, Any]) -> tuple[str, ...]:
+    """The metadata ``env`` keys the report lists: the machine's, onnxruntime, the targets' own
+    versions as the run recorded them (`Target.version_keys`), host and commit."""
+    return (*_MACHINE_KEYS, "onnxruntime", *target_version_labels(env), "hostname", "git_commit")
+
+
 #: (label, SummaryRow column, headline key, how to read it)
 HEADLINE_ROWS = (
     (
@@ -71,16 +66,17 @@ HEADLINE_ROWS = (
 
 #: Cells longer than this are clipped to one line in the tables, the full text on hover.
 CLIP_CHARS = 40
-#: headline.json version key -> what the report calls it.
-VERSION_LABELS = {
-    "onnxruntime": "onnxruntime",
-    "onnxruntime_qnn": "onnxruntime-qnn",
-    "qnn_sdk": "QNN SDK",
-    "python": "Python",
-    "os": "OS",
-    "cpu": "CPU",
-    "commit": "commit",
-}
+#: headline.json version key -> what the report calls it, besides the targets' own.
+_MACHINE_LABELS = {"python": "Python", "os": "OS", "cpu": "CPU", "commit": "commit"}
+
+
+def version_labels(*envs: dict[str, Any]) -> dict[str, str]:
+    """headline.json version key -> what the report calls it: onnxruntime, the targets' own as
+    the runs (``envs``) recorded them (`Target.version_keys`), the machine's."""
+    targets: dict[str, str] = {}
+    for env in envs:
+        targets.update(target_version_labels(env))
+    return {"onnxruntime": "onnxruntime", **targets, **_MACHINE_LABELS}
 
 
 @dataclass(frozen=True)
@@ -214,7 +210,7 @@ def _processes(run: RunData) -> str:
 def _env(run: RunData) -> list[tuple[str, str]]:
     env = run.env
     out = []
-    for key in ENV_KEYS:
+    for key in env_keys(env):
         if env.get(key) not in (None, ""):
             value = fmt_bytes(env[key]) if key == "ram_bytes" else str(env[key])
             out.append((key.replace("_", " "), value))
@@ -310,7 +306,7 @@ def _per_n_rows(run: RunData) -> list[dict[str, str]]:
 
 def _versions(run: RunData) -> list[tuple[str, str]]:
     found = versions(run.env)
-    return [(label, str(found.get(key) or "–")) for key, label in VERSION_LABELS.items()]
+    return [(label, str(found.get(key) or "–")) for key, label in version_labels(run.env).items()]
 
 
 def projection_for(run: RunData, override: tuple[int, int] | None = None) -> tuple[int, int]:

@@ -34,12 +34,14 @@ Format (``format_version`` 1; keys are only ever added within a version):
   limit; mapped, 11 fit"), ``modes`` ({mode: ``bound``, ``headroom_bytes``,
   ``peak_per_worker_bytes``, ``sessions_fit``}) and ``assumptions``; null without a pair;
 - ``gates``: [{``expr``, ``status`` (pass | fail | skip), ``value``, ``reason``, ``why``}];
-- ``versions``: {``onnxruntime``, ``onnxruntime_qnn``, ``qnn_sdk``, ``python``, ``os``,
-  ``cpu``, ``commit``} (null where unknown), plus ``system``, ``arch``, ``hostname``.
+- ``versions``: {``onnxruntime``, each target's own keys (``Target.version_keys``: the qnn
+  target's ``onnxruntime_qnn``, ``qnn_sdk``), ``python``, ``os``, ``cpu``, ``commit``} (null
+  where unknown), plus ``system``, ``arch``, ``hostname``.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -77,11 +79,9 @@ ABSOLUTE_COLUMNS = (
     "system_min_available_bytes",
     "system_max_committed_bytes",
 )
-#: headline.json version key -> metadata.json ``env`` key.
-VERSION_KEYS = {
-    "onnxruntime": "onnxruntime",
-    "onnxruntime_qnn": "onnxruntime_qnn",
-    "qnn_sdk": "qnn_sdk",
+#: headline.json version key -> metadata.json ``env`` key, besides the targets' own keys
+#: (`Target.version_keys`, which go after onnxruntime: see `version_keys`).
+MACHINE_VERSION_KEYS = {
     "python": "python",
     "os": "os",
     "cpu": "cpu",
@@ -149,8 +149,37 @@ def per_n(summary: Sequence[SummaryRow], target: str) -> list[dict[str, Any]]:
     return out
 
 
+#: metadata ``env`` keys of the machine and the generic stack: never a target's own version.
+GENERIC_ENV_KEYS = frozenset(
+    ("os", "system", "arch", "cpu", "cpu_count", "ram_bytes", "python", "onnxruntime", "numpy")
+    + ("hostname", "git_commit", "version_labels")
+)
+_VERSION_KEY = re.compile(r"[a-z][a-z0-9_]{0,47}")
+MAX_TARGET_VERSION_KEYS = 32
+
+
+def target_version_labels(env: dict[str, Any]) -> dict[str, str]:
+    """A run's target version keys and what reports call them, as its metadata recorded them
+    (``env["version_labels"]``: every target's `Target.version_keys`, written by the runner), so
+    core and reports never import the targets. A run recorded before that: its other env keys,
+    each its own label. Untrusted: identifier keys only, a bounded number, short labels."""
+    recorded = env.get("version_labels")
+    if isinstance(recorded, dict):
+        pairs = [(str(k), str(v)[:60]) for k, v in recorded.items()]
+    else:
+        pairs = [(str(k), str(k)) for k in env if k not in GENERIC_ENV_KEYS]
+    return dict([(k, v) for k, v in pairs if _VERSION_KEY.fullmatch(k)][:MAX_TARGET_VERSION_KEYS])
+
+
+def version_keys(env: dict[str, Any]) -> dict[str, str]:
+    """headline.json version key -> metadata.json ``env`` key: onnxruntime, the targets' own
+    versions (same key in both), then the machine's."""
+    targets = {key: key for key in target_version_labels(env)}
+    return {"onnxruntime": "onnxruntime", **targets, **MACHINE_VERSION_KEYS}
+
+
 def versions(env: dict[str, Any]) -> dict[str, Any]:
-    return {key: env.get(source) or None for key, source in VERSION_KEYS.items()}
+    return {key: env.get(source) or None for key, source in version_keys(env).items()}
 
 
 def headline_sentence(judgement: Any) -> str:
@@ -192,32 +221,43 @@ def headline_sentence(judgement: Any) -> str:
             f"{where}, {memory} and {times}, but file mapping was NOT exercised ({feature.state}), so this is "
             f"no measurement of its saving. {verdict}."
         )
-    if saving["bytes"] is None:
-        memory = "no fair memory figure (PSS or private bytes) was measured"
-    else:
-        less = saving["bytes"] >= 0
-        memory = (
-            f"mapped weights used {fmt_bytes(abs(saving['bytes']))} {'less' if less else 'MORE'} summed "
-            f"{label} than heap ({fmt_bytes(top['mapped'][column])} vs {fmt_bytes(top['heap'][column])}, "
-            f"{fmt_percent(abs(saving['fraction'] or 0))} {'saved' if less else 'extra'})"
-        )
-        explained = (top["sessions"] - 1) * (run.weights_bytes or 0)
-        if less and run.weights_bytes and saving["bytes"] > 1.1 * explained + SAVING_SLACK_BYTES:
-            memory += (
-                f" - more than sharing the weights can explain ({top['sessions'] - 1} x {weights} = "
-                f"{fmt_bytes(explained)}): the rest is other memory the two modes use differently"
-            )
-    init_ratio = top["ratios"].get("init_ratio")  # median of per-repeat ratios: what init_ratio gates judge
-    if init_ratio:
-        speed = 1 / init_ratio
-        init = (
-            f"sessions started {speed:.1f}x faster ({times})"
-            if speed >= 1
-            else f"sessions started {1 / speed:.1f}x SLOWER ({times})"
-        )
-    else:
-        init = "init time was not measured"
+    memory = _saving_text(top, run.weights_bytes, label, column)
+    init = _init_text(top, times)
     return f"{where}, {memory}, and {init}. {tail}"
+
+
+def _saving_text(top: dict[str, Any], weights_bytes: int | None, label: str, column: str) -> str:
+    """The memory clause of `headline_sentence` when mapping was exercised: the saving, and
+    when it exceeds what sharing the weights can explain, that it does."""
+    saving = top["saving"]
+    if saving["bytes"] is None:
+        return "no fair memory figure (PSS or private bytes) was measured"
+    less = saving["bytes"] >= 0
+    memory = (
+        f"mapped weights used {fmt_bytes(abs(saving['bytes']))} {'less' if less else 'MORE'} summed "
+        f"{label} than heap ({fmt_bytes(top['mapped'][column])} vs {fmt_bytes(top['heap'][column])}, "
+        f"{fmt_percent(abs(saving['fraction'] or 0))} {'saved' if less else 'extra'})"
+    )
+    explained = (top["sessions"] - 1) * (weights_bytes or 0)
+    if less and weights_bytes and saving["bytes"] > 1.1 * explained + SAVING_SLACK_BYTES:
+        memory += (
+            f" - more than sharing the weights can explain ({top['sessions'] - 1} x {fmt_bytes(weights_bytes)} = "
+            f"{fmt_bytes(explained)}): the rest is other memory the two modes use differently"
+        )
+    return memory
+
+
+def _init_text(top: dict[str, Any], times: str) -> str:
+    """The init clause: the median of per-repeat ratios, as the init_ratio gates judge it."""
+    init_ratio = top["ratios"].get("init_ratio")
+    if not init_ratio:
+        return "init time was not measured"
+    speed = 1 / init_ratio
+    return (
+        f"sessions started {speed:.1f}x faster ({times})"
+        if speed >= 1
+        else f"sessions started {1 / speed:.1f}x SLOWER ({times})"
+    )
 
 
 def startup_documents(run: Any) -> dict[str, Any]:

@@ -48,6 +48,11 @@ RSS_NOTE = Note(
 
 
 def _qnn_notes(run: RunData) -> list[Note]:
+    """What the QNN EP did instead of mapping: the path it took, then whether it disabled it."""
+    return [*_qnn_path_notes(run), *_qnn_disable_notes(run)]
+
+
+def _qnn_path_notes(run: RunData) -> list[Note]:
     notes = []
     paths = Counter(r.ep_file_mapping for r in run.results if r.ep_file_mapping)
     if paths.get("unavailable"):
@@ -74,6 +79,11 @@ def _qnn_notes(run: RunData) -> list[Note]:
                 _counted(r.ep_reason or r.ep_log_tail for r in run.results if r.ep_file_mapping == "retried"),
             )
         )
+    return notes
+
+
+def _qnn_disable_notes(run: RunData) -> list[Note]:
+    notes = []
     disabled = [r for r in run.results if r.ep_file_mapping == "disabled" and r.mode == "mapped"]
     if disabled:
         notes.append(
@@ -121,6 +131,11 @@ def _qnn_notes(run: RunData) -> list[Note]:
 
 
 def _worker_notes(run: RunData) -> list[Note]:
+    """Workers and groups that do not count, then how the mapped path went."""
+    return [*_failure_notes(run), *_path_notes(run)]
+
+
+def _failure_notes(run: RunData) -> list[Note]:
     notes = []
     failed = [r for r in run.results if not row_ok(r)]
     if failed:
@@ -162,6 +177,11 @@ def _worker_notes(run: RunData) -> list[Note]:
                 _counted(f"{r.mode} N={r.processes} worker {r.worker}: {r.memory_note}" for r in implausible),
             )
         )
+    return notes
+
+
+def _path_notes(run: RunData) -> list[Note]:
+    notes = []
     noisy = [s for s in run.summary if s.note and "system delta unreliable" in s.note]
     if noisy:
         notes.append(

@@ -73,37 +73,9 @@ def generated_chain(
     folder = (cache_dir or default_cache_dir()) / f"matmul-chain-d{width}-l{layers}-s{seed}{tag}"
 
     def build(tmp: Path) -> PreparedModel:
-        import numpy as np
-        import onnx
-        from onnx import TensorProto, helper
+        from onnx import TensorProto
 
-        rng = np.random.default_rng(seed)
-        scale = np.float32(1.0 / np.sqrt(width))
-        tensors, protos, nodes = [], [], []
-        with open(tmp / "weights.bin", "wb") as f:
-            for i in range(layers):
-                w = rng.standard_normal((width, width), dtype=np.float32)
-                w *= scale
-                offset = write_aligned(f, w.data)
-                tensors.append(TensorEntry(f"W{i}", "float32", [width, width], offset, w.nbytes, TensorProto.FLOAT))
-                protos.append(external_tensor_proto(f"W{i}", TensorProto.FLOAT, [width, width], offset, w.nbytes))
-                nodes.append(
-                    helper.make_node(
-                        "MatMul", ["x" if i == 0 else f"h{i - 1}", f"W{i}"], ["y" if i == layers - 1 else f"h{i}"]
-                    )
-                )
-                if on_bytes is not None:
-                    on_bytes((i + 1) * w.nbytes, layers * w.nbytes)
-        graph = helper.make_graph(
-            nodes,
-            "matmul_chain",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])],
-            protos,
-        )
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        model.ir_version = 9
-        onnx.save(model, str(tmp / "model.onnx"))
+        tensors = _write_chain(tmp, width, layers, seed, on_bytes)
         prepared = PreparedModel(
             tmp,
             f"generated:matmul-chain:{layers}x{width}x{width}xfp32",
@@ -121,3 +93,40 @@ def generated_chain(
         return prepared
 
     return cached_model(folder, build)
+
+
+def _write_chain(tmp: Path, width: int, layers: int, seed: int, on_bytes) -> list[TensorEntry]:
+    """``weights.bin`` (each layer's fp32 weights, aligned) and ``model.onnx`` pointing into it;
+    returns the tensor table of the weights file."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(seed)
+    scale = np.float32(1.0 / np.sqrt(width))
+    tensors, protos, nodes = [], [], []
+    with open(tmp / "weights.bin", "wb") as f:
+        for i in range(layers):
+            w = rng.standard_normal((width, width), dtype=np.float32)
+            w *= scale
+            offset = write_aligned(f, w.data)
+            tensors.append(TensorEntry(f"W{i}", "float32", [width, width], offset, w.nbytes, TensorProto.FLOAT))
+            protos.append(external_tensor_proto(f"W{i}", TensorProto.FLOAT, [width, width], offset, w.nbytes))
+            nodes.append(
+                helper.make_node(
+                    "MatMul", ["x" if i == 0 else f"h{i - 1}", f"W{i}"], ["y" if i == layers - 1 else f"h{i}"]
+                )
+            )
+            if on_bytes is not None:
+                on_bytes((i + 1) * w.nbytes, layers * w.nbytes)
+    graph = helper.make_graph(
+        nodes,
+        "matmul_chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])],
+        protos,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(tmp / "model.onnx"))
+    return tensors

@@ -58,6 +58,16 @@ def target_versions() -> dict[str, str | None]:
     return versions
 
 
+def target_version_env() -> dict:
+    """Every target's versions (None where unknown) and ``version_labels``, what reports call
+    them (`Target.version_keys`): core and reports read the keys from here, never the targets."""
+    from harness.targets import version_labels
+
+    labels = version_labels()
+    reported = {k: v for k, v in target_versions().items() if v is not None}
+    return dict.fromkeys(labels) | reported | {"version_labels": labels}
+
+
 def environment() -> dict:
     import psutil
 
@@ -70,9 +80,7 @@ def environment() -> dict:
         "ram_bytes": int(psutil.virtual_memory().total),
         "python": platform.python_version(),
         "onnxruntime": package_version("onnxruntime"),
-        "onnxruntime_qnn": package_version("onnxruntime-qnn"),
-        "qnn_sdk": None,
         "numpy": package_version("numpy"),
         "hostname": socket.gethostname(),
         "git_commit": git_commit(),
-    } | {k: v for k, v in target_versions().items() if v is not None}
+    } | target_version_env()

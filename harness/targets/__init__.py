@@ -31,4 +31,13 @@ def all_targets() -> list[Target]:
     return [get_target(name) for name in NAMES]
 
 
-__all__ = ["DEFAULT", "NAMES", "Target", "TargetOption", "all_targets", "get_target"]
+def version_labels() -> dict[str, str]:
+    """Every target's own version keys (metadata ``env`` key -> what reports call it), in the
+    order of `NAMES`: the generic layers list onnxruntime, then these, then the machine's."""
+    labels: dict[str, str] = {}
+    for target in all_targets():
+        labels.update(target.version_keys())
+    return labels
+
+
+__all__ = ["DEFAULT", "NAMES", "Target", "TargetOption", "all_targets", "get_target", "version_labels"]

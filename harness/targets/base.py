@@ -137,6 +137,13 @@ class Target(ABC):
         """Versions of what this target runs on, beyond onnxruntime (metadata, history)."""
         return {}
 
+    def version_keys(self) -> dict[str, str]:
+        """The keys `versions` reports, each with what reports call it (``{"qnn_sdk": "QNN
+        SDK"}``): headline.json, the history's columns and the report's environment take their
+        version keys from here (`harness.targets.version_labels`), so a target with versions of
+        its own touches no generic module. Declarative: no import, no probe."""
+        return {}
+
     def probe(self, timeout_s: float) -> Any | None:
         """What this machine's device is, as the target's EP reports it (``doctor``): an object
         with ``lines()`` (for people) and ``to_dict()`` (``--json``); None when the target has

@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 import time
 
+from harness.core.argtypes import int_at_least, positive_int
 from harness.core.schema import disable_flag
 from harness.prep.folder import PreparedModel
 from harness.prep.models import prepare_cpu_models
@@ -52,20 +53,6 @@ def _fault(text: str) -> tuple[str, int | str]:
     if not count.isdigit():
         raise ValueError("K must be a whole number >= 0")
     return stage, int(count)
-
-
-def _count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError("must be >= 0")
-    return value
-
-
-def _attempts(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError("must be >= 1")
-    return value
 
 
 def fault_plan(options: dict):
@@ -197,14 +184,16 @@ class CpuTarget(Target):
             "keep failed deregistrations and retry them at teardown (our extension; upstream returns "
             "MEM_ALLOC and forgets them: a leaked registration, which the worker reports)",
         ),
-        TargetOption("map_failures", "--map-failures", 0, "shorthand for --fault map=K", parse=_count, metavar="K"),
+        TargetOption(
+            "map_failures", "--map-failures", 0, "shorthand for --fault map=K", parse=int_at_least(0), metavar="K"
+        ),
         TargetOption(
             "max_attempts",
             "--max-attempts",
             1,
             "mapping attempts before the direct read (upstream never "
             "retries the mapping: 1; more is an opt-in extension)",
-            parse=_attempts,
+            parse=positive_int,
             metavar="N",
         ),
     )

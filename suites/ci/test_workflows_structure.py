@@ -229,7 +229,7 @@ def test_nightly_device_job_runs_the_tests_and_the_labelled_qnn_sweep():
     env = env_of(wf, job)
     marker_exprs = [e for c in pytest_commands(wf, job) for e in c.values("-m")]
     assert any({"qnn", "device"} <= set(re.findall(r"\w+", e)) for e in marker_exprs), marker_exprs
-    assert any(c.values("--report-dir") for c in pytest_commands(wf, job)), "pytest keeps its run folders"
+    assert any(c.values("--fmw-report-dir") for c in pytest_commands(wf, job)), "pytest keeps its run folders"
 
     ((_, step, sweep),) = harness_steps(wf, job, "run")
     assert sweep.values("--target") == ["qnn"]
@@ -257,7 +257,7 @@ def test_nightly_device_job_uploads_its_run_folder_and_history_tagged_with_the_k
     env = env_of(wf, job)
     ((_, _, sweep),) = harness_steps(wf, job, "run")
     history, run_dir = (expand(sweep.values(o)[0], env) for o in ("--history", "--out"))
-    report_dir = pytest_commands(wf, job)[0].values("--report-dir")[0]
+    report_dir = pytest_commands(wf, job)[0].values("--fmw-report-dir")[0]
     uploads = [s for s in job["steps"] if uses(s, "actions/upload-artifact")]
     assert uploads
     uploaded = [p for s in uploads for p in path_list(s)]

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.memory
 @pytest.fixture(scope="module")
 def cpu_run(harness_options, harness_runner, request, tmp_path_factory):
     """One real run of the default target at N processes, both modes (shared by the tests; with
-    --report-dir it is kept there, reported with the outcome of this module's tests)."""
+    --fmw-report-dir it is kept there, reported with the outcome of this module's tests)."""
     if harness_options.target != "cpu":
         pytest.skip("the mapping-physics tests measure --target cpu")
     n = max(int(p) for p in harness_options.processes.split(","))

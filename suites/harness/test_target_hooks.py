@@ -1,11 +1,13 @@
 """A target with its own EP touches no generic module: its provider options, its own options,
-its versions and its device probe all go through `Target` hooks. Proven with a target defined
+its versions (and their keys in headline.json, the history and the report) and its device probe
+all go through `Target` hooks. Proven with a target defined
 here and registered for these tests only (the generic layers never name it)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +41,9 @@ class DemoTarget(CpuTarget):
         import onnxruntime as ort
 
         return {"demo_ep": ort.__version__}
+
+    def version_keys(self) -> dict[str, str]:
+        return {"demo_ep": "demo EP"}
 
     def probe(self, timeout_s: float) -> ProbeReport:
         import onnxruntime as ort
@@ -83,6 +88,44 @@ def test_its_versions_are_in_every_run_s_metadata(demo):
     from harness.runner.metadata import target_versions
 
     assert target_versions()["demo_ep"] == ort.__version__
+
+
+def test_its_version_keys_reach_the_headline_the_history_and_the_report(demo):
+    """The runner records every target's version keys in the run's metadata; headline.json's
+    versions, the history's columns and the report's environment and version rows take the
+    demo target's key from there (core and reports never import the targets)."""
+    import onnxruntime as ort
+
+    from harness.core.headline import target_version_labels, versions
+    from harness.runner.metadata import environment
+    from reports.history import history_columns
+    from reports.views import env_keys, version_labels
+
+    env = environment()
+    assert env["demo_ep"] == ort.__version__ and env["version_labels"]["demo_ep"] == "demo EP"
+    assert versions(env)["demo_ep"] == ort.__version__
+    assert "demo_ep" in history_columns(env)
+    assert version_labels(env)["demo_ep"] == "demo EP" and "demo_ep" in env_keys(env)
+    # the qnn target's keys come the same way: no generic module names them
+    assert version_labels(env)["qnn_sdk"] == "QNN SDK" and "onnxruntime_qnn" in versions(env)
+    # a run recorded before the labels were: its other env keys, each its own label
+    legacy = {k: v for k, v in env.items() if k != "version_labels"}
+    assert target_version_labels(legacy)["demo_ep"] == "demo_ep"
+    # untrusted metadata: only identifier keys become columns
+    hostile = target_version_labels({"version_labels": {"a,b": "x", "=cmd": "y", "ok_key": "z" * 500}})
+    assert hostile == {"ok_key": "z" * 60}
+
+
+def test_no_generic_module_names_a_target_s_version_keys():
+    """Every module of harness/ and reports/ outside harness/targets/ is generic."""
+    from harness.targets import version_labels
+
+    root = Path(__file__).resolve().parents[2]
+    generic = [p for d in ("harness", "reports") for p in (root / d).rglob("*.py") if "targets" not in p.parts]
+    keys = list(version_labels())
+    assert keys and generic
+    named = [(p.relative_to(root).as_posix(), k) for p in generic for k in keys if f'"{k}"' in p.read_text()]
+    assert not named, named
 
 
 def test_doctor_probes_it(demo, capsys, tmp_path):

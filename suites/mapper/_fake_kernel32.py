@@ -11,6 +11,14 @@ File identities: BY_HANDLE_FILE_INFORMATION carries the low 32 bits of ``st_dev`
 ``st_dev`` as the 64-bit volume serial and ``st_ino`` as the 128-bit id, unless a test set an
 override in ``ids`` (path -> (volume serial, 128-bit id, 64-bit index)) to play ReFS, where
 two files can share a 64-bit index.
+
+Windows rules it models, each checked against Wine's kernel32 by the differential tests
+(`test_wine_differential.py`, scenarios in `wine_scenarios.py`): share modes between open
+handles (ERROR_SHARING_VIOLATION, 32; a closed handle no longer counts, even while its view
+lives), SetEndOfFile / MoveFileExW / DeleteFileW on a file with a live view (1224, 5, 5),
+MapViewOfFile offsets (not a multiple of the granularity: 1132; at or past the end: 87; a view
+running past the end: 5), ReadFile at the end (38), an unmapped address (487), a zero-byte
+mapping (1006), and an unprefixed path of MAX_PATH UTF-16 units or more (3).
 """
 
 from __future__ import annotations
@@ -18,9 +26,10 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import numpy as np
+from _fake_files import FakeFile, FakeMapping, FileRules
 from mapper_support import write_file
 
 from mapper_impl import _windows as win
@@ -43,6 +52,16 @@ KINDS = {
     "UnmapViewOfFile": (("ptr",), "bool"),
     "CloseHandle": (("handle",), "bool"),
     "GetSystemInfo": (("out",), None),
+    # Not called by the mapper: what the differential scenarios' "other process" does.
+    "SetEndOfFile": (("handle",), "bool"),
+    "MoveFileExW": (("wstr", "wstr", "dword"), "bool"),
+    "DeleteFileW": (("wstr",), "bool"),
+}
+#: ctypes declarations of the functions only the scenarios call (the mapper declares its own).
+EXTRA_SIGNATURES = {
+    "SetEndOfFile": ((ctypes.c_void_p,), ctypes.c_int32),
+    "MoveFileExW": ((ctypes.c_wchar_p, ctypes.c_wchar_p, ctypes.c_uint32), ctypes.c_int32),
+    "DeleteFileW": ((ctypes.c_wchar_p,), ctypes.c_int32),
 }
 FAILED = {"CreateFileW": INVALID, "CreateFileMappingW": None, "MapViewOfFile": None}
 
@@ -126,6 +145,8 @@ class FakeFunction:
             result = plan[2] if plan[2] is not _UNSET else FAILED.get(self.name, 0)
         else:
             result = getattr(fake, "_" + self.name)(*values)
+        if fake.observer is not None:
+            fake.observer(self.name, values, result)
         return None if self.restype is None else self.restype(result).value  # as ctypes does
 
     def _convert(self, kind: str, t: type, arg: object) -> object:
@@ -142,21 +163,7 @@ class FakeFunction:
         return t(arg).value  # what the declared type lets through
 
 
-@dataclass
-class FakeFile:
-    fd: int
-    path: str
-    access: int
-    share: int
-
-
-@dataclass
-class FakeMapping:
-    fd: int  # the mapping keeps the file object alive, as on Windows
-    size: int
-
-
-class FakeKernel32:
+class FakeKernel32(FileRules):
     """The kernel32 surface WindowsFileMapper uses, over real files and real memory."""
 
     def __init__(self, granularity: int = GRANULARITY) -> None:
@@ -168,6 +175,10 @@ class FakeKernel32:
         self.unmapped: list[mmap.mmap] = []  # kept readable: a use after unmap reads stale data
         self.failures: dict[str, list] = {}
         self.ids: dict[str, tuple[int, int, int]] = {}  # path -> (serial64, id128, index64)
+        self.view_keys: dict[int, tuple[int, int]] = {}  # view address -> which file
+        #: Called after each call as (name, converted arguments, result): the differential
+        #: executor reads outcomes (bytes read, sizes, ids) there, as the C probe does.
+        self.observer: Callable[[str, list, object], None] | None = None
         self._next_handle = HANDLE_BASE
         self.functions = {name: FakeFunction(self, name) for name in KINDS}
 
@@ -218,20 +229,6 @@ class FakeKernel32:
     def _GetSystemInfo(self, info: win.SYSTEM_INFO) -> None:
         info.dwPageSize = 4096
         info.dwAllocationGranularity = self.granularity
-
-    def _CreateFileW(self, path, access, share, security, disposition, flags, template):
-        local = path
-        if path.startswith("\\\\?\\") and os.name != "nt":  # \\?\ + ntpath.abspath of a POSIX path
-            local = path[4:].replace("\\", "/")
-        try:
-            fd = os.open(local, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        except FileNotFoundError:
-            self.last_error = 2  # ERROR_FILE_NOT_FOUND
-            return INVALID
-        except PermissionError:
-            self.last_error = 5  # ERROR_ACCESS_DENIED
-            return INVALID
-        return self._handle(FakeFile(fd, path, access, share))
 
     def _GetFileSizeEx(self, handle, size) -> int:
         file = self._get(handle, FakeFile)
@@ -293,7 +290,7 @@ class FakeKernel32:
         if size == 0:
             self.last_error = 1006  # ERROR_FILE_INVALID
             return None
-        return self._handle(FakeMapping(os.dup(file.fd), size))
+        return self._handle(FakeMapping(os.dup(file.fd), size, file.key))
 
     def _MapViewOfFile(self, handle, access, high, low, length):
         mapping = self._get(handle, FakeMapping)
@@ -303,19 +300,24 @@ class FakeKernel32:
         if offset % self.granularity:
             self.last_error = 1132  # ERROR_MAPPED_ALIGNMENT
             return None
+        if offset >= mapping.size:
+            self.last_error = 87  # ERROR_INVALID_PARAMETER: no byte of the file there
+            return None
         length = length or mapping.size - offset
         if offset + length > mapping.size:
-            self.last_error = 5
+            self.last_error = 5  # ERROR_ACCESS_DENIED: a view past the end of the mapping
             return None
         view = mmap.mmap(mapping.fd, length, access=mmap.ACCESS_READ, offset=offset)
         array = np.frombuffer(view, dtype=np.uint8)
         address = array.__array_interface__["data"][0]
         del array
         self.views[address] = view
+        self.view_keys[address] = mapping.key
         return address
 
     def _UnmapViewOfFile(self, address) -> int:
         view = self.views.pop(address, None)
+        self.view_keys.pop(address, None)
         if view is None:
             self.last_error = 487  # ERROR_INVALID_ADDRESS
             return 0

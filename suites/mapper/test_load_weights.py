@@ -266,6 +266,6 @@ def test_public_api_is_exactly_all():
     assert len(set(m.__all__)) == len(m.__all__)
     assert all(hasattr(m, name) for name in m.__all__)
     # "@py_builtins"/"@pytest_ar": pytest's assertion rewriting, which covers every package of a
-    # distribution that registers a pytest plugin (ours does: harness.pytest_plugin)
+    # distribution that registers a pytest plugin (ours does: qnn_fmw_harness_plugin)
     public = {n for n in vars(m) if not n.startswith(("_", "@")) and n not in ("annotations", "os")}
     assert public == set(m.__all__), public ^ set(m.__all__)

@@ -2,46 +2,19 @@
 (Wine's): a C probe (`_wine_probe.c`, compiled with mingw at test time) creates a job with the
 harness's own limit class and flags, read from `spawn.py`, puts a launcher in it that starts the
 "worker" grandchild (a venv launcher and the real interpreter), then closes or loses the job's
-handle: both must be gone. Skips, with the reason, where Wine or mingw is not installed."""
+handle: both must be gone; and the worker's own pid is checked against the launcher's. Skips,
+with the reason, where Wine or mingw is not installed (fixtures: conftest.py)."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-from pathlib import Path
-
+import _wine_fixtures
 import pytest
+from _wine_exec import wine_path
 
 from harness.runner import spawn
 
+mingw, wine = _wine_fixtures.mingw, _wine_fixtures.wine  # the session fixtures, for pytest
 pytestmark = pytest.mark.xdist_group("wine")
-PROBE_SOURCE = Path(__file__).with_name("_wine_probe.c")
-
-
-@pytest.fixture(scope="session")
-def wine(tmp_path_factory):
-    """(run, folder): the compiled probe under a session Wine prefix, no display, no debug."""
-    wine, gcc = shutil.which("wine"), shutil.which("x86_64-w64-mingw32-gcc")
-    if not (wine and gcc):
-        pytest.skip("wine64 or gcc-mingw-w64-x86-64 not installed (.ci/run installs both)")
-    folder = tmp_path_factory.mktemp("wine")
-    exe = folder / "probe.exe"
-    subprocess.run([gcc, "-O1", "-o", str(exe), str(PROBE_SOURCE)], check=True, capture_output=True)
-    env = {k: v for k, v in os.environ.items() if k != "DISPLAY"}
-    env.update(WINEPREFIX=str(folder / "prefix"), WINEDEBUG="-all")
-
-    def run(*args: str) -> list[dict]:
-        done = subprocess.run([wine, str(exe), *args], env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-        return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-
-    return run, folder
-
-
-def _windows_path(path: Path) -> str:
-    return "Z:" + str(path).replace("/", "\\")
 
 
 @pytest.mark.parametrize("mode", ["job", "lost"])
@@ -50,7 +23,7 @@ def test_kill_on_close_job_ends_launcher_and_worker(wine, mode):
     harness crashing), ends the launcher and the worker it started."""
     run, folder = wine
     flags = hex(spawn._JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE)
-    lines = run(mode, str(spawn._JOB_OBJECT_EXTENDED_LIMIT_INFORMATION), flags, _windows_path(folder / f"{mode}.pid"))
+    lines = run(mode, str(spawn._JOB_OBJECT_EXTENDED_LIMIT_INFORMATION), flags, wine_path(str(folder / f"{mode}.pid")))
     created, outcome = lines[0], lines[-1]
     assert created["job"] and created["set"] and created["assigned"] and created["worker"], lines
     assert outcome["worker_gone"] is True, lines
@@ -61,5 +34,27 @@ def test_without_the_kill_flag_the_worker_survives(wine):
     """The negative control: the same probe with no limit flag leaves the worker running (the
     probe then ends it), so the test above can fail."""
     run, folder = wine
-    lines = run("job", str(spawn._JOB_OBJECT_EXTENDED_LIMIT_INFORMATION), "0", _windows_path(folder / "none.pid"))
+    # 2 s for each process to end: the sleepers never end by themselves (60 s), so the wait
+    # only bounds the test's length, it is no timing assertion.
+    lines = run(
+        "job", str(spawn._JOB_OBJECT_EXTENDED_LIMIT_INFORMATION), "0", wine_path(str(folder / "none.pid")), "2000"
+    )
     assert lines[-1]["worker_gone"] is False, lines
+
+
+def test_worker_reports_its_own_pid_below_the_launcher_and_inside_the_job(wine):
+    """What `spawn.worker_pid_in_tree` relies on, under a real kernel32: the pid the worker
+    reports for itself (GetCurrentProcessId) is not the launcher's, the process snapshot that
+    psutil's children() reads on Windows names the launcher as its parent (so the reported pid
+    is accepted as the spawned process's descendant), and the launcher's child is in the
+    launcher's job without being assigned (so the kill-on-close job reaches it)."""
+    run, folder = wine
+    flags = hex(spawn._JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE)
+    created, tree, outcome = run(
+        "tree", str(spawn._JOB_OBJECT_EXTENDED_LIMIT_INFORMATION), flags, wine_path(str(folder / "tree.pid"))
+    )
+    assert created["assigned"] and created["worker"], created
+    assert tree["worker_self"] == created["worker"] != tree["launcher"] == created["launcher"], tree
+    assert tree["worker_parent"] == tree["launcher"], tree
+    assert tree["worker_in_job"] is True and tree["launcher_in_job"] is True, tree
+    assert outcome["worker_gone"] is True, outcome

@@ -10,16 +10,9 @@ import shutil
 
 import generated
 import pytest
-from models_support import ONE, assert_all_ok, assert_usage_error, qnn_skip_reason
+from models_support import ONE, assert_all_ok, assert_usage_error
 
-pytestmark = pytest.mark.qnn
-
-
-@pytest.fixture(autouse=True)
-def _needs_qnn():
-    reason = qnn_skip_reason()
-    if reason:
-        pytest.skip(reason)
+pytestmark = [pytest.mark.qnn, pytest.mark.usefixtures("needs_qnn")]
 
 
 @pytest.fixture(scope="module")

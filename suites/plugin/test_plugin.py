@@ -16,6 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 #: A quick real run: 4 MiB of weights, one worker per mode.
 SMALL_RUN = '"run", "--model-size", "4MiB", "--processes", "1", "--quiet"'
+OPTIONS = ("--fmw-target", "--fmw-processes", "--fmw-model-size", "--fmw-model", "--fmw-report-dir")
 
 
 @pytest.fixture
@@ -30,17 +31,22 @@ def run_pytest(project: pytest.Pytester, *args: str, timeout: float = 300) -> py
     return project.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=timeout)
 
 
-def test_entry_point_is_registered():
-    from importlib.metadata import entry_points
+def test_entry_point_is_the_top_level_plugin_module():
+    """The package declares its plugin as a top-level module of a name no project uses (the
+    shadowing tests check a real install of it)."""
+    import tomllib
 
-    (ep,) = [ep for ep in entry_points(group="pytest11") if ep.name == "qnn_fmw_harness"]
-    assert ep.value == "harness.pytest_plugin"
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert project["project"]["entry-points"]["pytest11"] == {"qnn_fmw_harness": "qnn_fmw_harness_plugin"}
+    assert project["tool"]["setuptools"]["py-modules"] == ["qnn_fmw_harness_plugin"]
 
 
 def test_options_and_markers_are_declared(project):
-    result = run_pytest(project, "--help")
-    for option in ("--target", "--processes", "--model-size", "--model", "--report-dir"):
-        assert option in result.stdout.str()
+    text = run_pytest(project, "--help").stdout.str()
+    for option in OPTIONS:
+        assert option in text
+    for bare in ("--target", "--processes", "--model-size", "--model ", "--report-dir"):
+        assert f"  {bare}" not in text, f"un-namespaced {bare} is declared"
     markers = run_pytest(project, "--markers").stdout.str()
     for marker in ("@pytest.mark.memory", "@pytest.mark.qnn", "@pytest.mark.device", "@pytest.mark.slow"):
         assert marker in markers
@@ -54,7 +60,7 @@ def test_fixtures_work_in_a_foreign_project(project):
         from mapper_impl import load_weights
 
         def test_options(harness_options, model_cache):
-            assert harness_options.target == "cpu" and harness_options.model_size == "64MiB"
+            assert harness_options.target == "cpu" and harness_options.model_size == "128MiB"
             assert model_cache.is_dir()
 
         def test_mapper_fixtures(weights_file, mapper_leak_guard):
@@ -101,7 +107,7 @@ def test_report_dir_keeps_every_run_and_shows_each_outcome(project, tmp_path):
     """
     )
     report_dir = tmp_path / "reports-out"
-    result = run_pytest(project, "-n", "2", "--report-dir", str(report_dir))
+    result = run_pytest(project, "-n", "2", "--fmw-report-dir", str(report_dir))
     result.assert_outcomes(passed=2, failed=2)
     html = (report_dir / "report.html").read_text(encoding="utf-8")
     runs = sorted(p.name for p in (report_dir / "runs").iterdir())
@@ -124,7 +130,7 @@ def test_report_dir_keeps_every_run_and_shows_each_outcome(project, tmp_path):
 
 @pytest.mark.memory
 def test_the_nightly_command_renders_a_qnn_report(project, tmp_path):
-    """``pytest -m "qnn or device" --target qnn --report-dir DIR``: the qnn run is kept and
+    """``pytest -m "qnn or device" --fmw-target qnn --fmw-report-dir DIR``: the qnn run is kept and
     rendered; on Linux its feature state (unavailable) is shown beside a badge that is not green."""
     pytest.importorskip("onnxruntime_qnn", reason="onnxruntime-qnn is not installed")
     from harness.targets.qnn.ep import qnn_platform_supported
@@ -151,7 +157,9 @@ def test_the_nightly_command_renders_a_qnn_report(project, tmp_path):
     """
     )
     report_dir = tmp_path / "nightly"
-    result = run_pytest(project, "-m", "qnn or device", "--target", "qnn", "--report-dir", str(report_dir), "-rs")
+    result = run_pytest(
+        project, "-m", "qnn or device", "--fmw-target", "qnn", "--fmw-report-dir", str(report_dir), "-rs"
+    )
     result.assert_outcomes(passed=1, skipped=1, deselected=1)
     assert "not a QNN device" in result.stdout.str()
     html = (report_dir / "report.html").read_text(encoding="utf-8")
@@ -163,7 +171,7 @@ def test_the_nightly_command_renders_a_qnn_report(project, tmp_path):
 
 
 def _on_device() -> bool:
-    from harness.pytest_plugin import device_skip_reason
+    from harness.targets.qnn.device import device_skip_reason
 
     return device_skip_reason() is None
 
@@ -221,14 +229,14 @@ def test_a_report_that_cannot_be_written_does_not_break_the_session(project, tmp
     project.makepyfile(test_ok="def test_ok():\n    pass\n")
     report_dir = tmp_path / "rd"
     (report_dir / "report.html").mkdir(parents=True)  # something that is not a file is in the way
-    result = run_pytest(project, "--report-dir", str(report_dir))
+    result = run_pytest(project, "--fmw-report-dir", str(report_dir))
     result.assert_outcomes(passed=1)
     assert result.ret == 0 and "INTERNALERROR" not in result.stdout.str()
     assert "qnn-fmw-harness: no report rendered:" in result.stdout.str()
 
 
 def test_report_dir_never_empties_a_runs_folder_it_did_not_write(project, tmp_path):
-    """The plugin is active in every project that installed the package: ``--report-dir .`` in a
+    """The plugin is active in every project that installed the package: ``--fmw-report-dir .`` in a
     project whose runs/ is someone else's (TensorBoard's default folder) is refused in one line,
     with nothing deleted. Before, runs/ was emptied unconditionally. A runs/ of an earlier
     session is still emptied."""
@@ -236,13 +244,13 @@ def test_report_dir_never_empties_a_runs_folder_it_did_not_write(project, tmp_pa
     report_dir = tmp_path / "project"
     (report_dir / "runs" / "exp1").mkdir(parents=True)
     (report_dir / "runs" / "exp1" / "events.out").write_text("weeks of training\n")
-    result = run_pytest(project, "--report-dir", str(report_dir))
+    result = run_pytest(project, "--fmw-report-dir", str(report_dir))
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
     assert "runs/ holds what this plugin did not write (exp1)" in result.stderr.str()
     assert "Traceback" not in result.stderr.str()
     assert (report_dir / "runs" / "exp1" / "events.out").read_text() == "weeks of training\n"
     (report_dir / "runs").rename(tmp_path / "theirs")
     project.makepyfile(test_run=f"def test_run(run_harness):\n    assert run_harness({SMALL_RUN}).returncode == 0\n")
-    run_pytest(project, "--report-dir", str(report_dir)).assert_outcomes(passed=2)
-    run_pytest(project, "--report-dir", str(report_dir), "test_ok.py").assert_outcomes(passed=1)
+    run_pytest(project, "--fmw-report-dir", str(report_dir)).assert_outcomes(passed=2)
+    run_pytest(project, "--fmw-report-dir", str(report_dir), "test_ok.py").assert_outcomes(passed=1)
     assert not any((report_dir / "runs").iterdir()), "an earlier session's runs/ was not emptied"

@@ -9,16 +9,8 @@ import json
 import shutil
 
 import pytest
-from qnn_support import qnn_skip_reason
 
-pytestmark = pytest.mark.qnn
-
-
-@pytest.fixture(autouse=True)
-def _needs_qnn():
-    reason = qnn_skip_reason()
-    if reason:
-        pytest.skip(reason)
+pytestmark = [pytest.mark.qnn, pytest.mark.usefixtures("needs_qnn")]
 
 
 def test_upstream_still_cannot_load_a_multi_partition_model_with_default_optimizations(tmp_path):

@@ -11,9 +11,8 @@ import json
 import sys
 
 import pytest
-from qnn_support import qnn_skip_reason
 
-pytestmark = [pytest.mark.qnn, pytest.mark.memory]
+pytestmark = [pytest.mark.qnn, pytest.mark.memory, pytest.mark.usefixtures("needs_qnn")]
 
 
 @pytest.fixture(scope="module")
@@ -22,13 +21,6 @@ def on_device() -> bool:
     from harness.targets.qnn.device import device_skip_reason
 
     return device_skip_reason() is None
-
-
-@pytest.fixture(autouse=True)
-def _needs_qnn():
-    reason = qnn_skip_reason()
-    if reason:
-        pytest.skip(reason)
 
 
 def _rows_by_mode(outcome):

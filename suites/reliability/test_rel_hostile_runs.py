@@ -450,13 +450,16 @@ def test_plugin_usage_errors_are_usage_errors_before_the_session(tmp_path, case)
     options: tuple[str, ...]
     if case == "report-dir is a file":
         target.write_text("a file")
-        options, expected = ("--report-dir", str(target)), "is a file, not a folder"
+        options, expected = ("--fmw-report-dir", str(target)), "is a file, not a folder"
     elif case == "report-dir unwritable":
         target.mkdir()
-        options, expected = ("--report-dir", str(target)), "cannot write in"
+        options, expected = ("--fmw-report-dir", str(target)), "cannot write in"
     else:
         value = case.split()[-1]
-        options, expected = ("--processes", value), f"--processes '{value}'" if value == "abc" else "must be >= 1"
+        options, expected = (
+            ("--fmw-processes", value),
+            f"--fmw-processes '{value}'" if value == "abc" else "must be >= 1",
+        )
     before = tree_state(tmp_path)
     with unwritable(target) if case == "report-dir unwritable" else contextlib.nullcontext():
         proc = _pytest_in(project, *options)

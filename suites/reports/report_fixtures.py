@@ -15,6 +15,7 @@ from pathlib import Path
 from harness.core.schema import FORMAT_VERSION, ResultRow, SummaryRow
 from harness.core.summary import summarize
 from harness.core.tables import write_rows
+from harness.targets import version_labels
 
 MIB = 1024**2
 GIB = 1024**3
@@ -157,6 +158,7 @@ def metadata(target: str = "cpu", status: str = "complete", **run: object) -> di
             "qnn_sdk": "2.51",
             "hostname": "testhost",
             "git_commit": "0123456789abcdef",
+            "version_labels": version_labels(),  # what the runner records (Target.version_keys)
         },
     }
 

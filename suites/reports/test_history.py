@@ -30,7 +30,7 @@ def test_create_then_append(tmp_path):
     first = make_run(tmp_path, "r1", 1, "aaaaaaa1")
     assert append_history(history, first)
     header, rows = read_history(history)
-    assert header == history_columns()
+    assert header == history_columns(first.run.env)
     kinds = [r["record"] for r in rows]
     assert kinds == ["summary"] * len(first.run.summary) + ["headline"]
     assert rows[-1]["verdict"] == "pass" and rows[-1]["onnxruntime"] == "1.32.0"
@@ -69,7 +69,8 @@ def test_header_change_rewrites_and_keeps_old_rows(tmp_path):
     history.write_text("record,run_id,date,legacy\nheadline,old,2026-01-01,x\n")
     assert append_history(history, make_run(tmp_path, "r1", 1, "aaaa"))
     header, rows = read_history(history)
-    assert header[: len(history_columns())] == history_columns() and header[-1] == "legacy"
+    cols = history_columns(load_run(tmp_path / "r1").env)
+    assert header[: len(cols)] == cols and header[-1] == "legacy"
     assert rows[0]["run_id"] == "old" and rows[0]["legacy"] == "x"
     assert rows[-1]["run_id"] == "r1"
 

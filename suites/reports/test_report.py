@@ -198,7 +198,7 @@ def test_report_opens_with_a_sentence_title_and_badges(cpu_run):
 
 
 def test_a_test_session_with_one_run_and_a_failed_test_shows_no_pass_badge(cpu_run):
-    """`pytest --report-dir` with one measured run whose test passed and another test that
+    """`pytest --fmw-report-dir` with one measured run whose test passed and another test that
     failed: before, the header showed the run's green "pass" badge beside "tests: 1 failed"."""
     from reports import TestRecord
 

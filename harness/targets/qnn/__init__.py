@@ -92,8 +92,8 @@ class QnnTarget(Target):
     )
 
     def prepare(self, opts, progress) -> Prepared:
-        from .compile import prepare_qnn
         from .partitions import load_level, load_note
+        from .prepare import prepare_qnn
 
         parts = prepare_qnn(opts, progress)
         bins = list(dict.fromkeys(b for p in parts for b in p.bins))
@@ -154,6 +154,9 @@ class QnnTarget(Target):
         from .ep import qnn_versions
 
         return qnn_versions()
+
+    def version_keys(self) -> dict[str, str]:
+        return {"onnxruntime_qnn": "onnxruntime-qnn", "qnn_sdk": "QNN SDK"}
 
     def probe(self, timeout_s: float):
         """The QNN EP probed in a child process (`device.probe_device`)."""

@@ -20,8 +20,7 @@ def make_qdq_model(path: Path, weights_bytes: int, *, seed: int = 0) -> dict:
     clipping. Weights are embedded up to 1 GiB (protobuf limit 2 GiB), external beyond.
     """
     import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     if weights_bytes < 4096:
         raise ValueError(f"weights_bytes must be >= 4096, got {weights_bytes}")
@@ -59,21 +58,7 @@ def make_qdq_model(path: Path, weights_bytes: int, *, seed: int = 0) -> dict:
             helper.make_node("DequantizeLinear", [f"mm{i}_q", f"a{i}_scale", "zp"], [out]),
         ]
         prev = out
-    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, dim]) for n in ("X", "Y")]
-    graph = helper.make_graph(nodes, "qdq_matmul_chain", io[:1], io[1:], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    model.ir_version = 10
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    external = layers * dim * dim > 2**30
-    onnx.save_model(
-        model,
-        str(path),
-        save_as_external_data=external,
-        all_tensors_to_one_file=True,
-        location=path.name + ".data",
-        size_threshold=4096,
-    )
+    external = _save_chain(Path(path), nodes, inits, dim, external=layers * dim * dim > 2**30)
     return {
         "input_name": "X",
         "input_shape": [1, dim],
@@ -84,6 +69,28 @@ def make_qdq_model(path: Path, weights_bytes: int, *, seed: int = 0) -> dict:
         "output_scale": a_scale,
         "external_data": external,
     }
+
+
+def _save_chain(path: Path, nodes: list, inits: list, dim: int, *, external: bool) -> bool:
+    """The chain as an opset-21 model at ``path``: its weights in ``<name>.data`` when
+    ``external`` (past 1 GiB, half protobuf's limit). Returns ``external``."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, dim]) for n in ("X", "Y")]
+    graph = helper.make_graph(nodes, "qdq_matmul_chain", io[:1], io[1:], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(
+        model,
+        str(path),
+        save_as_external_data=external,
+        all_tensors_to_one_file=True,
+        location=path.name + ".data",
+        size_threshold=4096,
+    )
+    return external
 
 
 def make_feeds(info: dict, *, seed: int = 1) -> dict:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.core.argtypes import positive_int
 from harness.core.errors import InputError
 
 QUANTIZE_CHOICES = ("none", "qdq")
@@ -39,11 +40,8 @@ class QuantizeSpec:
         return {"quantize": self.method, "calibration": self.calibration_size} if self.enabled else {}
 
 
-def parse_calibration_size(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError("must be at least 1")
-    return value
+#: --calibration-size: a whole number >= 1 (the command line's own integer type).
+parse_calibration_size = positive_int
 
 
 def parse_quantize(text: str) -> str:

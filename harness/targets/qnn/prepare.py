@@ -1,0 +1,327 @@
+"""The qnn target's models: a generated QDQ uint8 chain or the user's model, compiled once by
+the real QNN EP (`compile`); or the user's own pre-compiled EPContext model, measured where it is.
+
+- A user's model is compiled AS IT IS (weights untouched, Constant nodes and all); only inputs
+  with dynamic shapes get a shape-fixed copy of the graph, since the compiler needs static
+  shapes. Its folder holds ``reference.npz``: the un-compiled model's output on ORT's CPU EP
+  for a fixed input, which every worker compares with the QNN EP's output.
+- A pre-compiled EPContext model has no CPU original: its reference is its own first inference
+  with file mapping disabled, in a child process (`child`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.cache import default_cache_dir
+from harness.core.errors import InputError, QnnUnavailableError
+from harness.prep.cachekeys import PREP_VERSION, source_key
+from harness.prep.epcontext import EpContextModel, epcontext_nodes, inspect_epcontext
+from harness.prep.externalise import link_external_data
+from harness.prep.folder import PreparedModel, cached_model
+from harness.prep.models import resolve_feeds
+from harness.prep.onnxfile import load_onnx, ort_reason
+from harness.prep.pipeline import check_pipeline_request, resolve_models
+from harness.prep.reference import save_reference, write_reference
+
+from .child import StatusCallback, run_child
+from .compile import compile_epcontext, qnn_log_dir
+from .ep import qnn_platform_supported, register_qnn_ep
+from .partitions import partitions_of
+from .qdq import make_feeds, make_qdq_model, reference_output
+from .quantize import CALIBRATION_SIZE, MIN_COSINE, QuantizeSpec, calibration_feeds, quantize_qdq
+from .shapes import with_static_shapes
+
+
+def generated_qdq(size: int, cache_dir: Path) -> PreparedModel:
+    """The default qnn source model: a static-shape uint8 QDQ chain with its CPU reference."""
+
+    def build(tmp: Path) -> PreparedModel:
+        info = make_qdq_model(tmp / "model.onnx", size)
+        feeds = make_feeds(info)
+        save_reference(tmp / "reference.npz", feeds, {info["output_name"]: reference_output(tmp / "model.onnx", feeds)})
+        source = f"generated:qdq-matmul-chain:{info['layers']}x{info['dim']}x{info['dim']}xuint8"
+        return PreparedModel(
+            tmp,
+            source,
+            [],
+            {info["input_name"]: info["input_shape"]},
+            {info["input_name"]: 1},
+            [info["output_name"]],
+            info["weights_bytes"],
+            output_types={info["output_name"]: 1},
+            extra={"quant_step": info["output_scale"]},
+        )
+
+    return cached_model(cache_dir / f"qdq-chain-{size}-s0", build)
+
+
+def _inline_model(
+    tmp: Path, path: Path, graph: Any, inputs: list, shapes: dict, weights_bytes: int, onnx_file: str, **kwargs: Any
+) -> PreparedModel:
+    """A prepared model whose weights stay where the user's model keeps them (nothing
+    externalised): what the qnn target measures, its compile input or its EPContext model."""
+    output_types = {o.name: o.type.tensor_type.elem_type for o in graph.graph.output}
+    return PreparedModel(
+        tmp,
+        str(path),
+        [],
+        shapes,
+        {i.name: i.onnx_type for i in inputs},
+        list(output_types),
+        weights_bytes,
+        output_types=output_types,
+        onnx_file=onnx_file,
+        **kwargs,
+    )
+
+
+def prepare_qnn_source(
+    path: Path,
+    request: Any,
+    settings: Any,
+    cache_dir: Path,
+    quantize: QuantizeSpec | None = None,
+    on_status: StatusCallback | None = None,
+) -> PreparedModel:
+    """A user's (uncompiled) model for the qnn target: compiled AS IT IS, weights untouched,
+    unless ``quantize`` asks for its QDQ model (`quantize`). The folder holds the CPU reference
+    of the float model and, when input shapes had to be fixed for the compiler, a shape-fixed
+    copy of the graph (its external data linked, not copied), and the quantized model."""
+    from harness.prep.inputs import fixed_shape_copy
+
+    quantize = quantize or QuantizeSpec()
+    label = f"--model {path}"
+    graph = load_onnx(path, external_data=False)
+    key = source_key(
+        path,
+        graph,
+        {
+            "request": request.key(),
+            "prep": PREP_VERSION,
+            "qnn_source": 2,  # 2: internal shapes inferred again (shapes.with_static_shapes)
+            "session": settings.to_dict(),
+            **quantize.key(),
+        },
+    )
+
+    def build(tmp: Path) -> PreparedModel:
+        import onnx
+
+        inputs, shapes, feeds = resolve_feeds(graph, request, label)
+        onnx_file = str(Path(path).resolve())
+        if any(i.dims != shapes[i.name] for i in inputs):  # dynamic: the compiler needs a static copy
+            onnx_file = Path(path).name  # relative: the folder moves when the cache publishes it
+            onnx.save(with_static_shapes(fixed_shape_copy(graph, shapes)), str(tmp / onnx_file))
+            link_external_data(path, graph, tmp)
+        extra = {}
+        if quantize.enabled:
+            if on_status is not None:
+                on_status(f"quantizing {Path(path).name} (qdq, {quantize.calibration_size} calibration inputs)")
+            calibration = calibration_feeds(inputs, shapes, feeds, set(request.values), quantize.calibration_size)
+            qdq = quantize_qdq(
+                Path(tmp / onnx_file if not Path(onnx_file).is_absolute() else onnx_file),
+                tmp / f"{Path(path).stem}_qdq.onnx",
+                calibration,
+                label,
+            )
+            onnx_file = qdq.name
+            extra = {"min_cosine": MIN_COSINE, "quantized": f"qdq, {quantize.calibration_size} calibration inputs"}
+        model = _inline_model(tmp, path, graph, inputs, shapes, 0, onnx_file, extra=extra)
+        write_reference(model, Path(path), feeds, settings, level="all", label=label)  # the float model's
+        return model
+
+    return cached_model(cache_dir / f"qnnsrc-{path.stem}-{key}", build)
+
+
+def prepare_epcontext(
+    path: Path, request: Any, job: dict, cache_dir: Path, on_status: StatusCallback | None = None
+) -> tuple[PreparedModel, EpContextModel]:
+    """A pre-compiled EPContext model, measured where it is. There is no CPU original to
+    compare with, so its reference is its own first inference on the QNN EP with file mapping
+    disabled (in a child process), and a second one tells whether it is deterministic."""
+    label = f"--model {path}"
+    graph = load_onnx(path, external_data=False)
+    info = inspect_epcontext(path, graph, label)
+    key = source_key(path, graph, {"request": request.key(), "prep": PREP_VERSION, "job": job}, files=info.bins)
+    log_path = qnn_log_dir(cache_dir) / f"ctx-{path.stem}-{key[:16]}-reference.log"
+
+    def build(tmp: Path) -> PreparedModel:
+        inputs, shapes, feeds = resolve_feeds(graph, request, label)
+        model = _inline_model(
+            tmp,
+            path,
+            graph,
+            inputs,
+            shapes,
+            info.context_bytes,
+            str(Path(path).resolve()),
+            extra={"reference_kind": "qnn-heap", "context_bins": [str(b) for b in info.bins]},
+        )
+        save_reference(model.reference_path, feeds, {})
+        model.save()  # the child reads the manifest
+        result = run_child(dict(job, kind="reference", folder=str(tmp)), log_path, on_status=on_status)
+        if not result.get("ok"):
+            what = "crashed" if result.get("stage") == "crash" else f"cannot {result.get('stage', 'run')} it"
+            raise InputError(
+                f"{label}: the QNN EP {what} (file mapping disabled, for the reference): "
+                f"{ort_reason(str(result.get('error') or ''))} (EP log: {log_path})"
+            )
+        if result.get("nondeterministic"):
+            model.extra["nondeterministic"] = result["nondeterministic"]
+        with contextlib.suppress(OSError):
+            shutil.copyfile(log_path, tmp / "reference.log")
+        return model
+
+    return cached_model(cache_dir / f"qnnctx-{path.stem}-{key}", build), info
+
+
+def _flush_c_stdio() -> None:
+    if os.name != "posix":
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).fflush(None)
+
+
+@contextlib.contextmanager
+def native_stdout_to_stderr() -> Iterator[None]:
+    """The QNN libraries print banner lines to fd 1 when they load; stdout carries the
+    summary table, so send those lines to stderr (the progress stream) instead."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        _flush_c_stdio()  # the libraries write through C stdio: flush while fd 1 is redirected
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+@dataclass
+class QnnModel:
+    """One model a qnn worker loads: the prepared folder (reference) and the EPContext file."""
+
+    model: PreparedModel
+    onnx_path: Path  # the EPContext model the sessions load
+    bins: list[Path]  # its context binaries
+    context_bytes: int
+    compiled: bool  # True: compiled by the harness; False: the user's own EPContext model
+    shares_context: bool = False
+    log: Path | None = None  # the EP's log of the compile (or of the reference run)
+    partitions: int = 1  # EPContext nodes (more than one: loaded with `partitions.load_level`)
+
+
+def prepare_qnn(opts: Any, progress: Any = None) -> list[QnnModel]:
+    """Every model of the run, ready for the QNN EP: compiled (the generated QDQ chain, or the
+    user's model as it is) or the user's own EPContext model. Every problem the user can fix
+    (platform, missing package, dynamic shapes, nothing for QNN, a compile the EP refuses or
+    crashes in) is an InputError. ``progress`` (a `Progress`) shows what the QNN child is doing."""
+    on_status = progress.step if progress is not None else None
+    supported, why = qnn_platform_supported()
+    if not supported:
+        raise InputError(f"--target qnn: {why}")
+    try:
+        with native_stdout_to_stderr():
+            register_qnn_ep()
+    except QnnUnavailableError as err:
+        raise InputError(f"--target qnn: {err}") from None
+    cache_dir = opts.cache_dir or default_cache_dir()
+    options = opts.target_options
+    quantize = QuantizeSpec(options.get("quantize", "none"), options.get("calibration_size", CALIBRATION_SIZE))
+    compiler = _Compiler(opts, cache_dir, on_status)
+    if not opts.models:
+        if quantize.enabled:
+            raise InputError("--quantize qdq: needs --model (the generated model is already a QDQ model)")
+        source = generated_qdq(opts.model_size, cache_dir)
+        return [compiler.compiled(source, source.source)]
+    return _user_models(opts, compiler, quantize)
+
+
+@dataclass
+class _Compiler:
+    """Compiles a prepared source model with the run's QNN settings (`compile_epcontext`)."""
+
+    opts: Any
+    cache_dir: Path
+    on_status: StatusCallback | None
+
+    @property
+    def embed_mode(self) -> int:
+        return self.opts.target_options.get("embed_mode", 0)
+
+    @property
+    def backend(self) -> str:
+        return self.opts.target_options.get("backend_type", "htp")
+
+    def compiled(self, source: PreparedModel, label: str) -> QnnModel:
+        settings = self.opts.session_settings()
+        c = compile_epcontext(
+            source.onnx_path,
+            source.folder / "qnn",
+            embed_mode=self.embed_mode,
+            backend_type=self.backend,
+            label=label,
+            provider_options=settings.provider_options,
+            session_config=settings.config,
+            check_folder=source.folder,
+            log_dir=qnn_log_dir(self.cache_dir),
+            on_status=self.on_status,
+        )
+        return QnnModel(
+            source,
+            c.onnx_path,
+            c.bin_paths,
+            int(c.context_bytes),
+            True,
+            log=c.onnx_path.parent / "compile.log",
+            partitions=partitions_of(c.onnx_path),
+        )
+
+
+def _user_models(opts: Any, compiler: _Compiler, quantize: QuantizeSpec) -> list[QnnModel]:
+    """The user's models (a pipeline: several), each compiled or, when it already is an
+    EPContext model, measured where it is with its own first inference as the reference."""
+    settings = opts.session_settings()
+    models = resolve_models(opts.models)
+    request = opts.input_request()
+    check_pipeline_request(models.paths, request)
+    job = {
+        "backend_type": compiler.backend,
+        "provider_options": settings.provider_options,
+        "session_config": settings.config,
+        "intra_op_threads": settings.intra_op_threads,
+        "share_ep_contexts": bool(opts.target_options.get("share_ep_contexts")) or models.genai_qnn,
+    }
+    out = []
+    for path in models.paths:
+        graph = load_onnx(path, external_data=False)
+        part = request.for_model(graph)
+        if epcontext_nodes(graph):
+            model, info = prepare_epcontext(path, part, job, compiler.cache_dir, compiler.on_status)
+            out.append(
+                QnnModel(
+                    model,
+                    info.path,
+                    info.bins,
+                    info.context_bytes,
+                    False,
+                    info.shares_context,
+                    log=model.folder / "reference.log",
+                    partitions=info.nodes,
+                )
+            )
+        else:
+            source = prepare_qnn_source(path, part, settings, compiler.cache_dir, quantize, compiler.on_status)
+            out.append(compiler.compiled(source, f"--model {path}"))
+    return out
