@@ -217,6 +217,8 @@ def drop_weight_pages(live) -> None:
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     page = mmap.PAGESIZE
     for value in live.keepalive:
+        if not hasattr(value, "element_type"):  # the runtime's own copy: its OrtValues cover it
+            continue
         size = int(helper.tensor_dtype_to_np_dtype(value.element_type()).itemsize)
         for dim in value.shape():
             size *= dim
