@@ -283,7 +283,8 @@ class DmaRegistrations:
 
 
 # Registrations whose context is gone (torn down or failed) but which still hold failed
-# deregistrations: every later teardown sweeps them again, as upstream retries at teardown.
+# deregistrations (opt-in sweep): every later sweeping teardown retries them (our extension:
+# upstream forgets a failed deregistration).
 _unswept: list[DmaRegistrations] = []
 _unswept_lock = threading.Lock()
 
@@ -299,7 +300,8 @@ def keep_for_later_sweeps(dma: DmaRegistrations) -> None:
 def sweep_registrations() -> int:
     """Retry every pending deregistration left by contexts that are gone (torn down, dropped or
     failed) once, each with its own load's fault cursor so outcomes stay per load; returns how
-    many are still pending. Every teardown runs it; call it to sweep without one."""
+    many are still pending (opt-in sweep only: without it nothing is ever pending). Every
+    teardown of a sweeping context runs it; call it to sweep without one."""
     return sweep_unswept()
 
 

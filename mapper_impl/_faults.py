@@ -44,8 +44,8 @@ class FaultPlan:
       attempt's ``create``) fail after the caller's ``create`` ran, as a QNN
       contextCreateFromBinaryWithCallback that consumed the regions and then failed. The direct
       read's creation (from a buffer, no callbacks) has no such failure and is never injected.
-    - ``deregister_failures``: the first K deregistrations fail with EBUSY: the registration
-      is kept and retried at the next teardown sweep.
+    - ``deregister_failures``: the first K deregistrations fail with EBUSY: MEM_ALLOC, the
+      registration leaked (upstream), or kept for the next teardown sweep (opt-in sweep).
     - ``heap_read_failures``: the first K direct (heap) reads fail with EIO (a flaky disk).
     - ``register_at``: the K-th DMA registration of the load fails (K >= 1) after the K-1
       before it succeeded: the field report of foundry-local #1124 (RPC 8003, then QNN 1002
