@@ -172,10 +172,11 @@ def _add_bench_parser(sub: Any) -> None:
     bench.add_argument(
         "--repeat",
         type=argtypes.positive_int,
-        default=3,
+        default=8,
         metavar="R",
-        help="repeats (count); criteria use the median over them: single ms-scale init times on a "
-        "2-core machine are noisy",
+        help="repeats (count); memory criteria use the median over them, timing criteria the 95%% interval "
+        "of their ratios (inconclusive unless all of it is on one side of the threshold): single ms-scale "
+        "init times on a 2-core machine are noisy",
     )
     add_run_options(bench, ["out", "cache_dir"], kind="bench")
     bench.add_argument("--quiet", action="store_true", help="no progress on stderr")

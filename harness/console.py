@@ -155,10 +155,21 @@ def note_lines(judgement: Any) -> list[str]:
     return lines
 
 
+def spread_lines(judgement: Any) -> list[str]:
+    """One line per timing ratio at the headline's N: its median and spread over repeats (the
+    table above shows each repeat; a timing figure is never given as a bare median)."""
+    from harness.core.timing import spread_text, timing_spread
+
+    return [
+        f"{name} {fmt_ratio(judgement.values.get(name))} (median): {spread_text(entry)}"
+        for name, entry in timing_spread(judgement.run.summary).items()
+    ]
+
+
 def print_judgement(console: Any, judgement: Any, *, outcomes: bool = False) -> None:
     """The run's summary table, outcomes, notes, gates and verdict."""
     console.print(summary_table(judgement.run.summary))
-    for line in startup_lines(judgement.run):
+    for line in [*spread_lines(judgement), *startup_lines(judgement.run)]:
         console.print(line)
     table = outcome_table(judgement.run.results) if outcomes else None
     if table is not None:

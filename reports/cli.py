@@ -2,9 +2,10 @@
 write report.html; with a baseline, print and render each run's changes against it.
 
 Exit codes are the contract CI scripts rely on: 0 every run's verdict is pass, 1 a gate
-failed, a worker failed or a run is incomplete (interrupted, killed, no valid rows), 2 a usage
-or input error (missing folder, files that are not this harness's tables, bad gate expression,
-unknown format_version) reported as ONE line on stderr, never a traceback.
+failed, a worker failed or a run is incomplete (interrupted, killed, no valid rows), or, with
+``--fail-on-regression``, a figure regressed against the baseline (each named on one line);
+2 a usage or input error (missing folder, files that are not this harness's tables, bad gate
+expression, unknown format_version) reported as ONE line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import sys
 from pathlib import Path
 
 from harness.core import argtypes
+from harness.core.compare import MinEffect, parse_min_effect
+from harness.core.compare_text import rule_text
 from harness.core.errors import HelpFormatter, InputError, OneLineArgumentParser
 from harness.core.gates import metrics_epilog, read_gates_file
 from harness.core.limits import check_bounds
@@ -30,11 +33,10 @@ def build_parser(prog: str = "python -m harness report") -> argparse.ArgumentPar
         prog=prog,
         description="Judge run folders and render one self-contained report.html (several runs: side by side, "
         "one column each). With --baseline, show each run's absolute values, deltas and percent "
-        "changes against the baseline run, and whether each change exceeds the run-to-run spread.",
-        epilog=f"{metrics_epilog()}\n{SIZE_HELP}.\nSpread rule: a change exceeds the run-to-run spread when the "
-        "min..max ranges of the two runs' repeats do not overlap (the baseline needs --repeat >= 2).\n"
-        "Exit codes: 0 every run passes, 1 a gate or worker failed or a run is incomplete, 2 usage or "
-        "input error.",
+        "changes against the baseline run, and which changes are real (significant and large enough).",
+        epilog=f"{metrics_epilog()}\n{SIZE_HELP}.\nChange rule: {rule_text(MinEffect())}.\n"
+        "Exit codes: 0 every run passes, 1 a gate or worker failed, a run is incomplete or (with "
+        "--fail-on-regression) a figure regressed, 2 usage or input error.",
         formatter_class=HelpFormatter,
     )
     parser.add_argument(
@@ -48,6 +50,26 @@ def build_parser(prog: str = "python -m harness report") -> argparse.ArgumentPar
     )
     parser.add_argument(
         "--baseline", type=Path, metavar="RUN0", help="a run folder to compare every RUN_DIR with (default: none)"
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        metavar="FILE",
+        help="with --baseline: write the comparison (every figure's values, delta, p-value, threshold and "
+        "call) to this JSON file (default: none)",
+    )
+    parser.add_argument(
+        "--fail-on-regression",
+        action="store_true",
+        help="with --baseline: exit 1 when a figure of the mapped mode (memory, saving, init, latency) "
+        "changed for the worse, naming each on one line",
+    )
+    parser.add_argument(
+        "--min-effect",
+        action="append",
+        default=[],
+        metavar="KIND=VALUE",
+        help="smallest change called, repeatable: memory=1%%, memory=1MiB, time=5%% (the defaults)",
     )
     parser.add_argument(
         "--history",
@@ -84,7 +106,7 @@ def build_parser(prog: str = "python -m harness report") -> argparse.ArgumentPar
 
 
 def _print(published: Published) -> None:
-    from harness.core.compare import comparison_lines
+    from harness.core.compare_text import comparison_lines
 
     print(f"report: {published.path}")
     if published.history_appended:
@@ -111,6 +133,7 @@ def report_main(argv: list[str], prog: str = "python -m harness report") -> int:
     try:
         args = build_parser(prog).parse_args(argv)
         check_bounds(args)
+        min_effect = _comparison_options(args)
         gates = [*args.gate, *(read_gates_file(args.gates_file) if args.gates_file else [])]
         published = render_runs(
             args.run_dirs,
@@ -121,6 +144,8 @@ def report_main(argv: list[str], prog: str = "python -m harness report") -> int:
             project_to=args.project_to,
             baseline=args.baseline,
             inputs=[args.gates_file] if args.gates_file else [],
+            min_effect=min_effect,
+            json_out=args.json,
         )
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
@@ -129,7 +154,29 @@ def report_main(argv: list[str], prog: str = "python -m harness report") -> int:
     except OSError as exc:
         return _fail(f"{exc.filename or ''}: {exc.strerror or exc}")
     _print(published)
-    return published.exit_code
+    return _regression_exit(published, published.exit_code) if args.fail_on_regression else published.exit_code
+
+
+def _comparison_options(args: argparse.Namespace) -> MinEffect:
+    """--json, --fail-on-regression and --min-effect compare with a baseline: refused without one."""
+    for given, flag in ((args.json, "--json"), (args.fail_on_regression, "--fail-on-regression")):
+        if given and args.baseline is None:
+            raise InputError(f"{flag} compares with a baseline: give --baseline RUN0")
+    if args.min_effect and args.baseline is None:
+        raise InputError("--min-effect sets when a change against --baseline is called: give --baseline RUN0")
+    return parse_min_effect(args.min_effect)
+
+
+def _regression_exit(published: Published, code: int) -> int:
+    """1 when a compared figure regressed (each named on one line on stdout), else ``code``."""
+    from harness.core.compare_text import regression_lines
+
+    lines = [line for comparison in published.comparisons for line in regression_lines(comparison)]
+    for line in lines:
+        print(line)
+    if not lines:
+        print("regressions: none")
+    return 1 if lines else code
 
 
 if __name__ == "__main__":  # pragma: no cover - convenience: python -m reports.cli

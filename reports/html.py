@@ -148,10 +148,11 @@ def _comparison(views: Sequence[RunView]) -> dict[str, Any]:
 
 
 def _baseline(comparison: Any) -> dict[str, Any]:
-    from harness.core.compare import comparison_rows
+    from harness.core.compare_text import comparison_rows, rule_text
 
     labels = version_labels(comparison.baseline.env, comparison.current.env)
     return {
+        "rule": rule_text(comparison.min_effect),
         "baseline": comparison.baseline.run_id,
         "current": comparison.current.run_id,
         "at": comparison.at,
@@ -198,7 +199,12 @@ def _run_files(folders: Sequence[Path]) -> set[Path]:
 
 
 def check_report_path(
-    out: Path, judgements: Sequence[Judgement], *, baseline: Path | None = None, inputs: Sequence[Path] = ()
+    out: Path,
+    judgements: Sequence[Judgement],
+    *,
+    baseline: Path | None = None,
+    inputs: Sequence[Path] = (),
+    option: str = "--out",
 ) -> Path:
     """The report's path, refused (InputError) when its folder is missing, when something other
     than a regular file is there, or when it is one of the report's inputs: the runs' own files,
@@ -215,10 +221,12 @@ def check_report_path(
             if baseline is not None and resolved.parent == Path(baseline).resolve()
             else "the run's"
         )
-        raise InputError(f"--out {out}: is one of {whose} own files; refusing to write the report over it")
+        raise InputError(f"{option} {out}: is one of {whose} own files; refusing to write the report over it")
     if any(resolved == Path(p).resolve() for p in inputs):
-        raise InputError(f"--out {out}: is one of the report's input files; refusing to write the report over it")
-    replaceable_path(out, "--out")
+        raise InputError(
+            f"{option} {out}: is one of the report's input files (or the report itself); refusing to write over it"
+        )
+    replaceable_path(out, option)
     return out
 
 
@@ -330,11 +338,14 @@ def render_runs(
     tests: Sequence[TestRecord] = (),
     test_counts: dict[str, int] | None = None,
     inputs: Sequence[Path] = (),
+    min_effect: Any = None,
+    json_out: Path | None = None,
 ) -> Published:
     """Load, judge and publish run folders in one call (what `harness report` does): the report
     goes to ``out``, by default RUN_DIR/report.html for one run and ./report.html for several.
     ``baseline``: a run folder every run is compared with (the first run's comparison is
-    rendered; `Published.comparisons` holds all of them)."""
+    rendered; `Published.comparisons` holds all of them), with ``min_effect`` (a
+    `harness.core.compare.MinEffect`); ``json_out``: where the comparison document goes."""
     from harness.core.compare import compare
     from harness.core.gates import parse_gates
     from harness.core.rundata import load_run, same_run
@@ -363,9 +374,14 @@ def render_runs(
         for j in judgements:
             if same_run(j.run, base):
                 raise InputError(f"--baseline {baseline}: is a copy of the run {j.run.folder} (same run id and start)")
-        comparisons = [compare(j.run, base) for j in judgements]
+        comparisons = [compare(j.run, base, min_effect) for j in judgements]
     if out is None:
         out = Path(run_dirs[0]) / REPORT_HTML if len(run_dirs) == 1 else Path(REPORT_HTML)
+    if json_out is not None:
+        others = [*inputs, Path(out), *([Path(history)] if history is not None else [])]
+        check_report_path(
+            json_out, judgements, baseline=Path(baseline) if baseline else None, inputs=others, option="--json"
+        )
     published = publish(
         judgements,
         out,
@@ -377,4 +393,9 @@ def render_runs(
         inputs=inputs,
     )
     published.comparisons = comparisons
+    if json_out is not None:
+        from harness.core.compare_text import comparison_document
+        from harness.core.files import write_json_atomic
+
+        write_json_atomic(json_out, comparison_document(comparisons), what="--json")
     return published

@@ -16,6 +16,7 @@ from harness.core.notes import Note
 from harness.core.rundata import RunData
 from harness.core.schema import ResultRow, SummaryRow, column_docs
 from harness.core.summary import headline_pairs, largest_groups, median, row_ok, sessions_of
+from harness.core.timing import spread_text, timing_spread
 from harness.core.units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
 from harness.core.verdict import Judgement
 from reports import charts
@@ -235,6 +236,7 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
         heap = [s for s in chosen if s.mode == "heap"]
         at = f"{sessions_of(chosen[0]) if chosen else 0} sessions in all; no mapped/heap pair, so no ratios"
     has_pss = any(s.sum_pss_bytes is not None for s in run.summary)
+    spread = timing_spread(run.summary)
     out = []
     for label, column, key, hint in HEADLINE_ROWS:
         if column == "sum_pss_bytes" and not has_pss:
@@ -252,7 +254,7 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
                 "mapped": fmt_value(m_val, unit),
                 "heap": fmt_value(h_val, unit),
                 "diff": fmt_value(diff, unit),
-                "ratio": fmt_ratio(head.get(key)),
+                "ratio": fmt_ratio(head.get(key)) + (f" ({spread_text(spread[key])})" if key in spread else ""),
                 "key": key,
             }
         )
@@ -298,10 +300,18 @@ def _per_n_rows(run: RunData) -> list[dict[str, str]]:
                 "saved_pct": fmt_percent(saving["fraction"]),
                 "init_mapped": fmt_value(init_m, "s"),
                 "init_heap": fmt_value(init_h, "s"),
-                "speedup": f"{init_h / init_m:.1f}x" if init_m and init_h else "–",
+                "speedup": (f"{init_h / init_m:.1f}x" if init_m and init_h else "–") + _range_text(entry, "init_ratio"),
             }
         )
     return rows
+
+
+def _range_text(entry: dict[str, Any], metric: str) -> str:
+    """ " (ratio 0.03..0.06 over 3 repeats)": a timing figure of several repeats with its spread."""
+    spread = entry["ratio_range"].get(metric)
+    if not spread or entry["repeats"] < 2:
+        return ""
+    return f" (ratio {spread[0]:.3g}..{spread[1]:.3g} over {entry['repeats']} repeats)"
 
 
 def _versions(run: RunData) -> list[tuple[str, str]]:

@@ -8,7 +8,8 @@ weights size: every saving the feature makes is in proportion to it). A ``*_byte
 threshold may carry a size unit (``128MiB``); ratios and counts take plain finite numbers. A
 measured value of ``None`` fails a gate with the reason "not measured" and why (an incomplete
 group, a delta lost in noise, one mode only): a gate that cannot see its figure must not pass
-silently.
+silently. A gate on a timing metric is judged on its repeats' 95 % interval
+(`harness.core.timing`): pass, fail, or *inconclusive*, which is never a pass.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from harness.core.errors import InputError
 from harness.core.schema import MODES, SummaryRow
 from harness.core.summary import OTHER_METRICS, PAIR_METRICS, RATIO_COLUMNS, headline, headline_with_reasons
+from harness.core.timing import interval_status, is_timing
 from harness.core.units import parse_size
 
 OPS: dict[str, Callable[[float, float], bool]] = {
@@ -71,13 +73,25 @@ class Gate:
 @dataclass(frozen=True)
 class GateResult:
     gate: Gate
-    status: str  # "pass" | "fail" | "skip"
+    status: str  # "pass" | "fail" | "skip" | "inconclusive"
     value: float | int | None
     reason: str
+    interval: tuple[float, float] | None = None  # a timing gate's 95 % interval of the ratio
+    repeats: int | None = None  # the repeats a timing gate was judged on
+    default: bool = False  # one of the target's default gates (not asked for by the user)
 
     @property
     def passed(self) -> bool:
-        return self.status != "fail"
+        """Held or did not apply; an inconclusive gate is never counted as passed."""
+        return self.status in ("pass", "skip")
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "fail"
+
+    @property
+    def inconclusive(self) -> bool:
+        return self.status == "inconclusive"
 
 
 def known_metrics() -> list[str]:
@@ -202,10 +216,15 @@ def _fmt(metric: str, value: float | int) -> str:
 
 
 def evaluate_gate(
-    gate: Gate, values: dict[str, float | int | None], reasons: dict[str, str] | None = None
+    gate: Gate,
+    values: dict[str, float | int | None],
+    reasons: dict[str, str] | None = None,
+    repeats: dict[str, list[float]] | None = None,
 ) -> GateResult:
     """Check one gate; the reason says what was compared, or why it was skipped or failed
-    (``reasons``: why a value is missing, e.g. its group was incomplete)."""
+    (``reasons``: why a value is missing, e.g. its group was incomplete). ``repeats``: the
+    per-repeat values of the timing metrics (`harness.core.timing.timing_repeats`); given, a
+    timing gate is judged on their interval."""
     for cond in gate.when:
         held = cond.holds(values.get(cond.metric))
         if held is None:
@@ -218,16 +237,30 @@ def evaluate_gate(
     if value is None:
         why = (reasons or {}).get(metric)
         return GateResult(gate, "fail", None, f"not measured: {why}" if why else "not measured")
+    if repeats is not None and is_timing(metric):
+        return _timing_result(gate, value, repeats.get(metric, []))
     ok = bool(gate.check.holds(value))
     limit = f"{gate.check.op} {gate.check.text or gate.check.threshold}"
     reason = f"{metric} = {_fmt(metric, value)}" + (f" (required {limit})" if ok else f", but required {limit}")
     return GateResult(gate, "pass" if ok else "fail", value, reason)
 
 
+def _timing_result(gate: Gate, value: float | int, repeats: list[float]) -> GateResult:
+    """A timing gate judged on the 95 % interval of its per-repeat ratios."""
+    status, interval, words = interval_status(gate.check.op, gate.check.threshold, repeats)
+    limit = f"{gate.check.op} {gate.check.text or gate.check.threshold}"
+    reason = f"{gate.check.metric} = {_fmt(gate.check.metric, value)} (median), {words}; required {limit}"
+    bounds = (interval.low, interval.high) if interval is not None else None
+    return GateResult(gate, status, value, reason, interval=bounds, repeats=len(repeats))
+
+
 def evaluate(
-    gates: Iterable[Gate], values: dict[str, float | int | None], reasons: dict[str, str] | None = None
+    gates: Iterable[Gate],
+    values: dict[str, float | int | None],
+    reasons: dict[str, str] | None = None,
+    repeats: dict[str, list[float]] | None = None,
 ) -> list[GateResult]:
-    return [evaluate_gate(g, values, reasons) for g in gates]
+    return [evaluate_gate(g, values, reasons, repeats) for g in gates]
 
 
 def metrics_epilog() -> str:
@@ -241,5 +274,9 @@ def metrics_epilog() -> str:
         lines.append(f"  {name:24} size of the weights file (bytes; units allowed in gates: 128MiB)")
     lines.append(
         "gate syntax: METRIC OP NUMBER [if METRIC OP NUMBER [and ...]], e.g. 'mapped_uss_ratio<=0.5 if processes>=2'"
+    )
+    lines.append(
+        "timing gates (init, create, latency and peer ratios) are judged on the 95% interval over repeats: "
+        "pass when all of it meets the threshold, fail when none does, else inconclusive (never a pass)"
     )
     return "\n".join(lines)

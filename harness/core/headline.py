@@ -25,6 +25,9 @@ Format (``format_version`` 1; keys are only ever added within a version):
   per-repeat mapped/heap ratios}), ``ratio_range`` ({metric: [min, max] over repeats}),
   ``saving`` ({``metric``: "pss" | "private", ``bytes``: heap - mapped, ``fraction``:
   1 - mapped/heap});
+- ``timing_spread``: {timing metric: {``repeats``, ``min``, ``max``, ``interval`` ([low, high],
+  the 95 % interval of the ratio over repeats; null below 2)}} at the headline's N x M: no
+  timing figure goes without its spread;
 - ``latency``: at the headline's first complete pair: ``processes``, ``sessions_per_process``,
   ``repeat``, ``runs``, ``warmup``, ``concurrency``, ``page_cache``, and per mode (``mapped``,
   ``heap``) ``mean``, ``stdev``, ``min``, ``p50``, ``p90``, ``p95``, ``p99``, ``max`` (s),
@@ -33,7 +36,9 @@ Format (``format_version`` 1; keys are only ever added within a version):
 - ``fits``: ``sentence`` ("with heap, 3 sessions of this model exceed this machine's commit
   limit; mapped, 11 fit"), ``modes`` ({mode: ``bound``, ``headroom_bytes``,
   ``peak_per_worker_bytes``, ``sessions_fit``}) and ``assumptions``; null without a pair;
-- ``gates``: [{``expr``, ``status`` (pass | fail | skip), ``value``, ``reason``, ``why``}];
+- ``gates``: [{``expr``, ``status`` (pass | fail | skip | inconclusive), ``value``, ``interval``
+  ([low, high]: a timing gate's 95 % interval over its repeats, else null), ``repeats`` (the
+  repeats a timing gate was judged on, else null), ``reason``, ``why``};
 - ``versions``: {``onnxruntime``, each target's own keys (``Target.version_keys``: the qnn
   target's ``onnxruntime_qnn``, ``qnn_sdk``), ``python``, ``os``, ``cpu``, ``commit``} (null
   where unknown), plus ``system``, ``arch``, ``hostname``.
@@ -50,7 +55,8 @@ from typing import Any
 from .files import read_json, write_json_atomic
 from .schema import SummaryRow
 from .summary import RATIO_COLUMNS, complete_pair, headline_pairs, median, pair_ratio, paired, sessions_of
-from .units import fmt_bytes, fmt_percent, fmt_seconds
+from .timing import spread_text, timing_spread
+from .units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
 
 HEADLINE_JSON = "headline.json"
 HEADLINE_FORMAT_VERSION = 1
@@ -222,7 +228,7 @@ def headline_sentence(judgement: Any) -> str:
             f"no measurement of its saving. {verdict}."
         )
     memory = _saving_text(top, run.weights_bytes, label, column)
-    init = _init_text(top, times)
+    init = _init_text(top, times, timing_spread(run.summary).get("init_ratio"))
     return f"{where}, {memory}, and {init}. {tail}"
 
 
@@ -247,12 +253,14 @@ def _saving_text(top: dict[str, Any], weights_bytes: int | None, label: str, col
     return memory
 
 
-def _init_text(top: dict[str, Any], times: str) -> str:
-    """The init clause: the median of per-repeat ratios, as the init_ratio gates judge it."""
+def _init_text(top: dict[str, Any], times: str, spread: dict | None = None) -> str:
+    """The init clause: the median of per-repeat ratios, as the init_ratio gates judge it, with
+    its spread over repeats (``spread``: `timing_spread`'s entry for init_ratio)."""
     init_ratio = top["ratios"].get("init_ratio")
     if not init_ratio:
         return "init time was not measured"
     speed = 1 / init_ratio
+    times += f"; init ratio {fmt_ratio(init_ratio)}, {spread_text(spread)}"
     return (
         f"sessions started {speed:.1f}x faster ({times})"
         if speed >= 1
@@ -295,10 +303,19 @@ def headline_document(judgement: Any, *, kind: str = "run") -> dict[str, Any]:
         "weights_bytes": run.weights_bytes,
         "labels": dict(r.get("labels") or {}),
         "headline": dict(judgement.values),
+        "timing_spread": timing_spread(run.summary),
         "per_n": per_n(run.summary, run.target),
         **startup_documents(run),
         "gates": [
-            {"expr": g.gate.expr, "status": g.status, "value": g.value, "reason": g.reason, "why": g.gate.why or None}
+            {
+                "expr": g.gate.expr,
+                "status": g.status,
+                "value": g.value,
+                "interval": list(g.interval) if g.interval else None,
+                "repeats": g.repeats,
+                "reason": g.reason,
+                "why": g.gate.why or None,
+            }
             for g in judgement.gates
         ],
         "versions": versions(run.env),

@@ -7,13 +7,19 @@ too, and it outranks missing evidence); otherwise a run that did not complete, t
 worker with a correct output, or whose groups lack complete evidence (a worker not sampled, a
 sample physics does not allow) is "incomplete" (never "pass"), whatever its gates say; "pass"
 needs all of it.
+
+An *inconclusive* timing gate (its 95 % interval straddles the threshold, or one repeat) is
+never a pass. One the user asked for (``--gate``, a gates file, bench's criteria) makes the run
+"incomplete": the question asked was not answered. One of the target's default gates leaves the
+verdict to the other gates and is named in the verdict line as not judged: the default run has
+one repeat, which decides no timing gate, and its memory gates are the feature's claim.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .gates import (
     Gate,
@@ -28,6 +34,7 @@ from .notes import Note, run_notes
 from .rundata import RunData
 from .schema import MODES
 from .summary import row_ok
+from .timing import timing_repeats
 
 VERDICTS = ("pass", "fail", "incomplete")
 
@@ -57,6 +64,7 @@ class Judgement:
     feature: FeatureState
     verdict: str  # "pass" | "fail" | "incomplete"
     reasons: list[str] = field(default_factory=list)  # why not "pass"
+    not_judged: list[str] = field(default_factory=list)  # default gates left inconclusive
 
     @property
     def gates_passed(self) -> bool:
@@ -72,18 +80,24 @@ class Judgement:
 
     def verdict_line(self) -> str:
         why = f" ({'; '.join(self.reasons)})" if self.reasons else ""
-        return f"verdict: {self.verdict.upper()}{why}; file mapping: {self.feature.text}"
+        return f"verdict: {self.verdict.upper()}{why}; file mapping: {self.feature.text}{not_judged_text(self)}"
+
+
+def not_judged_text(judgement: Judgement) -> str:
+    """ "; not judged: ..." for default timing gates left inconclusive ("" when none)."""
+    if not judgement.not_judged:
+        return ""
+    return f"; not judged (inconclusive, not a pass): {', '.join(judgement.not_judged)}"
 
 
 def gates_summary_line(judgements: Iterable[Judgement]) -> str:
     """ "gates: 4 of 5 passed or skipped, 1 failed" over one or several runs."""
     results = [g for j in judgements for g in j.gates]
-    failed = sum(1 for g in results if not g.passed)
-    return (
-        f"gates: {len(results) - failed} of {len(results)} passed or skipped, {failed} failed"
-        if results
-        else "gates: none"
-    )
+    failed = sum(1 for g in results if g.failed)
+    undecided = sum(1 for g in results if g.inconclusive)
+    passed = len(results) - failed - undecided
+    tail = f", {undecided} inconclusive (not passed)" if undecided else ""
+    return f"gates: {passed} of {len(results)} passed or skipped, {failed} failed{tail}" if results else "gates: none"
 
 
 def feature_state(run: RunData) -> FeatureState:
@@ -150,16 +164,23 @@ def judge_gates(run: RunData, extra: Iterable[Gate] = (), *, use_default_gates: 
     skipped, with the reason, when the run measured one mode only (a valid choice, not a
     failure); a gate the user asked for fails then, saying why."""
     values, reasons = gate_values_with_reasons(run.summary)
+    repeats = timing_repeats(run.summary)
     only = single_mode(run)
     results = []
     for gate, is_default in _gates_with_origin(run, extra, use_default_gates):
         if is_default and only and needs_both_modes(gate):
-            results.append(
-                GateResult(gate, "skip", None, f"skipped: compares mapped with heap, but only {only} mode was run")
-            )
+            result = GateResult(gate, "skip", None, f"skipped: compares mapped with heap, but only {only} mode was run")
         else:
-            results.append(evaluate_gate(gate, values, reasons))
+            result = evaluate_gate(gate, values, reasons, repeats)
+        results.append(replace(result, default=is_default))
     return results
+
+
+def _undecided(results: list[GateResult]) -> tuple[list[str], list[str]]:
+    """(reasons for the verdict, default gates not judged) from inconclusive gates."""
+    asked = [g for g in results if g.inconclusive and not g.default]
+    reasons = [f"{len(asked)} gate(s) inconclusive: {', '.join(g.gate.expr for g in asked)}"] if asked else []
+    return reasons, [g.gate.expr for g in results if g.inconclusive and g.default]
 
 
 def _incomplete_groups(run: RunData) -> list[str]:
@@ -174,7 +195,8 @@ def judge(run: RunData, extra_gates: Iterable[Gate] = (), *, use_default_gates: 
     lacks evidence (a worker not sampled, an implausible sample); pass: none of these."""
     results = judge_gates(run, extra_gates, use_default_gates=use_default_gates)
     values, _ = gate_values_with_reasons(run.summary)
-    failed = [g for g in results if not g.passed]
+    failed = [g for g in results if g.failed]
+    undecided, not_judged = _undecided(results)
     broken = [r for r in run.results if not row_ok(r)]
     reasons = []
     if broken:
@@ -194,5 +216,6 @@ def judge(run: RunData, extra_gates: Iterable[Gate] = (), *, use_default_gates: 
         if incomplete and run.results:
             shown = ", ".join(incomplete[:3]) + (f" and {len(incomplete) - 3} more" if len(incomplete) > 3 else "")
             reasons.append(f"{len(incomplete)} group(s) without complete evidence ({shown}): see the notes")
+        reasons += undecided
         verdict = "incomplete" if reasons else "pass"
-    return Judgement(run, values, results, run_notes(run), feature_state(run), verdict, reasons)
+    return Judgement(run, values, results, run_notes(run), feature_state(run), verdict, reasons, not_judged)

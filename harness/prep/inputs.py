@@ -149,7 +149,7 @@ def check_request(inputs: list[InputInfo], request: InputRequest) -> None:
     unknown = sorted(set(request.values) - set(names))
     if unknown:
         raise InputError(f"--input names unknown input(s) {unknown}; the model's inputs: {', '.join(names)}")
-    both = sorted(set(request.values) & set(request.shapes))
+    both = sorted(n for n in set(request.values) & set(request.shapes) if is_npy_value(request.values[n]))
     if both:
         raise InputError(f"--shape and --input both given for {both}: an --input array brings its own shape")
     dim_names = sorted({d for i in inputs for d in (i.dims or []) if isinstance(d, str) and d != "?"})
@@ -230,6 +230,12 @@ def _literal(text: str, info: InputInfo) -> Any:
     raise InputError(f"--input {info.name}={text}: neither a .npy file nor a number")
 
 
+def is_npy_value(text: str) -> bool:
+    """True when ``--input NAME=TEXT`` names an array file (it brings its own shape); a plain
+    value (``sr=16000``) is filled to the input's shape, which ``--shape`` may then fix."""
+    return text.lower().endswith(".npy") or Path(text).is_file()
+
+
 def given_feeds(inputs: list[InputInfo], request: InputRequest) -> dict[str, Any]:
     """The arrays of ``--input NAME=FILE.npy`` (their own shape) and ``--input NAME=VALUE``
     (``("fill", value)``: filled to the input's shape later), in the input's element type."""
@@ -241,7 +247,7 @@ def given_feeds(inputs: list[InputInfo], request: InputRequest) -> dict[str, Any
     out = {}
     for name, text in request.values.items():
         info = by_name[name]
-        is_file = text.lower().endswith(".npy") or Path(text).is_file()
+        is_file = is_npy_value(text)
         if is_file:
             array = load_npy_bounded(text, f"--input {name}:")
         else:

@@ -270,7 +270,7 @@ def test_nightly_device_job_uploads_its_run_folder_and_history_tagged_with_the_k
 def test_fleet_job_merges_every_device_into_one_report_and_history():
     wf = load(NIGHTLY)
     device_id, device = device_job(wf)
-    merges = [(jid, j) for jid, j in wf.jobs.items() if harness_steps(wf, j, "report")]
+    merges = [(jid, j) for jid, j in wf.jobs.items() if jid != device_id and harness_steps(wf, j, "report")]
     assert len(merges) == 1, f"expected one fleet merge job, got {[j for j, _ in merges]}"
     merge_id, merge = merges[0]
     needs = merge.get("needs") or []
@@ -434,3 +434,32 @@ def test_condition_reader(expr, situation, expected):
     """The `if:` reader the history checks rely on, on GitHub's documented rules (no `if:` is
     success(); an expression without a status function gets `success() &&`)."""
     assert condition_holds({"if": expr} if expr else {}, situation) is expected
+
+
+def test_nightly_compares_with_the_previous_night_and_fails_on_a_regression():
+    """Each device compares tonight's sweep with the previous night's (kept in the history
+    cache) with --fail-on-regression, writes the comparison as JSON into the artifact, and then
+    keeps tonight's tables as the next baseline."""
+    wf = load(NIGHTLY)
+    _, job = device_job(wf)
+    env = env_of(wf, job)
+    ((sweep_index, _, sweep),) = harness_steps(wf, job, "run")
+    ((index, step, report),) = harness_steps(wf, job, "report")
+    assert index > sweep_index, "the comparison needs tonight's sweep"
+    assert "--fail-on-regression" in report.args and report.values("--json"), report.args
+    run_dir = expand(sweep.values("--out")[0], env)
+    assert expand(report.args[1], env) == run_dir, "the comparison is of tonight's run folder"
+    (baseline,) = report.values("--baseline")
+    assert baseline.startswith("history/"), "the baseline travels with the history cache"
+    uploaded = [p for s in job["steps"] if uses(s, "actions/upload-artifact") for p in path_list(s)]
+    assert covered(expand(report.values("--json")[0], env), uploaded), "the comparison JSON is uploaded"
+    assert condition_holds(step, AFTER_A_FAILED_STEP), "a failed test step must not hide a regression"
+    assert not condition_holds(step, Situation(files_exist=False)), "the first night has no baseline to compare with"
+    keep = [
+        (i, s)
+        for i, s in enumerate(job["steps"])
+        if baseline in str(s.get("run", "")) and "Copy-Item" in str(s.get("run", ""))
+    ]
+    assert keep and keep[0][0] > index, "tonight's tables become the next baseline, after the comparison"
+    saves = [i for i, s in enumerate(job["steps"]) if uses(s, "actions/cache/save")]
+    assert saves and keep[0][0] < min(saves), "kept before the history cache is saved"

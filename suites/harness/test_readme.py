@@ -167,6 +167,6 @@ def test_readme_names_the_console_script_the_cache_and_how_to_read_the_report():
         "python -m harness cache info",
         "### Reading the report",
         "headline.json",
-        "The spread rule",
+        "The change rule",
     ):
         assert needle in TEXT, needle

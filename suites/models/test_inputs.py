@@ -79,6 +79,20 @@ def test_bad_input_options_are_one_line(run_harness, models, args, expected):
     assert_usage_error(outcome, *expected)
 
 
+def test_an_input_value_is_filled_to_the_shape_given(run_harness, models, model_cache):
+    """``--input NAME=VALUE`` brings no shape of its own, so ``--shape`` for the same input
+    fixes the shape it is filled to (a sequence length of a dynamic Paddle export)."""
+    from harness.prep.folder import PreparedModel
+    from harness.prep.reference import load_reference
+
+    args = ["--free-dim", "batch=1", "--free-dim", "sequence=2", "--shape", "scale=3", "--input", "scale=2"]
+    outcome = run_harness("run", "--model", str(models["three_dynamic_inputs"]), *args, *ONE)
+    assert_all_ok(outcome, workers=2)
+    folders = [p for p in model_cache.glob("user-three_dynamic_inputs-*") if (p / "manifest.json").is_file()]
+    scales = [load_reference(PreparedModel.load(p))[0]["scale"].tolist() for p in folders]
+    assert [2.0, 2.0, 2.0] in scales
+
+
 def test_an_input_without_shape_gets_its_shape_from_shape(run_harness, models):
     outcome = run_harness("run", "--model", str(models["no_shape_input"]), "--shape", "x=3x16", *ONE)
     assert_all_ok(outcome, workers=2)

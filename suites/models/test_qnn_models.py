@@ -92,10 +92,11 @@ def test_a_missing_context_binary_is_one_line(run_harness, compiled, tmp_path):
 
 
 def test_a_compile_failure_is_one_line_with_the_eps_reason_and_log(run_harness, tmp_path):
-    """An fp32 Conv the simulated HTP backend cannot finalize without a soc_model."""
+    """An fp32 Conv the simulated HTP backend cannot finalize without a SoC (soc_model=0: the
+    EP's own default, unknown SoC, instead of the harness's simulator default)."""
     path = generated.nhwc_model(tmp_path / "conv.onnx")
     line = assert_usage_error(
-        run_harness("run", "--target", "qnn", "--model", str(path), *ONE),
+        run_harness("run", "--target", "qnn", "--model", str(path), "--provider-option", "soc_model=0", *ONE),
         f"--model {path}: QNN compilation failed",
         "QNN_COMMON_ERROR_MEM_ALLOC",
         "--provider-option soc_model=60",
@@ -105,6 +106,21 @@ def test_a_compile_failure_is_one_line_with_the_eps_reason_and_log(run_harness, 
     log = line.rsplit("(EP log: ", 1)[1].rstrip(")")
     assert "MEM_ALLOC" in open(log, encoding="utf-8", errors="replace").read()  # the EP's own log is in the file
     assert "[ONNXRuntimeError]" not in line
+
+
+def test_on_the_simulator_a_float_model_compiles_for_the_laptops_soc_by_default(run_harness, tmp_path):
+    """The same fp32 Conv with no soc_model given: the simulator compiles it for SC8380XP
+    (soc_model=60, the Snapdragon X Elite), says so in a note and records the option used."""
+    from harness.targets.qnn.simulator import SIMULATOR_SOC_MODEL, is_simulator
+
+    if not is_simulator():
+        pytest.skip("the soc_model default applies to onnxruntime-qnn's HTP simulator (Linux x86_64) only")
+    path = generated.nhwc_model(tmp_path / "conv.onnx")
+    outcome = run_harness("run", "--target", "qnn", "--model", str(path), *ONE)
+    assert_all_ok(outcome, workers=2)
+    meta = json.loads((outcome.out / "metadata.json").read_text())
+    assert any(f"compiles for soc_model={SIMULATOR_SOC_MODEL} (SC8380XP" in n for n in meta["target_notes"])
+    assert meta["run"]["session"]["provider_options"] == {"soc_model": SIMULATOR_SOC_MODEL}
 
 
 def test_a_crashing_compiler_is_one_line(run_harness, tmp_path, monkeypatch):
@@ -162,6 +178,7 @@ def test_a_float_model_quantized_with_qdq_compiles_without_soc_model_and_is_cach
     path = generated.nhwc_model(tmp_path / "conv.onnx")
     cache = tmp_path / "cache"
     args = ("run", "--target", "qnn", "--model", str(path), "--quantize", "qdq", "--cache-dir", str(cache))
+    args += ("--provider-option", "soc_model=0")  # the EP's default SoC: the float model fails to compile there
     outcome = run_harness(*args, "--calibration-size", "3", *ONE, out=tmp_path / "a")
     assert_all_ok(outcome, workers=2)
     meta = json.loads((outcome.out / "metadata.json").read_text())

@@ -96,28 +96,31 @@ def _three_repeats(tmp_path, name, mapped_factors, meta_overrides=None):
     return write_run(tmp_path / name, rows, meta)
 
 
-def test_baseline_beyond_and_within_the_spread(tmp_path):
+def test_baseline_calls_a_real_change_and_not_noise(tmp_path):
+    """+22 % on mapped memory with 3 repeats a side is called "larger" and is a regression (the
+    saving shrank too); a heap that did not move, and noise of +1 % against a 2 % spread, are
+    "no significant change" (the old min..max rule called such noise "beyond spread")."""
     base = _three_repeats(tmp_path, "base", {0: 0.98, 1: 1.0, 2: 1.02})
     worse = _three_repeats(tmp_path, "worse", {0: 1.20, 1: 1.22, 2: 1.25}, {"onnxruntime": "1.33.0"})
     noisy = _three_repeats(tmp_path, "noisy", {0: 0.99, 1: 1.01, 2: 1.03})
     changes = {c.metric.key: c for c in compare(load_run(worse), load_run(base)).changes}
     mapped = changes["mapped_fair"]
     assert mapped.delta > 0 and mapped.percent == pytest.approx(mapped.delta / mapped.baseline_value)
-    assert mapped.beyond_spread is True and mapped.assessment == "WORSE (beyond spread)"
-    assert changes["saving"].assessment == "WORSE (beyond spread)"  # a smaller saving is worse
-    assert changes["heap_fair"].assessment == "within spread"  # heap did not change at all
+    assert mapped.p_value < 0.01 and mapped.call == "larger" and mapped.regressed
+    assert changes["saving"].call == "smaller" and changes["saving"].regressed  # a smaller saving regressed
+    assert changes["heap_fair"].call == "no significant change" and changes["heap_fair"].p_value == 1.0
     within = {c.metric.key: c for c in compare(load_run(noisy), load_run(base)).changes}
-    assert within["mapped_fair"].beyond_spread is False and within["mapped_fair"].assessment == "within spread"
+    assert within["mapped_fair"].call == "no significant change" and not within["mapped_fair"].regressed
     comparison = compare(load_run(worse), load_run(base))
     assert ("onnxruntime", "1.32.0", "1.33.0") in comparison.versions
 
 
-def test_baseline_needs_repeats_for_a_spread(tmp_path):
-    base = write_run(tmp_path / "one", fake_results(processes=(2,)))
-    run = write_run(tmp_path / "two", fake_results(processes=(2,)))
+def test_baseline_needs_three_repeats_to_call_a_change(tmp_path):
+    base = write_run(tmp_path / "one", fake_results(processes=(2,), repeats=2))
+    run = write_run(tmp_path / "two", scaled(fake_results(processes=(2,), repeats=2), {0: 1.2, 1: 1.2}))
     for change in compare(load_run(run), load_run(base)).changes:
-        assert change.beyond_spread is None
-        assert change.assessment in ("unknown (baseline needs --repeat >= 2)",)
+        assert change.call in ("too few repeats to call a change (need 3)",), change.call
+        assert not change.changed and not change.regressed
 
 
 def test_report_baseline_prints_absolute_values_deltas_and_changes(tmp_path, capsys):
@@ -128,11 +131,11 @@ def test_report_baseline_prints_absolute_values_deltas_and_changes(tmp_path, cap
     assert "baseline: base (cpu); current: worse (cpu)" in out
     line = next(x for x in out.splitlines() if x.startswith("mapped summed PSS"))
     cells = line.split()
-    assert "MiB" in line and "+" in line and "%" in line and "WORSE (beyond spread)" in line, line
-    assert cells[-4].startswith("+") and cells[-4].endswith("%")  # percent change
+    assert "MiB" in line and "+" in line and "%" in line and line.endswith("larger (REGRESSION)"), line
+    assert cells[9].startswith("+") and cells[9].endswith("%")  # percent change, after 3 values with units
     assert "versions that differ: onnxruntime 1.32.0 -> 1.33.0" in out
     html = (worse / "report.html").read_text()
-    assert "Compared with baseline base" in html and "WORSE (beyond spread)" in html
+    assert "Compared with baseline base" in html and "larger (REGRESSION)" in html
     assert '<td class="differs">1.33.0</td>' in html
 
 

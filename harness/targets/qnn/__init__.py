@@ -94,7 +94,9 @@ class QnnTarget(Target):
     def prepare(self, opts, progress) -> Prepared:
         from .partitions import load_level, load_note
         from .prepare import prepare_qnn
+        from .simulator import apply_default_soc_model
 
+        soc_note = apply_default_soc_model(opts)
         parts = prepare_qnn(opts, progress)
         bins = list(dict.fromkeys(b for p in parts for b in p.bins))
         embedded = sum(p.context_bytes - sum(b.stat().st_size for b in p.bins) for p in parts)
@@ -102,7 +104,8 @@ class QnnTarget(Target):
             any(p.shares_context for p in parts) or len(bins) < sum(len(p.bins) for p in parts)
         )
         options = {"onnx": [str(p.onnx_path) for p in parts], "partitions": [p.partitions for p in parts]}
-        notes = [f"{p.model.source}: {load_note(p.partitions)}" for p in parts if load_level(p.partitions)]
+        notes = [soc_note] if soc_note else []
+        notes += [f"{p.model.source}: {load_note(p.partitions)}" for p in parts if load_level(p.partitions)]
         if shared and not opts.target_options.get("share_ep_contexts"):
             options["share_ep_contexts"] = True
             notes.append(

@@ -129,9 +129,9 @@ _MEM_ALLOC = "MEM_ALLOC"
 
 def _fix_hint(error: str, provider_options: dict | None) -> str:
     """What the user can change, for the compile errors whose fix is known."""
-    if _MEM_ALLOC in error and "soc_model" not in (provider_options or {}):
+    if _MEM_ALLOC in error and (provider_options or {}).get("soc_model", "0") == "0":
         return (
-            "; a float model on the simulated HTP needs a SoC to compile for: pass "
+            "; the simulated HTP finalizes many float graphs only for a given SoC: pass "
             "--provider-option soc_model=60, or quantize it first (--quantize qdq)"
         )
     return ""

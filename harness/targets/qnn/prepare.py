@@ -29,15 +29,15 @@ from harness.prep.folder import PreparedModel, cached_model
 from harness.prep.models import resolve_feeds
 from harness.prep.onnxfile import load_onnx, ort_reason
 from harness.prep.pipeline import check_pipeline_request, resolve_models
-from harness.prep.reference import save_reference, write_reference
+from harness.prep.reference import load_reference, save_reference, write_reference
 
 from .child import StatusCallback, run_child
 from .compile import compile_epcontext, qnn_log_dir
 from .ep import qnn_platform_supported, register_qnn_ep
 from .partitions import partitions_of
 from .qdq import make_feeds, make_qdq_model, reference_output
-from .quantize import CALIBRATION_SIZE, MIN_COSINE, QuantizeSpec, calibration_feeds, quantize_qdq
-from .shapes import with_static_shapes
+from .quantize import CALIBRATION_SIZE, MIN_COSINE, QuantizeSpec, calibration_feeds, check_quantized, quantize_qdq
+from .shapes import fold_if_still_dynamic, with_static_shapes
 
 
 def generated_qdq(size: int, cache_dir: Path) -> PreparedModel:
@@ -106,7 +106,7 @@ def prepare_qnn_source(
         {
             "request": request.key(),
             "prep": PREP_VERSION,
-            "qnn_source": 2,  # 2: internal shapes inferred again (shapes.with_static_shapes)
+            "qnn_source": 3,  # 2: internal shapes inferred again; 3: folded where still dynamic, quantize fixes
             "session": settings.to_dict(),
             **quantize.key(),
         },
@@ -121,6 +121,7 @@ def prepare_qnn_source(
             onnx_file = Path(path).name  # relative: the folder moves when the cache publishes it
             onnx.save(with_static_shapes(fixed_shape_copy(graph, shapes)), str(tmp / onnx_file))
             link_external_data(path, graph, tmp)
+            onnx_file = fold_if_still_dynamic(tmp / onnx_file).name
         extra = {}
         if quantize.enabled:
             if on_status is not None:
@@ -136,6 +137,8 @@ def prepare_qnn_source(
             extra = {"min_cosine": MIN_COSINE, "quantized": f"qdq, {quantize.calibration_size} calibration inputs"}
         model = _inline_model(tmp, path, graph, inputs, shapes, 0, onnx_file, extra=extra)
         write_reference(model, Path(path), feeds, settings, level="all", label=label)  # the float model's
+        if quantize.enabled:
+            check_quantized(model.onnx_path, *load_reference(model), label)
         return model
 
     return cached_model(cache_dir / f"qnnsrc-{path.stem}-{key}", build)

@@ -60,23 +60,108 @@ class _Feeds:
         return next(self._it, None)
 
 
+def _quantize_input(src: Path, work: Path, label: str) -> Path:
+    """A copy of ``src`` that ORT's QNN tools can take, in the folder ``work``:
+
+    - without ``metadata_props``: onnxruntime 1.32's ``qnn_preprocess_model`` crashes on any
+      model that has them ("TypeError: cannot convert dictionary update sequence element #0 to
+      a sequence": it ``dict.update``s the protobuf list). They carry no computation;
+    - its external-data files COPIED, not linked: the shape-fixed copy hard-links the user's
+      weights, and onnx refuses to load data "with multiple hard links, indicating a potential
+      hardlink attack". Quantizing reads every weight anyway, so the copy costs one more pass.
+    """
+    import shutil
+
+    import onnx
+
+    from harness.prep.containment import external_refs, inside
+    from harness.prep.onnxfile import load_onnx
+
+    graph = load_onnx(src, external_data=False)
+    work.mkdir(parents=True, exist_ok=True)
+    for location, path in {r.location: r.path for r in external_refs(src, graph, label)}.items():
+        target = inside(work, work / location)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+    del graph.metadata_props[:]
+    out = work / src.name
+    onnx.save(graph, str(out))
+    return out
+
+
+def nonfinite_constant_nodes(model: Any) -> list[str]:
+    """Main-graph nodes that read a float constant holding inf or NaN (an initializer or a
+    Constant node's value): quantize_static gives such a tensor an infinite scale (magika's
+    ``Max(-inf, x)``), and every value behind it turns to garbage. They stay in float."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    def bad(tensor: Any) -> bool:
+        if tensor.data_type not in (1, 10, 11, 16):  # float, float16, double, bfloat16
+            return False
+        return not bool(np.all(np.isfinite(numpy_helper.to_array(tensor).astype(np.float64))))
+
+    names = {t.name for t in model.graph.initializer if bad(t)}
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            names.update(o for a in node.attribute if a.name == "value" and bad(a.t) for o in node.output)
+    return [n.name for n in model.graph.node if n.op_type != "Constant" and names & set(n.input)]
+
+
 def quantize_qdq(src: Path, dst: Path, calibration: list[dict[str, Any]], label: str) -> Path:
-    """Write the QDQ model of ``src`` to ``dst`` (its folder also gets the preprocessed model);
-    every failure of ORT's tools is one InputError naming the user's model."""
+    """Write the QDQ model of ``src`` to ``dst`` (its folder also gets the preprocessed model;
+    the working copy of `_quantize_input` is removed); nodes on non-finite constants are left in
+    float (`nonfinite_constant_nodes`). Every failure of ORT's tools is one InputError naming
+    the user's model."""
+    import shutil
+
     from onnxruntime.quantization import quantize
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config, qnn_preprocess_model
 
+    from harness.prep.onnxfile import load_onnx, ort_reason
+
+    work = dst.parent / "quantize-input"
+    src = _quantize_input(Path(src), work, label)
     pre = dst.with_name(dst.stem + "_preprocessed.onnx")
     try:
         if not qnn_preprocess_model(str(src), str(pre)):
-            pre = Path(src)  # nothing to change: quantize the model as it is
-        config = get_qnn_qdq_config(str(pre), _Feeds(calibration))
+            pre = src  # nothing to change: quantize the model as it is
+        keep = nonfinite_constant_nodes(load_onnx(pre, external_data=True))
+        config = get_qnn_qdq_config(str(pre), _Feeds(calibration), nodes_to_exclude=keep or None)
         quantize(str(pre), str(dst), config)
+    except InputError:
+        raise
     except Exception as err:  # ORT's quantization tools raise anything from onnx to numpy errors
-        from harness.prep.onnxfile import ort_reason
-
         raise InputError(f"{label}: --quantize qdq failed: {type(err).__name__}: {ort_reason(err)}") from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # dst holds its weights itself
     return dst
+
+
+def check_quantized(qdq: Path, feeds: dict[str, Any], reference: dict[str, Any], label: str) -> None:
+    """The QDQ model on ORT's CPU EP must already be within `MIN_COSINE` of the float model's
+    output (``reference``), or the compile is not tried: a loss there is the quantization's
+    (uint8 ranges too coarse for the model), not the QNN EP's, and one line says so."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from .ep import compare_outputs
+
+    session = ort.InferenceSession(str(qdq), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    for name, got in zip(names, session.run(names, feeds), strict=True):
+        want = reference.get(name)
+        if want is None or np.asarray(want).dtype.kind != "f":
+            continue  # integer outputs (argmax, ids) have no cosine
+        res = compare_outputs(got, want, min_cosine=MIN_COSINE)
+        if not res["ok"]:
+            raise InputError(
+                f"{label}: --quantize qdq: the uint8 QDQ model already differs from the float model on "
+                f"ORT's CPU EP (output {name}: cosine {res.get('cosine', float('nan')):.3f} < {MIN_COSINE}), "
+                "so the QNN compile is not tried; this model does not survive uint8 quantization with "
+                "these calibration inputs (give real ones with --input, or use --provider-option soc_model=60 "
+                "without --quantize)"
+            )
 
 
 def calibration_feeds(inputs: list, shapes: dict, feeds: dict, given: set[str], size: int) -> list[dict]:

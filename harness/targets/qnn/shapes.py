@@ -10,6 +10,7 @@ chains included (94 of 94 internal shapes static on one such model in issue 22).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 
@@ -34,4 +35,50 @@ def with_static_shapes(model: Any) -> Any:
     try:
         return onnx.shape_inference.infer_shapes(fresh, data_prop=True)
     except Exception:  # onnx raises several types (InferenceError, ValidationError, RuntimeError)
+        return model
+
+
+def fold_if_still_dynamic(path: Path) -> Path:
+    """The shape-fixed copy at ``path``, or, when ONNX's inference left internal shapes dynamic,
+    ORT's version of it after its basic graph optimizations ran once offline on the CPU EP
+    (constant folding of the Shape -> Slice chains, as ORT's quantization pre-processing does).
+
+    Why: a Paddle export computes a GRU's sequence length from ``Shape(x)``; data propagation
+    does not follow it through Slice/Expand, and the QNN compile refuses the graph ("Dynamic
+    shape is not supported yet, for input: helper.slice.12"), although every shape follows from
+    the fixed inputs. ORT's compile does not fold it either: it partitions before ConstantFolding
+    runs. Models whose shapes are all static already are compiled as they are. When ORT cannot
+    load the copy, the copy is kept: the compile then reports its own reason."""
+    import onnx
+    import onnxruntime as ort
+
+    from harness.prep.onnxfile import external_data_files, load_onnx
+
+    graph = load_onnx(path, external_data=False)
+    if dynamic_value_infos(graph) == 0:
+        return path
+    out = path.with_name(path.stem + ".folded.onnx")
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.log_severity_level = 4
+    so.optimized_model_filepath = str(out)
+    if external_data_files(path, graph):  # keep the weights out of the graph file (2 GiB limit)
+        so.add_session_config_entry("session.optimized_model_external_initializers_file_name", out.stem + ".data")
+        so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+    try:
+        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        folded = onnx.load(str(out), load_external_data=False)
+    except Exception:  # ORT and onnx raise their own types; the compile reports the model's problem
+        return path
+    del folded.graph.value_info[:]
+    onnx.save(_inferred(folded), str(out))
+    return out
+
+
+def _inferred(model: Any) -> Any:
+    import onnx
+
+    try:
+        return onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # as in with_static_shapes
         return model
