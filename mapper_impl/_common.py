@@ -102,7 +102,10 @@ class RegistrationError(MapperError):
 
 class DeregistrationError(MapperError):
     """A registered region could not be deregistered (upstream: "Failed to deregister buffer
-    from RPCMEM"): it stays registered and is retried at the next teardown sweep."""
+    from RPCMEM", the release callback returns MEM_ALLOC): it stays registered, forgotten and
+    counted as leaked (upstream), or kept for a teardown sweep (opt-in)."""
+
+    status = "MEM_ALLOC"
 
 
 class ContextLoadError(MapperError):

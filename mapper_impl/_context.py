@@ -1,17 +1,27 @@
 """`load_context`: the QNN EP's pipeline for one context (one session) over a weights file.
 
 A mapped attempt is map -> register each region -> create. If a stage fails, that attempt's
-registrations are deregistered, its mapping is released and exactly one direct-read (heap)
-attempt follows, which calls ``create`` again over regions of a private copy. Upstream
+registrations are released (QNN calls the release callbacks: upstream does not deregister the
+failed attempt itself), its mapping is released and exactly one direct-read (heap) attempt
+follows, which calls ``create`` again over regions of a private copy. Upstream
 (onnxruntime-qnn 2.7.0, `qnn_backend_manager.cc`) does this on the single-context path:
-"contextCreateFromBinaryWithCallback failed (<err>). Retrying with direct read.".
+"contextCreateFromBinaryWithCallback failed (<err>). Retrying with direct read.". The
+shared-resource (list) path is `load_context_list` (`_list`).
 
-Differences from upstream, each the caller's explicit choice:
+What follows upstream by default, and what is an explicit opt-in of ours:
 
+- Scope of the mapping (``scope``): one mapper per session, as upstream's backend-manager
+  member; loads that share EP contexts pass one `MappingScope`; ``"process"`` is ours (`_scope`).
+- A failed deregistration returns MEM_ALLOC and is forgotten (a leak, counted); the teardown
+  sweep is ours (``sweep_deregistrations``).
+- The direct-read copy (``read_copy``): ``"transient"`` is upstream's lifetime (a local freed
+  once the context exists: ``create`` must make the runtime's own copy, as QNN does), so the
+  heap path peaks at two copies and keeps one; ``"kept"`` (default of this API) holds the read
+  copy for the context's life and ``create`` may use it in place.
 - Which stage failures fall back (``fallback_stages``): all three by default, as issue 10 asks.
   Upstream's region requests and registrations run inside context creation, so a register
-  failure falls back there too, but a failure of the Windows mapping step itself is fatal:
-  ``fallback_stages=UPSTREAM_FALLBACK_STAGES`` gives exactly that.
+  failure falls back there too, but a failure of the Windows mapping step itself is fatal on
+  the single-context path: ``fallback_stages=UPSTREAM_FALLBACK_STAGES`` gives exactly that.
 - Falling back at all (``fallback_to_heap``); retrying the map stage (``retry``, off by default:
   upstream never retries the mapping).
 
@@ -24,7 +34,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._base import FileMapper
@@ -32,12 +42,15 @@ from ._common import ContextLoadError, FileCheckError, as_index, parse_disable_f
 from ._dma import DmaBackend, DmaRegistrations, get_backend, keep_for_later_sweeps, sweep_unswept
 from ._faults import FaultCursor, FaultPlan
 from ._lifecycle import forget_frames, on_drop, release_now
+from ._scope import MappingScope, resolve_scope
 from ._weights import RetryPolicy, Weights, check_faults, default_mapper, heap_weights, map_stage
 
 #: The mapped attempt's stages, in order; ``fallback_stage`` is one of them (or "").
 STAGES = ("map", "register", "create")
 #: Upstream's strictness on Windows: a failure of the mapping step itself does not fall back.
 UPSTREAM_FALLBACK_STAGES = frozenset({"register", "create"})
+#: ``read_copy``: how long the direct read's copy lives (see the module docstring).
+READ_COPIES = ("kept", "transient")
 
 #: ``create(weights, views) -> value``: builds the context (e.g. an ORT session over OrtValues
 #: pointing into ``views``, one read-only memoryview per requested region, in request order).
@@ -46,9 +59,10 @@ CreateFn = Callable[[Weights, list], Any]
 
 @dataclass(frozen=True)
 class StageError:
-    """One error, where it happened: ``attempt`` is "mapped", "direct" or "teardown";
-    ``stage`` is map / register / create / deregister (mapped), read / regions / create
-    (direct) or deregister (teardown)."""
+    """One error, where it happened: ``attempt`` is "mapped", "direct", "late-release" (the
+    failed attempt's release callbacks arriving during or after the direct read) or
+    "teardown"; ``stage`` is map / register / create / deregister (mapped), read / regions /
+    create (direct) or deregister (late-release, teardown)."""
 
     attempt: str
     stage: str
@@ -66,8 +80,8 @@ def describe(err: BaseException) -> str:
 
 class LoadedContext:
     """What `load_context` made. ``close()`` is the teardown: deregister every registration,
-    sweep failed deregistrations, release the mapping (or the heap copy). Idempotent; a second
-    close sweeps what an earlier one could not deregister."""
+    release the mapping (or the heap copy); with the opt-in sweep, also retry failed
+    deregistrations (a second close sweeps what an earlier one could not deregister)."""
 
     def __init__(
         self,
@@ -82,6 +96,7 @@ class LoadedContext:
         attempts: int,
         map_attempts: int,
         registrations: list[DmaRegistrations],
+        sweep: bool = False,
     ) -> None:
         self.path = path
         self.value = value
@@ -93,6 +108,7 @@ class LoadedContext:
         self.attempts = attempts
         self.map_attempts = map_attempts
         self._registrations = tuple(registrations)
+        self._sweep = sweep
         self._lock = threading.Lock()
         self._teardown = on_drop(self, _teardown, weights, self._registrations)  # dropped: released, counted
 
@@ -107,8 +123,13 @@ class LoadedContext:
 
     @property
     def pending_deregistrations(self) -> int:
-        """Failed deregistrations of this context still waiting for a sweep."""
+        """Failed deregistrations of this context still waiting for a sweep (opt-in sweep)."""
         return sum(r.pending for r in self._registrations)
+
+    @property
+    def leaked_registrations(self) -> int:
+        """Failed deregistrations of this context forgotten, as upstream: still registered."""
+        return sum(r.leaked for r in self._registrations)
 
     @property
     def error_text(self) -> str:
@@ -123,7 +144,8 @@ class LoadedContext:
             else:  # a later teardown sweep of what the first one could not deregister
                 errors = [e for dma in self._registrations for e in dma.sweep()]
             self.errors.extend(StageError("teardown", "deregister", str(e)) for e in errors)
-        sweep_unswept(skip=self._registrations)  # other gone contexts' leftovers
+        if self._sweep:
+            sweep_unswept(skip=self._registrations)  # other gone contexts' leftovers
 
     def __enter__(self) -> LoadedContext:
         return self
@@ -140,8 +162,8 @@ class LoadedContext:
 
 
 def _teardown(weights: Weights, registrations: tuple[DmaRegistrations, ...]) -> list:
-    """Deregister all, sweep the failures once, release the memory; leftovers stay pending
-    and are retried by later sweeps."""
+    """Deregister all, release the memory. With the opt-in sweep the failures are retried
+    once and leftovers stay pending for later sweeps; otherwise they are leaked (counted)."""
     errors = []
     for dma in registrations:
         errors += dma.teardown()
@@ -182,7 +204,25 @@ class _Load:
     create: CreateFn
     cursor: FaultCursor | None
     errors: list[StageError]
+    scope: MappingScope
+    sweep: bool = False
+    read_copy: str = "kept"
     map_attempts: int = 0
+    #: the failed attempt's registrations whose release callbacks have not arrived yet
+    late: list[DmaRegistrations] = field(default_factory=list)
+
+    @property
+    def late_release(self) -> str:
+        return self.cursor.late_release if self.cursor is not None else ""
+
+    def release_late(self) -> None:
+        """The failed attempt's release callbacks arrive now: each deregisters its own
+        registration (by token: never anything of the fallback context)."""
+        late, self.late = self.late, []
+        for dma in late:
+            self.errors += [StageError("late-release", "deregister", str(e)) for e in dma.release_all()]
+            if self.sweep:
+                keep_for_later_sweeps(dma)
 
     def call_create(self, weights: Weights, views: list[memoryview], *, with_callbacks: bool) -> Any:
         """The caller's create. Injected create faults model "contextCreateFromBinaryWithCallback
@@ -206,11 +246,11 @@ def _mapped_attempt(
 ) -> tuple[LoadedContext | None, str, DmaRegistrations | None]:
     """map -> register -> create. Returns (context, "", None) on success, else (None, failed
     stage, this attempt's registrations: their failed deregistrations await a sweep)."""
-    weights, load.map_attempts, map_errors, _ = map_stage(load.path, mapper, load.cursor, policy)
+    weights, load.map_attempts, map_errors, _ = map_stage(load.path, mapper, load.cursor, policy, load.scope.registry)
     load.errors += [StageError("mapped", "map", e) for e in map_errors]
     if weights is None:
         return None, "map", None
-    dma = DmaRegistrations(load.path, backend, load.cursor)
+    dma = DmaRegistrations(load.path, backend, load.cursor, sweep=load.sweep)
     views: list[memoryview] = []
     stage = "register"
     try:
@@ -224,8 +264,12 @@ def _mapped_attempt(
         if isinstance(err, Exception):
             load.errors.append(StageError("mapped", stage, describe(err)))
         weights.disable()  # this context only: the next request would be ABORTED
-        load.errors += [StageError("mapped", "deregister", str(e)) for e in dma.release_all()]
-        keep_for_later_sweeps(dma)
+        if load.late_release and isinstance(err, Exception):
+            load.late.append(dma)  # QNN's release callbacks come later; their views pin the mapping
+        else:  # QNN calls the release callbacks before the retry begins
+            load.errors += [StageError("mapped", "deregister", str(e)) for e in dma.release_all()]
+            if load.sweep:
+                keep_for_later_sweeps(dma)
         views.clear()  # and the loop's last view: a traceback must not pin the mapping
         view = None  # noqa: F841
         weights.close()
@@ -243,18 +287,23 @@ def _mapped_attempt(
         attempts=1,
         map_attempts=load.map_attempts,
         registrations=[dma],
+        sweep=load.sweep,
     )
     return context, "", None
 
 
 def _direct_attempt(load: _Load, path_taken: str, fallback_stage: str, failed: list[DmaRegistrations]) -> LoadedContext:
     """Read the whole file into the heap, cut the regions, create. ContextLoadError (with
-    every earlier error) if it fails; a FileCheckError on a first attempt stays itself."""
+    every earlier error) if it fails; a FileCheckError on a first attempt stays itself.
+    Late release callbacks of the failed attempt (`FaultPlan.late_release`) arrive after the
+    read ("during") or after the creation ("after"), and in any case before this returns."""
     weights = None
     views: list[memoryview] = []
     stage = "read"
     try:
         weights = heap_weights(load.path, path_taken, load.map_attempts, [str(e) for e in load.errors], load.cursor)
+        if load.late_release == "during":
+            load.release_late()
         stage = "regions"
         views = [weights.region(offset, size) for offset, size in load.requests]
         stage = "create"
@@ -264,12 +313,16 @@ def _direct_attempt(load: _Load, path_taken: str, fallback_stage: str, failed: l
         forget_frames(err)  # nor may the frames of create (its own list of the views) or the read
         if weights is not None:
             weights.close()
+        load.release_late()
         if isinstance(err, FileCheckError) and not load.errors:
             raise
         load.errors.append(StageError("direct", stage, describe(err)))
         _sweep_failed(load, failed)
         raise ContextLoadError(load.path, tuple(load.errors), fallback_stage) from err
-    attempts = 2 if fallback_stage else 1
+    load.release_late()  # "after": the fallback context exists now
+    if load.read_copy == "transient":  # upstream's local buffer: freed once the context exists
+        views = _drop_views(views)
+        weights.close()
     return LoadedContext(
         path=load.path,
         value=value,
@@ -278,10 +331,22 @@ def _direct_attempt(load: _Load, path_taken: str, fallback_stage: str, failed: l
         path_taken=path_taken,
         fallback_stage=fallback_stage,
         errors=load.errors,
-        attempts=attempts,
+        attempts=2 if fallback_stage else 1,
         map_attempts=load.map_attempts,
         registrations=failed,
+        sweep=load.sweep,
     )
+
+
+def _drop_views(views: list[memoryview]) -> list[memoryview]:
+    """Release our region views of a transient read copy; one ``create`` still uses in place
+    (exported to numpy or ORT) keeps that memory valid until it lets go."""
+    for view in views:
+        try:
+            view.release()
+        except BufferError:
+            pass
+    return []
 
 
 def load_context(
@@ -296,6 +361,9 @@ def load_context(
     retry: RetryPolicy | None = None,
     mapper: FileMapper | None = None,
     dma_backend: str | DmaBackend = "bookkeeping",
+    scope: str | MappingScope | None = "session",
+    sweep_deregistrations: bool = False,
+    read_copy: str = "kept",
 ) -> LoadedContext:
     """Create one context over the weights file at ``path`` the way the QNN EP does.
 
@@ -306,11 +374,17 @@ def load_context(
     value is ``LoadedContext.value``.
     ``disable_file_mapped_weights``: "1"/True goes straight to the direct read (no default:
     always pass it, as upstream's open proposal to change its default advises).
+    ``scope``: "session" (a mapping of its own, upstream), "process" (ours), or one
+    `MappingScope` shared by loads that share EP contexts. ``sweep_deregistrations``: keep
+    failed deregistrations and retry them at teardown (ours; upstream forgets them).
+    ``read_copy``: "kept" or "transient" (upstream's lifetime of the direct-read copy).
 
     Raises FileCheckError for an unusable file (never a fallback), ContextLoadError when every
     allowed path failed (all stage errors kept), TypeError/ValueError for bad arguments (before
     any work)."""
     disabled = parse_disable_flag(disable_file_mapped_weights)
+    if read_copy not in READ_COPIES:
+        raise ValueError(f"read_copy must be one of {', '.join(READ_COPIES)}, got {read_copy!r}")
     if not callable(create):
         raise TypeError(f"create must be callable, got {type(create).__name__}")
     requests = _requests(regions)
@@ -319,7 +393,9 @@ def load_context(
         raise TypeError(f"retry must be a RetryPolicy or None, got {type(retry).__name__}")
     backend = get_backend(dma_backend)
     cursor = check_faults(faults)
-    load = _Load(os.fspath(path), requests, create, cursor, [])
+    load = _Load(
+        os.fspath(path), requests, create, cursor, [], resolve_scope(scope), bool(sweep_deregistrations), read_copy
+    )
     if disabled:
         return _direct_attempt(load, "heap", "", [])
     context, stage, dma = _mapped_attempt(load, default_mapper(mapper), retry or RetryPolicy(), backend)
@@ -327,6 +403,7 @@ def load_context(
         return context
     failed = [dma] if dma is not None else []
     if not fallback_to_heap or stage not in stages:
+        load.release_late()  # no retry to race with
         _sweep_failed(load, failed)
         raise ContextLoadError(load.path, tuple(load.errors), stage)
     return _direct_attempt(load, "fallback", stage, failed)

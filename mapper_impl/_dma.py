@@ -1,7 +1,14 @@
 """DMA registration of weight regions: upstream registers each region it hands QNN with the
-RPCMem (FastRPC) library and deregisters it at release and teardown. This module keeps that
-contract: register a region, deregister it, keep a failed deregistration and retry it at
-teardown sweeps, and count every registration in `stats()`.
+RPCMem (FastRPC) library and deregisters it in the release callback (whether or not mapping is
+still enabled for the context: there may be registrations from before an error). This module
+keeps that contract: register a region, deregister it, and count every registration in
+`stats()`.
+
+A failed deregistration follows the readable source (commit cc7ec9e): "Failed to deregister
+buffer from RPCMEM: <ptr>", status MEM_ALLOC, and nothing is kept or retried: the buffer stays
+registered and is counted as leaked (`stats().dma_leaked_registrations`, which a worker's
+teardown reports as a leak). Keeping it and retrying it at teardown sweeps is an opt-in
+extension of ours (``sweep=True``, the cpu target's ``--sweep-deregistrations``).
 
 What backs a registration (`DmaBackend`):
 
@@ -163,11 +170,16 @@ class Registration:
 
 
 class DmaRegistrations:
-    """One context's registrations: live ones, and failed deregistrations kept for a sweep."""
+    """One context's registrations: live ones, and (``sweep`` only) failed deregistrations
+    kept for a sweep."""
 
-    def __init__(self, path: str, backend: DmaBackend, faults: FaultCursor | None = None) -> None:
+    def __init__(
+        self, path: str, backend: DmaBackend, faults: FaultCursor | None = None, *, sweep: bool = False
+    ) -> None:
         self.path = path
         self.backend = backend
+        self.sweeps = sweep
+        self.leaked = 0  # failed deregistrations forgotten (upstream): still registered
         self._faults = faults
         self._lock = threading.Lock()
         self._live: dict[int, Registration] = {}
@@ -211,24 +223,29 @@ class DmaRegistrations:
         except OSError as err:
             return DeregistrationError(
                 f"Failed to deregister buffer from RPCMEM: {reg.address:#x} "
-                f"({self.path} [{reg.offset}, {reg.offset + reg.size}): {err})"
+                f"({self.path} [{reg.offset}, {reg.offset + reg.size}): {err}) -> MEM_ALLOC"
             )
         return None
 
     def release(self, reg: Registration) -> DeregistrationError | None:
         """Deregister ``reg`` (upstream's release callback). A registration this context does
-        not hold (never registered, already released) succeeds as a no-op; a failure keeps it
-        registered and pending, and is returned (not raised: teardown must go on)."""
+        not hold (never registered, already released) succeeds as a no-op. A failure is
+        returned (not raised: teardown must go on) and, as upstream, the registration is
+        forgotten and counted as leaked; with ``sweep`` it is kept pending instead."""
         with self._lock:
             if self._live.pop(reg.token, None) is None:
                 return None
         error = self._try_deregister(reg)
         if error is None:
             self._forget(reg)
-        else:
+        elif self.sweeps:
             with self._lock:
                 self._pending[reg.token] = reg
             COUNTERS.add(dma_pending_deregistrations=1)
+        else:
+            self._forget(reg)
+            self.leaked += 1
+            COUNTERS.add(dma_leaked_registrations=1)
         return error
 
     def _forget(self, reg: Registration) -> None:
@@ -259,12 +276,15 @@ class DmaRegistrations:
         return errors
 
     def teardown(self) -> list[DeregistrationError]:
-        """Deregister everything, then sweep the failures (this teardown's and earlier ones)."""
-        return self.release_all() + self.sweep()
+        """Deregister everything; with ``sweep``, retry the failures (this teardown's and
+        earlier ones) once more."""
+        errors = self.release_all()
+        return errors + self.sweep() if self.sweeps else errors
 
 
 # Registrations whose context is gone (torn down or failed) but which still hold failed
-# deregistrations: every later teardown sweeps them again, as upstream retries at teardown.
+# deregistrations (opt-in sweep): every later sweeping teardown retries them (our extension:
+# upstream forgets a failed deregistration).
 _unswept: list[DmaRegistrations] = []
 _unswept_lock = threading.Lock()
 
@@ -280,7 +300,8 @@ def keep_for_later_sweeps(dma: DmaRegistrations) -> None:
 def sweep_registrations() -> int:
     """Retry every pending deregistration left by contexts that are gone (torn down, dropped or
     failed) once, each with its own load's fault cursor so outcomes stay per load; returns how
-    many are still pending. Every teardown runs it; call it to sweep without one."""
+    many are still pending (opt-in sweep only: without it nothing is ever pending). Every
+    teardown of a sweeping context runs it; call it to sweep without one."""
     return sweep_unswept()
 
 

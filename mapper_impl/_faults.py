@@ -28,6 +28,8 @@ _COUNTS = {
 }
 
 INJECTED = "injected by FaultPlan"
+#: When a failed attempt's release callbacks arrive (`FaultPlan.late_release`).
+LATE_RELEASE = ("", "during", "after")
 
 
 @dataclass(frozen=True)
@@ -42,9 +44,18 @@ class FaultPlan:
       attempt's ``create``) fail after the caller's ``create`` ran, as a QNN
       contextCreateFromBinaryWithCallback that consumed the regions and then failed. The direct
       read's creation (from a buffer, no callbacks) has no such failure and is never injected.
-    - ``deregister_failures``: the first K deregistrations fail with EBUSY: the registration
-      is kept and retried at the next teardown sweep.
+    - ``deregister_failures``: the first K deregistrations fail with EBUSY: MEM_ALLOC, the
+      registration leaked (upstream), or kept for the next teardown sweep (opt-in sweep).
     - ``heap_read_failures``: the first K direct (heap) reads fail with EIO (a flaky disk).
+    - ``register_at``: the K-th DMA registration of the load fails (K >= 1) after the K-1
+      before it succeeded: the field report of foundry-local #1124 (RPC 8003, then QNN 1002
+      MEM_ALLOC part way through a 7B model's regions). The earlier ones are deregistered and
+      the direct read follows.
+    - ``late_release``: when the mapped attempt fails, its release callbacks (QNN's, upstream
+      does not deregister the failed attempt itself) arrive late: ``"during"`` the direct read
+      (after the read, before the context is created from it) or ``"after"`` it (once the
+      fallback context exists), the lifetime race of upstream PR #839. "" (default): they
+      arrive before the retry begins.
     - ``platform_unavailable``: mapping is not available at all (no retry helps).
     """
 
@@ -53,6 +64,8 @@ class FaultPlan:
     create_failures: int = 0
     deregister_failures: int = 0
     heap_read_failures: int = 0
+    register_at: int = 0
+    late_release: str = ""
     platform_unavailable: bool = False
 
     def __post_init__(self) -> None:
@@ -60,6 +73,10 @@ class FaultPlan:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"FaultPlan.{name} must be an integer >= 0, got {value!r}")
+        if not isinstance(self.register_at, int) or isinstance(self.register_at, bool) or self.register_at < 0:
+            raise ValueError(f"FaultPlan.register_at must be an integer >= 0, got {self.register_at!r}")
+        if self.late_release not in LATE_RELEASE:
+            raise ValueError(f"FaultPlan.late_release must be one of {LATE_RELEASE}, got {self.late_release!r}")
         if not isinstance(self.platform_unavailable, bool):
             value = self.platform_unavailable
             raise ValueError(f"FaultPlan.platform_unavailable must be True or False, got {value!r}")
@@ -107,8 +124,13 @@ class FaultCursor:
             raise injected_os_error(errno.ENOMEM)
 
     def before_register(self) -> None:
-        if self._next("register", self.plan.register_failures):
+        failing = self._next("register", self.plan.register_failures)
+        if failing or self._counts["register"] == self.plan.register_at:
             raise injected_os_error(errno.ENOMEM)
+
+    @property
+    def late_release(self) -> str:
+        return self.plan.late_release
 
     def after_create(self) -> None:
         if self._next("create", self.plan.create_failures):

@@ -3,8 +3,11 @@
 Every whole-file view and heap buffer registers here when it is created and unregisters from a
 `weakref.finalize` callback when its memory is really released (not when an owner merely
 calls close(): a view pinned by a live numpy array or region stays counted as a deferred
-unmap). DMA registrations count from register to a successful deregistration; a failed
-deregistration stays counted (and pending) until a teardown sweep succeeds.
+unmap). DMA registrations count from register to a successful deregistration. A failed
+deregistration is, as upstream, returned (MEM_ALLOC) and forgotten: the buffer stays registered
+with the backend and nobody will deregister it, so it counts as a leaked registration for the
+rest of the process (``dma_leaked_registrations``: never clean). With the opt-in sweep it stays
+counted and pending until a teardown sweep succeeds instead.
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import asdict, dataclass
+
+#: Counters that count events since the process started, not something held now.
+SINCE_START = ("leaked_loads", "dma_leaked_registrations")
 
 
 @dataclass(frozen=True)
@@ -25,14 +31,22 @@ class MapperStats:
     deferred_unmaps: int  # views closed by mapper_impl but still pinned by a caller
     dma_registrations: int  # regions registered for DMA, pending ones included
     dma_registered_bytes: int
-    dma_pending_deregistrations: int  # failed deregistrations waiting for a teardown sweep
+    dma_pending_deregistrations: int  # failed deregistrations waiting for a teardown sweep (opt-in)
     #: loads (Weights, LoadedContext) dropped without close(), released by their finalizer:
     #: a count since the process started, not something held (is_clean() leaves it out)
     leaked_loads: int = 0
+    #: failed deregistrations forgotten (upstream's default): still registered with the backend
+    #: and never undone. A count since the process started (is_clean() leaves it out, as a
+    #: process cannot undo it); a worker reports any as a leak (`leaks()`).
+    dma_leaked_registrations: int = 0
 
     def is_clean(self) -> bool:
         """Nothing is held: no view, copy, deferred unmap or registration."""
-        return not any(v for k, v in asdict(self).items() if k != "leaked_loads")
+        return not any(v for k, v in asdict(self).items() if k not in SINCE_START)
+
+    def leaks(self) -> dict[str, int]:
+        """What a process leaked for good: registrations nobody will deregister."""
+        return {"dma_leaked_registrations": self.dma_leaked_registrations} if self.dma_leaked_registrations else {}
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -26,7 +26,7 @@ from ._common import (
 from ._faults import FaultCursor, FaultPlan
 from ._heap import read_into_heap
 from ._lifecycle import MAX_ATTEMPTS, MAX_BACKOFF_S, check_number, on_drop, release_now
-from ._registry import REGISTRY
+from ._registry import REGISTRY, MappingRegistry
 
 PATHS_TAKEN = ("mapped", "heap", "fallback")
 
@@ -68,6 +68,7 @@ class Weights:
         attempts: int,
         errors: list[str],
         mapping: MappedFile | None = None,
+        registry: MappingRegistry | None = None,
     ) -> None:
         self.path = path
         self.path_taken = path_taken
@@ -79,7 +80,7 @@ class Weights:
         self._mapping = mapping
         self._enabled = True
         self._lock = threading.Lock()
-        self._release = on_drop(self, _release_mapping, mapping)  # dropped without close()
+        self._release = on_drop(self, _release_mapping, mapping, registry or REGISTRY)  # dropped without close()
 
     @property
     def mapped(self) -> bool:
@@ -153,10 +154,11 @@ class Weights:
         )
 
 
-def _release_mapping(mapping: MappedFile | None) -> None:
-    """This load's share of the mapping, given back (close() or the finalizer of a dropped load)."""
+def _release_mapping(mapping: MappedFile | None, registry: MappingRegistry) -> None:
+    """This load's share of the mapping, given back to the table (scope) it came from (close()
+    or the finalizer of a dropped load)."""
     if mapping is not None:
-        REGISTRY.release(mapping)
+        registry.release(mapping)
 
 
 def heap_weights(path: str, path_taken: str, attempts: int, errors: list[str], faults: FaultCursor | None) -> Weights:
@@ -181,9 +183,14 @@ def check_faults(faults: object) -> FaultCursor | None:
 
 
 def map_stage(
-    path: str, mapper: FileMapper, cursor: FaultCursor | None, policy: RetryPolicy
+    path: str,
+    mapper: FileMapper,
+    cursor: FaultCursor | None,
+    policy: RetryPolicy,
+    registry: MappingRegistry = REGISTRY,
 ) -> tuple[Weights | None, int, list[str], MappingError | None]:
-    """The map stage: acquire the shared mapping, retried only as ``policy`` allows.
+    """The map stage: acquire the mapping from ``registry`` (the load's scope: one per session
+    by default in `load_context`, the process's here), retried only as ``policy`` allows.
 
     Returns (mapped Weights or None, attempts, errors, last MappingError). FileCheckError
     (an input error) propagates: it is never retried and never a fallback."""
@@ -192,7 +199,7 @@ def map_stage(
     while True:
         attempts += 1
         try:
-            mapped = REGISTRY.acquire(path, mapper, cursor)
+            mapped = registry.acquire(path, mapper, cursor)
         except MappingError as err:
             errors.append(f"attempt {attempts}: {err}")
             if policy.should_retry(err, attempts):
@@ -200,7 +207,8 @@ def map_stage(
                 continue
             return None, attempts, errors, err
         buffer = mapped.buffer[:]  # this load's own view, released by its own close()
-        return Weights(path, buffer, "mapped", attempts, errors, mapping=mapped), attempts, errors, None
+        weights = Weights(path, buffer, "mapped", attempts, errors, mapping=mapped, registry=registry)
+        return weights, attempts, errors, None
 
 
 def load_weights(

@@ -48,6 +48,13 @@ def build_parser(prog: str = "python -m harness report") -> argparse.ArgumentPar
         metavar="FILE",
         help="report file (default: RUN_DIR/report.html for one run, ./report.html for several)",
     )
+    _add_compare_options(parser)
+    _add_gate_options(parser)
+    return parser
+
+
+def _add_compare_options(parser: argparse.ArgumentParser) -> None:
+    """--baseline and what it enables: the JSON comparison, the regression exit, the effect sizes."""
     parser.add_argument(
         "--baseline", type=Path, metavar="RUN0", help="a run folder to compare every RUN_DIR with (default: none)"
     )
@@ -71,6 +78,10 @@ def build_parser(prog: str = "python -m harness report") -> argparse.ArgumentPar
         metavar="KIND=VALUE",
         help="smallest change called, repeatable: memory=1%%, memory=1MiB, time=5%% (the defaults)",
     )
+
+
+def _add_gate_options(parser: argparse.ArgumentParser) -> None:
+    """The history, the gates and the projection, judged on top of what the run recorded."""
     parser.add_argument(
         "--history",
         type=Path,
@@ -102,7 +113,6 @@ def build_parser(prog: str = "python -m harness report") -> argparse.ArgumentPar
         help="deployment to project to, e.g. 8x4GiB (default: what the run recorded, else the "
         "measured weights at twice the largest N x M measured, at least 8 sessions)",
     )
-    return parser
 
 
 def _print(published: Published) -> None:

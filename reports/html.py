@@ -326,6 +326,22 @@ def publish(
     return published
 
 
+def _check_distinct_runs(run_dirs: Sequence[Path | str], baseline: Path | str | None) -> None:
+    """No run folder twice, and not the baseline among the runs: either would read as runs that
+    agree, whatever they measured."""
+    seen: dict[Path, str] = {}
+    for folder in map(str, run_dirs):
+        key = Path(folder).resolve()
+        if key in seen:
+            raise InputError(f"{folder}: the same run folder is given twice ({seen[key]} and {folder})")
+        seen[key] = folder
+    if baseline is not None and Path(baseline).resolve() in seen:
+        raise InputError(
+            f"--baseline {baseline}: is the run folder {seen[Path(baseline).resolve()]} itself; a run compared "
+            "with itself shows no change whatever it measured"
+        )
+
+
 def render_runs(
     run_dirs: Sequence[Path | str],
     out: Path | str | None = None,
@@ -353,17 +369,7 @@ def render_runs(
 
     if not run_dirs and not tests and not test_counts:
         raise InputError("no run folder given")
-    seen: dict[Path, str] = {}
-    for folder in map(str, run_dirs):
-        key = Path(folder).resolve()
-        if key in seen:  # the same run twice would read as two agreeing runs
-            raise InputError(f"{folder}: the same run folder is given twice ({seen[key]} and {folder})")
-        seen[key] = folder
-    if baseline is not None and Path(baseline).resolve() in seen:
-        raise InputError(
-            f"--baseline {baseline}: is the run folder {seen[Path(baseline).resolve()]} itself; a run compared "
-            "with itself shows no change whatever it measured"
-        )
+    _check_distinct_runs(run_dirs, baseline)
     extra = parse_gates(gates)
     if history is not None:
         check_history(history)
@@ -394,8 +400,13 @@ def render_runs(
     )
     published.comparisons = comparisons
     if json_out is not None:
-        from harness.core.compare_text import comparison_document
-        from harness.core.files import write_json_atomic
-
-        write_json_atomic(json_out, comparison_document(comparisons), what="--json")
+        _write_comparison(json_out, comparisons)
     return published
+
+
+def _write_comparison(json_out: Path, comparisons: list) -> None:
+    """The --json document: every compared figure with its values, delta, p-value and call."""
+    from harness.core.compare_text import comparison_document
+    from harness.core.files import write_json_atomic
+
+    write_json_atomic(json_out, comparison_document(comparisons), what="--json")

@@ -12,7 +12,8 @@ Format (``format_version`` 1; keys are only ever added within a version):
 - ``format_version`` (int), ``kind`` ("run" | "bench"), ``run_id``, ``target``, ``peer``,
   ``status`` (complete | running | interrupted | unknown), ``started``, ``duration_s``;
 - ``verdict`` (pass | fail | incomplete), ``reasons`` (why not pass), ``feature``
-  ({``state``: active | partial | unavailable | disabled | unknown | not-measured, ``text``}),
+  ({``state``: active | partial | unavailable | disabled | option-ignored | ep-error | unknown |
+  not-measured, ``text``}),
   ``sentence`` (the plain-language summary the report opens with);
 - ``model``, ``weights_bytes`` (tensor bytes), ``weights_file_bytes`` (the files the heap path
   copies: tensors plus alignment padding), ``labels`` ({KEY: VALUE} given with --label);

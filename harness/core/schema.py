@@ -16,7 +16,17 @@ FORMAT_VERSION = 1
 MODES = ("mapped", "heap")
 #: How the QNN EP treated file mapping in a session, from its own log (qnn target; see
 #: harness/targets/qnn/eplog.py for the evidence each needs). Other targets record "n/a".
-EP_STATES = ("active", "retried", "disabled", "ep-disabled", "unavailable", "unknown")
+EP_STATES = (
+    "active",
+    "retried",
+    "mixed",
+    "disabled",
+    "ep-disabled",
+    "unavailable",
+    "option-ignored",
+    "ep-error",
+    "unknown",
+)
 #: The only EP state a summary or gate may count as "weights came from the mapping".
 MAPPED_STATES = ("active",)
 #: The value of the provider option ``disable_file_mapped_weights`` each mode passes.
@@ -66,8 +76,8 @@ class ResultRow:
     ep_file_mapping: str = col(
         "string",
         "",
-        "worst EP verdict over the worker's sessions: active | retried | "
-        "disabled | ep-disabled | unavailable | unknown; n/a off the qnn target",
+        "worst EP verdict over the worker's sessions: active | retried | mixed | "
+        "disabled | ep-disabled | unavailable | option-ignored | ep-error | unknown; n/a off the qnn target",
     )
     init_s: float = col("Float64", "s", "load_s + create_s: time until the sessions exist")
     load_s: float = col("Float64", "s", "time to load (map or read) the weights")
@@ -141,6 +151,13 @@ class ResultRow:
         "string",
         "",
         "why the EP did not map: e.g. 'embedded context', 'RPCMem unavailable', the retry error (qnn)",
+        required=False,
+    )
+    ep_nodes: str = col(
+        "string",
+        "",
+        "EPContext nodes over the worker's sessions whose context bin was mapped and that the EP "
+        "disabled mapping for, e.g. 'mapped=1 disabled=1' (a mixed session) (qnn)",
         required=False,
     )
     memory_ok: bool = col(

@@ -42,8 +42,10 @@ VERDICTS = ("pass", "fail", "incomplete")
 @dataclass(frozen=True)
 class FeatureState:
     """Was file mapping really exercised in mapped mode? ``state`` is one of: active (every
-    mapped-mode worker took the mapped path, with evidence), partial, unavailable (the EP's
-    platform gate), disabled, unknown (no evidence), not-measured (no mapped-mode worker)."""
+    mapped-mode worker took the mapped path, with evidence), partial (some workers, or mixed
+    nodes), unavailable (the EP's platform gate), disabled, option-ignored / ep-error (the EP
+    ignored the option or failed its setup: failures, the workers fail too), unknown (no
+    evidence), not-measured (no mapped-mode worker)."""
 
     state: str
     text: str
@@ -108,11 +110,20 @@ def feature_state(run: RunData) -> FeatureState:
     ep = Counter(r.ep_file_mapping or "n/a" for r in mapped)
     paths = Counter(r.path_taken or "none" for r in mapped)
     n = len(mapped)
+    failed = {s: ep[s] for s in ("option-ignored", "ep-error") if ep.get(s)}
+    if failed:
+        state, count = next(iter(failed.items()))
+        what = "option ignored by the EP" if state == "option-ignored" else "a hard EP setup error"
+        return FeatureState(state, f"{what} in {count} of {n} mapped-mode workers")
     if ep.get("unavailable"):
         return FeatureState(
             "unavailable",
             f"unavailable on this platform (the EP said so for {ep['unavailable']} "
             f"of {n} mapped-mode workers): mapped and heap took the same path",
+        )
+    if ep.get("mixed"):
+        return FeatureState(
+            "partial", f"mixed in {ep['mixed']} of {n} mapped-mode workers: some nodes mapped, others disabled"
         )
     if any(state in ep for state in ("disabled", "ep-disabled")):
         count = ep.get("disabled", 0) + ep.get("ep-disabled", 0)

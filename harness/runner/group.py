@@ -356,6 +356,7 @@ def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultR
         ep_log_tail=record.ep_log_tail,
         ep_sessions=record.ep_sessions or None,
         ep_reason=record.ep_reason or None,
+        ep_nodes=record.ep_nodes or None,
         memory_ok=sampled and not violations,
         **{name: getattr(record, name) for name in (*LATENCY_FIELDS, *PEAK_FIELDS)},
         **_split_columns(w, record, seen, copied),

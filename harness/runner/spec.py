@@ -69,6 +69,7 @@ class WorkerRecord:
     ep_log_tail: str = ""
     ep_sessions: str = ""  # e.g. "active=3 retried=1" (qnn)
     ep_reason: str = ""
+    ep_nodes: str = ""  # e.g. "mapped=1 disabled=1" (qnn)
     load_s: float | None = None
     create_s: float | None = None
     first_run_s: float | None = None

@@ -1,10 +1,14 @@
 """The cpu target (the default): weights loaded by `mapper_impl` and handed to ORT's CPU EP in
 place.
 
-Mapped mode maps the weights file once per process (`disable_file_mapped_weights=0`); heap mode
-reads one private buffer per session (`=1`), as the EP does. Either way the sessions get
-OrtValues that point into that buffer (`SessionOptions.add_initializer`), so the figures
-measure the mapping, not a copy ORT makes. Weight prepacking is off: it would copy every weight.
+Mapped mode maps the weights file once per session (`disable_file_mapped_weights=0`), as the
+EP's one file mapper per backend manager does (``--mapping-scope process``: once per process,
+our extension); the sessions get OrtValues that point into the mapping
+(`SessionOptions.add_initializer`), so the figures measure the mapping, not a copy ORT makes.
+Heap mode (`=1`) follows the EP's direct read: the file is read into a local copy, the runtime
+makes its own copy from it (QNN keeps one) and the read copy is freed once the session exists,
+so a heap session peaks at two copies and keeps one. Weight prepacking is off: it would copy
+every weight.
 """
 
 from __future__ import annotations
@@ -23,13 +27,27 @@ from .base import CORRECTNESS_GATE, LiveSessions, Prepared, Target, TargetOption
 
 #: Stages of mapper_impl's pipeline a fault can be injected at (`--fault STAGE[=K]`).
 FAULT_STAGES = ("map", "register", "create", "deregister")
+#: `--fault late-release[=WHEN]`: when the failed attempt's release callbacks arrive.
+LATE_WHEN = ("during", "after")
 
 
-def _fault(text: str) -> tuple[str, int]:
-    """``STAGE`` or ``STAGE=K``: the first K attempts of that stage fail in every session."""
+def _fault(text: str) -> tuple[str, int | str]:
+    """``STAGE`` or ``STAGE=K``: the first K attempts of that stage fail in every session;
+    ``register@K``: the K-th registration fails after K-1 succeeded; ``late-release[=WHEN]``:
+    the failed attempt's release callbacks arrive during (default) or after the direct read."""
+    if text.startswith("register@"):
+        k = text.partition("@")[2]
+        if not k.isdigit() or int(k) < 1:
+            raise ValueError("register@K needs a whole number K >= 1")
+        return "register_at", int(k)
+    if text.partition("=")[0] == "late-release":
+        when = text.partition("=")[2] or "during"
+        if when not in LATE_WHEN:
+            raise ValueError(f"late-release=WHEN takes {' or '.join(LATE_WHEN)}")
+        return "late_release", when
     stage, sep, count = text.partition("=")
     if stage not in FAULT_STAGES:
-        raise ValueError(f"stages are {','.join(FAULT_STAGES)}")
+        raise ValueError(f"stages are {','.join(FAULT_STAGES)}, register@K, late-release[=during|after]")
     if not sep:
         return stage, 1
     if not count.isdigit():
@@ -44,8 +62,12 @@ def fault_plan(options: dict):
     counts = dict(options.get("fault") or {})
     if options.get("map_failures"):
         counts["map"] = options["map_failures"]
+    extra = {key: counts.pop(key) for key in ("register_at", "late_release") if key in counts}
     counts = {stage: k for stage, k in counts.items() if k}
-    return FaultPlan(**{f"{stage}_failures": k for stage, k in counts.items()}) if counts else None
+    if extra.get("late_release") and not (set(counts) - {"deregister"} or extra.get("register_at")):
+        counts["create"] = 1  # late release callbacks need a failed attempt: a create failure
+    plan = {f"{stage}_failures": k for stage, k in counts.items()} | extra
+    return FaultPlan(**plan) if plan else None
 
 
 # Default gates, each with the physics that sets its threshold. A worker's own overhead O
@@ -140,10 +162,29 @@ class CpuTarget(Target):
             "--fault",
             {},
             "inject faults into mapper_impl's pipeline: the first K attempts of "
-            f"STAGE ({', '.join(FAULT_STAGES)}) fail in every session (repeatable; K defaults to 1)",
+            f"STAGE ({', '.join(FAULT_STAGES)}) fail in every session (repeatable; K defaults to 1); "
+            "register@K: the K-th registration fails after K-1 succeeded; late-release[=during|after]: "
+            "the failed attempt's release callbacks arrive during or after the direct read (alone: "
+            "with a create failure)",
             parse=_fault,
             metavar="STAGE[=K]",
             repeat=True,
+        ),
+        TargetOption(
+            "mapping_scope",
+            "--mapping-scope",
+            "session",
+            "who shares one mapping: session (upstream: one file mapper per backend manager, i.e. per "
+            "session) or process (one mapping per file per process: our extension)",
+            parse=str,
+            choices=("session", "process"),
+        ),
+        TargetOption(
+            "sweep_deregistrations",
+            "--sweep-deregistrations",
+            False,
+            "keep failed deregistrations and retry them at teardown (our extension; upstream returns "
+            "MEM_ALLOC and forgets them: a leaked registration, which the worker reports)",
         ),
         TargetOption(
             "map_failures", "--map-failures", 0, "shorthand for --fault map=K", parse=int_at_least(0), metavar="K"
@@ -164,7 +205,9 @@ class CpuTarget(Target):
 
     def mapped_may_copy(self, opts) -> bool:
         plan = fault_plan(opts.target_options)
-        return plan is not None and any((plan.map_failures, plan.register_failures, plan.create_failures))
+        return plan is not None and any(
+            (plan.map_failures, plan.register_failures, plan.create_failures, plan.register_at)
+        )
 
     def default_gates(self, opts) -> list[tuple[str, str]]:
         if fault_plan(opts.target_options) is not None:
@@ -185,15 +228,12 @@ class CpuTarget(Target):
         import numpy  # noqa: F401 - imported before the clock starts: an import is not a load
         import onnxruntime  # noqa: F401
 
-        from mapper_impl import RetryPolicy, load_context
+        from mapper_impl import load_context
 
         for model in models:
             model.check_weights_file()  # truncated since the parent prepared it: a clear error, not a bad read
         settings = SessionSettings.from_dict(spec.options.get("session"))
-        # the injected faults are the mapping pipeline's: heap mode (option "1") never runs it
-        faults = fault_plan(spec.options) if spec.mode == "mapped" else None
-        attempts = spec.options.get("max_attempts", 1)
-        retry = RetryPolicy(attempts) if attempts > 1 else None
+        pipeline = _pipeline_options(spec)
         live = LiveSessions()
         record.load_s = record.create_s = 0.0
         record.map_attempts = 0
@@ -208,9 +248,9 @@ class CpuTarget(Target):
                     model.weights_path,
                     [(t.offset, t.length) for t in model.tensors],
                     creating,
-                    faults=faults,
-                    retry=retry,
                     disable_file_mapped_weights=disable_flag(spec.mode),
+                    read_copy="transient",  # the direct read's copy is freed once the session exists
+                    **pipeline,
                 )
                 total = time.perf_counter() - t0
                 session, keepalive = ctx.value
@@ -224,7 +264,7 @@ class CpuTarget(Target):
                 record.map_attempts = max(record.map_attempts, ctx.map_attempts)
                 record.map_errors.extend(str(e) for e in ctx.errors)
                 stages.append(ctx.fallback_stage)
-                if ctx.path_taken != "mapped":  # a private copy, every byte written by the read
+                if ctx.path_taken != "mapped":  # the runtime's own copy (the read copy is gone)
                     record.private_copy_bytes += ctx.weights.size
                 if _PATH_RANK[ctx.path_taken] >= _PATH_RANK.get(record.path_taken, -1):
                     record.path_taken = ctx.path_taken
@@ -234,10 +274,27 @@ class CpuTarget(Target):
         return live
 
 
+def _pipeline_options(spec) -> dict:
+    """`load_context` arguments from the worker's options: the injected faults (the mapping
+    pipeline's: heap mode, option "1", never runs it), the opt-in mapping retry, the mapping
+    scope and the opt-in deregistration sweep."""
+    from mapper_impl import RetryPolicy
+
+    attempts = spec.options.get("max_attempts", 1)
+    return {
+        "faults": fault_plan(spec.options) if spec.mode == "mapped" else None,
+        "retry": RetryPolicy(attempts) if attempts > 1 else None,
+        "scope": spec.options.get("mapping_scope", "session"),
+        "sweep_deregistrations": bool(spec.options.get("sweep_deregistrations")),
+    }
+
+
 class _SessionFactory:
     """The ``create`` stage: an ORT CPU session whose initializers are OrtValues over the region
     views (in place: no copy), of whatever element type (bfloat16, float8, packed int4...),
-    timed (a create fault may call it twice)."""
+    timed (a create fault may call it twice). On a direct read (heap, fallback) the runtime
+    first makes its own copy of the read buffer, as QNN keeps its own copy of the context
+    binary, and the OrtValues point into that: the read copy is freed after creation."""
 
     def __init__(self, model: PreparedModel, settings: SessionSettings) -> None:
         self.model = model
@@ -254,12 +311,19 @@ class _SessionFactory:
         try:
             t0 = time.perf_counter()
             so = cpu_session_options(self.settings, level=self.model.session_level)
-            keepalive = []
+            keepalive: list = []
+            if weights.path_taken != "mapped":
+                runtime_copy = bytearray(weights.buffer)  # the runtime's own copy
+                keepalive.append(runtime_copy)
+                whole = memoryview(runtime_copy).toreadonly()
+                views = [whole[t.offset : t.offset + t.length] for t in self.model.tensors]
+            else:
+                whole = weights.buffer
             for t, view in zip(self.model.tensors, views, strict=True):
                 if view_extent(t.onnx_type, t.shape) == t.length:
                     value = ortvalue_over(view, t.onnx_type, t.shape, 0)
                 else:  # sub-byte types: the view spans one byte per element, ORT reads only the region
-                    value = ortvalue_over(weights.buffer, t.onnx_type, t.shape, t.offset)
+                    value = ortvalue_over(whole, t.onnx_type, t.shape, t.offset)
                 keepalive.append(value)
                 so.add_initializer(t.name, value)
             session = ort.InferenceSession(str(self.model.onnx_path), so, providers=["CPUExecutionProvider"])

@@ -322,6 +322,23 @@ def test_windows_x64_mapper_job_still_runs_the_mapper_suites():
     assert any(any(a.rstrip("/\\") == "suites/mapper" for a in c.args) for c in tests), [c.line for c in tests]
 
 
+def test_windows_x64_job_runs_the_qnn_load_path_to_a_verdict():
+    """onnxruntime-qnn ships win_amd64 too (the EP prints the platform gate there): the x64 lane
+    runs one tiny qnn harness run that must end with a verdict (exit 0..2, no traceback), even
+    after failing mapper tests, and uploads its run folder."""
+    wf = load(WINDOWS_MAPPER)
+    (job,) = wf.jobs.values()
+    qnn = [(s, c) for _, s, c in harness_steps(wf, job, "run") if c.values("--target") == ["qnn"]]
+    assert len(qnn) == 1, "one tiny qnn harness run"
+    step, run = qnn[0]
+    script = str(step["run"])
+    assert "LASTEXITCODE" in script and "Traceback" in script and re.search(r"-(gt|le)\s+2\b", script)
+    assert re.search(r"\bexit 0\s*$", script.strip())
+    assert condition_holds(step, AFTER_A_FAILED_STEP), "the qnn run reports even when the mapper tests failed"
+    uploaded = [p for s in job["steps"] if uses(s, "actions/upload-artifact") for p in path_list(s)]
+    assert covered(run.values("--out")[0], uploaded), uploaded
+
+
 def _arm64_job() -> tuple[Workflow, dict]:
     found = jobs_on("windows-11-arm")
     assert len(found) == 1, f"expected one job on windows-11-arm, got {[(w.name, j) for w, j, _ in found]}"

@@ -121,16 +121,31 @@ def test_headline_json_has_latency_startup_and_fits(peak_run):
     assert fits["sentence"].startswith("with heap, ") and fits["assumptions"]
 
 
-def test_latency_gates_are_judged(peak_run):
-    """A latency gate that holds passes, one that cannot hold fails: judged, not skipped. On a
-    contended machine (issue 18: load above the CPU count, or a worker below half a CPU) both
-    read "contended" instead, never a pass: the run cannot end 0 either way."""
-    doc = peak_run.headline()
+def test_latency_gates_with_one_repeat_are_inconclusive_not_passed(peak_run):
+    """One repeat gives a timing gate no interval: inconclusive, and never a pass."""
+    gates = {g["expr"]: g for g in peak_run.headline()["gates"]}
+    for expr in ("latency_p50_ratio<=1000", "first_run_ratio<=0"):
+        assert gates[expr]["status"] in ("inconclusive", "contended"), gates[expr]  # both undecided
+    assert peak_run.returncode == 1
+
+
+def test_latency_gates_are_judged_on_their_repeats(harness_runner, request, tmp_path_factory):
+    """With 3 repeats a latency gate that holds passes and one that cannot hold fails: judged on
+    the interval of the repeats, not skipped (a small model: only the gates are looked at)."""
+    outcome = harness_runner.run(
+        "run",
+        *("--target", "cpu", "--model-size", "16MiB", "--processes", "1", "--repeat", "3"),
+        *("--runs", "5", "--warmup", "1", "--quiet", "--no-report"),
+        *("--gate", "latency_p50_ratio<=1000", "--gate", "first_run_ratio<=0"),
+        owner=request.node.nodeid,
+        scratch=tmp_path_factory.mktemp("latency-gates"),
+    )
+    doc = outcome.headline()
     gates = {g["expr"]: g for g in doc["gates"]}
-    busy = doc["contention"]["contended_groups"]
-    assert gates["latency_p50_ratio<=1000"]["status"] == ("contended" if busy else "pass")
-    assert gates["first_run_ratio<=0"]["status"] == ("contended" if busy else "fail")
-    assert peak_run.returncode != 0
+    busy = doc["contention"]["contended_groups"]  # issue 18: a contended machine judges no timing
+    assert gates["latency_p50_ratio<=1000"]["status"] == ("contended" if busy else "pass"), gates
+    assert gates["first_run_ratio<=0"]["status"] == ("contended" if busy else "fail"), gates
+    assert outcome.returncode == 1
 
 
 def test_fallback_peak_holds_the_copy(fallback_run):

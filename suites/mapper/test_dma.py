@@ -114,16 +114,38 @@ def test_registration_failure_is_a_registration_error(weights):
     assert dma.live == 0 and stats().dma_registrations == 0
 
 
-def test_failed_deregistration_is_kept_pinned_and_swept(weights):
-    """A failed deregistration is returned (not raised), kept pending and still counted, and
-    it pins the region's memory: closing the load defers the unmap until a sweep succeeds."""
+def test_failed_deregistration_returns_mem_alloc_and_is_forgotten_as_a_leak(weights):
+    """Upstream (readable source, cc7ec9e): a failed deregistration returns MEM_ALLOC and
+    nothing is kept or retried. The registration is forgotten (it pins nothing), and counted as
+    leaked: still registered with the backend, never undone."""
     backend = FailingBackend(deregister_errno=16)
     dma = DmaRegistrations(weights.path, backend)
     reg = register(dma, weights, 100, 50)
+    leaked = stats().dma_leaked_registrations
+    error = dma.release(reg)
+    assert isinstance(error, DeregistrationError) and error.status == "MEM_ALLOC"
+    assert str(error).startswith(f"Failed to deregister buffer from RPCMEM: {reg.address:#x}")
+    assert (dma.live, dma.pending, dma.leaked) == (0, 0, 1)
+    snapshot = stats()
+    assert (snapshot.dma_registrations, snapshot.dma_pending_deregistrations) == (0, 0)
+    assert snapshot.dma_leaked_registrations == leaked + 1 and snapshot.leaks()
+    assert reg.view is None  # nothing kept: the mapping is free to go
+    backend.deregister_errno = 0
+    assert dma.sweep() == [] and len(backend.calls) == 2  # no sweep retries it: only register + 1 try
+    weights.close()
+    assert_clean()
+
+
+def test_opt_in_sweep_keeps_a_failed_deregistration_pinned_and_retries_it(weights):
+    """``sweep=True`` (our extension): a failed deregistration is kept pending and still
+    counted, and it pins the region's memory: closing the load defers the unmap until a sweep
+    succeeds."""
+    backend = FailingBackend(deregister_errno=16)
+    dma = DmaRegistrations(weights.path, backend, sweep=True)
+    reg = register(dma, weights, 100, 50)
     error = dma.release(reg)
     assert isinstance(error, DeregistrationError)
-    assert str(error).startswith(f"Failed to deregister buffer from RPCMEM: {reg.address:#x}")
-    assert (dma.live, dma.pending) == (0, 1)
+    assert (dma.live, dma.pending, dma.leaked) == (0, 1, 0)
     snapshot = stats()
     assert (snapshot.dma_registrations, snapshot.dma_pending_deregistrations) == (1, 1)
     assert not snapshot.is_clean()
@@ -135,16 +157,19 @@ def test_failed_deregistration_is_kept_pinned_and_swept(weights):
     assert_clean()
 
 
-def test_teardown_deregisters_everything_then_sweeps(weights):
-    """teardown(): every live registration is deregistered; the ones that fail are retried by
-    the same teardown's sweep (FaultPlan counts per load: 2 failures over 3 registrations)."""
+@pytest.mark.parametrize("sweep", [False, True], ids=["upstream", "sweep"])
+def test_teardown_deregisters_everything(weights, sweep):
+    """teardown(): every live registration is deregistered. FaultPlan counts per load: 2
+    failures over 3 registrations. Upstream: the 2 are leaked. Opt-in sweep: the same teardown
+    retries them and they succeed."""
     plan = FaultPlan(deregister_failures=2)
-    dma = DmaRegistrations(weights.path, get_backend("bookkeeping"), plan.cursor())
+    dma = DmaRegistrations(weights.path, get_backend("bookkeeping"), plan.cursor(), sweep=sweep)
     for offset in (0, 4096, 8192):
         register(dma, weights, offset, 100)
     errors = dma.teardown()
     assert len(errors) == 2 and all("injected by FaultPlan" in str(e) for e in errors)
     assert (dma.live, dma.pending, stats().dma_registrations) == (0, 0, 0)
+    assert dma.leaked == (0 if sweep else 2)
 
 
 def test_stats_cover_registrations():

@@ -278,6 +278,8 @@ def test_fault_plan_is_plain_picklable_configuration():
         "create_failures": 0,
         "deregister_failures": 3,
         "heap_read_failures": 1,
+        "register_at": 0,
+        "late_release": "",
         "platform_unavailable": False,
     }
     with pytest.raises(AttributeError):

@@ -304,12 +304,26 @@ def test_upstream_strictness_map_failure_is_fatal(weights_file, direct_reads):
 # -- deregistration and teardown -------------------------------------------------------------
 
 
-def test_deregister_fault_is_swept_at_teardown(weights_file):
-    """deregister_failures=1 on the mapped path: teardown's first deregistration fails, is
-    kept, and the same teardown's sweep deregisters it: stats clean after close(), the
-    failure recorded."""
+def test_deregister_fault_is_a_leak_upstream(weights_file):
+    """Upstream's default: teardown's failed deregistration returns MEM_ALLOC, is recorded and
+    forgotten (no sweep): the context counts it as leaked, the process's stats too, and
+    nothing else is held after close()."""
     path, _ = weights_file
+    before = stats().dma_leaked_registrations
     ctx = _mapped(path, faults=FaultPlan(deregister_failures=1))
+    ctx.close()
+    assert [(e.attempt, e.stage) for e in ctx.errors] == [("teardown", "deregister")]
+    assert "MEM_ALLOC" in ctx.errors[0].message
+    assert (ctx.pending_deregistrations, ctx.leaked_registrations) == (0, 1)
+    assert stats().dma_leaked_registrations == before + 1
+    assert_clean()
+
+
+def test_deregister_fault_is_swept_at_teardown(weights_file):
+    """Opt-in sweep: teardown's first deregistration fails, is kept, and the same teardown's
+    sweep deregisters it: stats clean after close(), the failure recorded, nothing leaked."""
+    path, _ = weights_file
+    ctx = _mapped(path, faults=FaultPlan(deregister_failures=1), sweep_deregistrations=True)
     assert ctx.path_taken == "mapped" and stats().dma_registrations == 3
     ctx.close()
     assert [(e.attempt, e.stage) for e in ctx.errors] == [("teardown", "deregister")]
@@ -324,7 +338,7 @@ def test_failed_attempt_deregistration_is_kept_and_pins_the_mapping(weights_file
     fallback context lives, and its teardown sweep deregisters it: stats clean."""
     path, _ = weights_file
     plan = FaultPlan(create_failures=1, deregister_failures=1)
-    ctx = _mapped(path, faults=plan)
+    ctx = _mapped(path, faults=plan, sweep_deregistrations=True)
     assert (ctx.path_taken, ctx.fallback_stage) == ("fallback", "create")
     assert ctx.pending_deregistrations == 1
     snapshot = settled_stats()
@@ -341,7 +355,7 @@ def test_stubborn_deregistrations_are_retried_by_later_sweeps(weights_file):
     pending); the next close sweeps (7th fails, 2 succeed: 1 pending); the next one succeeds.
     Each sweep is counted and deterministic; the stats say what is left."""
     path, _ = weights_file
-    ctx = _mapped(path, faults=FaultPlan(deregister_failures=7))
+    ctx = _mapped(path, faults=FaultPlan(deregister_failures=7), sweep_deregistrations=True)
     pending = []
     for _ in range(3):
         ctx.close()
@@ -355,7 +369,7 @@ def test_a_context_dropped_without_close_is_torn_down(weights_file):
     """Dropping a LoadedContext without close() runs its teardown (as upstream's destructor):
     registrations deregistered, mapping released; leftovers are swept by sweep_registrations."""
     path, _ = weights_file
-    ctx = _mapped(path, faults=FaultPlan(deregister_failures=6))
+    ctx = _mapped(path, faults=FaultPlan(deregister_failures=6), sweep_deregistrations=True)
     assert stats().dma_registrations == 3
     leaked = stats().leaked_loads
     del ctx
@@ -462,12 +476,11 @@ def test_disable_is_per_file_and_per_context(weights_file, tmp_path):
     assert_clean()
 
 
-def test_m_contexts_share_one_mapping(weights_file):
-    """A worker creating M sessions from one file: M load_context calls, one mapping, M x
-    regions registrations, views at the same addresses; closing them one by one unmaps at
-    the last."""
+def test_m_contexts_share_one_mapping_in_process_scope(weights_file):
+    """``scope="process"`` (our extension): M load_context calls, one mapping, M x regions
+    registrations, views at the same addresses; closing them one by one unmaps at the last."""
     path, _ = weights_file
-    contexts = [_mapped(path) for _ in range(6)]
+    contexts = [_mapped(path, scope="process") for _ in range(6)]
     assert shared_users(str(path)) == 6
     snapshot = stats()
     assert (snapshot.live_mappings, snapshot.mapped_bytes, snapshot.dma_registrations) == (1, SIZE, 18)

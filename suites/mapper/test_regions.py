@@ -119,7 +119,9 @@ def test_thousands_of_regions_hold_a_bounded_number_of_fds(weights_file):
         assert open_handle_count() == handles
         if sys.platform.startswith("linux"):
             assert file_views(path) == 1
-        with load_context(path, requests, lambda w, views: len(views), disable_file_mapped_weights="0") as ctx:
+        create = lambda w, views: len(views)  # noqa: E731
+        # process scope: shares load_weights' mapping (a session-scope load maps its own)
+        with load_context(path, requests, create, disable_file_mapped_weights="0", scope="process") as ctx:
             assert (ctx.value, ctx.registered) == (5000, 5000)
             assert open_handle_count() == handles
             assert stats().dma_registrations == 5000 and stats().live_mappings == 1

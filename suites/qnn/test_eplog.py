@@ -240,15 +240,43 @@ def test_option_1_confirmed_by_the_ep_is_disabled() -> None:
 def test_option_1_without_the_eps_word_is_unknown() -> None:
     v = verdict(flag="1")
     assert v.state == "unknown" and "did not confirm" in v.reason and "missing" in v.reason
-    v = verdict(OPT0, flag="1")  # an older EP was seen ignoring the option and saying so
-    assert v.state == "unknown" and "the EP printed '0'" in v.reason
 
 
-def test_the_eps_word_beats_what_the_harness_passed() -> None:
-    v = verdict(OPT1, flag="0")
-    assert v.state == "disabled" and 'the harness passed "0"' in v.reason
-    v = verdict(OPT0, MAPPED, flag="1")
-    assert v.state == "active" and 'the EP reported "0"' in v.reason
+@pytest.mark.parametrize(
+    ("parts", "passed", "echoed"), [((OPT0,), "1", "0"), ((OPT1,), "0", "1"), ((OPT0, MAPPED), "1", "0")]
+)
+def test_an_echo_that_differs_from_what_was_passed_is_option_ignored(parts, passed: str, echoed: str) -> None:
+    """A build that read the option under a misspelled key echoed ": 0" after "1" was passed:
+    whatever the rest of the log says, the option was ignored by the EP, a failure."""
+    v = verdict(*parts, flag=passed)
+    assert v.state == "option-ignored" and "option ignored by the EP" in v.reason
+    assert f'passed disable_file_mapped_weights="{passed}"' in v.reason and f'echoed "{echoed}"' in v.reason
+    worker = aggregate([v, verdict(MAPPED)])
+    assert worker.state == "option-ignored" and worker.failed
+
+
+def test_rpcmem_required_but_uninitialized_is_a_hard_error_not_a_disable() -> None:
+    """ "RPCMem Library is required for file mapping but is uninitialized." is a failed status of
+    SetupBackend, not the EP's policy: ``ep-error``, a failure."""
+    v = verdict(RPCMEM_UNINIT)
+    assert v.state == "ep-error" and v.reason.startswith("hard error in SetupBackend: RPCMem Library is required")
+    assert aggregate([v]).failed and not aggregate([verdict(RPCMEM)]).failed
+
+
+def test_mixed_nodes_are_counted_and_reported_as_mixed() -> None:
+    """Node A embedded (disabled per node), node B mapped with DMA regions: the session is
+    ``mixed``, with one node of each counted; a worker sums the nodes over its sessions."""
+    v = verdict(EMBEDDED, MAPPED)
+    assert (v.state, v.nodes_mapped, v.nodes_disabled) == ("mixed", 1, 1)
+    assert v.reason == f"1 node(s) mapped, 1 disabled per node ({REASON_EMBEDDED})"
+    old = verdict(OLD_BINARY, MAPPED, MAP, dma(3))
+    assert (old.state, old.nodes_mapped, old.nodes_disabled) == ("mixed", 2, 1)
+    only_disabled = verdict(EMBEDDED, EMBEDDED)
+    assert (only_disabled.state, only_disabled.nodes_mapped, only_disabled.nodes_disabled) == ("ep-disabled", 0, 2)
+    worker = aggregate([v, old, verdict(MAPPED)])
+    assert worker.state == "mixed" and worker.nodes_text() == "mapped=4 disabled=2"
+    assert worker.counts == {"active": 1, "mixed": 2}
+    assert aggregate([verdict(GATE)]).nodes_text() == ""
 
 
 @pytest.mark.parametrize(
@@ -261,7 +289,6 @@ def test_the_eps_word_beats_what_the_harness_passed() -> None:
         (READ_CB, REASON_READ_CALLBACK),
         (READ_CB_REUSE, REASON_READ_CALLBACK),
         (RPCMEM, REASON_RPCMEM),
-        (RPCMEM_UNINIT, REASON_RPCMEM),
     ],
     ids=[
         "embedded-node",
@@ -271,7 +298,6 @@ def test_the_eps_word_beats_what_the_harness_passed() -> None:
         "read-callback",
         "read-callback-reuse",
         "rpcmem-load",
-        "rpcmem-uninitialized",
     ],
 )
 def test_ep_disabled_names_the_reason(line: str, reason: str) -> None:
@@ -296,7 +322,8 @@ def test_the_platform_gate_is_unavailable_whatever_the_option(flag: str) -> None
         ((OPT1, EMBEDDED), "1", "disabled"),  # the user's option is global: per-node policy is moot
         ((MAPPED, RETRY, RELEASE), "0", "retried"),  # mapped, then creation failed, then the retry
         ((EMBEDDED, MAP, dma(0), RETRY), "0", "retried"),  # a failure never hides behind a policy
-        ((EMBEDDED, MAPPED), "0", "ep-disabled"),  # node A embedded, node B mapped: not all mapped
+        ((EMBEDDED, MAPPED), "0", "mixed"),  # node A embedded, node B mapped: not all mapped
+        ((READ_CB, MAPPED), "0", "ep-disabled"),  # a session-wide disable: no node count
         ((MAPPED, DEREGISTER_FAILED), "0", "active"),  # teardown notes do not change the path
         ((GATE, MAPPED), "0", "unknown"),  # contradictions are no evidence
         ((OPT1, MAPPED), "1", "unknown"),
@@ -306,6 +333,7 @@ def test_the_platform_gate_is_unavailable_whatever_the_option(flag: str) -> None
         "option>ep-disabled",
         "retry>active",
         "retry>ep-disabled",
+        "mixed>active",
         "ep-disabled>active",
         "note-only",
         "gate+mapped",
@@ -330,7 +358,14 @@ def test_every_pattern_is_recognised_in_a_log_line(pattern) -> None:
     line = ort(pattern.level or "W", "qnn_backend_manager.cc:1 F", text)
     assert find_messages(line, pattern.name) == [text]
     v = classify_session(SESSION + line, disable_file_mapped_weights="0")
-    expected = {"gate": "unavailable", "ep-disabled": "ep-disabled", "retry": "retried", "map-failed": "retried"}
+    expected = {
+        "gate": "unavailable",
+        "ep-disabled": "ep-disabled",
+        "retry": "retried",
+        "map-failed": "retried",
+        "ep-error": "ep-error",
+        "option": "option-ignored",  # it echoed "X1", not the "0" passed
+    }
     assert v.state == expected.get(pattern.effect, "unknown"), v
 
 

@@ -50,6 +50,7 @@ def test_qnn_run_classifies_the_ep_path(run_harness, on_device):
         assert meta["run"]["target_options"] == {
             "embed_mode": 0,
             "share_ep_contexts": False,
+            "resource_sharing": "none",
             "backend_type": "htp",
             "quantize": "none",
             "calibration_size": 8,
@@ -148,3 +149,36 @@ def test_relative_paths_written_by_the_ep_land_in_the_run(run_harness, tmp_path)
     written = list((outcome.out / "workers").rglob("prof*"))
     assert written and all(p.parent.name == "w0" for p in written), written
     assert not list(PACKAGE_ROOT.glob("prof*"))
+
+
+def test_shared_resource_options_are_set_and_a_refusal_is_named(run_harness, on_device):
+    """`--resource-sharing vtcm-backup-buffer` sets enable_vtcm_backup_buffer_sharing=1 on the
+    workers' sessions (the EP's list path). On the Linux x86_64 simulator SetupBackend refuses
+    it with QNN_COMMON_ERROR_NOT_SUPPORTED: the worker's error says exactly that (not a
+    misleading "EPContext node not compatible"), and the run fails: never a silent pass."""
+    if on_device or not sys.platform.startswith("linux"):
+        pytest.skip("the refusal is the Linux x86_64 simulator's; a device runs the list path")
+    outcome = run_harness(
+        "run", "--target", "qnn", "--model-size", "1MiB", "--processes", "1", "--modes", "mapped",
+        "--resource-sharing", "vtcm-backup-buffer", "--quiet", "--no-report",
+    )  # fmt: skip
+    assert outcome.returncode == 1, outcome.stdout + outcome.stderr
+    (row,) = outcome.results()
+    assert "the QNN backend refused enable_vtcm_backup_buffer_sharing=1" in row.error, row.error
+    assert "QNN_COMMON_ERROR_NOT_SUPPORTED" in row.error and not row.output_ok
+    meta = json.loads((outcome.out / "metadata.json").read_text())
+    assert meta["run"]["target_options"]["resource_sharing"] == "vtcm-backup-buffer"
+
+
+def test_refusal_is_read_only_for_the_sharing_options():
+    from harness.targets.qnn.sharing import refusal, sharing_provider_options
+
+    line = (
+        "[E:onnxruntime:, x.cc:1 G] QNN SetupBackend failed Failed to create context. Error: "
+        "QNN_COMMON_ERROR_NOT_SUPPORTED: API or feature is not supported by implementation., Code:1000"
+    )
+    assert sharing_provider_options("htp-share-resource") == {"htp_share_resource_optimization": "1"}
+    assert sharing_provider_options("none") == {}
+    assert refusal(line, {}) is None and refusal("other text", {"htp_share_resource_optimization": "1"}) is None
+    why = refusal(line, {"htp_share_resource_optimization": "1"})
+    assert why.startswith("the QNN backend refused htp_share_resource_optimization=1: SetupBackend failed with")

@@ -43,12 +43,53 @@ def test_a_failed_stage_is_followed_by_exactly_one_direct_read(run_harness, stag
     assert table, outcome.stdout  # the outcome table shows the stage per repeat
 
 
-def test_failed_deregistrations_are_swept_at_teardown(run_harness):
-    """`--fault deregister`: the release fails, the teardown sweep retries it; every worker ends
-    with mapper_impl's stats clean (a worker whose teardown leaves anything fails)."""
-    outcome, rows = _run(run_harness, "--fault", "deregister=2")
+def test_a_failed_deregistration_is_reported_as_a_leak(run_harness):
+    """`--fault deregister` with upstream's default: the release returns MEM_ALLOC and nothing
+    retries it, so the registration is leaked: every worker's teardown reports it as a leak
+    (the worker fails for the leak: a leak is never a success)."""
+    run = run_harness(*run_args("--fault", "deregister=2", processes=WORKERS, modes="mapped"), timeout=180)
+    assert_no_survivors(run.out)
+    rows = run.results()
+    assert rows and all(r.path_taken == "mapped" for r in rows), rows
+    for row in rows:
+        assert "teardown left" in row.error and "dma_leaked_registrations=2" in row.error, row
+        assert "a leak" in row.error and row.exit_code != 0
+    assert run.returncode != 0
+
+
+def test_failed_deregistrations_are_swept_at_teardown_when_asked(run_harness):
+    """`--sweep-deregistrations` (our extension): the teardown sweep retries the failed
+    releases; every worker ends with mapper_impl's stats clean."""
+    outcome, rows = _run(run_harness, "--fault", "deregister=2", "--sweep-deregistrations")
     assert all(r.path_taken == "mapped" and r.output_ok and not r.error for r in rows), rows
     assert all(r.exit_code == 0 for r in rows)
+
+
+def test_register_at_k_falls_back_deterministically_and_leaves_nothing(run_harness):
+    """`--fault register@2` (foundry-local #1124: registration fails part way): the first region
+    registered, the second failed, the first deregistered, the direct read followed, in every
+    repeat the same; teardown left nothing."""
+    outcome, rows = _run(run_harness, "--fault", "register@2", "--repeat", "3")
+    assert sorted({r.repeat for r in rows}) == [0, 1, 2]
+    outcomes = {
+        (r.path_taken, r.fallback_stage, re.sub(r"0x[0-9a-f]+", "0x?", r.map_errors), r.output_ok, r.error or "")
+        for r in rows
+    }
+    assert len(outcomes) == 1, outcomes
+    ((path, stage, errors, ok, left),) = outcomes
+    assert (path, stage, ok, left) == ("fallback", "register", True, "")
+    assert errors.count("Failed to register DMA data mapping to RPCMEM") == 1
+
+
+@pytest.mark.parametrize("when", ["during", "after"])
+def test_late_release_callbacks_are_survived(run_harness, when):
+    """`--fault late-release=WHEN` (upstream PR #839): the failed attempt's release callbacks
+    arrive during or after the direct read; the fallback session is right and teardown leaves
+    nothing (the late releases deregistered everything)."""
+    _, rows = _run(run_harness, "--fault", f"late-release={when}")
+    for row in rows:
+        assert (row.path_taken, row.fallback_stage) == ("fallback", "create"), row
+        assert row.output_ok and not row.error, row  # a teardown leftover would be an error
 
 
 def test_the_mapping_is_never_retried_by_default(run_harness):
@@ -99,7 +140,7 @@ def test_recovery_is_deterministic_across_repeats(run_harness):
 
 
 def test_a_bad_fault_is_a_usage_error(run_harness):
-    for bad in ("--fault=bogus", "--fault=map=x"):
+    for bad in ("--fault=bogus", "--fault=map=x", "--fault=register@0", "--fault=late-release=never"):
         outcome = run_harness("run", *SMALL, "--processes", "1", "--quiet", bad)
         assert outcome.returncode == 2 and len(outcome.stderr.strip().splitlines()) == 1, outcome.stderr
         assert "--fault" in outcome.stderr and "Traceback" not in outcome.stderr

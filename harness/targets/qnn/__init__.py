@@ -16,6 +16,7 @@ from harness.targets.base import LiveSessions, Prepared, Target, TargetOption
 
 from .ep import BACKEND_TYPES
 from .quantize import CALIBRATION_SIZE, MIN_COSINE, QUANTIZE_CHOICES, parse_calibration_size, parse_quantize
+from .sharing import RESOURCE_SHARING_CHOICES, parse_resource_sharing, refusal, sharing_provider_options
 
 #: Absolute agreement, relative to max(1, |reference|), of an output with no direction to
 #: compare by cosine: HTP's fp16 arithmetic resolves ~1e-3 of the value's scale.
@@ -52,6 +53,16 @@ class QnnTarget(Target):
             "--share-ep-contexts",
             False,
             "the M sessions of one process share their QNN contexts (ep.share_ep_contexts)",
+        ),
+        TargetOption(
+            "resource_sharing",
+            "--resource-sharing",
+            "none",
+            "the sessions load their contexts on the EP's shared-resource (list) path: "
+            "vtcm-backup-buffer sets enable_vtcm_backup_buffer_sharing=1, htp-share-resource "
+            "htp_share_resource_optimization=1 (provider options of the workers' sessions, not of the compile)",
+            parse=parse_resource_sharing,
+            choices=RESOURCE_SHARING_CHOICES,
         ),
         TargetOption(
             "backend_type",
@@ -173,6 +184,7 @@ class QnnTarget(Target):
         paths = options["onnx"] if isinstance(options["onnx"], list) else [options["onnx"]]
         partitions = options.get("partitions") or [1] * len(paths)
         flag = disable_flag(spec.mode)
+        sharing = sharing_provider_options(options.get("resource_sharing", "none"))
         ort.set_default_logger_severity(1)  # some EP lines go through ORT's default logger
         live = LiveSessions()
         verdicts = []
@@ -187,11 +199,18 @@ class QnnTarget(Target):
                     disable_file_mapped_weights=flag,
                     share_ep_contexts=bool(options.get("share_ep_contexts")),
                     backend_type=options.get("backend_type", "htp"),
-                    provider_options=settings.provider_options,
+                    provider_options={**settings.provider_options, **sharing},
                 )
                 apply_load_level(so, parts)
-                with LogSegment(spec.log_path) as segment:
-                    group.append(ort.InferenceSession(path, settings.apply(so)))
+                segment = LogSegment(spec.log_path)
+                try:
+                    with segment:
+                        group.append(ort.InferenceSession(path, settings.apply(so)))
+                except Exception as err:  # the backend's refusal of the list path, named
+                    why = refusal(f"{segment.text()}\n{err}", sharing)
+                    if why:
+                        raise RuntimeError(why) from err
+                    raise
                 verdicts.append(classify_session(segment.text(), disable_file_mapped_weights=flag))
             live.add_group(group)
         record.create_s = time.perf_counter() - t0
@@ -199,6 +218,9 @@ class QnnTarget(Target):
         worker = aggregate(verdicts)
         record.ep_file_mapping, record.ep_log_tail = worker.state, worker.evidence or worker.reason
         record.ep_sessions, record.ep_reason = worker.counts_text(), worker.reason
+        record.ep_nodes = worker.nodes_text()
+        if worker.failed:  # the EP ignored the option or failed its setup: never a success
+            record.error = f"{worker.state}: {worker.reason}"
         record.path_taken = path_taken(worker.state, worker.counts)
         record.weights_bytes = spec.weights_bytes or sum(m.weights_bytes for m in models)
         return live

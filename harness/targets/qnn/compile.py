@@ -25,6 +25,7 @@ from harness.prep.onnxfile import external_data_files, load_onnx, ort_reason
 from .child import NOTHING_COMPILED, StatusCallback, run_child
 from .ep import qnn_versions
 from .partitions import UPSTREAM_ERRORS, partitions_of
+from .sharing import refusal
 from .support import first_refused_op
 
 
@@ -94,6 +95,9 @@ def _compile(
         return float(result.get("compile_s") or 0.0)
     error = str(result.get("error") or "")
     where = f" (EP log: {log_path})"
+    with contextlib.suppress(OSError):
+        if (why := refusal(log_path.read_text(encoding="utf-8", errors="replace"), provider_options)) is not None:
+            raise InputError(f"{label}: {why}{where}")
     if NOTHING_COMPILED in error:
         refused = None
         with contextlib.suppress(OSError):

@@ -26,14 +26,19 @@ _register_lock = threading.Lock()
 
 
 def qnn_platform_supported() -> tuple[bool, str]:
-    """onnxruntime-qnn ships wheels for Linux x86_64 (HTP simulator) and Windows ARM64 only."""
+    """onnxruntime-qnn ships wheels for Linux x86_64 and Windows x64 (HTP simulator; the EP
+    prints the platform gate: file mapping is off) and Windows ARM64 (the feature's platform)."""
     machine = platform.machine().lower()
     if sys.platform.startswith("linux") and machine in ("x86_64", "amd64"):
-        return True, "Linux x86_64 (HTP simulator)"
+        return True, "Linux x86_64 (HTP simulator, platform gate)"
+    if sys.platform == "win32" and machine in ("amd64", "x86_64"):
+        return True, "Windows x64 (HTP simulator, platform gate)"
     ok = sys.platform == "win32" and machine in ("arm64", "aarch64")
     return (
         ok,
-        "Windows ARM64" if ok else f"onnxruntime-qnn needs Linux x86_64 or Windows ARM64, not {sys.platform} {machine}",
+        "Windows ARM64"
+        if ok
+        else f"onnxruntime-qnn needs Linux x86_64, Windows x64 or Windows ARM64, not {sys.platform} {machine}",
     )
 
 

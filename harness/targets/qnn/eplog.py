@@ -21,19 +21,26 @@ States (`EP_STATES`), each from evidence the EP printed (texts of onnxruntime-qn
   <n>. Retrying with feature disabled."), or a failure line of the mapping attempt itself
   (DMA registration, out-of-range request, ...) in a session that was created anyway.
 - ``disabled``: the EP confirmed the option: "User specified disable_file_mapped_weights: 1".
+- ``option-ignored`` (a failure): the EP echoed another value than the harness passed (a build
+  that read the option under a misspelled key echoed ": 0" after "1" was passed).
+- ``ep-error`` (a failure): "RPCMem Library is required for file mapping but is
+  uninitialized.", a hard error of ``SetupBackend``, not a deliberate disable.
+- ``mixed``: some nodes of the session were mapped, others disabled per node (embedded
+  context, old binary): `EpVerdict.nodes_mapped` / ``nodes_disabled`` count them.
 - ``ep-disabled``: the EP turned mapping off itself; `EpVerdict.reason` names why (one of
   `EP_DISABLED_REASONS`: embedded context, context binary version < 3.3.3, read callback
   registered, RPCMem unavailable).
 - ``unavailable``: the platform gate ("File mapped weights feature is only available on Windows
-  arm64 devices ..."), printed by the Linux build.
+  arm64 devices ..."), printed by the Linux x86_64 and the Windows x64 (win_amd64) builds.
 - ``unknown``: no evidence, or contradictory evidence. Never counted as mapped (`MAPPED_STATES`).
 
 Precedence inside one session's log segment (`PRECEDENCE`, first wins), in the order the EP
-makes its decisions: the platform gate and the option are global and taken when the EP is
-constructed, before any context is loaded, so nothing after them can be a real attempt
-(``unavailable`` > ``disabled``). Then per-context outcomes: a failed attempt is worse than a
-deliberate policy decision and must not hide behind one, and either means the weights did not
-all come from the mapping, so ``retried`` > ``ep-disabled`` > ``active``. A typical on-device
+makes its decisions: an ignored option and a setup error are failures whatever follows; the
+platform gate and the option are global and taken when the EP is constructed, before any
+context is loaded, so nothing after them can be a real attempt (``unavailable`` >
+``disabled``). Then per-context outcomes: a failed attempt is worse than a deliberate policy
+decision and must not hide behind one, and either means the weights did not all come from the
+mapping, so ``retried`` > ``mixed`` > ``ep-disabled`` > ``active``. A typical on-device
 failure prints the mapping line, DMA lines, then the failure and the retry: ``retried``.
 Contradictions (mapping evidence after the gate or after a confirmed "1") are ``unknown``: a
 log that contradicts itself is no evidence.
@@ -51,251 +58,33 @@ import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from functools import cached_property
 from pathlib import Path
 
 from harness.core.schema import EP_STATES, MAPPED_STATES
 
-OPTION_VALUES = ("0", "1")  # disable_file_mapped_weights: "1" turns the feature off
-#: inside one session's segment: the first state whose evidence is present wins
-PRECEDENCE = ("unavailable", "disabled", "retried", "ep-disabled", "active", "unknown")
-#: across a worker's sessions, worst first: no evidence (nothing can be ruled out, not even a
-#: retry) > a failed attempt > the EP's own policy > the platform gate > the user's option > mapped
-WORST_ORDER = ("unknown", "retried", "ep-disabled", "unavailable", "disabled", "active")
-
-REASON_EMBEDDED = "embedded context"
-REASON_VERSION = "context binary version < 3.3.3"
-REASON_READ_CALLBACK = "read callback registered"
-REASON_RPCMEM = "RPCMem unavailable"
-EP_DISABLED_REASONS = (REASON_EMBEDDED, REASON_VERSION, REASON_READ_CALLBACK, REASON_RPCMEM)
-
-WIN, LINUX = "win_arm64", "linux_x86_64"  # the two binaries onnxruntime-qnn ships
-EVIDENCE_LINES = 5
-
-
-@dataclass(frozen=True)
-class LogPattern:
-    """One message of the EP. `template` is the message with ``{}`` where the EP inserts a value;
-    the literal parts between are C string literals of the shipped binaries listed in
-    `platforms` (the strings test checks each is there), so the pattern cannot drift from the
-    real text unnoticed."""
-
-    name: str
-    template: str
-    effect: str  # see _EFFECTS
-    platforms: tuple[str, ...] = (WIN,)
-    reason: str = ""  # ep-disabled only: one of EP_DISABLED_REASONS
-    level: str = ""  # log level the EP uses (I/W/E/V; "" when it is a status text)
-
-    @property
-    def fragments(self) -> tuple[str, ...]:
-        return tuple(part for part in self.template.split("{}") if part)
-
-    @cached_property
-    def regex(self) -> re.Pattern[str]:
-        parts = self.template.split("{}")
-        body = "(.*?)".join(re.escape(p) for p in parts[:-1])
-        body = body + "(.*)" + re.escape(parts[-1]) if len(parts) > 1 else re.escape(parts[0])
-        return re.compile(body)
-
-
-_EVIDENCE_RANK = (
-    "gate",
-    "option",
-    "retry",
-    "map-failed",
-    "ep-disabled",
-    "map",
-    "dma-ok",
-    "dma-request",
-    "note",
-    "session",
-)
-_EFFECTS = ("session", "gate", "option", "ep-disabled", "retry", "map", "dma-request", "dma-ok", "map-failed", "note")
-
-# Order matters only where one text contains another: specific before generic.
-PATTERNS: tuple[LogPattern, ...] = (
-    LogPattern("session", "Creating QNN EP", "session", (WIN, LINUX), level="I"),
-    LogPattern(
-        "gate",
-        "File mapped weights feature is only available on Windows arm64 devices for QNN API "
-        "versions >= 2.32. Feature will be disabled by default",
-        "gate",
-        (LINUX,),
-        level="W",
-    ),
-    LogPattern("option", "User specified disable_file_mapped_weights: {}", "option", (WIN, LINUX), level="W"),
-    LogPattern(
-        "embedded-node",
-        "{} is using an embedded cache. Disabling file mapping for this node.",
-        "ep-disabled",
-        reason=REASON_EMBEDDED,
-        level="W",
-    ),
-    LogPattern(
-        "embedded-ep",
-        "File mapped weights feature is incompatible with embedded EP contexts. Feature will be disabled by default.",
-        "ep-disabled",
-        reason=REASON_EMBEDDED,
-        level="W",
-    ),
-    LogPattern(
-        "old-binary",
-        "{}. File mapping is only supported for versions >= 3.3.3. Disabling file mapping for this node.",
-        "ep-disabled",
-        reason=REASON_VERSION,
-        level="W",
-    ),
-    LogPattern(
-        "old-binary-ssr",
-        "SSR recovery: context binary version {} < 3.3.3, file mapping not supported. Falling back to direct read.",
-        "ep-disabled",
-        reason=REASON_VERSION,
-        level="W",
-    ),
-    LogPattern(
-        "read-callback-reuse",
-        "EPContext read callback registered on a session reusing an already-set-up "
-        "backend manager; disabling file mapping for this session.",
-        "ep-disabled",
-        (WIN, LINUX),
-        reason=REASON_READ_CALLBACK,
-        level="W",
-    ),
-    LogPattern(
-        "read-callback",
-        "EPContext read callback registered; disabling file mapping for this session.",
-        "ep-disabled",
-        (WIN, LINUX),
-        reason=REASON_READ_CALLBACK,
-        level="W",
-    ),
-    LogPattern(
-        "rpcmem-load",
-        "Unable to load RPCMem library: {} - Disabling file mapped weights.",
-        "ep-disabled",
-        (WIN, LINUX),
-        reason=REASON_RPCMEM,
-        level="W",
-    ),
-    LogPattern(
-        "rpcmem-missing",
-        "RPCMem Library is required for file mapping but is uninitialized.",
-        "ep-disabled",
-        reason=REASON_RPCMEM,
-    ),
-    LogPattern(
-        "retry-direct-read",
-        "contextCreateFromBinaryWithCallback failed ({}). Retrying with direct read.",
-        "retry",
-        level="W",
-    ),
-    LogPattern(
-        "retry-feature-off",
-        "Failed to create context with file mapping enabled. Error: {}. Retrying with feature disabled.",
-        "retry",
-        level="W",
-    ),
-    # the retry tails are literals of their own: any other message ending in one is a retry too
-    LogPattern("retry-direct-read-tail", "{}). Retrying with direct read.", "retry", level="W"),
-    LogPattern("retry-feature-off-tail", "{}. Retrying with feature disabled.", "retry", level="W"),
-    LogPattern("map-create", "Creating context bin file mapping for {}", "map", level="I"),
-    LogPattern("map-cached", "Found existing mapview memory pointer ({}", "map", level="V"),
-    LogPattern("map-handle", "Created file mapping with handle ({}", "map", level="V"),
-    LogPattern("map-view", "Created mapview pointer with address {}", "map", level="V"),
-    LogPattern("dma-request", "Mapping DMA data for request: memory mapped base pointer({}", "dma-request", level="I"),
-    LogPattern("dma-ok", "Created DMA data mapping with address: {}", "dma-ok", level="I"),
-    LogPattern("dma-register-failed", "Failed to register DMA data mapping to RPCMEM", "map-failed", level="E"),
-    LogPattern(
-        "dma-after-error",
-        "Attempting to map DMA data but file mapping has been disabled, possibly due "
-        "to an error in a previous request.",
-        "map-failed",
-        level="W",
-    ),
-    LogPattern(
-        "dma-null-base", "Attempting to map DMA data for null memory mapped base pointer", "map-failed", level="E"
-    ),
-    LogPattern(
-        "dma-bad-size", "Mapping request size must be > 0 with backend mapping required", "map-failed", level="E"
-    ),
-    LogPattern(
-        "dma-overflow",
-        "Critical error in QNN: mapping request offset + size will overflow 64 bits",
-        "map-failed",
-        level="E",
-    ),
-    LogPattern(
-        "dma-out-of-file", "Requested offset and size includes memory outside of mapped file", "map-failed", level="E"
-    ),
-    LogPattern("dma-callback-param", "MapDmaDataCallback: notify_param is null", "map-failed", level="E"),
-    LogPattern("dma-callback-manager", "MapDmaDataCallback: QnnBackendManager is null", "map-failed", level="E"),
-    LogPattern("map-handle-failed", "Failed to create file mapping handle for context bin{}", "map-failed"),
-    LogPattern("map-view-failed", "Failed to retrieve mapview pointer for context bin{}", "map-failed"),
-    LogPattern(
-        "mapper-missing", "Attempting to use File Mapping feature but file_mapper_ is uninitialized", "map-failed"
-    ),
-    LogPattern(
-        "callback-api-missing", "Invalid function pointer for contextCreateFromBinaryWithCallback.", "map-failed"
-    ),
-    # release side: reported as evidence, they do not change where this session's weights came from
-    LogPattern("dma-release", "Releasing DMA data mapping for memory mapped pointer({}", "note", level="I"),
-    LogPattern("deregister-failed", "Failed to deregister buffer from RPCMEM: {}", "note", level="E"),
-    LogPattern("release-null", "Attempting to release DMA data for null memory mapped pointer", "note", level="E"),
-    LogPattern(
-        "release-bad-request",
-        "Mapping release request address must not be null and size must be > 0",
-        "note",
-        level="E",
-    ),
-    LogPattern("release-callback-param", "ReleaseDmaDataCallback: notify_param is null", "note", level="E"),
-    LogPattern("release-callback-manager", "ReleaseDmaDataCallback: QnnBackendManager is null", "note", level="E"),
-)
-
-#: Selected strings of the binaries (see epstrings.SELECT_TERMS) that no pattern reads, each
-#: with why. A regex, matched against the whole string.
-IGNORED: tuple[tuple[str, str], ...] = (
-    (r"disable_file_mapped_weights", "the provider option's key, not a message"),
-    (r"rpcmem_(alloc|free|to_fd)", "symbol names the EP resolves in the RPCMem library"),
-    (r"rpcmem_[aft]H", "machine code bytes that happen to spell a symbol prefix (Linux .so)"),
-    (
-        r"Failed to get symbol rpcmem_(alloc|free|to_fd)\.",
-        "text of the exception reported inside 'Unable to load RPCMem library: <e>'",
-    ),
-    (
-        r"(remote_register_)?Failed to initialize RPCMEM dynamic library hand(le: |Hash table size overflow)",
-        "text of the exception reported inside 'Unable to load RPCMem library: <e>'",
-    ),
-    (r"rpcmem_lib should not be nullptr\.", "internal assertion text (ORT_ENFORCE), not a log message"),
-    (
-        r"rpcmem_alloc\(\) failed to allocate and returned nullptr\.",
-        "HTP shared-memory allocator (enable_htp_shared_memory_allocator), not file mapping",
-    ),
-    (
-        r"rpcmem_to_fd\(\) returned invalid file descriptor\.",
-        "HTP shared-memory allocator (enable_htp_shared_memory_allocator), not file mapping",
-    ),
-    (
-        r"No EPContext read callback registered; reading '",
-        "debug detail (VERBOSE) of where ORT gets the .bin path; printed on Linux too, says nothing of mapping",
-    ),
-    (
-        r"EPContext binary decrypted via App read callback: ",
-        "debug detail of the read-callback path; the 'read callback registered' line is what is classified",
-    ),
-    (
-        r"Failed to resolve EPContext read callback \(",
-        "configuration error of the read callback: session creation fails, no mapping path taken",
-    ),
-    (
-        r"Unknown exception occurred while creating QNN EP( factory\.| for compatibility check|\.)",
-        "EP construction error; selected only by the session marker's search term",
-    ),
-    (r"(Unmap|Map)ViewOfFile", "Win32 API import names"),
-    (r"onnxruntime::qnn::(Map|Release)DmaDataCallback", "function names (__FUNCTION__ of error statuses)"),
-    (r"\.\?AV.*RpcMemLibrary.*", "MSVC RTTI type name (symbol)"),
-    (r"_Z.*|St\d+_Sp_counted_ptr_inplace.*", "C++ mangled symbol name (Linux .so)"),
-    (r"(/.*/)?rpcmem_library\.cc", "source file name (Linux .so)"),
+# The messages, reasons and orders live in eplog_patterns; re-exported here (one import for users).
+from .eplog_patterns import (  # noqa: E402, F401
+    _EFFECTS,
+    _EVIDENCE_RANK,
+    EP_DISABLED_REASONS,
+    EVIDENCE_LINES,
+    FAILED_STATES,
+    IGNORED,
+    LINUX,
+    NODE_DISABLES,
+    NODE_MAPS,
+    OPTION_VALUES,
+    PATTERNS,
+    PLATFORMS,
+    PRECEDENCE,
+    REASON_EMBEDDED,
+    REASON_READ_CALLBACK,
+    REASON_RPCMEM,
+    REASON_VERSION,
+    WIN,
+    WIN_X64,
+    WORST_ORDER,
+    LogPattern,
 )
 
 _ANY_FRAGMENT = re.compile("|".join(re.escape(f) for p in PATTERNS for f in p.fragments))
@@ -311,6 +100,8 @@ class EpVerdict:
     state: str  # one of EP_STATES
     reason: str = ""  # why: the EP-disabled reason, the retry's error, what evidence is missing
     evidence: str = ""  # the last relevant lines, one per message kind, colour codes/timestamps removed
+    nodes_mapped: int = 0  # EPContext nodes whose context bin was mapped (with DMA regions served)
+    nodes_disabled: int = 0  # nodes the EP disabled mapping for, one warning each
 
     @property
     def mapped(self) -> bool:
@@ -328,6 +119,19 @@ class WorkerVerdict:
     counts: dict[str, int] = field(default_factory=dict)  # state -> sessions, only states seen
     reason: str = ""  # the worst session's reason
     evidence: str = ""  # the worst session's evidence
+    nodes_mapped: int = 0  # over all sessions
+    nodes_disabled: int = 0
+
+    @property
+    def failed(self) -> bool:
+        """The EP ignored the option or failed its setup in a session: the worker fails."""
+        return any(self.counts.get(s) for s in FAILED_STATES)
+
+    def nodes_text(self) -> str:
+        """'mapped=1 disabled=1' (for the ep_nodes cell; "" when no node said anything)."""
+        if not (self.nodes_mapped or self.nodes_disabled):
+            return ""
+        return f"mapped={self.nodes_mapped} disabled={self.nodes_disabled}"
 
     @property
     def sessions(self) -> int:
@@ -427,7 +231,16 @@ def classify_session(segment: str, *, disable_file_mapped_weights: str) -> EpVer
     passed = check_disable_flag(disable_file_mapped_weights)
     hits = _scan(segment)
     state, reason = _decide(hits, segment or "", passed)
-    return EpVerdict(state, reason, _evidence(hits))
+    mapped, disabled = _nodes(hits)
+    return EpVerdict(state, reason, _evidence(hits), mapped, disabled)
+
+
+def _nodes(hits: Sequence[_Hit]) -> tuple[int, int]:
+    """(nodes mapped, nodes disabled per node): a mapped node has its mapping line and the
+    session served DMA regions; a disabled node has its own warning."""
+    served = any(h.pattern.effect == "dma-ok" for h in hits)
+    mapped = sum(h.pattern.name in NODE_MAPS for h in hits) if served else 0
+    return mapped, sum(h.pattern.name in NODE_DISABLES for h in hits)
 
 
 def _by_effect(hits: Sequence[_Hit]) -> dict[str, list[_Hit]]:
@@ -441,6 +254,13 @@ def _decide(hits: Sequence[_Hit], text: str, passed: str) -> tuple[str, str]:
     e = _by_effect(hits)
     ep_option = e["option"][-1].value if e["option"] else None
     mapped = bool(e["map"]) and bool(e["dma-ok"])
+    if ep_option is not None and ep_option != passed:
+        return "option-ignored", (
+            f'option ignored by the EP: the harness passed disable_file_mapped_weights="{passed}", '
+            f'the EP echoed "{ep_option}"'
+        )
+    if e["ep-error"]:
+        return "ep-error", "hard error in SetupBackend: " + _message(e["ep-error"][-1])
     if e["gate"]:
         if e["dma-ok"]:
             return "unknown", "contradictory log: DMA data mapped after the platform gate turned mapping off"
@@ -448,8 +268,7 @@ def _decide(hits: Sequence[_Hit], text: str, passed: str) -> tuple[str, str]:
     if ep_option == "1":
         if e["dma-ok"]:
             return "unknown", "contradictory log: DMA data mapped although the EP confirmed option 1"
-        note = "" if passed == "1" else ' (the harness passed "0")'
-        return "disabled", "disable_file_mapped_weights=1 confirmed by the EP" + note
+        return "disabled", "disable_file_mapped_weights=1 confirmed by the EP"
     if e["retry"]:
         return "retried", _message(e["retry"][-1]).rstrip(".")
     if e["map-failed"]:
@@ -458,16 +277,17 @@ def _decide(hits: Sequence[_Hit], text: str, passed: str) -> tuple[str, str]:
             + _message(e["map-failed"][0]).rstrip(".")
             + "); the session was created from a direct read"
         )
+    nodes_mapped, nodes_disabled = _nodes(hits)
     if e["ep-disabled"]:
-        reasons = list(dict.fromkeys(h.pattern.reason for h in e["ep-disabled"]))
-        return "ep-disabled", "; ".join(reasons)
+        reasons = "; ".join(dict.fromkeys(h.pattern.reason for h in e["ep-disabled"]))
+        if mapped and nodes_mapped and nodes_disabled:
+            return "mixed", f"{nodes_mapped} node(s) mapped, {nodes_disabled} disabled per node ({reasons})"
+        return "ep-disabled", reasons
     if mapped:
         paths = sorted({h.value for h in e["map"] if h.pattern.name == "map-create" and h.value})
         reason = f"{len(e['dma-ok'])} DMA region(s) mapped" + (f" from {', '.join(paths)}" if paths else "")
         if passed == "1":
-            reason += ' although the harness passed "1" (' + (
-                'the EP reported "0")' if ep_option == "0" else "the EP did not confirm it)"
-            )
+            reason += ' although the harness passed "1" (the EP did not confirm it)'
         return "active", reason
     return "unknown", _missing(e, text, passed, ep_option)
 
@@ -517,7 +337,14 @@ def aggregate(verdicts: Iterable[EpVerdict]) -> WorkerVerdict:
     for v in verdicts:
         counts[v.state] = counts.get(v.state, 0) + 1
     worst = min(verdicts, key=lambda v: WORST_ORDER.index(v.state))
-    return WorkerVerdict(worst.state, {s: counts[s] for s in EP_STATES if s in counts}, worst.reason, worst.evidence)
+    return WorkerVerdict(
+        worst.state,
+        {s: counts[s] for s in EP_STATES if s in counts},
+        worst.reason,
+        worst.evidence,
+        sum(v.nodes_mapped for v in verdicts),
+        sum(v.nodes_disabled for v in verdicts),
+    )
 
 
 def classify_log(text: str, *, disable_file_mapped_weights: str) -> WorkerVerdict:

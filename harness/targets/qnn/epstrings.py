@@ -9,8 +9,8 @@ harness/targets/qnn/data with its provenance; a version without one fails the of
 command below in the message.
 
     python -m harness.targets.qnn.epstrings --fetch --out-dir harness/targets/qnn/data
-        downloads the installed version's win_arm64 wheel, reads its DLL and the installed
-        library (Linux x86_64), writes both fixtures
+        downloads the installed version's win_arm64 and win_amd64 wheels, reads their DLLs and
+        the installed library (Linux x86_64), writes the three fixtures
     python -m harness.targets.qnn.epstrings --extract-strings WHEEL_OR_LIBRARY [--out FILE]
         one fixture from a wheel or a provider library file
 """
@@ -25,33 +25,25 @@ import shlex
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.core.errors import RegistryUnreachable, StringsError
-from harness.targets.qnn.eplog import IGNORED, LINUX, PATTERNS, WIN, LogPattern
+from harness.targets.qnn.eplog import IGNORED, LINUX, PATTERNS, WIN, WIN_X64, LogPattern
+from harness.targets.qnn.epselect import MIN_LEN, SELECT_TERMS, select, strings_at
 
-#: the reference list's grep terms (shared/reference/onnxruntime-qnn-2.7.0-ep-strings.txt) ...
-REFERENCE_TERMS = ("file mapp", "DMA data", "rpcmem", "direct read", "Retrying", "read callback", "disable_file_mapped")
-#: ... plus the ones that reach the rest of the mapping path's messages (the retry's first half,
-#: the mapped view, the DMA request checks and callbacks, the SSR version check, the session marker)
-EXTRA_TERMS = (
-    "WithCallback",
-    "mapview",
-    "mapping request",
-    "mapped file",
-    "DmaDataCallback",
-    "mapping release request",
-    "context binary version",
-    "Creating QNN EP",
-)
-SELECT_TERMS = REFERENCE_TERMS + EXTRA_TERMS
-MIN_LEN = 8  # strings -n 8
-LIBRARY_NAMES = {WIN: "onnxruntime_providers_qnn.dll", LINUX: "libonnxruntime_providers_qnn.so"}
+__all__ = ["MIN_LEN", "SELECT_TERMS", "select", "strings_at"]  # re-exported: the selection rule lives in epselect
+
+LIBRARY_NAMES = {
+    WIN: "onnxruntime_providers_qnn.dll",
+    LINUX: "libonnxruntime_providers_qnn.so",
+    WIN_X64: "onnxruntime_providers_qnn.dll",
+}
+#: the pip platform tag of each Windows wheel
+WHEEL_PLATFORMS = {WIN: "win_arm64", WIN_X64: "win_amd64"}
 PROVENANCE_KEYS = ("platform", "version", "qnn-sdk", "source", "source-sha256", "library", "library-sha256")
 FIXTURE_DIR = Path(__file__).resolve().parent / "data"  # inside the package: an installed harness has no suites/
-_PRINTABLE = re.compile(rb"[\t\x20-\x7e]{%d,}" % MIN_LEN)
 _NETWORK_ERRORS = re.compile(
     r"NewConnectionError|Max retries exceeded|Temporary failure in name resolution|"
     r"Network is unreachable|Connection refused|ConnectTimeout|ReadTimeout|"
@@ -71,22 +63,17 @@ class StringsList:
 
 def printable_strings(data: bytes, min_len: int = MIN_LEN) -> list[str]:
     """Runs of >= min_len printable ASCII characters or tabs: GNU ``strings -a -n 8``."""
-    pattern = _PRINTABLE if min_len == MIN_LEN else re.compile(rb"[\t\x20-\x7e]{%d,}" % min_len)
-    return [m.group().decode("ascii") for m in pattern.finditer(data)]
-
-
-def select(strings: Iterable[str], terms: Sequence[str] = SELECT_TERMS) -> list[str]:
-    """The file-mapping strings: those containing a term, case-insensitively; sorted, unique."""
-    low = [t.lower() for t in terms]
-    return sorted({s for s in strings if any(t in s.lower() for t in low)})
+    return [text for _, text in strings_at(data, min_len)]
 
 
 def _platform_of(name: str) -> str:
+    if "win_amd64" in name:
+        return WIN_X64
     if name.endswith(".dll") or "win_arm64" in name:
         return WIN
     if name.endswith(".so") or "linux_x86_64" in name:
         return LINUX
-    raise StringsError(f"{name}: neither a win_arm64 nor a linux x86_64 onnxruntime-qnn wheel or library")
+    raise StringsError(f"{name}: neither a win_arm64, win_amd64 nor a linux x86_64 onnxruntime-qnn wheel or library")
 
 
 def _sha256(data: bytes) -> str:
@@ -115,7 +102,7 @@ def extract(path: Path) -> StringsList:
         "library": path.name,
         "library-sha256": _sha256(raw),
     }
-    return StringsList(platform, select(printable_strings(raw)), header)
+    return StringsList(platform, select(strings_at(raw)), header)
 
 
 def _from_wheel(path: Path, raw: bytes) -> StringsList:
@@ -139,7 +126,7 @@ def _from_wheel(path: Path, raw: bytes) -> StringsList:
         "library": members[0],
         "library-sha256": _sha256(lib),
     }
-    return StringsList(platform, select(printable_strings(lib)), header)
+    return StringsList(platform, select(strings_at(lib)), header)
 
 
 def _qnn_sdk(build_info: str) -> str:
@@ -173,7 +160,8 @@ def _installed_provenance(lib: Path) -> dict[str, str]:
 
 
 def fixture_name(version: str, platform: str) -> str:
-    """harness/targets/qnn/data file name: the win_arm64 list keeps the reference's name."""
+    """harness/targets/qnn/data file name: the win_arm64 list keeps the reference's name (the
+    others name their platform)."""
     return (
         f"onnxruntime-qnn-{version}-ep-strings.txt"
         if platform == WIN
@@ -199,10 +187,10 @@ def missing_fixture_message(version: str, platform: str) -> str:
 
 def _reproduce(lst: StringsList) -> list[str]:
     version = lst.header.get("version", "VERSION")
-    if lst.platform == WIN:
+    if lst.platform in WHEEL_PLATFORMS:
         return [
-            f"pip download --no-deps --only-binary=:all: --platform win_arm64 --python-version 3.11 "
-            f"onnxruntime-qnn=={version} -d DIR",
+            f"pip download --no-deps --only-binary=:all: --platform {WHEEL_PLATFORMS[lst.platform]} "
+            f"--python-version 3.11 onnxruntime-qnn=={version} -d DIR",
             f"python -m harness.targets.qnn.epstrings --extract-strings DIR/{lst.header.get('source', 'WHEEL')} "
             f"--out FILE",
         ]
@@ -219,7 +207,8 @@ def render_fixture(lst: StringsList) -> str:
         f"# File-mapping strings of {lib} ({lst.header.get('source', '?')}).",
         *(f"# {k}: {lst.header[k]}" for k in PROVENANCE_KEYS if k in lst.header),
         f"# selection: printable ASCII runs of >= {MIN_LEN} characters (strings -a -n {MIN_LEN}) containing, "
-        f"case-insensitively, any of: {', '.join(repr(t) for t in SELECT_TERMS)}",
+        f"case-insensitively, any of: {', '.join(repr(t) for t in SELECT_TERMS)}; plus the literal pools of "
+        "the mapper and DMA functions by position (harness/targets/qnn/epselect.py)",
         *(f"# reproduce: {cmd}" for cmd in _reproduce(lst)),
         "# Every line after this header is one string, verbatim (leading/trailing spaces included).",
     ]
@@ -245,7 +234,7 @@ def read_fixture(path: Path) -> StringsList:
             header[key] = value
         n += 1
     if header.get("platform") not in LIBRARY_NAMES:
-        raise StringsError(f"{path}: no '# platform: win_arm64|linux_x86_64' header line")
+        raise StringsError(f"{path}: no '# platform: {'|'.join(LIBRARY_NAMES)}' header line")
     return StringsList(header["platform"], lines[n:], header)
 
 
@@ -311,7 +300,7 @@ def installed_library() -> Path | None:
     return None
 
 
-def download_command(version: str, dest: Path) -> list[str]:
+def download_command(version: str, dest: Path, platform: str = WIN) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -320,7 +309,7 @@ def download_command(version: str, dest: Path) -> list[str]:
         "--no-deps",
         "--only-binary=:all:",
         "--platform",
-        "win_arm64",
+        WHEEL_PLATFORMS[platform],
         "--python-version",
         "3.11",
         f"onnxruntime-qnn=={version}",
@@ -331,16 +320,17 @@ def download_command(version: str, dest: Path) -> list[str]:
     ]
 
 
-def download_wheel(version: str, dest: Path, *, timeout_s: float = 300.0) -> Path:
-    """The win_arm64 wheel of `version`, through pip (its index, proxy and cache settings)."""
+def download_wheel(version: str, dest: Path, *, timeout_s: float = 300.0, platform: str = WIN) -> Path:
+    """The win_arm64 (or win_amd64) wheel of `version`, through pip (its index, proxy and cache
+    settings)."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = download_command(version, dest)
+    cmd = download_command(version, dest, platform)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as err:
         raise RegistryUnreachable(f"pip download did not finish in {timeout_s:.0f} s") from err
-    wheels = sorted(dest.glob(f"onnxruntime_qnn-{version}-*win_arm64.whl"))
+    wheels = sorted(dest.glob(f"onnxruntime_qnn-{version}-*{WHEEL_PLATFORMS[platform]}.whl"))
     if proc.returncode == 0 and wheels:
         return wheels[0]
     tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
@@ -350,9 +340,12 @@ def download_wheel(version: str, dest: Path, *, timeout_s: float = 300.0) -> Pat
 
 
 def fetch(version: str, out_dir: Path, work: Path) -> list[Path]:
-    """Write the fixtures of `version`: the downloaded win_arm64 DLL and, when it is the installed
-    version on Linux x86_64, the installed library."""
-    written = [write_fixture(extract(download_wheel(version, work)), out_dir / fixture_name(version, WIN))]
+    """Write the fixtures of `version`: the downloaded win_arm64 and win_amd64 DLLs and, when it
+    is the installed version on Linux x86_64, the installed library."""
+    written = [
+        write_fixture(extract(download_wheel(version, work, platform=p)), out_dir / fixture_name(version, p))
+        for p in WHEEL_PLATFORMS
+    ]
     lib = installed_library()
     if lib is not None and lib.suffix == ".so" and installed_version() == version:
         lst = extract(lib)
@@ -367,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--extract-strings", metavar="WHEEL_OR_LIBRARY", type=Path)
-    what.add_argument("--fetch", action="store_true", help="download the win_arm64 wheel and write both fixtures")
+    what.add_argument("--fetch", action="store_true", help="download the Windows wheels and write every fixture")
     parser.add_argument("--out", type=Path, help="fixture file to write (default: stdout)")
     parser.add_argument("--out-dir", type=Path, default=FIXTURE_DIR, help="--fetch: where the fixtures go")
     parser.add_argument("--version", help="--fetch: onnxruntime-qnn version (default: the installed one)")

@@ -1,0 +1,338 @@
+"""The EP's file-mapping messages (onnxruntime-qnn 2.7.0) and what each means for a verdict:
+`PATTERNS` (read by `eplog`), `IGNORED` (strings of the binaries no verdict needs, each with
+why), the states' precedence and the EP-disabled reasons.
+
+Every pattern's literal parts are C string literals of the shipped binaries it names in
+``platforms``, and every string the selection rule (`epselect`) takes from a binary is read by
+a pattern or listed in `IGNORED`: `epstrings.check` enforces both against the committed
+fixtures, so a reworded or new message cannot go unnoticed.
+
+Levels (``level``) are the 2.7.0 ones where the strings or the readable source show them:
+"Found existing mapview" and "Created mapview pointer" are INFO, as the mapping line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+OPTION_VALUES = ("0", "1")  # disable_file_mapped_weights: "1" turns the feature off
+#: inside one session's segment: the first state whose evidence is present wins
+PRECEDENCE = (
+    "option-ignored",
+    "ep-error",
+    "unavailable",
+    "disabled",
+    "retried",
+    "mixed",
+    "ep-disabled",
+    "active",
+    "unknown",
+)
+#: across a worker's sessions, worst first: no evidence (nothing can be ruled out, not even a
+#: retry) > a failed attempt > the EP's own policy > the platform gate > the user's option > mapped
+WORST_ORDER = (
+    "option-ignored",
+    "ep-error",
+    "unknown",
+    "retried",
+    "mixed",
+    "ep-disabled",
+    "unavailable",
+    "disabled",
+    "active",
+)
+#: states that are failures whatever else the worker did (the harness fails the worker)
+FAILED_STATES = ("option-ignored", "ep-error")
+
+REASON_EMBEDDED = "embedded context"
+REASON_VERSION = "context binary version < 3.3.3"
+REASON_READ_CALLBACK = "read callback registered"
+REASON_RPCMEM = "RPCMem unavailable"
+EP_DISABLED_REASONS = (REASON_EMBEDDED, REASON_VERSION, REASON_READ_CALLBACK, REASON_RPCMEM)
+
+#: the binaries onnxruntime-qnn ships: win_arm64 (the feature), linux x86_64 and win_amd64
+#: (both print the platform gate)
+WIN, LINUX, WIN_X64 = "win_arm64", "linux_x86_64", "win_amd64"
+PLATFORMS = (WIN, LINUX, WIN_X64)
+EVIDENCE_LINES = 5
+
+
+@dataclass(frozen=True)
+class LogPattern:
+    """One message of the EP. `template` is the message with ``{}`` where the EP inserts a value;
+    the literal parts between are C string literals of the shipped binaries listed in
+    `platforms` (the strings test checks each is there), so the pattern cannot drift from the
+    real text unnoticed."""
+
+    name: str
+    template: str
+    effect: str  # see _EFFECTS
+    platforms: tuple[str, ...] = (WIN,)
+    reason: str = ""  # ep-disabled only: one of EP_DISABLED_REASONS
+    level: str = ""  # log level the EP uses (I/W/E/V; "" when it is a status text)
+
+    @property
+    def fragments(self) -> tuple[str, ...]:
+        return tuple(part for part in self.template.split("{}") if part)
+
+    @cached_property
+    def regex(self) -> re.Pattern[str]:
+        parts = self.template.split("{}")
+        body = "(.*?)".join(re.escape(p) for p in parts[:-1])
+        body = body + "(.*)" + re.escape(parts[-1]) if len(parts) > 1 else re.escape(parts[0])
+        return re.compile(body)
+
+
+_EVIDENCE_RANK = (
+    "ep-error",
+    "gate",
+    "option",
+    "retry",
+    "map-failed",
+    "ep-disabled",
+    "map",
+    "dma-ok",
+    "dma-request",
+    "note",
+    "session",
+)
+_EFFECTS = (
+    "session",
+    "gate",
+    "option",
+    "ep-error",
+    "ep-disabled",
+    "retry",
+    "map",
+    "dma-request",
+    "dma-ok",
+    "map-failed",
+    "note",
+)
+#: per-node disables (the others switch mapping off for the whole session)
+NODE_DISABLES = ("embedded-node", "old-binary")
+#: one per context bin a node maps (first use, or a cache hit of the backend manager's mapper)
+NODE_MAPS = ("map-create", "map-cached")
+
+# Order matters only where one text contains another: specific before generic.
+PATTERNS: tuple[LogPattern, ...] = (
+    LogPattern("session", "Creating QNN EP", "session", PLATFORMS, level="I"),
+    LogPattern(
+        "gate",
+        "File mapped weights feature is only available on Windows arm64 devices for QNN API "
+        "versions >= 2.32. Feature will be disabled by default",
+        "gate",
+        (LINUX, WIN_X64),
+        level="W",
+    ),
+    LogPattern("option", "User specified disable_file_mapped_weights: {}", "option", PLATFORMS, level="W"),
+    LogPattern(
+        "embedded-node",
+        "{} is using an embedded cache. Disabling file mapping for this node.",
+        "ep-disabled",
+        reason=REASON_EMBEDDED,
+        level="W",
+    ),
+    LogPattern(
+        "embedded-ep",
+        "File mapped weights feature is incompatible with embedded EP contexts. Feature will be disabled by default.",
+        "ep-disabled",
+        reason=REASON_EMBEDDED,
+        level="W",
+    ),
+    LogPattern(
+        "old-binary",
+        "{}. File mapping is only supported for versions >= 3.3.3. Disabling file mapping for this node.",
+        "ep-disabled",
+        reason=REASON_VERSION,
+        level="W",
+    ),
+    LogPattern(
+        "old-binary-ssr",
+        "SSR recovery: context binary version {} < 3.3.3, file mapping not supported. Falling back to direct read.",
+        "ep-disabled",
+        reason=REASON_VERSION,
+        level="W",
+    ),
+    LogPattern(
+        "read-callback-reuse",
+        "EPContext read callback registered on a session reusing an already-set-up "
+        "backend manager; disabling file mapping for this session.",
+        "ep-disabled",
+        PLATFORMS,
+        reason=REASON_READ_CALLBACK,
+        level="W",
+    ),
+    LogPattern(
+        "read-callback",
+        "EPContext read callback registered; disabling file mapping for this session.",
+        "ep-disabled",
+        PLATFORMS,
+        reason=REASON_READ_CALLBACK,
+        level="W",
+    ),
+    LogPattern(
+        "rpcmem-load",
+        "Unable to load RPCMem library: {} - Disabling file mapped weights.",
+        "ep-disabled",
+        PLATFORMS,
+        reason=REASON_RPCMEM,
+        level="W",
+    ),
+    # a hard error of SetupBackend (a failed status), not a deliberate disable
+    LogPattern(
+        "rpcmem-missing", "RPCMem Library is required for file mapping but is uninitialized.", "ep-error", level="E"
+    ),
+    LogPattern(
+        "retry-direct-read",
+        "contextCreateFromBinaryWithCallback failed ({}). Retrying with direct read.",
+        "retry",
+        level="W",
+    ),
+    LogPattern(
+        "retry-feature-off",
+        "Failed to create context with file mapping enabled. Error: {}. Retrying with feature disabled.",
+        "retry",
+        level="W",
+    ),
+    # the retry tails are literals of their own: any other message ending in one is a retry too
+    LogPattern("retry-direct-read-tail", "{}). Retrying with direct read.", "retry", level="W"),
+    LogPattern("retry-feature-off-tail", "{}. Retrying with feature disabled.", "retry", level="W"),
+    LogPattern("map-create", "Creating context bin file mapping for {}", "map", level="I"),
+    LogPattern("map-cached", "Found existing mapview memory pointer ({}", "map", level="I"),
+    LogPattern("map-file-handle", "Created file handle ({}", "map", level="V"),
+    LogPattern("map-handle", "Created file mapping with handle ({}", "map", level="V"),
+    LogPattern("map-view", "Created mapview pointer with address {}", "map", level="I"),
+    LogPattern("dma-request", "Mapping DMA data for request: memory mapped base pointer({}", "dma-request", level="I"),
+    LogPattern("dma-ok", "Created DMA data mapping with address: {}", "dma-ok", level="I"),
+    LogPattern("dma-register-failed", "Failed to register DMA data mapping to RPCMEM", "map-failed", level="E"),
+    LogPattern(
+        "dma-after-error",
+        "Attempting to map DMA data but file mapping has been disabled, possibly due "
+        "to an error in a previous request.",
+        "map-failed",
+        level="W",
+    ),
+    LogPattern(
+        "dma-null-base", "Attempting to map DMA data for null memory mapped base pointer", "map-failed", level="E"
+    ),
+    LogPattern(
+        "dma-bad-size", "Mapping request size must be > 0 with backend mapping required", "map-failed", level="E"
+    ),
+    LogPattern(
+        "dma-overflow",
+        "Critical error in QNN: mapping request offset + size will overflow 64 bits",
+        "map-failed",
+        level="E",
+    ),
+    LogPattern(
+        "dma-out-of-file", "Requested offset and size includes memory outside of mapped file", "map-failed", level="E"
+    ),
+    LogPattern("dma-callback-param", "MapDmaDataCallback: notify_param is null", "map-failed", level="E"),
+    LogPattern("dma-callback-manager", "MapDmaDataCallback: QnnBackendManager is null", "map-failed", level="E"),
+    # the mapping step's own failures (windows_file_mapper.cc): a non-ASCII path or a sharing
+    # violation gives the file-handle one
+    LogPattern("map-file-failed", "Failed to create file handle for context bin{}", "map-failed", level="E"),
+    LogPattern("map-empty", "Context bin has a size of 0 bytes: {}", "map-failed", level="E"),
+    LogPattern("map-no-path", "Context bin file path is empty", "map-failed", level="E"),
+    LogPattern("map-handle-failed", "Failed to create file mapping handle for context bin{}", "map-failed"),
+    LogPattern("map-view-failed", "Failed to retrieve mapview pointer for context bin{}", "map-failed"),
+    LogPattern(
+        "mapper-missing", "Attempting to use File Mapping feature but file_mapper_ is uninitialized", "map-failed"
+    ),
+    LogPattern(
+        "callback-api-missing", "Invalid function pointer for contextCreateFromBinaryWithCallback.", "map-failed"
+    ),
+    # release side: reported as evidence, they do not change where this session's weights came from
+    LogPattern("dma-release", "Releasing DMA data mapping for memory mapped pointer({}", "note", level="I"),
+    LogPattern("deregister-failed", "Failed to deregister buffer from RPCMEM: {}", "note", level="E"),
+    LogPattern("unmap-failed", "Failed to unmap view of file with ptr: {}", "note", level="E"),
+    LogPattern("release-null", "Attempting to release DMA data for null memory mapped pointer", "note", level="E"),
+    LogPattern(
+        "release-bad-request",
+        "Mapping release request address must not be null and size must be > 0",
+        "note",
+        level="E",
+    ),
+    LogPattern("release-callback-param", "ReleaseDmaDataCallback: notify_param is null", "note", level="E"),
+    LogPattern("release-callback-manager", "ReleaseDmaDataCallback: QnnBackendManager is null", "note", level="E"),
+)
+
+#: Selected strings of the binaries (see epstrings.SELECT_TERMS) that no pattern reads, each
+#: with why. A regex, matched against the whole string.
+IGNORED: tuple[tuple[str, str], ...] = (
+    (r"disable_file_mapped_weights", "the provider option's key, not a message"),
+    (
+        r"Failed to get symbol remote_register_buf_attr2\.|remote_register_buf_attr2",
+        "RPCMem loader: a symbol name and the exception text reported inside 'Unable to load RPCMem library: <e>'",
+    ),
+    (
+        r"\) for context bin( file)?: ?|\) isBackendMappingNeeded\(|\), (total file size|size|offset|address)\(|"
+        r"\), size: \(| for context bin |[.,] Error code: ",
+        "value-formatting tails of mapper / DMA messages whose head is classified",
+    ),
+    (
+        r"onnxruntime::qnn::(QnnBackendManager::)?(MapDmaData|ReleaseDmaData)|onnxruntime::qnn::UnmapFile|"
+        r"onnxruntime::qnn::WindowsFileMapper::GetContextBinMappedMemoryPtr",
+        "__FUNCTION__ names of the mapper and DMA functions (the position rule's anchors)",
+    ),
+    (
+        r"Profiling level set to (basic|detailed|optrace)\.|Failed to create QNN profile! Error: |"
+        r"Failed to enable op trace! Error: |Could not free backend profile handle!|Invalid Qnn context priority\.|"
+        r"No known node names associated with context handle: ",
+        "a neighbouring function's literals inside the DMA callbacks' pool (profiling, context priority, "
+        "context-to-node lookup): not file mapping",
+    ),
+    (
+        r"Exception|FailFast|ReturnHr|ReturnNt|RaiseFailFastException|RtlDisownModuleHeapAllocation|WIL Exception|"
+        r"C:\\actions-runner\\.*",
+        "WIL (Windows Implementation Library) error-reporting texts and build paths before the mapper's pool",
+    ),
+    (
+        r"SC8[0-9]{3}XP|~+|Hash table size overflow| \.\.\. \(message truncated\)|\[%s : %d\] RAW: |bad allocation|"
+        r"bad function call",
+        "SoC names, a separator line, abseil and C++ runtime texts after the RPCMem loader's pool",
+    ),
+    (r"rpcmem_(alloc|free|to_fd)", "symbol names the EP resolves in the RPCMem library"),
+    (r"rpcmem_[aft]H", "machine code bytes that happen to spell a symbol prefix (Linux .so)"),
+    (
+        r"Failed to get symbol rpcmem_(alloc|free|to_fd)\.",
+        "text of the exception reported inside 'Unable to load RPCMem library: <e>'",
+    ),
+    (
+        r"(remote_register_)?Failed to initialize RPCMEM dynamic library hand(le: |Hash table size overflow)",
+        "text of the exception reported inside 'Unable to load RPCMem library: <e>'",
+    ),
+    (r"rpcmem_lib should not be nullptr\.", "internal assertion text (ORT_ENFORCE), not a log message"),
+    (
+        r"rpcmem_alloc\(\) failed to allocate and returned nullptr\.",
+        "HTP shared-memory allocator (enable_htp_shared_memory_allocator), not file mapping",
+    ),
+    (
+        r"rpcmem_to_fd\(\) returned invalid file descriptor\.",
+        "HTP shared-memory allocator (enable_htp_shared_memory_allocator), not file mapping",
+    ),
+    (
+        r"No EPContext read callback registered; reading '",
+        "debug detail (VERBOSE) of where ORT gets the .bin path; printed on Linux too, says nothing of mapping",
+    ),
+    (
+        r"EPContext binary decrypted via App read callback: ",
+        "debug detail of the read-callback path; the 'read callback registered' line is what is classified",
+    ),
+    (
+        r"Failed to resolve EPContext read callback \(",
+        "configuration error of the read callback: session creation fails, no mapping path taken",
+    ),
+    (
+        r"Unknown exception occurred while creating QNN EP( factory\.| for compatibility check|\.)",
+        "EP construction error; selected only by the session marker's search term",
+    ),
+    (r"(Unmap|Map)ViewOfFile", "Win32 API import names"),
+    (r"onnxruntime::qnn::(Map|Release)DmaDataCallback", "function names (__FUNCTION__ of error statuses)"),
+    (r"\.\?AV.*RpcMemLibrary.*", "MSVC RTTI type name (symbol)"),
+    (r"_Z.*|St\d+_Sp_counted_ptr_inplace.*", "C++ mangled symbol name (Linux .so)"),
+    (r"(/.*/)?rpcmem_library\.cc", "source file name (Linux .so)"),
+)

@@ -1,0 +1,106 @@
+"""Which strings of a provider library are file-mapping messages: the selection rule.
+
+Two parts, their union:
+
+1. Terms: every string containing one of `SELECT_TERMS`, case-insensitively (the reference
+   list's grep terms and a few more). Cheap, but a message outside the terms is missed: 2.7.0's
+   "Failed to create file handle for context bin" contains none of them.
+2. Position: the literal pools of the mapper and the DMA callbacks. MSVC places a function's
+   string literals together in .rdata, in order of first use, with the function's own
+   ``__FUNCTION__`` string ("onnxruntime::qnn::QnnBackendManager::MapDmaData", used by every
+   error status it returns) among them. So every message a mapper function logs lies between
+   the nearest function-name strings on either side of its own name, unless a gap of more
+   than `MAX_GAP` bytes (another object file's data) comes first. The anchors are the
+   function names of `ANCHOR_FUNCTIONS` (the mapper, the DMA callbacks and their manager
+   methods) and `ANCHOR_LITERALS` (the RPCMem loader, a file with no ``__FUNCTION__`` of its
+   own). A string repeated elsewhere in the binary is merged into its first use: its text is
+   still selected when that use lies in a pool, and otherwise by a term.
+
+What this rule provably catches: every literal of an anchored function whose first use is in
+that function (tested on the 2.7.0 win_arm64 DLL against the messages of the readable source,
+windows_file_mapper.cc and the DMA callbacks of qnn_backend_manager.cc). What it selects
+beyond those (a neighbour's literals, C++ runtime texts) must be classified or listed in
+`eplog.IGNORED` with a reason: the strings test fails on anything neither.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+#: the reference list's grep terms (shared/reference/onnxruntime-qnn-2.7.0-ep-strings.txt) ...
+REFERENCE_TERMS = ("file mapp", "DMA data", "rpcmem", "direct read", "Retrying", "read callback", "disable_file_mapped")
+#: ... plus the ones that reach the rest of the mapping path's messages (the retry's first half,
+#: the mapped view, the DMA request checks and callbacks, the SSR version check, the session
+#: marker, the context-bin checks)
+EXTRA_TERMS = (
+    "WithCallback",
+    "mapview",
+    "mapping request",
+    "mapped file",
+    "DmaDataCallback",
+    "mapping release request",
+    "context binary version",
+    "Creating QNN EP",
+    "Context bin ",  # the mapping step's own checks ("Context bin has a size of 0 bytes: ")
+)
+SELECT_TERMS = REFERENCE_TERMS + EXTRA_TERMS
+MIN_LEN = 8  # strings -n 8
+#: a ``__FUNCTION__`` string of the EP
+FUNCTION_NAME = re.compile(r"onnxruntime::[\w:`'<>\-]+")
+#: the functions whose literal pools are selected by position
+ANCHOR_FUNCTIONS = re.compile(
+    r"onnxruntime::qnn::(\w+::)*(MapDmaDataCallback|ReleaseDmaDataCallback|MapDmaData|ReleaseDmaData|UnmapFile)"
+    r"|onnxruntime::qnn::\w*FileMapper::\w+"
+)
+#: literal anchors of files without a function-name string (the RPCMem library loader)
+ANCHOR_LITERALS = ("Failed to initialize RPCMEM dynamic library handle: ",)
+#: more bytes than this between two strings: another object file's data
+MAX_GAP = 320
+_PRINTABLE = re.compile(rb"[\t\x20-\x7e]{%d,}" % MIN_LEN)
+
+
+def strings_at(data: bytes, min_len: int = MIN_LEN) -> list[tuple[int, str]]:
+    """(offset, text) of every run of >= min_len printable ASCII characters or tabs."""
+    pattern = _PRINTABLE if min_len == MIN_LEN else re.compile(rb"[\t\x20-\x7e]{%d,}" % min_len)
+    return [(m.start(), m.group().decode("ascii")) for m in pattern.finditer(data)]
+
+
+def by_terms(strings: Iterable[str], terms: Sequence[str] = SELECT_TERMS) -> set[str]:
+    low = [t.lower() for t in terms]
+    return {s for s in strings if any(t in s.lower() for t in low)}
+
+
+def _is_anchor(text: str) -> bool:
+    return ANCHOR_FUNCTIONS.fullmatch(text) is not None or text in ANCHOR_LITERALS
+
+
+def _pool(found: Sequence[tuple[int, str]], i: int) -> list[int]:
+    """Indexes of the strings around anchor ``i``: out to the nearest function name (excluded,
+    unless it is an anchor too) or gap on each side."""
+    picked = [i]
+    for step in (-1, 1):
+        j = i
+        while 0 <= j + step < len(found):
+            near, far = sorted((found[j], found[j + step]))
+            if far[0] - (near[0] + len(near[1])) > MAX_GAP:
+                break
+            j += step
+            if FUNCTION_NAME.fullmatch(found[j][1]) and not _is_anchor(found[j][1]):
+                break
+            picked.append(j)
+    return picked
+
+
+def by_position(found: Sequence[tuple[int, str]]) -> set[str]:
+    """The literal pools of the anchors (see the module docstring)."""
+    return {found[j][1] for i, (_, text) in enumerate(found) if _is_anchor(text) for j in _pool(found, i)}
+
+
+def select(found: Iterable[tuple[int, str]] | Iterable[str], terms: Sequence[str] = SELECT_TERMS) -> list[str]:
+    """The file-mapping strings, sorted, unique: by terms, and by position when offsets are
+    given ((offset, text) pairs, from `strings_at`)."""
+    items = list(found)
+    if items and isinstance(items[0], tuple):
+        return sorted(by_terms([t for _, t in items], terms) | by_position(items))
+    return sorted(by_terms(items, terms))

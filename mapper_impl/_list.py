@@ -1,0 +1,134 @@
+"""`load_context_list`: the EP's shared-resource (list) path.
+
+With ``enable_vtcm_backup_buffer_sharing`` or ``htp_share_resource_optimization`` the EP
+creates the contexts of several context binaries from one list (2.7.0:
+``QnnBackendManager::CreateContextVtcmBackupBufferSharingEnabled``). If anything fails with
+file mapping enabled, the mapping step included, it logs "Failed to create context with file
+mapping enabled. Error: <e>, Code: <n>. Retrying with feature disabled." and creates the whole
+list once more without the callbacks, from direct reads. So, unlike the single-context path
+(where a failure of the Windows mapping step is fatal), every stage falls back here.
+
+Each item is one `load_context` of the shared scope (the list's contexts belong to one backend
+manager), mapped with no fallback of its own; a failure tears down every context the mapped
+attempt made (their registrations released), then every item is read directly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from ._common import ContextLoadError, parse_disable_flag
+from ._context import CreateFn, LoadedContext, StageError, load_context
+from ._faults import FaultPlan
+from ._scope import MappingScope, resolve_scope
+
+#: 2.7.0's words for the list path's one retry (its literal parts are strings of the DLL).
+RETRY_MESSAGE = (
+    "Failed to create context with file mapping enabled. Error: {}, Code: {}. Retrying with feature disabled."
+)
+
+
+@dataclass
+class LoadedContextList:
+    """The contexts of one list, in item order, and how the list was made."""
+
+    contexts: list[LoadedContext]
+    path_taken: str  # "mapped", "heap" (disabled) or "fallback" (the retry with the feature off)
+    fallback_stage: str = ""  # the mapped attempt's failing stage
+    errors: list[StageError] = field(default_factory=list)
+    retry_message: str = ""  # the EP's retry line, "" when there was no retry
+
+    @property
+    def values(self) -> list:
+        return [c.value for c in self.contexts]
+
+    def close(self) -> None:
+        for ctx in self.contexts:
+            ctx.close()
+
+    def __enter__(self) -> LoadedContextList:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _items(items: Iterable) -> list[tuple[str, list]]:
+    out = []
+    for i, item in enumerate(items):
+        try:
+            path, regions = item
+        except (TypeError, ValueError):
+            raise TypeError(f"items[{i}] must be a (path, regions) pair, got {item!r}") from None
+        out.append((os.fspath(path), list(regions)))
+    if not out:
+        raise ValueError("a context list needs at least one (path, regions) item")
+    return out
+
+
+def load_context_list(
+    items: Sequence,
+    create: CreateFn,
+    *,
+    disable_file_mapped_weights: bool | str,
+    faults: FaultPlan | None = None,
+    scope: str | MappingScope | None = "session",
+    **options,
+) -> LoadedContextList:
+    """Create every ``(path, regions)`` item's context the way the list path does: all mapped,
+    or, after any failure, all from direct reads (one retry). ``options`` go to each
+    `load_context` (``dma_backend``, ``sweep_deregistrations``, ``read_copy``, ``mapper``).
+    Raises ContextLoadError (every error kept) when the retry fails too, FileCheckError for
+    an unusable file."""
+    todo = _items(items)
+    shared = resolve_scope(scope)  # one backend manager for the whole list
+    if parse_disable_flag(disable_file_mapped_weights):
+        contexts = _direct(todo, create, faults, shared, options)
+        return LoadedContextList(contexts, "heap")
+    made: list[LoadedContext] = []
+    try:
+        for path, regions in todo:
+            made.append(
+                load_context(
+                    path,
+                    regions,
+                    create,
+                    disable_file_mapped_weights=disable_file_mapped_weights,
+                    faults=faults,
+                    fallback_to_heap=False,
+                    scope=shared,
+                    **options,
+                )
+            )
+    except ContextLoadError as err:
+        for ctx in made:  # the mapped attempt's contexts go, their registrations released
+            ctx.close()
+        errors = list(err.errors) + [e for ctx in made for e in ctx.errors]
+        message = RETRY_MESSAGE.format(err, "QNN_COMMON_ERROR_SYSTEM")
+        try:
+            contexts = _direct(todo, create, faults, shared, options)
+        except ContextLoadError as again:
+            raise ContextLoadError(again.path, tuple(errors) + again.errors, err.failed_stage) from again
+        for ctx in contexts:
+            ctx.path_taken, ctx.fallback_stage = "fallback", err.failed_stage
+        return LoadedContextList(contexts, "fallback", err.failed_stage, errors, message)
+    return LoadedContextList(made, "mapped", "", [e for ctx in made for e in ctx.errors])
+
+
+def _direct(todo, create, faults, scope, options) -> list[LoadedContext]:
+    """Every item from a direct read (the retry "with feature disabled")."""
+    contexts: list[LoadedContext] = []
+    try:
+        for path, regions in todo:
+            contexts.append(
+                load_context(
+                    path, regions, create, disable_file_mapped_weights="1", faults=faults, scope=scope, **options
+                )
+            )
+    except BaseException:
+        for ctx in contexts:
+            ctx.close()
+        raise
+    return contexts
