@@ -34,7 +34,7 @@ from harness.runner.memory import (
     system_available_bytes,
 )
 from harness.runner.resources import describe
-from harness.runner.spawn import KillOnCloseJob, python_child, worker_pid_in_tree
+from harness.runner.spawn import KillOnCloseJob, measured_process_env, python_child, worker_pid_in_tree
 from harness.runner.spec import WorkerRecord, WorkerSpec
 from harness.runner.syswatch import SystemWatch
 
@@ -136,6 +136,7 @@ def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob, *, control: bool =
         Path(stale).unlink(missing_ok=True)  # a leftover "ready" would end the barrier early
     spec.write(Path(f"{stem}.spec.json"))
     command, env = python_child("harness.runner.worker", f"{stem}.spec.json")
+    env = measured_process_env(env)
     cwd = group.workdir / name
     try:
         cwd.mkdir(exist_ok=True)

@@ -65,6 +65,23 @@ def python_child(module: str, *args: str) -> tuple[list[str], dict[str, str]]:
     return [interpreter, "-m", module, *args], env
 
 
+#: glibc's mmap threshold, fixed: a block of 128 KiB or more is its own mapping, returned to the
+#: kernel when freed. Left to itself glibc raises the threshold to the size of each big block it
+#: frees, so the next copies come from the heap and a freed direct-read copy stays in the
+#: worker (a 3-model pipeline's heap workers held 1.8 MiB more than their weights). Windows' heap
+#: gives blocks this large their own VirtualAlloc and frees them with VirtualFree, so the fixed
+#: threshold makes the Linux worker's figures mean what the device's do.
+GLIBC_MMAP_THRESHOLD = 128 * 1024
+
+
+def measured_process_env(env: dict[str, str], platform: str = sys.platform) -> dict[str, str]:
+    """``env`` for a process whose memory is measured (workers and the control): on Linux the
+    fixed glibc mmap threshold, unless the user set one (then it is theirs)."""
+    if platform.startswith("linux"):
+        env.setdefault("MALLOC_MMAP_THRESHOLD_", str(GLIBC_MMAP_THRESHOLD))
+    return env
+
+
 def worker_pid_in_tree(spawned_pid: int, reported_pid: int) -> bool:
     """True when the pid a worker reported for itself is the process we spawned or one of its
     descendants (a launcher in between): anything else is not ours to sample."""

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from harness.runner.spawn import harness_identity, worker_interpreter, worker_pid_in_tree
+from harness.runner.spawn import harness_identity, measured_process_env, worker_interpreter, worker_pid_in_tree
 
 
 def test_windows_venv_starts_the_base_interpreter_with_the_launcher_variable():
@@ -88,3 +88,32 @@ def test_the_sampled_pid_is_the_workers_own(run_harness):
         assert row.pid == reported[(f"cpu-{row.mode}-n2-r0", row.worker)]
         assert row.uss_bytes and row.uss_bytes > 5 * 1024**2, "a real Python + ORT worker, not a launcher"
     assert len({r.pid for r in rows}) == 4
+
+
+#: In a child: a big block freed (glibc raises its threshold to it), then a read copy, the
+#: runtime's own copy above it, and the read copy freed: what the heap path does per model.
+_FREED_COPY_CHILD = """
+import psutil
+a = bytearray(8 << 20); del a
+read = bytearray(4 << 20); read[:] = b"x" * len(read)
+kept = bytearray(read)
+del read
+print(psutil.Process().memory_full_info().uss)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mmap threshold: Linux only")
+def test_measured_processes_return_a_freed_copy_to_the_kernel():
+    """With glibc's own dynamic threshold the freed 4 MiB read copy stays in the process; with the
+    environment every measured worker gets (`measured_process_env`) it is gone."""
+    base = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+
+    def uss(env: dict[str, str]) -> int:
+        out = subprocess.run([sys.executable, "-c", _FREED_COPY_CHILD], env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout)
+
+    kept_by_glibc = uss(dict(base)) - uss(measured_process_env(dict(base)))
+    assert kept_by_glibc > 3 * 1024**2, kept_by_glibc
+    assert measured_process_env({"MALLOC_MMAP_THRESHOLD_": "65536"})["MALLOC_MMAP_THRESHOLD_"] == "65536"
+    assert measured_process_env({}, platform="win32") == {}

@@ -143,13 +143,10 @@ def test_a_constant_node_model_saves_its_tensors(run_harness):
     assert_contention_recorded(outcome)
 
 
-@pytest.mark.xfail(
-    reason="since the heap path's transient read copy and the runtime's own copy (main, 2026-12-02), "
-    "a heap worker of this pipeline holds ~1.8 MiB beyond its weights file (rapidocr's rec model: "
-    "12.2 MiB copied of a 10.35 MiB file): +11 % over the onnx count; before that change +1.6 %",
-    strict=False,
-)
 def test_a_three_model_pipeline_saves_its_tensors(run_harness):
+    """Three small models: heap-minus-mapped USS per worker is their tensors. (With glibc's
+    dynamic mmap threshold a heap worker kept a freed read copy, +11 %: the workers now run
+    with a fixed threshold, `spawn.measured_process_env`.)"""
     paths = ocr_models()
     args = [a for p in paths for a in ("--model", str(p))]
     outcome = run_harness("run", *args, *OCR_SHAPE, *TWO, "--quiet", "--no-report")
