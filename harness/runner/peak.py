@@ -132,15 +132,20 @@ class PeakSampler:
         return self
 
     def sample(self) -> None:
-        """One sample, tagged with the current phase (thread-safe: phase changes sample too)."""
-        if self._reader is None:
-            return
-        try:
-            value = self._reader.private()
-        except (OSError, ValueError):
-            return
-        now = time.perf_counter()
+        """One sample, tagged with the current phase (thread-safe: phase changes sample too).
+
+        The read happens under the lock: read outside it, a value of the old phase could be
+        tagged with the next one when the phase changed between the read and the tagging (a
+        sampler thread preempted on a loaded machine between the two makes that likely)."""
         with self._lock:
+            reader = self._reader
+            if reader is None:
+                return
+            try:
+                value = reader.private()
+            except (OSError, ValueError):
+                return
+            now = time.perf_counter()
             self.samples += 1
             if self._last and now - self._last > self.max_gap:
                 self.max_gap = now - self._last

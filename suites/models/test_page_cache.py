@@ -47,8 +47,13 @@ def test_windows_cannot_evict_without_admin(monkeypatch):
 
 
 @linux_only
-def test_cold_run_records_and_reports_start_up_per_mode(run_harness):
-    outcome = run_harness("run", "--model-size", "16MiB", "--page-cache", "cold", "--processes", "1", "--quiet")
+def test_cold_run_records_and_reports_start_up_per_mode(run_harness, tmp_path):
+    # a private cache: a weights file of the shared cache can be mapped by a test running beside
+    # this one (xdist), and pages a process maps are not evicted (the run would be cold-unverified)
+    cache = str(tmp_path / "cache")
+    outcome = run_harness(
+        "run", "--model-size", "16MiB", "--page-cache", "cold", "--processes", "1", "--cache-dir", cache, "--quiet"
+    )
     rows = assert_all_ok(outcome, workers=2)
     assert {r.page_cache for r in rows} == {"cold"}
     assert all(
