@@ -111,6 +111,11 @@ def _pause_before_spawn(group: GroupSpec, index: int) -> None:
         time.sleep(10**6)
 
 
+def _who(index: int, control: bool) -> str:
+    """The process an error names: a worker by its index, the control worker as such."""
+    return "the control worker" if control else f"worker {index}"
+
+
 def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob, *, control: bool = False) -> _Worker:
     if not control:
         _pause_before_spawn(group, index)
@@ -142,7 +147,7 @@ def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob, *, control: bool =
         cwd.mkdir(exist_ok=True)
         log_file = open(spec.log_path, "wb")  # closed in kill_all
     except OSError as err:
-        raise SpawnError(describe(err, f"opening the log of worker {index} of {group.workdir.name}")) from err
+        raise SpawnError(describe(err, f"opening the log of {_who(index, control)} of {group.workdir.name}")) from err
     try:
         proc = subprocess.Popen(
             command,
@@ -154,7 +159,7 @@ def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob, *, control: bool =
         )
     except OSError as err:
         log_file.close()
-        raise SpawnError(describe(err, f"starting worker {index} of {group.workdir.name}")) from err
+        raise SpawnError(describe(err, f"starting {_who(index, control)} of {group.workdir.name}")) from err
     except BaseException:
         log_file.close()
         raise
@@ -270,10 +275,22 @@ class _Observed:
     control_note: str = ""  # why there is no control figure
 
 
-def _control_figure(control: _Worker | None) -> tuple[int | None, str]:
+def _start_control(group: GroupSpec, job: KillOnCloseJob) -> tuple[_Worker | None, str]:
+    """(the control worker once ready, or None and why it could not start). A control that
+    cannot start (no file descriptor left, ...) is data, as a worker's failure is: the workers'
+    figures of this group stay, only their split against the control is missing."""
+    try:
+        control = _spawn(group, group.processes, job, control=True)
+    except SpawnError as err:
+        return None, str(err)
+    _wait_until_ready([control], group.worker_timeout_s)
+    return control, ""
+
+
+def _control_figure(control: _Worker | None, start_error: str = "") -> tuple[int | None, str]:
     """(the control's private memory, why it is missing)."""
     if control is None:
-        return None, ""
+        return None, f"no control figure: the control worker could not start ({start_error})" if start_error else ""
     record = _read_record(control.spec.result_path) or control.ready
     if record is None or record.error or control.ready is None:
         why = record.error if record is not None and record.error else "it did not reach the barrier"
@@ -372,6 +389,7 @@ def run_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupRes
     start_load = machine_load()
     workers: list[_Worker] = []
     control: _Worker | None = None
+    control_error = ""
     job = KillOnCloseJob()
     during = None
     seen = _Observed()
@@ -384,8 +402,7 @@ def run_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupRes
             _wait_until_ready(workers, group.worker_timeout_s, on_event)
         during = system_available_bytes()  # the N workers alone: the control is not counted
         if group.control:  # started once the workers wait: it never competes with their start-up
-            control = _spawn(group, group.processes, job, control=True)
-            _wait_until_ready([control], group.worker_timeout_s)
+            control, control_error = _start_control(group, job)
         everyone = [*workers, *([control] if control else [])]
         for w in everyone:
             if w.ready is not None and w.proc.poll() is None:
@@ -403,7 +420,7 @@ def run_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupRes
     measured = during is not None and any(w.ready for w in workers)
     if seen.load is not None and seen.load.steal_s is not None and start_load.steal_s is not None:
         seen.steal_s = max(seen.load.steal_s - start_load.steal_s, 0.0)
-    seen.control, seen.control_note = _control_figure(control)
+    seen.control, seen.control_note = _control_figure(control, control_error)
     rows = [_row(group, w, seen) for w in workers]
     return GroupResult(
         rows,

@@ -85,7 +85,9 @@ def test_no_file_descriptors_to_start_a_worker_fails_the_run_with_a_status(model
     out = tmp_path / "run"
 
     def take_the_descriptors(harness: psutil.Process) -> None:
-        # exactly what it holds now (2 per live worker): the next group cannot open its pipes
+        # exactly what it holds now (2 per live worker): the first group's control worker
+        # (started once the workers wait) cannot start, which costs only its figure; the next
+        # group's first worker cannot open its pipes either, which fails the run
         soft = harness.num_fds()
         harness.rlimit(psutil.RLIMIT_NOFILE, (soft, harness.rlimit(psutil.RLIMIT_NOFILE)[1]))
 
@@ -102,6 +104,7 @@ def test_no_file_descriptors_to_start_a_worker_fails_the_run_with_a_status(model
     assert meta["status"].startswith("failed: out of file descriptors starting worker"), meta["status"]
     rows = (out / "results.csv").read_text().splitlines()[1:]
     assert [r.split(",")[1] for r in rows] == ["mapped", "mapped"], "the first group's rows are kept"
+    assert "the control worker could not start (out of file descriptors" in (out / "results.csv").read_text()
     assert_no_survivors(out)
 
 
