@@ -54,7 +54,6 @@ def test_weights_truncated_in_the_model_cache_is_rebuilt(run_harness, tmp_path):
     assert not list(cache.glob(".build-*"))  # no scratch left behind
 
 
-@pytest.mark.memory
 def test_weights_truncated_during_a_run_fail_cleanly(model_cache, tmp_path):
     """The weights file is cut in half after the first group's workers loaded it: the next
     group's workers fail with a clear error (no SIGBUS, no hang), the run completes."""

@@ -17,7 +17,6 @@ import signal
 import subprocess
 
 import psutil
-import pytest
 from rel_support import (
     HUNG_WORKER_TIMEOUT_S,
     assert_no_survivors,
@@ -27,7 +26,8 @@ from rel_support import (
     run_quick,
 )
 
-pytestmark = pytest.mark.memory
+# Not `memory`: these tests judge exit codes, status lines and leftovers, never a memory figure, and
+# every limit they set is the harness process's own, so they run beside other tests.
 
 #: A long folder name makes results_long.csv (the run id on every line) far bigger than
 #: metadata.json, so a file-size limit between the two fails a table, not the status.
