@@ -24,8 +24,6 @@ from .units import fmt_bytes
 
 #: Headline metric -> SummaryRow column whose mapped/heap ratio it is (merged into RATIO_COLUMNS).
 PEAK_RATIO_COLUMNS = {"peak_private_ratio": "max_peak_private_bytes"}
-#: Per-worker peak figures (WorkerRecord and ResultRow share these names).
-WORKER_FIELDS = ("peak_private_bytes", "peak_phase", "peak_rss_bytes", "peak_sample_hz", "peak_sample_max_gap_s")
 #: SummaryRow system columns <- attributes of the runner's SystemPeak.
 SYSTEM_FIELDS = {
     "system_min_available_bytes": "min_available_bytes",

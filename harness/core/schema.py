@@ -112,12 +112,21 @@ class ResultRow:
     peak_private_bytes: int = col(
         "Int64",
         "bytes",
-        "highest private memory (Linux: anonymous pages from /proc/self/statm; Windows: PrivateUsage, "
-        "raised to PeakPagefileUsage) sampled inside the worker from its start to ready",
+        "highest private memory (Linux: anonymous pages of /proc/<pid>/statm; Windows: PrivateUsage, "
+        "raised to PeakPagefileUsage) from the worker's start to ready, sampled by the parent at 1 kHz or "
+        "faster and by the worker at each phase change",
         required=False,
     )
     peak_phase: str = col(
         "string", "", "start-up phase of that peak: start | load | create | first_run", required=False
+    )
+    peak_shared_bytes: int = col(
+        "Int64",
+        "bytes",
+        "shared / file-backed resident bytes in the sample where the private figure peaked (Linux: statm "
+        "shared; Windows: working set - private working set): a fallback holding the mapping and the copy "
+        "shows both in one sample",
+        required=False,
     )
     peak_rss_bytes: int = col(
         "Int64",
@@ -126,12 +135,16 @@ class ResultRow:
         required=False,
     )
     peak_sample_hz: float = col(
-        "Float64", "count/s", "samples per second the peak sampler achieved (1000 or more asked)", required=False
+        "Float64",
+        "count/s",
+        "samples per second the parent's peak watch achieved for this worker (1000 or more wanted; below, "
+        "the memory note says so)",
+        required=False,
     )
     peak_sample_max_gap_s: float = col(
         "Float64",
         "s",
-        "longest time between two peak samples (a call holding Python's GIL blinds the sampler that long)",
+        "longest time between two of the parent's peak samples: a shorter transient can be missed",
         required=False,
     )
     weights_bytes: int = col("Int64", "bytes", "size of the weights file the sessions use")

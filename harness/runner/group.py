@@ -12,15 +12,16 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.core.errors import SpawnError
 from harness.core.files import read_json
-from harness.core.fits import WORKER_FIELDS as PEAK_FIELDS
 from harness.core.latency import WORKER_FIELDS as LATENCY_FIELDS
 from harness.core.schema import ResultRow, disable_flag
+from harness.runner.exits import describe_exit, stderr_tail
 from harness.runner.memory import (
     MachineLoad,
     MappedPages,
@@ -33,6 +34,9 @@ from harness.runner.memory import (
     sample_process,
     system_available_bytes,
 )
+from harness.runner.peak import PHASES
+from harness.runner.peakwatch import PeakWatch, WatchedPeak, merged_peak
+from harness.runner.phaseboard import PhaseBoard
 from harness.runner.resources import describe
 from harness.runner.spawn import KillOnCloseJob, measured_process_env, python_child, worker_pid_in_tree
 from harness.runner.spec import WorkerRecord, WorkerSpec
@@ -41,7 +45,6 @@ from harness.runner.syswatch import SystemWatch
 POLL_S = 0.02
 RELEASE_TIMEOUT_S = 60.0
 KILL_WAIT_S = 10.0
-STDERR_TAIL_LINES = 5
 #: on_event(worker index, state, detail): the progress display's view of a group.
 EventCallback = Callable[[int, str, str], None]
 
@@ -94,6 +97,7 @@ class _Worker:
     memory: MemorySample = field(default_factory=MemorySample)
     sampled_pid: int | None = None
     pages: MappedPages = field(default_factory=MappedPages)
+    peak: WatchedPeak = field(default_factory=WatchedPeak)  # the parent's start-up samples
 
 
 def _read_record(path: str) -> WorkerRecord | None:
@@ -116,7 +120,9 @@ def _who(index: int, control: bool) -> str:
     return "the control worker" if control else f"worker {index}"
 
 
-def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob, *, control: bool = False) -> _Worker:
+def _spawn(
+    group: GroupSpec, index: int, job: KillOnCloseJob, *, control: bool = False, watch: PeakWatch | None = None
+) -> _Worker:
     if not control:
         _pause_before_spawn(group, index)
     name = "control" if control else f"w{index}"
@@ -136,6 +142,8 @@ def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob, *, control: bool =
         release_timeout_s=RELEASE_TIMEOUT_S + group.worker_timeout_s,
         fault_action="" if control else group.fault_actions.get(index, ""),
         control=control,
+        phase_board=str(watch.board.path) if watch is not None else "",
+        phase_slot=index if watch is not None else -1,
     )
     for stale in (spec.ready_path, spec.result_path):  # from an earlier run into the same --out:
         Path(stale).unlink(missing_ok=True)  # a leftover "ready" would end the barrier early
@@ -164,6 +172,8 @@ def _spawn(group: GroupSpec, index: int, job: KillOnCloseJob, *, control: bool =
         log_file.close()
         raise
     job.add(getattr(proc, "_handle", 0))
+    if watch is not None:
+        watch.expect(index, proc.pid)
     return _Worker(index, spec, proc, log_file)
 
 
@@ -240,31 +250,6 @@ def kill_all(workers: list[_Worker]) -> None:
         w.log_file.close()
 
 
-def stderr_tail(path: str, lines: int = STDERR_TAIL_LINES) -> str:
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    tail = [line.strip() for line in text.strip().splitlines()[-lines:]]
-    return " | ".join(line for line in tail if line)
-
-
-def describe_exit(code: int | None, timed_out: bool, timeout_s: float) -> str:
-    if timed_out:
-        return f"timed out after {timeout_s:g} s and was killed"
-    if code is None:
-        return "still running"
-    if code < 0:
-        import signal
-
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"killed by {name}"
-    return f"exited with code {code}"
-
-
 @dataclass
 class _Observed:
     """What the parent saw of the group as a whole at the barrier."""
@@ -338,7 +323,8 @@ def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultR
     resident = record.mapped_resident_bytes if record.mapped_resident_bytes is not None else w.pages.resident
     violations = implausible(w.memory, record.private_copy_bytes, resident) if sampled else []
     copied, copy_notes = _composition(w, seen) if sampled else (None, [])
-    memory_note = "; ".join(x for x in (w.memory.note, *violations, *copy_notes) if x)
+    peak_columns, peak_note = merged_peak(record, w.peak)
+    memory_note = "; ".join(x for x in (w.memory.note, *violations, *copy_notes, peak_note) if x)
     return ResultRow(
         target=group.target,
         mode=group.mode,
@@ -376,9 +362,19 @@ def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultR
         ep_reason=record.ep_reason or None,
         ep_nodes=record.ep_nodes or None,
         memory_ok=sampled and not violations,
-        **{name: getattr(record, name) for name in (*LATENCY_FIELDS, *PEAK_FIELDS)},
+        **{name: getattr(record, name) for name in LATENCY_FIELDS},
+        **peak_columns,
         **_split_columns(w, record, seen, copied),
     )
+
+
+def _peak_watch(group: GroupSpec) -> PeakWatch | None:
+    """The parent's watch of the workers' start-up peaks, on a phase board in the group's
+    folder (None if the board cannot be made: the workers' own samples still give a peak)."""
+    try:
+        return PeakWatch(PhaseBoard(group.workdir / "phases.bin", group.processes), PHASES)
+    except (OSError, ValueError):
+        return None
 
 
 def run_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupResult:
@@ -394,12 +390,15 @@ def run_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupRes
     during = None
     seen = _Observed()
     watch = SystemWatch()
+    peaks = _peak_watch(group)
     try:
-        with watch:  # the system's side of the start-up peak: from the first spawn to the barrier
+        with watch, peaks or nullcontext():  # the start-up peaks: from the first spawn to the barrier
             for i in range(group.processes):
-                workers.append(_spawn(group, i, job))
+                workers.append(_spawn(group, i, job, watch=peaks))
                 on_event(i, "starting", "")
             _wait_until_ready(workers, group.worker_timeout_s, on_event)
+        for w in workers:
+            w.peak = peaks.result(w.index) if peaks else WatchedPeak()
         during = system_available_bytes()  # the N workers alone: the control is not counted
         if group.control:  # started once the workers wait: it never competes with their start-up
             control, control_error = _start_control(group, job)
@@ -416,6 +415,9 @@ def run_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupRes
     finally:
         kill_all([*workers, *([control] if control else [])])
         job.close()
+        if peaks is not None:
+            peaks.stop()
+            peaks.board.close()
     after = system_available_bytes()  # idle again: every worker has exited and been reaped
     measured = during is not None and any(w.ready for w in workers)
     if seen.load is not None and seen.load.steal_s is not None and start_load.steal_s is not None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from harness.core.files import write_json_atomic
 
-SPEC_VERSION = 3
+SPEC_VERSION = 4
 
 
 @dataclass
@@ -43,6 +43,10 @@ class WorkerSpec:
     fault_action: str = ""
     #: The group's control worker: the same sessions over no weights (`harness.runner.control`).
     control: bool = False
+    #: The group's phase board and this worker's slot on it (`harness.runner.phaseboard`):
+    #: how the parent's peak watch learns the worker's pid and phases ("": not watched).
+    phase_board: str = ""
+    phase_slot: int = -1
     spec_version: int = SPEC_VERSION
 
     def write(self, path: Path) -> None:
@@ -85,12 +89,12 @@ class WorkerRecord:
     latency_p95_s: float | None = None
     latency_max_s: float | None = None
     inferences_per_s: float | None = None
-    #: The start-up peak (harness.runner.peak): sampled from the worker's start to ready.
+    #: The start-up peak as the worker saw it at its phase changes (harness.runner.peak); the
+    #: parent merges its own 1 kHz samples into the row (harness.runner.peakwatch).
     peak_private_bytes: int | None = None
     peak_phase: str | None = None
+    peak_shared_bytes: int | None = None
     peak_rss_bytes: int | None = None
-    peak_sample_hz: float | None = None
-    peak_sample_max_gap_s: float | None = None
     output_ok: bool = False
     output_detail: str = ""
     weights_bytes: int | None = None

@@ -38,6 +38,22 @@ class PROCESS_MEMORY_COUNTERS_EX(ctypes.Structure):  # noqa: N801 - the SDK's na
     ]
 
 
+class PROCESS_MEMORY_COUNTERS_EX2(ctypes.Structure):  # noqa: N801 - the SDK's name
+    """Windows 10 1809 and later: adds the private working set, so working set minus it is
+    the shared (file-backed) part a mapped weights file is resident in."""
+
+    _fields_ = [
+        *PROCESS_MEMORY_COUNTERS_EX._fields_,
+        ("PrivateWorkingSetSize", SIZE_T),
+        ("SharedCommitUsage", ctypes.c_uint64),
+    ]
+
+
+#: OpenProcess rights psutil asks for to read another process's memory counters.
+PROCESS_QUERY_LIMITED_INFORMATION = 0x1000
+PROCESS_VM_READ = 0x0010
+
+
 class PERFORMANCE_INFORMATION(ctypes.Structure):  # noqa: N801 - the SDK's name
     _fields_ = [
         ("cb", DWORD),
@@ -66,29 +82,54 @@ def _psapi():
     psapi.GetPerformanceInfo.argtypes = [ctypes.c_void_p, DWORD]
     psapi.GetPerformanceInfo.restype = ctypes.c_int
     kernel32.GetCurrentProcess.restype = ctypes.c_void_p
+    kernel32.OpenProcess.argtypes = [DWORD, ctypes.c_int, DWORD]
+    kernel32.OpenProcess.restype = ctypes.c_void_p
+    kernel32.CloseHandle.argtypes = [ctypes.c_void_p]
+    kernel32.CloseHandle.restype = ctypes.c_int
     return psapi, kernel32
 
 
 class ProcessCounters:
-    """The calling process's counters, read into one preallocated structure (the peak
-    sampler's Windows reader: ``private()`` and ``kernel_peaks()``)."""
+    """A process's counters, read into one preallocated structure: this process's (the worker's
+    own phase-change samples: ``private()``, ``kernel_peaks()``) or, given a pid, another's
+    (the parent's peak watch: ``read_split()``), through a handle opened once, as psutil opens
+    it (PROCESS_QUERY_LIMITED_INFORMATION | PROCESS_VM_READ) and closed by ``close()``."""
 
-    def __init__(self) -> None:
+    def __init__(self, pid: int | None = None) -> None:
         if sys.platform != "win32":
             raise OSError("GetProcessMemoryInfo exists on Windows only")
-        self._psapi, kernel32 = _psapi()
-        self._process = kernel32.GetCurrentProcess()  # a pseudo handle: nothing to close
-        self.counters = PROCESS_MEMORY_COUNTERS_EX()
+        self._psapi, self._kernel32 = _psapi()
+        self._owned = pid is not None
+        if pid is None:
+            self._process = self._kernel32.GetCurrentProcess()  # a pseudo handle: nothing to close
+        else:
+            self._process = self._kernel32.OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION | PROCESS_VM_READ, 0, pid)
+            if not self._process:
+                raise OSError(ctypes.get_last_error(), f"OpenProcess({pid}) failed")  # type: ignore[attr-defined]
+        self.counters: ctypes.Structure = PROCESS_MEMORY_COUNTERS_EX2()
         self.counters.cb = ctypes.sizeof(self.counters)
-        self._ref = ctypes.byref(self.counters)
+        if not self._call():  # before Windows 10 1809: no private working set
+            self.counters = PROCESS_MEMORY_COUNTERS_EX()
+            self.counters.cb = ctypes.sizeof(self.counters)
 
-    def read(self) -> PROCESS_MEMORY_COUNTERS_EX:
-        if not self._psapi.GetProcessMemoryInfo(self._process, self._ref, self.counters.cb):
+    def _call(self) -> bool:
+        return bool(self._psapi.GetProcessMemoryInfo(self._process, ctypes.byref(self.counters), self.counters.cb))
+
+    def read(self):
+        if not self._call():
             raise OSError(ctypes.get_last_error(), "GetProcessMemoryInfo failed")  # type: ignore[attr-defined]
         return self.counters
 
     def private(self) -> int:
         return int(self.read().PrivateUsage)
+
+    def read_split(self) -> tuple[int, int | None]:
+        """(private bytes, shared resident bytes: working set - private working set, None
+        where Windows has no private working set)."""
+        c = self.read()
+        private_ws = getattr(c, "PrivateWorkingSetSize", None)
+        shared = max(0, int(c.WorkingSetSize) - int(private_ws)) if private_ws is not None else None
+        return int(c.PrivateUsage), shared
 
     def kernel_peaks(self) -> tuple[int | None, int | None]:
         """(PeakPagefileUsage: the private peak, PeakWorkingSetSize: the RSS peak)."""
@@ -99,7 +140,9 @@ class ProcessCounters:
         return int(c.PeakPagefileUsage), int(c.PeakWorkingSetSize)
 
     def close(self) -> None:
-        pass
+        if self._owned and self._process:
+            self._kernel32.CloseHandle(self._process)
+            self._process = None
 
 
 @dataclass

@@ -146,10 +146,9 @@ def run_and_check(target, live, models, record: WorkerRecord, options: dict) -> 
     """First inference of every model in session group 0 (timed, checked against each model's
     reference), then ``warmup`` untimed and ``runs`` timed passes over all of them (on
     ``concurrency`` threads) for the latency figures (`harness.core.latency`). The start-up
-    peak sampler stops after the first inference: the timed runs are steady state, and a
-    sampler thread beside them would slow what they time. Returns the timed runs raw (samples,
-    wall): their statistics are computed after the sample (`record_latency`), so the observer
-    leaves no trace."""
+    peak's sampling stops after the first inference: the timed runs are steady state. Returns
+    the timed runs raw (samples, wall): their statistics are computed after the sample
+    (`record_latency`), so the observer leaves no trace."""
     from harness.core.latency import timed_runs
     from harness.prep.reference import load_reference
     from harness.runner import peak
@@ -197,8 +196,7 @@ def record_latency(record: WorkerRecord, timed: tuple | None) -> None:
 def record_peak(record: WorkerRecord, found) -> None:
     """The start-up peak sampler's figures into the record."""
     record.peak_private_bytes, record.peak_phase = found.peak_private_bytes, found.peak_phase
-    record.peak_rss_bytes, record.peak_sample_hz = found.peak_rss_bytes, found.peak_sample_hz
-    record.peak_sample_max_gap_s = found.peak_sample_max_gap_s
+    record.peak_shared_bytes, record.peak_rss_bytes = found.peak_shared_bytes, found.peak_rss_bytes
 
 
 def mapped_resident_bytes(folder: Path) -> int | None:
@@ -243,7 +241,7 @@ def drop_weight_pages(live) -> None:
 def run_worker(spec: WorkerSpec) -> int:
     from harness.runner import peak
 
-    peak.start()  # the start-up peak, from the first line (interpreter and imports are "start")
+    peak.start(spec.phase_board, spec.phase_slot)  # the start-up peak, from the first line ("start")
     pause_point(spec, "pause-start")
     exit_with_parent(spec)  # before any heavy import: an orphan must not even finish starting
     pause_point(spec, "pause-imports")

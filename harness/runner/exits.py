@@ -1,0 +1,36 @@
+"""How a worker ended, in words: its exit (code, signal, timeout) and the tail of its log.
+
+Why a module of its own: a worker's failure is data in its row (asv's rule), and these two
+functions are the words of that data, shared by the group runner and its tests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+STDERR_TAIL_LINES = 5
+
+
+def stderr_tail(path: str, lines: int = STDERR_TAIL_LINES) -> str:
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    tail = [line.strip() for line in text.strip().splitlines()[-lines:]]
+    return " | ".join(line for line in tail if line)
+
+
+def describe_exit(code: int | None, timed_out: bool, timeout_s: float) -> str:
+    if timed_out:
+        return f"timed out after {timeout_s:g} s and was killed"
+    if code is None:
+        return "still running"
+    if code < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}"
+    return f"exited with code {code}"

@@ -1,0 +1,149 @@
+"""The parent's watch of a worker's start-up peak (issue 20): a real child process announces
+itself on a real phase board, and the parent's samples see what the child's own phase-change
+samples cannot: a transient held between two phase changes. No timing is asserted: the child
+holds its memory until the test has seen the watch sample it (a handshake, not a sleep)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.runner import peakwatch, winmem
+from harness.runner.peak import PHASES
+from harness.runner.phaseboard import DONE, PhaseBoard, PhaseSlot, state_phase
+from harness.runner.spawn import python_child
+from harness.runner.spec import WorkerRecord
+
+MIB = 1024**2
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/<pid>/statm")
+#: A deadline for the handshake, not a timed assertion: a loaded machine only makes it slower.
+HANDSHAKE_DEADLINE_S = 120.0
+
+CHILD = """
+import json, sys
+from harness.runner import peak
+peak.start(sys.argv[1], int(sys.argv[2]))
+peak.mark("load")
+peak.mark("create")
+block = bytearray(96 * 1024 * 1024)  # zero-filled: every page written, private and resident
+print("holding", flush=True)
+sys.stdin.readline()
+del block
+peak.mark("first_run")
+found = peak.stop()
+print(json.dumps({"own_peak": found.peak_private_bytes, "own_phase": found.peak_phase}), flush=True)
+"""
+
+
+def _wait_for_samples(watch: peakwatch.PeakWatch, slot: int, more_than: int) -> None:
+    deadline = time.monotonic() + HANDSHAKE_DEADLINE_S
+    while watch.samples(slot) <= more_than + 2:
+        assert time.monotonic() < deadline, "the watch took no sample of the child"
+        time.sleep(0.01)
+
+
+@linux_only
+def test_the_parent_sees_a_transient_the_worker_s_own_samples_miss(tmp_path):
+    board = PhaseBoard(tmp_path / "phases.bin", 1)
+    command, env = python_child("harness.runner.worker")  # the environment a worker gets
+    command = [command[0], "-c", CHILD, str(board.path), "0"]
+    try:
+        with peakwatch.PeakWatch(board, PHASES) as watch:
+            child = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            watch.expect(0, child.pid)
+            try:
+                assert child.stdout.readline().strip() == "holding"
+                _wait_for_samples(watch, 0, watch.samples(0))
+                child.stdin.write("go\n")
+                child.stdin.flush()
+                own = json.loads(child.stdout.readline())
+                assert child.wait(timeout=60) == 0
+            finally:
+                child.kill()
+                child.wait()
+            assert state_phase(board.state(0)) == DONE and board.pid(0) == child.pid
+        seen = watch.result(0)
+    finally:
+        board.close()
+    assert seen.peak_private_bytes >= own["own_peak"] + 90 * MIB  # the block, which the child never sampled
+    assert seen.peak_phase == "create"
+    assert seen.samples >= 3 and seen.peak_sample_hz > 0 and seen.peak_sample_max_gap_s >= 0
+    assert seen.peak_shared_bytes > 0  # the interpreter's own file pages at least
+    columns, note = peakwatch.merged_peak(WorkerRecord(peak_private_bytes=own["own_peak"]), seen)
+    assert columns["peak_private_bytes"] == seen.peak_private_bytes and columns["peak_phase"] == "create"
+
+
+@linux_only
+def test_a_slot_naming_a_process_that_is_not_ours_is_not_watched(tmp_path):
+    """A worker that writes someone else's pid (this test's) into its slot is never sampled."""
+    board = PhaseBoard(tmp_path / "phases.bin", 1)
+    slot = PhaseSlot(str(board.path), 0)  # announces THIS process's pid
+    try:
+        watch = peakwatch.PeakWatch(board, PHASES)
+        child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+        try:
+            watch.expect(0, child.pid)
+            slot.set(PHASES.index("create"))
+            for _ in range(peakwatch.PeakWatch.MAX_PID_CHECKS + 1):
+                watch.sweep()
+        finally:
+            child.kill()
+            child.wait()
+        watch.stop()
+        assert watch.result(0) == peakwatch.WatchedPeak()
+    finally:
+        slot.close()
+        board.close()
+    columns, note = peakwatch.merged_peak(WorkerRecord(peak_private_bytes=5 * MIB, peak_phase="load"), watch.result(0))
+    assert columns["peak_private_bytes"] == 5 * MIB and columns["peak_sample_hz"] is None
+    assert "phase-change samples only" in note
+
+
+def test_the_state_byte_changes_at_every_mark_and_is_never_zero(tmp_path):
+    board = PhaseBoard(tmp_path / "phases.bin", 2)
+    slot = PhaseSlot(str(board.path), 1)
+    try:
+        assert board.state(1) == 0 and board.state(0) == 0  # not started
+        seen = []
+        for i in range(70):  # past the counter's wrap (31)
+            slot.set(i % 4)
+            seen.append(board.state(1))
+            assert seen[-1] != 0 and state_phase(seen[-1]) == i % 4
+        assert all(a != b for a, b in zip(seen, seen[1:], strict=False))
+        assert board.state(0) == 0  # the other slot untouched
+    finally:
+        slot.close()
+        board.close()
+    with pytest.raises(ValueError, match="outside the board"):
+        PhaseSlot(str(board.path), 2)
+
+
+def test_a_slow_watch_says_so_in_the_memory_note():
+    slow = peakwatch.WatchedPeak(
+        peak_private_bytes=10 * MIB, peak_phase="create", samples=40, peak_sample_hz=400.0, peak_sample_max_gap_s=0.03
+    )
+    columns, note = peakwatch.merged_peak(WorkerRecord(peak_private_bytes=12 * MIB, peak_phase="load"), slow)
+    assert columns["peak_private_bytes"] == 12 * MIB and columns["peak_phase"] == "load"  # the worker's was higher
+    assert "400 Hz" in note and "30.0 ms" in note
+    fast = peakwatch.WatchedPeak(peak_private_bytes=1, samples=9000, peak_sample_hz=1500.0, peak_sample_max_gap_s=0.01)
+    assert peakwatch.merged_peak(WorkerRecord(peak_private_bytes=12 * MIB), fast)[1] == ""
+
+
+@pytest.mark.skipif(ctypes.sizeof(ctypes.c_size_t) != 8, reason="the 64-bit layout (Windows on ARM64 and x64)")
+def test_windows_ex2_structure_has_the_sdk_layout():
+    """PROCESS_MEMORY_COUNTERS_EX2 (psapi.h, Windows 10 1809): the EX fields (80 bytes), then
+    PrivateWorkingSetSize and SharedCommitUsage: 96 bytes on 64-bit."""
+    assert winmem.PROCESS_MEMORY_COUNTERS_EX2.PrivateWorkingSetSize.offset == 80
+    assert winmem.PROCESS_MEMORY_COUNTERS_EX2.SharedCommitUsage.offset == 88
+    assert ctypes.sizeof(winmem.PROCESS_MEMORY_COUNTERS_EX2) == 96
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="off Windows only")
+def test_another_process_s_counters_refuse_cleanly_off_windows():
+    with pytest.raises(OSError, match="Windows only"):
+        winmem.ProcessCounters(1)
