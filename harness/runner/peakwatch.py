@@ -13,11 +13,11 @@ memory from outside every `INTERVAL_S`:
   ``PrivateUsage``, and working set minus private working set for the shared part.
 
 Each sample is tagged with the phase the worker's slot on the `PhaseBoard` says, read before
-and after the sample: a sample during which the phase changed is counted but tagged with
-neither (the worker samples itself at every phase change, `harness.runner.peak`, so the
-boundaries are covered exactly). The watch of a worker starts once its slot names a pid that
-is the spawned process or one of its children, and ends when the slot says DONE or the
-process is gone. The achieved rate and the longest gap between two samples are recorded:
+and after the sample: a sample during which the phase changed is counted for the rate but
+cannot be the peak, having no phase (the worker samples itself at every phase change,
+`harness.runner.peak`, so the boundaries are covered exactly). The watch of a worker starts
+once its slot names a pid that is the spawned process or one of its children, and ends when
+the slot says DONE or the process is gone. The achieved rate and the longest gap between two samples are recorded:
 a transient shorter than the gap can be missed, and the row says so below 1 kHz.
 """
 
@@ -93,7 +93,7 @@ class _Slot:
     reader: object | None = None
     finished: bool = False
     peak: int = -1
-    phase: int | None = None
+    phase: int = 0
     shared: int | None = None
     samples: int = 0
     first: float = 0.0
@@ -152,10 +152,9 @@ class PeakWatch:
         else:
             slot.first = now
         slot.samples, slot.last = slot.samples + 1, now
-        if private > slot.peak:
-            stable = before == after and state_phase(before) != DONE
-            slot.peak, slot.shared = private, shared
-            slot.phase = state_phase(before) if stable else None
+        stable = before == after and state_phase(before) != DONE
+        if stable and private > slot.peak:  # a sample across a phase change: counted, not a peak
+            slot.peak, slot.shared, slot.phase = private, shared, state_phase(before)
         if state_phase(after) == DONE:
             self._finish(slot)
 
@@ -186,9 +185,9 @@ class PeakWatch:
         if found is None or found.samples == 0:
             return WatchedPeak()
         span = found.last - found.first
-        phase = self.phases[found.phase] if found.phase is not None and found.phase < len(self.phases) else None
+        phase = self.phases[found.phase] if found.peak >= 0 and found.phase < len(self.phases) else None
         return WatchedPeak(
-            peak_private_bytes=found.peak,
+            peak_private_bytes=found.peak if found.peak >= 0 else None,
             peak_phase=phase,
             peak_shared_bytes=found.shared,
             samples=found.samples,
