@@ -147,3 +147,38 @@ def test_windows_ex2_structure_has_the_sdk_layout():
 def test_another_process_s_counters_refuse_cleanly_off_windows():
     with pytest.raises(OSError, match="Windows only"):
         winmem.ProcessCounters(1)
+
+
+class _ReaderThatChangesPhase:
+    """A reader during whose read the worker changes phase (what a real race looks like from
+    the parent): its figure must count for the rate and never become the peak."""
+
+    def __init__(self, slot: PhaseSlot, values: list[tuple[int, int]]) -> None:
+        self.slot, self.values, self.calls = slot, values, 0
+
+    def read_split(self) -> tuple[int, int]:
+        self.calls += 1
+        if self.calls == 2:
+            self.slot.set(PHASES.index("load"))  # the phase changes mid-read
+        return self.values[self.calls - 1]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_sample_across_a_phase_change_is_never_the_peak(tmp_path):
+    board = PhaseBoard(tmp_path / "phases.bin", 1)
+    slot = PhaseSlot(str(board.path), 0)
+    try:
+        slot.set(PHASES.index("create"))
+        watch = peakwatch.PeakWatch(board, PHASES)
+        watch.expect(0, 0)
+        watch._slots[0].reader = _ReaderThatChangesPhase(slot, [(10 * MIB, 1), (99 * MIB, 2), (20 * MIB, 3)])
+        for _ in range(3):
+            watch.sweep()
+        found = watch.result(0)
+        assert found.samples == 3
+        assert (found.peak_private_bytes, found.peak_phase, found.peak_shared_bytes) == (20 * MIB, "load", 3)
+    finally:
+        slot.close()
+        board.close()
