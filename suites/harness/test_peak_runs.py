@@ -3,7 +3,8 @@
 What the peak must show: a heap worker's start-up peak of private memory holds its copy of the
 weights (>= W, whatever other transient copies the target makes), a mapped worker's stays far
 below (< W/4: the weights are file pages, not private), and a mapped worker whose context
-creation fails (``--fault create``) falls back to the direct read and holds the copy (>= W).
+creation fails (``--fault create``) falls back to the direct read and holds the copy (>= W)
+and, in the same sample, the failed attempt's mapped pages (``peak_shared_bytes``).
 Every peak names its phase. ``--runs 20 --warmup 3`` gives the latency table, headline.json's
 latency keys and gate metrics a gate can judge. No assertion is on a time.
 """
@@ -155,6 +156,17 @@ def test_fallback_peak_holds_the_copy(fallback_run):
         assert row.path_taken == "fallback" and row.fallback_stage == "create"
         assert row.peak_private_bytes >= row.weights_bytes, (row.peak_private_bytes, row.weights_bytes)
         assert row.peak_phase in PHASES
+
+
+def test_fallback_peak_holds_the_mapping_and_the_copy_at_once(fallback_run, peak_run):
+    """The failed mapped attempt read its regions before it failed and its mapping stays until
+    the fallback context exists (as upstream's cached view): the sample where the private
+    figure peaked (the copies) also holds the mapped pages, as shared bytes above a heap
+    worker's (whose shared bytes are the interpreter's and libraries' file pages)."""
+    heap_shared = max(r.peak_shared_bytes for r in _mode(peak_run.results(), "heap"))
+    for row in fallback_run.results():
+        assert row.peak_private_bytes >= row.weights_bytes
+        assert row.peak_shared_bytes >= heap_shared + 0.9 * row.weights_bytes, (row.peak_shared_bytes, heap_shared)
 
 
 def test_concurrency_splits_the_timed_runs_over_threads(fallback_run):
