@@ -2,8 +2,8 @@
 
 A mapped attempt is map -> register each region -> create. If a stage fails, that attempt's
 registrations are released (QNN calls the release callbacks: upstream does not deregister the
-failed attempt itself), its mapping is released and exactly one direct-read (heap) attempt
-follows, which calls ``create`` again over regions of a private copy. Upstream
+failed attempt itself) and exactly one direct-read (heap) attempt follows, which calls
+``create`` again over regions of a private copy. Upstream
 (onnxruntime-qnn 2.7.0, `qnn_backend_manager.cc`) does this on the single-context path:
 "contextCreateFromBinaryWithCallback failed (<err>). Retrying with direct read.". The
 shared-resource (list) path is `load_context_list` (`_list`).
@@ -24,6 +24,13 @@ What follows upstream by default, and what is an explicit opt-in of ours:
   the single-context path: ``fallback_stages=UPSTREAM_FALLBACK_STAGES`` gives exactly that.
 - Falling back at all (``fallback_to_heap``); retrying the map stage (``retry``, off by default:
   upstream never retries the mapping).
+- The failed attempt's mapping: upstream caches it in the backend manager's file mapper, whose
+  views stay until the backend manager goes (the session's life), so it is still mapped, with
+  the pages the failed creation read resident, while the direct read makes its copy. Here too
+  it stays mapped (held, not closed) through the direct read and the fallback's creation: the
+  start-up peak of a fallback is upstream's, the mapping and the copy at once. Deliberately,
+  it is released once the fallback context exists (or the fallback fails) rather than with
+  the session, so a fallback's steady figures are the fallback's own.
 
 Every error is kept in full, in order, in ``errors`` and in the ContextLoadError raised when
 the direct read fails too: a failed fallback never hides why mapping failed.
@@ -135,6 +142,13 @@ class LoadedContext:
     def error_text(self) -> str:
         return "; ".join(map(str, self.errors))
 
+    def release_registrations(self) -> None:
+        """QNN's release callbacks of a context given up for a retry (the list path): every
+        registration deregistered now, the mapping kept until ``close()``."""
+        with self._lock:
+            errors = [e for dma in self._registrations for e in dma.release_all()]
+            self.errors.extend(StageError("teardown", "deregister", str(e)) for e in errors)
+
     def close(self) -> None:
         with self._lock:
             self.value = None  # the caller's own references keep its object alive
@@ -210,6 +224,8 @@ class _Load:
     map_attempts: int = 0
     #: the failed attempt's registrations whose release callbacks have not arrived yet
     late: list[DmaRegistrations] = field(default_factory=list)
+    #: the failed attempt's mapping, still mapped until the fallback context exists
+    held: list[Weights] = field(default_factory=list)
 
     @property
     def late_release(self) -> str:
@@ -224,13 +240,24 @@ class _Load:
             if self.sweep:
                 keep_for_later_sweeps(dma)
 
+    def release_held(self, into: list | None = None) -> None:
+        """Release the failed attempt's mapping (after its late release callbacks: their views
+        pin it), or hand it, still mapped, to ``into``: a caller that retries itself (the list
+        path, `MappingScope.failed_mappings`) releases it once its retry is over."""
+        held, self.held = self.held, []
+        if into is not None:
+            into.extend(held)
+            return
+        for weights in held:
+            weights.close()
+
     def call_create(self, weights: Weights, views: list[memoryview], *, with_callbacks: bool) -> Any:
         """The caller's create. Injected create faults model "contextCreateFromBinaryWithCallback
         failed": they hit only the mapped attempt's creation (with the DMA callbacks); the direct
         read creates the context from a buffer, a call that has no such failure."""
         value = self.create(weights, list(views))
         if with_callbacks and self.cursor is not None:
-            self.cursor.after_create()  # an injected failure after the work, as QNN fails
+            self.cursor.after_create(views)  # an injected failure after the work, as QNN fails
         return value
 
 
@@ -272,9 +299,10 @@ def _mapped_attempt(
                 keep_for_later_sweeps(dma)
         views.clear()  # and the loop's last view: a traceback must not pin the mapping
         view = None  # noqa: F841
-        weights.close()
         if not isinstance(err, Exception):
+            weights.close()  # no fallback follows an interrupt
             raise
+        load.held.append(weights)  # still mapped, as in upstream's file mapper, during the retry
         return None, stage, dma
     context = LoadedContext(
         path=load.path,
@@ -296,7 +324,8 @@ def _direct_attempt(load: _Load, path_taken: str, fallback_stage: str, failed: l
     """Read the whole file into the heap, cut the regions, create. ContextLoadError (with
     every earlier error) if it fails; a FileCheckError on a first attempt stays itself.
     Late release callbacks of the failed attempt (`FaultPlan.late_release`) arrive after the
-    read ("during") or after the creation ("after"), and in any case before this returns."""
+    read ("during") or after the creation ("after"), and in any case before this returns;
+    the failed attempt's mapping (`_Load.held`) stays mapped until then, on every path."""
     weights = None
     views: list[memoryview] = []
     stage = "read"
@@ -308,18 +337,20 @@ def _direct_attempt(load: _Load, path_taken: str, fallback_stage: str, failed: l
         views = [weights.region(offset, size) for offset, size in load.requests]
         stage = "create"
         value = load.call_create(weights, views, with_callbacks=False)
-    except Exception as err:
+    except BaseException as err:
         views.clear()  # the raised error's traceback holds this frame: it must not pin the copy
         forget_frames(err)  # nor may the frames of create (its own list of the views) or the read
         if weights is not None:
             weights.close()
         load.release_late()
-        if isinstance(err, FileCheckError) and not load.errors:
+        load.release_held()  # no fallback context will exist
+        if not isinstance(err, Exception) or (isinstance(err, FileCheckError) and not load.errors):
             raise
         load.errors.append(StageError("direct", stage, describe(err)))
         _sweep_failed(load, failed)
         raise ContextLoadError(load.path, tuple(load.errors), fallback_stage) from err
     load.release_late()  # "after": the fallback context exists now
+    load.release_held()  # and so the failed attempt's mapping goes (upstream: with the session)
     if load.read_copy == "transient":  # upstream's local buffer: freed once the context exists
         views = _drop_views(views)
         weights.close()
@@ -404,6 +435,7 @@ def load_context(
     failed = [dma] if dma is not None else []
     if not fallback_to_heap or stage not in stages:
         load.release_late()  # no retry to race with
+        load.release_held(into=load.scope.failed_mappings)  # unless the caller retries itself
         _sweep_failed(load, failed)
         raise ContextLoadError(load.path, tuple(load.errors), stage)
     return _direct_attempt(load, "fallback", stage, failed)

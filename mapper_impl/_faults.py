@@ -14,8 +14,10 @@ into domain errors exactly as they turn real ones.
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 #: Which cursor counter each FaultPlan count field drives.
@@ -42,8 +44,10 @@ class FaultPlan:
       pages past RLIMIT_MEMLOCK gives): "Failed to register DMA data mapping to RPCMEM".
     - ``create_failures``: the first K context creations WITH the DMA callbacks (the mapped
       attempt's ``create``) fail after the caller's ``create`` ran, as a QNN
-      contextCreateFromBinaryWithCallback that consumed the regions and then failed. The direct
-      read's creation (from a buffer, no callbacks) has no such failure and is never injected.
+      contextCreateFromBinaryWithCallback that consumed the regions and then failed: before the
+      error is raised, one byte of every page of every region it was handed is read
+      (`read_every_page`), so the mapping's pages are resident. The direct read's creation
+      (from a buffer, no callbacks) has no such failure and is never injected.
     - ``deregister_failures``: the first K deregistrations fail with EBUSY: MEM_ALLOC, the
       registration leaked (upstream), or kept for the next teardown sweep (opt-in sweep).
     - ``heap_read_failures``: the first K direct (heap) reads fail with EIO (a flaky disk).
@@ -86,6 +90,26 @@ class FaultPlan:
 
     def cursor(self) -> FaultCursor:
         return FaultCursor(self)
+
+
+def read_every_page(regions: Iterable[memoryview]) -> int:
+    """Read one byte of every page each region spans (the first byte, then one a page apart,
+    then the last): the pages are then resident in this process's mapping. Returns the bytes
+    read.
+
+    Why: an injected create failure models QNN failing late in
+    contextCreateFromBinaryWithCallback (e.g. MEM_ALLOC while finalizing the graph), after it
+    read (and pinned) every weight region it was handed. A create that merely built objects
+    over the regions (ORT's OrtValues, which read nothing at session creation) would leave the
+    mapping untouched, and a fallback's start-up would look cheaper than upstream's, where the
+    failed attempt's resident pages and the direct read's copy exist at once. Only a failing
+    creation does this: a successful mapped creation must keep its timing and its residency."""
+    page = mmap.PAGESIZE
+    read = 0
+    for region in regions:
+        if len(region):
+            read += len(bytes(region[::page])) + len(bytes(region[-1:]))
+    return read
 
 
 def injected_os_error(code: int) -> OSError:
@@ -132,8 +156,11 @@ class FaultCursor:
     def late_release(self) -> str:
         return self.plan.late_release
 
-    def after_create(self) -> None:
+    def after_create(self, regions: Iterable[memoryview] = ()) -> None:
+        """After the caller's create over ``regions`` (the registered views): fail if planned,
+        having read every page of them first, as a QNN creation that fails late has."""
         if self._next("create", self.plan.create_failures):
+            read_every_page(regions)
             raise InjectedCreateError(
                 f"contextCreateFromBinaryWithCallback failed (QNN_COMMON_ERROR_SYSTEM) ({INJECTED})"
             )

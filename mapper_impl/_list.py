@@ -9,8 +9,13 @@ list once more without the callbacks, from direct reads. So, unlike the single-c
 (where a failure of the Windows mapping step is fatal), every stage falls back here.
 
 Each item is one `load_context` of the shared scope (the list's contexts belong to one backend
-manager), mapped with no fallback of its own; a failure tears down every context the mapped
-attempt made (their registrations released), then every item is read directly.
+manager), mapped with no fallback of its own; a failure releases the registrations of every
+context the mapped attempt made (QNN's release callbacks, before the retry), then every item is
+read directly. The mapped attempt's mappings, the failed item's included, stay mapped during
+the retry, as in upstream's file mapper (whose views stay until the backend manager goes): the
+retry's start-up peak holds the mappings and the copies at once. They are released once the
+retry's contexts exist or the retry failed (deliberately not with the session: the steady
+figures are the retry's own), as on the single-context path.
 """
 
 from __future__ import annotations
@@ -87,6 +92,8 @@ def load_context_list(
     if parse_disable_flag(disable_file_mapped_weights):
         contexts = _direct(todo, create, faults, shared, options)
         return LoadedContextList(contexts, "heap")
+    attempt = MappingScope(shared.kind, shared.registry)  # the list's one table, which keeps
+    attempt.failed_mappings = []  # the failed item's mapping, still mapped, for the retry
     made: list[LoadedContext] = []
     try:
         for path, regions in todo:
@@ -98,23 +105,54 @@ def load_context_list(
                     disable_file_mapped_weights=disable_file_mapped_weights,
                     faults=faults,
                     fallback_to_heap=False,
-                    scope=shared,
+                    scope=attempt,
                     **options,
                 )
             )
     except ContextLoadError as err:
-        for ctx in made:  # the mapped attempt's contexts go, their registrations released
-            ctx.close()
-        errors = list(err.errors) + [e for ctx in made for e in ctx.errors]
-        message = RETRY_MESSAGE.format(err, "QNN_COMMON_ERROR_SYSTEM")
-        try:
-            contexts = _direct(todo, create, faults, shared, options)
-        except ContextLoadError as again:
-            raise ContextLoadError(again.path, tuple(errors) + again.errors, err.failed_stage) from again
-        for ctx in contexts:
-            ctx.path_taken, ctx.fallback_stage = "fallback", err.failed_stage
-        return LoadedContextList(contexts, "fallback", err.failed_stage, errors, message)
+        return _retry(todo, create, faults, shared, options, err, made, attempt.failed_mappings)
+    except BaseException:  # an input error or an interrupt: no retry, nothing left behind
+        _release(made, attempt.failed_mappings)
+        raise
     return LoadedContextList(made, "mapped", "", [e for ctx in made for e in ctx.errors])
+
+
+def _release(made: list[LoadedContext], held: list) -> None:
+    """Close the mapped attempt's contexts and its failed item's mapping."""
+    for ctx in made:
+        ctx.close()
+    for weights in held:
+        weights.close()
+
+
+def _retry(
+    todo: list[tuple[str, list]],
+    create: CreateFn,
+    faults: FaultPlan | None,
+    scope: MappingScope,
+    options: dict,
+    err: ContextLoadError,
+    made: list[LoadedContext],
+    held: list,
+) -> LoadedContextList:
+    """The one retry with the feature disabled: the mapped attempt's registrations released
+    before it, its mappings (``made``'s and the failed item's ``held``) once it is over."""
+    for ctx in made:
+        ctx.release_registrations()
+    again = None
+    try:
+        contexts = _direct(todo, create, faults, scope, options)
+    except ContextLoadError as failed:
+        again = failed
+    finally:
+        _release(made, held)
+    errors = list(err.errors) + [e for ctx in made for e in ctx.errors]
+    if again is not None:
+        raise ContextLoadError(again.path, tuple(errors) + again.errors, err.failed_stage) from again
+    for ctx in contexts:
+        ctx.path_taken, ctx.fallback_stage = "fallback", err.failed_stage
+    message = RETRY_MESSAGE.format(err, "QNN_COMMON_ERROR_SYSTEM")
+    return LoadedContextList(contexts, "fallback", err.failed_stage, errors, message)
 
 
 def _direct(todo, create, faults, scope, options) -> list[LoadedContext]:

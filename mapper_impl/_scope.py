@@ -33,6 +33,10 @@ class MappingScope:
             raise ValueError(f"mapping scope must be one of {', '.join(SCOPES)}, got {kind!r}")
         self.kind = kind
         self.registry = registry if registry is not None else MappingRegistry()
+        #: Where a failed mapped attempt that does not fall back on its own leaves its mapping,
+        #: still mapped, for its caller's retry (the list path's attempt scope: upstream's file
+        #: mapper keeps the view while the list is retried); None: released when it fails.
+        self.failed_mappings: list | None = None
 
     def __repr__(self) -> str:
         return f"<MappingScope {self.kind} {id(self.registry):#x}>"

@@ -291,8 +291,11 @@ def _pipeline_options(spec) -> dict:
 
 class _SessionFactory:
     """The ``create`` stage: an ORT CPU session whose initializers are OrtValues over the region
-    views (in place: no copy), of whatever element type (bfloat16, float8, packed int4...),
-    timed (a create fault may call it twice). On a direct read (heap, fallback) the runtime
+    views (in place: no copy, no page read), of whatever element type (bfloat16, float8, packed
+    int4...), timed (a create fault may call it twice: an injected failure first reads every
+    page of the regions, mapper_impl's model of QNN failing late, after this returns, so in the
+    load time; the failed attempt's mapping stays mapped until the fallback session exists).
+    On a direct read (heap, fallback) the runtime
     first makes its own copy of the read buffer, as QNN keeps its own copy of the context
     binary, and the OrtValues point into that: the read copy is freed after creation."""
 

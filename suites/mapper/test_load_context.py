@@ -1,6 +1,7 @@
 """load_context: the QNN EP's pipeline for one context. A mapped attempt is map -> register
-each region -> create; a failure at any stage deregisters that attempt's regions, releases its
-mapping and makes exactly one direct read that calls create again; when that fails too, the
+each region -> create; a failure at any stage deregisters that attempt's regions and makes
+exactly one direct read that calls create again (the failed attempt's mapping is released once
+that is over: test_fallback_mapping.py watches it in the kernel); when that fails too, the
 error keeps every stage's error. Deterministic per load; per-file (per-context) disable;
 teardown deregisters, sweeps and releases everything."""
 
