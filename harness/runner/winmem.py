@@ -9,13 +9,17 @@ view commits nothing).
 
 The structures are declared with fixed-width types (DWORD = c_uint32, SIZE_T = c_size_t), so
 their layout is checkable anywhere: the tests compare their sizes with the Windows SDK's
-(64-bit: 80 and 104 bytes) under Linux's ctypes. The calls themselves run only on Windows.
+(64-bit: 80 and 104 bytes) under Linux's ctypes. The calls themselves run only on Windows; the
+parent's sequence (OpenProcess with these rights, GetProcessMemoryInfo into the structures
+`blank` prepares, `choose_counters`, `split`, GetPerformanceInfo) is checked under Wine's kernel32
+and psapi by ``suites/mapper/test_wine_winmem.py``, which also lists where Wine deviates.
 """
 
 from __future__ import annotations
 
 import ctypes
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 DWORD = ctypes.c_uint32
@@ -39,8 +43,10 @@ class PROCESS_MEMORY_COUNTERS_EX(ctypes.Structure):  # noqa: N801 - the SDK's na
 
 
 class PROCESS_MEMORY_COUNTERS_EX2(ctypes.Structure):  # noqa: N801 - the SDK's name
-    """Windows 10 1809 and later: adds the private working set, so working set minus it is
-    the shared (file-backed) part a mapped weights file is resident in."""
+    """Adds the private working set, so working set minus it is the shared (file-backed) part a
+    mapped weights file is resident in. Microsoft documents it from Windows 10 22H2 with the
+    September 2023 update (Windows 11 22H2 likewise); what an older kernel does with its size is
+    undocumented, so `choose_counters` checks that the field was written, not only the return."""
 
     _fields_ = [
         *PROCESS_MEMORY_COUNTERS_EX._fields_,
@@ -52,6 +58,13 @@ class PROCESS_MEMORY_COUNTERS_EX2(ctypes.Structure):  # noqa: N801 - the SDK's n
 #: OpenProcess rights psutil asks for to read another process's memory counters.
 PROCESS_QUERY_LIMITED_INFORMATION = 0x1000
 PROCESS_VM_READ = 0x0010
+OPEN_ACCESS = PROCESS_QUERY_LIMITED_INFORMATION | PROCESS_VM_READ
+OPEN_INHERIT = 0  # bInheritHandle: the handle stays the parent's
+
+#: What PrivateWorkingSetSize holds before the first call. A kernel may accept EX2's size and
+#: write only the older fields: Wine fills PROCESS_MEMORY_COUNTERS alone (cb 72) and succeeds;
+#: a zero left there would make the whole working set look shared.
+_UNWRITTEN = SIZE_T(-1).value
 
 
 class PERFORMANCE_INFORMATION(ctypes.Structure):  # noqa: N801 - the SDK's name
@@ -71,6 +84,35 @@ class PERFORMANCE_INFORMATION(ctypes.Structure):  # noqa: N801 - the SDK's name
         ("ProcessCount", DWORD),
         ("ThreadCount", DWORD),
     ]
+
+
+def blank(kind: type[ctypes.Structure]) -> ctypes.Structure:
+    """A structure as it goes into GetProcessMemoryInfo: zeroed, cb its size, and EX2's private
+    working set set to a value no call writes."""
+    counters = kind()
+    counters.cb = ctypes.sizeof(counters)
+    if kind is PROCESS_MEMORY_COUNTERS_EX2:
+        counters.PrivateWorkingSetSize = _UNWRITTEN
+    return counters
+
+
+def choose_counters(fill: Callable[[ctypes.Structure], bool]) -> ctypes.Structure:
+    """The structure to read into from now on: EX2 where ``fill`` (one GetProcessMemoryInfo)
+    succeeds with it and writes the private working set, else EX (``split`` then has no shared
+    figure). Checking the field, not only the return, covers a kernel that takes EX2's size and
+    fills less (Wine does)."""
+    counters = blank(PROCESS_MEMORY_COUNTERS_EX2)
+    if fill(counters) and counters.PrivateWorkingSetSize != _UNWRITTEN:
+        return counters
+    return blank(PROCESS_MEMORY_COUNTERS_EX)
+
+
+def split(counters: ctypes.Structure) -> tuple[int, int | None]:
+    """(private bytes, shared resident bytes: working set - private working set, None where
+    the structure has no private working set)."""
+    private_ws = getattr(counters, "PrivateWorkingSetSize", None)
+    shared = max(0, int(counters.WorkingSetSize) - int(private_ws)) if private_ws is not None else None
+    return int(counters.PrivateUsage), shared
 
 
 def _psapi():
@@ -103,17 +145,16 @@ class ProcessCounters:
         if pid is None:
             self._process = self._kernel32.GetCurrentProcess()  # a pseudo handle: nothing to close
         else:
-            self._process = self._kernel32.OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION | PROCESS_VM_READ, 0, pid)
+            self._process = self._kernel32.OpenProcess(OPEN_ACCESS, OPEN_INHERIT, pid)
             if not self._process:
                 raise OSError(ctypes.get_last_error(), f"OpenProcess({pid}) failed")  # type: ignore[attr-defined]
-        self.counters: ctypes.Structure = PROCESS_MEMORY_COUNTERS_EX2()
-        self.counters.cb = ctypes.sizeof(self.counters)
-        if not self._call():  # before Windows 10 1809: no private working set
-            self.counters = PROCESS_MEMORY_COUNTERS_EX()
-            self.counters.cb = ctypes.sizeof(self.counters)
+        self.counters: ctypes.Structure = choose_counters(self._fill)
+
+    def _fill(self, counters: ctypes.Structure) -> bool:
+        return bool(self._psapi.GetProcessMemoryInfo(self._process, ctypes.byref(counters), counters.cb))
 
     def _call(self) -> bool:
-        return bool(self._psapi.GetProcessMemoryInfo(self._process, ctypes.byref(self.counters), self.counters.cb))
+        return self._fill(self.counters)
 
     def read(self):
         if not self._call():
@@ -124,12 +165,8 @@ class ProcessCounters:
         return int(self.read().PrivateUsage)
 
     def read_split(self) -> tuple[int, int | None]:
-        """(private bytes, shared resident bytes: working set - private working set, None
-        where Windows has no private working set)."""
-        c = self.read()
-        private_ws = getattr(c, "PrivateWorkingSetSize", None)
-        shared = max(0, int(c.WorkingSetSize) - int(private_ws)) if private_ws is not None else None
-        return int(c.PrivateUsage), shared
+        """`split` of a fresh read."""
+        return split(self.read())
 
     def kernel_peaks(self) -> tuple[int | None, int | None]:
         """(PeakPagefileUsage: the private peak, PeakWorkingSetSize: the RSS peak)."""
@@ -163,5 +200,10 @@ def performance_info() -> CommitFigures | None:
     info.cb = ctypes.sizeof(info)
     if not psapi.GetPerformanceInfo(ctypes.byref(info), info.cb):
         return None
+    return commit_figures(info)
+
+
+def commit_figures(info: PERFORMANCE_INFORMATION) -> CommitFigures:
+    """The structure's page counts in bytes."""
     page = int(info.PageSize)
     return CommitFigures(int(info.CommitTotal) * page, int(info.CommitLimit) * page, int(info.PhysicalAvailable) * page)
