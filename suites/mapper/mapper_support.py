@@ -246,3 +246,21 @@ class CountingMapper(FileMapper):
     def map_file(self, path, faults=None):
         self.calls += 1
         return self.real.map_file(path, faults)
+
+
+def matmul_model(k: int, n: int) -> bytes:
+    """Y = X @ W with W an initializer (zeros in the model: add_initializer replaces it): an
+    ORT model whose weight a test hands over in place, over a mapped or a heap region."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["Y"])],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, k])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, n])],
+        [numpy_helper.from_array(np.zeros((k, n), np.float32), "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model.SerializeToString()

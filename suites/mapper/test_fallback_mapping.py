@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from mapper_support import (  # noqa: F401 (stats_guard: autouse fixture)
     assert_clean,
+    matmul_model,
     stats_guard,
     write_file,
 )
@@ -209,21 +210,11 @@ def test_the_ort_session_of_the_cpu_target_reads_pages_only_when_its_creation_fa
     """(d) The cpu target's mapped creation (an ORT CPU session whose initializer is an OrtValue
     over the region, prepacking off) reads no page of the mapping; its injected failure reads
     them all, and the direct read's session is then created beside the resident mapping."""
-    from onnx import TensorProto, helper, numpy_helper
-
     k, n = 1024, 1024  # 4 MiB of float32
     weight = np.random.default_rng(5).standard_normal((k, n)).astype(np.float32)
     path = tmp_path / "matmul_qnn.bin"
     path.write_bytes(weight.tobytes())
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["X", "W"], ["Y"])],
-        "g",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, k])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, n])],
-        [numpy_helper.from_array(np.zeros((k, n), np.float32), "W")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
+    model = matmul_model(k, n)
     states: list[Seen] = []
 
     def create(weights, views):
@@ -232,7 +223,7 @@ def test_the_ort_session_of_the_cpu_target_reads_pages_only_when_its_creation_fa
         options = ort.SessionOptions()
         options.add_session_config_entry("session.disable_prepacking", "1")
         options.add_initializer("W", value)
-        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]), value
+        return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"]), value
 
     regions = [(0, weight.nbytes)]
     x = np.ones((1, k), np.float32)

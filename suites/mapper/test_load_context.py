@@ -17,6 +17,7 @@ from mapper_support import (  # noqa: F401 (stats_guard: autouse fixture)
     CountingMapper,
     assert_clean,
     data_address,
+    matmul_model,
     run_with_little_address_space,
     settled_stats,
     stats_guard,
@@ -496,22 +497,6 @@ def test_m_contexts_share_one_mapping_in_process_scope(weights_file):
 # -- a real ORT session as create -------------------------------------------------------------
 
 ort = pytest.importorskip("onnxruntime")
-
-
-def matmul_model(k: int, n: int) -> bytes:
-    """Y = X @ W with W an initializer (zeros in the model: add_initializer replaces it)."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["X", "W"], ["Y"])],
-        "g",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, k])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, n])],
-        [numpy_helper.from_array(np.zeros((k, n), np.float32), "W")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    return model.SerializeToString()
 
 
 def ort_create(model: bytes, k: int, n: int):
