@@ -87,8 +87,9 @@ def peak_vs_steady(results: Sequence[ResultRow]) -> Chart:
     rates = [r.peak_sample_hz for r in rows if r.peak_sample_hz]
     rate = f"; sampled at {min(rates):.0f}-{max(rates):.0f} Hz" if rates else ""
     caption = (
-        f"N={top_n}, repeat {first}, median over ok workers; {unit}. The start-up peak is sampled inside "
-        "each worker from its start to its first inference; a heap load's peak holds every private copy "
+        f"N={top_n}, repeat {first}, median over ok workers; {unit}. The start-up peak is sampled from "
+        "each worker's start to its first inference, by the harness from outside (1 kHz or faster) and by "
+        "the worker at each phase change; a heap load's peak holds every private copy "
         "at once, a mapped one leaves the shared file pages out (they count only in RSS). Peak phase(s): "
         f"{', '.join(phases) or 'unknown'}{rate}."
     )
