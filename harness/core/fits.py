@@ -4,9 +4,9 @@ Why: a load fails at its transient peak (the heap path holds the read copy and t
 copy at once; a fallback holds the mapping and the copy), against the machine's commit limit
 (Windows) or its available memory (Linux, unless strict overcommit), not at the steady state
 the barrier samples. So the group figures here are the workers' start-up peaks
-(`peak_private_bytes`, sampled from outside each worker by the parent) and the system's side while they started
-(minimum available memory, maximum commit charge), and the "fits" figure divides the
-machine's headroom by the peak of one worker:
+(`peak_private_bytes`, sampled from outside each worker by the parent) and the system's side
+while they started (minimum available memory, maximum commit charge), and the "fits" figure
+divides the machine's headroom by the peak of one worker:
 
     "with heap, 3 sessions of this model exceed this machine's commit limit; mapped, 11 fit"
 
