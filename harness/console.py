@@ -143,14 +143,14 @@ def startup_lines(run: Any) -> list[str]:
 
 
 def note_lines(judgement: Any) -> list[str]:
-    """Errors with their first details, warnings in full, other notes by title (the report has
-    their text)."""
+    """Errors and warnings with their text and first details, other notes by title (the report
+    has their text)."""
     lines = []
     for note in judgement.notes:
         if note.title.startswith("Why RSS"):
             continue  # always true, explained in the report
         lines.append(f"note: {note.title}: {note.text}" if note.kind in ("error", "warn") else f"note: {note.title}")
-        if note.kind == "error":
+        if note.kind in ("error", "warn"):  # a warning's text may end "for these reasons:"
             lines += [f"    {detail}" for detail in note.details[:3]]
     return lines
 

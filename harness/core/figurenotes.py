@@ -13,6 +13,8 @@ from .units import fmt_bytes, fmt_percent
 
 #: Mapped workers' copied_bytes above this share of the weights (plus 1 MiB) are named.
 COPY_SHARE = 0.05
+#: The start-up peak's promised sampling rate (`harness.runner.peakwatch.WANTED_HZ`).
+WANTED_PEAK_HZ = 1000.0
 
 
 def figure_notes(run: RunData) -> list[tuple[str, str, str]]:
@@ -54,6 +56,39 @@ def figure_notes(run: RunData) -> list[tuple[str, str, str]]:
                 f"({'; '.join(detail)}): a load above the CPU count, or a worker below {MIN_CPU_SHARE:g} of a "
                 "CPU, makes times measure the queue as much as the work. Timing gates read 'contended' "
                 "instead of pass or fail; memory figures are not affected and keep their verdicts.",
+            )
+        )
+    return notes + peak_sampling_notes(run)
+
+
+def peak_sampling_notes(run: RunData) -> list[tuple[str, str, str]]:
+    """What the start-up peaks can have missed: workers the harness sampled below 1 kHz, and
+    workers it could not watch at all (their peak is the worker's own phase-change samples)."""
+    peaked = [r for r in run.results if row_ok(r) and r.peak_private_bytes is not None]
+    slow = [r for r in peaked if r.peak_sample_hz is not None and r.peak_sample_hz < WANTED_PEAK_HZ]
+    unwatched = [r for r in peaked if r.peak_sample_hz is None]
+    notes = []
+    if slow:
+        gaps = [r.peak_sample_max_gap_s for r in slow if r.peak_sample_max_gap_s is not None]
+        gap = f", longest gap {max(gaps) * 1000:.1f} ms" if gaps else ""
+        notes.append(
+            (
+                "warn",
+                "Start-up peak sampled below 1 kHz",
+                f"{len(slow)} of {len(peaked)} worker(s) were sampled at {int(min(r.peak_sample_hz for r in slow))}"
+                f"-{int(max(r.peak_sample_hz for r in slow))} Hz{gap} (a busy machine delays the harness's "
+                "sampling thread): a transient shorter than the gap can be missed, so their peaks are lower "
+                "bounds (see peak_sample_hz in the worker table).",
+            )
+        )
+    if unwatched:
+        notes.append(
+            (
+                "warn",
+                "Start-up peak not watched",
+                f"{len(unwatched)} of {len(peaked)} worker(s) were not sampled by the harness during start-up "
+                "(the phase board could not be made, or a worker named a process that is not the one started): "
+                "their peak is what they sampled themselves at each phase change, a lower bound.",
             )
         )
     return notes

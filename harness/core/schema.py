@@ -138,7 +138,7 @@ class ResultRow:
         "Float64",
         "count/s",
         "samples per second the parent's peak watch achieved for this worker (1000 or more wanted; below, "
-        "the memory note says so)",
+        "or empty: not watched, the run's notes say so)",
         required=False,
     )
     peak_sample_max_gap_s: float = col(

@@ -323,8 +323,7 @@ def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultR
     resident = record.mapped_resident_bytes if record.mapped_resident_bytes is not None else w.pages.resident
     violations = implausible(w.memory, record.private_copy_bytes, resident) if sampled else []
     copied, copy_notes = _composition(w, seen) if sampled else (None, [])
-    peak_columns, peak_note = merged_peak(record, w.peak)
-    memory_note = "; ".join(x for x in (w.memory.note, *violations, *copy_notes, peak_note) if x)
+    memory_note = "; ".join(x for x in (w.memory.note, *violations, *copy_notes) if x)
     return ResultRow(
         target=group.target,
         mode=group.mode,
@@ -363,7 +362,7 @@ def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultR
         ep_nodes=record.ep_nodes or None,
         memory_ok=sampled and not violations,
         **{name: getattr(record, name) for name in LATENCY_FIELDS},
-        **peak_columns,
+        **merged_peak(record, w.peak),
         **_split_columns(w, record, seen, copied),
     )
 

@@ -17,8 +17,9 @@ and after the sample: a sample during which the phase changed is counted for the
 cannot be the peak, having no phase (the worker samples itself at every phase change,
 `harness.runner.peak`, so the boundaries are covered exactly). The watch of a worker starts
 once its slot names a pid that is the spawned process or one of its children, and ends when
-the slot says DONE or the process is gone. The achieved rate and the longest gap between two samples are recorded:
-a transient shorter than the gap can be missed, and the row says so below 1 kHz.
+the slot says DONE or the process is gone. The achieved rate and the longest gap between two
+samples are recorded: a transient shorter than the gap can be missed, and the run's notes say
+so below 1 kHz (`harness.core.figurenotes`).
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ from harness.runner.phaseboard import DONE, PhaseBoard, state_phase
 #: Wanted time between two sweeps over the workers: 0.5 ms asks for 2 kHz, so 1 kHz survives
 #: a loaded machine (measured here with 4 workers copying 256 MiB: 1.4 kHz).
 INTERVAL_S = 0.0005
-#: The rate the documentation promises; below it a row's memory note says how fast it was.
-WANTED_HZ = 1000.0
 
 
 @dataclass
@@ -219,16 +218,16 @@ class PeakWatch:
         self.stop()
 
 
-def merged_peak(record, watched: WatchedPeak) -> tuple[dict, str]:
-    """(the row's peak columns, a memory note or ""): the higher of the worker's own
-    phase-change samples (`record`) and the parent's ticks (`watched`), with the phase and
-    shared bytes of whichever sample saw it; the rate and gap are the parent's."""
+def merged_peak(record, watched: WatchedPeak) -> dict:
+    """The row's peak columns: the higher of the worker's own phase-change samples (`record`)
+    and the parent's ticks (`watched`), with the phase and shared bytes of whichever sample saw
+    it; the rate and gap are the parent's (None: not watched, which the run's notes say)."""
     own = record.peak_private_bytes
     if watched.peak_private_bytes is not None and (own is None or watched.peak_private_bytes > own):
         private, phase, shared = watched.peak_private_bytes, watched.peak_phase, watched.peak_shared_bytes
     else:
         private, phase, shared = own, record.peak_phase, record.peak_shared_bytes
-    columns = {
+    return {
         "peak_private_bytes": private,
         "peak_phase": phase,
         "peak_shared_bytes": shared,
@@ -236,14 +235,3 @@ def merged_peak(record, watched: WatchedPeak) -> tuple[dict, str]:
         "peak_sample_hz": watched.peak_sample_hz,
         "peak_sample_max_gap_s": watched.peak_sample_max_gap_s,
     }
-    if private is None:
-        return columns, ""
-    hz, gap = watched.peak_sample_hz, watched.peak_sample_max_gap_s
-    if hz is None:
-        return columns, "start-up peak from the worker's phase-change samples only: the parent could not watch it"
-    if hz < WANTED_HZ:
-        return columns, (
-            f"start-up peak sampled at {hz:.0f} Hz (1 kHz wanted; longest gap {gap * 1000:.1f} ms): "
-            "a shorter transient may be missed"
-        )
-    return columns, ""

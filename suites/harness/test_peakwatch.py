@@ -13,6 +13,9 @@ import time
 
 import pytest
 
+from harness.core.figurenotes import peak_sampling_notes
+from harness.core.rundata import RunData
+from harness.core.schema import ResultRow
 from harness.runner import peakwatch, winmem
 from harness.runner.peak import PHASES
 from harness.runner.phaseboard import DONE, PhaseBoard, PhaseSlot, state_phase
@@ -78,7 +81,7 @@ def test_the_parent_sees_a_transient_the_worker_s_own_samples_miss(tmp_path):
     assert seen.samples >= 3 and seen.peak_sample_hz > 0 and seen.peak_sample_max_gap_s >= 0
     if sys.platform.startswith("linux") or seen.peak_shared_bytes is not None:  # Windows: EX2 only
         assert seen.peak_shared_bytes > 0  # the interpreter's own file pages at least
-    columns, note = peakwatch.merged_peak(WorkerRecord(peak_private_bytes=own["own_peak"]), seen)
+    columns = peakwatch.merged_peak(WorkerRecord(peak_private_bytes=own["own_peak"]), seen)
     assert columns["peak_private_bytes"] == seen.peak_private_bytes and columns["peak_phase"] == "create"
 
 
@@ -103,9 +106,8 @@ def test_a_slot_naming_a_process_that_is_not_ours_is_not_watched(tmp_path):
     finally:
         slot.close()
         board.close()
-    columns, note = peakwatch.merged_peak(WorkerRecord(peak_private_bytes=5 * MIB, peak_phase="load"), watch.result(0))
+    columns = peakwatch.merged_peak(WorkerRecord(peak_private_bytes=5 * MIB, peak_phase="load"), watch.result(0))
     assert columns["peak_private_bytes"] == 5 * MIB and columns["peak_sample_hz"] is None
-    assert "phase-change samples only" in note
 
 
 def test_the_state_byte_changes_at_every_mark_and_is_never_zero(tmp_path):
@@ -127,15 +129,36 @@ def test_the_state_byte_changes_at_every_mark_and_is_never_zero(tmp_path):
         PhaseSlot(str(board.path), 2)
 
 
-def test_a_slow_watch_says_so_in_the_memory_note():
+def _row(worker: int, **peak) -> ResultRow:
+    return ResultRow(
+        target="cpu", mode="heap", processes=2, sessions_per_process=1, repeat=0, worker=worker, pid=worker + 1,
+        path_taken="heap", output_ok=True, error="", peak_private_bytes=12 * MIB, **peak,
+    )  # fmt: skip
+
+
+def _run(folder, rows) -> RunData:
+    return RunData(folder=folder, meta={"status": "complete"}, results=rows, summary=[])
+
+
+def test_the_higher_peak_wins_and_slow_or_unwatched_peaks_are_noted(tmp_path):
     slow = peakwatch.WatchedPeak(
         peak_private_bytes=10 * MIB, peak_phase="create", samples=40, peak_sample_hz=400.0, peak_sample_max_gap_s=0.03
     )
-    columns, note = peakwatch.merged_peak(WorkerRecord(peak_private_bytes=12 * MIB, peak_phase="load"), slow)
+    columns = peakwatch.merged_peak(WorkerRecord(peak_private_bytes=12 * MIB, peak_phase="load"), slow)
     assert columns["peak_private_bytes"] == 12 * MIB and columns["peak_phase"] == "load"  # the worker's was higher
-    assert "400 Hz" in note and "30.0 ms" in note
-    fast = peakwatch.WatchedPeak(peak_private_bytes=1, samples=9000, peak_sample_hz=1500.0, peak_sample_max_gap_s=0.01)
-    assert peakwatch.merged_peak(WorkerRecord(peak_private_bytes=12 * MIB), fast)[1] == ""
+    assert columns["peak_sample_hz"] == 400.0
+    rows = [_row(0, peak_sample_hz=400.0, peak_sample_max_gap_s=0.03), _row(1, peak_sample_hz=1500.0)]
+    notes = {title: text for _, title, text in peak_sampling_notes(_run(tmp_path, rows))}
+    assert set(notes) == {"Start-up peak sampled below 1 kHz"}
+    assert (
+        "1 of 2 worker(s)" in notes["Start-up peak sampled below 1 kHz"]
+        and "30.0 ms" in notes["Start-up peak sampled below 1 kHz"]
+    )
+    rows = [_row(0), _row(1, peak_sample_hz=1500.0)]
+    notes = {title: text for _, title, text in peak_sampling_notes(_run(tmp_path, rows))}
+    assert set(notes) == {"Start-up peak not watched"} and "1 of 2 worker(s)" in notes["Start-up peak not watched"]
+    fast = [_row(0, peak_sample_hz=1400.0), _row(1, peak_sample_hz=1500.0)]
+    assert peak_sampling_notes(_run(tmp_path, fast)) == []
 
 
 @pytest.mark.skipif(ctypes.sizeof(ctypes.c_size_t) != 8, reason="the 64-bit layout (Windows on ARM64 and x64)")
