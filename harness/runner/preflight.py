@@ -17,22 +17,37 @@ from harness.targets import get_target
 WORKER_OVERHEAD_BYTES = 200 * 1024**2
 #: Share of the available memory a run may plan to use before it is refused.
 MEMORY_BUDGET_SHARE = 0.85
+#: Copies of its weights a heap session holds at its start-up peak: the direct read's copy and
+#: the runtime's own (QNN keeps its copy of the context binary, ORT copies in-memory external
+#: data, the cpu target models both) exist at once until the read copy is freed. Measured: a
+#: 256 MiB heap worker peaks at 538.9 MiB private (docs/running.md, the start-up peak). The
+#: workers of a group start together, so their peaks can coincide.
+PEAK_COPIES_PER_HEAP_SESSION = 2
 
 
 def copies_per_worker(opts: RunOptions) -> int:
-    """Weight copies one worker may hold: one per session in heap mode (or a fallback), one
-    mapping otherwise."""
-    heap_like = "heap" in opts.modes or get_target(opts.target).mapped_may_copy(opts)
-    return opts.sessions_per_process if heap_like else 1
+    """Weight copies (of address space) one worker may hold at its start-up peak: a heap
+    session's two transient copies (`PEAK_COPIES_PER_HEAP_SESSION`), plus the failed attempt's
+    mapping a fallback keeps beside them; one mapping otherwise."""
+    falls_back = "mapped" in opts.modes and get_target(opts.target).mapped_may_copy(opts)
+    if falls_back or "heap" in opts.modes:
+        return opts.sessions_per_process * PEAK_COPIES_PER_HEAP_SESSION + (1 if falls_back else 0)
+    return 1
 
 
 def estimated_peak_bytes(opts: RunOptions, weights_bytes: int) -> int:
-    """Memory the largest group needs: heap copies every session's weights, mapping once."""
+    """Memory the largest group needs at its start-up peak, not its steady state: every heap
+    session's transient copies at once (`PEAK_COPIES_PER_HEAP_SESSION`), or the mapping once,
+    plus each worker's overhead and the control worker's (it runs beside the group's workers)."""
+    from harness.runner.control import has_control
+
+    target = get_target(opts.target)
     n = max(opts.processes)
     sessions = n * opts.sessions_per_process
-    heap_like = "heap" in opts.modes or get_target(opts.target).mapped_may_copy(opts)
-    weights = sessions * weights_bytes if heap_like else weights_bytes
-    return weights + n * WORKER_OVERHEAD_BYTES
+    heap_like = "heap" in opts.modes or target.mapped_may_copy(opts)
+    weights = sessions * PEAK_COPIES_PER_HEAP_SESSION * weights_bytes if heap_like else weights_bytes
+    workers = n + (1 if has_control(target) else 0)
+    return weights + workers * WORKER_OVERHEAD_BYTES
 
 
 def expected_weights_bytes(opts: RunOptions) -> int:
@@ -58,8 +73,8 @@ def check_memory_budget(opts: RunOptions, weights_bytes: int, available: int) ->
 
         raise InputError(
             f"--processes {max(opts.processes)} x {opts.sessions_per_process} session(s) needs about "
-            f"{fmt_bytes(need)} but only {fmt_bytes(available)} is available; lower --processes, "
-            "--sessions-per-process or --model-size"
+            f"{fmt_bytes(need)} at its start-up peak, more than {MEMORY_BUDGET_SHARE:.0%} of the "
+            f"{fmt_bytes(available)} that is available; lower --processes, --sessions-per-process or --model-size"
         )
 
 
