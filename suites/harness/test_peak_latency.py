@@ -142,3 +142,19 @@ def test_peak_projection_scales_the_heap_copies_only():
     lines = fits.peak_projection(_row("mapped", 30 * MIB), _row("heap", 286 * MIB), 4 * 1024 * MIB, 8)
     assert "1.00 weight copies per session" in lines[0]
     assert "mapped 240.0 MiB private" in lines[0]
+
+
+def test_preflight_plans_for_the_start_up_peak_not_the_steady_state():
+    """A heap session peaks at two copies (docs/running.md: 538.9 MiB private for 256 MiB of
+    weights), the workers start together, and the control worker runs beside them."""
+    from harness.runner.options import RunOptions
+    from harness.runner.preflight import WORKER_OVERHEAD_BYTES, copies_per_worker, estimated_peak_bytes
+
+    w = 256 * MIB
+    both = RunOptions(target="cpu", processes=[2], modes=["mapped", "heap"])
+    assert estimated_peak_bytes(both, w) == 2 * 2 * w + 3 * WORKER_OVERHEAD_BYTES
+    mapped = RunOptions(target="cpu", processes=[2], modes=["mapped"])
+    assert estimated_peak_bytes(mapped, w) == w + 3 * WORKER_OVERHEAD_BYTES  # the mapping, once
+    assert (copies_per_worker(both), copies_per_worker(mapped)) == (2, 1)
+    faulted = RunOptions(target="cpu", processes=[2], modes=["mapped"], target_options={"fault": {"create": 1}})
+    assert copies_per_worker(faulted) == 3  # the fallback's two copies beside the mapping it keeps
