@@ -5,7 +5,8 @@ mapped copies of the weights, seen on an ort-native run whose heap workers held 
 each), and a gate like ``mapped_weight_copies<=1.25`` then "passes" on nonsense. Each metric's
 range is a lower (or upper) bound every sound measurement meets with margin; a value outside
 it becomes None with the reason "implausible: ...", so its gate reads "not measured" (a
-failure, never a pass) and the reason says why.
+failure, never a pass) and the reason says why. A figure the run's noise cannot resolve at
+all (copies of weights smaller than that noise) is None with "not measurable: ..." instead.
 """
 
 from __future__ import annotations
@@ -23,6 +24,12 @@ from .schema import SummaryRow
 COPIES_SLACK = 0.1
 NOISE_BYTES = 4 * 1024**2
 OVERHEAD_NOISE = 0.1
+#: The figures counted in copies of the weights. When that noise is a whole copy or more (a
+#: model of a few hundred KiB), they cannot tell one copy from none: "not measurable", which is
+#: no measurement (a gate on them fails as not measured) but no sign of a broken sample either,
+#: so it does not make the run incomplete. Seen: a 88 KiB QNN model whose two workers, on the
+#: same heap path, differed by 24.7 MiB of PSS (-286 "copies").
+COPY_METRICS = ("mapped_weight_copies", "heap_copies_per_session")
 
 
 def _fair_bytes(row: SummaryRow) -> int | None:
@@ -68,6 +75,14 @@ def bounded(
         return None, f"implausible: {name} = {value!r} is not a finite number"
     slack = 2 * int(values.get("processes") or 1) * NOISE_BYTES + OVERHEAD_NOISE * max(overhead_bytes or 0, 0)
     noise = slack / weights_bytes if weights_bytes else 0.0
+    if name in COPY_METRICS and noise >= 1:
+        from .units import fmt_bytes
+
+        return None, (
+            f"not measurable: the weights ({fmt_bytes(weights_bytes or 0)}) are smaller than this run's memory "
+            f"noise (about {fmt_bytes(int(slack))}: a worker's own memory moves by that much between groups), "
+            f"so {name} cannot tell one copy from none"
+        )
     if name == "mapped_weight_copies" and value < -(COPIES_SLACK + noise):
         heap = values.get("heap_copies_per_session")
         hint = f" (heap_copies_per_session = {heap:.2f})" if isinstance(heap, float) else ""

@@ -99,6 +99,22 @@ def test_impossible_weight_copies_are_implausible_never_a_pass(tmp_path):
     assert any(r.startswith("implausible: mapped_weight_copies") for r in quiet.reasons), quiet.reasons
 
 
+def test_copies_of_weights_smaller_than_the_noise_are_not_measurable_not_implausible(tmp_path):
+    """88 KiB of weights, heap workers 25 MiB above mapped ones on the same path (a real qnn run
+    on the simulator, where the feature is off): -286 "copies" is noise, not a broken sample.
+    The figure is no measurement (a gate on it fails as not measured), the run is not made
+    incomplete by it; with weights above the noise the same excess is implausible."""
+    law = Law(weights=88 * 1024)
+    rows = _several_heap_copies(fake_results(law=law, processes=(1,)), law.weights, 1 + 25 * MIB / law.weights)
+    run = load_run(write_run(tmp_path / "run", rows, law=law))
+    quiet = judge(run, use_default_gates=False)
+    assert quiet.values["mapped_weight_copies"] is None and quiet.values["heap_copies_per_session"] is None
+    assert quiet.verdict == "pass", quiet.reasons
+    gated = judge(run, [parse_gate("mapped_weight_copies<=1.25")], use_default_gates=False)
+    gate = next(g for g in gated.gates if g.gate.expr == "mapped_weight_copies<=1.25")
+    assert gate.status == "fail" and "not measurable" in gate.reason and "88.0 KiB" in gate.reason, gate.reason
+
+
 def test_one_copy_per_heap_session_is_plausible(tmp_path):
     law = Law(weights=64 * MIB)
     run = load_run(write_run(tmp_path / "run", fake_results(law=law, processes=(2,)), law=law))
