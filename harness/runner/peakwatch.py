@@ -204,15 +204,20 @@ class PeakWatch:
         return self
 
     def stop(self) -> None:
-        """Stop watching (idempotent): a last sweep, then every reader closed."""
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join(timeout=1.0)
-            self._thread = None
-            self.sweep()
-        with self._lock:
-            for slot in self._slots.values():
-                self._finish(slot)
+        """Stop watching (idempotent): a last sweep, then every reader closed. Safe after an
+        ``__enter__`` that Ctrl-C interrupted inside ``Thread.start``: a thread that never
+        started is not joined (joining it raises)."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        try:
+            if thread is not None:
+                if thread.is_alive():
+                    thread.join(timeout=1.0)
+                self.sweep()
+        finally:  # a second Ctrl-C during the last sweep still closes every descriptor / handle
+            with self._lock:
+                for slot in self._slots.values():
+                    self._finish(slot)
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

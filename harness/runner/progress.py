@@ -161,9 +161,9 @@ class Progress:
     def close(self) -> None:
         """Stop the live area and the heartbeat (idempotent)."""
         self._stop.set()
-        if self._heartbeat is not None:
-            self._heartbeat.join(timeout=1)
-            self._heartbeat = None
+        heartbeat, self._heartbeat = self._heartbeat, None
+        if heartbeat is not None and heartbeat.is_alive():  # one Ctrl-C kept from starting is not joined
+            heartbeat.join(timeout=1)
         with self._lock:
             live, self._live = self._live, None
             self._stage = self._group = None

@@ -135,8 +135,9 @@ class SystemWatch:
         """Stop watching (idempotent); a last sample first."""
         if self._reader is not None:
             self._stop.set()
-            if self._thread is not None:
-                self._thread.join(timeout=1.0)
+            thread, self._thread = self._thread, None
+            if thread is not None and thread.is_alive():  # one Ctrl-C kept from starting is not joined
+                thread.join(timeout=1.0)
             self.sample()
             self._reader.close()
             self._reader = None

@@ -209,3 +209,28 @@ def test_a_sample_across_a_phase_change_is_never_the_peak(tmp_path):
     finally:
         slot.close()
         board.close()
+
+
+def test_stop_after_an_enter_interrupted_inside_thread_start(tmp_path):
+    """The state Ctrl-C leaves when it lands inside ``Thread.start`` in ``__enter__`` (seen in a
+    bench interrupted as its first group started: the run's cleanup then raised "cannot join
+    thread before it is started" and exited 1 with a traceback instead of 130): the thread
+    object exists, never started. stop() must not join it, and must still close everything."""
+    import threading
+
+    from harness.runner import syswatch
+    from harness.runner.syswatch import SystemWatch
+
+    board = PhaseBoard(tmp_path / "phases.bin", 1)
+    try:
+        watch = peakwatch.PeakWatch(board, PHASES)
+        watch._thread = threading.Thread(target=watch._run)  # as an interrupted __enter__ leaves it
+        watch.stop()
+        watch.stop()  # idempotent
+    finally:
+        board.close()
+    system = SystemWatch()
+    system._reader = syswatch._MeminfoReader() if sys.platform.startswith("linux") else syswatch._OtherReader()
+    system._thread = threading.Thread(target=system._run)
+    system.stop()
+    assert system._reader is None and system.result.samples == 1  # the last sample, then closed
