@@ -44,10 +44,16 @@ class PhaseBoard:
     def __init__(self, path: Path, slots: int) -> None:
         self.path = Path(path)
         self.slots = slots
-        with open(self.path, "wb") as f:  # an earlier run's board in the same folder is replaced
-            f.write(bytes(SLOT_BYTES * max(slots, 1)))
-        with open(self.path, "rb") as f:
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        # An earlier board (or anything a reused run folder holds under this name, a link out of
+        # it included) is removed, never written through: O_EXCL creates a new file or fails.
+        self.path.unlink(missing_ok=True)
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(self.path, flags, 0o600)
+        try:
+            os.write(fd, bytes(SLOT_BYTES * max(slots, 1)))
+            self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
 
     def state(self, slot: int) -> int:
         return self._map[slot * SLOT_BYTES + STATE_OFFSET]
@@ -63,7 +69,7 @@ class PhaseSlot:
     """A worker's side: its own slot of the board, mapped writable."""
 
     def __init__(self, path: str, slot: int) -> None:
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
         try:
             size = os.fstat(fd).st_size
             if slot < 0 or (slot + 1) * SLOT_BYTES > size:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import subprocess
 import sys
 import time
@@ -234,3 +235,18 @@ def test_stop_after_an_enter_interrupted_inside_thread_start(tmp_path):
     system._thread = threading.Thread(target=system._run)
     system.stop()
     assert system._reader is None and system.result.samples == 1  # the last sample, then closed
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink") or sys.platform == "win32", reason="POSIX symlinks")
+def test_a_board_name_planted_as_a_link_out_of_the_folder_is_replaced_not_written_through(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me")
+    folder = tmp_path / "group"
+    folder.mkdir()
+    (folder / "phases.bin").symlink_to(victim)
+    board = PhaseBoard(folder / "phases.bin", 2)
+    try:
+        assert victim.read_bytes() == b"keep me"
+        assert not (folder / "phases.bin").is_symlink() and board.state(1) == 0
+    finally:
+        board.close()
