@@ -2,17 +2,24 @@
 each region -> create; a failure at any stage deregisters that attempt's regions and makes
 exactly one direct read that calls create again (the failed attempt's mapping is released once
 that is over: test_fallback_mapping.py watches it in the kernel); when that fails too, the
-error keeps every stage's error. Deterministic per load; per-file (per-context) disable;
-teardown deregisters, sweeps and releases everything."""
+error keeps every stage's error. What a load leaves behind (teardown, determinism, per-file
+disable, sharing) is test_load_context_state.py."""
 
 from __future__ import annotations
 
-import re
 import sys
-import threading
 
 import numpy as np
 import pytest
+from load_context_support import (
+    REGIONS,
+    SIZE,
+    Recorder,
+    _mapped,
+    direct_reads,
+    expected_bytes,
+    weights_file,
+)
 from mapper_support import (  # noqa: F401 (stats_guard: autouse fixture)
     CountingMapper,
     assert_clean,
@@ -37,66 +44,10 @@ from mapper_impl import (
     load_context,
     shared_users,
     stats,
-    sweep_registrations,
 )
-from mapper_impl import _context as context_mod
 
-SIZE = 64 * 1024 + 77
-REGIONS = [(0, 1000), (4097, 3000), (SIZE - 500, 500)]
-
-
-@pytest.fixture
-def weights_file(tmp_path):
-    path = tmp_path / "ctx_qnn.bin"
-    return path, write_file(path, SIZE, seed=31)
-
-
-class Recorder:
-    """A ``create`` that records how it was called (path taken, bytes and addresses of the
-    views it got) and returns a small value that does not pin the views."""
-
-    def __init__(self, fail_on: set[int] = frozenset(), error: type[BaseException] = RuntimeError) -> None:
-        self.calls: list[dict] = []
-        self.fail_on = fail_on
-        self.error = error
-
-    def __call__(self, weights, views):
-        self.calls.append(
-            {
-                "path_taken": weights.path_taken,
-                "mapped": weights.mapped,
-                "bytes": [bytes(v) for v in views],
-                "addresses": [data_address(v) for v in views],
-                "base": weights.base_address,
-            }
-        )
-        if len(self.calls) in self.fail_on:
-            raise self.error(f"create call {len(self.calls)} failed")
-        return ("value", len(self.calls))
-
-
-def _mapped(path, **options) -> LoadedContext:
-    """``load_context`` of REGIONS with mapping on and a fresh `Recorder`: most tests here vary
-    only the faults and the policy."""
-    return load_context(path, REGIONS, Recorder(), disable_file_mapped_weights="0", **options)
-
-
-@pytest.fixture
-def direct_reads(monkeypatch):
-    """Count direct (heap) reads made by load_context (a spy: the real read still runs)."""
-    calls = []
-    real = context_mod.heap_weights
-
-    def counting(*args, **kwargs):
-        calls.append(args[0])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(context_mod, "heap_weights", counting)
-    return calls
-
-
-def expected_bytes(data: bytes) -> list[bytes]:
-    return [data[o : o + s] for o, s in REGIONS]
+#: Fixtures of the support module, requested by name in the tests below.
+FIXTURES = (weights_file, direct_reads)
 
 
 # -- the paths ---------------------------------------------------------------------------
@@ -300,197 +251,6 @@ def test_upstream_strictness_map_failure_is_fatal(weights_file, direct_reads):
         ) as ctx:
             assert (ctx.path_taken, ctx.fallback_stage) == ("fallback", stage)
     assert len(direct_reads) == 2
-    assert_clean()
-
-
-# -- deregistration and teardown -------------------------------------------------------------
-
-
-def test_deregister_fault_is_a_leak_upstream(weights_file):
-    """Upstream's default: teardown's failed deregistration returns MEM_ALLOC, is recorded and
-    forgotten (no sweep): the context counts it as leaked, the process's stats too, and
-    nothing else is held after close()."""
-    path, _ = weights_file
-    before = stats().dma_leaked_registrations
-    ctx = _mapped(path, faults=FaultPlan(deregister_failures=1))
-    ctx.close()
-    assert [(e.attempt, e.stage) for e in ctx.errors] == [("teardown", "deregister")]
-    assert "MEM_ALLOC" in ctx.errors[0].message
-    assert (ctx.pending_deregistrations, ctx.leaked_registrations) == (0, 1)
-    assert stats().dma_leaked_registrations == before + 1
-    assert_clean()
-
-
-def test_deregister_fault_is_swept_at_teardown(weights_file):
-    """Opt-in sweep: teardown's first deregistration fails, is kept, and the same teardown's
-    sweep deregisters it: stats clean after close(), the failure recorded, nothing leaked."""
-    path, _ = weights_file
-    ctx = _mapped(path, faults=FaultPlan(deregister_failures=1), sweep_deregistrations=True)
-    assert ctx.path_taken == "mapped" and stats().dma_registrations == 3
-    ctx.close()
-    assert [(e.attempt, e.stage) for e in ctx.errors] == [("teardown", "deregister")]
-    assert "Failed to deregister buffer from RPCMEM: 0x" in ctx.errors[0].message
-    assert ctx.pending_deregistrations == 0
-    assert_clean()
-
-
-def test_failed_attempt_deregistration_is_kept_and_pins_the_mapping(weights_file):
-    """A create fault with a failing deregistration: the failed attempt's registration is kept
-    pending (its memory stays mapped under the 'DMA engine': one deferred unmap) while the
-    fallback context lives, and its teardown sweep deregisters it: stats clean."""
-    path, _ = weights_file
-    plan = FaultPlan(create_failures=1, deregister_failures=1)
-    ctx = _mapped(path, faults=plan, sweep_deregistrations=True)
-    assert (ctx.path_taken, ctx.fallback_stage) == ("fallback", "create")
-    assert ctx.pending_deregistrations == 1
-    snapshot = settled_stats()
-    assert (snapshot.dma_registrations, snapshot.dma_pending_deregistrations) == (1, 1)
-    assert (snapshot.live_mappings, snapshot.deferred_unmaps) == (1, 1)
-    assert [(e.attempt, e.stage) for e in ctx.errors] == [("mapped", "create"), ("mapped", "deregister")]
-    ctx.close()
-    assert ctx.pending_deregistrations == 0
-    assert_clean()
-
-
-def test_stubborn_deregistrations_are_retried_by_later_sweeps(weights_file):
-    """deregister_failures=7 over 3 regions: teardown fails 3 then sweeps 3 (6 failures: 3
-    pending); the next close sweeps (7th fails, 2 succeed: 1 pending); the next one succeeds.
-    Each sweep is counted and deterministic; the stats say what is left."""
-    path, _ = weights_file
-    ctx = _mapped(path, faults=FaultPlan(deregister_failures=7), sweep_deregistrations=True)
-    pending = []
-    for _ in range(3):
-        ctx.close()
-        pending.append((ctx.pending_deregistrations, settled_stats().dma_pending_deregistrations))
-    assert pending == [(3, 3), (1, 1), (0, 0)]
-    assert sum(e.stage == "deregister" for e in ctx.errors) == 7
-    assert_clean()
-
-
-def test_a_context_dropped_without_close_is_torn_down(weights_file):
-    """Dropping a LoadedContext without close() runs its teardown (as upstream's destructor):
-    registrations deregistered, mapping released; leftovers are swept by sweep_registrations."""
-    path, _ = weights_file
-    ctx = _mapped(path, faults=FaultPlan(deregister_failures=6), sweep_deregistrations=True)
-    assert stats().dma_registrations == 3
-    leaked = stats().leaked_loads
-    del ctx
-    snapshot = settled_stats()
-    assert (snapshot.dma_registrations, snapshot.dma_pending_deregistrations) == (3, 3)
-    assert snapshot.leaked_loads == leaked + 1, "a dropped context is counted as leaked"
-    assert sweep_registrations() == 0
-    assert_clean()
-
-
-def test_interrupt_in_create_cleans_up_and_propagates(weights_file, direct_reads):
-    """A KeyboardInterrupt inside create is not a stage failure: no fallback, but the attempt
-    is cleaned up (registrations, mapping) before it propagates."""
-    path, _ = weights_file
-    with pytest.raises(KeyboardInterrupt):
-        load_context(path, REGIONS, Recorder(fail_on={1}, error=KeyboardInterrupt), disable_file_mapped_weights="0")
-    assert direct_reads == []
-    assert_clean()
-
-
-# -- determinism, per-file disable, sharing ---------------------------------------------------
-
-PLANS = [
-    FaultPlan(),
-    FaultPlan(map_failures=1),
-    FaultPlan(register_failures=2),
-    FaultPlan(create_failures=1),
-    FaultPlan(create_failures=1, deregister_failures=2),
-    FaultPlan(create_failures=2),
-    FaultPlan(platform_unavailable=True),
-    FaultPlan(map_failures=1, heap_read_failures=1),
-]
-
-
-def outcome(path, plan) -> tuple:
-    """Everything a run decides, with addresses (which differ per mapping) blanked."""
-    create = Recorder()
-    try:
-        with load_context(path, REGIONS, create, disable_file_mapped_weights="0", faults=plan) as ctx:
-            result = (ctx.path_taken, ctx.fallback_stage, ctx.attempts, ctx.value)
-        errors = ctx.errors
-    except ContextLoadError as err:
-        result, errors = ("error", err.failed_stage), list(err.errors)
-    text = [re.sub(r"0x[0-9a-f]+", "0x?", str(e)) for e in errors]
-    return result, text, [c["path_taken"] for c in create.calls]
-
-
-@pytest.mark.parametrize("plan", PLANS, ids=repr)
-def test_recovery_is_deterministic(weights_file, plan):
-    """The same plan gives the same outcome (path, stage, errors, create calls) every time."""
-    path, _ = weights_file
-    outcomes = [outcome(path, plan) for _ in range(4)]
-    assert all(o == outcomes[0] for o in outcomes), outcomes
-    assert_clean()
-
-
-def test_recovery_is_deterministic_across_threads(weights_file):
-    """Eight threads loading one shared file with different plans at once: every load gets
-    exactly the outcome its plan gets alone (cursors are per load), nothing leaks."""
-    path, _ = weights_file
-    alone = {i: outcome(path, plan) for i, plan in enumerate(PLANS)}
-    results: dict[int, list] = {i: [] for i in range(len(PLANS))}
-    errors: list[BaseException] = []
-
-    def worker(i: int) -> None:
-        try:
-            for _ in range(10):
-                results[i].append(outcome(path, PLANS[i]))
-        except BaseException as err:  # reported below
-            errors.append(err)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(PLANS))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not any(t.is_alive() for t in threads) and not errors, errors
-    for i, seen in results.items():
-        assert seen == [alone[i]] * 10, PLANS[i]
-    assert_clean()
-
-
-def test_disable_is_per_file_and_per_context(weights_file, tmp_path):
-    """One file's "1" does not touch another file's "0"; a failed mapped attempt disables
-    only that context: the next context of the same file maps again, and a context of another
-    file loaded meanwhile is mapped and registered. No process-wide disabled state."""
-    path, data = weights_file
-    other = tmp_path / "other_qnn.bin"
-    write_file(other, SIZE, seed=32)
-    with (
-        load_context(path, REGIONS, Recorder(), disable_file_mapped_weights="1") as a,
-        load_context(other, REGIONS, Recorder(), disable_file_mapped_weights="0") as b,
-    ):
-        assert (a.path_taken, b.path_taken) == ("heap", "mapped")
-    with _mapped(path, faults=FaultPlan(create_failures=1)) as failed:
-        assert failed.path_taken == "fallback"
-        with (
-            load_context(other, REGIONS, Recorder(), disable_file_mapped_weights="0") as b,
-            load_context(path, REGIONS, Recorder(), disable_file_mapped_weights="0") as again,
-        ):
-            assert (b.path_taken, again.path_taken) == ("mapped", "mapped")
-            assert again.registered == 3 and again.weights.feature_enabled
-            assert [bytes(v) for v in again.views] == expected_bytes(data)
-    assert_clean()
-
-
-def test_m_contexts_share_one_mapping_in_process_scope(weights_file):
-    """``scope="process"`` (our extension): M load_context calls, one mapping, M x regions
-    registrations, views at the same addresses; closing them one by one unmaps at the last."""
-    path, _ = weights_file
-    contexts = [_mapped(path, scope="process") for _ in range(6)]
-    assert shared_users(str(path)) == 6
-    snapshot = stats()
-    assert (snapshot.live_mappings, snapshot.mapped_bytes, snapshot.dma_registrations) == (1, SIZE, 18)
-    assert len({tuple(map(data_address, c.views)) for c in contexts}) == 1
-    for i, ctx in enumerate(contexts):
-        ctx.close()
-        assert stats().dma_registrations == 3 * (5 - i)
-        assert stats().live_mappings == (1 if i < 5 else 0)
     assert_clean()
 
 
