@@ -88,7 +88,8 @@ def peak_sampling_notes(run: RunData) -> list[tuple[str, str, str]]:
                 "Start-up peak not watched",
                 f"{len(unwatched)} of {len(peaked)} worker(s) were not sampled by the harness during start-up "
                 "(the phase board could not be made, or a worker named a process that is not the one started): "
-                "their peak is what they sampled themselves at each phase change, a lower bound.",
+                "their peak is what they sampled themselves at each phase change, a lower bound, so their "
+                "groups' start-up peaks, the peak ratio and the fits figure are left empty.",
             )
         )
     return notes

@@ -47,7 +47,11 @@ def group_figures(ok: Sequence[Any], system: Any) -> dict[str, Any]:
     """The SummaryRow peak and system columns of one group, from its ok workers' rows and what
     the runner recorded for it: (delta, noise, SystemPeak), or less (no system peak)."""
     system_peak = system[2] if isinstance(system, tuple) and len(system) > 2 else None
-    peaks = [r.peak_private_bytes for r in ok if r.peak_private_bytes is not None]
+    peaked = [r for r in ok if r.peak_private_bytes is not None]
+    # A worker the harness did not sample during its start-up (no rate) has only its own
+    # phase-change samples, a lower bound: the group's peak would be no more than that, so it
+    # is left empty (its ratio gate and the "fits" figure read not measured; a note says why).
+    peaks = [r.peak_private_bytes for r in peaked] if all(r.peak_sample_hz is not None for r in peaked) else []
     phases = sorted({r.peak_phase for r in ok if r.peak_phase})
     out: dict[str, Any] = {
         "max_peak_private_bytes": max(peaks) if peaks else None,

@@ -250,3 +250,16 @@ def test_a_board_name_planted_as_a_link_out_of_the_folder_is_replaced_not_writte
         assert not (folder / "phases.bin").is_symlink() and board.state(1) == 0
     finally:
         board.close()
+
+
+def test_a_group_with_an_unwatched_worker_has_no_start_up_peak():
+    """Its peak is a lower bound: the group's peak, its ratio gate and the fits figure must not
+    be judged on it (they read not measured)."""
+    from harness.core.fits import group_figures
+
+    watched = [_row(0, peak_sample_hz=1400.0), _row(1, peak_sample_hz=1500.0)]
+    assert group_figures(watched, None)["max_peak_private_bytes"] == 12 * MIB
+    assert group_figures(watched, None)["sum_peak_private_bytes"] == 24 * MIB
+    one_blind = [_row(0, peak_sample_hz=1400.0), _row(1)]
+    found = group_figures(one_blind, None)
+    assert found["max_peak_private_bytes"] is None and found["sum_peak_private_bytes"] is None
