@@ -15,18 +15,17 @@ small and exact:
   `peak_rss_bytes`, never a private figure); Windows ``PeakPagefileUsage`` (the private peak,
   which the sampled maximum is raised to) and ``PeakWorkingSetSize`` (`peak_rss_bytes`).
 
-Reads allocate nothing: Linux ``/proc/self/statm`` with ``os.preadv`` into one buffer
-(resident - shared = anonymous pages, the private figure; shared = the file-backed resident
-pages, a mapped weights file among them); Windows ``GetProcessMemoryInfo`` into one structure.
+Reads allocate nothing (`harness.runner.procmem`, the readers the parent's watch uses too).
 Phases in start-up order: start (interpreter, imports), load (map or read the weights),
 create (session creation), first_run (the first inference).
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 from dataclasses import dataclass
+
+from harness.runner.procmem import open_reader
 
 #: Phases in start-up order (the `peak_phase` column's values).
 PHASES = ("start", "load", "create", "first_run")
@@ -42,43 +41,6 @@ class PeakResult:
     peak_shared_bytes: int | None = None
     peak_rss_bytes: int | None = None
     samples: int = 0
-
-
-class _OwnStatm:
-    """Linux: this process's (private, shared) bytes, and the kernel's peak at the end."""
-
-    def __init__(self) -> None:
-        from harness.runner.peakwatch import StatmReader
-
-        self._statm = StatmReader("self")
-
-    def read_split(self) -> tuple[int, int | None]:
-        return self._statm.read_split()
-
-    def kernel_peaks(self) -> tuple[int | None, int | None]:
-        """(private peak, RSS peak) the kernel kept: Linux has only VmHWM (RSS)."""
-        try:
-            with open("/proc/self/status", encoding="ascii", errors="replace") as f:
-                for line in f:
-                    if line.startswith("VmHWM:"):
-                        return None, int(line.split()[1]) * 1024
-        except (OSError, ValueError, IndexError):
-            pass
-        return None, None
-
-    def close(self) -> None:
-        self._statm.close()
-
-
-def _reader():
-    """The reader of this OS, or None where none exists (macOS: no figure, recorded empty)."""
-    if sys.platform.startswith("linux"):
-        return _OwnStatm()
-    if sys.platform == "win32":
-        from harness.runner.winmem import ProcessCounters
-
-        return ProcessCounters()
-    return None
 
 
 class PeakSampler:
@@ -99,9 +61,9 @@ class PeakSampler:
         if self._slot is not None:
             self._slot.set(0)
         try:
-            self._reader = _reader()
+            self._reader = open_reader()
         except OSError:
-            self._reader = None
+            self._reader = None  # no reader on this OS: the figures stay empty
         self.sample()
         return self
 

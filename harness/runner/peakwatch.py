@@ -24,13 +24,12 @@ so below 1 kHz (`harness.core.figurenotes`).
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 import time
 from dataclasses import dataclass
 
 from harness.runner.phaseboard import DONE, PhaseBoard, state_phase
+from harness.runner.procmem import open_reader
 
 #: Wanted time between two sweeps over the workers: 0.5 ms asks for 2 kHz, so 1 kHz survives
 #: a loaded machine (measured here with 4 workers copying 256 MiB: 1.4 kHz).
@@ -49,39 +48,6 @@ class WatchedPeak:
     samples: int = 0
     peak_sample_hz: float | None = None
     peak_sample_max_gap_s: float | None = None
-
-
-class StatmReader:
-    """Linux: (private, shared) bytes of a process from /proc/<pid>/statm ("self": this one)."""
-
-    def __init__(self, pid: int | str) -> None:
-        self.fd = os.open(f"/proc/{pid}/statm", os.O_RDONLY)
-        self.buf = bytearray(256)
-        self.views = [self.buf]
-        self.page = os.sysconf("SC_PAGE_SIZE")
-
-    def read_split(self) -> tuple[int, int | None]:
-        n = os.preadv(self.fd, self.views, 0)
-        buf = self.buf
-        first = buf.find(b" ", 0, n)
-        second = buf.find(b" ", first + 1, n)
-        third = buf.find(b" ", second + 1, n)
-        resident, shared = int(buf[first + 1 : second]), int(buf[second + 1 : third])
-        return (resident - shared) * self.page, shared * self.page
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-
-def open_reader(pid: int):
-    """The reader of another process on this OS (OSError when it cannot be read)."""
-    if sys.platform.startswith("linux"):
-        return StatmReader(pid)
-    if sys.platform == "win32":
-        from harness.runner.winmem import ProcessCounters
-
-        return ProcessCounters(pid)
-    raise OSError(f"no per-process memory reader on {sys.platform}")
 
 
 @dataclass

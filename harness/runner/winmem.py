@@ -132,10 +132,11 @@ def _psapi():
 
 
 class ProcessCounters:
-    """A process's counters, read into one preallocated structure: this process's (the worker's
-    own phase-change samples: ``private()``, ``kernel_peaks()``) or, given a pid, another's
-    (the parent's peak watch: ``read_split()``), through a handle opened once, as psutil opens
-    it (PROCESS_QUERY_LIMITED_INFORMATION | PROCESS_VM_READ) and closed by ``close()``."""
+    """A process's counters, read into one preallocated structure (the `harness.runner.procmem`
+    reader interface: ``read_split()``, ``kernel_peaks()``, ``close()``): this process's (the
+    worker's own phase-change samples) or, given a pid, another's (the parent's peak watch),
+    through a handle opened once, as psutil opens it (PROCESS_QUERY_LIMITED_INFORMATION |
+    PROCESS_VM_READ) and closed by ``close()``."""
 
     def __init__(self, pid: int | None = None) -> None:
         if sys.platform != "win32":
@@ -160,9 +161,6 @@ class ProcessCounters:
         if not self._call():
             raise OSError(ctypes.get_last_error(), "GetProcessMemoryInfo failed")  # type: ignore[attr-defined]
         return self.counters
-
-    def private(self) -> int:
-        return int(self.read().PrivateUsage)
 
     def read_split(self) -> tuple[int, int | None]:
         """`split` of a fresh read."""
