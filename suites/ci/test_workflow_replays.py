@@ -1,0 +1,287 @@
+"""The workflows' steps replayed, not read: what each would do on its first real run.
+
+- The fleet merge's own ``run:`` script runs under bash over an artifact tree laid out as
+  ``actions/download-artifact`` leaves it: two device kinds, each artifact with last night's
+  ``history/last-run`` and the pytest run folders beside tonight's sweep, one kind re-run (two
+  attempts' artifacts), one kind whose sweep did not finish. The report command it reaches is
+  recorded by a ``python`` on PATH that passes every other call to this interpreter.
+- The history caches: GitHub's restore rule (exact key, then each restore key as a prefix of a
+  saved key, newest first) played over every kind's saved keys, with kinds whose names prefix
+  each other.
+- The install on a Windows ARM64 runner: the project's requirements evaluated for win_arm64
+  CPython 3.11 and, with ``-m slow``, resolved by pip for that platform, wheels only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+from workflow_support import LINUX, NIGHTLY, ROOT, load, matrix_entries, with_input
+
+RUN_NUMBER = 41
+
+
+def _fleet_step() -> tuple[dict, dict]:
+    wf = load(NIGHTLY)
+    for job in wf.jobs.values():
+        for step in job.get("steps", []):
+            if step.get("id") == "merge":
+                return job, step
+    raise AssertionError("nightly-device.yml has no step with id: merge")
+
+
+def _device_artifact(devices: Path, kind: str, attempt: int, *, finished: bool) -> Path:
+    """``devices/<artifact>/`` as the device job uploads it (nightly/, history/, reports-out/)."""
+    artifact = devices / f"nightly-device-{kind}-{RUN_NUMBER}-{attempt}"
+    sweep = artifact / "nightly" / f"{kind}-run-{RUN_NUMBER}-{attempt}"
+    sweep.mkdir(parents=True)
+    (sweep / "metadata.json").write_text('{"status": "running"}\n')
+    if finished:
+        (sweep / "results.csv").write_text("tonight\n")
+    (artifact / "nightly" / f"doctor-{kind}.json").write_text("{}\n")
+    last = artifact / "history" / "last-run"
+    last.mkdir(parents=True)
+    for name in ("metadata.json", "results.csv", "summary.csv"):
+        (last / name).write_text("last night\n")
+    (artifact / "history" / "nightly-history.csv").write_text("history\n")
+    pytest_run = artifact / "reports-out" / "runs" / "test_x"
+    pytest_run.mkdir(parents=True)
+    (pytest_run / "results.csv").write_text("a test's run\n")
+    # an older night's sweep folder in the same artifact layout must never count as tonight's
+    older = artifact / "nightly" / f"{kind}-run-{RUN_NUMBER - 1}-1"
+    older.mkdir()
+    (older / "results.csv").write_text("older\n")
+    return sweep
+
+
+def _replay_fleet_merge(tmp_path: Path, build) -> tuple[subprocess.CompletedProcess, list[list[str]], str]:
+    job, step = _fleet_step()
+    work = tmp_path / "workspace"
+    (work / ".ci").mkdir(parents=True)
+    shutil.copy(ROOT / ".ci" / "fleet_runs.py", work / ".ci" / "fleet_runs.py")
+    build(work / "devices")
+    shim_dir, calls = tmp_path / "bin", tmp_path / "report-calls.txt"
+    shim_dir.mkdir()
+    shim = shim_dir / "python"
+    shim.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "-m" ] && [ "$2" = "harness" ]; then\n'
+        f'  printf "%s\\0" "$@" >> "{calls}"; printf "\\n" >> "{calls}"; exit 0\n'
+        "fi\n"
+        f'exec "{sys.executable}" "$@"\n'
+    )
+    shim.chmod(0o755)
+    summary = tmp_path / "summary.md"
+    env = {
+        **os.environ,
+        **{k: str(v) for k, v in (job.get("env") or {}).items()},
+        "RUN_NUMBER": str(RUN_NUMBER),
+        "GITHUB_STEP_SUMMARY": str(summary),
+        "PATH": f"{shim_dir}{os.pathsep}{os.environ['PATH']}",
+    }
+    proc = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", step["run"]],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    recorded = calls.read_text() if calls.exists() else ""
+    report_calls = [[a for a in line.split("\0") if a] for line in recorded.splitlines() if line]
+    return proc, report_calls, summary.read_text() if summary.exists() else ""
+
+
+def test_fleet_merge_takes_tonights_newest_finished_sweep_of_each_kind_once(tmp_path):
+    def build(devices: Path) -> None:
+        _device_artifact(devices, "snapdragon-x-elite", 1, finished=True)
+        _device_artifact(devices, "snapdragon-x", 1, finished=True)
+        _device_artifact(devices, "snapdragon-x", 2, finished=True)  # a re-run of the failed job
+        _device_artifact(devices, "snapdragon-8cx-gen3", 1, finished=False)  # its sweep was killed
+
+    proc, calls, summary = _replay_fleet_merge(tmp_path, build)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert len(calls) == 1, calls
+    args = calls[0]
+    assert args[:3] == ["-m", "harness", "report"], args
+    folders = [a for a in args[3:] if a.startswith("devices/")]
+    assert sorted(folders) == [
+        f"devices/nightly-device-snapdragon-x-{RUN_NUMBER}-2/nightly/snapdragon-x-run-{RUN_NUMBER}-2",
+        f"devices/nightly-device-snapdragon-x-elite-{RUN_NUMBER}-1/nightly/snapdragon-x-elite-run-{RUN_NUMBER}-1",
+    ], folders
+    assert "--no-default-gates" in args and "--history" in args
+    _, step = _fleet_step()
+    assert "${{ github.run_number }}" in str((step.get("env") or {}).get("RUN_NUMBER", "")), step.get("env")
+    assert "::warning::snapdragon-8cx-gen3: not merged" in proc.stdout, proc.stdout
+    assert "snapdragon-8cx-gen3" in summary and "Run folders merged (2)" in summary, summary
+
+
+def test_fleet_merge_falls_back_to_an_earlier_attempt_only_when_the_newest_did_not_finish(tmp_path):
+    def build(devices: Path) -> None:
+        _device_artifact(devices, "snapdragon-x-elite", 1, finished=True)
+        _device_artifact(devices, "snapdragon-x-elite", 2, finished=False)
+
+    proc, calls, _ = _replay_fleet_merge(tmp_path, build)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    (args,) = calls
+    assert [a for a in args if a.startswith("devices/")] == [
+        f"devices/nightly-device-snapdragon-x-elite-{RUN_NUMBER}-1/nightly/snapdragon-x-elite-run-{RUN_NUMBER}-1"
+    ]
+    assert "attempt 2 did not finish" in proc.stdout and "merged attempt 1" in proc.stdout, proc.stdout
+
+
+def test_fleet_merge_with_no_finished_sweep_fails_and_never_reports_last_night(tmp_path):
+    def build(devices: Path) -> None:
+        _device_artifact(devices, "snapdragon-x-elite", 1, finished=False)
+
+    proc, calls, _ = _replay_fleet_merge(tmp_path, build)
+    assert proc.returncode != 0
+    assert calls == [], "last night's history/last-run or a pytest run folder was merged as tonight's"
+    assert "::error::no device finished a sweep" in proc.stdout, proc.stdout
+
+
+# --------------------------------------------------------------------------- history caches
+
+
+def _restored(restore_for: str, saved: list[tuple[str, str]], key: str, restore_keys: list[str]) -> str | None:
+    """Which saved key GitHub's cache restores (exact key, else the newest saved key that the key
+    or a restore key prefixes, each restore key in order); ``saved`` is (kind, key), oldest first."""
+    keys = [k for _, k in saved]
+    if key in keys:
+        return key
+    for prefix in [key, *restore_keys]:
+        hits = [k for k in keys if k.startswith(prefix)]
+        if hits:
+            return hits[-1]
+    return None
+
+
+def _history_cache_steps() -> tuple[dict, dict, dict]:
+    wf = load(NIGHTLY)
+    job = next(j for j in wf.jobs.values() if (j.get("strategy") or {}).get("matrix"))
+    restore = next(s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/cache/restore"))
+    save = next(s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/cache/save"))
+    return restore, save, job
+
+
+def _fill(template: str, kind: str, run_id: int) -> str:
+    text = template.replace("${{ matrix.kind }}", kind).replace("${{ github.run_id }}", str(run_id))
+    return text.replace("${{ github.run_attempt }}", "1")
+
+
+def test_a_device_kind_never_restores_another_kinds_history():
+    """Kinds whose names prefix each other (the matrix's own plus `snapdragon-x` beside
+    `snapdragon-x-elite`) each restore only their own history, whatever saved last."""
+    restore, save, job = _history_cache_steps()
+    kinds = [e["kind"] for e in matrix_entries(job)] + ["snapdragon-x", "snapdragon-x-elite-2"]
+    for kind in kinds:
+        assert re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*", kind), f"device kind {kind!r}: use [a-z0-9-] only"
+    for kind in kinds:
+        others = [k for k in kinds if k != kind]
+        saved = [(kind, _fill(with_input(save, "key"), kind, 100))]
+        saved += [(o, _fill(with_input(save, "key"), o, 200 + i)) for i, o in enumerate(others)]
+        key = _fill(with_input(restore, "key"), kind, 300)
+        restore_keys = [_fill(line.strip(), kind, 300) for line in with_input(restore, "restore-keys").splitlines()]
+        got = _restored(kind, saved, key, [k for k in restore_keys if k])
+        assert got == saved[0][1], f"{kind} restored {got!r}, not its own history"
+
+
+# --------------------------------------------------------------------------- Linux lane
+
+
+#: The Debian release whose Wine the Wine tests (and their "Wine still deviates" checks) were
+#: calibrated on, and where .ci/run runs: Debian 12, Wine 8.0.
+CALIBRATED_DEBIAN = "bookworm"
+
+
+def test_linux_lane_runs_ci_where_the_wine_tests_were_calibrated():
+    """ubuntu-latest's apt has Wine 9: the lane runs .ci/run in a Debian 12 container (Wine 8),
+    as root, so nothing but .ci/run installs packages."""
+    wf = load(LINUX)
+    (job,) = wf.jobs.values()
+    container = job.get("container")
+    image = container.get("image") if isinstance(container, dict) else container
+    assert image and CALIBRATED_DEBIAN in str(image) and str(image).startswith("python:3.11"), image
+    scripts = "\n".join(str(s.get("run", "")) for s in job["steps"])
+    assert "sudo" not in scripts and "apt-get" not in scripts, "only .ci/run installs (as root, from Debian 12)"
+    ci_run = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "wine64" in ci_run and "apt-get install" in ci_run
+
+
+# --------------------------------------------------------------------------- Windows ARM64 install
+
+_WIN_ARM64 = {
+    "os_name": "nt",
+    "sys_platform": "win32",
+    "platform_machine": "ARM64",
+    "platform_system": "Windows",
+    "python_version": "3.11",
+    "python_full_version": "3.11.9",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+}
+#: Packages with no win_arm64 cp311 wheel on PyPI (checked with `pip download --platform
+#: win_arm64 --python-version 3.11 --only-binary=:all:`): pip would build them from source on
+#: every runner cache miss, and may fail with no compiler.
+NO_WIN_ARM64_WHEEL = {"pyyaml"}
+
+
+def _requirements_for(env: dict[str, str], extras: tuple[str, ...] = ("test",)) -> list[str]:
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    lines = list(project["dependencies"])
+    for extra in extras:
+        lines += project["optional-dependencies"][extra]
+    kept = []
+    for line in lines:
+        req = Requirement(line)
+        if req.marker is None or req.marker.evaluate({**env, "extra": ""}):
+            req.marker = None
+            kept.append(str(req))
+    return kept
+
+
+def test_the_windows_arm64_install_asks_for_no_package_without_a_wheel():
+    names = {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower() for r in _requirements_for(_WIN_ARM64)}
+    assert not names & NO_WIN_ARM64_WHEEL, f"win_arm64 would build {names & NO_WIN_ARM64_WHEEL} from source"
+    assert {"onnxruntime", "onnxruntime-qnn", "pytest"} <= names, names
+
+
+@pytest.mark.slow
+def test_the_windows_arm64_install_resolves_to_wheels_only(tmp_path):
+    """pip itself resolves the requirements for win_arm64 CPython 3.11, wheels only (needs PyPI)."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--quiet",
+            "--ignore-installed",
+            "--target",
+            str(tmp_path / "target"),
+            "--platform",
+            "win_arm64",
+            "--python-version",
+            "3.11",
+            "--implementation",
+            "cp",
+            "--only-binary=:all:",
+            *_requirements_for(_WIN_ARM64),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
