@@ -23,7 +23,19 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from workflow_support import LINUX, NIGHTLY, ROOT, load, matrix_entries, with_input
+from workflow_support import (
+    LINUX,
+    NIGHTLY,
+    ROOT,
+    WINDOWS_ARM64,
+    WINDOWS_MAPPER,
+    Situation,
+    condition_holds,
+    load,
+    matrix_entries,
+    with_input,
+    workflow_files,
+)
 
 RUN_NUMBER = 41
 
@@ -285,3 +297,40 @@ def test_the_windows_arm64_install_resolves_to_wheels_only(tmp_path):
         stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------- Windows lanes, re-runs
+
+
+def _lanes() -> list[tuple[str, dict]]:
+    return [(name, job) for name in (WINDOWS_MAPPER, WINDOWS_ARM64) for job in load(name).jobs.values()]
+
+
+def test_windows_steps_after_a_failed_install_do_not_run_but_survive_failed_tests():
+    """A step that runs the project (pytest, harness) is skipped when the install failed (it
+    would report a green notice or a misleading error), and still runs after a failed test."""
+    for name, job in _lanes():
+        install = next((s for s in job["steps"] if s.get("id") == "install"), None)
+        assert install is not None, f"{name}: the install step needs id: install"
+        after = job["steps"][job["steps"].index(install) + 1 :]
+        runs_project = [
+            s for s in after if re.search(r"python(\.exe)?\s+-m\s+(harness|pytest)\b", str(s.get("run", "")))
+        ]
+        assert runs_project, name
+        for step in runs_project:
+            failed_install = Situation(failed=True, outcomes={"install": "failure"})
+            assert not condition_holds(step, failed_install), f"{name}: {step.get('name')} runs after a failed install"
+            assert condition_holds(step, Situation(failed=True)), (
+                f"{name}: {step.get('name')} skipped after a failed test"
+            )
+
+
+def test_every_artifact_name_is_unique_per_run_attempt():
+    """`Re-run failed jobs` uploads again under the same run: a constant artifact name conflicts."""
+    for path in workflow_files():
+        wf = load(path.name)
+        for job in wf.jobs.values():
+            for step in job.get("steps", []):
+                if str(step.get("uses", "")).startswith("actions/upload-artifact"):
+                    name = with_input(step, "name")
+                    assert "github.run_attempt" in name and "github.run_number" in name, f"{path.name}: {name!r}"
