@@ -12,11 +12,11 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from harness.contract.options import RunOptions
 from harness.core.errors import InputError
 from harness.core.files import write_json_atomic
 from harness.core.gates import read_gates_text
 from harness.core.schema import FORMAT_VERSION
-from harness.runner.options import RunOptions
 
 BENCH_GATES = "bench.gates"
 

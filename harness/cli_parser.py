@@ -1,7 +1,7 @@
 """The parser of ``python -m harness``: its sub-commands and their arguments.
 
 The run options' flags are not spelled here: they are declared once, with `RunOptions`
-(`harness.runner.options`), and added from there; the targets' own options come from each
+(`harness.contract.options`), and added from there; the targets' own options come from each
 registered target's `TargetOption`s. Every option's help shows its default and unit.
 """
 
@@ -31,8 +31,8 @@ def add_run_options(parser: argparse.ArgumentParser, names: list[str] | None = N
     Each keeps the field's name as its ``dest``, so `RunOptions.from_arguments` copies them back."""
     from dataclasses import MISSING
 
+    from harness.contract.options import command_line_fields
     from harness.core.units import SIZE_HELP
-    from harness.runner.options import command_line_fields
     from harness.targets import NAMES, get_target
 
     summaries = "; ".join(f"{n}: {get_target(n).summary.removesuffix(' (default)')}" for n in NAMES)

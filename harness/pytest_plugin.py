@@ -131,10 +131,10 @@ def gates_notice(config: pytest.Config) -> str | None:
     """One line naming the target's default gates that cannot apply to the session's generated
     model (a size or process count below their condition), so "passed or skipped" in a run's
     verdict never hides that a gate was not exercised; None when every gate can apply."""
+    from harness.contract.options import RunOptions
     from harness.core.gates import parse_gates
     from harness.core.limits import parse_process_list
     from harness.core.units import parse_size
-    from harness.runner.options import RunOptions
     from harness.targets import get_target
 
     options = harness_options(config)

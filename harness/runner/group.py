@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.contract.phases import PHASES
+from harness.contract.spawn import KillOnCloseJob, measured_process_env, python_child, worker_pid_in_tree
+from harness.contract.spec import WorkerRecord, WorkerSpec
 from harness.core.errors import SpawnError
 from harness.core.files import read_json
 from harness.core.latency import WORKER_FIELDS as LATENCY_FIELDS
@@ -34,12 +37,9 @@ from harness.runner.memory import (
     sample_process,
     system_available_bytes,
 )
-from harness.runner.peak import PHASES
 from harness.runner.peakwatch import PeakWatch, WatchedPeak, merged_peak
 from harness.runner.phaseboard import PhaseBoard
 from harness.runner.resources import describe
-from harness.runner.spawn import KillOnCloseJob, measured_process_env, python_child, worker_pid_in_tree
-from harness.runner.spec import WorkerRecord, WorkerSpec
 from harness.runner.syswatch import SystemWatch
 
 POLL_S = 0.02

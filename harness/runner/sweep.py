@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.contract.options import RunOptions
 from harness.core.errors import RunFailed, SpawnError
 from harness.core.files import write_json_atomic
 from harness.core.rundata import METADATA_JSON
@@ -27,7 +28,6 @@ from harness.core.summary import group_key, summarize
 from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV, write_long, write_rows
 from harness.runner.control import has_control
 from harness.runner.group import GroupResult, GroupSpec, run_group
-from harness.runner.options import RunOptions
 from harness.runner.outdir import RunFolder, claim
 from harness.runner.preflight import check_before_work, check_memory_budget, copies_per_worker
 from harness.runner.resources import check_address_space, describe
@@ -272,8 +272,8 @@ def execute(opts: RunOptions, progress) -> RunOutcome:
 
 
 def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFolder, progress) -> RunOutcome:
+    from harness.contract.spawn import harness_identity
     from harness.runner.metadata import environment
-    from harness.runner.spawn import harness_identity
 
     out = folder.path
     keep_logs(out, prepared)

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from harness.contract.options import RunOptions
+    from harness.contract.spec import WorkerRecord, WorkerSpec
     from harness.prep.folder import PreparedModel
-    from harness.runner.options import RunOptions
-    from harness.runner.spec import WorkerRecord, WorkerSpec
 
 #: Every target gets at least this gate: correctness does not depend on the platform.
 CORRECTNESS_GATE = ("failed_workers==0", "A crash, hang, exception or wrong output is a defect in either mode.")

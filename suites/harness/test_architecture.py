@@ -7,6 +7,11 @@
 - Outside `harness/cli.py` and `harness/publish.py`, the composition roots, `harness` never imports
   `reports`.
 - No import circles between modules of `harness/`, `reports/` and `mapper_impl/`.
+- Imports between the runner and the targets run one way: what both need (the run's options,
+  the worker spec, the phase hook, spawning a child) is `harness.contract`, below both; a
+  target never reaches the runner, even through another module; the runner reaches the targets
+  only through their registry (`harness.targets`) and interface (`harness.targets.base`).
+- No module imports a private name (``_x``) of another package.
 - Every registered target is one module exposing ``TARGET``, a `Target` named as registered.
 """
 
@@ -167,3 +172,91 @@ def test_each_target_is_one_module_behind_the_interface(name):
     assert target.summary
     flags = [o.flag for o in target.options]
     assert len(flags) == len(set(flags))
+
+
+# ----------------------------------------------------------------------------- runner, targets, contract
+
+
+def _package(name: str) -> str:
+    """The package a module belongs to for layering: ``harness.<sub>``, else the top level."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if parts[0] == "harness" else parts[0]
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> dict[str, str]:
+    """Every module ``start`` reaches through imports (lazy ones included), each with the
+    module that imports it on one path there (for the failure message)."""
+    found, todo = {start: ""}, [start]
+    while todo:
+        node = todo.pop()
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in found:
+                found[nxt] = node
+                todo.append(nxt)
+    return found
+
+
+def _path_to(found: dict[str, str], end: str) -> str:
+    path = [end]
+    while found[path[-1]]:
+        path.append(found[path[-1]])
+    return " -> ".join(reversed(path))
+
+
+def _reaching(sources: str, forbidden: tuple[str, ...]) -> list[str]:
+    graph = import_graph()
+    bad = []
+    for module in sorted(m for m in graph if m == sources or m.startswith(sources + ".")):
+        found = reachable(graph, module)
+        bad += [_path_to(found, m) for m in sorted(found) if m.startswith(forbidden)]
+    return bad
+
+
+def test_targets_never_reach_the_runner():
+    """A target gets what it shares with the runner from `harness.contract`: no import of the
+    runner, direct or through any other module, inside functions and under TYPE_CHECKING too."""
+    assert _reaching("harness.targets", ("harness.runner",)) == []
+
+
+def test_the_contract_is_below_the_runner_and_the_targets():
+    forbidden = ("harness.runner", "harness.targets", "harness.cli", "harness.bench", "harness.publish", "reports")
+    assert _reaching("harness.contract", forbidden + ("harness.pytest_",)) == []
+
+
+def test_the_runner_reaches_the_targets_only_through_the_registry():
+    """The runner names no target: it asks the registry (`harness.targets`) and talks to the
+    interface (`harness.targets.base`)."""
+    graph = import_graph()
+    used = {
+        f"{module} imports {name}"
+        for module, names in graph.items()
+        if module.startswith("harness.runner")
+        for name in names
+        if name.startswith("harness.targets") and name not in ("harness.targets", "harness.targets.base")
+    }
+    assert used == set()
+    assert "harness.targets" in graph["harness.runner.sweep"]  # the rule is not vacuous
+
+
+def test_no_private_name_crosses_a_package():
+    """``from harness.runner.worker import _set_parent_death_signal`` in a target was how the
+    runner and the targets came to import each other: a private name stays in its package."""
+    modules = project_modules()
+    bad = []
+    for module, path in modules.items():
+        for source, names in _import_targets(path):
+            for name in names:
+                last = name.rsplit(".", 1)[-1]
+                private = last.startswith("_") and not last.startswith("__")
+                if private and source.split(".")[0] in PROJECT and _package(source) != _package(module):
+                    bad.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert bad == []
+
+
+def test_the_layering_checks_see_what_they_forbid():
+    """The rules above would pass vacuously if the graph walk or the name check missed imports."""
+    graph = {"a.x": {"b.y"}, "b.y": {"c.z"}, "c.z": set()}
+    assert _path_to(reachable(graph, "a.x"), "c.z") == "a.x -> b.y -> c.z"
+    assert "harness.contract.phases" in import_graph()["harness.targets.cpu"]  # a lazy import
+    assert _package("harness.runner.worker") != _package("harness.targets.qnn.child")
+    assert _package("reports.charts") == _package("reports.peakchart")

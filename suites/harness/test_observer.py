@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
+from harness.contract.spawn import harness_identity, python_child
+from harness.contract.spec import WorkerSpec
 from harness.prep.generated import generated_matmul_chain
 from harness.prep.sessions import SessionSettings
 from harness.runner.group import GroupSpec, run_group
 from harness.runner.memory import sample_process
-from harness.runner.spawn import harness_identity, python_child
-from harness.runner.spec import WorkerSpec
 
 pytestmark = pytest.mark.memory
 
@@ -46,7 +46,7 @@ from pathlib import Path
 
 from harness.prep.folder import PreparedModel
 from harness.prep.reference import load_reference
-from harness.runner.spec import WorkerRecord, WorkerSpec
+from harness.contract.spec import WorkerRecord, WorkerSpec
 from harness.targets import get_target
 
 spec = WorkerSpec.read(Path(sys.argv[1]))
