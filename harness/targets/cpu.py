@@ -232,7 +232,7 @@ class CpuTarget(Target):
 
         for model in models:
             model.check_weights_file()  # truncated since the parent prepared it: a clear error, not a bad read
-        settings = SessionSettings.from_dict(spec.options.get("session"))
+        settings = spec.session_settings()
         pipeline = _pipeline_options(spec)
         live = LiveSessions()
         record.load_s = record.create_s = 0.0

@@ -173,14 +173,12 @@ class QnnTarget(Target):
         many sessions took each path, not only the worst."""
         import onnxruntime as ort
 
-        from harness.prep.sessions import SessionSettings
-
         from .ep import qnn_session_options
         from .eplog import LogSegment, aggregate, classify_session
         from .partitions import apply_load_level
 
         options = spec.options
-        settings = SessionSettings.from_dict(options.get("session"))
+        settings = spec.session_settings()
         paths = options["onnx"] if isinstance(options["onnx"], list) else [options["onnx"]]
         partitions = options.get("partitions") or [1] * len(paths)
         flag = disable_flag(spec.mode)
