@@ -12,6 +12,9 @@
   target never reaches the runner, even through another module; the runner reaches the targets
   only through their registry (`harness.targets`) and interface (`harness.targets.base`).
 - No module imports a private name (``_x``) of another package.
+- A run option is declared once, on `RunOptions`: no parser of the harness or the pytest plugin
+  spells a run option's flag (or its ``--fmw-`` form) again; ``bench``'s and the plugin's take
+  the declared types; the plugin's target list is the registry's.
 - Every registered target is one module exposing ``TARGET``, a `Target` named as registered.
 """
 
@@ -260,3 +263,88 @@ def test_the_layering_checks_see_what_they_forbid():
     assert "harness.contract.phases" in import_graph()["harness.targets.cpu"]  # a lazy import
     assert _package("harness.runner.worker") != _package("harness.targets.qnn.child")
     assert _package("reports.charts") == _package("reports.peakchart")
+
+
+# ----------------------------------------------------------------------------- options declared once
+
+#: Flags of a developer tool's own parser that mean something else by the same word.
+OTHER_MEANINGS = {("harness/targets/qnn/epstrings.py", "--out"): "the fixture file the strings tool writes"}
+
+
+def _option_literals(path: Path) -> list[tuple[str, int]]:
+    """(flag, line) of every ``add_argument``/``addoption`` call that spells its flag."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("add_argument", "addoption"):
+            for arg in node.args:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("--"):
+                    found.append((arg.value, node.lineno))
+    return found
+
+
+def _run_flags() -> set[str]:
+    from harness.contract.options import command_line_fields
+
+    return {f.metadata["flag"].flag for f in command_line_fields()}
+
+
+def _spells_a_run_option(flag: str, bodies: set[str]) -> bool:
+    """``--processes``, or a prefixed form of it (``--fmw-processes``)."""
+    body = flag[2:]
+    return body in bodies or any(body.endswith(f"-{b}") for b in bodies)
+
+
+def test_no_run_option_is_declared_twice():
+    """``bench`` once declared --model-size/--processes/--repeat again with other types, and the
+    plugin its --fmw-* as strings: every parser now takes them from the declarations."""
+    bodies = {flag[2:] for flag in _run_flags()}
+    again = []
+    for path in [*modules_under("harness"), ROOT / "qnn_fmw_harness_plugin.py"]:
+        where = str(path.relative_to(ROOT))
+        for flag, line in _option_literals(path):
+            if _spells_a_run_option(flag, bodies) and (where, flag) not in OTHER_MEANINGS:
+                again.append(f"{where}:{line}: {flag}")
+    assert again == []
+    # not vacuous: the scan sees the parsers' own literals, and the match sees a prefixed copy
+    assert "--gates-file" in {flag for flag, _ in _option_literals(ROOT / "harness" / "cli_parser.py")}
+    assert _spells_a_run_option("--fmw-processes", bodies) and _spells_a_run_option("--repeat", bodies)
+    assert not _spells_a_run_option("--gates-file", bodies)
+
+
+def test_bench_and_the_plugin_take_the_declared_types():
+    import argparse
+
+    from harness.cli_parser import build_parser
+    from harness.contract.options import command_line_fields
+    from harness.pytest_plugin import run_option_arguments
+
+    declared = {f.name: f.metadata["flag"] for f in command_line_fields()}
+    plugin = run_option_arguments()
+    assert {name for name, _, _ in plugin} == {"target", "processes", "model_size", "models"}
+    for name, flag, keywords in plugin:
+        assert flag == "--fmw-" + declared[name].flag[2:]
+        assert keywords.get("type") is declared[name].type
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    bench = {a.dest: a for a in commands["bench"]._actions if a.dest in declared}
+    assert set(bench) == {"model_size", "processes", "repeat", "out", "cache_dir"}
+    for name, action in bench.items():
+        assert action.option_strings == [declared[name].flag] and action.type is declared[name].type
+
+
+def test_the_plugin_lists_the_registrys_targets(monkeypatch):
+    """A target added to the registry is offered by ``--fmw-target`` (its help and its check)
+    with nothing else changed; no text of the plugin names the targets itself."""
+    import harness.targets as registry
+    from harness.pytest_plugin import _parse, run_option_arguments
+
+    monkeypatch.setattr(registry, "NAMES", (*registry.NAMES, "npu-x"))
+    ((flag, keywords),) = [(f, k) for name, f, k in run_option_arguments() if name == "target"]
+    assert "cpu, ort-native, qnn or npu-x (default: cpu)" in keywords["help"]
+    assert _parse(flag, "npu-x", keywords) == "npu-x"
+    monkeypatch.undo()
+    names = __import__("harness.targets", fromlist=["NAMES"]).NAMES
+    for path in (ROOT / "qnn_fmw_harness_plugin.py", ROOT / "harness" / "pytest_plugin.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                named = [n for n in names if n in node.value.replace(",", " ").split()]
+                assert len(named) < 2, f"{path.name}:{node.lineno} lists targets itself: {node.value!r}"

@@ -42,7 +42,7 @@ def test_both_options(pytestconfig, harness_options):
     assert pytestconfig.getoption("--model") == "mine.onnx"
     assert pytestconfig.getoption("--target") == "gpu"
     assert pytestconfig.getoption("--processes") == "8"
-    assert harness_options.model == "ours.onnx" and harness_options.processes == "1,2"
+    assert str(harness_options.model) == "ours.onnx" and harness_options.processes == [1, 2]
 """
 
 
