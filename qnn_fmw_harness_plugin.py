@@ -8,7 +8,10 @@ Why a module of its own: the package's import names are ``harness``, ``reports``
 ``mapper_impl``. A project with a ``harness.py`` or ``reports/`` package of its own shadows
 ours (``python -m pytest`` puts the current folder first on ``sys.path``; pytest's rootdir and
 test folders follow), and a plugin living in ``harness`` would break pytest for that whole
-project. This module imports nothing of those packages when pytest loads it. When it finds a
+project. This module leaves nothing of those packages imported when pytest loads it: pytest
+asks for the options before the rootdir's shadows can be looked for, so it borrows the package
+for that one call (imported, asked for its options as plain text, taken out of ``sys.modules``
+again whatever is decided later). When it finds a
 shadow (in ``sys.modules``, on ``sys.path``, in the rootdir, the invocation folder or a test
 path's folder), every call into the package runs with our modules swapped into
 ``sys.modules`` and swapped out again afterwards, so the project's own ``harness`` is what its
@@ -17,7 +20,9 @@ way. Without a shadow nothing is swapped: the process shares one copy of the pac
 
 Options (group "qnn-fmw-harness"): ``--fmw-target``, ``--fmw-processes``, ``--fmw-model-size``
 (default 128MiB, the size the saving gates need; a smaller one is named in the header with the
-gates it skips), ``--fmw-model``, ``--fmw-report-dir DIR`` (see `harness.pytest_plugin`).
+gates it skips), ``--fmw-model``, ``--fmw-report-dir DIR``. None is spelled here: the first four
+are run options, declared once on `harness.contract.options.RunOptions` and parsed with its types
+when the session starts (see `harness.pytest_plugin`).
 
 Markers: ``memory`` (multi-process measurement; under pytest-xdist all of them run in one
 xdist group, "serial", so two never overlap, and ``--dist load`` becomes ``loadgroup``; without
@@ -137,6 +142,27 @@ class _Package:
             self._kept = {name: sys.modules.pop(name) for name in [n for n in sys.modules if _owned(n)]}
             sys.modules.update(theirs)
 
+    def borrow(self, name: str) -> Any:
+        """``harness.pytest_plugin.<name>()`` before the session's shadows can be known (pytest
+        asks for the options when it loads the plugin, before it has read the rootdir): our
+        package is importable for the call and taken out of ``sys.modules`` again afterwards,
+        whatever is decided later, so a project's own ``harness`` is never met by ours. Only
+        plain data (text) may come back. Once our package is in use, an ordinary `call`."""
+        if self.isolated is not None or any(_is_ours(m) for n, m in list(sys.modules.items()) if _owned(n)):
+            return self.call(name)
+        theirs = {n: sys.modules.pop(n) for n in [n for n in sys.modules if _owned(n)]}
+        sys.path.insert(0, str(_HERE))
+        try:
+            from harness import pytest_plugin
+
+            return getattr(pytest_plugin, name)()
+        finally:
+            if str(_HERE) in sys.path:
+                sys.path.remove(str(_HERE))
+            for n in [n for n in sys.modules if _owned(n)]:
+                del sys.modules[n]
+            sys.modules.update(theirs)
+
     def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """``harness.pytest_plugin.<name>(*args, **kwargs)``, its result guarded."""
         with self.active():
@@ -190,24 +216,8 @@ PACKAGE = _Package()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("qnn-fmw-harness", "file-mapped weights harness (qnn-fmw-harness)")
-    group.addoption(
-        "--fmw-target", default=None, help="target for the measurement tests: cpu, ort-native or qnn (default: cpu)"
-    )
-    group.addoption("--fmw-processes", default="2", help="N for the measurement tests, e.g. 2 or 1,2,4 (default: 2)")
-    group.addoption(
-        "--fmw-model-size",
-        default="128MiB",
-        help="generated model size; KiB..TiB = powers of 1024, KB..TB = powers of 1000 (default: 128MiB, "
-        "the size the saving gates need)",
-    )
-    group.addoption("--fmw-model", default=None, help="bring-your-own ONNX model for the measurement tests")
-    group.addoption(
-        "--fmw-report-dir",
-        default=None,
-        metavar="DIR",
-        help="keep every run folder of the session in DIR/runs and render DIR/report.html over them, "
-        "with each test's outcome",
-    )
+    for flag, keywords in PACKAGE.borrow("option_arguments"):
+        group.addoption(flag, **keywords)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -12,11 +12,11 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from harness.contract.options import RunOptions
 from harness.core.errors import InputError
 from harness.core.files import write_json_atomic
 from harness.core.gates import read_gates_text
 from harness.core.schema import FORMAT_VERSION
-from harness.runner.options import RunOptions
 
 BENCH_GATES = "bench.gates"
 
@@ -27,15 +27,20 @@ def bench_gates() -> list[str]:
 
 
 def bench_options(
-    *, model_size: int, processes: int, repeat: int, out: Path | None, cache_dir: Path | None, command: str
+    *, model_size: int, processes: list[int], repeat: int, out: Path | None, cache_dir: Path | None, command: str
 ) -> RunOptions:
-    if processes < 2:
+    """The benchmark's run: ``processes`` is parsed as ``run``'s ``--processes`` (one declaration),
+    and the benchmark measures one N of at least 2."""
+    if len(processes) != 1:
+        shown = ",".join(map(str, processes))
+        raise InputError(f"harness bench: --processes takes one N, not {shown} (a sweep is `harness run`'s)")
+    if processes[0] < 2:
         raise InputError("harness bench: --processes must be >= 2 (sharing needs two processes)")
     return RunOptions(
         target="cpu",
         peer="ort-native",
         model_size=model_size,
-        processes=[processes],
+        processes=list(processes),
         repeat=repeat,
         out=out,
         out_prefix="bench",

@@ -5,7 +5,7 @@ One program name everywhere: ``python -m harness`` (the same program is installe
 
 This module is the composition root: with `harness.publish` (which it shares with the pytest
 plugin) the only module of `harness` that imports `reports`. The parser is
-`harness.cli_parser`; the run options are declared once, in `harness.runner.options`.
+`harness.cli_parser`; the run options are declared once, in `harness.contract.options`.
 
 Exit codes (a contract CI relies on): 0 success, 1 a worker failed, a gate failed or the run is
 incomplete, 2 usage or input error (one line on stderr, never a traceback), 130 interrupted.
@@ -26,7 +26,7 @@ from harness.publish import check_history_path, report_run
 
 def _options(ns: argparse.Namespace, argv: list[str]):
     from harness.cli_parser import target_options
-    from harness.runner.options import RunOptions
+    from harness.contract.options import RunOptions
     from harness.runner.sweep import command_line
 
     if ns.no_report and ns.history:

@@ -1,7 +1,7 @@
 """The parser of ``python -m harness``: its sub-commands and their arguments.
 
 The run options' flags are not spelled here: they are declared once, with `RunOptions`
-(`harness.runner.options`), and added from there; the targets' own options come from each
+(`harness.contract.options`), and added from there; the targets' own options come from each
 registered target's `TargetOption`s. Every option's help shows its default and unit.
 """
 
@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from harness.contract.options import Variant
 from harness.core import argtypes
 from harness.core.errors import HelpFormatter, InputError, OneLineArgumentParser
 from harness.core.limits import refuse_repeated
@@ -26,40 +27,42 @@ EXIT_CODES = (
 )
 
 
-def add_run_options(parser: argparse.ArgumentParser, names: list[str] | None = None, *, kind: str = "run") -> None:
-    """The flags declared on `RunOptions` (all of them, or ``names`` only), in declaration order.
-    Each keeps the field's name as its ``dest``, so `RunOptions.from_arguments` copies them back."""
-    from dataclasses import MISSING
-
+def add_run_options(
+    parser: argparse.ArgumentParser,
+    names: list[str] | None = None,
+    *,
+    kind: str = "run",
+    variants: dict[str, Any] | None = None,
+    targets: tuple[str, ...] | None = None,
+) -> None:
+    """The flags declared on `RunOptions` (all of them, or ``names`` only), in declaration order,
+    with a command's own defaults and help (``variants``); ``targets``: the choices of --target
+    (default: every registered target). Each keeps the field's name as its ``dest``, so
+    `RunOptions.from_arguments` copies them back."""
+    from harness.contract.options import add_run_options as declare
     from harness.core.units import SIZE_HELP
-    from harness.runner.options import command_line_fields
     from harness.targets import NAMES, get_target
 
     summaries = "; ".join(f"{n}: {get_target(n).summary.removesuffix(' (default)')}" for n in NAMES)
     groups: dict[str, Any] = {}
-    for f in command_line_fields():
-        if names is not None and f.name not in names:
-            continue
-        spec = f.metadata["flag"]
-        where = parser
-        if spec.group:
-            if spec.group not in groups:
-                groups[spec.group] = parser.add_mutually_exclusive_group()
-            where = groups[spec.group]
-        keywords: dict[str, Any] = {"dest": f.name, "action": spec.action or "store"}
-        if spec.action != "store_false":
-            keywords["choices"] = NAMES if spec.choose_target else spec.choices
-            keywords.update(type=spec.type, metavar=spec.metavar)
-            if spec.text_default is not None:
-                keywords["default"] = spec.text_default
-            elif spec.action == "append":
-                keywords["default"] = []
-            elif f.default is not MISSING:
-                keywords["default"] = f.default
-        help_text = spec.help
-        if help_text != argparse.SUPPRESS:
-            help_text = help_text.format(targets=summaries, size_help=SIZE_HELP, kind=kind)
-        where.add_argument(spec.flag, help=help_text, **{k: v for k, v in keywords.items() if v is not None})
+
+    def exclusive(group: str):
+        if group not in groups:
+            groups[group] = parser.add_mutually_exclusive_group()
+        return groups[group].add_argument
+
+    declare(
+        parser.add_argument,
+        names,
+        variants=variants,
+        targets=NAMES if targets is None else targets,
+        text={"targets": summaries, "size_help": SIZE_HELP, "kind": kind},
+        exclusive=exclusive,
+    )
+
+
+def _add_quiet(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def _add_run_arguments(run: argparse.ArgumentParser) -> None:
@@ -74,7 +77,7 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
         help="append this run's summary and headline to a history CSV; needs the report (default: none)",
     )
     run.add_argument("--no-report", action="store_true", help="skip report.html (headline.json is still written)")
-    run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    _add_quiet(run)
     _add_target_options(run)
 
 
@@ -140,17 +143,24 @@ def _add_cache_parser(sub: Any) -> None:
         "$HARNESS_CACHE_DIR, else ~/.cache/qnn-fmw-harness.",
     )
     cache.add_argument("action", choices=("info", "clear"), help="info: entries and sizes; clear: delete every entry")
-    cache.add_argument(
-        "--cache-dir",
-        type=Path,
-        metavar="DIR",
-        help="the cache folder (default: $HARNESS_CACHE_DIR or ~/.cache/qnn-fmw-harness)",
-    )
+    folder = Variant(help="the cache folder (default: $HARNESS_CACHE_DIR or ~/.cache/qnn-fmw-harness)")
+    add_run_options(cache, ["cache_dir"], variants={"cache_dir": folder})
+
+
+#: ``bench`` measures one N of a larger model, repeated more: its own defaults and help.
+BENCH_VARIANTS = {
+    "model_size": Variant(default="512MiB"),
+    "processes": Variant(default="4", metavar="N", help="worker processes (count)"),
+    "repeat": Variant(
+        default="8",
+        help="repeats (count); memory criteria use the median over them, timing criteria the 95%% interval "
+        "of their ratios (inconclusive unless all of it is on one side of the threshold): single ms-scale "
+        "init times on a 2-core machine are noisy",
+    ),
+}
 
 
 def _add_bench_parser(sub: Any) -> None:
-    from harness.core.units import SIZE_HELP
-
     bench = sub.add_parser(
         "bench",
         help="the headline benchmark: cpu mapped/heap vs ort-native, criteria as gates",
@@ -159,27 +169,10 @@ def _add_bench_parser(sub: Any) -> None:
         epilog=EXIT_CODES,
         formatter_class=HelpFormatter,
     )
-    bench.add_argument(
-        "--model-size",
-        type=argtypes.generated_size,
-        default="512MiB",
-        metavar="SIZE",
-        help=f"weights of the generated model ({SIZE_HELP})",
+    add_run_options(
+        bench, ["model_size", "processes", "repeat", "out", "cache_dir"], kind="bench", variants=BENCH_VARIANTS
     )
-    bench.add_argument(
-        "--processes", type=argtypes.positive_int, default=4, metavar="N", help="worker processes (count)"
-    )
-    bench.add_argument(
-        "--repeat",
-        type=argtypes.positive_int,
-        default=8,
-        metavar="R",
-        help="repeats (count); memory criteria use the median over them, timing criteria the 95%% interval "
-        "of their ratios (inconclusive unless all of it is on one side of the threshold): single ms-scale "
-        "init times on a 2-core machine are noisy",
-    )
-    add_run_options(bench, ["out", "cache_dir"], kind="bench")
-    bench.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    _add_quiet(bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -219,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.targets import all_targets
 
     probed = tuple(t.name for t in all_targets() if t.has_probe)
-    doctor.add_argument("--target", choices=probed, default=probed[0], help="the target to probe")
+    variant = Variant(default=probed[0], help="the target to probe")
+    add_run_options(doctor, ["target"], targets=probed, variants={"target": variant})
     doctor.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON (default: none)")
     doctor.add_argument("--timeout", type=argtypes.timeout, default="120", metavar="SECONDS", help="probe time limit")
     return parser

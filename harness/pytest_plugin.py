@@ -1,18 +1,20 @@
 """What the pytest plugin does, behind the hooks and fixtures `qnn_fmw_harness_plugin` declares.
 
 The plugin itself is the top-level module ``qnn_fmw_harness_plugin`` (the ``pytest11`` entry
-point ``qnn_fmw_harness``): it imports nothing of this package when pytest loads it, and calls
-into this module with the package importable even where a user's project has a ``harness`` or
-``reports`` module of its own. This module holds the logic: checking the options, the session
-recorder's creation, the notice about gates a small model cannot exercise, the runner of
-``python -m harness`` and the objects the fixtures return.
+point ``qnn_fmw_harness``): it leaves nothing of this package imported when pytest loads it,
+and calls into this module with the package importable even where a user's project has a
+``harness`` or ``reports`` module of its own. This module holds the logic: the options and
+their parsing, the session recorder's creation, the notice about gates a small model cannot
+exercise, the runner of ``python -m harness`` and the objects the fixtures return.
 
 Options (group "qnn-fmw-harness", every one namespaced so no project's own ``--model`` or
 ``--target`` clashes): ``--fmw-target``, ``--fmw-processes``, ``--fmw-model-size``,
-``--fmw-model`` steer measurement tests through `harness_options`; ``--fmw-report-dir DIR``
-keeps every run folder of the session under ``DIR/runs/`` and renders ``DIR/report.html`` over
-them at the end, with the pytest outcome of each test that produced a run (and of every failed
-test).
+``--fmw-model`` are run options (declared once, on `RunOptions`, and taken here under the
+``fmw-`` prefix with the defaults of measurement tests; the targets listed are the registry's),
+parsed with ``run``'s own types and bounds when the session starts and read through
+`harness_options`; ``--fmw-report-dir DIR`` keeps every run folder of the session under
+``DIR/runs/`` and renders ``DIR/report.html`` over them at the end, with the pytest outcome of
+each test that produced a run (and of every failed test).
 
 How --fmw-report-dir survives xdist: each process that runs tests appends "this test produced
 this run folder" lines to ``DIR/.harness-session/<token>-<worker>.jsonl``; the controller
@@ -31,77 +33,166 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+from harness.contract.options import Variant
 from harness.pytest_recorder import SessionRecorder, shown_id
 
 #: An install made before the entry point moved to `qnn_fmw_harness_plugin` still names this
 #: module as the plugin: pytest then loads the real one from here.
 pytest_plugins = ["qnn_fmw_harness_plugin"]
-#: The plugin's options: (flag, pytest dest). Declared by `qnn_fmw_harness_plugin`.
-TARGET, PROCESSES, MODEL_SIZE, MODEL, REPORT_DIR = (
-    "--fmw-target",
-    "--fmw-processes",
-    "--fmw-model-size",
-    "--fmw-model",
-    "--fmw-report-dir",
-)
-#: The default generated model: large enough for every size-conditioned default gate.
-DEFAULT_MODEL_SIZE = "128MiB"
+#: The run options the plugin takes, each under this prefix (``--fmw-processes``): their flags,
+#: types and choices are the run options' own declarations (`harness.contract.options`), their
+#: defaults and help those of measurement tests.
+PREFIX = "fmw-"
+RUN_OPTIONS = {
+    "target": Variant(help="target for the measurement tests: {target_names} (default: {default})"),
+    "processes": Variant(default="2", help="N for the measurement tests, e.g. 2 or 1,2,4 (default: {default})"),
+    "model_size": Variant(
+        default="128MiB",
+        help="generated model size; {size_help} (default: {default}, the size the saving gates need)",
+    ),
+    "models": Variant(single=True, help="bring-your-own ONNX model for the measurement tests"),
+}
+#: The plugin's own option (no run option): where the session's runs and report go.
+REPORT_DIR = "--fmw-report-dir"
 #: Where the session recorder lives between the hooks (pytest's per-config stash).
 RECORDER_KEY = pytest.StashKey[SessionRecorder]()
+#: The parsed options, once per session.
+OPTIONS_KEY = pytest.StashKey["HarnessOptions"]()
 
 
 # ----------------------------------------------------------------------------- options
 
 
+def run_option_arguments() -> list[tuple[str, str, dict[str, Any]]]:
+    """(field name, flag, addoption keywords with the declared ``type`` and ``choices``) of the
+    run options the plugin takes, in declaration order; the targets come from the registry."""
+    from harness.contract.options import add_run_options
+    from harness.core.units import SIZE_HELP
+    from harness.targets import NAMES
+
+    found: list[tuple[str, str, dict[str, Any]]] = []
+    shown = ", ".join(NAMES[:-1]) + f" or {NAMES[-1]}" if len(NAMES) > 1 else NAMES[0]
+    text = {"target_names": shown, "size_help": SIZE_HELP}
+    for name in RUN_OPTIONS:  # in the plugin's order (its --help's)
+
+        def collect(flag: str, name: str = name, **keywords: Any) -> None:
+            found.append((name, flag, keywords))
+
+        add_run_options(collect, [name], prefix=PREFIX, variants=RUN_OPTIONS, targets=NAMES, text=text)
+    return found
+
+
+def option_arguments() -> list[tuple[str, dict[str, Any]]]:
+    """Every option of the plugin as (flag, addoption keywords), plain text only: what
+    `qnn_fmw_harness_plugin` declares when pytest loads it, before the session's shadows are
+    known (it reads this with the package borrowed). Values stay text for pytest;
+    `check_options` parses them with the declared types once the session starts."""
+    options = [
+        (flag, {k: v for k, v in keywords.items() if k not in ("type", "choices")})
+        for _, flag, keywords in run_option_arguments()
+    ]
+    report_dir = {
+        "dest": "fmw_report_dir",
+        "metavar": "DIR",
+        "help": "keep every run folder of the session in DIR/runs and render DIR/report.html over them, "
+        "with each test's outcome",
+    }
+    return [*options, (REPORT_DIR, report_dir)]
+
+
 @dataclass
 class HarnessOptions:
+    """The session's measurement options, parsed as ``run`` parses them (same types, same
+    checks); ``run_args()`` hands them to ``run_harness`` as the user spelled them."""
+
     target: str
-    processes: str
-    model_size: str
-    model: str | None
+    processes: list[int]
+    model_size: int  # bytes
+    model: Path | None
     report_dir: Path | None
+    given: dict[str, str] = field(default_factory=dict, repr=False)  # field name -> the text given
+
+    def run_args(self) -> list[str]:
+        """``--target``, ``--processes`` and the model's arguments, for ``run_harness("run", ...)``."""
+        from harness.contract.options import flag_of
+
+        return [flag_of("target"), self.target, flag_of("processes"), self.given["processes"], *self.model_args()]
+
+    def model_args(self) -> list[str]:
+        """``--model PATH``, or ``--model-size SIZE`` as the user spelled it."""
+        from harness.contract.options import flag_of
+
+        if self.model is not None:
+            return [flag_of("models"), str(self.model)]
+        return [flag_of("model_size"), self.given["model_size"]]
 
 
-def harness_options(config: pytest.Config) -> HarnessOptions:
-    """The session's measurement options; the target defaults to the harness's default."""
-    from harness.targets import DEFAULT
+def _parse(flag: str, text: str, keywords: dict[str, Any]) -> Any:
+    """One option's text parsed as argparse would (its choices, its type); a mistake is a pytest
+    usage error naming the option, on one line."""
+    import argparse
 
+    choices = keywords.get("choices")
+    if choices and text not in choices:
+        raise pytest.UsageError(f"{flag} {text}: choose from {', '.join(choices)}")
+    parse = keywords.get("type")
+    try:
+        return parse(text) if parse is not None else text
+    except (argparse.ArgumentTypeError, ValueError, TypeError) as err:
+        raise pytest.UsageError(f"{flag} {err}") from None
+
+
+def parse_options(config: pytest.Config) -> HarnessOptions:
+    """The ``--fmw-*`` options of ``config`` parsed and checked against ``run``'s bounds."""
+    from harness.core.errors import InputError
+    from harness.core.limits import check_bounds
+
+    values: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    for name, flag, keywords in run_option_arguments():
+        text = config.getoption(keywords["dest"])
+        values[name] = None if text is None else _parse(flag, text, keywords)
+        if text is not None:
+            given[name] = text
+    try:
+        check_bounds(SimpleNamespace(**values), prefix=PREFIX)
+    except InputError as err:
+        raise pytest.UsageError(str(err)) from None
     report_dir = config.getoption(REPORT_DIR)
     return HarnessOptions(
-        target=config.getoption(TARGET) or DEFAULT,
-        processes=config.getoption(PROCESSES),
-        model_size=config.getoption(MODEL_SIZE),
-        model=config.getoption(MODEL),
+        target=values["target"],
+        processes=values["processes"],
+        model_size=values["model_size"],
+        model=values["models"],
         report_dir=Path(report_dir).resolve() if report_dir else None,
+        given=given,
     )
 
 
+def harness_options(config: pytest.Config) -> HarnessOptions:
+    """The session's measurement options (parsed once: by `check_options` when the session
+    starts)."""
+    options = config.stash.get(OPTIONS_KEY, None)
+    if options is None:
+        options = config.stash[OPTIONS_KEY] = parse_options(config)
+    return options
+
+
 def check_options(config: pytest.Config) -> None:
-    """The plugin's options checked before any session starts: a mistake is a pytest usage
-    error (exit 4, one line), never an INTERNALERROR or a session of failing tests."""
+    """The plugin's options parsed and checked before any session starts: a mistake is a pytest
+    usage error (exit 4, one line), never an INTERNALERROR or a session of failing tests."""
     from harness.core.errors import InputError
     from harness.core.files import check_writable
-    from harness.core.limits import BOUNDS, parse_process_list
-    from harness.core.units import parse_size
-    from harness.targets import NAMES
 
-    target = config.getoption(TARGET)
-    if target is not None and target not in NAMES:
-        raise pytest.UsageError(f"{TARGET} {target}: choose from {', '.join(NAMES)}")
+    config.stash[OPTIONS_KEY] = parse_options(config)
     try:
-        limit = next(b.maximum for b in BOUNDS if b.dest == "processes")
-        counts = parse_process_list(config.getoption(PROCESSES))
-        if max(counts) > limit:
-            raise InputError(f"{max(counts)}: at most {limit:g}")
-    except InputError as err:
-        raise pytest.UsageError(f"{PROCESSES} {err}") from None
-    try:
-        parse_size(config.getoption(MODEL_SIZE))
         report_dir = config.getoption(REPORT_DIR)
         if report_dir:
             if Path(report_dir).exists() and not Path(report_dir).is_dir():
@@ -131,19 +222,14 @@ def gates_notice(config: pytest.Config) -> str | None:
     """One line naming the target's default gates that cannot apply to the session's generated
     model (a size or process count below their condition), so "passed or skipped" in a run's
     verdict never hides that a gate was not exercised; None when every gate can apply."""
+    from harness.contract.options import RunOptions, flag_of
     from harness.core.gates import parse_gates
-    from harness.core.limits import parse_process_list
-    from harness.core.units import parse_size
-    from harness.runner.options import RunOptions
     from harness.targets import get_target
 
     options = harness_options(config)
     if options.model:
         return None  # the size of the user's own model is known only once it is prepared
-    facts = {
-        "weights_bytes": parse_size(options.model_size),
-        "processes": max(parse_process_list(options.processes)),
-    }
+    facts = {"weights_bytes": options.model_size, "processes": max(options.processes)}
     exprs = [expr for expr, _ in get_target(options.target).default_gates(RunOptions(target=options.target))]
     unmet = {}
     for gate in parse_gates(exprs):
@@ -153,8 +239,9 @@ def gates_notice(config: pytest.Config) -> str | None:
     if not unmet:
         return None
     why = "; ".join(f"{name} needs {cond}" for name, cond in unmet.items())
+    size, processes = (f"{flag_of(n, PREFIX)} {options.given[n]}" for n in ("model_size", "processes"))
     return (
-        f"qnn-fmw-harness: {MODEL_SIZE} {options.model_size}, {PROCESSES} {options.processes}: "
+        f"qnn-fmw-harness: {size}, {processes}: "
         f"{len(unmet)} default gate(s) of --target {options.target} will skip in the runs ({why})"
     )
 

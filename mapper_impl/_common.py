@@ -24,7 +24,12 @@ U64_MAX = (1 << 64) - 1
 
 
 class MapperError(Exception):
-    """Base of every error raised by mapper_impl."""
+    """Base of every error raised by mapper_impl.
+
+    Every one survives pickling (a load in a process pool hands its error back to the parent
+    that way): ``Exception`` rebuilds an error by calling its class with ``args`` (the message)
+    and then restores its attributes, so a class whose ``__init__`` takes other arguments says
+    how it is rebuilt in ``__reduce__``, as psutil's errors do."""
 
 
 class FileCheckError(MapperError):
@@ -34,6 +39,9 @@ class FileCheckError(MapperError):
         super().__init__(f"{reason}: {path}")
         self.path = path
         self.reason = reason
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.path, self.reason), self.__dict__
 
 
 class FileMissingError(FileCheckError):
@@ -119,6 +127,9 @@ class ContextLoadError(MapperError):
         self.path = path
         self.errors = tuple(errors)
         self.failed_stage = failed_stage  # the mapped attempt's failing stage ("" if disabled)
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.path, self.errors, self.failed_stage), self.__dict__
 
 
 class StaleFileError(MapperError):

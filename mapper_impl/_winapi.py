@@ -151,8 +151,11 @@ class Win32Error(Exception):
     def __init__(self, api: str, code: int, detail: str = "") -> None:
         self.api = api
         self.code = code
-        text = detail or _format_error(code)
-        super().__init__(f"{api} failed: Windows error {code}" + (f" ({text})" if text else ""))
+        self.detail = detail or _format_error(code)
+        super().__init__(f"{api} failed: Windows error {code}" + (f" ({self.detail})" if self.detail else ""))
+
+    def __reduce__(self) -> tuple:  # rebuilt from its arguments, not its message (survives pickling)
+        return type(self), (self.api, self.code, self.detail), self.__dict__
 
 
 def _format_error(code: int) -> str:

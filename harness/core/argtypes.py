@@ -1,6 +1,6 @@
 """The command line's argument types: each parses one value and says what is wrong with it in
 one line (argparse prints it as ``error: argument --X: ...``, exit 2). Shared by the run
-options' declarations (`harness.runner.options`) and the parser (`harness.cli_parser`)."""
+options' declarations (`harness.contract.options`) and the parser (`harness.cli_parser`)."""
 
 from __future__ import annotations
 

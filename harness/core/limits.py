@@ -81,13 +81,14 @@ def _check(flag: str, value: Any, maximum: float, unit: str = "", why: str = "")
             raise InputError(f"{flag} {_show(item, unit)}: at most {_show(maximum, unit)}{why}")
 
 
-def check_bounds(ns: Any) -> None:
-    """InputError (one line) for any option of the parsed command line ``ns`` above its bound."""
+def check_bounds(ns: Any, prefix: str = "") -> None:
+    """InputError (one line) for any option of the parsed command line ``ns`` above its bound;
+    ``prefix``: the flags' namespace in messages (the pytest plugin's ``fmw-``)."""
     for bound in BOUNDS:
-        _check(bound.flag, getattr(ns, bound.dest, None), bound.maximum, bound.unit)
+        _check(f"--{prefix}{bound.flag[2:]}", getattr(ns, bound.dest, None), bound.maximum, bound.unit)
     processes = getattr(ns, "processes", None)
     if isinstance(processes, list) and len(processes) > MAX_LIST:
-        raise InputError(f"--processes: {len(processes)} values, at most {MAX_LIST}")
+        raise InputError(f"--{prefix}processes: {len(processes)} values, at most {MAX_LIST}")
     threads = getattr(ns, "intra_op_threads", None)
     _check("--intra-op-threads", threads, max_threads(), why=f" ({THREADS_PER_CPU} x the {os.cpu_count()} CPU(s))")
     for _, count in getattr(ns, "target_option_fault", None) or []:

@@ -54,10 +54,10 @@ class ControlTarget(Target):
         import onnxruntime as ort
 
         import mapper_impl  # noqa: F401 - the workers' runtime includes it
-        from harness.prep.sessions import SessionSettings, cpu_session_options
+        from harness.prep.sessions import cpu_session_options
         from harness.prep.tensors import ortvalue_over
 
-        settings = SessionSettings.from_dict(spec.options.get("session"))
+        settings = spec.session_settings()
         live = LiveSessions()
         record.load_s = record.create_s = 0.0
         for _ in range(spec.sessions):

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.contract.phases import PHASES
+from harness.contract.spawn import KillOnCloseJob, measured_process_env, python_child, worker_pid_in_tree
+from harness.contract.spec import WorkerRecord, WorkerSettings, WorkerSpec
 from harness.core.errors import SpawnError
 from harness.core.files import read_json
 from harness.core.latency import WORKER_FIELDS as LATENCY_FIELDS
@@ -34,12 +37,9 @@ from harness.runner.memory import (
     sample_process,
     system_available_bytes,
 )
-from harness.runner.peak import PHASES
 from harness.runner.peakwatch import PeakWatch, WatchedPeak, merged_peak
 from harness.runner.phaseboard import PhaseBoard
 from harness.runner.resources import describe
-from harness.runner.spawn import KillOnCloseJob, measured_process_env, python_child, worker_pid_in_tree
-from harness.runner.spec import WorkerRecord, WorkerSpec
 from harness.runner.syswatch import SystemWatch
 
 POLL_S = 0.02
@@ -66,7 +66,9 @@ class GroupSpec:
     workdir: Path
     worker_timeout_s: float
     weights_bytes: int = 0
-    options: dict[str, Any] = field(default_factory=dict)  # the target's options, generic
+    models: list[str] = field(default_factory=list)  # every model folder, in order ([]: model_folder)
+    settings: WorkerSettings = field(default_factory=WorkerSettings)  # what every worker applies
+    options: dict[str, Any] = field(default_factory=dict)  # the target's own options, generic
     parent_pid: int = 0
     parent_create_time: float = 0.0
     fault_actions: dict[int, str] = field(default_factory=dict)
@@ -136,6 +138,8 @@ def _spawn(
         result_path=f"{stem}.result.json",
         log_path=f"{stem}.log",
         weights_bytes=group.weights_bytes,
+        models=list(group.models),
+        settings=group.settings,
         options=dict(group.options),
         parent_pid=group.parent_pid,
         parent_create_time=group.parent_create_time,
@@ -207,7 +211,7 @@ def _sample(w: _Worker) -> None:
         w.sampled_pid = reported
         w.memory = sample_process(reported)
         if not w.spec.control:  # right after the sample, from the parent: see mapped_pages
-            w.pages = mapped_pages(reported, list(w.spec.options.get("models") or [w.spec.model_folder]))
+            w.pages = mapped_pages(reported, w.spec.model_folders())
     else:
         w.memory = MemorySample(
             note=f"worker reported pid {reported}, which is not process {w.proc.pid} or "

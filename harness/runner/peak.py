@@ -9,15 +9,15 @@ small and exact:
 
 - it announces its pid and each phase on its slot of the group's `PhaseBoard` (one byte store
   per phase change), so the parent's samples carry the phase;
-- it samples itself at every phase change (`mark`), so a peak at a boundary is never missed
-  between two of the parent's ticks;
+- it samples itself at every phase change (`PeakSampler.mark`, installed as the hook
+  `harness.contract.phases.mark` that the worker and its target call), so a peak at a boundary
+  is never missed between two of the parent's ticks;
 - at the end it reads the kernel's own peaks: Linux ``VmHWM`` (counts file pages too, so it is
   `peak_rss_bytes`, never a private figure); Windows ``PeakPagefileUsage`` (the private peak,
   which the sampled maximum is raised to) and ``PeakWorkingSetSize`` (`peak_rss_bytes`).
 
 Reads allocate nothing (`harness.runner.procmem`, the readers the parent's watch uses too).
-Phases in start-up order: start (interpreter, imports), load (map or read the weights),
-create (session creation), first_run (the first inference).
+The phases, in start-up order, are `harness.contract.phases.PHASES`.
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from harness.contract import phases
+from harness.contract.phases import PHASES
 from harness.runner.procmem import open_reader
-
-#: Phases in start-up order (the `peak_phase` column's values).
-PHASES = ("start", "load", "create", "first_run")
 
 
 @dataclass
@@ -118,14 +117,14 @@ class PeakSampler:
         )
 
 
-#: The worker's sampler (one per process); `mark` is a no-op when none runs (e.g. in tests
-#: that create sessions through a target directly).
+#: The worker's sampler (one per process), whose `mark` is the installed phase hook.
 _ACTIVE: PeakSampler | None = None
 
 
 def start(board: str = "", slot: int = -1) -> PeakSampler:
     """Start the worker's sampler, on ``slot`` of the phase board at ``board`` if one is given
-    (a board that cannot be opened only means the parent's watch sees no phases)."""
+    (a board that cannot be opened only means the parent's watch sees no phases), and make it
+    hear every `harness.contract.phases.mark`."""
     global _ACTIVE
     phase_slot = None
     if board:
@@ -136,16 +135,15 @@ def start(board: str = "", slot: int = -1) -> PeakSampler:
         except (OSError, ValueError):
             phase_slot = None
     _ACTIVE = PeakSampler(phase_slot).start()
+    phases.install(_ACTIVE.mark)
     return _ACTIVE
 
 
-def mark(phase: str) -> None:
-    """Tell the running sampler which phase the worker is in (targets call this)."""
-    if _ACTIVE is not None:
-        _ACTIVE.mark(phase)
-
-
 def stop() -> PeakResult:
+    """Stop the sampler (the phase hook goes with it) and return what it saw."""
     global _ACTIVE
     sampler, _ACTIVE = _ACTIVE, None
-    return sampler.stop() if sampler is not None else PeakResult()
+    if sampler is None:
+        return PeakResult()
+    phases.install(None)
+    return sampler.stop()

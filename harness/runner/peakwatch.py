@@ -124,7 +124,7 @@ class PeakWatch:
             self._finish(slot)
 
     def _attach(self, index: int, slot: _Slot) -> bool:
-        from harness.runner.spawn import worker_pid_in_tree
+        from harness.contract.spawn import worker_pid_in_tree
 
         slot.pid_checks += 1
         pid = self.board.pid(index)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 
+from harness.contract.options import PAGE_CACHE_MODES, RunOptions
 from harness.core.argtypes import MIN_GENERATED_BYTES
 from harness.core.errors import InputError
-from harness.runner.options import PAGE_CACHE_MODES, RunOptions
 from harness.runner.outdir import check_out
 from harness.runner.resources import check_address_space, check_fd_limit
 from harness.targets import get_target

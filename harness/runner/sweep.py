@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.contract.options import RunOptions
+from harness.contract.spec import WorkerSettings
 from harness.core.errors import RunFailed, SpawnError
 from harness.core.files import write_json_atomic
 from harness.core.rundata import METADATA_JSON
@@ -27,7 +29,6 @@ from harness.core.summary import group_key, summarize
 from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV, write_long, write_rows
 from harness.runner.control import has_control
 from harness.runner.group import GroupResult, GroupSpec, run_group
-from harness.runner.options import RunOptions
 from harness.runner.outdir import RunFolder, claim
 from harness.runner.preflight import check_before_work, check_memory_budget, copies_per_worker
 from harness.runner.resources import check_address_space, describe
@@ -68,6 +69,7 @@ def plan_groups(
     """Every (target, mode, N, repeat) group in run order: repeats outermost, so a drift over
     time spreads over both modes instead of biasing one."""
     groups = []
+    settings = WorkerSettings(opts.session_settings().to_dict(), opts.runs, opts.warmup, opts.concurrency)
     for repeat in range(opts.repeat):
         for n in opts.processes:
             plan = [(opts.target, mode) for mode in opts.modes]
@@ -87,14 +89,9 @@ def plan_groups(
                         workdir=(out / "workers" / f"{target_name}-{mode}-n{n}-r{repeat}").resolve(),
                         worker_timeout_s=opts.worker_timeout_s,
                         weights_bytes=ready.weights_bytes,
-                        options={
-                            **target.options_for(opts),
-                            **ready.worker_options,
-                            "session": opts.session_settings().to_dict(),
-                            "runs": opts.runs,
-                            "warmup": opts.warmup,
-                            "concurrency": opts.concurrency,
-                        },
+                        models=[str(m.folder.resolve()) for m in ready.models],
+                        settings=settings,
+                        options={**target.options_for(opts), **ready.worker_options},
                         parent_pid=parent[0],
                         parent_create_time=parent[1],
                         fault_actions=opts.fault_actions if target_name == opts.target else {},
@@ -272,8 +269,8 @@ def execute(opts: RunOptions, progress) -> RunOutcome:
 
 
 def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFolder, progress) -> RunOutcome:
+    from harness.contract.spawn import harness_identity
     from harness.runner.metadata import environment
-    from harness.runner.spawn import harness_identity
 
     out = folder.path
     keep_logs(out, prepared)

@@ -27,28 +27,15 @@ import traceback
 from dataclasses import asdict
 from pathlib import Path
 
+from harness.contract import phases
+from harness.contract.spawn import set_parent_death_signal
+from harness.contract.spec import WorkerRecord, WorkerSettings, WorkerSpec
 from harness.core.files import write_json_atomic
-from harness.runner.spec import WorkerRecord, WorkerSpec
 
 #: Exit codes of a worker (the parent maps them to the `error` column).
 EXIT_OK, EXIT_FAILED, EXIT_BAD_SPEC, EXIT_ORPHANED, EXIT_NOT_RELEASED = 0, 1, 2, 4, 5
 #: How often the watchdog checks that the harness that started it is still alive.
 PARENT_POLL_S = 0.1
-_PR_SET_PDEATHSIG = 1
-
-
-def _set_parent_death_signal() -> bool:
-    """Linux: ask the kernel to SIGKILL us when our parent dies, even inside a long native call
-    (a hung session creation) where no Python thread would ever run again. True if set."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
 
 
 def parent_alive(pid: int, create_time: float) -> bool:
@@ -70,7 +57,7 @@ def exit_with_parent(spec: WorkerSpec, poll_s: float = PARENT_POLL_S) -> None:
     its memory forever. If the parent died before we got here, exit now."""
     if not spec.parent_pid:
         return  # started by hand (debugging): nobody to watch
-    _set_parent_death_signal()
+    set_parent_death_signal()
     if not parent_alive(spec.parent_pid, spec.parent_create_time):
         os._exit(EXIT_ORPHANED)
 
@@ -137,12 +124,7 @@ def _error_text(err: BaseException) -> str:
     return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-def model_folders(spec: WorkerSpec) -> list[str]:
-    """Every model folder of the run, in order (one unless the run loads a pipeline)."""
-    return list(spec.options.get("models") or [spec.model_folder])
-
-
-def run_and_check(target, live, models, record: WorkerRecord, options: dict) -> tuple | None:
+def run_and_check(target, live, models, record: WorkerRecord, settings: WorkerSettings) -> tuple | None:
     """First inference of every model in session group 0 (timed, checked against each model's
     reference), then ``warmup`` untimed and ``runs`` timed passes over all of them (on
     ``concurrency`` threads) for the latency figures (`harness.core.latency`). The start-up
@@ -155,7 +137,7 @@ def run_and_check(target, live, models, record: WorkerRecord, options: dict) -> 
 
     references = [load_reference(m) for m in models]
     sessions = live.first_group()
-    peak.mark("first_run")
+    phases.mark("first_run")
     t0 = time.perf_counter()
     outputs = [target.run(s, m, feeds) for s, m, (feeds, _) in zip(sessions, models, references, strict=True)]
     record.first_run_s = time.perf_counter() - t0
@@ -177,12 +159,10 @@ def run_and_check(target, live, models, record: WorkerRecord, options: dict) -> 
         for s, m, (feeds, _) in zip(sessions, models, references, strict=True):
             target.run(s, m, feeds)
 
-    runs = int(options.get("runs") or 0)
-    record.warmup = int(options.get("warmup") or 0)
-    record.concurrency = int(options.get("concurrency") or 1)
+    record.warmup, record.concurrency = settings.warmup, settings.concurrency
     for _ in range(record.warmup):
         one_pass()
-    return timed_runs(one_pass, runs, record.concurrency) if runs else None
+    return timed_runs(one_pass, settings.runs, record.concurrency) if settings.runs else None
 
 
 def record_latency(record: WorkerRecord, timed: tuple | None) -> None:
@@ -254,12 +234,12 @@ def run_worker(spec: WorkerSpec) -> int:
     try:
         apply_fault_action(spec.fault_action)
         target = ControlTarget() if spec.control else get_target(spec.target)
-        models = [PreparedModel.load(Path(folder), check_files=False) for folder in model_folders(spec)]
+        models = [PreparedModel.load(Path(folder), check_files=False) for folder in spec.model_folders()]
         pause_point(spec, "pause-session")
-        peak.mark("load")
+        phases.mark("load")
         cpu0, wall0 = time.process_time(), time.perf_counter()
         live = target.create_sessions(spec, models, record)
-        timed = run_and_check(target, live, models, record, spec.options)
+        timed = run_and_check(target, live, models, record, spec.settings)
         record.cpu_s, record.busy_s = time.process_time() - cpu0, time.perf_counter() - wall0
         if spec.fault_action == "drop-weight-pages":  # what it held, before the hook drops it
             resident = [mapped_resident_bytes(m.folder) for m in models]

@@ -11,7 +11,9 @@ A target has two sides:
   the outputs against the reference.
 
 Target options travel as one generic mapping (``RunOptions.target_options`` ->
-``WorkerSpec.options``), never as target-named fields threaded through the runner.
+``WorkerSpec.options``), never as target-named fields threaded through the runner; what every
+worker needs whatever its target (the models, the session knobs, --runs...) is a typed field
+of the spec (``WorkerSpec.models``, ``WorkerSpec.settings``), never a key of that mapping.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from harness.contract.options import RunOptions
+    from harness.contract.spec import WorkerRecord, WorkerSpec
     from harness.prep.folder import PreparedModel
-    from harness.runner.options import RunOptions
-    from harness.runner.spec import WorkerRecord, WorkerSpec
 
 #: Every target gets at least this gate: correctness does not depend on the platform.
 CORRECTNESS_GATE = ("failed_workers==0", "A crash, hang, exception or wrong output is a defect in either mode.")
@@ -55,7 +57,8 @@ class Prepared:
     #: The weights files: read once before the first group (warm page cache) or evicted
     #: before each group (--page-cache cold).
     warm_files: list[Path]
-    worker_options: dict[str, Any] = field(default_factory=dict)  # merged into every WorkerSpec.options
+    #: This target's own worker options (merged into every WorkerSpec.options of its groups).
+    worker_options: dict[str, Any] = field(default_factory=dict)
     source: str = ""  # what was measured, for people
     models: list[PreparedModel] = field(default_factory=list)  # every model of a pipeline (default: [model])
     notes: list[str] = field(default_factory=list)  # facts about these models (how the reference was made...)
@@ -67,7 +70,6 @@ class Prepared:
     def __post_init__(self) -> None:
         if not self.models:
             self.models = [self.model]
-        self.worker_options.setdefault("models", [str(m.folder.resolve()) for m in self.models])
 
 
 @dataclass

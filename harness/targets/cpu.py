@@ -16,12 +16,12 @@ from __future__ import annotations
 import sys
 import time
 
+from harness.contract.options import RunOptions
 from harness.core.argtypes import int_at_least, positive_int
 from harness.core.schema import disable_flag
 from harness.prep.folder import PreparedModel
 from harness.prep.models import prepare_cpu_models
 from harness.prep.sessions import SessionSettings, cpu_session_options
-from harness.runner.options import RunOptions
 
 from .base import CORRECTNESS_GATE, LiveSessions, Prepared, Target, TargetOption
 
@@ -232,7 +232,7 @@ class CpuTarget(Target):
 
         for model in models:
             model.check_weights_file()  # truncated since the parent prepared it: a clear error, not a bad read
-        settings = SessionSettings.from_dict(spec.options.get("session"))
+        settings = spec.session_settings()
         pipeline = _pipeline_options(spec)
         live = LiveSessions()
         record.load_s = record.create_s = 0.0
@@ -307,10 +307,10 @@ class _SessionFactory:
     def __call__(self, weights, views: list) -> tuple:
         import onnxruntime as ort
 
+        from harness.contract import phases
         from harness.prep.tensors import ortvalue_over, view_extent
-        from harness.runner import peak
 
-        peak.mark("create")
+        phases.mark("create")
         try:
             t0 = time.perf_counter()
             so = cpu_session_options(self.settings, level=self.model.session_level)
@@ -333,7 +333,7 @@ class _SessionFactory:
             self.seconds += time.perf_counter() - t0
             return session, keepalive
         finally:  # the next load, or the direct read after a failed create
-            peak.mark("load")
+            phases.mark("load")
 
 
 TARGET = CpuTarget()

@@ -30,12 +30,11 @@ class OrtNativeTarget(Target):
     def create_sessions(self, spec, models: list[PreparedModel], record) -> LiveSessions:
         import onnxruntime as ort
 
-        from harness.prep.sessions import SessionSettings
         from mapper_impl import load_weights
 
         for model in models:
             model.check_weights_file()
-        settings = SessionSettings.from_dict(spec.options.get("session"))
+        settings = spec.session_settings()
         live = LiveSessions()
         record.load_s = record.create_s = 0.0
         for _ in range(spec.sessions):

@@ -7,6 +7,14 @@
 - Outside `harness/cli.py` and `harness/publish.py`, the composition roots, `harness` never imports
   `reports`.
 - No import circles between modules of `harness/`, `reports/` and `mapper_impl/`.
+- Imports between the runner and the targets run one way: what both need (the run's options,
+  the worker spec, the phase hook, spawning a child) is `harness.contract`, below both; a
+  target never reaches the runner, even through another module; the runner reaches the targets
+  only through their registry (`harness.targets`) and interface (`harness.targets.base`).
+- No module imports a private name (``_x``) of another package.
+- A run option is declared once, on `RunOptions`: no parser of the harness or the pytest plugin
+  spells a run option's flag (or its ``--fmw-`` form) again; ``bench``'s and the plugin's take
+  the declared types; the plugin's target list is the registry's.
 - Every registered target is one module exposing ``TARGET``, a `Target` named as registered.
 """
 
@@ -167,3 +175,176 @@ def test_each_target_is_one_module_behind_the_interface(name):
     assert target.summary
     flags = [o.flag for o in target.options]
     assert len(flags) == len(set(flags))
+
+
+# ----------------------------------------------------------------------------- runner, targets, contract
+
+
+def _package(name: str) -> str:
+    """The package a module belongs to for layering: ``harness.<sub>``, else the top level."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if parts[0] == "harness" else parts[0]
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> dict[str, str]:
+    """Every module ``start`` reaches through imports (lazy ones included), each with the
+    module that imports it on one path there (for the failure message)."""
+    found, todo = {start: ""}, [start]
+    while todo:
+        node = todo.pop()
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in found:
+                found[nxt] = node
+                todo.append(nxt)
+    return found
+
+
+def _path_to(found: dict[str, str], end: str) -> str:
+    path = [end]
+    while found[path[-1]]:
+        path.append(found[path[-1]])
+    return " -> ".join(reversed(path))
+
+
+def _reaching(sources: str, forbidden: tuple[str, ...]) -> list[str]:
+    graph = import_graph()
+    bad = []
+    for module in sorted(m for m in graph if m == sources or m.startswith(sources + ".")):
+        found = reachable(graph, module)
+        bad += [_path_to(found, m) for m in sorted(found) if m.startswith(forbidden)]
+    return bad
+
+
+def test_targets_never_reach_the_runner():
+    """A target gets what it shares with the runner from `harness.contract`: no import of the
+    runner, direct or through any other module, inside functions and under TYPE_CHECKING too."""
+    assert _reaching("harness.targets", ("harness.runner",)) == []
+
+
+def test_the_contract_is_below_the_runner_and_the_targets():
+    forbidden = ("harness.runner", "harness.targets", "harness.cli", "harness.bench", "harness.publish", "reports")
+    assert _reaching("harness.contract", forbidden + ("harness.pytest_",)) == []
+
+
+def test_the_runner_reaches_the_targets_only_through_the_registry():
+    """The runner names no target: it asks the registry (`harness.targets`) and talks to the
+    interface (`harness.targets.base`)."""
+    graph = import_graph()
+    used = {
+        f"{module} imports {name}"
+        for module, names in graph.items()
+        if module.startswith("harness.runner")
+        for name in names
+        if name.startswith("harness.targets") and name not in ("harness.targets", "harness.targets.base")
+    }
+    assert used == set()
+    assert "harness.targets" in graph["harness.runner.sweep"]  # the rule is not vacuous
+
+
+def test_no_private_name_crosses_a_package():
+    """``from harness.runner.worker import _set_parent_death_signal`` in a target was how the
+    runner and the targets came to import each other: a private name stays in its package."""
+    modules = project_modules()
+    bad = []
+    for module, path in modules.items():
+        for source, names in _import_targets(path):
+            for name in names:
+                last = name.rsplit(".", 1)[-1]
+                private = last.startswith("_") and not last.startswith("__")
+                if private and source.split(".")[0] in PROJECT and _package(source) != _package(module):
+                    bad.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert bad == []
+
+
+def test_the_layering_checks_see_what_they_forbid():
+    """The rules above would pass vacuously if the graph walk or the name check missed imports."""
+    graph = {"a.x": {"b.y"}, "b.y": {"c.z"}, "c.z": set()}
+    assert _path_to(reachable(graph, "a.x"), "c.z") == "a.x -> b.y -> c.z"
+    assert "harness.contract.phases" in import_graph()["harness.targets.cpu"]  # a lazy import
+    assert _package("harness.runner.worker") != _package("harness.targets.qnn.child")
+    assert _package("reports.charts") == _package("reports.peakchart")
+
+
+# ----------------------------------------------------------------------------- options declared once
+
+#: Flags of a developer tool's own parser that mean something else by the same word.
+OTHER_MEANINGS = {("harness/targets/qnn/epstrings.py", "--out"): "the fixture file the strings tool writes"}
+
+
+def _option_literals(path: Path) -> list[tuple[str, int]]:
+    """(flag, line) of every ``add_argument``/``addoption`` call that spells its flag."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("add_argument", "addoption"):
+            for arg in node.args:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("--"):
+                    found.append((arg.value, node.lineno))
+    return found
+
+
+def _run_flags() -> set[str]:
+    from harness.contract.options import command_line_fields
+
+    return {f.metadata["flag"].flag for f in command_line_fields()}
+
+
+def _spells_a_run_option(flag: str, bodies: set[str]) -> bool:
+    """``--processes``, or a prefixed form of it (``--fmw-processes``)."""
+    body = flag[2:]
+    return body in bodies or any(body.endswith(f"-{b}") for b in bodies)
+
+
+def test_no_run_option_is_declared_twice():
+    """``bench`` once declared --model-size/--processes/--repeat again with other types, and the
+    plugin its --fmw-* as strings: every parser now takes them from the declarations."""
+    bodies = {flag[2:] for flag in _run_flags()}
+    again = []
+    for path in [*modules_under("harness"), ROOT / "qnn_fmw_harness_plugin.py"]:
+        where = str(path.relative_to(ROOT))
+        for flag, line in _option_literals(path):
+            if _spells_a_run_option(flag, bodies) and (where, flag) not in OTHER_MEANINGS:
+                again.append(f"{where}:{line}: {flag}")
+    assert again == []
+    # not vacuous: the scan sees the parsers' own literals, and the match sees a prefixed copy
+    assert "--gates-file" in {flag for flag, _ in _option_literals(ROOT / "harness" / "cli_parser.py")}
+    assert _spells_a_run_option("--fmw-processes", bodies) and _spells_a_run_option("--repeat", bodies)
+    assert not _spells_a_run_option("--gates-file", bodies)
+
+
+def test_bench_and_the_plugin_take_the_declared_types():
+    import argparse
+
+    from harness.cli_parser import build_parser
+    from harness.contract.options import command_line_fields
+    from harness.pytest_plugin import run_option_arguments
+
+    declared = {f.name: f.metadata["flag"] for f in command_line_fields()}
+    plugin = run_option_arguments()
+    assert {name for name, _, _ in plugin} == {"target", "processes", "model_size", "models"}
+    for name, flag, keywords in plugin:
+        assert flag == "--fmw-" + declared[name].flag[2:]
+        assert keywords.get("type") is declared[name].type
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    bench = {a.dest: a for a in commands["bench"]._actions if a.dest in declared}
+    assert set(bench) == {"model_size", "processes", "repeat", "out", "cache_dir"}
+    for name, action in bench.items():
+        assert action.option_strings == [declared[name].flag] and action.type is declared[name].type
+
+
+def test_the_plugin_lists_the_registrys_targets(monkeypatch):
+    """A target added to the registry is offered by ``--fmw-target`` (its help and its check)
+    with nothing else changed; no text of the plugin names the targets itself."""
+    import harness.targets as registry
+    from harness.pytest_plugin import _parse, run_option_arguments
+
+    monkeypatch.setattr(registry, "NAMES", (*registry.NAMES, "npu-x"))
+    ((flag, keywords),) = [(f, k) for name, f, k in run_option_arguments() if name == "target"]
+    assert "cpu, ort-native, qnn or npu-x (default: cpu)" in keywords["help"]
+    assert _parse(flag, "npu-x", keywords) == "npu-x"
+    monkeypatch.undo()
+    names = __import__("harness.targets", fromlist=["NAMES"]).NAMES
+    for path in (ROOT / "qnn_fmw_harness_plugin.py", ROOT / "harness" / "pytest_plugin.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                named = [n for n in names if n in node.value.replace(",", " ").split()]
+                assert len(named) < 2, f"{path.name}:{node.lineno} lists targets itself: {node.value!r}"

@@ -12,7 +12,6 @@ import json
 import pytest
 
 from harness.core.schema import ResultRow, columns
-from harness.core.units import parse_size
 
 pytestmark = pytest.mark.memory
 
@@ -23,13 +22,8 @@ def cpu_run(harness_options, harness_runner, request, tmp_path_factory):
     --fmw-report-dir it is kept there, reported with the outcome of this module's tests)."""
     if harness_options.target != "cpu":
         pytest.skip("the mapping-physics tests measure --target cpu")
-    n = max(int(p) for p in harness_options.processes.split(","))
-    n = max(n, 2)  # sharing needs at least two processes
-    args = ["run", "--target", "cpu", "--processes", str(n), "--quiet", "--no-report"]
-    if harness_options.model:
-        args += ["--model", harness_options.model]
-    else:
-        args += ["--model-size", harness_options.model_size]
+    n = max(*harness_options.processes, 2)  # sharing needs at least two processes
+    args = ["run", "--target", "cpu", "--processes", str(n), *harness_options.model_args(), "--quiet", "--no-report"]
     outcome = harness_runner.run(*args, owner=request.node.nodeid, scratch=tmp_path_factory.mktemp("cpu-run"))
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr
     return outcome, n
@@ -113,7 +107,7 @@ def test_stdout_table_shows_both_modes_and_ratios(cpu_run):
 
 def test_ort_native_peer_baseline(run_harness, harness_options):
     """ORT mapping its own external data is the peer baseline; it shares pages the same way."""
-    size = min(parse_size(harness_options.model_size), 64 * 1024**2)
+    size = min(harness_options.model_size, 64 * 1024**2)
     outcome = run_harness(
         "run", "--target", "ort-native", "--model-size", str(size), "--processes", "2", "--quiet", "--no-report"
     )

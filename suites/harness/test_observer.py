@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
+from harness.contract.spawn import harness_identity, python_child
+from harness.contract.spec import WorkerSettings, WorkerSpec
 from harness.prep.generated import generated_matmul_chain
 from harness.prep.sessions import SessionSettings
 from harness.runner.group import GroupSpec, run_group
 from harness.runner.memory import sample_process
-from harness.runner.spawn import harness_identity, python_child
-from harness.runner.spec import WorkerSpec
 
 pytestmark = pytest.mark.memory
 
@@ -46,12 +46,12 @@ from pathlib import Path
 
 from harness.prep.folder import PreparedModel
 from harness.prep.reference import load_reference
-from harness.runner.spec import WorkerRecord, WorkerSpec
+from harness.contract.spec import WorkerRecord, WorkerSpec
 from harness.targets import get_target
 
 spec = WorkerSpec.read(Path(sys.argv[1]))
 target = get_target(spec.target)
-models = [PreparedModel.load(Path(f), check_files=False) for f in spec.options["models"]]
+models = [PreparedModel.load(Path(f), check_files=False) for f in spec.model_folders()]
 live = target.create_sessions(spec, models, WorkerRecord())
 references = [load_reference(m) for m in models]
 
@@ -65,19 +65,25 @@ one_pass()
 peak.stop()  # where the worker stops it: after the first inference
 from harness.core.latency import timed_runs
 
-timed = timed_runs(one_pass, spec.options["runs"])  # the same timing loop, kept raw
+timed = timed_runs(one_pass, spec.settings.runs)  # the same timing loop, kept raw
 print("ready", flush=True)
 sys.stdin.readline()
 """
 
 
-def _options(model, runs: int) -> dict:
-    return {"models": [str(model.folder.resolve())], "session": SessionSettings().to_dict(), "runs": runs}
+def _settings(runs: int) -> WorkerSettings:
+    return WorkerSettings(SessionSettings().to_dict(), runs=runs)
 
 
 def test_a_worker_at_the_barrier_holds_what_a_bare_worker_holds(tmp_path):
     model = generated_matmul_chain(8 * MIB, cache_dir=tmp_path / "cache")
-    spec = WorkerSpec(target="cpu", mode="mapped", model_folder=str(model.folder), options=_options(model, RUNS))
+    spec = WorkerSpec(
+        target="cpu",
+        mode="mapped",
+        model_folder=str(model.folder),
+        models=[str(model.folder.resolve())],
+        settings=_settings(RUNS),
+    )
     spec.write(tmp_path / "bare.spec.json")
     command, env = python_child("harness.runner.worker")  # the same interpreter and package path
     bare = subprocess.Popen(
@@ -106,7 +112,8 @@ def test_a_worker_at_the_barrier_holds_what_a_bare_worker_holds(tmp_path):
             workdir=tmp_path / "group",
             worker_timeout_s=300,
             weights_bytes=model.weights_bytes,
-            options=_options(model, RUNS),
+            models=[str(model.folder.resolve())],
+            settings=_settings(RUNS),
             parent_pid=pid,
             parent_create_time=created,
         )

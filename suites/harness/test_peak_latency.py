@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from harness.contract import phases
 from harness.core import fits, latency
 from harness.core.schema import SummaryRow
 from harness.core.summary import RATIO_COLUMNS
@@ -39,10 +40,25 @@ def test_the_worker_s_phase_change_samples_see_an_allocation_and_its_phase():
 
 
 def test_mark_without_a_sampler_is_a_no_op_and_phases_are_checked():
-    peak.mark("load")  # no sampler in this process: nothing happens
+    phases.mark("load")  # no sampler in this process: nothing happens
     assert peak.stop().peak_private_bytes is None
     with pytest.raises(ValueError, match="unknown phase"):
+        phases.mark("warm-up")
+    with pytest.raises(ValueError, match="unknown phase"):
         peak.PeakSampler().mark("warm-up")
+
+
+def test_the_sampler_hears_the_phase_hook_while_it_runs():
+    """A target announces phases through `harness.contract.phases`; the worker's sampler is
+    the hook from `peak.start` to `peak.stop`, and nobody listens afterwards."""
+    sampler = peak.start()
+    try:
+        phases.mark("create")
+        assert sampler.phase == "create"
+    finally:
+        peak.stop()
+    phases.mark("first_run")
+    assert sampler.phase == "create"
 
 
 @linux_only
@@ -147,7 +163,7 @@ def test_peak_projection_scales_the_heap_copies_only():
 def test_preflight_plans_for_the_start_up_peak_not_the_steady_state():
     """A heap session peaks at two copies (docs/running.md: 538.9 MiB private for 256 MiB of
     weights), the workers start together, and the control worker runs beside them."""
-    from harness.runner.options import RunOptions
+    from harness.contract.options import RunOptions
     from harness.runner.preflight import WORKER_OVERHEAD_BYTES, copies_per_worker, estimated_peak_bytes
 
     w = 256 * MIB

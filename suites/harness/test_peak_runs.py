@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.runner.peak import PHASES
+from harness.contract.phases import PHASES
 
 pytestmark = pytest.mark.memory
 

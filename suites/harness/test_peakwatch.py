@@ -14,14 +14,14 @@ import time
 
 import pytest
 
+from harness.contract.phases import PHASES
+from harness.contract.spawn import python_child
+from harness.contract.spec import WorkerRecord
 from harness.core.figurenotes import peak_sampling_notes
 from harness.core.rundata import RunData
 from harness.core.schema import ResultRow
 from harness.runner import peakwatch, winmem
-from harness.runner.peak import PHASES
 from harness.runner.phaseboard import DONE, PhaseBoard, PhaseSlot, state_phase
-from harness.runner.spawn import python_child
-from harness.runner.spec import WorkerRecord
 
 MIB = 1024**2
 #: Where the parent can read another process's memory: /proc/<pid>/statm, GetProcessMemoryInfo.
@@ -33,15 +33,16 @@ HANDSHAKE_DEADLINE_S = 120.0
 
 CHILD = """
 import json, sys
+from harness.contract import phases
 from harness.runner import peak
 peak.start(sys.argv[1], int(sys.argv[2]))
-peak.mark("load")
-peak.mark("create")
+phases.mark("load")
+phases.mark("create")
 block = bytearray(96 * 1024 * 1024)  # zero-filled: every page written, private and resident
 print("holding", flush=True)
 sys.stdin.readline()
 del block
-peak.mark("first_run")
+phases.mark("first_run")
 found = peak.stop()
 print(json.dumps({"own_peak": found.peak_private_bytes, "own_phase": found.peak_phase}), flush=True)
 """

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from harness.runner.spawn import harness_identity, measured_process_env, worker_interpreter, worker_pid_in_tree
+from harness.contract.spawn import harness_identity, measured_process_env, worker_interpreter, worker_pid_in_tree
 
 
 def test_windows_venv_starts_the_base_interpreter_with_the_launcher_variable():

@@ -64,7 +64,7 @@ def demo(monkeypatch):
 
 
 def test_provider_options_follow_the_target_hook(demo):
-    from harness.runner.options import RunOptions
+    from harness.contract.options import RunOptions
     from harness.runner.preflight import check_options
 
     check_options(RunOptions(target="demo", provider_options={"level": "3"}))  # accepted: it has an EP
@@ -75,7 +75,7 @@ def test_provider_options_follow_the_target_hook(demo):
 
 def test_its_options_reach_the_parser_and_the_run_options(demo):
     from harness.cli_parser import build_parser, target_options
-    from harness.runner.options import RunOptions
+    from harness.contract.options import RunOptions
 
     ns = build_parser().parse_args(["run", "--target", "demo", "--demo-level", "3"])
     opts = RunOptions.from_arguments(ns, target_options=target_options(ns))

@@ -174,7 +174,7 @@ static DWORD read_pid(const char *pidfile) {
     return 0;
 }
 
-/* A job with the harness's limit information class and flags (from harness/runner/spawn.py,
+/* A job with the harness's limit information class and flags (from harness/contract/spawn.py,
    passed on the command line), a launcher in it that starts the "worker" grandchild. */
 static HANDLE make_job(const char *cls, const char *flags, const char *pidfile, HANDLE *launcher, DWORD *worker_pid) {
     HANDLE job = CreateJobObjectW(NULL, NULL);
@@ -192,7 +192,7 @@ static HANDLE make_job(const char *cls, const char *flags, const char *pidfile, 
 }
 
 /* The parent of a process as the process snapshot has it: what psutil's children() (and so
-   harness.runner.spawn.worker_pid_in_tree) reads on Windows. */
+   harness.contract.spawn.worker_pid_in_tree) reads on Windows. */
 static DWORD parent_of(DWORD pid) {
     HANDLE snap = CreateToolhelp32Snapshot(TH32CS_SNAPPROCESS, 0);
     PROCESSENTRY32W entry = {sizeof entry}; DWORD parent = 0;

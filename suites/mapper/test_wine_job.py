@@ -1,4 +1,4 @@
-"""The kill-on-close job object of `harness.runner.spawn`, checked against a real kernel32
+"""The kill-on-close job object of `harness.contract.spawn`, checked against a real kernel32
 (Wine's): a C probe (`_wine_probe.c`, compiled with mingw at test time) creates a job with the
 harness's own limit class and flags, read from `spawn.py`, puts a launcher in it that starts the
 "worker" grandchild (a venv launcher and the real interpreter), then closes or loses the job's

@@ -31,12 +31,12 @@ def assert_all_ok(outcome: HarnessOutcome, workers: int | None = None) -> list:
     return rows
 
 
-def spec_options(out: Path) -> list[dict]:
-    """The options every worker of a run was given (its spec files; the control worker of each
+def worker_specs(out: Path) -> list[dict]:
+    """The spec every worker of a run was given (its spec files; the control worker of each
     group, control.spec.json, gets the same and is left out)."""
     import json
 
-    return [json.loads(p.read_text())["options"] for p in sorted((out / "workers").rglob("w*.spec.json"))]
+    return [json.loads(p.read_text()) for p in sorted((out / "workers").rglob("w*.spec.json"))]
 
 
 def csv_rows(path: Path) -> list[dict]:

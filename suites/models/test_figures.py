@@ -68,7 +68,7 @@ def onnx_tensor_bytes(path: Path) -> int:
 
 def prepared_models(out: Path) -> list[PreparedModel]:
     spec = json.loads(next((out / "workers").rglob("w0.spec.json")).read_text())
-    return [PreparedModel.load(Path(folder)) for folder in spec["options"]["models"]]
+    return [PreparedModel.load(Path(folder)) for folder in spec["models"]]
 
 
 def per_worker(rows, mode: str, column: str) -> float:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from models_support import ONE, assert_all_ok, assert_usage_error, spec_options
+from models_support import ONE, assert_all_ok, assert_usage_error, worker_specs
 
 SMALL = ("--model-size", "2MiB")
 
@@ -44,7 +44,7 @@ def test_session_settings_reach_every_session_and_the_reference(run_harness, tmp
         out=tmp_path / "ok",
     )
     assert_all_ok(outcome, workers=2)
-    settings = [o["session"] for o in spec_options(outcome.out)]
+    settings = [s["settings"]["session"] for s in worker_specs(outcome.out)]
     assert len(settings) == 2 and all(
         s["config"] == {"session.intra_op.allow_spinning": "0"} and s["intra_op_threads"] == 1 for s in settings
     )

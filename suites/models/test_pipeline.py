@@ -8,7 +8,7 @@ import json
 
 import generated
 import pytest
-from models_support import ONE, assert_all_ok, assert_usage_error, qnn_skip_reason, spec_options
+from models_support import ONE, assert_all_ok, assert_usage_error, qnn_skip_reason, worker_specs
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_two_models_load_together_in_one_worker(run_harness, two_models, target)
     rows = assert_all_ok(outcome, workers=2)  # one worker per mode, each with 2 groups x 2 models
     meta = json.loads((outcome.out / "metadata.json").read_text())
     assert meta["run"]["models"] == [str(p) for p in two_models]
-    folders = [o["models"] for o in spec_options(outcome.out)]
+    folders = [s["models"] for s in worker_specs(outcome.out)]
     assert all(len(f) == 2 for f in folders)
     from harness.prep.folder import PreparedModel
 
@@ -111,7 +111,7 @@ def test_a_shared_context_pipeline_runs_on_qnn(run_harness, tmp_path):
     rows = assert_all_ok(outcome, workers=2)
     assert {r.weights_bytes for r in rows} == {bins[0].stat().st_size}
     assert all(r.ep_file_mapping and r.ep_file_mapping != "n/a" for r in rows)
-    for options in spec_options(outcome.out):
+    for options in [s["options"] for s in worker_specs(outcome.out)]:
         assert options["share_ep_contexts"] is True and options["onnx"] == [str(p) for p in paths]
     notes = json.loads((outcome.out / "metadata.json").read_text())["target_notes"]
     assert any("share QNN context binaries" in n for n in notes)

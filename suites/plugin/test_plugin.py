@@ -60,7 +60,9 @@ def test_fixtures_work_in_a_foreign_project(project):
         from mapper_impl import load_weights
 
         def test_options(harness_options, model_cache):
-            assert harness_options.target == "cpu" and harness_options.model_size == "128MiB"
+            assert harness_options.target == "cpu" and harness_options.model_size == 128 * 1024**2
+            assert harness_options.processes == [2] and harness_options.model is None
+            assert harness_options.run_args() == ["--target", "cpu", "--processes", "2", "--model-size", "128MiB"]
             assert model_cache.is_dir()
 
         def test_mapper_fixtures(weights_file, mapper_leak_guard):
@@ -254,3 +256,25 @@ def test_report_dir_never_empties_a_runs_folder_it_did_not_write(project, tmp_pa
     run_pytest(project, "--fmw-report-dir", str(report_dir)).assert_outcomes(passed=2)
     run_pytest(project, "--fmw-report-dir", str(report_dir), "test_ok.py").assert_outcomes(passed=1)
     assert not any((report_dir / "runs").iterdir()), "an earlier session's runs/ was not emptied"
+
+
+@pytest.mark.parametrize(
+    "option, value, expected",
+    [
+        ("--fmw-model-size", "10KiB", "--fmw-model-size '10KiB': the generated model needs at least 64 KiB"),
+        ("--fmw-model-size", "100GiB", "--fmw-model-size 100.0 GiB: at most 64.0 GiB"),
+        ("--fmw-processes", "2000", "--fmw-processes 2000: at most 1024"),
+        ("--fmw-processes", "1,x", "--fmw-processes '1,x': expected a list like 1,2,4,8"),
+        ("--fmw-target", "gpu", "--fmw-target gpu: choose from cpu, ort-native, qnn"),
+    ],
+    ids=["below-one-layer", "above-the-bound", "too-many-processes", "not-a-list", "unknown-target"],
+)
+def test_options_are_checked_as_run_checks_them(project, option, value, expected):
+    """The plugin parses its run options with ``run``'s own types and bounds (one declaration):
+    what ``python -m harness run`` refuses, the session refuses before it starts, in one line."""
+    project.makepyfile(test_ok="def test_ok():\n    pass\n")
+    result = run_pytest(project, option, value)
+    errors = [line for line in result.stderr.str().splitlines() if line.startswith("ERROR:")]
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
+    assert len(errors) == 1 and expected in errors[0], result.stderr.str()
+    assert "Traceback" not in result.stderr.str() and "passed" not in result.stdout.str()

@@ -42,7 +42,7 @@ def test_both_options(pytestconfig, harness_options):
     assert pytestconfig.getoption("--model") == "mine.onnx"
     assert pytestconfig.getoption("--target") == "gpu"
     assert pytestconfig.getoption("--processes") == "8"
-    assert harness_options.model == "ours.onnx" and harness_options.processes == "1,2"
+    assert str(harness_options.model) == "ours.onnx" and harness_options.processes == [1, 2]
 """
 
 
@@ -174,3 +174,15 @@ def test_a_project_with_its_own_harness_and_reports(installed, tmp_path, python,
     # the install under test is the one loaded: its entry point names the top-level module
     (dist,) = installed.glob("qnn_fmw_harness-*.dist-info")
     assert "qnn_fmw_harness = qnn_fmw_harness_plugin" in (dist / "entry_points.txt").read_text()
+
+
+def test_loading_the_plugin_leaves_nothing_of_the_package_imported(project):
+    """pytest asks for the options when it loads the plugin, before the rootdir's conftests (where
+    a project's own ``harness`` may come from): the plugin reads the declarations then, and
+    takes its package out of ``sys.modules`` again, so a conftest finds none of it there."""
+    project.makeconftest(
+        "import sys\nSEEN = sorted(n for n in sys.modules if n.partition('.')[0] in ('harness', 'reports'))\n"
+    )
+    project.makepyfile(test_seen="import conftest\n\ndef test_nothing_imported():\n    assert conftest.SEEN == []\n")
+    result = run_pytest(project, "-p", "no:xdist", "--fmw-processes", "2")
+    result.assert_outcomes(passed=1)

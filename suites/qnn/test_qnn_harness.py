@@ -126,7 +126,7 @@ def test_relative_paths_written_by_the_ep_land_in_the_run(run_harness, tmp_path)
     """A provider option naming a relative file (the QNN profiler's output here) writes into the
     worker's own folder of the run, never into the harness's checkout (workers used to run
     there) nor beside other workers' files."""
-    from harness.runner.spawn import PACKAGE_ROOT
+    from harness.contract.spawn import PACKAGE_ROOT
 
     outcome = run_harness(
         "run",

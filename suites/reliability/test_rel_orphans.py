@@ -124,8 +124,8 @@ def test_a_worker_never_released_gives_up_at_its_own_deadline(model_cache, tmp_p
     import psutil
 
     from conftest import ROOT, harness_env
+    from harness.contract.spec import WorkerSpec
     from harness.prep.generated import generated_matmul_chain
-    from harness.runner.spec import WorkerSpec
     from harness.runner.worker import EXIT_NOT_RELEASED
 
     model = generated_matmul_chain(8 * 1024**2, cache_dir=model_cache)

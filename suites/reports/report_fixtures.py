@@ -116,7 +116,7 @@ def fail_worker(rows: list[ResultRow], index: int = -1, error: str = "RuntimeErr
 def metadata(target: str = "cpu", status: str = "complete", **run: object) -> dict:
     """metadata.json as the runner writes it for ``target`` (its options, default gates and
     notes come from the target itself, as in a real run)."""
-    from harness.runner.options import RunOptions
+    from harness.contract.options import RunOptions
     from harness.targets import get_target
 
     opts = RunOptions(target=target)

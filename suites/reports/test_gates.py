@@ -135,7 +135,7 @@ def test_default_gates_skip_saving_checks_for_small_weights_and_one_process():
 
 
 def test_default_gates_per_target_and_fault_injection():
-    from harness.runner.options import RunOptions
+    from harness.contract.options import RunOptions
     from harness.targets import get_target
 
     assert [e for e, _ in get_target("qnn").default_gates(RunOptions(target="qnn"))] == ["failed_workers==0"]

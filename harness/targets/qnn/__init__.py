@@ -173,14 +173,12 @@ class QnnTarget(Target):
         many sessions took each path, not only the worst."""
         import onnxruntime as ort
 
-        from harness.prep.sessions import SessionSettings
-
         from .ep import qnn_session_options
         from .eplog import LogSegment, aggregate, classify_session
         from .partitions import apply_load_level
 
         options = spec.options
-        settings = SessionSettings.from_dict(options.get("session"))
+        settings = spec.session_settings()
         paths = options["onnx"] if isinstance(options["onnx"], list) else [options["onnx"]]
         partitions = options.get("partitions") or [1] * len(paths)
         flag = disable_flag(spec.mode)
@@ -188,9 +186,9 @@ class QnnTarget(Target):
         ort.set_default_logger_severity(1)  # some EP lines go through ORT's default logger
         live = LiveSessions()
         verdicts = []
-        from harness.runner import peak
+        from harness.contract import phases
 
-        peak.mark("create")  # the EP maps or reads the context binary inside session creation
+        phases.mark("create")  # the EP maps or reads the context binary inside session creation
         t0 = time.perf_counter()
         for _ in range(spec.sessions):
             group = []

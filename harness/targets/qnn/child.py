@@ -63,7 +63,7 @@ def run_child(
         job = dict(job, result=str(Path(tmp) / "result.json"), status=str(Path(tmp) / "status.txt"))
         job_path = Path(tmp) / "job.json"
         job_path.write_text(json.dumps(job), encoding="utf-8")
-        from harness.runner.spawn import python_child
+        from harness.contract.spawn import python_child
 
         command, env = python_child("harness.targets.qnn.child", str(job_path))
         with open(log_path, "wb") as log:
@@ -250,9 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     job_path = Path(argv[0])
     job = json.loads(job_path.read_text(encoding="utf-8"))
-    from harness.runner.worker import _set_parent_death_signal
+    from harness.contract.spawn import set_parent_death_signal
 
-    _set_parent_death_signal()  # a compile never outlives the harness that asked for it
+    set_parent_death_signal()  # a compile never outlives the harness that asked for it
     if os.environ.get(FAULT_ENV) == "segv":
         import signal
 

@@ -104,7 +104,7 @@ class DeviceReport:
 
 def _run_child(workdir: Path, timeout_s: float) -> tuple[dict, str, str]:
     """(child's JSON record, its whole log, what went wrong with the process itself)."""
-    from harness.runner.spawn import python_child
+    from harness.contract.spawn import python_child
 
     cmd, env = python_child("harness.targets.qnn.device_child")
     log = workdir / "probe.log"

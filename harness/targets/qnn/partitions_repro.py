@@ -31,7 +31,7 @@ def reproduce(folder: Path) -> dict[str, tuple[int, str]]:
     default optimizations and with the workaround: {level: (exit code, last output line)}."""
     import subprocess
 
-    from harness.runner.spawn import python_child
+    from harness.contract.spawn import python_child
 
     from .compile import compile_epcontext
 

@@ -2,17 +2,20 @@
 plugin hand to `harness.runner.sweep.execute`, and what the targets read.
 
 Each run option is declared ONCE, as a field of `RunOptions`: its type and default, and in the
-field's metadata (`flag`) its command-line flag, argparse type, metavar and help. The parser
-(`harness.cli_parser.add_run_options`) and the copy of parsed arguments into the options
-(`RunOptions.from_arguments`) are derived from these declarations, so a new option is one
-field, not three places to keep in step.
+field's metadata (`flag`) its command-line flag, argparse type, metavar and help. Every parser
+that takes run options derives them from these declarations with `add_run_options` (modelled
+on pytest-benchmark's ``add_*_options(addoption, prefix)``): ``run`` takes all of them,
+``bench``, ``cache`` and ``doctor`` a few with their own defaults and help (`Variant`), and the
+pytest plugin a few under the ``fmw-`` prefix (``--fmw-processes``), parsed with the same
+types. The copy of parsed arguments into the options (`RunOptions.from_arguments`) is derived
+from them too, so a new option is one field, not several places to keep in step.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,19 @@ class Flag:
     choose_target: bool = False  # choices are the registered targets; "{targets}" in help: their summaries
     #: Parsed value -> field value (``convert(value, namespace)``); None: taken as parsed.
     convert: Callable[[Any, argparse.Namespace], Any] | None = None
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How another command takes a declared run option: its own default (as the user would type
+    it), help and metavar (None: the declaration's); ``single``: one value where ``run``
+    repeats the option (the plugin's ``--fmw-model``). The flag, type and choices stay the
+    declaration's. ``{default}`` in a help is replaced by the default."""
+
+    default: str | None = None
+    help: str | None = None
+    metavar: str | None = None
+    single: bool = False
 
 
 def flag(default: Any = None, *, factory: Callable[[], Any] | None = None, **spec: Any) -> Any:
@@ -303,3 +319,66 @@ class RunOptions:
 def command_line_fields() -> list:
     """The `RunOptions` fields that are command-line flags, in declaration (and --help) order."""
     return [f for f in fields(RunOptions) if "flag" in f.metadata]
+
+
+def flag_of(name: str, prefix: str = "") -> str:
+    """The command-line flag of the run option ``name`` (a `RunOptions` field), under ``prefix``
+    (``flag_of("processes", "fmw-")`` is ``--fmw-processes``)."""
+    spec: Flag = next(f for f in command_line_fields() if f.name == name).metadata["flag"]
+    return f"--{prefix}{spec.flag[2:]}"
+
+
+AddOption = Callable[..., Any]
+
+
+def add_run_options(
+    addoption: AddOption,
+    names: list[str] | None = None,
+    *,
+    prefix: str = "",
+    variants: dict[str, Variant] | None = None,
+    targets: tuple[str, ...] = (),
+    text: dict[str, str] | None = None,
+    exclusive: Callable[[str], AddOption] | None = None,
+) -> None:
+    """Declare the run options (all of them, or ``names`` only, in declaration order) with
+    ``addoption(flag, **keywords)``: argparse's ``add_argument`` or pytest's ``addoption``.
+
+    ``prefix`` namespaces the flags and their dests (``"fmw-"``: ``--fmw-processes``, dest
+    ``fmw_processes``); without it each option keeps its field's name as its dest, so
+    `RunOptions.from_arguments` copies it back. ``variants``: a command's own defaults and help
+    (`Variant`). ``targets``: the registered targets, the choices of ``--target``/``--peer``
+    (this module sits below the registry). ``text`` fills the help's placeholders
+    (``{targets}``, ``{size_help}``, ``{kind}``...). ``exclusive(group)`` gives the
+    ``addoption`` of a mutually exclusive group (``--model`` / ``--model-size``); None: the
+    options are added as they are."""
+    chosen = [f for f in command_line_fields() if names is None or f.name in names]
+    for f in chosen:
+        spec: Flag = f.metadata["flag"]
+        how = (variants or {}).get(f.name, Variant())
+        flag_name = flag_of(f.name, prefix)
+        action = "store" if how.single else (spec.action or "store")
+        keywords: dict[str, Any] = {"dest": flag_name[2:].replace("-", "_") if prefix else f.name, "action": action}
+        if action != "store_false":
+            keywords["choices"] = tuple(targets) if spec.choose_target else spec.choices
+            keywords.update(type=spec.type, metavar=how.metavar or spec.metavar)
+            keywords["default"] = _default_text(f, spec, how)
+        help_text = how.help or spec.help
+        if help_text != argparse.SUPPRESS:
+            help_text = help_text.format_map({**(text or {}), "default": keywords.get("default")})
+        where = exclusive(spec.group) if exclusive is not None and spec.group else addoption
+        where(flag_name, help=help_text, **{k: v for k, v in keywords.items() if v is not None})
+
+
+def _default_text(f: Any, spec: Flag, how: Variant) -> Any:
+    """A parser's default for one option: the variant's, else the declaration's text, else []
+    for a repeatable option, else the field's default."""
+    if how.default is not None:
+        return how.default
+    if how.single:
+        return None
+    if spec.text_default is not None:
+        return spec.text_default
+    if spec.action == "append":
+        return []
+    return None if f.default is MISSING else f.default

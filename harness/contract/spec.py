@@ -13,22 +13,55 @@ from typing import Any
 
 from harness.core.files import write_json_atomic
 
-SPEC_VERSION = 4
+#: 5: the run's settings every worker applies are typed fields (`WorkerSpec.models`,
+#: `WorkerSpec.settings`), no longer keys of ``options``, which keeps a target's own options only.
+SPEC_VERSION = 5
+
+
+@dataclass
+class WorkerSettings:
+    """The run's settings every worker applies, whatever its target: typed, so a worker (and a
+    target) reads ``spec.settings.runs``, never ``int(spec.options.get("runs") or 0)``."""
+
+    #: The ORT session knobs of every session, both modes and the reference
+    #: (`harness.prep.sessions.SessionSettings` as a dict: config, intra_op_threads,
+    #: provider_options); read it with `session_settings`.
+    session: dict[str, Any] = field(default_factory=dict)
+    runs: int = 0  # timed inferences after the first (--runs)
+    warmup: int = 0  # untimed inferences before the timed ones (--warmup)
+    concurrency: int = 1  # inference threads of the timed runs (--concurrency)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.session, dict):
+            raise TypeError(f"settings.session must be a mapping, not {type(self.session).__name__}")
+        for name, least in (("runs", 0), ("warmup", 0), ("concurrency", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"settings.{name} must be a whole number >= {least}, not {value!r}")
+
+    def session_settings(self):
+        """The session knobs as `SessionSettings` (imported here: the worker imports the spec
+        before anything heavy)."""
+        from harness.prep.sessions import SessionSettings
+
+        return SessionSettings.from_dict(self.session)
 
 
 @dataclass
 class WorkerSpec:
     target: str
     mode: str  # "mapped" | "heap"
-    model_folder: str  # the PreparedModel folder (manifest.json, reference.npz)
+    model_folder: str  # the PreparedModel folder (manifest.json, reference.npz) of the first model
     sessions: int = 1
     ready_path: str = ""
     result_path: str = ""
     log_path: str = ""
     weights_bytes: int = 0  # bytes the sessions load: weights file, or the QNN context binary
-    #: The target's options and what its prepare step hands the workers ("models": every model
-    #: folder of the run, in order), plus the run's session knobs ("session": the
-    #: SessionSettings dict, "runs": timed inferences after the first).
+    #: Every model folder of the run, in order (a pipeline loads several; []: ``model_folder``).
+    models: list[str] = field(default_factory=list)
+    settings: WorkerSettings = field(default_factory=WorkerSettings)
+    #: The target's own options (its `TargetOption`s) and what its prepare step hands its
+    #: workers (e.g. the qnn target's compiled "onnx" paths): nothing every worker needs.
     options: dict[str, Any] = field(default_factory=dict)
     #: The harness that started this worker (pid + creation time, as psutil reports it): the
     #: worker watches THIS process, not whatever ``getppid()`` says when it starts (if the
@@ -49,15 +82,35 @@ class WorkerSpec:
     phase_slot: int = -1
     spec_version: int = SPEC_VERSION
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.models, list) or not all(isinstance(m, str) for m in self.models):
+            raise TypeError(f"models must be a list of folder paths, not {self.models!r}")
+        if not isinstance(self.options, dict):
+            raise TypeError(f"options must be a mapping, not {type(self.options).__name__}")
+
+    def model_folders(self) -> list[str]:
+        """Every model folder of the run, in order (one unless the run loads a pipeline)."""
+        return list(self.models or [self.model_folder])
+
+    def session_settings(self):
+        """The run's ORT session knobs (`WorkerSettings.session_settings`)."""
+        return self.settings.session_settings()
+
     def write(self, path: Path) -> None:
         write_json_atomic(path, asdict(self))
 
     @classmethod
     def read(cls, path: Path) -> WorkerSpec:
+        """The spec at ``path``; ValueError / TypeError for one of another version or shape (a
+        worker is always started by the harness that wrote its spec: nothing to migrate)."""
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        if data.get("spec_version") != SPEC_VERSION:
-            raise ValueError(f"{path}: spec_version {data.get('spec_version')} != {SPEC_VERSION}")
-        return cls(**data)
+        if not isinstance(data, dict) or data.get("spec_version") != SPEC_VERSION:
+            version = data.get("spec_version") if isinstance(data, dict) else None
+            raise ValueError(f"{path}: spec_version {version} != {SPEC_VERSION}")
+        settings = data.pop("settings", {})
+        if not isinstance(settings, dict):
+            raise TypeError(f"{path}: settings must be a mapping")
+        return cls(**data, settings=WorkerSettings(**settings))
 
 
 @dataclass

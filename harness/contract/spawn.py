@@ -1,5 +1,5 @@
-"""Starting worker processes so that the process we measure IS the worker, and so that no
-worker outlives the harness.
+"""Starting the harness's child processes (workers, the QNN compiler's child, the device probe)
+so that the process we measure IS the worker, and so that no child outlives the harness.
 
 Windows venvs: ``sys.executable`` there is the venv redirector (``.venv\\Scripts\\python.exe``),
 a small launcher that starts the base interpreter as a CHILD and waits. Sampling the pid that
@@ -11,12 +11,14 @@ the parent samples that pid only once it is verified to be the spawned process o
 
 Windows has no parent-death signal: each worker is put in a job object whose last handle the
 harness holds, with JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE, so when the harness dies for any
-reason the kernel closes the handle and kills every worker.
+reason the kernel closes the handle and kills every worker. Linux has one: a child asks for
+it first thing (`set_parent_death_signal`).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -65,6 +67,24 @@ def python_child(module: str, *args: str) -> tuple[list[str], dict[str, str]]:
     return [interpreter, "-m", module, *args], env
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def set_parent_death_signal() -> bool:
+    """Linux: ask the kernel to SIGKILL this process when its parent dies, even inside a long
+    native call (a hung session creation, a compile) where no Python thread would ever run
+    again. Called first thing by every child of the harness. True if set."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 #: glibc's mmap threshold, fixed: a block of 128 KiB or more is its own mapping, returned to the
 #: kernel when freed. Left to itself glibc raises the threshold to the size of each big block it
 #: frees, so the next copies come from the heap and a freed direct-read copy stays in the
@@ -104,8 +124,8 @@ def harness_identity() -> tuple[int, float]:
 
 class KillOnCloseJob:
     """A Windows job object that kills its processes when its last handle closes (the harness
-    exiting, crashing or being killed). Elsewhere every method is a no-op: Linux workers use
-    ``PR_SET_PDEATHSIG`` (see `harness.runner.worker`)."""
+    exiting, crashing or being killed). Elsewhere every method is a no-op: Linux children use
+    ``PR_SET_PDEATHSIG`` (`set_parent_death_signal`)."""
 
     def __init__(self) -> None:
         self._handle = None
