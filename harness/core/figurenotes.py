@@ -56,7 +56,10 @@ def figure_notes(run: RunData) -> list[tuple[str, str, str]]:
         loads = [s.load_avg for s in busy if s.load_avg is not None]
         shares = [s.cpu_share_min for s in busy if s.cpu_share_min is not None]
         detail = []
-        if loads:
+        foreign = [s.foreign_cpus_max for s in busy if s.foreign_cpus_max is not None]
+        if foreign:
+            detail.append(f"other processes used up to {max(foreign):.2f} CPUs while a timed worker ran")
+        elif loads:
             detail.append(f"load average up to {max(loads):.1f} on {run.cpu_count or '?'} CPU(s)")
         if shares:
             detail.append(f"a worker got as little as {fmt_percent(min(shares))} of a CPU")
