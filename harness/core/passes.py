@@ -82,6 +82,8 @@ def contention_text(judgement: Any) -> str:
     if not busy["contended_groups"]:
         return ""
     load = f"load average up to {busy['load_avg_max']:.1f}" if busy["load_avg_max"] is not None else "load unknown"
+    if busy["foreign_cpus_max"] is not None:  # the timing pass: what else ran beside its worker
+        load = f"other processes used up to {busy['foreign_cpus_max']:.2f} CPUs beside a worker"
     share = f", a worker got {fmt_percent(busy['cpu_share_min'])} of a CPU" if busy["cpu_share_min"] is not None else ""
     cpus = judgement.run.cpu_count
     return (
