@@ -215,8 +215,7 @@ def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = No
     for key, members in sorted(groups.items(), key=lambda kv: tuple(str(k) for k in kv[0])):
         ok = [r for r in members if row_ok(r)]
         paths = sorted({r.ep_file_mapping for r in members if r.ep_file_mapping})
-        reasons = incomplete_reasons(members, key[2])
-        complete = not reasons
+        complete = not (reasons := incomplete_reasons(members, key[2]))
         delta, noise = _system((system or {}).get(key))
         unreliable = system_delta_state(delta, noise)
 
