@@ -201,6 +201,13 @@ def _system(value: Any) -> tuple[int | None, int | None]:
     return value, None
 
 
+def _measured(system: Mapping[tuple, Any] | None, key: tuple) -> Any:
+    """What the runner recorded for a group; a key without the pass (older callers) is the
+    concurrent pass's."""
+    system = system or {}
+    return system.get(key, system.get(key[:5]) if key[5] != SEQUENTIAL else None)
+
+
 def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = None) -> list[SummaryRow]:
     """Group rows by `group_key`.
 
@@ -216,7 +223,8 @@ def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = No
         ok = [r for r in members if row_ok(r)]
         paths = sorted({r.ep_file_mapping for r in members if r.ep_file_mapping})
         complete = not (reasons := incomplete_reasons(members, key[2]))
-        delta, noise = _system((system or {}).get(key))
+        measured = _measured(system, key)
+        delta, noise = _system(measured)
         unreliable = system_delta_state(delta, noise)
 
         def total(column: str, members: list[ResultRow] = members, complete: bool = complete) -> int | None:
@@ -256,7 +264,7 @@ def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = No
                 system_noise_bytes=noise,
                 note="; ".join([*reasons, *([unreliable] if unreliable else [])]) or None,
                 **latency.group_figures(ok),
-                **fits.group_figures(ok, (system or {}).get(key)),
+                **fits.group_figures(ok, measured),
                 **composition(ok),
             )
         )
