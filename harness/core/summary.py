@@ -223,8 +223,7 @@ def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = No
         ok = [r for r in members if row_ok(r)]
         paths = sorted({r.ep_file_mapping for r in members if r.ep_file_mapping})
         complete = not (reasons := incomplete_reasons(members, key[2]))
-        measured = _measured(system, key)
-        delta, noise = _system(measured)
+        delta, noise = _system(measured := _measured(system, key))
         unreliable = system_delta_state(delta, noise)
 
         def total(column: str, members: list[ResultRow] = members, complete: bool = complete) -> int | None:
