@@ -101,7 +101,7 @@ def _say_interrupted(outcome: Any) -> None:
 
 
 def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
-    from harness.bench import bench_options, write_bench_json
+    from harness.bench import bench_options, limits, limits_lines, write_bench_json
     from harness.runner.sweep import command_line
 
     opts = bench_options(
@@ -116,6 +116,8 @@ def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
     try:
         _say_interrupted(outcome)
         judgement = report_run(outcome.out, history=None, render=bool(outcome.rows), outcomes=False, kind="bench")
+        for line in limits_lines(limits(judgement.run.summary)):
+            print(line)
         path = write_bench_json(outcome.out, judgement)
     finally:
         outcome.release()

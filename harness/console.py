@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from harness.core.passes import SEQUENTIAL, memory_view, start_of
 from harness.core.schema import ResultRow, SummaryRow
-from harness.core.summary import complete_pair, pair_ratio, paired
+from harness.core.summary import complete_pair, pair_ratio, paired, timing_pairs
 from harness.core.units import fmt_bytes, fmt_ratio, fmt_seconds
 
 #: (label, SummaryRow column, formatter)
@@ -52,13 +53,13 @@ def summary_table(summary: list[SummaryRow]) -> Any:
         table.add_column(name, justify="left" if name in ("target", "metric") else "right")
     pairs = paired(summary)
     for mapped, heap in pairs:
-        first = True
+        first, who = True, _who(mapped)
         for label, column, fmt in TABLE_METRICS:
             m, h = getattr(mapped, column), getattr(heap, column)
             shown = pair_ratio(mapped, heap, column)
             why = "incomplete" if not complete_pair(mapped, heap) else "noise" if column == "system_delta_bytes" else ""
             table.add_row(
-                mapped.target if first else "",
+                who if first else "",
                 f"{mapped.processes} x {mapped.sessions_per_process}" if first else "",
                 str(mapped.repeat) if first else "",
                 label,
@@ -71,7 +72,7 @@ def summary_table(summary: list[SummaryRow]) -> Any:
     in_pairs = {id(s) for pair in pairs for s in pair}
     for s in (s for s in summary if id(s) not in in_pairs):
         table.add_row(
-            s.target,
+            _who(s),
             f"{s.processes} x {s.sessions_per_process}",
             str(s.repeat),
             f"{s.mode} only: sum PSS / init",
@@ -80,6 +81,11 @@ def summary_table(summary: list[SummaryRow]) -> Any:
             "-",
         )
     return table
+
+
+def _who(row: SummaryRow) -> str:
+    """The target, and for the timing pass which pass it is (memory is not sampled there)."""
+    return f"{row.target} (timing pass)" if start_of(row) == SEQUENTIAL else row.target
 
 
 def outcome_table(rows: list[ResultRow]) -> Any | None:
@@ -133,9 +139,9 @@ def startup_lines(run: Any) -> list[str]:
     from harness.core.latency import latency_lines
     from harness.core.summary import headline_pairs
 
-    pairs = headline_pairs(s for s in run.summary if s.target == run.target)
-    lines = latency_lines(pairs, fmt_seconds)
-    complete = [p for p in pairs if complete_pair(*p)]
+    own = [s for s in run.summary if s.target == run.target]
+    lines = latency_lines(timing_pairs(own), fmt_seconds)
+    complete = [p for p in headline_pairs(memory_view(own)) if complete_pair(*p)]
     sentence = fits_sentence(fits(*complete[0])) if complete else None
     if sentence:
         lines.append(f"fits (start-up peak, all workers at once): {sentence}")

@@ -13,9 +13,12 @@ import stat as stat_mod
 import sys
 from dataclasses import dataclass
 
-#: Bytes hashed at each end of a file for its identity: same-size rewrites inside one mtime
-#: tick are common (a build step rewriting a .bin), and stat alone would miss them.
-IDENTITY_EDGE_BYTES = 64 * 1024
+#: Bytes hashed at each end of a mapped file for its identity: same-size rewrites inside one
+#: mtime tick are common (a build step rewriting a .bin, whose header and trailer change), and
+#: stat alone would miss them. One page each end: 64 KiB each cost 0.25 ms of BLAKE2b per
+#: mapping, 6 % of a mapped session's start-up (docs/models-and-cache.md, issue 32), and no
+#: edge size can see a rewrite of the middle of a file anyway.
+IDENTITY_EDGE_BYTES = 4 * 1024
 
 #: Largest size a mapping can have on this interpreter (upstream: "size fits in size_t").
 MAX_MAPPABLE = sys.maxsize
@@ -196,19 +199,19 @@ class FileIdentity:
         return "unchanged"
 
 
-def edge_hash(read_at, size: int) -> str:
-    """Hash the first and last IDENTITY_EDGE_BYTES of a file via ``read_at(offset, n)``."""
+def edge_hash(read_at, size: int, edge: int = IDENTITY_EDGE_BYTES) -> str:
+    """Hash the first and last ``edge`` bytes of a file via ``read_at(offset, n)``."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(read_at(0, min(size, IDENTITY_EDGE_BYTES)))
-    if size > IDENTITY_EDGE_BYTES:
-        tail = max(IDENTITY_EDGE_BYTES, size - IDENTITY_EDGE_BYTES)
+    h.update(read_at(0, min(size, edge)))
+    if size > edge:
+        tail = max(edge, size - edge)
         h.update(read_at(tail, size - tail))
     return h.hexdigest()
 
 
-def identity_of_fd(fd: int) -> FileIdentity:
+def identity_of_fd(fd: int, edge: int = IDENTITY_EDGE_BYTES) -> FileIdentity:
     """Identity of an open file: stat and hash the *opened* file, not the path, so a rename
-    between open and identity cannot mix two files."""
+    between open and identity cannot mix two files. ``edge``: bytes hashed at each end."""
     st = os.fstat(fd)
 
     def read_at(offset: int, n: int) -> bytes:
@@ -217,14 +220,14 @@ def identity_of_fd(fd: int) -> FileIdentity:
         os.lseek(fd, offset, os.SEEK_SET)
         return os.read(fd, n)
 
-    return FileIdentity(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, edge_hash(read_at, st.st_size))
+    return FileIdentity(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, edge_hash(read_at, st.st_size, edge))
 
 
-def identity_of_path(path: str) -> FileIdentity:
+def identity_of_path(path: str, edge: int = IDENTITY_EDGE_BYTES) -> FileIdentity:
     """Identity of whatever the path names now."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
     try:
-        return identity_of_fd(fd)
+        return identity_of_fd(fd, edge)
     finally:
         os.close(fd)
 
@@ -232,6 +235,8 @@ def identity_of_path(path: str) -> FileIdentity:
 def as_index(value: object, name: str) -> int:
     """``value`` as a Python int, from any integer type (numpy's included, via ``__index__``).
     A bool or a float is a programming error: TypeError, not a silently truncated offset."""
+    if type(value) is int:  # the common case, first: one check per offset of every region
+        return value
     if isinstance(value, bool):
         raise TypeError(f"region {name} must be an integer, got bool")
     try:
@@ -256,6 +261,16 @@ def validate_region(
 
     Returns ``(offset, size)`` as Python ints (numpy integers and other ``__index__`` types are
     accepted)."""
+    if (
+        type(offset) is int
+        and type(size) is int
+        and feature_enabled
+        and needs_backend_mapping
+        and not base_is_null
+        and 0 <= offset
+        and 0 < size <= file_size - offset
+    ):
+        return offset, size  # a valid request (every region of a load): none of the refusals below applies
     offset = as_index(offset, "offset")
     size = as_index(size, "size")
     if not feature_enabled:

@@ -58,6 +58,8 @@ STAGES = ("map", "register", "create")
 UPSTREAM_FALLBACK_STAGES = frozenset({"register", "create"})
 #: ``read_copy``: how long the direct read's copy lives (see the module docstring).
 READ_COPIES = ("kept", "transient")
+#: Upstream's policy (one mapping attempt), made once rather than per load.
+ONE_ATTEMPT = RetryPolicy()
 
 #: ``create(weights, views) -> value``: builds the context (e.g. an ORT session over OrtValues
 #: pointing into ``views``, one read-only memoryview per requested region, in request order).
@@ -195,7 +197,9 @@ def _requests(regions: Iterable) -> list[tuple[int, int]]:
             offset, size = item
         except (TypeError, ValueError):
             raise TypeError(f"regions[{i}] must be an (offset, size) pair, got {item!r}") from None
-        requests.append((as_index(offset, "offset"), as_index(size, "size")))
+        if type(offset) is not int or type(size) is not int:  # ints (the common case) as they are
+            offset, size = as_index(offset, "offset"), as_index(size, "size")
+        requests.append((offset, size))
     return requests
 
 
@@ -281,10 +285,7 @@ def _mapped_attempt(
     views: list[memoryview] = []
     stage = "register"
     try:
-        for offset, size in load.requests:
-            view = weights.region(offset, size)
-            views.append(view)
-            dma.register(view, offset, weights.base_address + offset)
+        dma.register_regions(weights, load.requests, views)
         stage = "create"
         value = load.call_create(weights, views, with_callbacks=True)
     except BaseException as err:
@@ -429,7 +430,7 @@ def load_context(
     )
     if disabled:
         return _direct_attempt(load, "heap", "", [])
-    context, stage, dma = _mapped_attempt(load, default_mapper(mapper), retry or RetryPolicy(), backend)
+    context, stage, dma = _mapped_attempt(load, default_mapper(mapper), retry or ONE_ATTEMPT, backend)
     if context is not None:
         return context
     failed = [dma] if dma is not None else []

@@ -37,6 +37,7 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Any
 
 from ._common import DeregistrationError, PlatformUnavailableError, RegistrationError
 from ._faults import FaultCursor
@@ -214,6 +215,38 @@ class DmaRegistrations:
             self._live[reg.token] = reg
         COUNTERS.add(dma_registrations=1, dma_registered_bytes=size)
         return reg
+
+    def register_regions(self, weights: Any, requests: list[tuple[int, int]], views: list[memoryview]) -> None:
+        """Upstream's DMA-data callback once per request, in order: the region (refused by
+        upstream's rules), then its registration; each view is appended to ``views`` as soon
+        as it exists, so a failure part way leaves the caller every region handed out so far.
+        The same as `register` per region, with the stats counted once for the batch (a
+        session's regions are thousands for an LLM)."""
+        base, faults, backend, path = weights.base_address, self._faults, self.backend, self.path
+        count = registered = 0
+        view = reg = None
+        try:
+            for (offset, size), view in zip(requests, weights.regions(requests), strict=True):
+                views.append(view)
+                address = base + offset
+                try:
+                    if faults is not None:
+                        faults.before_register()
+                    backend.register(address, size)
+                except OSError as err:
+                    raise RegistrationError(
+                        f"Failed to register DMA data mapping to RPCMEM: {path} "
+                        f"[{offset}, {offset + size}) at {address:#x} ({err})"
+                    ) from err
+                reg = Registration(next(_TOKENS), path, offset, size, address, view)
+                with self._lock:
+                    self._live[reg.token] = reg
+                count += 1
+                registered += size
+        finally:
+            view = reg = None  # noqa: F841 - a traceback holding this frame must not pin the last region
+            if count:
+                COUNTERS.add(dma_registrations=count, dma_registered_bytes=registered)
 
     def _try_deregister(self, reg: Registration) -> DeregistrationError | None:
         try:

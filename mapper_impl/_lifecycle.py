@@ -16,6 +16,7 @@ loads close.
 
 from __future__ import annotations
 
+import atexit  # noqa: F401 - weakref.finalize imports it on its first use: at import, not in a load
 import math
 import os
 import threading

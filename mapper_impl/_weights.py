@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from ._base import FileMapper, MappedFile
@@ -26,6 +27,7 @@ from ._common import (
 from ._faults import FaultCursor, FaultPlan
 from ._heap import read_into_heap
 from ._lifecycle import MAX_ATTEMPTS, MAX_BACKOFF_S, check_number, on_drop, release_now
+from ._platform import create_mapper
 from ._registry import REGISTRY, MappingRegistry
 
 PATHS_TAKEN = ("mapped", "heap", "fallback")
@@ -121,6 +123,19 @@ class Weights:
                 raise ClosedError(f"weights of {self.path} are closed")
             return self._buffer[offset : offset + size]
 
+    def regions(self, requests: Iterable[tuple[int, int]]) -> Iterator[memoryview]:
+        """`region` of each ``(offset, size)`` request, in order, one at a time (the caller
+        registers each before the next is asked for, as QNN's callbacks come): a load's
+        thousands of valid requests are sliced straight from this load's own buffer, anything
+        else goes through `region` and is refused there by upstream's rules."""
+        buffer, size = self.buffer, self.size
+        for offset, length in requests:
+            valid = type(offset) is int and type(length) is int and 0 <= offset and 0 < length <= size - offset
+            if valid and self._enabled:
+                yield buffer[offset : offset + length]
+            else:
+                yield self.region(offset, length)
+
     def verify(self) -> None:
         """Raise StaleFileError if a mapped file changed on disk (no-op for heap loads)."""
         mapping = self._mapping
@@ -168,11 +183,7 @@ def heap_weights(path: str, path_taken: str, attempts: int, errors: list[str], f
 
 
 def default_mapper(mapper: FileMapper | None) -> FileMapper:
-    if mapper is not None:
-        return mapper
-    from ._platform import create_mapper
-
-    return create_mapper()
+    return mapper if mapper is not None else create_mapper()
 
 
 def check_faults(faults: object) -> FaultCursor | None:

@@ -220,6 +220,14 @@ class RunOptions:
         metavar="LIST",
         help="modes to measure: mapped (disable_file_mapped_weights=0), heap (=1)",
     )
+    sequential_timing: bool = flag(
+        False,
+        flag="--sequential-timing",
+        action="store_true",
+        help="after each group, a timing pass: its N workers again, started one after another, each alone "
+        "(released before the next starts; no memory sample), whose times the timing gates judge: a machine "
+        "with fewer cores than workers still gives a judged init time (bench: always)",
+    )
     repeat: int = flag(
         1,
         flag="--repeat",

@@ -163,6 +163,8 @@ class WorkerRecord:
     #: timed runs): a share well below 1 means the worker waited for a CPU (contention).
     cpu_s: float | None = None
     busy_s: float | None = None
+    #: Seconds to map the weights file(s) and touch nothing, before the load (`harness.runner.floor`).
+    floor_s: float | None = None
     teardown: str = ""  # what the worker's teardown left behind (mapper_impl stats), empty when clean
     error: str = ""
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from .errors import InputError
 from .headline import fair_metric, versions
+from .passes import memory_view
 from .rundata import RunData
 from .schema import SummaryRow
 from .stats import ALPHA, MIN_REPEATS, welch
@@ -301,7 +302,8 @@ class Comparison:
 
 def _own_pairs(run: RunData) -> dict[tuple[int, int], list[Pair]]:
     by_size: dict[tuple[int, int], list[Pair]] = defaultdict(list)
-    for mapped, heap in paired(s for s in run.summary if s.target == run.target):
+    # the concurrent pass, as runs without a timing pass have it: a baseline compares like with like
+    for mapped, heap in paired(s for s in memory_view(run.summary) if s.target == run.target):
         by_size[(mapped.processes, mapped.sessions_per_process)].append((mapped, heap))
     return by_size
 

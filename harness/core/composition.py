@@ -26,16 +26,29 @@ MIN_CPU_SHARE = 0.5
 def contention(members: list[ResultRow]) -> dict[str, Any]:
     """Highest load average, lowest CPU share and whether the group's timings were contended:
     load above the CPU count, or a worker with under `MIN_CPU_SHARE` of a CPU. Memory figures
-    do not depend on it; only timing verdicts do."""
+    do not depend on it; only timing verdicts do.
+
+    The sequential (timing) pass replaces the load average, which lags a minute behind (right
+    after a concurrent group of 4 workers it still reads 3 on a machine now idle), by what the
+    rest of the machine used over each worker's own life (`foreign_cpus`): a worker that had
+    less than one CPU to itself (foreign work above cpu_count - 1) was contended. A worker
+    without that figure is judged by the load average, as a concurrent one."""
     loads = [r.load_avg for r in members if r.load_avg is not None]
     shares = [r.cpu_s / r.busy_s for r in members if r.cpu_s is not None and r.busy_s]
     counts = [r.cpu_count for r in members if r.cpu_count]
+    foreign = [r.foreign_cpus for r in members if r.foreign_cpus is not None]
     load = max(loads) if loads else None
     share = min(shares) if shares else None
+    most = max(foreign) if foreign else None
     if load is None and share is None:
-        return {"load_avg": None, "cpu_share_min": None, "contended": None}
-    busy = (load is not None and bool(counts) and load > min(counts)) or (share is not None and share < MIN_CPU_SHARE)
-    return {"load_avg": load, "cpu_share_min": share, "contended": busy}
+        return {"load_avg": None, "cpu_share_min": None, "contended": None, "foreign_cpus_max": most}
+    cpus = min(counts) if counts else None
+    if members and all(r.start == "sequential" and r.foreign_cpus is not None for r in members):
+        queued = cpus is not None and most is not None and most > cpus - 1
+    else:
+        queued = load is not None and cpus is not None and load > cpus
+    busy = queued or (share is not None and share < MIN_CPU_SHARE)
+    return {"load_avg": load, "cpu_share_min": share, "contended": busy, "foreign_cpus_max": most}
 
 
 def composition(ok: list[ResultRow]) -> dict[str, Any]:
@@ -45,6 +58,7 @@ def composition(ok: list[ResultRow]) -> dict[str, Any]:
     copied = _median(r.copied_bytes for r in ok)
     resident = _median(r.mapped_resident_bytes for r in ok)
     return {
+        "floor_s_median": _median(r.floor_s for r in ok),
         "copied_bytes_median": int(copied) if copied is not None else None,
         "mapped_resident_bytes_median": int(resident) if resident is not None else None,
         "runtime_bytes": next(iter(runtime)) if len(runtime) == 1 else None,

@@ -7,6 +7,7 @@ contention figures (issue 18), which `harness.core.notes` only gathers.
 from __future__ import annotations
 
 from .composition import MIN_CPU_SHARE
+from .passes import SEQUENTIAL, memory_view, timing_start, timing_view
 from .rundata import RunData
 from .summary import row_ok
 from .units import fmt_bytes, fmt_percent
@@ -39,12 +40,26 @@ def figure_notes(run: RunData) -> list[tuple[str, str, str]]:
                 "smaller by that much; see copied_bytes in the worker table.",
             )
         )
-    busy = [s for s in run.summary if s.contended]
+    busy = [s for s in timing_view(run.summary) if s.contended]
+    queued = [s for s in memory_view(run.summary) if s.contended]
+    if queued and timing_start(run.summary) == SEQUENTIAL:
+        notes.append(
+            (
+                "info",
+                "Concurrent start-up contended; timings judged on the timing pass",
+                f"{len(queued)} group(s) of the concurrent pass ran contended (their workers started together and "
+                f"waited for {run.cpu_count or '?'} CPU(s)): their times are shown, labelled, but timing gates "
+                "are judged on the timing pass, where the workers started one at a time.",
+            )
+        )
     if busy:
         loads = [s.load_avg for s in busy if s.load_avg is not None]
         shares = [s.cpu_share_min for s in busy if s.cpu_share_min is not None]
         detail = []
-        if loads:
+        foreign = [s.foreign_cpus_max for s in busy if s.foreign_cpus_max is not None]
+        if foreign:
+            detail.append(f"other processes used up to {max(foreign):.2f} CPUs while a timed worker ran")
+        elif loads:
             detail.append(f"load average up to {max(loads):.1f} on {run.cpu_count or '?'} CPU(s)")
         if shares:
             detail.append(f"a worker got as little as {fmt_percent(min(shares))} of a CPU")
@@ -52,7 +67,7 @@ def figure_notes(run: RunData) -> list[tuple[str, str, str]]:
             (
                 "warn",
                 "Timings taken on a contended machine",
-                f"{len(busy)} of {len(run.summary)} group(s) ran while the machine was contended "
+                f"{len(busy)} of {len(timing_view(run.summary))} group(s) ran while the machine was contended "
                 f"({'; '.join(detail)}): a load above the CPU count, or a worker below {MIN_CPU_SHARE:g} of a "
                 "CPU, makes times measure the queue as much as the work. Timing gates read 'contended' "
                 "instead of pass or fail; memory figures are not affected and keep their verdicts.",

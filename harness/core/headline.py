@@ -58,8 +58,9 @@ from pathlib import Path
 from typing import Any
 
 from .files import read_json, write_json_atomic
+from .passes import LABELS, SEQUENTIAL, contention, contention_text, memory_view, timing_start, timing_view
 from .schema import SummaryRow
-from .summary import RATIO_COLUMNS, complete_pair, headline_pairs, median, median_ratio, pair_ratio, paired, sessions_of
+from .summary import RATIO_COLUMNS, complete_pair, median, median_ratio, pair_ratio, paired, sessions_of, timing_pairs
 from .timing import spread_text, timing_spread
 from .units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
 
@@ -122,13 +123,14 @@ def fair_metric(rows: Sequence[SummaryRow]) -> str | None:
     return None
 
 
-def per_n(summary: Sequence[SummaryRow], target: str) -> list[dict[str, Any]]:
+def per_n(summary: Sequence[SummaryRow], target: str, view=memory_view) -> list[dict[str, Any]]:
     """Mapped and heap side by side at every (N, M) ``target`` measured in both modes, from its
     complete pairs only (a group with a dead or unsampled worker has no figures that compare;
     ``incomplete_repeats`` counts those left out), as the gates see them; a system delta within
-    its noise has no ratio."""
+    its noise has no ratio. ``view``: the pass (`passes`): the concurrent one by default, whose
+    memory figures these are; `timing_view` for the timing pass's times."""
     by_size: dict[tuple[int, int], list[tuple[SummaryRow, SummaryRow]]] = defaultdict(list)
-    for mapped, heap in paired(s for s in summary if s.target == target):
+    for mapped, heap in paired(s for s in view(summary) if s.target == target):
         by_size[(mapped.processes, mapped.sessions_per_process)].append((mapped, heap))
     out = []
     for (n, m), measured in sorted(by_size.items()):
@@ -223,9 +225,10 @@ def headline_sentence(judgement: Any) -> str:
     busy = contention_text(judgement)
     label = "PSS" if saving["metric"] == "pss" else "private bytes"
     column = f"sum_{saving['metric']}_bytes"
-    init_m, init_h = top["mapped"]["init_s_median"], top["heap"]["init_s_median"]
+    timed, started = timing_entry(run.summary, run.target, top)
+    init_m, init_h = timed["mapped"]["init_s_median"], timed["heap"]["init_s_median"]
     times = f"{fmt_seconds(init_m)} vs {fmt_seconds(init_h)} median init"
-    start_m, start_h = top["mapped"]["startup_s_median"], top["heap"]["startup_s_median"]
+    start_m, start_h = timed["mapped"]["startup_s_median"], timed["heap"]["startup_s_median"]
     if start_m is not None and start_h is not None:  # mapped pages are faulted in by the first run
         times += f", {fmt_seconds(start_m)} vs {fmt_seconds(start_h)} init + first inference"
     if feature.state not in ("active", "partial"):
@@ -240,8 +243,22 @@ def headline_sentence(judgement: Any) -> str:
             f"no measurement of its saving.{busy} {verdict}."
         )
     memory = _saving_text(top, run.weights_bytes, label, column)
-    init = _init_text(top, times, timing_spread(run.summary).get("init_ratio"))
+    init = started + _init_text(timed, times, timing_spread(run.summary).get("init_ratio"))
     return f"{where}, {memory}, and {init}.{busy} {tail}"
+
+
+def timing_entry(summary: Sequence[SummaryRow], target: str, top: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """(the `per_n` entry the init times are quoted from, the words naming its pass): the
+    timing pass's at the headline's N x M when the run has one, else ``top`` itself."""
+    if timing_start(summary) != SEQUENTIAL:
+        return top, ""
+    size = (top["processes"], top["sessions_per_process"])
+    entry = next(
+        (e for e in per_n(summary, target, timing_view) if (e["processes"], e["sessions_per_process"]) == size), None
+    )
+    if entry is None or not entry["repeats"]:
+        return top, ""
+    return entry, f"started {LABELS[SEQUENTIAL]} (the timing pass), "
 
 
 def beyond_sharing(top: dict[str, Any], weights: int) -> str:
@@ -262,33 +279,6 @@ def still_copied(top: dict[str, Any], weights: int | None) -> str:
     if copied is None or not weights or copied <= COPIED_SLACK_SHARE * weights + SAVING_SLACK_BYTES:
         return ""
     return f"; yet each mapped worker still copied {fmt_bytes(copied)} of weights (copied_bytes)"
-
-
-def contention(summary: Sequence[SummaryRow], target: str) -> dict[str, Any]:
-    """How busy the machine was over ``target``'s groups (headline.json ``contention``)."""
-    rows = [s for s in summary if s.target == target]
-    loads = [s.load_avg for s in rows if s.load_avg is not None]
-    shares = [s.cpu_share_min for s in rows if s.cpu_share_min is not None]
-    return {
-        "contended_groups": sum(1 for s in rows if s.contended),
-        "groups": len(rows),
-        "load_avg_max": max(loads) if loads else None,
-        "cpu_share_min": min(shares) if shares else None,
-    }
-
-
-def contention_text(judgement: Any) -> str:
-    """ " Timings were taken on a contended machine (...)." or ""."""
-    busy = contention(judgement.run.summary, judgement.run.target)
-    if not busy["contended_groups"]:
-        return ""
-    load = f"load average up to {busy['load_avg_max']:.1f}" if busy["load_avg_max"] is not None else "load unknown"
-    share = f", a worker got {fmt_percent(busy['cpu_share_min'])} of a CPU" if busy["cpu_share_min"] is not None else ""
-    cpus = judgement.run.cpu_count
-    return (
-        f" Timings were taken on a contended machine ({busy['contended_groups']} of {busy['groups']} groups; "
-        f"{load}{f' on {cpus} CPUs' if cpus else ''}{share}): timing gates read 'contended', not pass or fail."
-    )
 
 
 def _saving_text(top: dict[str, Any], weights_bytes: int | None, label: str, column: str) -> str:
@@ -335,10 +325,12 @@ def startup_documents(run: Any) -> dict[str, Any]:
     from .fits import fits, fits_document
     from .latency import headline_latency
 
-    pairs = [p for p in headline_pairs(s for s in run.summary if s.target == run.target) if complete_pair(*p)]
+    own = [s for s in run.summary if s.target == run.target]
+    memory = [p for p in timing_pairs(memory_view(own)) if complete_pair(*p)]
+    timed = [p for p in timing_pairs(own) if complete_pair(*p)]
     return {
-        "latency": headline_latency(pairs, run.run),
-        "fits": fits_document(fits(*pairs[0])) if pairs else None,
+        "latency": headline_latency(timed, run.run),
+        "fits": fits_document(fits(*memory[0])) if memory else None,
     }
 
 
@@ -367,6 +359,11 @@ def headline_document(judgement: Any, *, kind: str = "run") -> dict[str, Any]:
         "headline": dict(judgement.values),
         "timing_spread": timing_spread(run.summary),
         "per_n": per_n(run.summary, run.target),
+        "timing_pass": (
+            {"start": SEQUENTIAL, "per_n": per_n(run.summary, run.target, timing_view)}
+            if timing_start(run.summary) == SEQUENTIAL
+            else None
+        ),
         **startup_documents(run),
         "gates": [
             {

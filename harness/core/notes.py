@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .figurenotes import figure_notes
+from .passes import memory_view
 from .rundata import RunData
 from .summary import SYSTEM_NOISE_FACTOR, row_ok
 from .units import fmt_bytes
@@ -223,7 +224,7 @@ def _path_notes(run: RunData) -> list[Note]:
                 _counted(e for r in retried for e in (r.map_errors or "").split("; ")),
             )
         )
-    missing = [r.memory_note for r in run.results if r.memory_note and r.memory_ok is not False]
+    missing = [r.memory_note for r in memory_view(run.results) if r.memory_note and r.memory_ok is not False]
     if missing:
         notes.append(
             Note(

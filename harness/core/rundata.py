@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from typing import Any
 from .errors import InputError
 from .fits import stated_system
 from .schema import FORMAT_VERSION, MODES, ResultRow, SummaryRow
-from .summary import group_key, headline, primary_target, summarize, with_completeness
+from .summary import group_key, headline, primary_target, summarize, system_delta_state
 from .tables import RESULTS_CSV, SUMMARY_CSV, read_rows
 
 METADATA_JSON = "metadata.json"
@@ -334,3 +334,29 @@ def load_run(folder: Path | str) -> RunData:
     if not results:
         notes.append(f"{RESULTS_CSV} has no rows: no worker reported anything.")
     return RunData(folder=folder, meta=meta, results=results, summary=summary, load_notes=notes)
+
+
+def with_completeness(summary: list[SummaryRow], results: list[ResultRow]) -> list[SummaryRow]:
+    """Summary rows read from a file written before `SummaryRow.complete` existed get it (and
+    their sums) recomputed from the results: completeness is never assumed."""
+    if all(s.complete is not None for s in summary):
+        return summary
+    recomputed = {group_key(s): s for s in summarize(results)}
+    out = []
+    for s in summary:
+        fresh = recomputed.get(group_key(s))
+        if s.complete is not None:
+            out.append(s)
+        elif fresh is None:
+            out.append(replace(s, complete=False, note="no worker rows for this group in the results"))
+        else:
+            state = system_delta_state(s.system_delta_bytes, s.system_noise_bytes)
+            out.append(
+                replace(
+                    fresh,
+                    system_delta_bytes=s.system_delta_bytes,
+                    system_noise_bytes=s.system_noise_bytes,
+                    note="; ".join(x for x in (fresh.note, state) if x) or None,
+                )
+            )
+    return out

@@ -212,6 +212,28 @@ class ResultRow:
     steal_s: float = col(
         "Float64", "s", "CPU time stolen by the hypervisor over the group, whole machine (Linux)", required=False
     )
+    # -- the timing pass (issue 32) --
+    start: str = col(
+        "string",
+        "",
+        "concurrent: the group's N workers started together, memory sampled with all N alive | sequential: "
+        "the timing pass, one worker at a time, each alone, no memory sampled (empty: concurrent)",
+        required=False,
+    )
+    foreign_cpus: float = col(
+        "Float64",
+        "count",
+        "sequential pass: CPUs' worth of time other processes used over this worker's life (the whole "
+        "machine's busy time minus this worker's and the harness's); above cpu_count - 1 it had no CPU to itself",
+        required=False,
+    )
+    floor_s: float = col(
+        "Float64",
+        "s",
+        "time to map the weights file(s) read-only and touch nothing, in this worker before its load: the "
+        "floor under any mapped load",
+        required=False,
+    )
 
 
 @dataclass
@@ -319,9 +341,15 @@ class SummaryRow:
     contended: bool = col(
         "boolean",
         "",
-        "timings taken on a contended machine: load_avg above cpu_count, or a worker's CPU share below 0.5",
+        "timings taken on a contended machine: load_avg above cpu_count, or a worker's CPU share below 0.5 "
+        "(sequential pass: foreign_cpus above cpu_count - 1 instead of the load average)",
         required=False,
     )
+    start: str = col("string", "", "concurrent | sequential (see results.csv)", required=False)
+    foreign_cpus_max: float = col(
+        "Float64", "count", "sequential pass: highest foreign_cpus of the group's workers", required=False
+    )
+    floor_s_median: float = col("Float64", "s", "median floor_s over the ok workers", required=False)
 
 
 def columns(row_type: type) -> list[str]:
@@ -372,6 +400,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "page_cache": ("warm", "cold", "cold-unverified"),
     "ep_file_mapping": (*EP_STATES, "n/a"),
     "peak_phase": ("start", "load", "create", "first_run"),
+    "start": ("concurrent", "sequential"),
 }
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from . import fits, latency
 from .composition import composition
+from .passes import SEQUENTIAL, is_time_column, memory_view, start_of, timing_view
 from .physics import bounded, heap_overhead, weight_copies
 from .schema import ResultRow, SummaryRow
 
@@ -134,8 +134,8 @@ def _count_sessions(members: list[ResultRow], state: str) -> int | None:
 
 
 def group_key(row: ResultRow | SummaryRow) -> tuple:
-    """(target, mode, N, M, repeat): the rows of one group of workers alive together."""
-    return (row.target, row.mode, row.processes, row.sessions_per_process, row.repeat)
+    """(target, mode, N, M, repeat, start): the rows of one group of workers (`passes`)."""
+    return (row.target, row.mode, row.processes, row.sessions_per_process, row.repeat, start_of(row))
 
 
 def _named(rows: list[ResultRow], what: str) -> str:
@@ -146,7 +146,8 @@ def _named(rows: list[ResultRow], what: str) -> str:
 
 def incomplete_reasons(members: list[ResultRow], processes: int | None) -> list[str]:
     """Why a group of workers is not complete (empty: it is). Complete means all N workers
-    reported, finished with a correct output, and were sampled with plausible figures."""
+    reported, finished with a correct output, and were sampled with plausible figures (the
+    sequential pass samples no memory: there, all N with a correct output and a time)."""
     reasons = []
     if processes is not None and len(members) != processes:
         reasons.append(f"{len(members)} of {processes} workers reported")
@@ -154,6 +155,9 @@ def incomplete_reasons(members: list[ResultRow], processes: int | None) -> list[
     if failed:
         reasons.append(_named(failed, "failed"))
     ok = [r for r in members if row_ok(r)]
+    if members and start_of(members[0]) == SEQUENTIAL:
+        untimed = [r for r in ok if r.init_s is None]
+        return reasons + ([_named(untimed, "not timed")] if untimed else [])
     unchecked = [r for r in ok if r.memory_ok is None]
     if unchecked:
         reasons.append(_named(unchecked, "not checked for plausibility (rows of an older harness)"))
@@ -197,6 +201,13 @@ def _system(value: Any) -> tuple[int | None, int | None]:
     return value, None
 
 
+def _measured(system: Mapping[tuple, Any] | None, key: tuple) -> Any:
+    """What the runner recorded for a group; a key without the pass (older callers) is the
+    concurrent pass's."""
+    system = system or {}
+    return system.get(key, system.get(key[:5]) if key[5] != SEQUENTIAL else None)
+
+
 def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = None) -> list[SummaryRow]:
     """Group rows by `group_key`.
 
@@ -211,9 +222,8 @@ def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = No
     for key, members in sorted(groups.items(), key=lambda kv: tuple(str(k) for k in kv[0])):
         ok = [r for r in members if row_ok(r)]
         paths = sorted({r.ep_file_mapping for r in members if r.ep_file_mapping})
-        reasons = incomplete_reasons(members, key[2])
-        complete = not reasons
-        delta, noise = _system((system or {}).get(key))
+        complete = not (reasons := incomplete_reasons(members, key[2]))
+        delta, noise = _system(measured := _measured(system, key))
         unreliable = system_delta_state(delta, noise)
 
         def total(column: str, members: list[ResultRow] = members, complete: bool = complete) -> int | None:
@@ -226,6 +236,7 @@ def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = No
                 processes=key[2],
                 sessions_per_process=key[3],
                 repeat=key[4],
+                start=key[5],
                 init_s_median=median(r.init_s for r in ok),
                 create_s_median=median(r.create_s for r in ok),
                 first_run_s_median=median(r.first_run_s for r in ok),
@@ -252,36 +263,10 @@ def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = No
                 system_noise_bytes=noise,
                 note="; ".join([*reasons, *([unreliable] if unreliable else [])]) or None,
                 **latency.group_figures(ok),
-                **fits.group_figures(ok, (system or {}).get(key)),
+                **fits.group_figures(ok, measured),
                 **composition(ok),
             )
         )
-    return out
-
-
-def with_completeness(summary: list[SummaryRow], results: list[ResultRow]) -> list[SummaryRow]:
-    """Summary rows read from a file written before `SummaryRow.complete` existed get it (and
-    their sums) recomputed from the results: completeness is never assumed."""
-    if all(s.complete is not None for s in summary):
-        return summary
-    recomputed = {group_key(s): s for s in summarize(results)}
-    out = []
-    for s in summary:
-        fresh = recomputed.get(group_key(s))
-        if s.complete is not None:
-            out.append(s)
-        elif fresh is None:
-            out.append(replace(s, complete=False, note="no worker rows for this group in the results"))
-        else:
-            state = system_delta_state(s.system_delta_bytes, s.system_noise_bytes)
-            out.append(
-                replace(
-                    fresh,
-                    system_delta_bytes=s.system_delta_bytes,
-                    system_noise_bytes=s.system_noise_bytes,
-                    note="; ".join(x for x in (fresh.note, state) if x) or None,
-                )
-            )
     return out
 
 
@@ -304,10 +289,10 @@ def sessions_of(row: SummaryRow) -> int:
 
 
 def paired(summary: Iterable[SummaryRow]) -> list[tuple[SummaryRow, SummaryRow]]:
-    """(mapped, heap) summary rows measured at the same target, N, M and repeat."""
+    """(mapped, heap) summary rows measured at the same target, pass, N, M and repeat."""
     by_key: dict[tuple, dict[str, SummaryRow]] = defaultdict(dict)
     for s in summary:
-        by_key[(s.target, s.processes, s.sessions_per_process, s.repeat)][s.mode] = s
+        by_key[(s.target, start_of(s), s.processes, s.sessions_per_process, s.repeat)][s.mode] = s
     return [(v["mapped"], v["heap"]) for _, v in sorted(by_key.items()) if {"mapped", "heap"} <= v.keys()]
 
 
@@ -327,6 +312,15 @@ def headline_pairs(summary: Iterable[SummaryRow]) -> list[tuple[SummaryRow, Summ
         return []
     top = max(sessions_of(m) for m, _ in pairs)
     return [(m, h) for m, h in pairs if sessions_of(m) == top]
+
+
+def timing_pairs(summary: Iterable[SummaryRow]) -> list[tuple[SummaryRow, SummaryRow]]:
+    """The (mapped, heap) pairs timing figures come from: the timing pass's (`passes`) at the
+    headline's N x M (the concurrent pass's when the run has no timing pass)."""
+    rows = list(summary)
+    top = headline_pairs(memory_view(rows))
+    size = sessions_of(top[0][0]) if top else None
+    return [(m, h) for m, h in paired(timing_view(rows)) if sessions_of(m) == size]
 
 
 def largest_groups(summary: Iterable[SummaryRow]) -> list[SummaryRow]:
@@ -394,7 +388,8 @@ def headline_with_reasons(summary: Iterable[SummaryRow]) -> tuple[dict[str, floa
     summary = list(summary)
     target = primary_target(summary)
     own = [s for s in summary if s.target == target]
-    top = headline_pairs(own)
+    top = headline_pairs(memory_view(own))
+    timed = timing_pairs(own)
     result: dict[str, float | int | None] = {
         "failed_workers": sum(s.failed_workers or 0 for s in summary),
         "fallback_workers": sum(s.fallback_workers or 0 for s in summary),
@@ -413,14 +408,15 @@ def headline_with_reasons(summary: Iterable[SummaryRow]) -> tuple[dict[str, floa
         return result | dict.fromkeys(pair_keys), dict.fromkeys(pair_keys, why)
     result["processes"] = top[0][0].processes
     result["sessions"] = sessions_of(top[0][0])
-    result["contended_groups"] = sum(1 for pair in top for s in pair if s.contended)
+    result["contended_groups"] = sum(1 for pair in timed for s in pair if s.contended)
     pairs = [(m, h) for m, h in top if complete_pair(m, h)]
+    timed_pairs = [(m, h) for m, h in timed if complete_pair(m, h)]
     if not pairs:
         broken = next(s for pair in top for s in pair if s.complete is not True)
         why = f"incomplete data: {_where(broken)}: {broken.note or 'completeness unknown'}"
         return result | dict.fromkeys(pair_keys), dict.fromkeys(pair_keys, why)
-    for name, column in RATIO_COLUMNS.items():
-        result[name] = median_ratio(pairs, column)
+    for name, column in RATIO_COLUMNS.items():  # timings from the timing pass (`passes`)
+        result[name] = median_ratio(timed_pairs if is_time_column(column) else pairs, column)
     if result["system_delta_ratio"] is None:
         noisy = next((s for pair in pairs for s in pair if s.note and "system delta" in s.note), None)
         if noisy is not None:
@@ -434,7 +430,7 @@ def headline_with_reasons(summary: Iterable[SummaryRow]) -> tuple[dict[str, floa
         result[name], why = bounded(name, result[name], result, weights, overhead)
         if why:
             reasons[name] = why
-    result["peer_init_ratio"] = _peer_init_ratio(summary, pairs)
+    result["peer_init_ratio"] = _peer_init_ratio(timing_view(summary), timed_pairs)
     if result["peer_init_ratio"] is None:
         peers = [s for s in summary if s.target != target]
         reasons["peer_init_ratio"] = (

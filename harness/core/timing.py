@@ -16,9 +16,10 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterable, Sequence
 
+from .passes import timing_view
 from .schema import SummaryRow
 from .stats import Interval, ratio_interval
-from .summary import RATIO_COLUMNS, complete_pair, headline_pairs, pair_ratio, primary_target, ratio
+from .summary import RATIO_COLUMNS, complete_pair, pair_ratio, primary_target, ratio, timing_pairs
 
 #: Metrics that are timing figures besides the mapped/heap ratios of a ``*_s_median`` column.
 PEER_TIMING = ("peer_init_ratio",)
@@ -39,15 +40,15 @@ def is_timing(metric: str) -> bool:
 
 def timing_repeats(summary: Iterable[SummaryRow]) -> dict[str, list[float]]:
     """Per-repeat values of every timing metric at the headline's N x M, from complete pairs
-    (the values whose median the headline gives)."""
+    of the timing pass (`passes`: the values whose median the headline gives)."""
     summary = list(summary)
     target = primary_target(summary)
-    pairs = [p for p in headline_pairs([s for s in summary if s.target == target]) if complete_pair(*p)]
+    pairs = [p for p in timing_pairs([s for s in summary if s.target == target]) if complete_pair(*p)]
     out: dict[str, list[float]] = {}
     for name, column in RATIO_COLUMNS.items():
         if is_timing(name):
             out[name] = [v for v in (pair_ratio(m, h, column) for m, h in pairs) if v is not None]
-    out["peer_init_ratio"] = _peer_repeats(summary, pairs, target)
+    out["peer_init_ratio"] = _peer_repeats(timing_view(summary), pairs, target)
     return out
 
 

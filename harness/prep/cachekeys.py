@@ -30,7 +30,7 @@ def _file_identity(path: Path) -> str:
     hash of its first and last 64 KiB (a same-size rewrite inside one mtime tick is caught)."""
     from mapper_impl._common import identity_of_path
 
-    ident = identity_of_path(str(path))
+    ident = identity_of_path(str(path), edge=64 * 1024)  # the keys' edges, whatever mapper_impl hashes
     return f"{path.resolve()}|{ident.device}|{ident.inode}|{ident.size}|{ident.mtime_ns}|{ident.edge_hash}"
 
 

@@ -130,6 +130,43 @@ def ortvalue_over(buffer: Any, onnx_type: int, shape: list[int], offset: int) ->
     return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(view, onnx_type)
 
 
+def ortvalues_over(tensors: list, views: list, whole: Any) -> list:
+    """`ortvalue_over` for every tensor of a weights file in one pass (a model's tensors are
+    thousands for an LLM: the per-tensor work is kept to a view, a reshape and the binding's
+    call). ``views[i]`` is tensor i's region; a sub-byte tensor's view spans one byte per
+    element, more than its region, so it is taken from ``whole`` at its offset."""
+    import numpy as np
+    import onnxruntime as ort
+
+    make = ort.OrtValue.ortvalue_from_numpy_with_onnx_type
+    frombuffer, prod = np.frombuffer, math.prod
+    kinds: dict[int, tuple[str, int, bool]] = {}  # onnx type -> (view dtype, item size, sub-byte)
+    values = []
+    for t, view in zip(tensors, views, strict=True):
+        kind = kinds.get(t.onnx_type)
+        if kind is None:
+            et = element_type(t.onnx_type)
+            kind = kinds[t.onnx_type] = (et.view_dtype, et.itemsize, et.bits < 8)
+        dtype, itemsize, sub_byte = kind
+        count = prod(t.shape)
+        if not sub_byte and count * itemsize == t.length:
+            array = frombuffer(view, dtype=dtype, count=count)
+        else:  # sub-byte types: ORT reads only the region of the one-byte-per-element view
+            array = frombuffer(whole, dtype=dtype, count=count, offset=t.offset)
+        values.append(make(array.reshape(t.shape), t.onnx_type))
+    return values
+
+
+def warm_numpy_binding() -> None:
+    """Run onnxruntime's Python binding's one-time numpy set-up (a ``std::call_once`` on its
+    first array, 0.1 ms: 380 k instructions here) now, with the imports: it belongs to importing
+    the binding, not to a load, and the peer target, which converts no array, never pays it."""
+    import numpy as np
+    import onnxruntime as ort
+
+    ort.OrtValue.ortvalue_from_numpy_with_onnx_type(np.zeros(1, np.uint8), 2)
+
+
 # -- feeds and outputs of any type ---------------------------------------------------------------
 
 

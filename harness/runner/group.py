@@ -74,6 +74,8 @@ class GroupSpec:
     fault_actions: dict[int, str] = field(default_factory=dict)
     #: Run a control worker beside the N workers (`harness.runner.control`).
     control: bool = False
+    #: The pass (`harness.core.passes`): "concurrent" (this module) or "sequential" (`timingpass`).
+    start: str = "concurrent"
 
 
 @dataclass
@@ -365,6 +367,7 @@ def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultR
         ep_reason=record.ep_reason or None,
         ep_nodes=record.ep_nodes or None,
         memory_ok=sampled and not violations,
+        floor_s=record.floor_s,
         **{name: getattr(record, name) for name in LATENCY_FIELDS},
         **merged_peak(record, w.peak),
         **_split_columns(w, record, seen, copied),

@@ -228,6 +228,7 @@ class Progress:
         title = (
             f"[{index + 1}/{total}] {group.target} {group.mode} N={group.processes} "
             f"M={group.sessions_per_process} repeat={group.repeat}"
+            + (" (timing pass: one worker at a time)" if getattr(group, "start", "") == "sequential" else "")
         )
         with self._lock:
             self._group = _Group(title, self._t0)

@@ -28,10 +28,11 @@ from harness.core.schema import FORMAT_VERSION, ResultRow, SummaryRow
 from harness.core.summary import group_key, summarize
 from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV, write_long, write_rows
 from harness.runner.control import has_control
-from harness.runner.group import GroupResult, GroupSpec, run_group
+from harness.runner.group import GroupResult, GroupSpec
 from harness.runner.outdir import RunFolder, claim
 from harness.runner.preflight import check_before_work, check_memory_budget, copies_per_worker
 from harness.runner.resources import check_address_space, describe
+from harness.runner.timingpass import run_any_group
 from harness.targets import get_target
 from harness.targets.base import Prepared
 
@@ -70,12 +71,13 @@ def plan_groups(
     time spreads over both modes instead of biasing one."""
     groups = []
     settings = WorkerSettings(opts.session_settings().to_dict(), opts.runs, opts.warmup, opts.concurrency)
+    starts = ["concurrent", *(["sequential"] if opts.sequential_timing else [])]
     for repeat in range(opts.repeat):
         for n in opts.processes:
             plan = [(opts.target, mode) for mode in opts.modes]
             if opts.peer is not None:
                 plan.append((opts.peer, "mapped"))
-            for target_name, mode in plan:
+            for start, (target_name, mode) in ((s, p) for s in starts for p in plan):
                 target = get_target(target_name)
                 ready = prepared[target_name]
                 groups.append(
@@ -86,7 +88,7 @@ def plan_groups(
                         sessions_per_process=opts.sessions_per_process,
                         repeat=repeat,
                         model_folder=ready.model.folder.resolve(),
-                        workdir=(out / "workers" / f"{target_name}-{mode}-n{n}-r{repeat}").resolve(),
+                        workdir=(out / "workers" / f"{target_name}-{mode}-n{n}-r{repeat}{_suffix(start)}").resolve(),
                         worker_timeout_s=opts.worker_timeout_s,
                         weights_bytes=ready.weights_bytes,
                         models=[str(m.folder.resolve()) for m in ready.models],
@@ -96,9 +98,15 @@ def plan_groups(
                         parent_create_time=parent[1],
                         fault_actions=opts.fault_actions if target_name == opts.target else {},
                         control=has_control(target),
+                        start=start,
                     )
                 )
     return groups
+
+
+def _suffix(start: str) -> str:
+    """The workers folder of a timing-pass group: ``...-seq`` beside the concurrent one's."""
+    return "-seq" if start == "sequential" else ""
 
 
 def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, status: str, t0: float, env: dict) -> dict:
@@ -127,6 +135,7 @@ def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, sta
             "sessions_per_process": opts.sessions_per_process,
             "modes": opts.modes,
             "repeat": opts.repeat,
+            "sequential_timing": opts.sequential_timing,
             "labels": opts.labels,
             "started": started,
             "finished": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -293,7 +302,7 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
         for i, group in enumerate(groups):
             cache = page_cache_before(opts, prepared[group.target], progress)
             progress.group_started(i, len(groups), group)
-            result: GroupResult = run_group(group, progress.worker_event)
+            result: GroupResult = run_any_group(group, progress.worker_event)
             for row in result.rows:
                 row.page_cache, row.weights_resident_bytes = cache.state, cache.resident_bytes
             rows.extend(result.rows)

@@ -227,6 +227,7 @@ def run_worker(spec: WorkerSpec) -> int:
     pause_point(spec, "pause-imports")
     from harness.prep.folder import PreparedModel
     from harness.runner.control import ControlTarget
+    from harness.runner.floor import map_floor_s
     from harness.targets import get_target
 
     record = WorkerRecord(pid=os.getpid())
@@ -236,6 +237,7 @@ def run_worker(spec: WorkerSpec) -> int:
         target = ControlTarget() if spec.control else get_target(spec.target)
         models = [PreparedModel.load(Path(folder), check_files=False) for folder in spec.model_folders()]
         pause_point(spec, "pause-session")
+        record.floor_s = map_floor_s(models)
         phases.mark("load")
         cpu0, wall0 = time.process_time(), time.perf_counter()
         live = target.create_sessions(spec, models, record)
