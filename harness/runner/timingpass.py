@@ -23,6 +23,7 @@ import os
 import time
 from typing import Any
 
+from harness.contract.spawn import KillOnCloseJob
 from harness.core.passes import CONCURRENT, SEQUENTIAL
 from harness.runner.group import (
     EventCallback,
@@ -39,7 +40,6 @@ from harness.runner.group import (
     run_group,
 )
 from harness.runner.memory import machine_load
-from harness.runner.spawn import KillOnCloseJob
 
 #: Why a timing-pass row has no memory figures (its memory_note).
 NOT_SAMPLED = "not sampled: timing pass (memory is measured in the concurrent pass, with all N workers alive)"

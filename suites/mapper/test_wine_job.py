@@ -11,7 +11,7 @@ import _wine_fixtures
 import pytest
 from _wine_exec import wine_path
 
-from harness.runner import spawn
+from harness.contract import spawn
 
 mingw, wine = _wine_fixtures.mingw, _wine_fixtures.wine  # the session fixtures, for pytest
 pytestmark = pytest.mark.xdist_group("wine")
