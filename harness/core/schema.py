@@ -212,6 +212,16 @@ class ResultRow:
     steal_s: float = col(
         "Float64", "s", "CPU time stolen by the hypervisor over the group, whole machine (Linux)", required=False
     )
+    # -- the group's memory container (--memory-limit, capacity) --
+    memory_limit_bytes: int = col(
+        "Int64", "bytes", "the memory limit of the group's container (empty: no --memory-limit)", required=False
+    )
+    oom_killed: bool = col(
+        "boolean", "", "ended by the container's memory limit, by the kernel's own count", required=False
+    )
+    container_peak_bytes: int = col(
+        "Int64", "bytes", "highest charge of the group's container (Linux: page cache included)", required=False
+    )
 
 
 @dataclass
@@ -322,6 +332,9 @@ class SummaryRow:
         "timings taken on a contended machine: load_avg above cpu_count, or a worker's CPU share below 0.5",
         required=False,
     )
+    memory_limit_bytes: int = col("Int64", "bytes", "the group's container memory limit", required=False)
+    oom_workers: int = col("Int64", "count", "workers the container's memory limit ended", required=False)
+    container_peak_bytes: int = col("Int64", "bytes", "highest charge of the group's container", required=False)
 
 
 def columns(row_type: type) -> list[str]:

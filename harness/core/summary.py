@@ -252,7 +252,7 @@ def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = No
                 system_noise_bytes=noise,
                 note="; ".join([*reasons, *([unreliable] if unreliable else [])]) or None,
                 **latency.group_figures(ok),
-                **fits.group_figures(ok, (system or {}).get(key)),
+                **fits.group_figures(ok, (system or {}).get(key), members),
                 **composition(ok),
             )
         )

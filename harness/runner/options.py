@@ -181,6 +181,16 @@ class RunOptions:
         help="warm: read the weights once before the first group; cold: evict their pages "
         "before each group and verify it (Linux)",
     )
+    memory_limit: int | None = flag(  # every group in a memory container of this size
+        None,
+        flag="--memory-limit",
+        type=argtypes.size,
+        metavar="SIZE",
+        help="run every group (its workers and its control) in a memory container of this size: a Linux cgroup "
+        "(root), a Windows job memory limit; a worker the limit ends is recorded as 'out of memory at the "
+        "limit'; on Linux the weights' pages are evicted before each group, so they are charged to it "
+        "(default: no limit)",
+    )
     processes: list[int] = flag(
         factory=lambda: [4],
         flag="--processes",
