@@ -110,6 +110,15 @@ class Fit:
         return self.workers * self.sessions_per_worker
 
 
+def workers_fitting(mode: str, room: int, peak: int, weights_bytes: int, file_pages_count: bool) -> int:
+    """Workers of ``peak`` private bytes each that ``room`` holds when they peak at once.
+    Mapped: the weights' file pages are reclaimable page cache, but they must be resident to
+    run: where the bound counts file pages (available memory, a cgroup's limit; never a commit
+    limit) they take ``weights_bytes`` once for every worker."""
+    shared = weights_bytes if mode == "mapped" and file_pages_count else 0
+    return int(max(0, (room - shared) // peak)) if peak > 0 else 0
+
+
 def fits(mapped: Any, heap: Any) -> dict[str, Fit]:
     """How many sessions of this model fit, per mode, from the pair's start-up peaks."""
     out = {}
@@ -118,10 +127,7 @@ def fits(mapped: Any, heap: Any) -> dict[str, Fit]:
         peak = row.max_peak_private_bytes
         if room is None or not peak:
             continue
-        # mapped: the weights' file pages are reclaimable page cache, but they must be resident
-        # to run: they take available memory (never commit charge) once for every worker
-        shared = (row.weights_bytes or 0) if row.mode == "mapped" and bound == "available memory" else 0
-        workers = max(0, (room - shared) // peak)
+        workers = workers_fitting(row.mode, room, peak, row.weights_bytes or 0, bound == "available memory")
         out[row.mode] = Fit(row.mode, bound, room, peak, int(row.sessions_per_process or 1), int(workers))
     return out
 

@@ -332,14 +332,17 @@ def startup_documents(run: Any) -> dict[str, Any]:
     """headline.json's ``latency`` (percentiles, inferences/s, init, first inference and init +
     first inference per mode) and ``fits`` (how many sessions fit this machine at the start-up
     peak) keys, from the headline's first complete pair (None: no complete pair)."""
+    from .capacity import measured_for
     from .fits import fits, fits_document
     from .latency import headline_latency
 
     pairs = [p for p in headline_pairs(s for s in run.summary if s.target == run.target) if complete_pair(*p)]
-    return {
-        "latency": headline_latency(pairs, run.run),
-        "fits": fits_document(fits(*pairs[0])) if pairs else None,
-    }
+    found = fits(*pairs[0]) if pairs else {}
+    document = fits_document(found) if pairs else None
+    measured = measured_for(run, found) if document is not None else None
+    if document is not None:
+        document["measured"] = measured[1] if measured is not None else None
+    return {"latency": headline_latency(pairs, run.run), "fits": document}
 
 
 def headline_document(judgement: Any, *, kind: str = "run") -> dict[str, Any]:

@@ -289,9 +289,12 @@ class RunOptions:
     @classmethod
     def from_arguments(cls, ns: argparse.Namespace, **given: Any) -> RunOptions:
         """The options of parsed command-line arguments (every declared flag), plus ``given``
-        (what is not a flag: the target's own options, the command line)."""
+        (what is not a flag: the target's own options, the command line). A command that
+        declares some of the flags only (``capacity``) keeps the defaults of the others."""
         values = {}
         for f in command_line_fields():
+            if not hasattr(ns, f.name):
+                continue
             spec: Flag = f.metadata["flag"]
             value = getattr(ns, f.name)
             values[f.name] = spec.convert(value, ns) if spec.convert else value

@@ -17,9 +17,9 @@ from harness.targets import get_target
 WORKER_OVERHEAD_BYTES = 200 * 1024**2
 #: One worker's memory with no weights (the interpreter, numpy, onnxruntime, a session of the
 #: generated model): below it no worker can start, whatever the model. Measured as the cgroup
-#: charge of one mapped worker of a 64 KiB model here (cpu target, Linux x86_64): see
+#: charge of one worker of a 64 KiB model here, 29.6-29.8 MiB (cpu target, Linux x86_64): see
 #: docs/running.md, "Capacity under a memory limit".
-RUNTIME_FLOOR_BYTES = 64 * 1024**2
+RUNTIME_FLOOR_BYTES = 30 * 1024**2
 #: Share of the available memory a run may plan to use before it is refused.
 MEMORY_BUDGET_SHARE = 0.85
 #: Copies of its weights a heap session holds at its start-up peak: the direct read's copy and
