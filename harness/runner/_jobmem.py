@@ -28,6 +28,10 @@ LIMIT_KILL_ON_JOB_CLOSE = 0x00002000  # JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
 LIMIT_FLAGS = LIMIT_JOB_MEMORY | LIMIT_KILL_ON_JOB_CLOSE
 MSG_JOB_MEMORY_LIMIT = 10  # JOB_OBJECT_MSG_JOB_MEMORY_LIMIT: lpOverlapped is the process id
 INVALID_HANDLE_VALUE = ctypes.c_void_p(-1).value
+#: Fixed-width types, as `harness.runner.winmem` declares them: the structures then have
+#: Windows x64's layout on any host, and test_wine_jobmem.py checks it against mingw's headers.
+DWORD = ctypes.c_uint32
+HANDLE = ctypes.c_void_p
 
 
 class IO_COUNTERS(ctypes.Structure):
@@ -41,13 +45,13 @@ class BASIC_LIMIT_INFORMATION(ctypes.Structure):
     _fields_ = [
         ("PerProcessUserTimeLimit", ctypes.c_longlong),
         ("PerJobUserTimeLimit", ctypes.c_longlong),
-        ("LimitFlags", wintypes.DWORD),
+        ("LimitFlags", DWORD),
         ("MinimumWorkingSetSize", ctypes.c_size_t),
         ("MaximumWorkingSetSize", ctypes.c_size_t),
-        ("ActiveProcessLimit", wintypes.DWORD),
+        ("ActiveProcessLimit", DWORD),
         ("Affinity", ctypes.c_size_t),
-        ("PriorityClass", wintypes.DWORD),
-        ("SchedulingClass", wintypes.DWORD),
+        ("PriorityClass", DWORD),
+        ("SchedulingClass", DWORD),
     ]
 
 
@@ -63,7 +67,7 @@ class EXTENDED_LIMIT_INFORMATION(ctypes.Structure):
 
 
 class ASSOCIATE_COMPLETION_PORT(ctypes.Structure):
-    _fields_ = [("CompletionKey", ctypes.c_void_p), ("CompletionPort", wintypes.HANDLE)]
+    _fields_ = [("CompletionKey", ctypes.c_void_p), ("CompletionPort", HANDLE)]
 
 
 class Unavailable(Exception):
@@ -80,8 +84,8 @@ def _kernel32():
         wintypes.HANDLE,
         ctypes.c_int,
         ctypes.c_void_p,
-        wintypes.DWORD,
-        ctypes.POINTER(wintypes.DWORD),
+        DWORD,
+        ctypes.POINTER(DWORD),
     ]
     k32.QueryInformationJobObject.restype = wintypes.BOOL
     k32.AssignProcessToJobObject.argtypes = [wintypes.HANDLE, wintypes.HANDLE]
@@ -90,7 +94,7 @@ def _kernel32():
     k32.CreateIoCompletionPort.restype = wintypes.HANDLE
     k32.GetQueuedCompletionStatus.argtypes = [
         wintypes.HANDLE,
-        ctypes.POINTER(wintypes.DWORD),
+        ctypes.POINTER(DWORD),
         ctypes.POINTER(ctypes.c_size_t),
         ctypes.POINTER(ctypes.c_void_p),
         wintypes.DWORD,
@@ -154,7 +158,7 @@ class Container:
         """(message, process id) of every notification the kernel posted so far."""
         if self._port is None:
             return self._messages
-        message, key, overlapped = wintypes.DWORD(), ctypes.c_size_t(), ctypes.c_void_p()
+        message, key, overlapped = DWORD(), ctypes.c_size_t(), ctypes.c_void_p()
         while self._k32.GetQueuedCompletionStatus(
             self._port, ctypes.byref(message), ctypes.byref(key), ctypes.byref(overlapped), 0
         ):
