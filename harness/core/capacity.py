@@ -215,14 +215,13 @@ def from_document(data: Any) -> Measured | None:
     return Measured(limit, out, data.get("counts_file_pages") is not False) if out else None
 
 
-def load(folder: Path) -> Measured | None:
-    """The run folder's capacity.json, checked; None when it has none (or not one of ours)."""
-    from .rundata import read_run_json
-
+def load(folder: Path, read: Callable[[Path], Any]) -> Measured | None:
+    """The run folder's capacity.json, read with ``read`` (`harness.core.rundata`'s bounded
+    reader) and checked; None when it has none (or not one of ours)."""
     path = Path(folder) / CAPACITY_JSON
     if not path.is_file():
         return None
-    return from_document(read_run_json(path))
+    return from_document(read(path))
 
 
 def sentence_of(document: dict[str, Any]) -> str:

@@ -146,7 +146,7 @@ class RunData:
         """The measured capacity of a ``capacity`` run (its capacity.json, checked), or None."""
         from .capacity import load
 
-        return load(self.folder)
+        return load(self.folder, read_run_json)
 
 
 def _depth(value: Any) -> int:

@@ -37,6 +37,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.core.errors import ContainerUnavailable
+
 PREFIX = "qnn-fmw-"
 #: How long removal waits for killed processes to leave the cgroup (the kernel frees a killed
 #: process's memory before it goes; a few ms normally, more for GiBs of anonymous memory).
@@ -44,8 +46,7 @@ EMPTY_WAIT_S = 20.0
 POLL_S = 0.01
 
 
-class Unavailable(Exception):
-    """No memory controller, or no right to make a cgroup: the message names what is missing."""
+Unavailable = ContainerUnavailable  # the name container.py catches
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ from __future__ import annotations
 import ctypes
 from ctypes import wintypes
 
+from harness.core.errors import ContainerUnavailable
+
 EXTENDED_LIMIT_INFORMATION_CLASS = 9  # JobObjectExtendedLimitInformation
 ASSOCIATE_COMPLETION_PORT_INFORMATION = 7  # JobObjectAssociateCompletionPortInformation
 LIMIT_JOB_MEMORY = 0x00000200  # JOB_OBJECT_LIMIT_JOB_MEMORY
@@ -70,8 +72,7 @@ class ASSOCIATE_COMPLETION_PORT(ctypes.Structure):
     _fields_ = [("CompletionKey", ctypes.c_void_p), ("CompletionPort", HANDLE)]
 
 
-class Unavailable(Exception):
-    """The job or its limit could not be made: the message says which call failed."""
+Unavailable = ContainerUnavailable  # the name container.py catches
 
 
 def _kernel32():

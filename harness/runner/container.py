@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from harness.core.errors import InputError
+from harness.core.errors import ContainerUnavailable, InputError
 from harness.core.units import fmt_bytes
 
 if sys.platform.startswith("linux"):
@@ -49,7 +49,7 @@ def _current() -> Any:
     if _session is None:
         try:
             _session = _impl.Session()
-        except _impl.Unavailable as err:
+        except ContainerUnavailable as err:
             raise InputError(f"--memory-limit: {err}") from err
     return _session
 
@@ -61,7 +61,7 @@ def check(limit_bytes: int) -> list[str]:
     session = _current()
     try:
         session.check(limit_bytes)
-    except _impl.Unavailable as err:
+    except ContainerUnavailable as err:
         raise InputError(f"--memory-limit: {err}") from err
     return list(session.removed)
 
@@ -76,7 +76,7 @@ def open_container(limit_bytes: int) -> Any:
     """A new container with this limit (a cgroup, a job); `RuntimeError`-free: InputError."""
     try:
         return _current().open(limit_bytes)
-    except _impl.Unavailable as err:
+    except ContainerUnavailable as err:
         raise InputError(f"--memory-limit: {err}") from err
 
 
@@ -153,11 +153,18 @@ def open_limit(limit_bytes: int | None) -> Any:
     return open_container(limit_bytes) if limit_bytes else None
 
 
+def wrap(container: Any, command: list[str]) -> list[str]:
+    """``command`` started inside the container (no container: as it is)."""
+    return command if container is None else container.wrap(command)
+
+
 def join(container: Any, proc: Any, log_file: Any) -> None:
     """Put a started worker in the container (Windows; a cgroup's workers joined themselves):
     a worker that cannot be limited is not run unlimited, it is stopped and the run fails."""
     from harness.core.errors import SpawnError
 
+    if container is None:
+        return
     try:
         container.add(proc)
     except Exception as err:

@@ -21,7 +21,7 @@ from harness.core.errors import SpawnError
 from harness.core.files import read_json
 from harness.core.latency import WORKER_FIELDS as LATENCY_FIELDS
 from harness.core.schema import ResultRow, disable_flag
-from harness.runner.container import close_limit, join, mark_limited, open_limit
+from harness.runner.container import close_limit, join, mark_limited, open_limit, wrap
 from harness.runner.exits import describe_exit, stderr_tail
 from harness.runner.memory import (
     MachineLoad,
@@ -123,6 +123,12 @@ def _who(index: int, control: bool) -> str:
     return "the control worker" if control else f"worker {index}"
 
 
+def _write_spec(spec: WorkerSpec, stem: Path) -> None:
+    for stale in (spec.ready_path, spec.result_path):  # from an earlier run into the same --out:
+        Path(stale).unlink(missing_ok=True)  # a leftover "ready" would end the barrier early
+    spec.write(Path(f"{stem}.spec.json"))
+
+
 def _spawn(
     group: GroupSpec,
     index: int,
@@ -154,11 +160,9 @@ def _spawn(
         phase_board=str(watch.board.path) if watch is not None else "",
         phase_slot=index if watch is not None else -1,
     )
-    for stale in (spec.ready_path, spec.result_path):  # from an earlier run into the same --out:
-        Path(stale).unlink(missing_ok=True)  # a leftover "ready" would end the barrier early
-    spec.write(Path(f"{stem}.spec.json"))
+    _write_spec(spec, stem)
     command, env = python_child("harness.runner.worker", f"{stem}.spec.json")
-    command, env = (limit.wrap(command) if limit is not None else command), measured_process_env(env)
+    command, env = wrap(limit, command), measured_process_env(env)
     cwd = group.workdir / name
     try:
         cwd.mkdir(exist_ok=True)
@@ -181,8 +185,7 @@ def _spawn(
         log_file.close()
         raise
     job.add(getattr(proc, "_handle", 0))
-    if limit is not None:
-        join(limit, proc, log_file)
+    join(limit, proc, log_file)
     if watch is not None:
         watch.expect(index, proc.pid)
     return _Worker(index, spec, proc, log_file)
