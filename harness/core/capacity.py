@@ -330,12 +330,23 @@ def measured_document(measured: Measured, scaled: dict[str, MeasuredFit]) -> dic
     }
 
 
+def _largest_complete_fits(run: Any) -> dict[str, Any]:
+    """The fits figures of the largest N both modes completed (a capacity run's largest probes
+    are the ones the limit ended: its headline pair is incomplete)."""
+    from .fits import fits
+    from .summary import complete_pair, paired, sessions_of
+
+    pairs = [p for p in paired(s for s in run.summary if s.target == run.target) if complete_pair(*p)]
+    return fits(*max(pairs, key=lambda p: sessions_of(p[0]))) if pairs else {}
+
+
 def measured_for(run: Any, found: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """(the line, headline.json's ``fits.measured``) when the run has a measured capacity,
     scaled to the headroom of ``found`` (this run's fits figures); None without one."""
     measured = getattr(run, "capacity", None)
     if measured is None:
         return None
+    found = found or _largest_complete_fits(run)
     scaled = measured_fits(measured, found, int(run.weights_bytes or 0))
     rooms = sorted({f.headroom_bytes for f in found.values()})
     headroom = fmt_bytes(rooms[0]) if rooms else "headroom"

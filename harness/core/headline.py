@@ -339,8 +339,9 @@ def startup_documents(run: Any) -> dict[str, Any]:
     pairs = [p for p in headline_pairs(s for s in run.summary if s.target == run.target) if complete_pair(*p)]
     found = fits(*pairs[0]) if pairs else {}
     document = fits_document(found) if pairs else None
-    measured = measured_for(run, found) if document is not None else None
-    if document is not None:
+    measured = measured_for(run, found)
+    if measured is not None or document is not None:
+        document = document or fits_document({})
         document["measured"] = measured[1] if measured is not None else None
     return {"latency": headline_latency(pairs, run.run), "fits": document}
 

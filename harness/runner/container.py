@@ -142,9 +142,10 @@ def mark_limited(rows: list[Any], found: LimitOutcome, ours: set[int]) -> None:
             row.error = f"{found.text}: {row.error}" if row.error else found.text
         else:
             row.oom_killed = None
+            counted = "could not be read" if found.oom_kills is None else f"is {found.oom_kills}"
             row.error = (
-                f"{row.error} (the {found.kind} counted {found.oom_kills} OOM kill(s) for {len(suspects)} "
-                "workers killed by SIGKILL: which were the limit's cannot be told)"
+                f"{row.error} (the {found.kind}'s OOM kill count {counted}, for {len(suspects)} workers killed "
+                "by SIGKILL: which were the limit's cannot be told)"
             )
 
 

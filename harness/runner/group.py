@@ -402,9 +402,9 @@ def run_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupRes
     job = KillOnCloseJob()
     during = None
     seen = _Observed()
+    limit, limited = open_limit(group.memory_limit_bytes), None
     watch = SystemWatch()
     peaks = _peak_watch(group)
-    limit, limited = open_limit(group.memory_limit_bytes), None
     try:
         with watch, peaks or nullcontext():  # the start-up peaks: from the first spawn to the barrier
             for i in range(group.processes):

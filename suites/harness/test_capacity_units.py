@@ -64,7 +64,7 @@ def test_no_kill_counted_means_not_the_limit():
     rows = [_row(0, -signal.SIGKILL, "worker 0 killed by SIGKILL (no output)")]
     mark_limited(rows, LimitOutcome(768 * MIB, 0, None, None, "cgroup v1"), set())
     assert rows[0].oom_killed is None and "out of memory" not in rows[0].error
-    assert "counted 0 OOM kill(s) for 1 workers" in rows[0].error
+    assert "OOM kill count is 0, for 1 workers killed by SIGKILL" in rows[0].error
 
 
 def test_the_harness_own_kill_is_never_the_limit():
