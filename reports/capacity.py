@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.core.capacity import Measured, ModeCapacity, Probe, cost_range
+from harness.core.capacity import Measured, ModeCapacity, Probe, bounds_text, cost_range, limit_room
 from harness.core.units import fmt_bytes, fmt_seconds
 
 WHY_THEY_DIFFER = (
@@ -68,18 +68,11 @@ def capacity_view(run: Any) -> CapacityView | None:
 
 
 def _worker_cost(m: ModeCapacity, measured: Measured, weights: int) -> tuple[float | None, float | None]:
-    room = measured.limit_bytes - (weights if m.mode == "mapped" and measured.counts_file_pages else 0)
-    return cost_range(m, max(0, room))
+    return cost_range(m, limit_room(m.mode, measured.limit_bytes, weights, measured.counts_file_pages))
 
 
 def _between(low: float | None, high: float | None) -> str:
-    if low is None and high is None:
-        return "unknown"
-    if low is None:
-        return f"at most {fmt_bytes(high)}"
-    if high is None:
-        return f"more than {fmt_bytes(low)}"
-    return f"{fmt_bytes(low)}-{fmt_bytes(high)}"
+    return bounds_text(low, high, fmt_bytes, strict=True)
 
 
 def capacity_projection(run: Any, weights_bytes: int, sessions: int) -> list[str]:

@@ -244,7 +244,7 @@ def capacity_reasons(run: Any) -> list[str]:
     return [f"capacity {m.mode}: {m.note}" for m in measured.modes.values() if m.max_processes is None]
 
 
-def _room(mode: str, limit: int, weights: int, counts_file_pages: bool) -> int:
+def limit_room(mode: str, limit: int, weights: int, counts_file_pages: bool) -> int:
     """What a limit leaves the workers: the mapped weights' pages once, where they count."""
     return max(0, limit - (weights if mode == "mapped" and counts_file_pages else 0))
 
@@ -268,14 +268,17 @@ def workers_at(found: ModeCapacity, room: int, headroom: int) -> tuple[int | Non
     return least, most
 
 
-def _range_text(least: int | None, most: int | None) -> str:
-    if least is None and most is None:
+def bounds_text(
+    low: float | None, high: float | None, show: Callable[[Any], str] = str, *, strict: bool = False
+) -> str:
+    """ "44-58", "208 or more", "at most 5" (``strict``: the low bound is not reached, "more than X")."""
+    if low is None and high is None:
         return "unknown"
-    if most is None:
-        return f"{least} or more"
-    if least is None:
-        return f"at most {most}"
-    return str(least) if least == most else f"{least}-{most}"
+    if high is None:
+        return f"more than {show(low)}" if strict else f"{show(low)} or more"
+    if low is None:
+        return f"at most {show(high)}"
+    return show(low) if low == high else f"{show(low)}-{show(high)}"
 
 
 @dataclass
@@ -295,8 +298,8 @@ def measured_fits(measured: Measured, found: dict[str, Any], weights: int) -> di
         fit = found.get(mode)
         if fit is None:
             continue
-        room = _room(mode, measured.limit_bytes, weights, measured.counts_file_pages)
-        headroom = _room(mode, fit.headroom_bytes, weights, fit.bound == "available memory")
+        room = limit_room(mode, measured.limit_bytes, weights, measured.counts_file_pages)
+        headroom = limit_room(mode, fit.headroom_bytes, weights, fit.bound == "available memory")
         least, most = workers_at(answer, room, headroom)
         spw = fit.sessions_per_worker
         out[mode] = MeasuredFit(mode, None if least is None else least * spw, None if most is None else most * spw)
@@ -308,7 +311,7 @@ def measured_sentence(measured: Measured, scaled: dict[str, MeasuredFit], headro
     GiB, that cost per worker gives heap 119-178 sessions, mapped 420 or more"."""
     text = f"measured {measured.sentence()}"
     if scaled:
-        each = ", ".join(f"{m.mode} {_range_text(m.least, m.most)}" for m in scaled.values())
+        each = ", ".join(f"{m.mode} {bounds_text(m.least, m.most)}" for m in scaled.values())
         text += f"; at the measured cost per worker, this machine's {headroom} holds {each}"
     return text
 
