@@ -1,4 +1,4 @@
-"""Command line of the harness: ``run``, ``bench``, ``report``, ``cache``, ``doctor``.
+"""Command line of the harness: ``run``, ``bench``, ``capacity``, ``report``, ``cache``, ``doctor``.
 
 One program name everywhere: ``python -m harness`` (the same program is installed as the
 ``qnn-fmw-harness`` console script). Every option's help shows its default and unit.
@@ -127,6 +127,40 @@ def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
     return judgement.exit_code
 
 
+def cmd_capacity(ns: argparse.Namespace, argv: list[str]) -> int:
+    """Search the largest N per mode under --memory-limit; print it beside the projection."""
+    from harness.contract.options import RunOptions
+    from harness.core.capacity import sentence_of
+    from harness.runner.capacity import capacity_options, run_capacity
+    from harness.runner.progress import Progress
+    from harness.runner.sweep import command_line
+
+    if ns.json is not None:  # checked before the search: a mistake costs no probe
+        from harness.core.files import check_creatable, check_writable, replaceable_path
+
+        check_creatable(ns.json, "--json", folder=False)
+        replaceable_path(ns.json, "--json")
+        check_writable(ns.json, "--json", folder=False)
+    base = RunOptions.from_arguments(ns, command=command_line(argv))
+    opts = capacity_options(base, ns.max_processes)
+    _interrupt_on_sigterm()
+    progress = Progress(quiet=ns.quiet)
+    try:
+        outcome = run_capacity(opts, progress, ns.json)
+    finally:
+        progress.close()
+    try:
+        _say_interrupted(outcome)
+        if outcome.document is not None:
+            judgement = report_run(outcome.out, history=None, render=not ns.no_report, outcomes=False, kind="capacity")
+            print(f"capacity {sentence_of(outcome.document)}")
+            print(f"capacity: {outcome.out / 'capacity.json'}")
+            return outcome.exit_code or judgement.exit_code
+    finally:
+        outcome.release()
+    return outcome.exit_code
+
+
 def cmd_cache(ns: argparse.Namespace) -> int:
     """``cache info``: where the cache is, its entries and sizes; ``cache clear``: delete them."""
     import datetime as dt
@@ -186,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         check_bounds(ns)
         if ns.command == "bench":
             return cmd_bench(ns, argv)
+        if ns.command == "capacity":
+            return cmd_capacity(ns, argv)
         if ns.command == "cache":
             return cmd_cache(ns)
         if ns.command == "doctor":

@@ -175,13 +175,64 @@ def _add_bench_parser(sub: Any) -> None:
     _add_quiet(bench)
 
 
+#: The run options `capacity` takes: the model, its sessions, the modes, the limit, where to write.
+CAPACITY_OPTIONS = [
+    "target",
+    "models",
+    "model_size",
+    "shapes",
+    "free_dims",
+    "input_values",
+    "session_config",
+    "provider_options",
+    "intra_op_threads",
+    "sessions_per_process",
+    "modes",
+    "memory_limit",
+    "worker_timeout_s",
+    "out",
+    "cache_dir",
+    "labels",
+]
+
+
+def _add_capacity_parser(sub: Any) -> None:
+    from harness.core.units import SIZE_HELP
+
+    capacity = sub.add_parser(
+        "capacity",
+        help="how many sessions really fit under a memory limit, per mode, beside the projection",
+        description="Per mode, the largest N for which all N workers start, answer correctly and stay alive "
+        "inside a memory container of --memory-limit (Linux cgroup, as root; Windows job memory limit), found by "
+        "doubling then bisection, each probe a group run; printed beside what the start-up peak projects. Writes "
+        "a run folder with capacity.json and report.html (N against survived).",
+        epilog=f"{SIZE_HELP}.\nExit codes: 0 an answer for every mode, 1 a mode left inconclusive (a probe "
+        "failed for another reason than the limit), 2 usage or input error, 130 interrupted.",
+        formatter_class=HelpFormatter,
+    )
+    add_run_options(capacity, CAPACITY_OPTIONS, kind="capacity")
+    capacity.add_argument(
+        "--max-processes",
+        type=argtypes.positive_int,
+        default=16,
+        metavar="N",
+        help="the cap of the search: no probe runs more workers (count)",
+    )
+    capacity.add_argument("--json", type=Path, metavar="FILE", help="also write capacity.json here (default: none)")
+    capacity.add_argument("--no-report", action="store_true", help="skip report.html")
+    capacity.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from harness.core.gates import metrics_epilog
     from harness.core.units import SIZE_HELP
 
     parser = OneLineArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EXIT_CODES, formatter_class=HelpFormatter)
     sub = parser.add_subparsers(
-        dest="command", required=True, parser_class=OneLineArgumentParser, metavar="{run,bench,report,cache,doctor}"
+        dest="command",
+        required=True,
+        parser_class=OneLineArgumentParser,
+        metavar="{run,bench,capacity,report,cache,doctor}",
     )
     run = sub.add_parser(
         "run",
@@ -194,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_run_arguments(run)
     _add_bench_parser(sub)
+    _add_capacity_parser(sub)
     sub.add_parser(
         "report",
         help="render report.html from run folders, compare with a --baseline (see: report --help)",

@@ -135,6 +135,7 @@ def outcome_table(rows: list[ResultRow]) -> Any | None:
 def startup_lines(run: Any) -> list[str]:
     """After the memory table: the latency table at the headline's N x M (`--runs`) and how
     many sessions fit this machine at the start-up peak (`harness.core.fits`)."""
+    from harness.core.capacity import measured_for
     from harness.core.fits import fits, fits_sentence
     from harness.core.latency import latency_lines
     from harness.core.summary import headline_pairs
@@ -142,9 +143,13 @@ def startup_lines(run: Any) -> list[str]:
     own = [s for s in run.summary if s.target == run.target]
     lines = latency_lines(timing_pairs(own), fmt_seconds)
     complete = [p for p in headline_pairs(memory_view(own)) if complete_pair(*p)]
-    sentence = fits_sentence(fits(*complete[0])) if complete else None
+    found = fits(*complete[0]) if complete else {}
+    sentence = fits_sentence(found) if complete else None
     if sentence:
         lines.append(f"fits (start-up peak, all workers at once): {sentence}")
+    measured = measured_for(run, found)
+    if measured is not None:
+        lines.append(f"fits, {measured[0]}")
     return lines
 
 

@@ -20,6 +20,7 @@ from harness.core.timing import spread_text, timing_spread
 from harness.core.units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
 from harness.core.verdict import Judgement
 from reports import charts
+from reports.capacity import CapacityView, capacity_projection, capacity_view
 from reports.peakchart import peak_vs_steady
 from reports.projection import (
     consecutive_marginals,
@@ -165,6 +166,7 @@ class RunView:
     per_n: list[dict[str, str]] = field(default_factory=list)
     versions: list[tuple[str, str]] = field(default_factory=list)
     tests: list[TestRecord] = field(default_factory=list)
+    capacity: CapacityView | None = None  # a capacity run's N against survived
 
     @property
     def gates_passed(self) -> bool:
@@ -378,7 +380,8 @@ def build_run_view(
         marginal=_marginal(run),
         projection=projection_text(
             run.summary, weights_bytes=weights, sessions=sessions, system=str(run.env.get("system") or "Linux")
-        ),
+        )
+        + capacity_projection(run, weights, sessions),
         charts=chart_list,
         notes=judgement.notes,
         gates=judgement.gates,
@@ -395,4 +398,5 @@ def build_run_view(
         per_n=_per_n_rows(run),
         versions=_versions(run),
         tests=list(tests or []),
+        capacity=capacity_view(run),
     )

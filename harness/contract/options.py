@@ -197,6 +197,16 @@ class RunOptions:
         help="warm: read the weights once before the first group; cold: evict their pages "
         "before each group and verify it (Linux)",
     )
+    memory_limit: int | None = flag(  # every group in a memory container of this size
+        None,
+        flag="--memory-limit",
+        type=argtypes.size,
+        metavar="SIZE",
+        help="run every group (its workers and its control) in a memory container of this size: a Linux cgroup "
+        "(root), a Windows job memory limit; a worker the limit ends is recorded as 'out of memory at the "
+        "limit'; on Linux the weights' pages are evicted before each group, so they are charged to it "
+        "(default: no limit)",
+    )
     processes: list[int] = flag(
         factory=lambda: [4],
         flag="--processes",
@@ -303,9 +313,12 @@ class RunOptions:
     @classmethod
     def from_arguments(cls, ns: argparse.Namespace, **given: Any) -> RunOptions:
         """The options of parsed command-line arguments (every declared flag), plus ``given``
-        (what is not a flag: the target's own options, the command line)."""
+        (what is not a flag: the target's own options, the command line). A command that
+        declares some of the flags only (``capacity``) keeps the defaults of the others."""
         values = {}
         for f in command_line_fields():
+            if not hasattr(ns, f.name):
+                continue
             spec: Flag = f.metadata["flag"]
             value = getattr(ns, f.name)
             values[f.name] = spec.convert(value, ns) if spec.convert else value

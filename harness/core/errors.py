@@ -4,6 +4,8 @@ them). Every error the harness raises on purpose is a `HarnessError`:
 - `InputError` (usage or input mistake, also a ValueError): exit 2, one line, no traceback;
 - `RunFailed` (the run could not go on: disk full, no descriptors): exit 1;
 - `SpawnError` (a worker could not be started): becomes a `RunFailed` of its run;
+- `ContainerUnavailable` (no memory container for --memory-limit: no controller, no right):
+  said as an `InputError` of the option, exit 2;
 - `CorruptEntry` (a cache entry fails its own check): the cache rebuilds it, never user-facing;
 - `QnnUnavailableError` (onnxruntime-qnn missing or without a device; also a RuntimeError);
 - `StringsError` / `RegistryUnreachable` (reading the EP's binaries for its strings).
@@ -44,6 +46,12 @@ class RunFailed(HarnessError):
 class SpawnError(HarnessError):
     """A worker process could not be started (no file descriptors, no memory, no process
     slots): the run cannot go on, and says so in one line."""
+
+
+class ContainerUnavailable(HarnessError):
+    """No memory container can be made here (`harness.runner.container`: no memory controller,
+    no right to make a cgroup, a job call that failed): the message names what is missing.
+    The command line says it as a usage error of --memory-limit (exit 2)."""
 
 
 class CorruptEntry(HarnessError):

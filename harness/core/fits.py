@@ -43,9 +43,10 @@ ASSUMPTIONS = (
 )
 
 
-def group_figures(ok: Sequence[Any], system: Any) -> dict[str, Any]:
-    """The SummaryRow peak and system columns of one group, from its ok workers' rows and what
-    the runner recorded for it: (delta, noise, SystemPeak), or less (no system peak)."""
+def group_figures(ok: Sequence[Any], system: Any, members: Sequence[Any] = ()) -> dict[str, Any]:
+    """The SummaryRow peak, system and memory-container columns of one group, from its ok
+    workers' rows (the container's: all its ``members``) and what the runner recorded for it:
+    (delta, noise, SystemPeak), or less (no system peak)."""
     system_peak = system[2] if isinstance(system, tuple) and len(system) > 2 else None
     peaked = [r for r in ok if r.peak_private_bytes is not None]
     # A worker the harness did not sample during its start-up (no rate) has only its own
@@ -60,7 +61,19 @@ def group_figures(ok: Sequence[Any], system: Any) -> dict[str, Any]:
     }
     for column, attr in SYSTEM_FIELDS.items():
         out[column] = getattr(system_peak, attr, None) if system_peak is not None else None
-    return out
+    return out | limit_figures(members)
+
+
+def limit_figures(members: Sequence[Any]) -> dict[str, Any]:
+    """The group's memory container: its limit, the workers it ended, its highest charge."""
+    limited = [r for r in members if r.memory_limit_bytes is not None]
+    if not limited:
+        return {"memory_limit_bytes": None, "oom_workers": None, "container_peak_bytes": None}
+    return {
+        "memory_limit_bytes": max(r.memory_limit_bytes for r in limited),
+        "oom_workers": sum(1 for r in limited if r.oom_killed),
+        "container_peak_bytes": max((r.container_peak_bytes or 0 for r in limited), default=0) or None,
+    }
 
 
 def stated_system(row: Any) -> Any:
@@ -97,6 +110,15 @@ class Fit:
         return self.workers * self.sessions_per_worker
 
 
+def workers_fitting(mode: str, room: int, peak: int, weights_bytes: int, file_pages_count: bool) -> int:
+    """Workers of ``peak`` private bytes each that ``room`` holds when they peak at once.
+    Mapped: the weights' file pages are reclaimable page cache, but they must be resident to
+    run: where the bound counts file pages (available memory, a cgroup's limit; never a commit
+    limit) they take ``weights_bytes`` once for every worker."""
+    shared = weights_bytes if mode == "mapped" and file_pages_count else 0
+    return int(max(0, (room - shared) // peak)) if peak > 0 else 0
+
+
 def fits(mapped: Any, heap: Any) -> dict[str, Fit]:
     """How many sessions of this model fit, per mode, from the pair's start-up peaks."""
     out = {}
@@ -105,10 +127,7 @@ def fits(mapped: Any, heap: Any) -> dict[str, Fit]:
         peak = row.max_peak_private_bytes
         if room is None or not peak:
             continue
-        # mapped: the weights' file pages are reclaimable page cache, but they must be resident
-        # to run: they take available memory (never commit charge) once for every worker
-        shared = (row.weights_bytes or 0) if row.mode == "mapped" and bound == "available memory" else 0
-        workers = max(0, (room - shared) // peak)
+        workers = workers_fitting(row.mode, room, peak, row.weights_bytes or 0, bound == "available memory")
         out[row.mode] = Fit(row.mode, bound, room, peak, int(row.sessions_per_process or 1), int(workers))
     return out
 

@@ -322,16 +322,20 @@ def startup_documents(run: Any) -> dict[str, Any]:
     """headline.json's ``latency`` (percentiles, inferences/s, init, first inference and init +
     first inference per mode) and ``fits`` (how many sessions fit this machine at the start-up
     peak) keys, from the headline's first complete pair (None: no complete pair)."""
+    from .capacity import measured_for
     from .fits import fits, fits_document
     from .latency import headline_latency
 
     own = [s for s in run.summary if s.target == run.target]
     memory = [p for p in timing_pairs(memory_view(own)) if complete_pair(*p)]
     timed = [p for p in timing_pairs(own) if complete_pair(*p)]
-    return {
-        "latency": headline_latency(timed, run.run),
-        "fits": fits_document(fits(*memory[0])) if memory else None,
-    }
+    found = fits(*memory[0]) if memory else {}
+    document = fits_document(found) if memory else None
+    measured = measured_for(run, found)
+    if measured is not None or document is not None:
+        document = document or fits_document({})
+        document["measured"] = measured[1] if measured is not None else None
+    return {"latency": headline_latency(timed, run.run), "fits": document}
 
 
 def headline_document(judgement: Any, *, kind: str = "run") -> dict[str, Any]:

@@ -43,6 +43,7 @@ class Bound:
 #: The bounds of ``run`` and ``bench`` (options absent from a command are skipped).
 BOUNDS = (
     Bound("--processes", "processes", 1024),
+    Bound("--max-processes", "max_processes", 1024),
     Bound("--sessions-per-process", "sessions_per_process", 1024),
     Bound("--repeat", "repeat", 1000),
     Bound("--runs", "runs", 1_000_000),

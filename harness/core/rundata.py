@@ -141,6 +141,13 @@ class RunData:
     def headline(self) -> dict[str, float | int | None]:
         return headline(self.summary)
 
+    @cached_property
+    def capacity(self) -> Any:
+        """The measured capacity of a ``capacity`` run (its capacity.json, checked), or None."""
+        from .capacity import load
+
+        return load(self.folder, read_run_json)
+
 
 def _depth(value: Any) -> int:
     """Nesting depth of parsed JSON, without recursion (a hostile file may nest deeply)."""

@@ -234,6 +234,16 @@ class ResultRow:
         "floor under any mapped load",
         required=False,
     )
+    # -- the group's memory container (--memory-limit, capacity) --
+    memory_limit_bytes: int = col(
+        "Int64", "bytes", "the memory limit of the group's container (empty: no --memory-limit)", required=False
+    )
+    oom_killed: bool = col(
+        "boolean", "", "ended by the container's memory limit, by the kernel's own count", required=False
+    )
+    container_peak_bytes: int = col(
+        "Int64", "bytes", "highest charge of the group's container (Linux: page cache included)", required=False
+    )
 
 
 @dataclass
@@ -350,6 +360,9 @@ class SummaryRow:
         "Float64", "count", "sequential pass: highest foreign_cpus of the group's workers", required=False
     )
     floor_s_median: float = col("Float64", "s", "median floor_s over the ok workers", required=False)
+    memory_limit_bytes: int = col("Int64", "bytes", "the group's container memory limit", required=False)
+    oom_workers: int = col("Int64", "count", "workers the container's memory limit ended", required=False)
+    container_peak_bytes: int = col("Int64", "bytes", "highest charge of the group's container", required=False)
 
 
 def columns(row_type: type) -> list[str]:

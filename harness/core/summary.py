@@ -263,7 +263,7 @@ def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = No
                 system_noise_bytes=noise,
                 note="; ".join([*reasons, *([unreliable] if unreliable else [])]) or None,
                 **latency.group_figures(ok),
-                **fits.group_figures(ok, measured),
+                **fits.group_figures(ok, measured, members),
                 **composition(ok),
             )
         )

@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from .capacity import capacity_reasons, is_capacity
 from .gates import (
     Gate,
     GateResult,
@@ -186,7 +187,13 @@ def _undecided(results: list[GateResult]) -> tuple[list[str], list[str]]:
 
 
 def _incomplete_groups(run: RunData) -> list[str]:
-    return [f"{s.target} {s.mode} N={s.processes} repeat {s.repeat}" for s in run.summary if s.complete is not True]
+    """Groups without complete evidence; a capacity run's probes the limit ended are answers."""
+    probes = is_capacity(run)
+    return [
+        f"{s.target} {s.mode} N={s.processes} repeat {s.repeat}"
+        for s in run.summary
+        if s.complete is not True and not (probes and s.oom_workers)
+    ]
 
 
 def judge(run: RunData, extra_gates: Iterable[Gate] = (), *, use_default_gates: bool = True) -> Judgement:
@@ -200,7 +207,7 @@ def judge(run: RunData, extra_gates: Iterable[Gate] = (), *, use_default_gates: 
     values, missing = gate_values_with_reasons(run.summary)
     failed = [g for g in results if g.failed]
     undecided, not_judged = _undecided(results)
-    broken = [r for r in run.results if not row_ok(r)]
+    broken = [r for r in run.results if not row_ok(r) and not (is_capacity(run) and r.oom_killed)]
     reasons = []
     if broken:
         reasons.append(f"{len(broken)} worker(s) failed")
@@ -222,6 +229,6 @@ def judge(run: RunData, extra_gates: Iterable[Gate] = (), *, use_default_gates: 
         if incomplete and run.results:
             shown = ", ".join(incomplete[:3]) + (f" and {len(incomplete) - 3} more" if len(incomplete) > 3 else "")
             reasons.append(f"{len(incomplete)} group(s) without complete evidence ({shown}): see the notes")
-        reasons += undecided
+        reasons += undecided + capacity_reasons(run)
         verdict = "incomplete" if reasons else "pass"
     return Judgement(run, values, results, run_notes(run), feature_state(run), verdict, reasons, not_judged)

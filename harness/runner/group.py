@@ -24,6 +24,7 @@ from harness.core.errors import SpawnError
 from harness.core.files import read_json
 from harness.core.latency import WORKER_FIELDS as LATENCY_FIELDS
 from harness.core.schema import ResultRow, disable_flag
+from harness.runner.container import close_limit, join, mark_limited, open_limit, wrap
 from harness.runner.exits import describe_exit, stderr_tail
 from harness.runner.memory import (
     MachineLoad,
@@ -76,6 +77,8 @@ class GroupSpec:
     control: bool = False
     #: The pass (`harness.core.passes`): "concurrent" (this module) or "sequential" (`timingpass`).
     start: str = "concurrent"
+    #: The group (workers and control) runs in a memory container of this limit (`container`).
+    memory_limit_bytes: int | None = None
 
 
 @dataclass
@@ -124,8 +127,20 @@ def _who(index: int, control: bool) -> str:
     return "the control worker" if control else f"worker {index}"
 
 
+def _write_spec(spec: WorkerSpec, stem: Path) -> None:
+    for stale in (spec.ready_path, spec.result_path):  # from an earlier run into the same --out:
+        Path(stale).unlink(missing_ok=True)  # a leftover "ready" would end the barrier early
+    spec.write(Path(f"{stem}.spec.json"))
+
+
 def _spawn(
-    group: GroupSpec, index: int, job: KillOnCloseJob, *, control: bool = False, watch: PeakWatch | None = None
+    group: GroupSpec,
+    index: int,
+    job: KillOnCloseJob,
+    *,
+    control: bool = False,
+    watch: PeakWatch | None = None,
+    limit: Any = None,
 ) -> _Worker:
     if not control:
         _pause_before_spawn(group, index)
@@ -151,11 +166,9 @@ def _spawn(
         phase_board=str(watch.board.path) if watch is not None else "",
         phase_slot=index if watch is not None else -1,
     )
-    for stale in (spec.ready_path, spec.result_path):  # from an earlier run into the same --out:
-        Path(stale).unlink(missing_ok=True)  # a leftover "ready" would end the barrier early
-    spec.write(Path(f"{stem}.spec.json"))
+    _write_spec(spec, stem)
     command, env = python_child("harness.runner.worker", f"{stem}.spec.json")
-    env = measured_process_env(env)
+    command, env = wrap(limit, command), measured_process_env(env)
     cwd = group.workdir / name
     try:
         cwd.mkdir(exist_ok=True)
@@ -178,6 +191,7 @@ def _spawn(
         log_file.close()
         raise
     job.add(getattr(proc, "_handle", 0))
+    join(limit, proc, log_file)
     if watch is not None:
         watch.expect(index, proc.pid)
     return _Worker(index, spec, proc, log_file)
@@ -266,12 +280,12 @@ class _Observed:
     control_note: str = ""  # why there is no control figure
 
 
-def _start_control(group: GroupSpec, job: KillOnCloseJob) -> tuple[_Worker | None, str]:
+def _start_control(group: GroupSpec, job: KillOnCloseJob, limit: Any = None) -> tuple[_Worker | None, str]:
     """(the control worker once ready, or None and why it could not start). A control that
     cannot start (no file descriptor left, ...) is data, as a worker's failure is: the workers'
     figures of this group stay, only their split against the control is missing."""
     try:
-        control = _spawn(group, group.processes, job, control=True)
+        control = _spawn(group, group.processes, job, control=True, limit=limit)
     except SpawnError as err:
         return None, str(err)
     _wait_until_ready([control], group.worker_timeout_s)
@@ -395,19 +409,20 @@ def run_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupRes
     job = KillOnCloseJob()
     during = None
     seen = _Observed()
+    limit, limited = open_limit(group.memory_limit_bytes), None
     watch = SystemWatch()
     peaks = _peak_watch(group)
     try:
         with watch, peaks or nullcontext():  # the start-up peaks: from the first spawn to the barrier
             for i in range(group.processes):
-                workers.append(_spawn(group, i, job, watch=peaks))
+                workers.append(_spawn(group, i, job, watch=peaks, limit=limit))
                 on_event(i, "starting", "")
             _wait_until_ready(workers, group.worker_timeout_s, on_event)
         for w in workers:
             w.peak = peaks.result(w.index) if peaks else WatchedPeak()
         during = system_available_bytes()  # the N workers alone: the control is not counted
         if group.control:  # started once the workers wait: it never competes with their start-up
-            control, control_error = _start_control(group, job)
+            control, control_error = _start_control(group, job, limit)
         everyone = [*workers, *([control] if control else [])]
         for w in everyone:
             if w.ready is not None and w.proc.poll() is None:
@@ -421,6 +436,7 @@ def run_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupRes
     finally:
         kill_all([*workers, *([control] if control else [])])
         job.close()
+        limited = close_limit(limit)
         if peaks is not None:
             peaks.stop()
             peaks.board.close()
@@ -430,6 +446,8 @@ def run_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupRes
         seen.steal_s = max(seen.load.steal_s - start_load.steal_s, 0.0)
     seen.control, seen.control_note = _control_figure(control, control_error)
     rows = [_row(group, w, seen) for w in workers]
+    if limited is not None:
+        mark_limited(rows, limited, {w.index for w in workers if w.timed_out})
     return GroupResult(
         rows,
         before - during if measured else None,

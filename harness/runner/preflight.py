@@ -15,6 +15,11 @@ from harness.targets import get_target
 #: Memory a worker needs beyond the weights (Python, numpy, ORT, arenas): measured ~60-120 MiB
 #: here; 200 MiB keeps the refusal conservative.
 WORKER_OVERHEAD_BYTES = 200 * 1024**2
+#: One worker's memory with no weights (the interpreter, numpy, onnxruntime, a session of the
+#: generated model): below it no worker can start, whatever the model. Measured as the cgroup
+#: charge of one worker of a 64 KiB model here, 29.6-29.8 MiB (cpu target, Linux x86_64): see
+#: docs/running.md, "Capacity under a memory limit".
+RUNTIME_FLOOR_BYTES = 30 * 1024**2
 #: Share of the available memory a run may plan to use before it is refused.
 MEMORY_BUDGET_SHARE = 0.85
 #: Copies of its weights a heap session holds at its start-up peak: the direct read's copy and
@@ -68,6 +73,8 @@ def expected_weights_bytes(opts: RunOptions) -> int:
 def check_memory_budget(opts: RunOptions, weights_bytes: int, available: int) -> None:
     """Refuse before starting a run that would push the machine into swap or the OOM killer."""
     need = estimated_peak_bytes(opts, weights_bytes)
+    if opts.memory_limit:  # the container stops a group at its limit: the machine never sees more
+        need = min(need, opts.memory_limit)
     if need > available * MEMORY_BUDGET_SHARE:
         from harness.core.units import fmt_bytes
 
@@ -151,8 +158,32 @@ def check_options(opts: RunOptions) -> None:
     get_target(opts.target).check(opts)
 
 
-def check_before_work(opts: RunOptions) -> None:
-    """Every refusal that needs no model: options, limits, the output folder."""
+def check_memory_limit(opts: RunOptions, available: int) -> list[str]:
+    """--memory-limit: a size between one worker's runtime floor and the machine's available
+    memory, and a container this OS and this user can make (`harness.runner.container`).
+    Returns the containers a killed run left behind, removed now."""
+    if opts.memory_limit is None:
+        return []
+    from harness.core.units import fmt_bytes
+    from harness.runner.container import check
+
+    limit = fmt_bytes(opts.memory_limit)
+    if opts.memory_limit > available:
+        raise InputError(
+            f"--memory-limit {limit}: more than the {fmt_bytes(available)} this machine has available "
+            "(the machine would run out before the limit is reached)"
+        )
+    if opts.memory_limit < RUNTIME_FLOOR_BYTES:
+        raise InputError(
+            f"--memory-limit {limit}: below one worker's runtime floor ({fmt_bytes(RUNTIME_FLOOR_BYTES)}: "
+            "the interpreter, numpy and onnxruntime with no weights), so no worker could start"
+        )
+    return check(opts.memory_limit)
+
+
+def check_before_work(opts: RunOptions) -> list[str]:
+    """Every refusal that needs no model: options, limits, the output folder. Returns the
+    memory containers of killed runs it removed (`check_memory_limit`)."""
     from harness.cache import default_cache_dir
     from harness.runner.memory import system_available_bytes
 
@@ -163,3 +194,4 @@ def check_before_work(opts: RunOptions) -> None:
     check_fd_limit(max(opts.processes))
     check_address_space(expected_weights_bytes(opts), copies_per_worker(opts))
     check_out(opts.out, opts.cache_dir or default_cache_dir())
+    return check_memory_limit(opts, available)

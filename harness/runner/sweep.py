@@ -99,6 +99,7 @@ def plan_groups(
                         fault_actions=opts.fault_actions if target_name == opts.target else {},
                         control=has_control(target),
                         start=start,
+                        memory_limit_bytes=opts.memory_limit,
                     )
                 )
     return groups
@@ -130,6 +131,7 @@ def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, sta
             "warmup": opts.warmup,
             "concurrency": opts.concurrency,
             "page_cache": opts.page_cache,
+            "memory_limit_bytes": opts.memory_limit,
             "inputs": {"shapes": opts.shapes, "free_dims": opts.free_dims, "values": opts.input_values},
             "processes": opts.processes,
             "sessions_per_process": opts.sessions_per_process,
@@ -249,10 +251,11 @@ def keep_logs(out: Path, prepared: dict[str, Prepared]) -> None:
 def page_cache_before(opts: RunOptions, ready: Prepared, progress):
     """Evict the group's weights (--page-cache cold) or measure how warm they are; a failed
     eviction check is said on the progress stream and recorded in every row of the group."""
+    from harness.runner.container import COUNTS_PAGE_CACHE
     from harness.runner.pagecache import make_cold, measure
 
     files = list(dict.fromkeys(ready.warm_files))
-    if opts.page_cache != "cold":
+    if opts.page_cache != "cold" and not (opts.memory_limit and COUNTS_PAGE_CACHE):
         return measure(files, "warm")
     state = make_cold(files)
     if state.state != "cold":
@@ -263,9 +266,17 @@ def page_cache_before(opts: RunOptions, ready: Prepared, progress):
 def execute(opts: RunOptions, progress) -> RunOutcome:
     """Run every group; on Ctrl-C, write what was measured and mark the run interrupted; when
     a resource runs out, write what was measured, mark the run failed and raise `RunFailed`."""
+    from harness.runner.container import session
+
+    with session():  # every memory container of the run is gone at its end, however it ends
+        return _execute(opts, progress)
+
+
+def _execute(opts: RunOptions, progress) -> RunOutcome:
     from harness.runner.memory import system_available_bytes
 
-    check_before_work(opts)
+    for name in check_before_work(opts):
+        progress.note(f"memory limit: removed {name}, left behind by a run that was killed")
     prepared = prepare_all(opts, progress)
     check_memory_budget(opts, prepared[opts.target].weights_bytes, system_available_bytes())
     check_address_space(prepared[opts.target].weights_bytes, copies_per_worker(opts))
@@ -285,7 +296,7 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
     keep_logs(out, prepared)
     started = dt.datetime.now().astimezone().isoformat(timespec="seconds")
     t0 = time.monotonic()
-    if opts.page_cache == "warm":
+    if opts.page_cache == "warm" and not opts.memory_limit:  # a limit's groups start cold
         for path in dict.fromkeys(p for ready in prepared.values() for p in ready.warm_files):
             warm_page_cache(path)
     groups = plan_groups(opts, prepared, out, harness_identity())

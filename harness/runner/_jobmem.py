@@ -1,0 +1,207 @@
+"""The Windows memory container: a job object with a job memory limit
+(`harness.runner.container`).
+
+Why a job: JOB_OBJECT_LIMIT_JOB_MEMORY limits the memory committed by all the job's processes
+together, which is what fails a load on Windows (a heap copy is commit; a mapped view of a file
+is not, so the page cache is outside the question: no eviction is needed before a group). A
+commit past the limit fails in the process that asked (VirtualAlloc returns NULL: ORT or Python
+reports an allocation failure, or the process dies of it), and the kernel posts
+JOB_OBJECT_MSG_JOB_MEMORY_LIMIT with that process's id to the job's completion port: the
+kernel's own record of who hit the limit, read after the group (`oom_pids`).
+
+The job also kills its processes when its last handle closes (JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE):
+nothing is left behind, whatever happens to the harness, and nothing stale can outlive a run.
+Each worker is already in the group's kill-on-close job (`harness.contract.spawn`); this job
+nests below it (Windows 8 and later nest jobs). learn.microsoft.com: "JOBOBJECT_EXTENDED_LIMIT_
+INFORMATION", "JOBOBJECT_ASSOCIATE_COMPLETION_PORT", "GetQueuedCompletionStatus".
+"""
+
+from __future__ import annotations
+
+import ctypes
+from ctypes import wintypes
+
+from harness.core.errors import ContainerUnavailable
+
+EXTENDED_LIMIT_INFORMATION_CLASS = 9  # JobObjectExtendedLimitInformation
+ASSOCIATE_COMPLETION_PORT_INFORMATION = 7  # JobObjectAssociateCompletionPortInformation
+LIMIT_JOB_MEMORY = 0x00000200  # JOB_OBJECT_LIMIT_JOB_MEMORY
+LIMIT_KILL_ON_JOB_CLOSE = 0x00002000  # JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
+LIMIT_FLAGS = LIMIT_JOB_MEMORY | LIMIT_KILL_ON_JOB_CLOSE
+MSG_JOB_MEMORY_LIMIT = 10  # JOB_OBJECT_MSG_JOB_MEMORY_LIMIT: lpOverlapped is the process id
+INVALID_HANDLE_VALUE = ctypes.c_void_p(-1).value
+#: Fixed-width types, as `harness.runner.winmem` declares them: the structures then have
+#: Windows x64's layout on any host, and test_wine_jobmem.py checks it against mingw's headers.
+DWORD = ctypes.c_uint32
+HANDLE = ctypes.c_void_p
+
+
+class IO_COUNTERS(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_ulonglong)
+        for name in ("Read", "Write", "Other", "ReadTransfer", "WriteTransfer", "OtherTransfer")
+    ]
+
+
+class BASIC_LIMIT_INFORMATION(ctypes.Structure):
+    _fields_ = [
+        ("PerProcessUserTimeLimit", ctypes.c_longlong),
+        ("PerJobUserTimeLimit", ctypes.c_longlong),
+        ("LimitFlags", DWORD),
+        ("MinimumWorkingSetSize", ctypes.c_size_t),
+        ("MaximumWorkingSetSize", ctypes.c_size_t),
+        ("ActiveProcessLimit", DWORD),
+        ("Affinity", ctypes.c_size_t),
+        ("PriorityClass", DWORD),
+        ("SchedulingClass", DWORD),
+    ]
+
+
+class EXTENDED_LIMIT_INFORMATION(ctypes.Structure):
+    _fields_ = [
+        ("BasicLimitInformation", BASIC_LIMIT_INFORMATION),
+        ("IoInfo", IO_COUNTERS),
+        ("ProcessMemoryLimit", ctypes.c_size_t),
+        ("JobMemoryLimit", ctypes.c_size_t),
+        ("PeakProcessMemoryUsed", ctypes.c_size_t),
+        ("PeakJobMemoryUsed", ctypes.c_size_t),
+    ]
+
+
+class ASSOCIATE_COMPLETION_PORT(ctypes.Structure):
+    _fields_ = [("CompletionKey", ctypes.c_void_p), ("CompletionPort", HANDLE)]
+
+
+Unavailable = ContainerUnavailable  # the name container.py catches
+
+
+def _kernel32():
+    k32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    k32.CreateJobObjectW.argtypes = [ctypes.c_void_p, wintypes.LPCWSTR]
+    k32.CreateJobObjectW.restype = wintypes.HANDLE
+    k32.SetInformationJobObject.argtypes = [wintypes.HANDLE, ctypes.c_int, ctypes.c_void_p, wintypes.DWORD]
+    k32.SetInformationJobObject.restype = wintypes.BOOL
+    k32.QueryInformationJobObject.argtypes = [
+        wintypes.HANDLE,
+        ctypes.c_int,
+        ctypes.c_void_p,
+        DWORD,
+        ctypes.POINTER(DWORD),
+    ]
+    k32.QueryInformationJobObject.restype = wintypes.BOOL
+    k32.AssignProcessToJobObject.argtypes = [wintypes.HANDLE, wintypes.HANDLE]
+    k32.AssignProcessToJobObject.restype = wintypes.BOOL
+    k32.CreateIoCompletionPort.argtypes = [wintypes.HANDLE, wintypes.HANDLE, ctypes.c_size_t, wintypes.DWORD]
+    k32.CreateIoCompletionPort.restype = wintypes.HANDLE
+    k32.GetQueuedCompletionStatus.argtypes = [
+        wintypes.HANDLE,
+        ctypes.POINTER(DWORD),
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(ctypes.c_void_p),
+        wintypes.DWORD,
+    ]
+    k32.GetQueuedCompletionStatus.restype = wintypes.BOOL
+    k32.CloseHandle.argtypes = [wintypes.HANDLE]
+    k32.CloseHandle.restype = wintypes.BOOL
+    return k32
+
+
+def _failed(call: str) -> Unavailable:
+    error = ctypes.get_last_error()
+    return Unavailable(f"{call} failed: {ctypes.FormatError(error).strip()} (error {error})")
+
+
+class Container:
+    """One group's job object with its memory limit and completion port."""
+
+    kind = "job object"
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = limit_bytes
+        self._k32 = _kernel32()
+        self._job = self._k32.CreateJobObjectW(None, None)
+        if not self._job:
+            raise _failed("CreateJobObjectW")
+        self._port = None
+        try:
+            info = EXTENDED_LIMIT_INFORMATION()
+            info.BasicLimitInformation.LimitFlags = LIMIT_FLAGS
+            info.JobMemoryLimit = limit_bytes
+            if not self._k32.SetInformationJobObject(
+                self._job, EXTENDED_LIMIT_INFORMATION_CLASS, ctypes.byref(info), ctypes.sizeof(info)
+            ):
+                raise _failed("SetInformationJobObject (JOB_OBJECT_LIMIT_JOB_MEMORY)")
+            self._port = self._k32.CreateIoCompletionPort(INVALID_HANDLE_VALUE, None, 0, 1)
+            if not self._port:
+                raise _failed("CreateIoCompletionPort")
+            port = ASSOCIATE_COMPLETION_PORT(None, self._port)
+            if not self._k32.SetInformationJobObject(
+                self._job, ASSOCIATE_COMPLETION_PORT_INFORMATION, ctypes.byref(port), ctypes.sizeof(port)
+            ):
+                raise _failed("SetInformationJobObject (completion port)")
+        except BaseException:
+            self.close()
+            raise
+        self._messages: list[tuple[int, int]] = []
+
+    def wrap(self, command: list[str]) -> list[str]:
+        return command  # joined after the start (`add`): Windows has no exec
+
+    def add(self, proc: object) -> None:
+        handle = getattr(proc, "_handle", 0)
+        if not self._k32.AssignProcessToJobObject(self._job, handle):
+            raise _failed("AssignProcessToJobObject")
+
+    def members(self) -> list[int]:
+        return []
+
+    def _drain(self) -> list[tuple[int, int]]:
+        """(message, process id) of every notification the kernel posted so far."""
+        if self._port is None:
+            return self._messages
+        message, key, overlapped = DWORD(), ctypes.c_size_t(), ctypes.c_void_p()
+        while self._k32.GetQueuedCompletionStatus(
+            self._port, ctypes.byref(message), ctypes.byref(key), ctypes.byref(overlapped), 0
+        ):
+            self._messages.append((message.value, overlapped.value or 0))
+        return self._messages
+
+    def oom_pids(self) -> set[int] | None:
+        return {pid for message, pid in self._drain() if message == MSG_JOB_MEMORY_LIMIT}
+
+    def oom_kills(self) -> int | None:
+        return len(self.oom_pids() or ())
+
+    def peak_bytes(self) -> int | None:
+        info = EXTENDED_LIMIT_INFORMATION()
+        if self._job is None or not self._k32.QueryInformationJobObject(
+            self._job, EXTENDED_LIMIT_INFORMATION_CLASS, ctypes.byref(info), ctypes.sizeof(info), None
+        ):
+            return None
+        return int(info.PeakJobMemoryUsed)
+
+    def close(self) -> bool:
+        """Close the job (its kill-on-close flag ends what is left in it) and the port."""
+        self._drain()
+        for name in ("_job", "_port"):
+            handle = getattr(self, name, None)
+            if handle:
+                self._k32.CloseHandle(handle)
+            setattr(self, name, None)
+        return True
+
+
+class Session:
+    """Windows needs no session: jobs die with their handles, none can be left behind."""
+
+    removed: list[str] = []
+    label = "job objects (JOB_OBJECT_LIMIT_JOB_MEMORY)"
+
+    def open(self, limit_bytes: int) -> Container:
+        return Container(limit_bytes)
+
+    def check(self, limit_bytes: int) -> None:
+        Container(limit_bytes).close()
+
+    def close(self) -> None:
+        pass
