@@ -27,10 +27,8 @@ from harness.core.schema import ResultRow, disable_flag
 from harness.runner.container import close_limit, join, mark_limited, open_limit, wrap
 from harness.runner.exits import describe_exit, stderr_tail
 from harness.runner.memory import (
-    MachineLoad,
     MappedPages,
     MemorySample,
-    copied_bytes,
     fair_private,
     implausible,
     machine_load,
@@ -41,6 +39,7 @@ from harness.runner.memory import (
 from harness.runner.peakwatch import PeakWatch, WatchedPeak, merged_peak
 from harness.runner.phaseboard import PhaseBoard
 from harness.runner.resources import describe
+from harness.runner.split import Observed, composition, split_columns
 from harness.runner.syswatch import SystemWatch
 
 POLL_S = 0.02
@@ -133,20 +132,9 @@ def _write_spec(spec: WorkerSpec, stem: Path) -> None:
     spec.write(Path(f"{stem}.spec.json"))
 
 
-def _spawn(
-    group: GroupSpec,
-    index: int,
-    job: KillOnCloseJob,
-    *,
-    control: bool = False,
-    watch: PeakWatch | None = None,
-    limit: Any = None,
-) -> _Worker:
-    if not control:
-        _pause_before_spawn(group, index)
-    name = "control" if control else f"w{index}"
-    stem = group.workdir / name
-    spec = WorkerSpec(
+def _spec_for(group: GroupSpec, index: int, stem: Path, *, control: bool, watch: PeakWatch | None) -> WorkerSpec:
+    """The explicit spec one worker (or the control) of the group starts from."""
+    return WorkerSpec(
         target=group.target,
         mode=group.mode,
         model_folder=str(group.model_folder),
@@ -166,6 +154,22 @@ def _spawn(
         phase_board=str(watch.board.path) if watch is not None else "",
         phase_slot=index if watch is not None else -1,
     )
+
+
+def _spawn(
+    group: GroupSpec,
+    index: int,
+    job: KillOnCloseJob,
+    *,
+    control: bool = False,
+    watch: PeakWatch | None = None,
+    limit: Any = None,
+) -> _Worker:
+    if not control:
+        _pause_before_spawn(group, index)
+    name = "control" if control else f"w{index}"
+    stem = group.workdir / name
+    spec = _spec_for(group, index, stem, control=control, watch=watch)
     _write_spec(spec, stem)
     command, env = python_child("harness.runner.worker", f"{stem}.spec.json")
     command, env = wrap(limit, command), measured_process_env(env)
@@ -270,16 +274,6 @@ def kill_all(workers: list[_Worker]) -> None:
         w.log_file.close()
 
 
-@dataclass
-class _Observed:
-    """What the parent saw of the group as a whole at the barrier."""
-
-    load: MachineLoad | None = None
-    steal_s: float | None = None
-    control: int | None = None  # the control worker's private memory
-    control_note: str = ""  # why there is no control figure
-
-
 def _start_control(group: GroupSpec, job: KillOnCloseJob, limit: Any = None) -> tuple[_Worker | None, str]:
     """(the control worker once ready, or None and why it could not start). A control that
     cannot start (no file descriptor left, ...) is data, as a worker's failure is: the workers'
@@ -304,30 +298,7 @@ def _control_figure(control: _Worker | None, start_error: str = "") -> tuple[int
     return value, "" if value is not None else f"no control figure: {control.memory.note or 'not sampled'}"
 
 
-def _split_columns(w: _Worker, record: WorkerRecord, seen: _Observed, copied: int | None) -> dict[str, Any]:
-    """The memory split and the contention figures of one worker's row (issue 18)."""
-    load = seen.load
-    return {
-        "mapped_resident_bytes": w.pages.resident,
-        "copied_bytes": copied,
-        "runtime_bytes": seen.control,
-        "cpu_s": record.cpu_s,
-        "busy_s": record.busy_s,
-        "load_avg": load.load_avg if load else None,
-        "cpu_count": load.cpu_count if load else None,
-        "steal_s": seen.steal_s,
-    }
-
-
-def _composition(w: _Worker, seen: _Observed) -> tuple[int | None, list[str]]:
-    """(copied_bytes, notes) of one worker, against the group's control."""
-    if seen.control is None:
-        return None, [seen.control_note] if seen.control_note else []
-    value, why = copied_bytes(fair_private(w.memory), seen.control, w.pages.private)
-    return value, [why] if why else []
-
-
-def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultRow:
+def _row(group: GroupSpec, w: _Worker, seen: Observed | None = None) -> ResultRow:
     record = _read_record(w.spec.result_path) or w.ready or WorkerRecord(pid=w.proc.pid)
     code = w.proc.returncode
     error = record.error
@@ -338,11 +309,11 @@ def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultR
     elif error and code not in (0, None):
         error = f"{error} ({how})"
     init = None if record.load_s is None or record.create_s is None else record.load_s + record.create_s
-    seen = seen or _Observed()
+    seen = seen or Observed()
     sampled = w.memory.rss_bytes is not None and (w.memory.uss_bytes is not None or w.memory.private_bytes is not None)
     resident = record.mapped_resident_bytes if record.mapped_resident_bytes is not None else w.pages.resident
     violations = implausible(w.memory, record.private_copy_bytes, resident) if sampled else []
-    copied, copy_notes = _composition(w, seen) if sampled else (None, [])
+    copied, copy_notes = composition(w, seen) if sampled else (None, [])
     memory_note = "; ".join(x for x in (w.memory.note, *violations, *copy_notes) if x)
     return ResultRow(
         target=group.target,
@@ -384,7 +355,7 @@ def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultR
         floor_s=record.floor_s,
         **{name: getattr(record, name) for name in LATENCY_FIELDS},
         **merged_peak(record, w.peak),
-        **_split_columns(w, record, seen, copied),
+        **split_columns(w, record, seen, copied),
     )
 
 
@@ -408,7 +379,7 @@ def run_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupRes
     control_error = ""
     job = KillOnCloseJob()
     during = None
-    seen = _Observed()
+    seen = Observed()
     limit, limited = open_limit(group.memory_limit_bytes), None
     watch = SystemWatch()
     peaks = _peak_watch(group)

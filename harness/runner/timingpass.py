@@ -30,7 +30,6 @@ from harness.runner.group import (
     GroupResult,
     GroupSpec,
     _no_event,
-    _Observed,
     _release,
     _row,
     _spawn,
@@ -40,6 +39,7 @@ from harness.runner.group import (
     run_group,
 )
 from harness.runner.memory import machine_load
+from harness.runner.split import Observed
 
 #: Why a timing-pass row has no memory figures (its memory_note).
 NOT_SAMPLED = "not sampled: timing pass (memory is measured in the concurrent pass, with all N workers alive)"
@@ -121,7 +121,7 @@ def run_sequential_group(group: GroupSpec, on_event: EventCallback = _no_event) 
         job.close()
     rows = []
     for w in workers:
-        row = _row(group, w, _Observed(load=seen.get(w.index)))
+        row = _row(group, w, Observed(load=seen.get(w.index)))
         row.start, row.foreign_cpus = SEQUENTIAL, foreign.get(w.index)
         row.memory_ok, row.memory_note = None, NOT_SAMPLED
         # the start-up peak is the concurrent pass's figure (watched by the parent at 1 kHz)

@@ -268,7 +268,10 @@ def test_the_layering_checks_see_what_they_forbid():
 # ----------------------------------------------------------------------------- options declared once
 
 #: Flags of a developer tool's own parser that mean something else by the same word.
-OTHER_MEANINGS = {("harness/targets/qnn/epstrings.py", "--out"): "the fixture file the strings tool writes"}
+OTHER_MEANINGS = {
+    ("harness/targets/qnn/epstrings.py", "--out"): "the fixture file the strings tool writes",
+    ("harness/cli_parser.py", "--max-processes"): "capacity's search cap, not --processes",
+}
 
 
 def _option_literals(path: Path) -> list[tuple[str, int]]:
