@@ -15,6 +15,7 @@ from .figurenotes import figure_notes
 from .rundata import RunData
 from .summary import SYSTEM_NOISE_FACTOR, row_ok
 from .units import fmt_bytes
+from .vocab import EpState, Mode, PathTaken, RunStatus
 
 SMALL_WEIGHTS = 128 * 1024**2  # below this a worker's own overhead hides the saving
 MAX_DETAILS = 12
@@ -56,7 +57,7 @@ def _qnn_notes(run: RunData) -> list[Note]:
 def _qnn_path_notes(run: RunData) -> list[Note]:
     notes = []
     paths = Counter(r.ep_file_mapping for r in run.results if r.ep_file_mapping)
-    if paths.get("unavailable"):
+    if paths.get(EpState.UNAVAILABLE):
         notes.append(
             Note(
                 "warn",
@@ -65,19 +66,19 @@ def _qnn_path_notes(run: RunData) -> list[Note]:
                 "mapped weights exist only on Windows on ARM64 with QNN API 2.32 or newer, and "
                 "turned them off. Both modes therefore loaded the weights into the heap, so "
                 "'mapped' and 'heap' measure the same path here and any difference between them is "
-                f"noise, not the feature ({paths['unavailable']} worker(s) affected).",
-                _counted(r.ep_log_tail for r in run.results if r.ep_file_mapping == "unavailable"),
+                f"noise, not the feature ({paths[EpState.UNAVAILABLE]} worker(s) affected).",
+                _counted(r.ep_log_tail for r in run.results if r.ep_file_mapping == EpState.UNAVAILABLE),
             )
         )
-    if paths.get("retried"):
+    if paths.get(EpState.RETRIED):
         notes.append(
             Note(
                 "warn",
                 "The EP retried without file mapping",
-                f"In {paths['retried']} worker(s) creating the QNN contexts with file mapping failed "
+                f"In {paths[EpState.RETRIED]} worker(s) creating the QNN contexts with file mapping failed "
                 "and the EP retried the whole creation reading the context binary into the heap. "
                 "Those workers ran, but on the heap path.",
-                _counted(r.ep_reason or r.ep_log_tail for r in run.results if r.ep_file_mapping == "retried"),
+                _counted(r.ep_reason or r.ep_log_tail for r in run.results if r.ep_file_mapping == EpState.RETRIED),
             )
         )
     return notes
@@ -85,7 +86,7 @@ def _qnn_path_notes(run: RunData) -> list[Note]:
 
 def _qnn_disable_notes(run: RunData) -> list[Note]:
     notes = []
-    disabled = [r for r in run.results if r.ep_file_mapping == "disabled" and r.mode == "mapped"]
+    disabled = [r for r in run.results if r.ep_file_mapping == EpState.DISABLED and r.mode == Mode.MAPPED]
     if disabled:
         notes.append(
             Note(
@@ -95,7 +96,7 @@ def _qnn_disable_notes(run: RunData) -> list[Note]:
                 _counted(r.ep_log_tail for r in disabled),
             )
         )
-    ep_disabled = [r for r in run.results if r.ep_file_mapping == "ep-disabled"]
+    ep_disabled = [r for r in run.results if r.ep_file_mapping == EpState.EP_DISABLED]
     if ep_disabled:
         notes.append(
             Note(
@@ -107,7 +108,7 @@ def _qnn_disable_notes(run: RunData) -> list[Note]:
                 _counted(r.ep_reason for r in ep_disabled),
             )
         )
-    unknown = [r for r in run.results if r.ep_file_mapping == "unknown"]
+    unknown = [r for r in run.results if r.ep_file_mapping == EpState.UNKNOWN]
     if unknown:
         notes.append(
             Note(
@@ -199,8 +200,8 @@ def _path_notes(run: RunData) -> list[Note]:
                 ),
             )
         )
-    fallback = [r for r in run.results if r.path_taken == "fallback"]
-    retried = [r for r in run.results if (r.map_attempts or 0) > 1 and r.path_taken != "fallback"]
+    fallback = [r for r in run.results if r.path_taken == PathTaken.FALLBACK]
+    retried = [r for r in run.results if (r.map_attempts or 0) > 1 and r.path_taken != PathTaken.FALLBACK]
     if fallback:
         outcomes = Counter((r.repeat, r.fallback_stage or "?") for r in fallback)
         notes.append(
@@ -296,7 +297,7 @@ def run_notes(run: RunData) -> list[Note]:
     figures = [Note(*note) for note in figure_notes(run)]
     notes = [*_worker_notes(run), *_qnn_notes(run), *figures, *_coverage_notes(run), RSS_NOTE]
     status = run.meta.get("status")
-    if status and status != "complete":
+    if status and status != RunStatus.COMPLETE:
         notes.append(
             Note(
                 "warn",

@@ -10,32 +10,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .vocab import (  # noqa: F401  (EP_STATES, MAPPED_STATES: their long-standing home)
+    DISABLE_FLAGS,
+    EP_STATES,
+    MAPPED_STATES,
+    EpState,
+    Mode,
+    PageCache,
+    PathTaken,
+    PeakPhase,
+)
+
 #: Bumped whenever a column changes meaning or is removed (adding one is compatible).
 FORMAT_VERSION = 1
 
-MODES = ("mapped", "heap")
-#: How the QNN EP treated file mapping in a session, from its own log (qnn target; see
-#: harness/targets/qnn/eplog.py for the evidence each needs). Other targets record "n/a".
-EP_STATES = (
-    "active",
-    "retried",
-    "mixed",
-    "disabled",
-    "ep-disabled",
-    "unavailable",
-    "option-ignored",
-    "ep-error",
-    "unknown",
-)
-#: The only EP state a summary or gate may count as "weights came from the mapping".
-MAPPED_STATES = ("active",)
-#: The value of the provider option ``disable_file_mapped_weights`` each mode passes.
-_DISABLE_FLAG = {"mapped": "0", "heap": "1"}
+#: The modes, mapped first (the order tables and charts show them in).
+MODES: tuple[Mode, ...] = tuple(Mode)
 
 
 def disable_flag(mode: str) -> str:
     """``disable_file_mapped_weights`` for a mode: "0" (mapped) or "1" (heap); KeyError otherwise."""
-    return _DISABLE_FLAG[mode]
+    return DISABLE_FLAGS[mode]
 
 
 def col(dtype: str, unit: str, doc: str, default: Any = None, *, required: bool = True) -> Any:
@@ -366,12 +361,12 @@ SIGNED_COLUMNS = frozenset({"system_delta_bytes", "system_noise_bytes", "exit_co
 AT_LEAST_ONE = frozenset({"processes", "sessions_per_process"})
 #: Text columns with a closed set of values ('|'-joined in a summary row).
 CHOICES: dict[str, tuple[str, ...]] = {
-    "mode": MODES,
-    "disable_file_mapped_weights": tuple(_DISABLE_FLAG.values()),
-    "path_taken": ("mapped", "heap", "fallback", "unknown"),
-    "page_cache": ("warm", "cold", "cold-unverified"),
-    "ep_file_mapping": (*EP_STATES, "n/a"),
-    "peak_phase": ("start", "load", "create", "first_run"),
+    "mode": Mode.values(),
+    "disable_file_mapped_weights": tuple(DISABLE_FLAGS.values()),
+    "path_taken": PathTaken.values(),
+    "page_cache": PageCache.values(),
+    "ep_file_mapping": EpState.values(),
+    "peak_phase": PeakPhase.values(),
 }
 
 

@@ -25,10 +25,11 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from harness.core.vocab import PeakPhase
 from harness.runner.procmem import open_reader
 
 #: Phases in start-up order (the `peak_phase` column's values).
-PHASES = ("start", "load", "create", "first_run")
+PHASES: tuple[PeakPhase, ...] = tuple(PeakPhase)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.files import write_json_atomic
+from harness.core.vocab import EpState
 
 SPEC_VERSION = 4
 
@@ -69,7 +70,7 @@ class WorkerRecord:
     map_attempts: int | None = None
     fallback_stage: str = ""
     map_errors: list[str] = field(default_factory=list)
-    ep_file_mapping: str = "n/a"
+    ep_file_mapping: str = EpState.NA
     ep_log_tail: str = ""
     ep_sessions: str = ""  # e.g. "active=3 retried=1" (qnn)
     ep_reason: str = ""

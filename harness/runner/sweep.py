@@ -25,6 +25,7 @@ from harness.core.rundata import METADATA_JSON
 from harness.core.schema import FORMAT_VERSION, ResultRow, SummaryRow
 from harness.core.summary import group_key, summarize
 from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV, write_long, write_rows
+from harness.core.vocab import PageCache, RunStatus
 from harness.runner.control import has_control
 from harness.runner.group import GroupResult, GroupSpec, run_group
 from harness.runner.options import RunOptions
@@ -209,7 +210,7 @@ def write_outputs(out: Path, rows: list[ResultRow], system: dict, meta: dict) ->
         with _writing(LONG_CSV):
             write_long(out / LONG_CSV, rows, out.name)
     except RunFailed as err:
-        meta["status"] = f"failed: {err}"
+        meta["status"] = RunStatus.failed(err)
         if not record_status(out, meta):
             raise RunFailed(f"{err}; metadata.json could not be updated either") from err
         raise
@@ -246,10 +247,10 @@ def page_cache_before(opts: RunOptions, ready: Prepared, progress):
     from harness.runner.pagecache import make_cold, measure
 
     files = list(dict.fromkeys(ready.warm_files))
-    if opts.page_cache != "cold":
-        return measure(files, "warm")
+    if opts.page_cache != PageCache.COLD:
+        return measure(files, PageCache.WARM)
     state = make_cold(files)
-    if state.state != "cold":
+    if state.state != PageCache.COLD:
         progress.note(f"page cache: eviction not verified: {state.note}")
     return state
 
@@ -279,7 +280,7 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
     keep_logs(out, prepared)
     started = dt.datetime.now().astimezone().isoformat(timespec="seconds")
     t0 = time.monotonic()
-    if opts.page_cache == "warm":
+    if opts.page_cache == PageCache.WARM:
         for path in dict.fromkeys(p for ready in prepared.values() for p in ready.warm_files):
             warm_page_cache(path)
     groups = plan_groups(opts, prepared, out, harness_identity())
@@ -292,7 +293,7 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
         return _metadata(opts, prepared, started, status, t0, env)
 
     try:
-        write_outputs(out, rows, system, meta("running"))
+        write_outputs(out, rows, system, meta(RunStatus.RUNNING))
         for i, group in enumerate(groups):
             cache = page_cache_before(opts, prepared[group.target], progress)
             progress.group_started(i, len(groups), group)
@@ -302,10 +303,10 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
             rows.extend(result.rows)
             system[group_key(group)] = (result.system_delta_bytes, result.system_noise_bytes, result.system_peak)
             progress.group_finished(i, len(groups), group, result)
-            write_outputs(out, rows, system, meta("running"))
-        status = "complete"
+            write_outputs(out, rows, system, meta(RunStatus.RUNNING))
+        status = RunStatus.COMPLETE
     except KeyboardInterrupt:
-        status = "interrupted"
+        status = RunStatus.INTERRUPTED
     except RunFailed as err:
         err.out = out
         raise
@@ -314,7 +315,7 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
     except (OSError, MemoryError) as err:
         failure = describe(err, "running the groups")
     if failure:
-        status = f"failed: {failure}"
+        status = RunStatus.failed(failure)
     try:
         summary = write_outputs(out, rows, system, meta(status))
     except RunFailed as err:
@@ -323,5 +324,5 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
     if failure:
         raise RunFailed(failure, out)
     failed = any(s.failed_workers for s in summary)
-    code = 130 if status == "interrupted" else (1 if failed else 0)
+    code = 130 if status == RunStatus.INTERRUPTED else (1 if failed else 0)
     return RunOutcome(out, rows, summary, code, status, folder)
