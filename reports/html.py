@@ -17,8 +17,8 @@ from typing import Any
 
 from harness.core.errors import InputError
 from harness.core.files import replaceable_path, write_text_atomic
-from harness.core.rundata import METADATA_JSON, RunData
-from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV, write_long
+from harness.core.rundata import METADATA_JSON
+from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV
 from harness.core.units import fmt_bytes, fmt_ratio
 from harness.core.verdict import Judgement, badge_tones, runs_badge, session_badge
 from harness.core.vocab import Verdict
@@ -175,19 +175,6 @@ def _tests_summary(tests: Sequence[TestRecord], counts: dict[str, int] | None) -
     return {"records": list(tests), "text": text, "failed": failed, "badge": session_badge(counts).css}
 
 
-def _ensure_long_csv(run: RunData) -> None:
-    """(Re)write results_long.csv when it is missing or older than results.csv, so pandas users
-    always find it next to the results whoever wrote them."""
-    path = run.folder / LONG_CSV
-    results = run.folder / RESULTS_CSV
-    stale = not path.exists() or path.stat().st_mtime < results.stat().st_mtime
-    if stale and run.results:
-        try:
-            write_long(path, run.results, run.run_id)
-        except OSError:
-            pass  # a read-only run folder still gets its report
-
-
 def _run_files(folders: Sequence[Path]) -> set[Path]:
     """Files the runs are made of: a report must never be written over one of them."""
     files = set()
@@ -309,7 +296,6 @@ def publish(
                 published.history_appended.append(run.run_id)
             points = trend(history, trend_runs, target=run.target, host=run.env.get("hostname") or None)
         trends.append(points)
-        _ensure_long_csv(run)
     html = render_html(
         judgements, trends, project_to=project_to, tests=tests, test_counts=test_counts, baseline=baseline
     )

@@ -13,7 +13,8 @@ import csv
 import io
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -272,16 +273,25 @@ def read_long(path: Path | str) -> Any:
 
 
 def write_run_tables(
-    run_dir: Path | str, results: list[ResultRow], summary: list[Any], run_id: str | None = None
+    run_dir: Path | str,
+    results: list[ResultRow],
+    summary: list[Any],
+    run_id: str | None = None,
+    *,
+    guard: Callable[[str], AbstractContextManager[Any]] | None = None,
 ) -> dict[str, Path]:
-    """Write results.csv, summary.csv and results_long.csv of one run folder.
-
-    The runner rewrites them after every group (so an interrupted run keeps what it measured);
-    ``run_id`` defaults to the folder name."""
+    """Write results.csv, summary.csv and results_long.csv of one run folder: the runner's one
+    writer of its tables (it rewrites them after every group, so an interrupted run keeps what
+    it measured). ``run_id`` defaults to the folder name; ``guard(name)`` wraps each file's
+    write (the runner's turns an OSError into a failure naming that file)."""
     run_dir = Path(run_dir)
     run_id = run_id or run_dir.name
-    return {
-        RESULTS_CSV: write_rows(run_dir / RESULTS_CSV, results, ResultRow),
-        SUMMARY_CSV: write_rows(run_dir / SUMMARY_CSV, summary, SummaryRow),
-        LONG_CSV: write_long(run_dir / LONG_CSV, results, run_id),
-    }
+    guard = guard or (lambda name: nullcontext())
+    written = {}
+    with guard(RESULTS_CSV):
+        written[RESULTS_CSV] = write_rows(run_dir / RESULTS_CSV, results, ResultRow)
+    with guard(SUMMARY_CSV):
+        written[SUMMARY_CSV] = write_rows(run_dir / SUMMARY_CSV, summary, SummaryRow)
+    with guard(LONG_CSV):
+        written[LONG_CSV] = write_long(run_dir / LONG_CSV, results, run_id)
+    return written

@@ -24,7 +24,7 @@ from harness.core.files import write_json_atomic
 from harness.core.rundata import METADATA_JSON
 from harness.core.schema import FORMAT_VERSION, ResultRow, SummaryRow
 from harness.core.summary import group_key, summarize
-from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV, write_long, write_rows
+from harness.core.tables import write_run_tables
 from harness.core.vocab import PageCache, RunStatus
 from harness.runner.control import has_control
 from harness.runner.group import GroupResult, GroupSpec, run_group
@@ -181,34 +181,13 @@ def record_status(out: Path, meta: dict) -> bool:
         return False
 
 
-def record_failure(out: Path, failure: str) -> RunFailed:
-    """metadata.json says ``"failed: <failure>"`` for a step after the tables (report.html,
-    headline.json, the history): a folder whose report could not be written must never look
-    complete. Returns the RunFailed to raise (saying so when even the status could not be
-    written)."""
-    try:
-        meta = json.loads((out / METADATA_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        meta = None
-    if isinstance(meta, dict):
-        meta["status"] = f"failed: {failure}"
-        if record_status(out, meta):
-            return RunFailed(failure, out)
-    return RunFailed(f"{failure}; {METADATA_JSON} could not be updated either", out)
-
-
 def write_outputs(out: Path, rows: list[ResultRow], system: dict, meta: dict) -> list[SummaryRow]:
     """Rewrite the tables, then metadata.json. A table that cannot be written fails the run:
     the status says which and why, so a half-written folder never looks complete."""
     summary = summarize(rows, system)
     meta["run"]["run_id"] = out.name
     try:
-        with _writing(RESULTS_CSV):
-            write_rows(out / RESULTS_CSV, rows, ResultRow)
-        with _writing(SUMMARY_CSV):
-            write_rows(out / SUMMARY_CSV, summary, SummaryRow)
-        with _writing(LONG_CSV):
-            write_long(out / LONG_CSV, rows, out.name)
+        write_run_tables(out, rows, summary, out.name, guard=_writing)
     except RunFailed as err:
         meta["status"] = RunStatus.failed(err)
         if not record_status(out, meta):
