@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from .figurenotes import figure_notes
 from .rundata import RunData
+from .schema import FORMAT_VERSION
 from .summary import SYSTEM_NOISE_FACTOR, row_ok
 from .units import fmt_bytes
 from .vocab import EpState, Mode, PathTaken, RunStatus
@@ -308,6 +309,12 @@ def run_notes(run: RunData) -> list[Note]:
         )
     for text in run.load_notes:
         notes.append(Note("warn", "Incomplete run folder", text))
+    if run.migrated:
+        text = (
+            f"Written in format version {run.written_in} by an older harness, read as version {FORMAT_VERSION}: "
+            "the columns it lacks are empty, figures it did not measure:"
+        )
+        notes.append(Note("info", "Older run folder", text, list(run.migrated)))
     if run.target_notes:  # one note, however many facts the target recorded
         first, *more = run.target_notes
         notes.append(Note("info", f"How the {run.target} target measures", str(first), [str(t) for t in more]))
