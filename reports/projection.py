@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from harness.core.schema import SummaryRow
 from harness.core.units import fmt_bytes
-from harness.core.vocab import EpState, Mode
+from harness.core.vocab import MAPPED_PATH_STATES, EpState, Mode
 
 GIB = 1024**3
 #: (weights, sessions) projected when neither the run's weights nor a --project-to is known.
@@ -94,14 +94,13 @@ def _measured_weights_term(
     return weights if (workers == 1 and sole_is_private) else 0
 
 
-#: EP reports meaning a "mapped" group actually read its weights into the heap.
-OFF_PATH = (EpState.UNAVAILABLE, EpState.RETRIED, EpState.DISABLED)
-
-
 def took_mapped_path(row: SummaryRow) -> bool:
-    """False when the EP turned mapping off or a worker fell back: the mapped law would lie."""
-    paths = set((row.ep_file_mapping or "").split("|"))
-    return not (paths & set(OFF_PATH)) and not (row.fallback_workers or 0)
+    """True only when every worker's EP state lets its mapped path count as mapped
+    (`vocab.MAPPED_PATH_STATES`, the verdict's own rule) and none fell back: a group the EP
+    turned mapping off for, retried, disabled per node or left without evidence would make the
+    mapped law lie."""
+    states = {EpState.of(state) for state in (row.ep_file_mapping or "").split("|")}
+    return states <= set(MAPPED_PATH_STATES) and not (row.fallback_workers or 0)
 
 
 def choose_metric(summary: Iterable[SummaryRow]) -> str | None:

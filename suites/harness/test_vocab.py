@@ -131,6 +131,14 @@ def test_what_counts_as_mapped_is_defined_once():
     for ep in ("retried", "unknown", "disabled", "mixed", "unavailable"):
         assert not counts_as_mapped(row("mapped", ep)), ep
     assert not counts_as_mapped(row("heap", "active")) and not counts_as_mapped(row("fallback", "n/a"))
+    # the projection's mapped law keeps the same groups (before: unavailable/retried/disabled only)
+    from reports.projection import took_mapped_path
+
+    for state in vocab.EpState:
+        group = SummaryRow(mode="mapped", ep_file_mapping=f"{state}", fallback_workers=0)
+        assert took_mapped_path(group) == (state in vocab.MAPPED_PATH_STATES), state
+    assert not took_mapped_path(SummaryRow(mode="mapped", ep_file_mapping="active|ep-disabled", fallback_workers=0))
+    assert not took_mapped_path(SummaryRow(mode="mapped", ep_file_mapping="n/a", fallback_workers=1))
 
 
 def test_badges_come_from_the_verdict():
