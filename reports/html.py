@@ -20,7 +20,7 @@ from harness.core.files import replaceable_path, write_text_atomic
 from harness.core.rundata import METADATA_JSON
 from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV
 from harness.core.units import fmt_bytes, fmt_ratio
-from harness.core.verdict import Judgement, badge_tones, runs_badge, session_badge
+from harness.core.verdict import Judgement, badge_tones, gate_tones, runs_badge, session_badge
 from harness.core.vocab import Verdict
 from reports.history import append_history, check_history, trend
 from reports.views import RunView, TestRecord, build_run_view, version_labels
@@ -253,6 +253,7 @@ def render_html(
             verdicts=dict(Counter(j.verdict for j in judgements)),
             runs_badge=runs_badge(judgements, in_session=session is not None).css,
             badge_tones=sorted(badge_tones().items()),
+            gate_tones=gate_tones(),
             gate_count=sum(len(j.gates) for j in judgements),
         )
     )

@@ -38,6 +38,7 @@ from .summary import row_ok
 from .timing import timing_repeats
 from .vocab import (
     MAPPED_PATH_STATES,
+    UNDECIDED_GATE_STATUSES,
     EpState,
     FeatureStatus,
     GateStatus,
@@ -223,6 +224,21 @@ def runs_badge(judgements: Iterable[Judgement], *, in_session: bool) -> Badge:
     if judgements and all(j.badge.tone == Tone.PASS for j in judgements):
         return Badge(Verdict.PASS, "runs", Tone.PASS)
     return Badge("pass-unexercised", "runs", Tone.WARN)
+
+
+#: The colour of each gate status in the report: an undecided gate is never green.
+GATE_TONES: dict[GateStatus, Tone] = {
+    GateStatus.PASS: Tone.PASS,
+    GateStatus.FAIL: Tone.FAIL,
+    GateStatus.SKIP: Tone.MUTED,
+    GateStatus.INCONCLUSIVE: Tone.MUTED,
+    GateStatus.CONTENDED: Tone.MUTED,
+}
+
+
+def gate_tones() -> list[tuple[str, Tone, bool]]:
+    """(status, colour, undecided) of every gate status: the stylesheet's one source."""
+    return [(status, GATE_TONES[status], status in UNDECIDED_GATE_STATUSES) for status in GateStatus]
 
 
 def badge_tones() -> dict[str, Tone]:

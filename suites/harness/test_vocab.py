@@ -20,6 +20,7 @@ from harness.core.verdict import (
     badge_tones,
     counts_as_mapped,
     feature_badge,
+    gate_tones,
     runs_badge,
     session_badge,
     verdict_badge,
@@ -171,6 +172,11 @@ def test_the_report_colours_every_badge_from_the_verdict():
     template = _environment().loader.get_source(_environment(), "report.html.j2")[0]
     assert '[class*="feature-"]' not in template and "badge.pass-unexercised" not in template
     css = _environment().from_string(template.split("<style>")[1].split("</style>")[0])
-    text = css.render(badge_tones=sorted(badge_tones().items()))
+    text = css.render(badge_tones=sorted(badge_tones().items()), gate_tones=[])
     for name, tone in badge_tones().items():
         assert f".badge.{name} {{ background: var(--{tone}); }}" in text
+    text = css.render(badge_tones=[], gate_tones=gate_tones())
+    assert "td.status-pass { color: var(--pass); font-weight: 700; }" in text
+    assert "td.status-inconclusive { color: var(--skip); font-weight: 700; font-style: italic; }" in text
+    assert {status for status, _, _ in gate_tones()} == set(vocab.GateStatus)
+    assert all(tone != vocab.Tone.PASS for status, tone, undecided in gate_tones() if undecided)
