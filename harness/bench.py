@@ -21,9 +21,10 @@ from harness.contract.options import RunOptions
 from harness.core.errors import InputError
 from harness.core.files import write_json_atomic
 from harness.core.gates import read_gates_text
-from harness.core.schema import FORMAT_VERSION
 
 BENCH_GATES = "bench.gates"
+#: bench.json's own format version (the run folder's is `schema.FORMAT_VERSION`): keys only added within it.
+BENCH_FORMAT_VERSION = 1
 
 
 def bench_gates() -> list[str]:
@@ -128,7 +129,7 @@ def write_bench_json(out: Path, judgement) -> Path:
     return write_json_atomic(
         out / "bench.json",
         {
-            "format_version": FORMAT_VERSION,
+            "format_version": BENCH_FORMAT_VERSION,
             "run": str(out),
             "verdict": judgement.verdict,
             "limits": limits(judgement.run.summary),

@@ -240,9 +240,16 @@ def main(argv: list[str] | None = None) -> int:
 def _failed(err: Exception) -> int:
     """A run that could not go on (`RunFailed`: the disk filled, no descriptors left, a worker
     could not be started), or a resource error outside any run folder: one line, exit 1."""
-    from harness.core.errors import RunFailed
+    from harness.core.errors import ReportFailed, RunFailed
     from harness.runner.resources import describe
 
+    if isinstance(err, ReportFailed):
+        print(
+            f"error: report failed: {err}; the run's results are in {err.out} as measured "
+            f"(python -m harness report {err.out} renders them again)",
+            file=sys.stderr,
+        )
+        return err.exit_code
     if isinstance(err, RunFailed):
         where = f"; what was measured before is in {err.out}" if err.out else ""
         print(f"error: run failed: {err}{where}", file=sys.stderr)

@@ -15,6 +15,7 @@ from harness.core.passes import SEQUENTIAL, memory_view, start_of
 from harness.core.schema import ResultRow, SummaryRow
 from harness.core.summary import complete_pair, pair_ratio, paired, timing_pairs
 from harness.core.units import fmt_bytes, fmt_ratio, fmt_seconds
+from harness.core.vocab import EpState, PathTaken
 
 #: (label, SummaryRow column, formatter)
 TABLE_METRICS = [
@@ -95,7 +96,12 @@ def outcome_table(rows: list[ResultRow]) -> Any | None:
     interesting = [
         r
         for r in rows
-        if r.path_taken == "fallback" or (r.map_attempts or 0) > 1 or r.ep_file_mapping in ("retried",) or r.error
+        if (
+            r.path_taken == PathTaken.FALLBACK
+            or (r.map_attempts or 0) > 1
+            or r.ep_file_mapping == EpState.RETRIED
+            or r.error
+        )
     ]
     if not interesting:
         return None

@@ -16,31 +16,35 @@ from harness.core.errors import InputError
 
 def report_run(out: Path, *, history: Path | None, render: bool, outcomes: bool, kind: str = "run") -> Any:
     """Judge a finished run folder, print the judgement, render its report (and history) and
-    write headline.json."""
+    write headline.json.
+
+    A report reads a run's facts and never writes them: when report.html, the history or
+    headline.json cannot be written (a full disk), the run stays what the runner recorded in
+    metadata.json, and this raises `ReportFailed` saying which file failed (exit 1). report.html
+    comes first and headline.json last, so no headline.json says "pass" for a run whose
+    report is missing; `harness report` renders it again later."""
     from harness.console import make_console, print_judgement
+    from harness.core.errors import ReportFailed
     from harness.core.headline import write_headline
     from harness.core.rundata import load_run
     from harness.core.verdict import judge
     from harness.runner.resources import describe
-    from harness.runner.sweep import record_failure
 
     judgement = judge(load_run(out))
     console = make_console()
     print_judgement(console, judgement, outcomes=outcomes)
-    # report.html first, headline.json last: a step that fails (a full disk) marks the run
-    # failed in metadata.json, and no headline.json says "pass" for it
     if render:
         from reports import publish
 
         try:
             published = publish([judgement], out / "report.html", history=history)
         except OSError as err:
-            raise record_failure(out, describe(err, "writing report.html or the history")) from err
+            raise ReportFailed(describe(err, "writing report.html or the history"), out) from err
         console.print(f"report: {published.path}")
     try:
         write_headline(out, judgement, kind=kind)
     except OSError as err:
-        raise record_failure(out, describe(err, "writing headline.json")) from err
+        raise ReportFailed(describe(err, "writing headline.json"), out) from err
     console.print(f"results: {out}")
     return judgement
 

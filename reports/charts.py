@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from harness.core.schema import MODES, ResultRow, SummaryRow
 from harness.core.summary import row_ok
+from harness.core.vocab import Mode
 from reports.svg import (
     FAIL_COLOR,
     INK,
@@ -159,7 +160,7 @@ def _memory_panel(p: _Panel, x0: float, index: int, metric: str, label: str, ser
                 tip=f"{mode}, N={n}: {v / div:.1f} {unit} {metric.upper()}",
             )
         drawn = True
-    if _overlap(series.get((metric, "mapped")), series.get((metric, "heap"))):
+    if _overlap(series.get((metric, Mode.MAPPED)), series.get((metric, Mode.HEAP))):
         canvas.text(
             x0 + panel_w / 2, top_px + 24, "mapped and heap lines overlap", anchor="middle", size=11, color="#555555"
         )

@@ -17,10 +17,11 @@ from typing import Any
 
 from harness.core.errors import InputError
 from harness.core.files import replaceable_path, write_text_atomic
-from harness.core.rundata import METADATA_JSON, RunData
-from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV, write_long
+from harness.core.rundata import METADATA_JSON
+from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV
 from harness.core.units import fmt_bytes, fmt_ratio
-from harness.core.verdict import Judgement
+from harness.core.verdict import Judgement, badge_tones, gate_tones, runs_badge, session_badge
+from harness.core.vocab import Verdict
 from reports.history import append_history, check_history, trend
 from reports.views import RunView, TestRecord, build_run_view, version_labels
 
@@ -102,7 +103,7 @@ def _comparison(views: Sequence[RunView]) -> dict[str, Any]:
             [
                 row("target", [_cell(v.target) for v in views]),
                 row("verdict", [_cell(v.badge_text, f"v-{v.badge_class}") for v in views]),
-                row("file mapping", [_cell(v.feature_state, f"f-{v.feature_state}", v.feature) for v in views]),
+                row("file mapping", [_cell(v.feature_state, f"v-{v.feature_badge_class}", v.feature) for v in views]),
                 row("host", [_cell(dict(v.env).get("hostname")) for v in views]),
                 row("labels", [_cell(_labels_text(v)) for v in views]),
                 row("weights", [_cell(dict(v.header).get("Weights"), "num") for v in views]),
@@ -171,22 +172,7 @@ def _tests_summary(tests: Sequence[TestRecord], counts: dict[str, int] | None) -
     counts = dict(counts or Counter(t.outcome for t in tests))
     failed = counts.get("failed", 0) + counts.get("error", 0)
     text = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) or "no test ran"
-    # "pass" needs a test that passed: a session of skips alone shows no pass badge
-    badge = "fail" if failed else "pass" if counts.get("passed") else "incomplete"
-    return {"records": list(tests), "text": text, "failed": failed, "badge": badge}
-
-
-def _ensure_long_csv(run: RunData) -> None:
-    """(Re)write results_long.csv when it is missing or older than results.csv, so pandas users
-    always find it next to the results whoever wrote them."""
-    path = run.folder / LONG_CSV
-    results = run.folder / RESULTS_CSV
-    stale = not path.exists() or path.stat().st_mtime < results.stat().st_mtime
-    if stale and run.results:
-        try:
-            write_long(path, run.results, run.run_id)
-        except OSError:
-            pass  # a read-only run folder still gets its report
+    return {"records": list(tests), "text": text, "failed": failed, "badge": session_badge(counts).css}
 
 
 def _run_files(folders: Sequence[Path]) -> set[Path]:
@@ -265,26 +251,19 @@ def render_html(
             generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             verdict=_overall(judgements),
             verdicts=dict(Counter(j.verdict for j in judgements)),
-            runs_badge=_runs_badge(views, session),
+            runs_badge=runs_badge(judgements, in_session=session is not None).css,
+            badge_tones=sorted(badge_tones().items()),
+            gate_tones=gate_tones(),
             gate_count=sum(len(j.gates) for j in judgements),
         )
     )
 
 
-def _runs_badge(views: Sequence[RunView], session: dict[str, Any] | None) -> str:
-    """Colour of the "runs: ..." badge of a multi-run page: red when a run failed; green only
-    when every run passed with file mapping exercised and no test of the session failed (in a
-    test session the runs' verdicts are grey: tests decide, and some runs fail on purpose)."""
-    if any(v.verdict == "fail" for v in views):
-        return "fail" if not session else "skip"
-    if session:
-        return "skip"
-    return "pass" if views and all(v.badge_class == "pass" for v in views) else "pass-unexercised"
-
-
 def _overall(judgements: Sequence[Judgement]) -> str:
     verdicts = {j.verdict for j in judgements}
-    return "fail" if "fail" in verdicts else "incomplete" if "incomplete" in verdicts or not verdicts else "pass"
+    if Verdict.FAIL in verdicts:
+        return Verdict.FAIL
+    return Verdict.INCOMPLETE if Verdict.INCOMPLETE in verdicts or not verdicts else Verdict.PASS
 
 
 def publish(
@@ -318,7 +297,6 @@ def publish(
                 published.history_appended.append(run.run_id)
             points = trend(history, trend_runs, target=run.target, host=run.env.get("hostname") or None)
         trends.append(points)
-        _ensure_long_csv(run)
     html = render_html(
         judgements, trends, project_to=project_to, tests=tests, test_counts=test_counts, baseline=baseline
     )

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from harness.core.schema import SummaryRow
 from harness.core.units import fmt_bytes
+from harness.core.vocab import MAPPED_PATH_STATES, EpState, Mode
 
 GIB = 1024**3
 #: (weights, sessions) projected when neither the run's weights nor a --project-to is known.
@@ -54,7 +55,7 @@ class ModeFit:
 
     def weights_term(self, sessions: int, weights: int | None = None) -> float:
         weights = self.weights_bytes if weights is None else weights
-        return weights * sessions if self.mode == "heap" else weights
+        return weights * sessions if self.mode == Mode.HEAP else weights
 
     def predict(self, sessions: int, weights: int | None = None) -> float:
         """Total memory of ``sessions`` sessions of a model with ``weights`` bytes."""
@@ -84,7 +85,7 @@ def _measured_weights_term(
     mode: str, metric: str, workers: int, sessions: int, weights: int, sole_is_private: bool
 ) -> int:
     """The weights bytes inside a measured sum (what the fit subtracts before the line)."""
-    if mode == "heap":
+    if mode == Mode.HEAP:
         return weights * sessions
     if metric == "pss":
         return weights
@@ -93,14 +94,13 @@ def _measured_weights_term(
     return weights if (workers == 1 and sole_is_private) else 0
 
 
-#: EP reports meaning a "mapped" group actually read its weights into the heap.
-OFF_PATH = ("unavailable", "retried", "disabled")
-
-
 def took_mapped_path(row: SummaryRow) -> bool:
-    """False when the EP turned mapping off or a worker fell back: the mapped law would lie."""
-    paths = set((row.ep_file_mapping or "").split("|"))
-    return not (paths & set(OFF_PATH)) and not (row.fallback_workers or 0)
+    """True only when every worker's EP state lets its mapped path count as mapped
+    (`vocab.MAPPED_PATH_STATES`, the verdict's own rule) and none fell back: a group the EP
+    turned mapping off for, retried, disabled per node or left without evidence would make the
+    mapped law lie."""
+    states = {EpState.of(state) for state in (row.ep_file_mapping or "").split("|")}
+    return states <= set(MAPPED_PATH_STATES) and not (row.fallback_workers or 0)
 
 
 def choose_metric(summary: Iterable[SummaryRow]) -> str | None:
@@ -133,7 +133,7 @@ def fit_sweep(summary: Iterable[SummaryRow], *, system: str = "Linux") -> SweepF
     missing: dict[str, str] = {}
     for mode in sorted({s.mode for s in summary}):
         rows = by_mode.get(mode, [])
-        if mode == "mapped":
+        if mode == Mode.MAPPED:
             off_path = [r for r in rows if not took_mapped_path(r)]
             rows = [r for r in rows if took_mapped_path(r)]
             if off_path and not rows:
@@ -215,8 +215,8 @@ def project(sweep: SweepFit, weights_bytes: int, sessions: int) -> Projection:
         )
     for mode, why in sorted(sweep.missing.items()):
         lines.append(f"{mode}: no projection, {why}")
-    if {"mapped", "heap"} <= predicted.keys():
-        saved = predicted["heap"] - predicted["mapped"]
+    if set(Mode) <= predicted.keys():
+        saved = predicted[Mode.HEAP] - predicted[Mode.MAPPED]
         lines.append(
             f"mapped saves {fmt_bytes(saved)} over heap for {sessions} sessions of a {fmt_bytes(weights_bytes)} model"
         )

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from harness.core.rundata import RunData
 from harness.core.summary import headline_pairs, median, ratio
 from harness.core.units import fmt_bytes, fmt_ratio, fmt_seconds
+from harness.core.vocab import Mode, PageCache
 
 #: (label, SummaryRow column, how to read it)
 ROWS = (
@@ -39,12 +40,12 @@ class StartupView:
 
 
 def _page_cache_text(run: RunData) -> str:
-    asked = str(run.run.get("page_cache") or "warm")
+    asked = str(run.run.get("page_cache") or PageCache.WARM)
     states = sorted({r.page_cache for r in run.results if r.page_cache})
     resident = [r.weights_resident_bytes for r in run.results if r.weights_resident_bytes is not None]
     at_start = f" (at most {fmt_bytes(max(resident))} of the weights resident as a group started)" if resident else ""
-    if asked == "cold":
-        if states == ["cold"]:
+    if asked == PageCache.COLD:
+        if states == [PageCache.COLD]:
             return f"cold: the weights' pages were evicted before each group and the eviction verified{at_start}"
         return (
             "cold asked, but the eviction could not be verified for every group "
@@ -72,8 +73,8 @@ def startup_view(run: RunData) -> StartupView | None:
             {
                 "label": label,
                 "hint": hint,
-                "mapped": fmt_seconds(m),
-                "heap": fmt_seconds(h),
+                Mode.MAPPED: fmt_seconds(m),
+                Mode.HEAP: fmt_seconds(h),
                 "diff": fmt_seconds(diff) if diff is not None else "–",
                 "ratio": fmt_ratio(ratio(m, h)),
             }

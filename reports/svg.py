@@ -13,9 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html import escape
 
+from harness.core.vocab import Mode
+
 MODE_STYLE = {
-    "mapped": {"color": "#0072B2", "dash": "", "marker": "circle"},
-    "heap": {"color": "#D55E00", "dash": "6 4", "marker": "square"},
+    Mode.MAPPED: {"color": "#0072B2", "dash": "", "marker": "circle"},
+    Mode.HEAP: {"color": "#D55E00", "dash": "6 4", "marker": "square"},
 }
 METRIC_COLOR = {"uss": "#0072B2", "pss": "#009E73", "rss": "#E69F00", "init": "#CC79A7", "private": "#56B4E9"}
 FAIL_COLOR = "#C0392B"

@@ -19,6 +19,7 @@ from harness.core.summary import headline_pairs, largest_groups, median, row_ok,
 from harness.core.timing import spread_text, timing_spread
 from harness.core.units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
 from harness.core.verdict import Judgement
+from harness.core.vocab import FeatureStatus, Mode, Verdict
 from reports import charts
 from reports.capacity import CapacityView, capacity_projection, capacity_view
 from reports.peakchart import peak_vs_steady
@@ -108,17 +109,6 @@ class TestRecord:
         return self.outcome in ("failed", "error")
 
 
-def badge(verdict: str, feature_state: str) -> tuple[str, str]:
-    """(css class, text) of a run's verdict badge: green only for a pass in which file mapping
-    was really exercised; a pass without it (unavailable, unknown, disabled, partial, heap only)
-    is amber and says so, because a green badge there reads as a success of the feature."""
-    if verdict != "pass":
-        return verdict, verdict
-    if feature_state == "active":
-        return "pass", "pass"
-    return "pass-unexercised", "pass, feature not exercised"
-
-
 def fmt_value(value: Any, unit: str) -> str:
     """One cell for people: sizes in KiB/MiB/GiB, times in ms/s, empty as a dash."""
     if value is None or value == "":
@@ -155,14 +145,16 @@ class RunView:
     gates: list[GateResult]
     summary_table: Table
     worker_table: Table
-    verdict: str = "incomplete"
+    verdict: str = Verdict.INCOMPLETE
     startup: StartupView | None = None
     feature: str = ""
-    feature_state: str = "unknown"
+    feature_state: str = FeatureStatus.UNKNOWN
     values: dict[str, Any] = field(default_factory=dict)
     sentence: str = ""
-    badge_class: str = "incomplete"
-    badge_text: str = "incomplete"
+    badge_class: str = Verdict.INCOMPLETE  # the badges: `harness.core.verdict` decides them
+    badge_text: str = Verdict.INCOMPLETE
+    feature_badge_class: str = f"feature-{FeatureStatus.UNKNOWN}"
+    feature_badge_text: str = f"file mapping: {FeatureStatus.UNKNOWN}"
     per_n: list[dict[str, str]] = field(default_factory=list)
     versions: list[tuple[str, str]] = field(default_factory=list)
     tests: list[TestRecord] = field(default_factory=list)
@@ -247,8 +239,8 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
         )
     else:  # one mode only: show what exists at its largest N, without ratios
         chosen = largest_groups(own)
-        mapped = [s for s in chosen if s.mode == "mapped"]
-        heap = [s for s in chosen if s.mode == "heap"]
+        mapped = [s for s in chosen if s.mode == Mode.MAPPED]
+        heap = [s for s in chosen if s.mode == Mode.HEAP]
         at = f"{sessions_of(chosen[0]) if chosen else 0} sessions in all; no mapped/heap pair, so no ratios"
     has_pss = any(s.sum_pss_bytes is not None for s in run.summary)
     spread = timing_spread(run.summary)
@@ -266,8 +258,8 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
             {
                 "label": label,
                 "hint": hint,
-                "mapped": fmt_value(m_val, unit),
-                "heap": fmt_value(h_val, unit),
+                Mode.MAPPED: fmt_value(m_val, unit),
+                Mode.HEAP: fmt_value(h_val, unit),
                 "diff": fmt_value(diff, unit),
                 "ratio": fmt_ratio(head.get(key) if key else None)
                 + (f" ({spread_text(spread[key])})" if key in spread else ""),
@@ -304,14 +296,14 @@ def _per_n_rows(run: RunData) -> list[dict[str, str]]:
     for entry in per_n(run.summary, run.target):
         saving = entry["saving"]
         column = f"sum_{saving['metric']}_bytes" if saving["metric"] else None
-        init_m, init_h = entry["mapped"]["init_s_median"], entry["heap"]["init_s_median"]
+        init_m, init_h = entry[Mode.MAPPED]["init_s_median"], entry[Mode.HEAP]["init_s_median"]
         rows.append(
             {
                 "n": f"{entry['processes']} x {entry['sessions_per_process']}",
                 "repeats": str(entry["repeats"]),
                 "metric": {"pss": "PSS", "private": "private"}.get(saving["metric"] or "", "–"),
-                "mapped": fmt_value(entry["mapped"].get(column) if column else None, "bytes"),
-                "heap": fmt_value(entry["heap"].get(column) if column else None, "bytes"),
+                Mode.MAPPED: fmt_value(entry[Mode.MAPPED].get(column) if column else None, "bytes"),
+                Mode.HEAP: fmt_value(entry[Mode.HEAP].get(column) if column else None, "bytes"),
                 "saved": fmt_value(saving["bytes"], "bytes"),
                 "saved_pct": fmt_percent(saving["fraction"]),
                 "init_mapped": fmt_value(init_m, "s"),
@@ -367,7 +359,6 @@ def build_run_view(
     if trend_points is not None:
         chart_list.append(charts.ratio_trend(trend_points))
     weights, sessions = projection_for(run, project_to)
-    badge_class, badge_text = badge(judgement.verdict, judgement.feature.state)
     return RunView(
         anchor=f"run-{index}",
         run_id=run.run_id,
@@ -393,8 +384,10 @@ def build_run_view(
         startup=startup_view(run),
         values=dict(judgement.values),
         sentence=headline_sentence(judgement),
-        badge_class=badge_class,
-        badge_text=badge_text,
+        badge_class=judgement.badge.css,
+        badge_text=judgement.badge.label,
+        feature_badge_class=judgement.feature_badge.css,
+        feature_badge_text=judgement.feature_badge.label,
         per_n=_per_n_rows(run),
         versions=_versions(run),
         tests=list(tests or []),

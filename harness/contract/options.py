@@ -21,10 +21,11 @@ from typing import Any
 
 from harness.core import argtypes
 from harness.core.schema import MODES
+from harness.core.vocab import PAGE_CACHE_CHOICES
 
 #: What ``--page-cache`` accepts: warm (read the weights once before the first group) or cold
 #: (evict their pages before each group).
-PAGE_CACHE_MODES = ("warm", "cold")
+PAGE_CACHE_MODES = PAGE_CACHE_CHOICES
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from harness.core.vocab import PeakPhase
+
 #: Phases in start-up order (the `peak_phase` column's values): start (interpreter, imports),
 #: load (map or read the weights), create (session creation), first_run (the first inference).
-PHASES = ("start", "load", "create", "first_run")
+PHASES: tuple[PeakPhase, ...] = tuple(PeakPhase)
 
 PhaseHook = Callable[[str], None]
 _hook: PhaseHook | None = None

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.files import write_json_atomic
+from harness.core.vocab import EpState
 
 #: 5: the run's settings every worker applies are typed fields (`WorkerSpec.models`,
 #: `WorkerSpec.settings`), no longer keys of ``options``, which keeps a target's own options only.
@@ -122,7 +123,7 @@ class WorkerRecord:
     map_attempts: int | None = None
     fallback_stage: str = ""
     map_errors: list[str] = field(default_factory=list)
-    ep_file_mapping: str = "n/a"
+    ep_file_mapping: str = EpState.NA
     ep_log_tail: str = ""
     ep_sessions: str = ""  # e.g. "active=3 retried=1" (qnn)
     ep_reason: str = ""

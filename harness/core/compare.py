@@ -35,6 +35,7 @@ from .schema import SummaryRow
 from .stats import ALPHA, MIN_REPEATS, welch
 from .summary import median, paired, ratio
 from .units import fmt_bytes, parse_size
+from .vocab import Mode
 
 Pair = tuple[SummaryRow, SummaryRow]
 TOO_FEW = f"too few repeats to call a change (need {MIN_REPEATS})"
@@ -103,7 +104,7 @@ class Metric:
 
 
 def _column(mode: str, column: str) -> Callable[[SummaryRow, SummaryRow], float | None]:
-    return lambda m, h: getattr(m if mode == "mapped" else h, column)
+    return lambda m, h: getattr(m if mode == Mode.MAPPED else h, column)
 
 
 def _ratio(column: str) -> Callable[[SummaryRow, SummaryRow], float | None]:
@@ -124,8 +125,8 @@ def metrics_for(metric: str | None) -> list[Metric]:
     label = "PSS" if fair == "pss" else "private bytes"
     column = f"sum_{fair}_bytes"
     return [
-        Metric("mapped_fair", f"mapped summed {label}", "bytes", _column("mapped", column), regression=True),
-        Metric("heap_fair", f"heap summed {label}", "bytes", _column("heap", column)),
+        Metric("mapped_fair", f"mapped summed {label}", "bytes", _column(Mode.MAPPED, column), regression=True),
+        Metric("heap_fair", f"heap summed {label}", "bytes", _column(Mode.HEAP, column)),
         Metric(
             "saving",
             f"saving (heap - mapped {label})",
@@ -134,9 +135,11 @@ def metrics_for(metric: str | None) -> list[Metric]:
             lower_is_better=False,
             regression=True,
         ),
-        Metric("mapped_uss", "mapped summed USS", "bytes", _column("mapped", "sum_uss_bytes"), regression=True),
-        Metric("mapped_init", "mapped median init", "s", _column("mapped", "init_s_median"), "time", regression=True),
-        Metric("heap_init", "heap median init", "s", _column("heap", "init_s_median"), "time"),
+        Metric("mapped_uss", "mapped summed USS", "bytes", _column(Mode.MAPPED, "sum_uss_bytes"), regression=True),
+        Metric(
+            "mapped_init", "mapped median init", "s", _column(Mode.MAPPED, "init_s_median"), "time", regression=True
+        ),
+        Metric("heap_init", "heap median init", "s", _column(Mode.HEAP, "init_s_median"), "time"),
         Metric(f"mapped_{fair}_ratio", f"{label} ratio mapped/heap", "ratio", _ratio(column)),
         Metric("mapped_uss_ratio", "USS ratio mapped/heap", "ratio", _ratio("sum_uss_bytes")),
         Metric("init_ratio", "init ratio mapped/heap", "ratio", _ratio("init_s_median"), "time", regression=True),
@@ -148,8 +151,8 @@ def startup_metrics() -> list[Metric]:
     """Start-up peak, init + first inference and latency (issue 20): per mode and as ratios; the
     mapped mode's are regression figures (its memory, start-up and latency)."""
     out = []
-    for mode in ("mapped", "heap"):
-        mine = mode == "mapped"
+    for mode in Mode:
+        mine = mode == Mode.MAPPED
         out += [
             Metric(
                 f"{mode}_peak_private",

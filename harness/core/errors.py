@@ -3,6 +3,7 @@ them). Every error the harness raises on purpose is a `HarnessError`:
 
 - `InputError` (usage or input mistake, also a ValueError): exit 2, one line, no traceback;
 - `RunFailed` (the run could not go on: disk full, no descriptors): exit 1;
+- `ReportFailed` (the run is measured, its report could not be written): exit 1;
 - `SpawnError` (a worker could not be started): becomes a `RunFailed` of its run;
 - `ContainerUnavailable` (no memory container for --memory-limit: no controller, no right):
   said as an `InputError` of the option, exit 2;
@@ -41,6 +42,12 @@ class RunFailed(HarnessError):
     def __init__(self, message: str, out: Path | None = None) -> None:
         super().__init__(message)
         self.out = out
+
+
+class ReportFailed(RunFailed):
+    """The run was measured, but its report (report.html, the history or headline.json) could
+    not be written. A report never writes a run's facts: metadata.json stays as the runner
+    wrote it, and ``harness report`` renders the folder again."""
 
 
 class SpawnError(HarnessError):

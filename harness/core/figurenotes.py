@@ -11,6 +11,7 @@ from .passes import SEQUENTIAL, memory_view, timing_start, timing_view
 from .rundata import RunData
 from .summary import row_ok
 from .units import fmt_bytes, fmt_percent
+from .vocab import Mode
 
 #: Mapped workers' copied_bytes above this share of the weights (plus 1 MiB) are named.
 COPY_SHARE = 0.05
@@ -25,7 +26,7 @@ def figure_notes(run: RunData) -> list[tuple[str, str, str]]:
     copying = [
         r
         for r in run.results
-        if r.mode == "mapped" and row_ok(r) and r.copied_bytes and r.copied_bytes > COPY_SHARE * weights + 1024**2
+        if r.mode == Mode.MAPPED and row_ok(r) and r.copied_bytes and r.copied_bytes > COPY_SHARE * weights + 1024**2
     ]
     if copying and weights:
         worst = max(r.copied_bytes or 0 for r in copying)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .units import fmt_bytes
+from .vocab import Mode
 
 #: Headline metric -> SummaryRow column whose mapped/heap ratio it is (merged into RATIO_COLUMNS).
 PEAK_RATIO_COLUMNS = {"peak_private_ratio": "max_peak_private_bytes"}
@@ -134,9 +135,9 @@ def fits(mapped: Any, heap: Any) -> dict[str, Fit]:
 
 def fits_sentence(found: dict[str, Fit]) -> str | None:
     """ "with heap, 3 sessions of this model exceed this machine's commit limit; mapped, 11 fit"."""
-    if not {"mapped", "heap"} <= found.keys():
+    if not set(Mode) <= found.keys():
         return None
-    heap, mapped = found["heap"], found["mapped"]
+    heap, mapped = found[Mode.HEAP], found[Mode.MAPPED]
     return (
         f"with heap, {heap.sessions + heap.sessions_per_worker} sessions of this model exceed this machine's "
         f"{heap.bound} ({fmt_bytes(heap.headroom_bytes)} free at start, {fmt_bytes(heap.per_worker_bytes)} peak "

@@ -26,6 +26,7 @@ from harness.core.schema import MODES, SummaryRow
 from harness.core.summary import OTHER_METRICS, PAIR_METRICS, RATIO_COLUMNS, headline, headline_with_reasons
 from harness.core.timing import interval_status, is_timing
 from harness.core.units import parse_size
+from harness.core.vocab import PASSED_GATE_STATUSES, UNDECIDED_GATE_STATUSES, GateStatus
 
 OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
@@ -73,7 +74,7 @@ class Gate:
 @dataclass(frozen=True)
 class GateResult:
     gate: Gate
-    status: str  # "pass" | "fail" | "skip" | "inconclusive" | "contended" (timed on a busy machine)
+    status: GateStatus  # contended: a timing gate timed on a busy machine
     value: float | int | None
     reason: str
     interval: tuple[float, float] | None = None  # a timing gate's 95 % interval of the ratio
@@ -83,16 +84,16 @@ class GateResult:
     @property
     def passed(self) -> bool:
         """Held or did not apply; an inconclusive gate is never counted as passed."""
-        return self.status in ("pass", "skip")
+        return self.status in PASSED_GATE_STATUSES
 
     @property
     def failed(self) -> bool:
-        return self.status == "fail"
+        return self.status == GateStatus.FAIL
 
     @property
     def inconclusive(self) -> bool:
         """Undecided: the interval straddles the threshold, or the timing was contended."""
-        return self.status in ("inconclusive", "contended")
+        return self.status in UNDECIDED_GATE_STATUSES
 
 
 def known_metrics() -> list[str]:
@@ -229,10 +230,10 @@ def evaluate_gate(
     for cond in gate.when:
         held = cond.holds(values.get(cond.metric))
         if held is None:
-            return GateResult(gate, "skip", None, f"skipped: {cond.metric} not measured")
+            return GateResult(gate, GateStatus.SKIP, None, f"skipped: {cond.metric} not measured")
         if not held:
             shown = _fmt(cond.metric, values[cond.metric])  # type: ignore[arg-type]
-            return GateResult(gate, "skip", None, f"skipped: {cond.metric} = {shown}, needs {cond}")
+            return GateResult(gate, GateStatus.SKIP, None, f"skipped: {cond.metric} = {shown}, needs {cond}")
     metric = gate.check.metric
     value = values.get(metric)
     busy = contended(gate, value, values)
@@ -240,13 +241,13 @@ def evaluate_gate(
         return busy
     if value is None:
         why = (reasons or {}).get(metric)
-        return GateResult(gate, "fail", None, f"not measured: {why}" if why else "not measured")
+        return GateResult(gate, GateStatus.FAIL, None, f"not measured: {why}" if why else "not measured")
     if repeats is not None and is_timing(metric):
         return _timing_result(gate, value, repeats.get(metric, []))
     ok = bool(gate.check.holds(value))
     limit = f"{gate.check.op} {gate.check.text or gate.check.threshold}"
     reason = f"{metric} = {_fmt(metric, value)}" + (f" (required {limit})" if ok else f", but required {limit}")
-    return GateResult(gate, "pass" if ok else "fail", value, reason)
+    return GateResult(gate, GateStatus.PASS if ok else GateStatus.FAIL, value, reason)
 
 
 def _timing_result(gate: Gate, value: float | int, repeats: list[float]) -> GateResult:
@@ -267,7 +268,7 @@ def contended(gate: Gate, value: float | int | None, values: dict[str, float | i
         return None
     shown = f"{gate.check.metric} = {_fmt(gate.check.metric, value)}" if value is not None else "no value"
     return GateResult(
-        gate, "contended", value, f"contended: {shown}, timed while {groups} headline group(s) were contended"
+        gate, GateStatus.CONTENDED, value, f"contended: {shown}, timed while {groups} headline group(s) were contended"
     )
 
 

@@ -63,6 +63,7 @@ from .schema import SummaryRow
 from .summary import RATIO_COLUMNS, complete_pair, median, median_ratio, pair_ratio, paired, sessions_of, timing_pairs
 from .timing import spread_text, timing_spread
 from .units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
+from .vocab import FeatureStatus, Mode
 
 HEADLINE_JSON = "headline.json"
 HEADLINE_FORMAT_VERSION = 1
@@ -142,8 +143,8 @@ def per_n(summary: Sequence[SummaryRow], target: str, view=memory_view) -> list[
             "sessions": sessions_of(measured[0][0]),
             "repeats": len(pairs),
             "incomplete_repeats": len(measured) - len(pairs),
-            "mapped": {c: median(getattr(r, c) for r in mapped_rows) for c in ABSOLUTE_COLUMNS},
-            "heap": {c: median(getattr(r, c) for r in heap_rows) for c in ABSOLUTE_COLUMNS},
+            Mode.MAPPED: {c: median(getattr(r, c) for r in mapped_rows) for c in ABSOLUTE_COLUMNS},
+            Mode.HEAP: {c: median(getattr(r, c) for r in heap_rows) for c in ABSOLUTE_COLUMNS},
             "ratios": {},
             "ratio_range": {},
         }
@@ -153,8 +154,8 @@ def per_n(summary: Sequence[SummaryRow], target: str, view=memory_view) -> list[
             entry["ratio_range"][name] = [min(values), max(values)] if values else None
         metric = fair_metric(mapped_rows + heap_rows)
         column = f"sum_{metric}_bytes" if metric else None
-        mapped_value = entry["mapped"].get(column) if column else None
-        heap_value = entry["heap"].get(column) if column else None
+        mapped_value = entry[Mode.MAPPED].get(column) if column else None
+        heap_value = entry[Mode.HEAP].get(column) if column else None
         saved = heap_value - mapped_value if mapped_value is not None and heap_value is not None else None
         # the fraction is 1 - the headline ratio (the ratio of the two medians), as the gates see it
         fair_ratio = entry["ratios"].get(f"mapped_{metric}_ratio") if metric else None
@@ -208,7 +209,7 @@ def headline_sentence(judgement: Any) -> str:
     entries = per_n(run.summary, run.target)
     feature = judgement.feature
     verdict = f"Verdict: {judgement.verdict}" + (f" ({'; '.join(judgement.reasons)})" if judgement.reasons else "")
-    if feature.state == "active":
+    if feature.state == FeatureStatus.ACTIVE:
         tail = f"{verdict}; file mapping active."
     else:
         tail = f"{verdict}; file mapping {feature.state}: {feature.text}."
@@ -226,15 +227,15 @@ def headline_sentence(judgement: Any) -> str:
     label = "PSS" if saving["metric"] == "pss" else "private bytes"
     column = f"sum_{saving['metric']}_bytes"
     timed, started = timing_entry(run.summary, run.target, top)
-    init_m, init_h = timed["mapped"]["init_s_median"], timed["heap"]["init_s_median"]
+    init_m, init_h = timed[Mode.MAPPED]["init_s_median"], timed[Mode.HEAP]["init_s_median"]
     times = f"{fmt_seconds(init_m)} vs {fmt_seconds(init_h)} median init"
-    start_m, start_h = timed["mapped"]["startup_s_median"], timed["heap"]["startup_s_median"]
+    start_m, start_h = timed[Mode.MAPPED]["startup_s_median"], timed[Mode.HEAP]["startup_s_median"]
     if start_m is not None and start_h is not None:  # mapped pages are faulted in by the first run
         times += f", {fmt_seconds(start_m)} vs {fmt_seconds(start_h)} init + first inference"
-    if feature.state not in ("active", "partial"):
+    if feature.state not in (FeatureStatus.ACTIVE, FeatureStatus.PARTIAL):
         memory = (
-            f"mapped and heap mode measured {fmt_bytes(top['mapped'][column])} vs "
-            f"{fmt_bytes(top['heap'][column])} summed {label}"
+            f"mapped and heap mode measured {fmt_bytes(top[Mode.MAPPED][column])} vs "
+            f"{fmt_bytes(top[Mode.HEAP][column])} summed {label}"
             if saving["bytes"] is not None
             else "no fair memory figure (PSS or private bytes) was measured"
         )
@@ -264,7 +265,7 @@ def timing_entry(summary: Sequence[SummaryRow], target: str, top: dict[str, Any]
 def beyond_sharing(top: dict[str, Any], weights: int) -> str:
     """Why a saving exceeds what sharing explains, from the memory split: the heap path copies
     every byte, a mapped worker has only the pages its inferences touched."""
-    resident = top["mapped"].get("mapped_resident_bytes_median")
+    resident = top[Mode.MAPPED].get("mapped_resident_bytes_median")
     if resident is None or not weights:
         return "the rest is other memory the two modes use differently"
     return (
@@ -275,7 +276,7 @@ def beyond_sharing(top: dict[str, Any], weights: int) -> str:
 
 def still_copied(top: dict[str, Any], weights: int | None) -> str:
     """ " - yet the mapped workers copied X each" when mapped mode still holds weight copies."""
-    copied = top["mapped"].get("copied_bytes_median")
+    copied = top[Mode.MAPPED].get("copied_bytes_median")
     if copied is None or not weights or copied <= COPIED_SLACK_SHARE * weights + SAVING_SLACK_BYTES:
         return ""
     return f"; yet each mapped worker still copied {fmt_bytes(copied)} of weights (copied_bytes)"
@@ -290,7 +291,7 @@ def _saving_text(top: dict[str, Any], weights_bytes: int | None, label: str, col
     less = saving["bytes"] >= 0
     memory = (
         f"mapped weights used {fmt_bytes(abs(saving['bytes']))} {'less' if less else 'MORE'} summed "
-        f"{label} than heap ({fmt_bytes(top['mapped'][column])} vs {fmt_bytes(top['heap'][column])}, "
+        f"{label} than heap ({fmt_bytes(top[Mode.MAPPED][column])} vs {fmt_bytes(top[Mode.HEAP][column])}, "
         f"{fmt_percent(abs(saving['fraction'] or 0))} {'saved' if less else 'extra'})"
     )
     explained = (top["sessions"] - 1) * (weights_bytes or 0)

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .vocab import Mode
+
 #: Headline metric -> SummaryRow column whose mapped/heap ratio it is (merged into the memory
 #: ratios of `harness.core.summary.RATIO_COLUMNS`: gates, headline.json and per-N tables).
 LATENCY_RATIO_COLUMNS = {
@@ -223,8 +225,8 @@ def headline_latency(pairs: Sequence[tuple[Any, Any]], run_meta: dict[str, Any])
         "warmup": run_meta.get("warmup"),
         "concurrency": run_meta.get("concurrency"),
         "page_cache": mapped.page_cache,
-        "mapped": mode_block(mapped),
-        "heap": mode_block(heap),
+        Mode.MAPPED: mode_block(mapped),
+        Mode.HEAP: mode_block(heap),
     }
 
 

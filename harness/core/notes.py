@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from .figurenotes import figure_notes
 from .passes import memory_view
 from .rundata import RunData
+from .schema import FORMAT_VERSION
 from .summary import SYSTEM_NOISE_FACTOR, row_ok
 from .units import fmt_bytes
+from .vocab import EpState, Mode, PathTaken, RunStatus
 
 SMALL_WEIGHTS = 128 * 1024**2  # below this a worker's own overhead hides the saving
 MAX_DETAILS = 12
@@ -57,7 +59,7 @@ def _qnn_notes(run: RunData) -> list[Note]:
 def _qnn_path_notes(run: RunData) -> list[Note]:
     notes = []
     paths = Counter(r.ep_file_mapping for r in run.results if r.ep_file_mapping)
-    if paths.get("unavailable"):
+    if paths.get(EpState.UNAVAILABLE):
         notes.append(
             Note(
                 "warn",
@@ -66,19 +68,19 @@ def _qnn_path_notes(run: RunData) -> list[Note]:
                 "mapped weights exist only on Windows on ARM64 with QNN API 2.32 or newer, and "
                 "turned them off. Both modes therefore loaded the weights into the heap, so "
                 "'mapped' and 'heap' measure the same path here and any difference between them is "
-                f"noise, not the feature ({paths['unavailable']} worker(s) affected).",
-                _counted(r.ep_log_tail for r in run.results if r.ep_file_mapping == "unavailable"),
+                f"noise, not the feature ({paths[EpState.UNAVAILABLE]} worker(s) affected).",
+                _counted(r.ep_log_tail for r in run.results if r.ep_file_mapping == EpState.UNAVAILABLE),
             )
         )
-    if paths.get("retried"):
+    if paths.get(EpState.RETRIED):
         notes.append(
             Note(
                 "warn",
                 "The EP retried without file mapping",
-                f"In {paths['retried']} worker(s) creating the QNN contexts with file mapping failed "
+                f"In {paths[EpState.RETRIED]} worker(s) creating the QNN contexts with file mapping failed "
                 "and the EP retried the whole creation reading the context binary into the heap. "
                 "Those workers ran, but on the heap path.",
-                _counted(r.ep_reason or r.ep_log_tail for r in run.results if r.ep_file_mapping == "retried"),
+                _counted(r.ep_reason or r.ep_log_tail for r in run.results if r.ep_file_mapping == EpState.RETRIED),
             )
         )
     return notes
@@ -86,7 +88,7 @@ def _qnn_path_notes(run: RunData) -> list[Note]:
 
 def _qnn_disable_notes(run: RunData) -> list[Note]:
     notes = []
-    disabled = [r for r in run.results if r.ep_file_mapping == "disabled" and r.mode == "mapped"]
+    disabled = [r for r in run.results if r.ep_file_mapping == EpState.DISABLED and r.mode == Mode.MAPPED]
     if disabled:
         notes.append(
             Note(
@@ -96,7 +98,7 @@ def _qnn_disable_notes(run: RunData) -> list[Note]:
                 _counted(r.ep_log_tail for r in disabled),
             )
         )
-    ep_disabled = [r for r in run.results if r.ep_file_mapping == "ep-disabled"]
+    ep_disabled = [r for r in run.results if r.ep_file_mapping == EpState.EP_DISABLED]
     if ep_disabled:
         notes.append(
             Note(
@@ -108,7 +110,7 @@ def _qnn_disable_notes(run: RunData) -> list[Note]:
                 _counted(r.ep_reason for r in ep_disabled),
             )
         )
-    unknown = [r for r in run.results if r.ep_file_mapping == "unknown"]
+    unknown = [r for r in run.results if r.ep_file_mapping == EpState.UNKNOWN]
     if unknown:
         notes.append(
             Note(
@@ -200,8 +202,8 @@ def _path_notes(run: RunData) -> list[Note]:
                 ),
             )
         )
-    fallback = [r for r in run.results if r.path_taken == "fallback"]
-    retried = [r for r in run.results if (r.map_attempts or 0) > 1 and r.path_taken != "fallback"]
+    fallback = [r for r in run.results if r.path_taken == PathTaken.FALLBACK]
+    retried = [r for r in run.results if (r.map_attempts or 0) > 1 and r.path_taken != PathTaken.FALLBACK]
     if fallback:
         outcomes = Counter((r.repeat, r.fallback_stage or "?") for r in fallback)
         notes.append(
@@ -297,7 +299,7 @@ def run_notes(run: RunData) -> list[Note]:
     figures = [Note(*note) for note in figure_notes(run)]
     notes = [*_worker_notes(run), *_qnn_notes(run), *figures, *_coverage_notes(run), RSS_NOTE]
     status = run.meta.get("status")
-    if status and status != "complete":
+    if status and status != RunStatus.COMPLETE:
         notes.append(
             Note(
                 "warn",
@@ -308,6 +310,12 @@ def run_notes(run: RunData) -> list[Note]:
         )
     for text in run.load_notes:
         notes.append(Note("warn", "Incomplete run folder", text))
+    if run.migrated:
+        text = (
+            f"Written in format version {run.written_in} by an older harness, read as version {FORMAT_VERSION}: "
+            "the columns it lacks are empty, figures it did not measure:"
+        )
+        notes.append(Note("info", "Older run folder", text, list(run.migrated)))
     if run.target_notes:  # one note, however many facts the target recorded
         first, *more = run.target_notes
         notes.append(Note("info", f"How the {run.target} target measures", str(first), [str(t) for t in more]))

@@ -20,9 +20,10 @@ from typing import Any, TypeVar
 
 from .schema import SummaryRow
 from .units import fmt_percent
+from .vocab import Start
 
-CONCURRENT = "concurrent"
-SEQUENTIAL = "sequential"
+CONCURRENT = Start.CONCURRENT
+SEQUENTIAL = Start.SEQUENTIAL
 STARTS = (CONCURRENT, SEQUENTIAL)
 #: How people read each pass (terminal, report, sentence).
 LABELS = {CONCURRENT: "all N starting together", SEQUENTIAL: "one at a time"}

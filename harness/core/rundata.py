@@ -16,9 +16,10 @@ from typing import Any
 
 from .errors import InputError
 from .fits import stated_system
-from .schema import FORMAT_VERSION, MODES, ResultRow, SummaryRow
+from .migrate import migrate
+from .schema import FORMAT_VERSION, MODES, OLDEST_FORMAT_VERSION, ResultRow, SummaryRow
 from .summary import group_key, headline, primary_target, summarize, system_delta_state
-from .tables import RESULTS_CSV, SUMMARY_CSV, read_rows
+from .tables import RESULTS_CSV, SUMMARY_CSV, TextTable, parse_rows, read_text_table
 
 METADATA_JSON = "metadata.json"
 HEADLINE_JSON = "headline.json"
@@ -78,6 +79,11 @@ class RunData:
     summary: list[SummaryRow]
     #: Problems found while loading that do not stop the report (shown as notes).
     load_notes: list[str] = field(default_factory=list)
+    #: The format version the folder was written in (`meta` and the rows are migrated to the
+    #: current one, `harness.core.schema.FORMAT_VERSION`).
+    written_in: int = FORMAT_VERSION
+    #: What migrating it changed, in words (empty: nothing to change).
+    migrated: list[str] = field(default_factory=list)
 
     @property
     def run(self) -> dict[str, Any]:
@@ -198,6 +204,19 @@ def _check_types(path: Path, where: str, data: dict, types: dict[str, Any]) -> N
             raise InputError(f"{path}: {where}{key} is not a finite number")
 
 
+def format_version(path: Path, meta: dict[str, Any]) -> int:
+    """The format version metadata.json says its folder was written in: InputError unless it
+    is one this harness reads (`OLDEST_FORMAT_VERSION`..`FORMAT_VERSION`; older ones are
+    migrated when loaded, `harness.core.migrate`)."""
+    version = meta.get("format_version")
+    known = f"this harness reads {OLDEST_FORMAT_VERSION}..{FORMAT_VERSION}"
+    if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
+        raise InputError(f"{path}: format_version {version} was written by a newer harness; {known}: update it")
+    if isinstance(version, bool) or not isinstance(version, int) or version < OLDEST_FORMAT_VERSION:
+        raise InputError(f"{path}: format_version {version!r} is not a format of this harness; {known}")
+    return version
+
+
 def _read_metadata(folder: Path, notes: list[str]) -> dict[str, Any]:
     path = folder / METADATA_JSON
     if not path.is_file():
@@ -206,11 +225,7 @@ def _read_metadata(folder: Path, notes: list[str]) -> dict[str, Any]:
     meta = read_run_json(path)
     if not isinstance(meta, dict):
         raise InputError(f"{path}: expected a JSON object")
-    version = meta.get("format_version")
-    if version != FORMAT_VERSION:
-        raise InputError(
-            f"{path}: format_version {version!r} is not {FORMAT_VERSION}; this report understands only that version"
-        )
+    format_version(path, meta)
     _check_types(path, "", meta, META_TYPES)
     _check_types(path, "run.", meta.get("run") or {}, RUN_TYPES)
     return meta
@@ -308,9 +323,22 @@ def same_run(a: RunData, b: RunData) -> bool:
     return a.run_id == b.run_id and started is not None and started == b.run.get("started")
 
 
+def _read_tables(folder: Path, meta: dict[str, Any]) -> tuple[dict[type, TextTable], int, list[str]]:
+    """The folder's tables as text, their headers checked against the format version its
+    metadata.json states (a folder without one is held to the oldest), then migrated to the
+    current version (`harness.core.migrate`): the tables, the version written, what changed."""
+    version = meta.get("format_version", OLDEST_FORMAT_VERSION)
+    tables = {ResultRow: read_text_table(folder / RESULTS_CSV, ResultRow, version)}
+    if (folder / SUMMARY_CSV).is_file():
+        tables[SummaryRow] = read_text_table(folder / SUMMARY_CSV, SummaryRow, version)
+    return tables, version, migrate(meta, tables, version)
+
+
 def load_run(folder: Path | str) -> RunData:
-    """Load and check one run folder; `InputError` (one line) for what stops a report: a
-    missing or malformed file, a cell out of its range, files that contradict each other."""
+    """Load and check one run folder, migrated to the current format version when it is older
+    (in memory: the folder is never rewritten); `InputError` (one line) for what stops a
+    report: a missing or malformed file, a cell out of its range, files that contradict each
+    other."""
     folder = Path(folder)
     if not folder.is_dir():
         raise InputError(f"{folder}: no such run folder")
@@ -320,12 +348,12 @@ def load_run(folder: Path | str) -> RunData:
     notes: list[str] = []
     meta = _read_metadata(folder, notes)
     try:
-        results = read_rows(results_path, ResultRow)
+        tables, version, migrated = _read_tables(folder, meta)
+        results = parse_rows(tables[ResultRow], ResultRow)
         _check_against_metadata(folder, meta, results)
-        summary_path = folder / SUMMARY_CSV
         current = True  # tables of this harness's own judging rules (an older one's lack `complete`)
-        if summary_path.is_file():
-            stated = read_rows(summary_path, SummaryRow)
+        if SummaryRow in tables:
+            stated = parse_rows(tables[SummaryRow], SummaryRow)
             current = all(s.complete is not None for s in stated)
             summary = _recomputed_summary(folder, stated, results)
         else:
@@ -340,7 +368,7 @@ def load_run(folder: Path | str) -> RunData:
         raise InputError(f"{folder}: cannot read ({exc})") from None
     if not results:
         notes.append(f"{RESULTS_CSV} has no rows: no worker reported anything.")
-    return RunData(folder=folder, meta=meta, results=results, summary=summary, load_notes=notes)
+    return RunData(folder, meta, results, summary, notes, written_in=version, migrated=migrated)
 
 
 def with_completeness(summary: list[SummaryRow], results: list[ResultRow]) -> list[SummaryRow]:

@@ -10,40 +10,42 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-#: Bumped whenever a column changes meaning or is removed (adding one is compatible).
-FORMAT_VERSION = 1
-
-MODES = ("mapped", "heap")
-#: How the QNN EP treated file mapping in a session, from its own log (qnn target; see
-#: harness/targets/qnn/eplog.py for the evidence each needs). Other targets record "n/a".
-EP_STATES = (
-    "active",
-    "retried",
-    "mixed",
-    "disabled",
-    "ep-disabled",
-    "unavailable",
-    "option-ignored",
-    "ep-error",
-    "unknown",
+from .vocab import (  # noqa: F401  (EP_STATES, MAPPED_STATES: their long-standing home)
+    DISABLE_FLAGS,
+    EP_STATES,
+    MAPPED_STATES,
+    EpState,
+    Mode,
+    PageCache,
+    PathTaken,
+    PeakPhase,
+    Start,
 )
-#: The only EP state a summary or gate may count as "weights came from the mapping".
-MAPPED_STATES = ("active",)
-#: The value of the provider option ``disable_file_mapped_weights`` each mode passes.
-_DISABLE_FLAG = {"mapped": "0", "heap": "1"}
+
+#: The format version of the run folders this harness writes (metadata.json's
+#: ``format_version``): bumped with each change of a file's shape (a column added, removed or
+#: given another meaning), with the step in `harness.core.migrate` that brings a folder of the
+#: version before up to it (docs/results.md, "Format versions").
+FORMAT_VERSION = 3
+#: The oldest format version this harness reads (and migrates when it loads a run folder).
+OLDEST_FORMAT_VERSION = 1
+
+#: The modes, mapped first (the order tables and charts show them in).
+MODES: tuple[Mode, ...] = tuple(Mode)
 
 
 def disable_flag(mode: str) -> str:
     """``disable_file_mapped_weights`` for a mode: "0" (mapped) or "1" (heap); KeyError otherwise."""
-    return _DISABLE_FLAG[mode]
+    return DISABLE_FLAGS[mode]
 
 
-def col(dtype: str, unit: str, doc: str, default: Any = None, *, required: bool = True) -> Any:
+def col(dtype: str, unit: str, doc: str, default: Any = None, *, since: int = 1) -> Any:
     """Declare a column: pandas dtype name, unit and meaning travel with the field.
 
-    ``required``: every table of this format version has it, so a file without it is not one
-    of ours. Columns added later are not required (older files lack them: compatible)."""
-    return field(default=default, metadata={"dtype": dtype, "unit": unit, "doc": doc, "required": required})
+    ``since``: the first format version whose tables all have the column. A table of an
+    older version may lack it: migrating the folder on load adds it empty (not measured). A
+    new column is declared ``since=FORMAT_VERSION`` after the bump it comes with."""
+    return field(default=default, metadata={"dtype": dtype, "unit": unit, "doc": doc, "since": since})
 
 
 @dataclass
@@ -71,7 +73,7 @@ class ResultRow:
         "",
         "the pipeline stage whose failure sent the weights to the direct read: "
         "map | register | create (empty when none)",
-        required=False,
+        since=2,
     )
     ep_file_mapping: str = col(
         "string",
@@ -87,20 +89,20 @@ class ResultRow:
     latency_p50_s: float = col("Float64", "s", "median latency of those R inferences (empty without --runs)")
     latency_p90_s: float = col("Float64", "s", "90th percentile latency of the R inferences")
     latency_p99_s: float = col("Float64", "s", "99th percentile latency of the R inferences")
-    warmup: int = col("Int64", "count", "untimed inferences before the timed ones (--warmup K)", required=False)
+    warmup: int = col("Int64", "count", "untimed inferences before the timed ones (--warmup K)", since=2)
     concurrency: int = col(
         "Int64",
         "count",
         "inference threads running the timed inferences on one session (--concurrency C)",
-        required=False,
+        since=2,
     )
-    latency_mean_s: float = col("Float64", "s", "mean latency of the R timed inferences", required=False)
-    latency_stdev_s: float = col("Float64", "s", "sample standard deviation of the R latencies", required=False)
-    latency_min_s: float = col("Float64", "s", "fastest of the R inferences", required=False)
-    latency_p95_s: float = col("Float64", "s", "95th percentile latency of the R inferences", required=False)
-    latency_max_s: float = col("Float64", "s", "slowest of the R inferences", required=False)
+    latency_mean_s: float = col("Float64", "s", "mean latency of the R timed inferences", since=2)
+    latency_stdev_s: float = col("Float64", "s", "sample standard deviation of the R latencies", since=2)
+    latency_min_s: float = col("Float64", "s", "fastest of the R inferences", since=2)
+    latency_p95_s: float = col("Float64", "s", "95th percentile latency of the R inferences", since=2)
+    latency_max_s: float = col("Float64", "s", "slowest of the R inferences", since=2)
     inferences_per_s: float = col(
-        "Float64", "count/s", "R over the wall time of the timed phase (C threads: their combined rate)", required=False
+        "Float64", "count/s", "R over the wall time of the timed phase (C threads: their combined rate)", since=2
     )
     page_cache: str = col("string", "", "warm | cold | cold-unverified: page-cache state of the weights at group start")
     weights_resident_bytes: int = col("Int64", "bytes", "weights bytes in the page cache as the group started (Linux)")
@@ -115,37 +117,35 @@ class ResultRow:
         "highest private memory (Linux: anonymous pages of /proc/<pid>/statm; Windows: PrivateUsage, "
         "raised to PeakPagefileUsage) from the worker's start to ready, sampled by the parent at 1 kHz or "
         "faster and by the worker at each phase change",
-        required=False,
+        since=2,
     )
-    peak_phase: str = col(
-        "string", "", "start-up phase of that peak: start | load | create | first_run", required=False
-    )
+    peak_phase: str = col("string", "", "start-up phase of that peak: start | load | create | first_run", since=2)
     peak_shared_bytes: int = col(
         "Int64",
         "bytes",
         "shared / file-backed resident bytes in the sample where the private figure peaked (Linux: statm "
         "shared; Windows: working set - private working set): a fallback holding the mapping and the copy "
         "shows both in one sample",
-        required=False,
+        since=2,
     )
     peak_rss_bytes: int = col(
         "Int64",
         "bytes",
         "kernel-kept peak resident set until ready (Linux VmHWM; Windows PeakWorkingSetSize): counts file pages",
-        required=False,
+        since=2,
     )
     peak_sample_hz: float = col(
         "Float64",
         "count/s",
         "samples per second the parent's peak watch achieved for this worker (1000 or more wanted; below, "
         "or empty: not watched, the run's notes say so)",
-        required=False,
+        since=2,
     )
     peak_sample_max_gap_s: float = col(
         "Float64",
         "s",
         "longest time between two of the parent's peak samples: a shorter transient can be missed",
-        required=False,
+        since=2,
     )
     weights_bytes: int = col("Int64", "bytes", "size of the weights file the sessions use")
     output_ok: bool = col("boolean", "", "first inference matched the reference output")
@@ -158,59 +158,55 @@ class ResultRow:
         "string",
         "",
         "EP verdict per state over the worker's M sessions, e.g. 'active=3 retried=1' (qnn)",
-        required=False,
+        since=2,
     )
     ep_reason: str = col(
         "string",
         "",
         "why the EP did not map: e.g. 'embedded context', 'RPCMem unavailable', the retry error (qnn)",
-        required=False,
+        since=2,
     )
     ep_nodes: str = col(
         "string",
         "",
         "EPContext nodes over the worker's sessions whose context bin was mapped and that the EP "
         "disabled mapping for, e.g. 'mapped=1 disabled=1' (a mixed session) (qnn)",
-        required=False,
+        since=2,
     )
     memory_ok: bool = col(
         "boolean",
         "",
         "sampled at the barrier with figures physics allows for its mode "
         "(why not: memory_note; empty: written by an older harness, not checked)",
-        required=False,
+        since=2,
     )
     # -- what the memory is made of (issue 18): measured against the group's control worker --
     mapped_resident_bytes: int = col(
         "Int64",
         "bytes",
         "pages of the weights files resident in this worker, from its memory maps (read by the parent at the barrier)",
-        required=False,
+        since=2,
     )
     copied_bytes: int = col(
         "Int64",
         "bytes",
         "private memory attributable to weight copies: USS / private bytes minus the control's (runtime_bytes), "
         "minus weights-file pages only this worker maps (empty: no control, or out of physical range)",
-        required=False,
+        since=2,
     )
     runtime_bytes: int = col(
         "Int64",
         "bytes",
         "USS / private bytes of the group's control worker: same runtime, sessions and inputs, no weights",
-        required=False,
+        since=2,
     )
     # -- how busy the machine was while the timings were taken --
-    cpu_s: float = col("Float64", "s", "CPU time of the worker's measured work (all threads)", required=False)
-    busy_s: float = col(
-        "Float64", "s", "wall time of the same work: cpu_s / busy_s < 0.5 is contention", required=False
-    )
-    load_avg: float = col(
-        "Float64", "", "1-minute load average at the barrier (empty where the OS has none)", required=False
-    )
-    cpu_count: int = col("Int64", "count", "CPUs this harness may run on", required=False)
+    cpu_s: float = col("Float64", "s", "CPU time of the worker's measured work (all threads)", since=2)
+    busy_s: float = col("Float64", "s", "wall time of the same work: cpu_s / busy_s < 0.5 is contention", since=2)
+    load_avg: float = col("Float64", "", "1-minute load average at the barrier (empty where the OS has none)", since=2)
+    cpu_count: int = col("Int64", "count", "CPUs this harness may run on", since=2)
     steal_s: float = col(
-        "Float64", "s", "CPU time stolen by the hypervisor over the group, whole machine (Linux)", required=False
+        "Float64", "s", "CPU time stolen by the hypervisor over the group, whole machine (Linux)", since=2
     )
     # -- the timing pass (issue 32) --
     start: str = col(
@@ -218,31 +214,29 @@ class ResultRow:
         "",
         "concurrent: the group's N workers started together, memory sampled with all N alive | sequential: "
         "the timing pass, one worker at a time, each alone, no memory sampled (empty: concurrent)",
-        required=False,
+        since=3,
     )
     foreign_cpus: float = col(
         "Float64",
         "count",
         "sequential pass: CPUs' worth of time other processes used over this worker's life (the whole "
         "machine's busy time minus this worker's and the harness's); above cpu_count - 1 it had no CPU to itself",
-        required=False,
+        since=3,
     )
     floor_s: float = col(
         "Float64",
         "s",
         "time to map the weights file(s) read-only and touch nothing, in this worker before its load: the "
         "floor under any mapped load",
-        required=False,
+        since=3,
     )
     # -- the group's memory container (--memory-limit, capacity) --
     memory_limit_bytes: int = col(
-        "Int64", "bytes", "the memory limit of the group's container (empty: no --memory-limit)", required=False
+        "Int64", "bytes", "the memory limit of the group's container (empty: no --memory-limit)", since=3
     )
-    oom_killed: bool = col(
-        "boolean", "", "ended by the container's memory limit, by the kernel's own count", required=False
-    )
+    oom_killed: bool = col("boolean", "", "ended by the container's memory limit, by the kernel's own count", since=3)
     container_peak_bytes: int = col(
-        "Int64", "bytes", "highest charge of the group's container (Linux: page cache included)", required=False
+        "Int64", "bytes", "highest charge of the group's container (Linux: page cache included)", since=3
     )
 
 
@@ -262,44 +256,44 @@ class SummaryRow:
     latency_p50_s_median: float = col("Float64", "s", "median over workers of latency_p50_s")
     latency_p90_s_median: float = col("Float64", "s", "median over workers of latency_p90_s")
     latency_p99_s_median: float = col("Float64", "s", "median over workers of latency_p99_s")
-    latency_mean_s: float = col("Float64", "s", "mean latency over every timed inference of the group", required=False)
+    latency_mean_s: float = col("Float64", "s", "mean latency over every timed inference of the group", since=2)
     latency_stdev_s: float = col(
-        "Float64", "s", "standard deviation over every timed inference of the group (pooled)", required=False
+        "Float64", "s", "standard deviation over every timed inference of the group (pooled)", since=2
     )
-    latency_min_s: float = col("Float64", "s", "fastest timed inference of the group", required=False)
-    latency_p95_s_median: float = col("Float64", "s", "median over workers of latency_p95_s", required=False)
-    latency_max_s: float = col("Float64", "s", "slowest timed inference of the group", required=False)
-    inferences_per_s: float = col("Float64", "count/s", "median over workers of inferences_per_s", required=False)
+    latency_min_s: float = col("Float64", "s", "fastest timed inference of the group", since=2)
+    latency_p95_s_median: float = col("Float64", "s", "median over workers of latency_p95_s", since=2)
+    latency_max_s: float = col("Float64", "s", "slowest timed inference of the group", since=2)
+    inferences_per_s: float = col("Float64", "count/s", "median over workers of inferences_per_s", since=2)
     max_peak_private_bytes: int = col(
         "Int64",
         "bytes",
         "highest peak_private_bytes of the group's ok workers (one worker's start-up peak)",
-        required=False,
+        since=2,
     )
     sum_peak_private_bytes: int = col(
         "Int64",
         "bytes",
         "sum of the ok workers' peak_private_bytes: the group's peak if every worker peaked at once",
-        required=False,
+        since=2,
     )
-    peak_phase: str = col("string", "", "phase(s) of the workers' peaks, '|'-joined", required=False)
+    peak_phase: str = col("string", "", "phase(s) of the workers' peaks, '|'-joined", since=2)
     system_min_available_bytes: int = col(
-        "Int64", "bytes", "lowest system available memory while the workers started", required=False
+        "Int64", "bytes", "lowest system available memory while the workers started", since=2
     )
     system_max_committed_bytes: int = col(
-        "Int64", "bytes", "highest commit charge while the workers started (Linux Committed_AS)", required=False
+        "Int64", "bytes", "highest commit charge while the workers started (Linux Committed_AS)", since=2
     )
     system_commit_limit_bytes: int = col(
-        "Int64", "bytes", "the system's commit limit (Linux CommitLimit, Windows GetPerformanceInfo)", required=False
+        "Int64", "bytes", "the system's commit limit (Linux CommitLimit, Windows GetPerformanceInfo)", since=2
     )
     system_start_available_bytes: int = col(
-        "Int64", "bytes", "system available memory as the group started, before its first worker", required=False
+        "Int64", "bytes", "system available memory as the group started, before its first worker", since=2
     )
     system_start_committed_bytes: int = col(
-        "Int64", "bytes", "commit charge as the group started, before its first worker", required=False
+        "Int64", "bytes", "commit charge as the group started, before its first worker", since=2
     )
     overcommit_mode: int = col(
-        "Int64", "", "Linux vm.overcommit_memory (only 2 enforces the commit limit); empty elsewhere", required=False
+        "Int64", "", "Linux vm.overcommit_memory (only 2 enforces the commit limit); empty elsewhere", since=2
     )
     page_cache: str = col("string", "", "warm | cold | cold-unverified (see results.csv)")
     sum_rss_bytes: int = col(
@@ -317,52 +311,50 @@ class SummaryRow:
     fallback_workers: int = col("Int64", "count", "workers whose weights fell back to the heap")
     ep_file_mapping: str = col("string", "", "EP path(s) seen, '|'-joined")
     unknown_sessions: int = col(
-        "Int64", "count", "sessions whose EP log gave no file-mapping evidence (qnn; empty elsewhere)", required=False
+        "Int64", "count", "sessions whose EP log gave no file-mapping evidence (qnn; empty elsewhere)", since=2
     )
     retried_sessions: int = col(
-        "Int64", "count", "sessions where the EP retried with a direct read (qnn; empty elsewhere)", required=False
+        "Int64", "count", "sessions where the EP retried with a direct read (qnn; empty elsewhere)", since=2
     )
     complete: bool = col(
         "boolean",
         "",
         "all N workers reached the barrier and were sampled with plausible "
         "figures: only complete groups have sums and enter ratios and gates",
-        required=False,
+        since=2,
     )
     system_noise_bytes: int = col(
         "Int64",
         "bytes",
         "change of the idle system available memory from before to "
         "after the group: the noise floor of system_delta_bytes",
-        required=False,
+        since=2,
     )
-    note: str = col(
-        "string", "", "why the group is not complete, or why its system delta is unreliable", required=False
-    )
+    note: str = col("string", "", "why the group is not complete, or why its system delta is unreliable", since=2)
     copied_bytes_median: int = col(
-        "Int64", "bytes", "median copied_bytes over the ok workers (weight copies per worker)", required=False
+        "Int64", "bytes", "median copied_bytes over the ok workers (weight copies per worker)", since=2
     )
     mapped_resident_bytes_median: int = col(
-        "Int64", "bytes", "median mapped_resident_bytes over the ok workers", required=False
+        "Int64", "bytes", "median mapped_resident_bytes over the ok workers", since=2
     )
-    runtime_bytes: int = col("Int64", "bytes", "the group's control worker's USS / private bytes", required=False)
-    load_avg: float = col("Float64", "", "highest load_avg of the group's workers", required=False)
-    cpu_share_min: float = col("Float64", "", "lowest cpu_s / busy_s of the group's ok workers", required=False)
+    runtime_bytes: int = col("Int64", "bytes", "the group's control worker's USS / private bytes", since=2)
+    load_avg: float = col("Float64", "", "highest load_avg of the group's workers", since=2)
+    cpu_share_min: float = col("Float64", "", "lowest cpu_s / busy_s of the group's ok workers", since=2)
     contended: bool = col(
         "boolean",
         "",
         "timings taken on a contended machine: load_avg above cpu_count, or a worker's CPU share below 0.5 "
         "(sequential pass: foreign_cpus above cpu_count - 1 instead of the load average)",
-        required=False,
+        since=2,
     )
-    start: str = col("string", "", "concurrent | sequential (see results.csv)", required=False)
+    start: str = col("string", "", "concurrent | sequential (see results.csv)", since=3)
     foreign_cpus_max: float = col(
-        "Float64", "count", "sequential pass: highest foreign_cpus of the group's workers", required=False
+        "Float64", "count", "sequential pass: highest foreign_cpus of the group's workers", since=3
     )
-    floor_s_median: float = col("Float64", "s", "median floor_s over the ok workers", required=False)
-    memory_limit_bytes: int = col("Int64", "bytes", "the group's container memory limit", required=False)
-    oom_workers: int = col("Int64", "count", "workers the container's memory limit ended", required=False)
-    container_peak_bytes: int = col("Int64", "bytes", "highest charge of the group's container", required=False)
+    floor_s_median: float = col("Float64", "s", "median floor_s over the ok workers", since=3)
+    memory_limit_bytes: int = col("Int64", "bytes", "the group's container memory limit", since=3)
+    oom_workers: int = col("Int64", "count", "workers the container's memory limit ended", since=3)
+    container_peak_bytes: int = col("Int64", "bytes", "highest charge of the group's container", since=3)
 
 
 def columns(row_type: type) -> list[str]:
@@ -380,9 +372,15 @@ def column_docs(row_type: type) -> list[tuple[str, str, str, str]]:
     return [(f.name, f.metadata["dtype"], f.metadata["unit"], f.metadata["doc"]) for f in fields(row_type)]
 
 
-def required_columns(row_type: type) -> list[str]:
-    """Columns every table of ``row_type`` in this format version has (see `col`)."""
-    return [f.name for f in fields(row_type) if f.metadata.get("required", True)]
+def required_columns(row_type: type, version: int = FORMAT_VERSION) -> list[str]:
+    """Columns every table of ``row_type`` in format ``version`` has (see `col`)."""
+    return [f.name for f in fields(row_type) if f.metadata["since"] <= version]
+
+
+def columns_since(row_type: type, version: int) -> list[str]:
+    """Columns of ``row_type`` that format ``version`` added: a table of the version before may
+    lack them."""
+    return [f.name for f in fields(row_type) if f.metadata["since"] == version]
 
 
 def row_from_dict(row_type: type, data: dict) -> Any:
@@ -407,13 +405,13 @@ SIGNED_COLUMNS = frozenset({"system_delta_bytes", "system_noise_bytes", "exit_co
 AT_LEAST_ONE = frozenset({"processes", "sessions_per_process"})
 #: Text columns with a closed set of values ('|'-joined in a summary row).
 CHOICES: dict[str, tuple[str, ...]] = {
-    "mode": MODES,
-    "disable_file_mapped_weights": tuple(_DISABLE_FLAG.values()),
-    "path_taken": ("mapped", "heap", "fallback", "unknown"),
-    "page_cache": ("warm", "cold", "cold-unverified"),
-    "ep_file_mapping": (*EP_STATES, "n/a"),
-    "peak_phase": ("start", "load", "create", "first_run"),
-    "start": ("concurrent", "sequential"),
+    "mode": Mode.values(),
+    "disable_file_mapped_weights": tuple(DISABLE_FLAGS.values()),
+    "path_taken": PathTaken.values(),
+    "page_cache": PageCache.values(),
+    "ep_file_mapping": EpState.values(),
+    "peak_phase": PeakPhase.values(),
+    "start": Start.values(),
 }
 
 

@@ -17,6 +17,7 @@ from .composition import composition
 from .passes import SEQUENTIAL, is_time_column, memory_view, start_of, timing_view
 from .physics import bounded, heap_overhead, weight_copies
 from .schema import ResultRow, SummaryRow
+from .vocab import EpState, Mode, PathTaken
 
 #: Headline metric -> SummaryRow column whose mapped/heap ratio it is.
 RATIO_COLUMNS = {
@@ -128,9 +129,7 @@ def session_counts(row: ResultRow) -> dict[str, int] | None:
 
 def _count_sessions(members: list[ResultRow], state: str) -> int | None:
     counted = [session_counts(r) for r in members]
-    if all(c is None for c in counted):
-        return None
-    return sum((c or {}).get(state, 0) for c in counted)
+    return None if all(c is None for c in counted) else sum((c or {}).get(state, 0) for c in counted)
 
 
 def group_key(row: ResultRow | SummaryRow) -> tuple:
@@ -255,10 +254,10 @@ def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = No
                 weights_bytes=max((r.weights_bytes or 0) for r in members) or None,
                 ok_workers=len(ok),
                 failed_workers=len(members) - len(ok),
-                fallback_workers=sum(1 for r in members if r.path_taken == "fallback"),
+                fallback_workers=sum(1 for r in members if r.path_taken == PathTaken.FALLBACK),
                 ep_file_mapping="|".join(paths),
-                unknown_sessions=_count_sessions(members, "unknown"),
-                retried_sessions=_count_sessions(members, "retried"),
+                unknown_sessions=_count_sessions(members, EpState.UNKNOWN),
+                retried_sessions=_count_sessions(members, EpState.RETRIED),
                 complete=complete,
                 system_noise_bytes=noise,
                 note="; ".join([*reasons, *([unreliable] if unreliable else [])]) or None,
@@ -293,7 +292,7 @@ def paired(summary: Iterable[SummaryRow]) -> list[tuple[SummaryRow, SummaryRow]]
     by_key: dict[tuple, dict[str, SummaryRow]] = defaultdict(dict)
     for s in summary:
         by_key[(s.target, start_of(s), s.processes, s.sessions_per_process, s.repeat)][s.mode] = s
-    return [(v["mapped"], v["heap"]) for _, v in sorted(by_key.items()) if {"mapped", "heap"} <= v.keys()]
+    return [(v[Mode.MAPPED], v[Mode.HEAP]) for _, v in sorted(by_key.items()) if set(Mode) <= v.keys()]
 
 
 def primary_target(summary: Sequence[SummaryRow]) -> str | None:
@@ -366,7 +365,7 @@ def _peer_init_ratio(summary: Sequence[SummaryRow], pairs: list[tuple[SummaryRow
             s
             for s in summary
             if s.target != target
-            and s.mode == "mapped"
+            and s.mode == Mode.MAPPED
             and s.complete is True
             and s.processes == mapped.processes
             and s.sessions_per_process == mapped.sessions_per_process

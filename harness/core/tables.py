@@ -13,14 +13,24 @@ import csv
 import io
 import math
 import re
-from collections.abc import Iterable
-from dataclasses import fields
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from .errors import InputError
 from .files import write_text_atomic
-from .schema import ResultRow, SummaryRow, cell_problem, columns, dtypes, required_columns, row_from_dict
+from .schema import (
+    OLDEST_FORMAT_VERSION,
+    ResultRow,
+    SummaryRow,
+    cell_problem,
+    columns,
+    dtypes,
+    required_columns,
+    row_from_dict,
+)
 
 RESULTS_CSV = "results.csv"
 SUMMARY_CSV = "summary.csv"
@@ -142,64 +152,93 @@ def write_rows(path: Path | str, rows: Iterable[Any], row_type: type | None = No
     return write_text_atomic(path, rows_to_csv_text(rows, row_type), newline="")
 
 
-def check_header(path: Path, header: list[str] | None, row_type: type) -> None:
+def check_header(path: Path, header: list[str] | None, row_type: type, version: int = OLDEST_FORMAT_VERSION) -> None:
     """InputError (one line naming the file and what is wrong) unless ``header`` is the header
-    of a ``row_type`` table of this harness: no column twice, every required column there.
-    Columns it does not know are allowed (a newer writer adds columns)."""
+    of a ``row_type`` table of this harness in format ``version``: no column twice, every
+    column that version requires there. Columns it does not know are allowed (a newer writer
+    adds columns). A table read on its own, without its run's metadata.json, is held to the
+    oldest version's columns."""
     kind = TABLE_KINDS.get(row_type, row_type.__name__)
     if not header:
         raise InputError(f"{path}: empty file, no header: not a {kind} table of this harness")
     twice = sorted({c for c in header if header.count(c) > 1})
     if twice:
         raise InputError(f"{path}: column(s) {', '.join(twice)} appear twice: not a {kind} table of this harness")
-    missing = [c for c in required_columns(row_type) if c not in header]
+    missing = [c for c in required_columns(row_type, version) if c not in header]
     if missing:
         shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
         raise InputError(
             f"{path}: not a {kind} table of this harness: missing column(s) {shown} "
-            f"(its header starts {', '.join(header[:4])})"
+            f"(format version {version}; its header starts {', '.join(header[:4])})"
         )
 
 
-def read_rows(path: Path | str, row_type: type) -> list[Any]:
-    """Read a CSV written by `write_rows` back into ``row_type`` objects.
+@dataclass
+class TextTable:
+    """A table as its file holds it, cells still text: what `harness.core.migrate` brings up
+    to the current format before `parse_rows` turns it into rows."""
 
-    Columns the schema does not know (a newer writer) are ignored and columns added after
-    this format version (`schema.col` ``required=False``) keep their defaults when missing.
-    Everything else is refused with `InputError` naming the file and what is wrong: no header,
-    a required column missing, a line with more or fewer cells than the header, a malformed
-    cell (with its line and column), bytes that are not UTF-8 text."""
+    path: Path
+    header: list[str]
+    rows: list[dict[str, str]]
+    lines: list[int]  # the file line of each row, for messages
+
+
+def read_text_table(path: Path | str, row_type: type, version: int = OLDEST_FORMAT_VERSION) -> TextTable:
+    """The header and cells of a table, its header checked (`check_header`) and every line as
+    wide as the header. InputError naming the file for bytes that are not UTF-8 text, a CSV
+    that does not parse, a line with more or fewer cells than the header."""
     path = Path(path)
-    kinds = dtypes(row_type)
-    out = []
     try:
         with open(path, encoding="utf-8", newline="") as handle:
             reader = csv.DictReader(handle)
-            check_header(path, reader.fieldnames, row_type)
-            width = len(reader.fieldnames or [])
+            check_header(path, reader.fieldnames, row_type, version)
+            header = list(reader.fieldnames or [])
+            table = TextTable(path, header, [], [])
             for data in reader:
                 if None in data or None in data.values():
+                    width = len(header)
                     cells = (
                         width + len(data.get(None) or []) if None in data else sum(v is not None for v in data.values())
                     )
                     raise InputError(f"{path}:{reader.line_num}: {cells} cells, the header has {width}")
-                values: dict[str, Any] = {}
-                for name, text in data.items():
-                    if name not in kinds:
-                        continue
-                    try:
-                        values[name] = parse_cell(text, kinds[name])
-                    except ValueError as exc:
-                        raise InputError(f"{path}:{reader.line_num}: column {name}: {exc}") from None
-                    problem = cell_problem(row_type, name, values[name])
-                    if problem:
-                        raise InputError(f"{path}:{reader.line_num}: column {name}: {problem}")
-                out.append(row_from_dict(row_type, values))
+                table.rows.append(data)
+                table.lines.append(reader.line_num)
     except UnicodeDecodeError:
         raise InputError(f"{path}: not UTF-8 text: not a table of this harness") from None
     except csv.Error as exc:
         raise InputError(f"{path}: not a CSV table ({exc})") from None
+    return table
+
+
+def parse_rows(table: TextTable, row_type: type) -> list[Any]:
+    """``row_type`` objects from a `TextTable`: every cell parsed as its column's dtype and
+    checked against its range and choices (`schema.cell_problem`); InputError with the file,
+    line and column otherwise. Columns the schema does not know are ignored, columns the table
+    lacks keep their defaults (empty: not measured)."""
+    kinds = dtypes(row_type)
+    out = []
+    for data, line in zip(table.rows, table.lines, strict=True):
+        values: dict[str, Any] = {}
+        for name, text in data.items():
+            if name not in kinds:
+                continue
+            try:
+                values[name] = parse_cell(text, kinds[name])
+            except ValueError as exc:
+                raise InputError(f"{table.path}:{line}: column {name}: {exc}") from None
+            problem = cell_problem(row_type, name, values[name])
+            if problem:
+                raise InputError(f"{table.path}:{line}: column {name}: {problem}")
+        out.append(row_from_dict(row_type, values))
     return out
+
+
+def read_rows(path: Path | str, row_type: type, version: int = OLDEST_FORMAT_VERSION) -> list[Any]:
+    """Read a CSV written by `write_rows` back into ``row_type`` objects (`read_text_table`,
+    then `parse_rows`). ``version``: the format version of its run folder (a whole folder is
+    loaded, and migrated, by `harness.core.rundata.load_run`)."""
+    return parse_rows(read_text_table(path, row_type, version), row_type)
 
 
 def read_frame(path: Path | str, row_type: type) -> Any:
@@ -272,16 +311,25 @@ def read_long(path: Path | str) -> Any:
 
 
 def write_run_tables(
-    run_dir: Path | str, results: list[ResultRow], summary: list[Any], run_id: str | None = None
+    run_dir: Path | str,
+    results: list[ResultRow],
+    summary: list[Any],
+    run_id: str | None = None,
+    *,
+    guard: Callable[[str], AbstractContextManager[Any]] | None = None,
 ) -> dict[str, Path]:
-    """Write results.csv, summary.csv and results_long.csv of one run folder.
-
-    The runner rewrites them after every group (so an interrupted run keeps what it measured);
-    ``run_id`` defaults to the folder name."""
+    """Write results.csv, summary.csv and results_long.csv of one run folder: the runner's one
+    writer of its tables (it rewrites them after every group, so an interrupted run keeps what
+    it measured). ``run_id`` defaults to the folder name; ``guard(name)`` wraps each file's
+    write (the runner's turns an OSError into a failure naming that file)."""
     run_dir = Path(run_dir)
     run_id = run_id or run_dir.name
-    return {
-        RESULTS_CSV: write_rows(run_dir / RESULTS_CSV, results, ResultRow),
-        SUMMARY_CSV: write_rows(run_dir / SUMMARY_CSV, summary, SummaryRow),
-        LONG_CSV: write_long(run_dir / LONG_CSV, results, run_id),
-    }
+    guard = guard or (lambda name: nullcontext())
+    written = {}
+    with guard(RESULTS_CSV):
+        written[RESULTS_CSV] = write_rows(run_dir / RESULTS_CSV, results, ResultRow)
+    with guard(SUMMARY_CSV):
+        written[SUMMARY_CSV] = write_rows(run_dir / SUMMARY_CSV, summary, SummaryRow)
+    with guard(LONG_CSV):
+        written[LONG_CSV] = write_long(run_dir / LONG_CSV, results, run_id)
+    return written

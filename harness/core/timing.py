@@ -20,6 +20,7 @@ from .passes import timing_view
 from .schema import SummaryRow
 from .stats import Interval, ratio_interval
 from .summary import RATIO_COLUMNS, complete_pair, pair_ratio, primary_target, ratio, timing_pairs
+from .vocab import GateStatus, Mode
 
 #: Metrics that are timing figures besides the mapped/heap ratios of a ``*_s_median`` column.
 PEER_TIMING = ("peer_init_ratio",)
@@ -61,7 +62,7 @@ def _peer_repeats(summary: Sequence[SummaryRow], pairs: list, target: str | None
                 mapped.sessions_per_process,
                 mapped.repeat,
             )
-            if peer.target != target and peer.mode == "mapped" and peer.complete is True and same_group:
+            if peer.target != target and peer.mode == Mode.MAPPED and peer.complete is True and same_group:
                 value = ratio(mapped.init_s_median, peer.init_s_median)
                 if value is not None:
                     values.append(value)
@@ -73,10 +74,10 @@ def interval_status(op: str, threshold: float, values: Sequence[float]) -> tuple
     per-repeat ``values``: pass when the condition holds over the whole interval, fail when it
     fails over the whole interval."""
     if len(values) < 2:
-        return "inconclusive", None, f"inconclusive: {len(values)} repeat{'' if len(values) == 1 else 's'}"
+        return GateStatus.INCONCLUSIVE, None, f"inconclusive: {len(values)} repeat{'' if len(values) == 1 else 's'}"
     interval = ratio_interval(values)
     if interval is None:
-        return "inconclusive", None, "inconclusive: a ratio that is not positive has no interval"
+        return GateStatus.INCONCLUSIVE, None, "inconclusive: a ratio that is not positive has no interval"
     lo, hi = interval.low, interval.high
     if op == "==":
         holds, fails = lo == hi == threshold, not lo <= threshold <= hi
@@ -85,9 +86,13 @@ def interval_status(op: str, threshold: float, values: Sequence[float]) -> tuple
     else:
         at_low, at_high = _OPS[op](lo, threshold), _OPS[op](hi, threshold)
         holds, fails = at_low and at_high, not (at_low or at_high)
-    status = "pass" if holds else "fail" if fails else "inconclusive"
+    status = GateStatus.PASS if holds else GateStatus.FAIL if fails else GateStatus.INCONCLUSIVE
     words = interval.text()
-    return status, interval, words if status != "inconclusive" else f"inconclusive: {words} straddles the threshold"
+    return (
+        status,
+        interval,
+        words if status != GateStatus.INCONCLUSIVE else f"inconclusive: {words} straddles the threshold",
+    )
 
 
 def timing_spread(summary: Iterable[SummaryRow]) -> dict[str, dict]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .capacity import capacity_reasons, is_capacity
 from .gates import (
@@ -36,8 +37,20 @@ from .rundata import RunData
 from .schema import MODES
 from .summary import row_ok
 from .timing import timing_repeats
+from .vocab import (
+    MAPPED_PATH_STATES,
+    UNDECIDED_GATE_STATUSES,
+    EpState,
+    FeatureStatus,
+    GateStatus,
+    Mode,
+    PathTaken,
+    RunStatus,
+    Tone,
+    Verdict,
+)
 
-VERDICTS = ("pass", "fail", "incomplete")
+VERDICTS = Verdict.values()
 
 
 @dataclass(frozen=True)
@@ -48,12 +61,12 @@ class FeatureState:
     ignored the option or failed its setup: failures, the workers fail too), unknown (no
     evidence), not-measured (no mapped-mode worker)."""
 
-    state: str
+    state: FeatureStatus
     text: str
 
     @property
     def exercised(self) -> bool:
-        return self.state == "active"
+        return self.state == FeatureStatus.ACTIVE
 
 
 @dataclass
@@ -63,7 +76,7 @@ class Judgement:
     gates: list[GateResult]
     notes: list[Note]
     feature: FeatureState
-    verdict: str  # "pass" | "fail" | "incomplete"
+    verdict: Verdict
     reasons: list[str] = field(default_factory=list)  # why not "pass"
     not_judged: list[str] = field(default_factory=list)  # default gates left inconclusive
 
@@ -73,11 +86,19 @@ class Judgement:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.verdict == "pass" else 1
+        return 0 if self.verdict == Verdict.PASS else 1
 
     def gate_lines(self) -> list[str]:
         """One line per gate, for the terminal (plain text: callers print it unstyled)."""
         return [f"{g.status.upper():4} [{self.run.run_id}] {g.gate.expr}: {g.reason}" for g in self.gates]
+
+    @property
+    def badge(self) -> Badge:
+        return verdict_badge(self.verdict, self.feature.state)
+
+    @property
+    def feature_badge(self) -> Badge:
+        return feature_badge(self.feature.state)
 
     def verdict_line(self) -> str:
         why = f" ({'; '.join(self.reasons)})" if self.reasons else ""
@@ -95,7 +116,7 @@ def gates_summary_line(judgements: Iterable[Judgement]) -> str:
     """ "gates: 4 of 5 passed or skipped, 1 failed" over one or several runs."""
     results = [g for j in judgements for g in j.gates]
     failed = sum(1 for g in results if g.failed)
-    busy = sum(1 for g in results if g.status == "contended")
+    busy = sum(1 for g in results if g.status == GateStatus.CONTENDED)
     undecided = sum(1 for g in results if g.inconclusive) - busy
     passed = len(results) - failed - undecided - busy
     tail = f", {undecided} inconclusive (not passed)" if undecided else ""
@@ -105,42 +126,127 @@ def gates_summary_line(judgements: Iterable[Judgement]) -> str:
 
 def feature_state(run: RunData) -> FeatureState:
     """What the mapped-mode workers' own evidence says about file mapping."""
-    mapped = [r for r in run.results if r.mode == "mapped" and r.target == run.target]
+    mapped = [r for r in run.results if r.mode == Mode.MAPPED and r.target == run.target]
     if not mapped:
-        return FeatureState("not-measured", "not measured (no mapped-mode worker)")
-    ep = Counter(r.ep_file_mapping or "n/a" for r in mapped)
+        return FeatureState(FeatureStatus.NOT_MEASURED, "not measured (no mapped-mode worker)")
+    ep = Counter(EpState.of(r.ep_file_mapping) for r in mapped)
     paths = Counter(r.path_taken or "none" for r in mapped)
     n = len(mapped)
-    failed = {s: ep[s] for s in ("option-ignored", "ep-error") if ep.get(s)}
+    failed = {s: ep[s] for s in (EpState.OPTION_IGNORED, EpState.EP_ERROR) if ep.get(s)}
     if failed:
         state, count = next(iter(failed.items()))
-        what = "option ignored by the EP" if state == "option-ignored" else "a hard EP setup error"
-        return FeatureState(state, f"{what} in {count} of {n} mapped-mode workers")
-    if ep.get("unavailable"):
+        what = "option ignored by the EP" if state == EpState.OPTION_IGNORED else "a hard EP setup error"
+        return FeatureState(FeatureStatus(state), f"{what} in {count} of {n} mapped-mode workers")
+    if ep.get(EpState.UNAVAILABLE):
         return FeatureState(
-            "unavailable",
-            f"unavailable on this platform (the EP said so for {ep['unavailable']} "
+            FeatureStatus.UNAVAILABLE,
+            f"unavailable on this platform (the EP said so for {ep[EpState.UNAVAILABLE]} "
             f"of {n} mapped-mode workers): mapped and heap took the same path",
         )
-    if ep.get("mixed"):
+    if ep.get(EpState.MIXED):
         return FeatureState(
-            "partial", f"mixed in {ep['mixed']} of {n} mapped-mode workers: some nodes mapped, others disabled"
+            FeatureStatus.PARTIAL,
+            f"mixed in {ep[EpState.MIXED]} of {n} mapped-mode workers: some nodes mapped, others disabled",
         )
-    if any(state in ep for state in ("disabled", "ep-disabled")):
-        count = ep.get("disabled", 0) + ep.get("ep-disabled", 0)
-        return FeatureState("disabled", f"disabled by the EP in {count} of {n} mapped-mode workers")
-    if ep.get("unknown"):
-        return FeatureState("unknown", f"no evidence in the EP log for {ep['unknown']} of {n} mapped-mode workers")
-    mapped_ok = sum(
-        1 for r in mapped if r.path_taken == "mapped" and r.ep_file_mapping in ("active", "n/a", None, "") and row_ok(r)
-    )
+    count = ep.get(EpState.DISABLED, 0) + ep.get(EpState.EP_DISABLED, 0)
+    if count:
+        return FeatureState(FeatureStatus.DISABLED, f"disabled by the EP in {count} of {n} mapped-mode workers")
+    if ep.get(EpState.UNKNOWN):
+        return FeatureState(
+            FeatureStatus.UNKNOWN, f"no evidence in the EP log for {ep[EpState.UNKNOWN]} of {n} mapped-mode workers"
+        )
+    mapped_ok = sum(1 for r in mapped if counts_as_mapped(r) and row_ok(r))
     if mapped_ok == n:
-        return FeatureState("active", f"active in all {n} mapped-mode workers")
+        return FeatureState(FeatureStatus.ACTIVE, f"active in all {n} mapped-mode workers")
     if mapped_ok:
-        others = ", ".join(f"{k}: {v}" for k, v in sorted(paths.items()) if k != "mapped")
-        return FeatureState("partial", f"active in {mapped_ok} of {n} mapped-mode workers ({others})")
+        others = ", ".join(f"{k}: {v}" for k, v in sorted(paths.items()) if k != PathTaken.MAPPED)
+        return FeatureState(FeatureStatus.PARTIAL, f"active in {mapped_ok} of {n} mapped-mode workers ({others})")
     shown = ", ".join(f"{k}: {v}" for k, v in sorted(paths.items()))
-    return FeatureState("unknown", f"not exercised: no mapped-mode worker finished on the mapped path ({shown})")
+    return FeatureState(
+        FeatureStatus.UNKNOWN, f"not exercised: no mapped-mode worker finished on the mapped path ({shown})"
+    )
+
+
+def counts_as_mapped(row: Any) -> bool:
+    """A worker whose weights came from the mapping: its own path says so, and the EP either
+    said active or is not involved (`vocab.MAPPED_PATH_STATES`)."""
+    return row.path_taken == PathTaken.MAPPED and EpState.of(row.ep_file_mapping) in MAPPED_PATH_STATES
+
+
+@dataclass(frozen=True)
+class Badge:
+    """A coloured label the report shows: its page class, its words, its colour. Decided here,
+    beside the verdict, so no page can paint a run greener than its judgement."""
+
+    css: str  # the class the page gives it (stable: pages and tests find badges by it)
+    label: str
+    tone: Tone
+
+
+def verdict_badge(verdict: str, feature: str) -> Badge:
+    """A run's verdict badge: green only for a pass in which file mapping was really exercised;
+    a pass without it (unavailable, unknown, disabled, partial, heap only) is amber and says
+    so, because a green badge there reads as a success of the feature."""
+    if verdict == Verdict.FAIL:
+        return Badge(Verdict.FAIL, Verdict.FAIL, Tone.FAIL)
+    if verdict != Verdict.PASS:
+        return Badge(Verdict.INCOMPLETE, Verdict.INCOMPLETE, Tone.WARN)
+    if feature == FeatureStatus.ACTIVE:
+        return Badge(Verdict.PASS, Verdict.PASS, Tone.PASS)
+    return Badge("pass-unexercised", "pass, feature not exercised", Tone.WARN)
+
+
+def feature_badge(state: str) -> Badge:
+    """The file-mapping badge: green when active, grey when not measured, amber otherwise."""
+    tone = {FeatureStatus.ACTIVE: Tone.PASS, FeatureStatus.NOT_MEASURED: Tone.MUTED}.get(state, Tone.WARN)
+    return Badge(f"feature-{state}", f"file mapping: {state}", tone)
+
+
+def session_badge(counts: dict[str, int]) -> Badge:
+    """A pytest session's badge over its outcomes: red when a test failed or errored; green
+    only when one passed (a session of skips alone shows no pass)."""
+    failed = counts.get("failed", 0) + counts.get("error", 0)
+    if failed:
+        return Badge(Verdict.FAIL, Verdict.FAIL, Tone.FAIL)
+    if counts.get("passed"):
+        return Badge(Verdict.PASS, Verdict.PASS, Tone.PASS)
+    return Badge(Verdict.INCOMPLETE, Verdict.INCOMPLETE, Tone.WARN)
+
+
+def runs_badge(judgements: Iterable[Judgement], *, in_session: bool) -> Badge:
+    """The "runs: ..." badge of a page of several runs: red when a run failed; green only when
+    every run passed with file mapping exercised. In a pytest session the runs are grey (the
+    tests decide, and some runs fail on purpose)."""
+    judgements = list(judgements)
+    if in_session:
+        return Badge(Tone.MUTED, "runs", Tone.MUTED)
+    if any(j.verdict == Verdict.FAIL for j in judgements):
+        return Badge(Verdict.FAIL, "runs", Tone.FAIL)
+    if judgements and all(j.badge.tone == Tone.PASS for j in judgements):
+        return Badge(Verdict.PASS, "runs", Tone.PASS)
+    return Badge("pass-unexercised", "runs", Tone.WARN)
+
+
+#: The colour of each gate status in the report: an undecided gate is never green.
+GATE_TONES: dict[GateStatus, Tone] = {
+    GateStatus.PASS: Tone.PASS,
+    GateStatus.FAIL: Tone.FAIL,
+    GateStatus.SKIP: Tone.MUTED,
+    GateStatus.INCONCLUSIVE: Tone.MUTED,
+    GateStatus.CONTENDED: Tone.MUTED,
+}
+
+
+def gate_tones() -> list[tuple[str, Tone, bool]]:
+    """(status, colour, undecided) of every gate status: the stylesheet's one source."""
+    return [(status, GATE_TONES[status], status in UNDECIDED_GATE_STATUSES) for status in GateStatus]
+
+
+def badge_tones() -> dict[str, Tone]:
+    """Every badge class a page may show, with its colour: the stylesheet's one source."""
+    found = [verdict_badge(v, f) for v in Verdict for f in FeatureStatus]
+    found += [feature_badge(f) for f in FeatureStatus] + [runs_badge([], in_session=True)]
+    return {b.css: b.tone for b in found}
 
 
 def _gates_with_origin(run: RunData, extra: Iterable[Gate], use_default_gates: bool) -> list[tuple[Gate, bool]]:
@@ -172,7 +278,9 @@ def judge_gates(run: RunData, extra: Iterable[Gate] = (), *, use_default_gates: 
     results = []
     for gate, is_default in _gates_with_origin(run, extra, use_default_gates):
         if is_default and only and needs_both_modes(gate):
-            result = GateResult(gate, "skip", None, f"skipped: compares mapped with heap, but only {only} mode was run")
+            result = GateResult(
+                gate, GateStatus.SKIP, None, f"skipped: compares mapped with heap, but only {only} mode was run"
+            )
         else:
             result = evaluate_gate(gate, values, reasons, repeats)
         results.append(replace(result, default=is_default))
@@ -214,11 +322,11 @@ def judge(run: RunData, extra_gates: Iterable[Gate] = (), *, use_default_gates: 
     if failed:
         reasons.append(f"{len(failed)} of {len(results)} gate(s) failed")
     if reasons:  # a failure is evidence too, and it outranks missing evidence
-        verdict = "fail"
-        if run.status != "complete":
+        verdict = Verdict.FAIL
+        if run.status != RunStatus.COMPLETE:
             reasons.append(f"run status is {run.status}")
     else:
-        if run.status != "complete":
+        if run.status != RunStatus.COMPLETE:
             reasons.append(f"run status is {run.status}")
         if not any(row_ok(r) for r in run.results):
             reasons.append("no worker finished with a correct output")
@@ -230,5 +338,5 @@ def judge(run: RunData, extra_gates: Iterable[Gate] = (), *, use_default_gates: 
             shown = ", ".join(incomplete[:3]) + (f" and {len(incomplete) - 3} more" if len(incomplete) > 3 else "")
             reasons.append(f"{len(incomplete)} group(s) without complete evidence ({shown}): see the notes")
         reasons += undecided + capacity_reasons(run)
-        verdict = "incomplete" if reasons else "pass"
+        verdict = Verdict.INCOMPLETE if reasons else Verdict.PASS
     return Judgement(run, values, results, run_notes(run), feature_state(run), verdict, reasons, not_judged)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.errors import InputError
+from harness.core.vocab import PageCache
 
 #: A group counts as cold when at most this share of its weights stayed resident.
 COLD_RESIDENT_SHARE = 0.01
@@ -34,7 +35,7 @@ _MAP_SHARED = 0x01
 
 @dataclass
 class CacheState:
-    state: str  # "warm" | "cold" | "cold-unverified"
+    state: PageCache
     resident_bytes: int | None  # weights bytes in the page cache (None: cannot tell on this OS)
     total_bytes: int
     note: str = ""
@@ -123,12 +124,12 @@ def make_cold(paths: list[Path]) -> CacheState:
     or residency cannot be measured here."""
     for path in paths:
         evict(path)
-    result = measure(paths, "cold")
+    result = measure(paths, PageCache.COLD)
     if result.resident_bytes is None:
-        result.state, result.note = "cold-unverified", "this OS cannot report which pages are cached (mincore)"
+        result.state, result.note = PageCache.COLD_UNVERIFIED, "this OS cannot report which pages are cached (mincore)"
     elif result.resident_bytes > COLD_RESIDENT_SHARE * max(result.total_bytes, 1):
         share = result.resident_bytes / max(result.total_bytes, 1)
-        result.state = "cold-unverified"
+        result.state = PageCache.COLD_UNVERIFIED
         result.note = (
             f"{share:.0%} of the weights stayed in the page cache after eviction (another process maps or reads them)"
         )

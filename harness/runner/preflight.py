@@ -8,6 +8,7 @@ import math
 from harness.contract.options import PAGE_CACHE_MODES, RunOptions
 from harness.core.argtypes import MIN_GENERATED_BYTES
 from harness.core.errors import InputError
+from harness.core.vocab import Mode, PageCache
 from harness.runner.outdir import check_out
 from harness.runner.resources import check_address_space, check_fd_limit
 from harness.targets import get_target
@@ -34,8 +35,8 @@ def copies_per_worker(opts: RunOptions) -> int:
     """Weight copies (of address space) one worker may hold at its start-up peak: a heap
     session's two transient copies (`PEAK_COPIES_PER_HEAP_SESSION`), plus the failed attempt's
     mapping a fallback keeps beside them; one mapping otherwise."""
-    falls_back = "mapped" in opts.modes and get_target(opts.target).mapped_may_copy(opts)
-    if falls_back or "heap" in opts.modes:
+    falls_back = Mode.MAPPED in opts.modes and get_target(opts.target).mapped_may_copy(opts)
+    if falls_back or Mode.HEAP in opts.modes:
         return opts.sessions_per_process * PEAK_COPIES_PER_HEAP_SESSION + (1 if falls_back else 0)
     return 1
 
@@ -49,7 +50,7 @@ def estimated_peak_bytes(opts: RunOptions, weights_bytes: int) -> int:
     target = get_target(opts.target)
     n = max(opts.processes)
     sessions = n * opts.sessions_per_process
-    heap_like = "heap" in opts.modes or target.mapped_may_copy(opts)
+    heap_like = Mode.HEAP in opts.modes or target.mapped_may_copy(opts)
     weights = sessions * PEAK_COPIES_PER_HEAP_SESSION * weights_bytes if heap_like else weights_bytes
     workers = n + (1 if has_control(target) else 0)
     return weights + workers * WORKER_OVERHEAD_BYTES
@@ -145,7 +146,7 @@ def check_options(opts: RunOptions) -> None:
     check_provider_options(opts.provider_options)
     if opts.page_cache not in PAGE_CACHE_MODES:
         raise InputError(f"--page-cache {opts.page_cache}: expected one of {', '.join(PAGE_CACHE_MODES)}")
-    if opts.page_cache == "cold":
+    if opts.page_cache == PageCache.COLD:
         from harness.runner.pagecache import check_cold_supported
 
         check_cold_supported()
@@ -153,7 +154,7 @@ def check_options(opts: RunOptions) -> None:
     if opts.peer is not None:
         if opts.peer == opts.target:
             raise InputError(f"--peer {opts.peer}: the peer must be another target than --target")
-        if "mapped" not in opts.modes:
+        if Mode.MAPPED not in opts.modes:
             raise InputError("--peer is compared with the mapped mode: keep mapped in --modes")
     get_target(opts.target).check(opts)
 

@@ -26,7 +26,8 @@ from harness.core.files import write_json_atomic
 from harness.core.rundata import METADATA_JSON
 from harness.core.schema import FORMAT_VERSION, ResultRow, SummaryRow
 from harness.core.summary import group_key, summarize
-from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV, write_long, write_rows
+from harness.core.tables import write_run_tables
+from harness.core.vocab import PageCache, RunStatus
 from harness.runner.control import has_control
 from harness.runner.group import GroupResult, GroupSpec
 from harness.runner.outdir import RunFolder, claim
@@ -188,36 +189,15 @@ def record_status(out: Path, meta: dict) -> bool:
         return False
 
 
-def record_failure(out: Path, failure: str) -> RunFailed:
-    """metadata.json says ``"failed: <failure>"`` for a step after the tables (report.html,
-    headline.json, the history): a folder whose report could not be written must never look
-    complete. Returns the RunFailed to raise (saying so when even the status could not be
-    written)."""
-    try:
-        meta = json.loads((out / METADATA_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        meta = None
-    if isinstance(meta, dict):
-        meta["status"] = f"failed: {failure}"
-        if record_status(out, meta):
-            return RunFailed(failure, out)
-    return RunFailed(f"{failure}; {METADATA_JSON} could not be updated either", out)
-
-
 def write_outputs(out: Path, rows: list[ResultRow], system: dict, meta: dict) -> list[SummaryRow]:
     """Rewrite the tables, then metadata.json. A table that cannot be written fails the run:
     the status says which and why, so a half-written folder never looks complete."""
     summary = summarize(rows, system)
     meta["run"]["run_id"] = out.name
     try:
-        with _writing(RESULTS_CSV):
-            write_rows(out / RESULTS_CSV, rows, ResultRow)
-        with _writing(SUMMARY_CSV):
-            write_rows(out / SUMMARY_CSV, summary, SummaryRow)
-        with _writing(LONG_CSV):
-            write_long(out / LONG_CSV, rows, out.name)
+        write_run_tables(out, rows, summary, out.name, guard=_writing)
     except RunFailed as err:
-        meta["status"] = f"failed: {err}"
+        meta["status"] = RunStatus.failed(err)
         if not record_status(out, meta):
             raise RunFailed(f"{err}; metadata.json could not be updated either") from err
         raise
@@ -255,10 +235,10 @@ def page_cache_before(opts: RunOptions, ready: Prepared, progress):
     from harness.runner.pagecache import make_cold, measure
 
     files = list(dict.fromkeys(ready.warm_files))
-    if opts.page_cache != "cold" and not (opts.memory_limit and COUNTS_PAGE_CACHE):
-        return measure(files, "warm")
+    if opts.page_cache != PageCache.COLD and not (opts.memory_limit and COUNTS_PAGE_CACHE):
+        return measure(files, PageCache.WARM)
     state = make_cold(files)
-    if state.state != "cold":
+    if state.state != PageCache.COLD:
         progress.note(f"page cache: eviction not verified: {state.note}")
     return state
 
@@ -296,7 +276,7 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
     keep_logs(out, prepared)
     started = dt.datetime.now().astimezone().isoformat(timespec="seconds")
     t0 = time.monotonic()
-    if opts.page_cache == "warm" and not opts.memory_limit:  # a limit's groups start cold
+    if opts.page_cache == PageCache.WARM and not opts.memory_limit:  # a limit's groups start cold
         for path in dict.fromkeys(p for ready in prepared.values() for p in ready.warm_files):
             warm_page_cache(path)
     groups = plan_groups(opts, prepared, out, harness_identity())
@@ -309,7 +289,7 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
         return _metadata(opts, prepared, started, status, t0, env)
 
     try:
-        write_outputs(out, rows, system, meta("running"))
+        write_outputs(out, rows, system, meta(RunStatus.RUNNING))
         for i, group in enumerate(groups):
             cache = page_cache_before(opts, prepared[group.target], progress)
             progress.group_started(i, len(groups), group)
@@ -319,10 +299,10 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
             rows.extend(result.rows)
             system[group_key(group)] = (result.system_delta_bytes, result.system_noise_bytes, result.system_peak)
             progress.group_finished(i, len(groups), group, result)
-            write_outputs(out, rows, system, meta("running"))
-        status = "complete"
+            write_outputs(out, rows, system, meta(RunStatus.RUNNING))
+        status = RunStatus.COMPLETE
     except KeyboardInterrupt:
-        status = "interrupted"
+        status = RunStatus.INTERRUPTED
     except RunFailed as err:
         err.out = out
         raise
@@ -331,7 +311,7 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
     except (OSError, MemoryError) as err:
         failure = describe(err, "running the groups")
     if failure:
-        status = f"failed: {failure}"
+        status = RunStatus.failed(failure)
     try:
         summary = write_outputs(out, rows, system, meta(status))
     except RunFailed as err:
@@ -340,5 +320,5 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
     if failure:
         raise RunFailed(failure, out)
     failed = any(s.failed_workers for s in summary)
-    code = 130 if status == "interrupted" else (1 if failed else 0)
+    code = 130 if status == RunStatus.INTERRUPTED else (1 if failed else 0)
     return RunOutcome(out, rows, summary, code, status, folder)

@@ -19,6 +19,7 @@ import time
 from harness.contract.options import RunOptions
 from harness.core.argtypes import int_at_least, positive_int
 from harness.core.schema import disable_flag
+from harness.core.vocab import Mode, PathTaken
 from harness.prep.folder import PreparedModel
 from harness.prep.models import prepare_cpu_models
 from harness.prep.sessions import SessionSettings, cpu_session_options
@@ -112,7 +113,8 @@ WINDOWS_PRIVATE_GATE = (
     "of the wrong process (the venv launcher) or copied weights give ~1.0.",
 )
 
-_PATH_RANK = {"mapped": 0, "heap": 1, "fallback": 2}
+#: Worst last: a worker whose sessions took several paths records the worst.
+_PATH_RANK = {PathTaken.MAPPED: 0, PathTaken.HEAP: 1, PathTaken.FALLBACK: 2}
 
 
 def prepared_cpu_models(models: list[PreparedModel], opts: RunOptions | None = None) -> Prepared:
@@ -270,7 +272,7 @@ class CpuTarget(Target):
                 record.map_attempts = max(record.map_attempts, ctx.map_attempts)
                 record.map_errors.extend(str(e) for e in ctx.errors)
                 stages.append(ctx.fallback_stage)
-                if ctx.path_taken != "mapped":  # the runtime's own copy (the read copy is gone)
+                if ctx.path_taken != PathTaken.MAPPED:  # the runtime's own copy (the read copy is gone)
                     record.private_copy_bytes += ctx.weights.size
                 if _PATH_RANK[ctx.path_taken] >= _PATH_RANK.get(record.path_taken, -1):
                     record.path_taken = ctx.path_taken
@@ -288,7 +290,7 @@ def _pipeline_options(spec) -> dict:
 
     attempts = spec.options.get("max_attempts", 1)
     return {
-        "faults": fault_plan(spec.options) if spec.mode == "mapped" else None,
+        "faults": fault_plan(spec.options) if spec.mode == Mode.MAPPED else None,
         "retry": RetryPolicy(attempts) if attempts > 1 else None,
         "scope": spec.options.get("mapping_scope", "session"),
         "sweep_deregistrations": bool(spec.options.get("sweep_deregistrations")),
@@ -327,7 +329,7 @@ class _SessionFactory:
             if so is None:
                 so = cpu_session_options(self.settings, level=self.model.session_level)
             keepalive: list = []
-            if weights.path_taken != "mapped":
+            if weights.path_taken != PathTaken.MAPPED:
                 runtime_copy = bytearray(weights.buffer)  # the runtime's own copy
                 keepalive.append(runtime_copy)
                 whole = memoryview(runtime_copy).toreadonly()

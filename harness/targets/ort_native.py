@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from harness.core.vocab import Mode, PathTaken
 from harness.prep.folder import PreparedModel
 from harness.prep.models import prepare_cpu_models
 from harness.prep.sessions import cpu_session_options
@@ -44,7 +45,7 @@ class OrtNativeTarget(Target):
                 so = cpu_session_options(settings, level=model.session_level)
                 phases.mark("load")  # the observer's phase changes, as the cpu target's
                 t0 = time.perf_counter()
-                if spec.mode == "heap":
+                if spec.mode == Mode.HEAP:
                     weights = load_weights(model.weights_path, disable_file_mapped_weights="1")
                     t1 = time.perf_counter()
                     phases.mark("create")
@@ -61,7 +62,9 @@ class OrtNativeTarget(Target):
                 record.load_s += t1 - t0
                 record.create_s += t2 - t1
             live.add_group(group)
-        record.path_taken = "heap" if spec.mode == "heap" else mapped_by_ort([m.weights_path for m in models])
+        record.path_taken = (
+            PathTaken.HEAP if spec.mode == Mode.HEAP else mapped_by_ort([m.weights_path for m in models])
+        )
         record.weights_bytes = sum(m.weights_bytes for m in models)
         return live
 
@@ -77,9 +80,9 @@ def mapped_by_ort(paths: list) -> str:
 
         seen = {os.path.normcase(m.path) for m in psutil.Process().memory_maps(grouped=True)}
     except Exception:  # psutil cannot read the maps here: no evidence either way
-        return "unknown"
+        return PathTaken.UNKNOWN
     wanted = {os.path.normcase(str(p.resolve())) for p in paths}
-    return "mapped" if wanted <= seen else "unknown"
+    return PathTaken.MAPPED if wanted <= seen else PathTaken.UNKNOWN
 
 
 TARGET = OrtNativeTarget()

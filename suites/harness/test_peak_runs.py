@@ -13,6 +13,9 @@ latency keys and gate metrics a gate can judge. No assertion is on a time.
 
 from __future__ import annotations
 
+import inspect
+import re
+
 import pytest
 
 from harness.contract.phases import PHASES
@@ -53,8 +56,28 @@ def _mode(rows, mode):
     return [r for r in rows if r.mode == mode]
 
 
+def results(outcome, expected: int) -> list:
+    """The run's worker rows, exactly ``expected`` of them: a check over every row must never
+    pass because the run produced none."""
+    rows = outcome.results()
+    assert len(rows) == expected, f"{len(rows)} rows, expected {expected}\n{outcome.stdout}\n{outcome.stderr}"
+    return rows
+
+
+def summary(outcome, expected: int) -> list:
+    """The run's summary rows, exactly ``expected`` groups (see `results`)."""
+    groups = outcome.summary()
+    assert len(groups) == expected, f"{len(groups)} groups, expected {expected}\n{outcome.stdout}\n{outcome.stderr}"
+    return groups
+
+
+#: What each shared run produces: peak_run 2 modes x N=2 workers in 2 groups; fallback_run
+#: mapped only, N=2, in 1 group.
+PEAK_ROWS, PEAK_GROUPS, FALLBACK_ROWS = 4, 2, 2
+
+
 def test_heap_peak_holds_the_weights_and_mapped_stays_far_below(peak_run):
-    rows = peak_run.results()
+    rows = results(peak_run, PEAK_ROWS)
     heap, mapped = _mode(rows, "heap"), _mode(rows, "mapped")
     assert len(heap) == len(mapped) == 2, peak_run.stdout + peak_run.stderr
     weights = heap[0].weights_bytes
@@ -65,7 +88,7 @@ def test_heap_peak_holds_the_weights_and_mapped_stays_far_below(peak_run):
 
 
 def test_every_peak_names_its_phase_and_rate(peak_run):
-    for row in peak_run.results():
+    for row in results(peak_run, PEAK_ROWS):
         assert row.peak_phase in PHASES
         assert row.peak_sample_hz and row.peak_sample_hz > 0
         assert row.peak_sample_max_gap_s is not None and row.peak_sample_max_gap_s >= 0
@@ -76,12 +99,12 @@ def test_every_peak_names_its_phase_and_rate(peak_run):
 def test_peak_is_at_least_the_steady_private_memory(peak_run):
     """The barrier's USS comes after start-up: the peak sampled before it cannot be far below
     (a slack of 10 %: the timed runs between the first inference and the barrier may allocate)."""
-    for row in peak_run.results():
+    for row in results(peak_run, PEAK_ROWS):
         assert row.peak_private_bytes >= 0.9 * row.uss_bytes - 4 * 1024**2, (row.peak_private_bytes, row.uss_bytes)
 
 
 def test_group_peak_figures_and_system_side(peak_run):
-    for s in peak_run.summary():
+    for s in summary(peak_run, PEAK_GROUPS):
         assert s.max_peak_private_bytes is not None and s.sum_peak_private_bytes >= s.max_peak_private_bytes
         assert s.system_min_available_bytes <= s.system_start_available_bytes
         assert s.system_max_committed_bytes >= s.system_start_committed_bytes
@@ -89,7 +112,7 @@ def test_group_peak_figures_and_system_side(peak_run):
 
 
 def test_runs_and_warmup_give_the_latency_figures(peak_run):
-    for row in peak_run.results():
+    for row in results(peak_run, PEAK_ROWS):
         assert (row.runs, row.warmup, row.concurrency) == (20, 3, 1)
         ordered = [row.latency_min_s, row.latency_p50_s, row.latency_p90_s, row.latency_p95_s, row.latency_p99_s]
         assert ordered == sorted(ordered) and row.latency_max_s >= row.latency_p99_s
@@ -152,9 +175,7 @@ def test_latency_gates_are_judged_on_their_repeats(harness_runner, request, tmp_
 
 
 def test_fallback_peak_holds_the_copy(fallback_run):
-    rows = fallback_run.results()
-    assert len(rows) == 2
-    for row in rows:
+    for row in results(fallback_run, FALLBACK_ROWS):
         assert row.path_taken == "fallback" and row.fallback_stage == "create"
         assert row.peak_private_bytes >= row.weights_bytes, (row.peak_private_bytes, row.weights_bytes)
         assert row.peak_phase in PHASES
@@ -165,8 +186,8 @@ def test_fallback_peak_holds_the_mapping_and_the_copy_at_once(fallback_run, peak
     the fallback context exists (as upstream's cached view): the sample where the private
     figure peaked (the copies) also holds the mapped pages, as shared bytes above a heap
     worker's (whose shared bytes are the interpreter's and libraries' file pages)."""
-    heap_shared = max(r.peak_shared_bytes for r in _mode(peak_run.results(), "heap"))
-    for row in fallback_run.results():
+    heap_shared = max(r.peak_shared_bytes for r in _mode(results(peak_run, PEAK_ROWS), "heap"))
+    for row in results(fallback_run, FALLBACK_ROWS):
         assert row.peak_private_bytes >= row.weights_bytes
         assert row.peak_shared_bytes >= heap_shared + 0.9 * row.weights_bytes, (row.peak_shared_bytes, heap_shared)
 
@@ -176,7 +197,7 @@ def test_fallback_peak_holds_the_mapping_beside_the_copy(fallback_run):
     still mapped while the direct read's copies are made, adds about W to the private peak
     (measured: 830 MiB peak RSS over a 539 MiB private peak at W = 256 MiB; 574 MiB, heap's,
     when the mapping was released untouched before the read)."""
-    for row in fallback_run.results():
+    for row in results(fallback_run, FALLBACK_ROWS):
         assert row.peak_rss_bytes >= row.peak_private_bytes + 0.9 * row.weights_bytes, (
             row.peak_rss_bytes,
             row.peak_private_bytes,
@@ -185,7 +206,7 @@ def test_fallback_peak_holds_the_mapping_beside_the_copy(fallback_run):
 
 
 def test_concurrency_splits_the_timed_runs_over_threads(fallback_run):
-    for row in fallback_run.results():
+    for row in results(fallback_run, FALLBACK_ROWS):
         assert (row.runs, row.concurrency) == (4, 2)
         assert row.inferences_per_s > 0
 
@@ -208,3 +229,51 @@ def test_report_draws_peak_vs_steady_and_projects_the_peak(peak_run, run_harness
     html = out.read_text(encoding="utf-8")
     assert "Start-up peak vs steady memory per mode" in html and "<svg" in html, outcome.stderr
     assert "start-up peak of 8 sessions started together" in html
+
+
+#: Every test above that checks each row of a shared run, with the run it checks.
+ROW_CHECKS = {
+    "test_heap_peak_holds_the_weights_and_mapped_stays_far_below": ("peak_run",),
+    "test_every_peak_names_its_phase_and_rate": ("peak_run",),
+    "test_peak_is_at_least_the_steady_private_memory": ("peak_run",),
+    "test_group_peak_figures_and_system_side": ("peak_run",),
+    "test_runs_and_warmup_give_the_latency_figures": ("peak_run",),
+    "test_fallback_peak_holds_the_copy": ("fallback_run",),
+    "test_fallback_peak_holds_the_mapping_and_the_copy_at_once": ("fallback_run", "peak_run"),
+    "test_fallback_peak_holds_the_mapping_beside_the_copy": ("fallback_run",),
+    "test_concurrency_splits_the_timed_runs_over_threads": ("fallback_run",),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROW_CHECKS))
+def test_a_run_without_rows_fails_every_row_check(name, tmp_path):
+    """Four of these passed when the run produced no rows (every loop ran zero times): each
+    must fail on a run folder with the tables' headers and nothing else. No run is started."""
+    from harness.core.schema import ResultRow, SummaryRow
+    from harness.core.tables import write_rows
+    from harness.pytest_plugin import HarnessOutcome
+
+    write_rows(tmp_path / "results.csv", [], ResultRow)
+    write_rows(tmp_path / "summary.csv", [], SummaryRow)
+    empty = HarnessOutcome(returncode=0, stdout="", stderr="", out=tmp_path)
+    with pytest.raises(AssertionError, match="0 rows, expected|0 groups, expected"):
+        globals()[name](*(empty for _ in ROW_CHECKS[name]))
+
+
+def test_every_row_check_is_listed():
+    """A test over a shared run's rows reads them through `results` / `summary` (which refuse
+    a run without rows), and one that loops over them is listed in ROW_CHECKS, so the test
+    above proves it cannot pass on a run that produced nothing."""
+    direct, loops = [], set()
+    for name, func in list(globals().items()):
+        if not name.startswith("test_") or not callable(func):
+            continue
+        if not {"peak_run", "fallback_run"} & set(inspect.signature(func).parameters):
+            continue
+        source = inspect.getsource(func)
+        if re.search(r"(peak_run|fallback_run)\.(results|summary)\(\)", source):
+            direct.append(name)
+        if re.search(r"for \w+ in (results|summary)\(", source):
+            loops.add(name)
+    assert not direct, f"use results(run, n) / summary(run, n), not run.results(): {direct}"
+    assert loops and loops <= set(ROW_CHECKS), sorted(loops - set(ROW_CHECKS))

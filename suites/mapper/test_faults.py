@@ -108,10 +108,12 @@ def test_no_fallback_raises_mapping_error(weights_file):
 
 def test_no_fallback_still_maps_when_a_retry_succeeds(weights_file):
     """fallback_to_heap=False does not stop the retry policy from succeeding."""
-    path, _ = weights_file
+    path, data = weights_file
     plan = FaultPlan(map_failures=2)
     with load_weights(path, faults=plan, fallback_to_heap=False, max_attempts=3) as w:
         assert (w.path_taken, w.attempts) == ("mapped", 3)
+        assert len(w.errors) == 2 and all(ENOMEM_TEXT in e for e in w.errors), w.errors
+        assert bytes(w.buffer) == data and (stats().heap_buffers, stats().live_mappings) == (0, 1)
 
 
 def test_heap_read_failure_after_mapping_failure(weights_file):
@@ -166,10 +168,21 @@ def test_heap_read_failure_on_disabled_path(weights_file):
 
 
 def test_heap_read_failures_do_not_touch_a_successful_mapping(weights_file):
-    """heap_read_failures only matter when the heap is used."""
-    path, _ = weights_file
-    with load_weights(path, faults=FaultPlan(heap_read_failures=5)) as w:
-        assert w.path_taken == "mapped"
+    """heap_read_failures only matter when the heap is used: a load that maps takes one
+    attempt, records no error, serves the file's bytes from the mapping (a live view, no heap
+    copy), while the same plan fails the very next load that does read into the heap."""
+    path, data = weights_file
+    plan = FaultPlan(heap_read_failures=5)
+    with load_weights(path, faults=plan) as w:
+        assert (w.path_taken, w.attempts, w.errors) == ("mapped", 1, [])
+        assert w.base_address is not None
+        assert bytes(w.buffer) == data
+        during = stats()
+        assert (during.live_mappings, during.mapped_bytes) == (1, SIZE)
+        assert (during.heap_buffers, during.heap_bytes) == (0, 0)
+    assert_clean()
+    with pytest.raises(HeapReadError, match=re.escape(EIO_TEXT)):  # the plan was armed all along
+        load_weights(path, disable_file_mapped_weights="1", faults=plan)
 
 
 def test_platform_unavailable_is_not_retried(weights_file):

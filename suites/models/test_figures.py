@@ -123,9 +123,11 @@ def assert_contention_recorded(outcome) -> None:
     """Load and CPU share are recorded; a contended group says so (never asserted either way:
     the machine's load is not the test's to choose)."""
     doc = outcome.headline()
-    for s in outcome.summary():
+    summary, rows = outcome.summary(), outcome.results()
+    assert summary and rows, "a run without groups records no contention: the loop below would prove nothing"
+    for s in summary:
         share_low = s.cpu_share_min is not None and s.cpu_share_min < MIN_CPU_SHARE
-        assert s.contended == (share_low or (s.load_avg or 0) > min(r.cpu_count for r in outcome.results()))
+        assert s.contended == (share_low or (s.load_avg or 0) > min(r.cpu_count for r in rows))
     assert ("contended machine" in doc["sentence"]) == bool(doc["contention"]["contended_groups"])
 
 

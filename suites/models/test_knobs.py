@@ -19,7 +19,9 @@ def test_runs_fill_the_latency_columns(run_harness):
         assert r.runs == 20 and r.first_run_s > 0
         assert 0 < r.latency_p50_s <= r.latency_p90_s <= r.latency_p99_s
     by_mode = {r.mode: r for r in rows}
-    for s in outcome.summary():  # one worker per mode: the medians are its own figures
+    summary = outcome.summary()
+    assert sorted(s.mode for s in summary) == sorted(by_mode), "one group per mode, or the loop proves nothing"
+    for s in summary:  # one worker per mode: the medians are its own figures
         r = by_mode[s.mode]
         assert (s.latency_p50_s_median, s.latency_p99_s_median) == (r.latency_p50_s, r.latency_p99_s)
         assert s.startup_s_median == pytest.approx(r.init_s + r.first_run_s)

@@ -7,14 +7,12 @@ which lets the suites check the fit recovers the law and the report shows what i
 
 from __future__ import annotations
 
-import json
+import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.core.schema import FORMAT_VERSION, ResultRow, SummaryRow
-from harness.core.summary import summarize
-from harness.core.tables import write_rows
+from harness.core.schema import FORMAT_VERSION, ResultRow
 from harness.targets import version_labels
 
 MIB = 1024**2
@@ -164,15 +162,16 @@ def metadata(target: str = "cpu", status: str = "complete", **run: object) -> di
 
 
 def write_run(folder: Path, rows: list[ResultRow], meta: dict | None = None, law: Law = Law()) -> Path:
-    """Write a run folder (results.csv, summary.csv, metadata.json) from ``rows``."""
+    """Write a run folder from ``rows`` with the runner's own writer (`sweep.write_outputs`:
+    results.csv, summary.csv, results_long.csv, then metadata.json)."""
+    from harness.runner.sweep import write_outputs
+
     folder.mkdir(parents=True, exist_ok=True)
     deltas = {}
     for row in rows:
         key = (row.target, row.mode, row.processes, row.sessions_per_process, row.repeat)
         mode = "heap" if row.ep_file_mapping == "unavailable" else row.mode
         deltas[key] = (law.summed_pss(mode, row.processes) - law.fixed, MIB)  # (drop, idle noise)
-    write_rows(folder / "results.csv", rows, ResultRow)
-    write_rows(folder / "summary.csv", summarize(rows, deltas), SummaryRow)
     target = rows[0].target if rows else "cpu"
     if meta is None and rows:  # what the rows measured: the report refuses rows the metadata does not plan
         meta = metadata(
@@ -181,5 +180,5 @@ def write_run(folder: Path, rows: list[ResultRow], meta: dict | None = None, law
             repeat=max(r.repeat for r in rows) + 1,
             modes=sorted({r.mode for r in rows}),
         )
-    (folder / "metadata.json").write_text(json.dumps(meta or metadata(target)))
+    write_outputs(folder, rows, deltas, copy.deepcopy(meta or metadata(target)))
     return folder

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from report_fixtures import MIB, fail_worker, fake_results
+from report_fixtures import MIB, fail_worker, fake_results, metadata
 
 from harness.core.schema import ResultRow, SummaryRow, columns, dtypes
 from harness.core.summary import summarize
 from harness.core.tables import (
     LONG_DTYPES,
     long_metrics,
+    long_records,
     read_frame,
     read_long,
     read_rows,
@@ -134,11 +136,44 @@ def test_long_format_loads_directly(tmp_path):
     assert set(typed.run_id) == {"run-1"}
 
 
-def test_write_run_tables(tmp_path):
-    rows = fake_results(processes=(1, 2))
-    paths = write_run_tables(tmp_path, rows, summarize(rows))
-    assert sorted(paths) == ["results.csv", "results_long.csv", "summary.csv"]
-    assert read_long(paths["results_long.csv"]).run_id.iloc[0] == tmp_path.name
+def test_the_runner_writes_its_tables_through_the_one_writer(tmp_path):
+    """What the runner leaves (`sweep.write_outputs`, which writes the tables with
+    `tables.write_run_tables`): the three tables and metadata.json, each read back equal, the
+    long table under the folder's name as its run id."""
+    from harness.runner.sweep import write_outputs
+
+    out = tmp_path / "run-7"
+    out.mkdir()
+    rows = fail_worker(fake_results(processes=(1, 2)))
+    summary = write_outputs(out, rows, {}, metadata(processes=[1, 2]))
+    assert sorted(os.listdir(out)) == ["metadata.json", "results.csv", "results_long.csv", "summary.csv"]
+    assert read_rows(out / "results.csv", ResultRow) == rows
+    assert read_rows(out / "summary.csv", SummaryRow) == summary == summarize(rows, {})
+    long = read_long(out / "results_long.csv")
+    assert set(long.run_id) == {"run-7"} and len(long) == len(long_records(rows, "run-7"))
+    assert json.loads((out / "metadata.json").read_text())["run"]["run_id"] == "run-7"
+    assert (
+        write_run_tables(tmp_path / "again", rows, summary, "run-7") if (tmp_path / "again").mkdir() is None else None
+    )
+    for name in ("results.csv", "summary.csv", "results_long.csv"):
+        assert (tmp_path / "again" / name).read_bytes() == (out / name).read_bytes(), name
+
+
+def test_a_table_the_runner_cannot_write_fails_the_run_naming_it(tmp_path):
+    """The runner's guard around each table: a full disk while results_long.csv (the largest)
+    is written fails the run naming that file, and metadata.json says so."""
+    from test_report_reads_only import file_size_limit
+
+    from harness.core.errors import RunFailed
+    from harness.runner.sweep import write_outputs
+
+    out = tmp_path / "run"
+    out.mkdir()
+    rows = fake_results(processes=(1, 2, 4))
+    with file_size_limit(4096), pytest.raises(RunFailed, match="disk full writing results_long.csv"):
+        write_outputs(out, rows, {}, metadata())
+    status = json.loads((out / "metadata.json").read_text())["status"]
+    assert status.startswith("failed: disk full writing results_long.csv"), status
 
 
 def test_docs_column_tables_follow_the_schema():

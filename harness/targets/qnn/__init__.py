@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 from harness.core.schema import disable_flag
+from harness.core.vocab import EpState, PathTaken
 from harness.targets.base import LiveSessions, Prepared, Target, TargetOption
 
 from .ep import BACKEND_TYPES
@@ -266,13 +267,13 @@ def path_taken(state: str, counts: dict[str, int]) -> str:
     """How the weights were loaded, from the EP's own verdicts: "mapped" only when every
     session was active, "fallback" when any retried with a direct read, "unknown" without
     evidence, "heap" otherwise (option 1, platform gate, the EP's own policy)."""
-    if counts.get("retried"):
-        return "fallback"
-    if state == "active":
-        return "mapped"
-    if state == "unknown":
-        return "unknown"
-    return "heap"
+    if counts.get(EpState.RETRIED):
+        return PathTaken.FALLBACK
+    if state == EpState.ACTIVE:
+        return PathTaken.MAPPED
+    if state == EpState.UNKNOWN:
+        return PathTaken.UNKNOWN
+    return PathTaken.HEAP
 
 
 TARGET = QnnTarget()

@@ -32,6 +32,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from harness.core.vocab import EpState
 from harness.targets.qnn.eplog import (
     REASON_RPCMEM,
     EpVerdict,
@@ -214,7 +215,7 @@ def _fill_htp(report: DeviceReport, rec: dict, problem: str, text: str) -> None:
 def _fill_mapping(report: DeviceReport, verdict: EpVerdict, segment: str) -> None:
     report.file_mapping = verdict.to_dict()
     rpcmem_words = find_messages(segment, "rpcmem-load", "rpcmem-missing")
-    if verdict.state == "unavailable":
+    if verdict.state == EpState.UNAVAILABLE:
         report.file_mapping_available = False
         report.file_mapping_detail = "; ".join(find_messages(segment, "gate"))
         report.rpcmem_detail = "the platform gate turned file mapping off before the EP would load RPCMem"
@@ -227,12 +228,12 @@ def _fill_mapping(report: DeviceReport, verdict: EpVerdict, segment: str) -> Non
         report.rpcmem_loadable = True
         report.rpcmem_detail = (
             "loaded: DMA regions were registered with it"
-            if verdict.state == "active"
+            if verdict.state == EpState.ACTIVE
             else "loaded: no 'Unable to load RPCMem library' warning while file mapping was enabled"
         )
-        report.file_mapping_available = True if verdict.state == "active" else None
+        report.file_mapping_available = True if verdict.state == EpState.ACTIVE else None
         report.file_mapping_detail = f"{verdict.state}: {verdict.reason}"
-    if verdict.state == "ep-disabled" and REASON_RPCMEM not in verdict.reason:
+    if verdict.state == EpState.EP_DISABLED and REASON_RPCMEM not in verdict.reason:
         report.file_mapping_detail = f"ep-disabled: {verdict.reason}"
 
 

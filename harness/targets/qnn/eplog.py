@@ -61,6 +61,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness.core.schema import EP_STATES, MAPPED_STATES
+from harness.core.vocab import EpState
 
 # The messages, reasons and orders live in eplog_patterns; re-exported here (one import for users).
 from .eplog_patterns import (  # noqa: E402, F401
@@ -359,7 +360,7 @@ def classify_ep_log(text: str, *, disable_file_mapped_weights: str) -> tuple[str
     """(state, evidence) of a whole log: the interface targets/base.py uses today."""
     v = classify_log(text, disable_file_mapped_weights=disable_file_mapped_weights)
     detail = v.evidence or v.reason
-    if v.state == "unknown" and v.reason and v.reason not in detail:
+    if v.state == EpState.UNKNOWN and v.reason and v.reason not in detail:
         detail = v.reason + ("\n" + detail if detail else "")
     return v.state, detail
 

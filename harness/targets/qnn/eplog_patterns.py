@@ -17,34 +17,36 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
+from harness.core.vocab import EpState
+
 OPTION_VALUES = ("0", "1")  # disable_file_mapped_weights: "1" turns the feature off
 #: inside one session's segment: the first state whose evidence is present wins
 PRECEDENCE = (
-    "option-ignored",
-    "ep-error",
-    "unavailable",
-    "disabled",
-    "retried",
-    "mixed",
-    "ep-disabled",
-    "active",
-    "unknown",
+    EpState.OPTION_IGNORED,
+    EpState.EP_ERROR,
+    EpState.UNAVAILABLE,
+    EpState.DISABLED,
+    EpState.RETRIED,
+    EpState.MIXED,
+    EpState.EP_DISABLED,
+    EpState.ACTIVE,
+    EpState.UNKNOWN,
 )
 #: across a worker's sessions, worst first: no evidence (nothing can be ruled out, not even a
 #: retry) > a failed attempt > the EP's own policy > the platform gate > the user's option > mapped
 WORST_ORDER = (
-    "option-ignored",
-    "ep-error",
-    "unknown",
-    "retried",
-    "mixed",
-    "ep-disabled",
-    "unavailable",
-    "disabled",
-    "active",
+    EpState.OPTION_IGNORED,
+    EpState.EP_ERROR,
+    EpState.UNKNOWN,
+    EpState.RETRIED,
+    EpState.MIXED,
+    EpState.EP_DISABLED,
+    EpState.UNAVAILABLE,
+    EpState.DISABLED,
+    EpState.ACTIVE,
 )
 #: states that are failures whatever else the worker did (the harness fails the worker)
-FAILED_STATES = ("option-ignored", "ep-error")
+FAILED_STATES = (EpState.OPTION_IGNORED, EpState.EP_ERROR)
 
 REASON_EMBEDDED = "embedded context"
 REASON_VERSION = "context binary version < 3.3.3"
