@@ -18,6 +18,7 @@ from typing import Any
 
 from harness.core.capacity import Measured, ModeCapacity, Probe, bounds_text, cost_range, limit_room
 from harness.core.units import fmt_bytes, fmt_seconds
+from harness.core.vocab import Mode
 
 WHY_THEY_DIFFER = (
     "Measured and projected differ for three reasons: the projection assumes every worker peaks at "
@@ -54,7 +55,9 @@ def capacity_view(run: Any) -> CapacityView | None:
     view = CapacityView(measured.sentence())
     by_mode = {mode: {p.processes: p for p in m.probes} for mode, m in measured.modes.items()}
     for n in sorted({n for probes in by_mode.values() for n in probes}):
-        view.rows.append({"n": str(n), **{mode: _cell(by_mode.get(mode, {}).get(n)) for mode in ("heap", "mapped")}})
+        view.rows.append(
+            {"n": str(n), **{mode: _cell(by_mode.get(mode, {}).get(n)) for mode in (Mode.HEAP, Mode.MAPPED)}}
+        )
     for m in measured.modes.values():
         if m.note:
             view.lines.append(f"{m.mode}: {m.note}")
@@ -89,7 +92,7 @@ def capacity_projection(run: Any, weights_bytes: int, sessions: int) -> list[str
         + ", ".join(f"{mode} {_between(*cost)}" for mode, cost in costs.items())
         + " (the limit over the workers that fit and over one more; mapped beside the weights' pages)."
     ]
-    heap, mapped = costs.get("heap"), costs.get("mapped")
+    heap, mapped = costs.get(Mode.HEAP), costs.get(Mode.MAPPED)
     if heap and mapped and mapped[1] is not None:
         base = mapped[1]
         scale = weights_bytes / measured_weights

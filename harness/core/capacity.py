@@ -23,6 +23,7 @@ from typing import Any
 
 from .fits import workers_fitting
 from .units import fmt_bytes
+from .vocab import Mode
 
 CAPACITY_JSON = "capacity.json"
 CAPACITY_FORMAT_VERSION = 1
@@ -197,7 +198,7 @@ def from_document(data: Any) -> Measured | None:
     if not limit or not isinstance(modes, dict):
         return None
     out = {}
-    for mode in ("heap", "mapped"):
+    for mode in (Mode.HEAP, Mode.MAPPED):
         entry = modes.get(mode)
         if not isinstance(entry, dict):
             continue
@@ -246,7 +247,7 @@ def capacity_reasons(run: Any) -> list[str]:
 
 def limit_room(mode: str, limit: int, weights: int, counts_file_pages: bool) -> int:
     """What a limit leaves the workers: the mapped weights' pages once, where they count."""
-    return max(0, limit - (weights if mode == "mapped" and counts_file_pages else 0))
+    return max(0, limit - (weights if mode == Mode.MAPPED and counts_file_pages else 0))
 
 
 def cost_range(found: ModeCapacity, room: int) -> tuple[float | None, float | None]:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .schema import ResultRow
+from .vocab import Start
 
 
 def _median(values: Iterable[float | int | None]) -> float | None:
@@ -43,7 +44,7 @@ def contention(members: list[ResultRow]) -> dict[str, Any]:
     if load is None and share is None:
         return {"load_avg": None, "cpu_share_min": None, "contended": None, "foreign_cpus_max": most}
     cpus = min(counts) if counts else None
-    if members and all(r.start == "sequential" and r.foreign_cpus is not None for r in members):
+    if members and all(r.start == Start.SEQUENTIAL and r.foreign_cpus is not None for r in members):
         queued = cpus is not None and most is not None and most > cpus - 1
     else:
         queued = load is not None and cpus is not None and load > cpus

@@ -116,7 +116,7 @@ def workers_fitting(mode: str, room: int, peak: int, weights_bytes: int, file_pa
     Mapped: the weights' file pages are reclaimable page cache, but they must be resident to
     run: where the bound counts file pages (available memory, a cgroup's limit; never a commit
     limit) they take ``weights_bytes`` once for every worker."""
-    shared = weights_bytes if mode == "mapped" and file_pages_count else 0
+    shared = weights_bytes if mode == Mode.MAPPED and file_pages_count else 0
     return int(max(0, (room - shared) // peak)) if peak > 0 else 0
 
 

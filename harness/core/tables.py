@@ -19,13 +19,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from .cells import cell_problem
 from .errors import InputError
 from .files import write_text_atomic
 from .schema import (
     OLDEST_FORMAT_VERSION,
     ResultRow,
     SummaryRow,
-    cell_problem,
     columns,
     dtypes,
     required_columns,
@@ -213,7 +213,7 @@ def read_text_table(path: Path | str, row_type: type, version: int = OLDEST_FORM
 
 def parse_rows(table: TextTable, row_type: type) -> list[Any]:
     """``row_type`` objects from a `TextTable`: every cell parsed as its column's dtype and
-    checked against its range and choices (`schema.cell_problem`); InputError with the file,
+    checked against its range and choices (`cells.cell_problem`); InputError with the file,
     line and column otherwise. Columns the schema does not know are ignored, columns the table
     lacks keep their defaults (empty: not measured)."""
     kinds = dtypes(row_type)

@@ -27,6 +27,7 @@ from harness.core.errors import InputError, RunFailed, SpawnError
 from harness.core.files import write_json_atomic
 from harness.core.schema import ResultRow
 from harness.core.summary import group_key, summarize
+from harness.core.vocab import Mode, RunStatus
 from harness.runner.container import COUNTS_PAGE_CACHE, session
 from harness.runner.group import run_group
 from harness.runner.outdir import RunFolder, claim
@@ -162,12 +163,12 @@ def _search_all(opts: RunOptions, prepared, folder: RunFolder, progress, json_pa
     found: list[cap.ModeCapacity] = []
     failure = ""
     try:
-        for mode in ("heap", "mapped"):
+        for mode in (Mode.HEAP, Mode.MAPPED):
             if mode in opts.modes:
                 found.append(search.mode(mode))
-        status = "complete"
+        status = RunStatus.COMPLETE
     except KeyboardInterrupt:
-        status = "interrupted"
+        status = RunStatus.INTERRUPTED
     except SpawnError as err:
         failure = str(err)
     except (OSError, MemoryError) as err:
@@ -177,7 +178,7 @@ def _search_all(opts: RunOptions, prepared, folder: RunFolder, progress, json_pa
     search.write(status)
     if failure:
         raise RunFailed(failure, folder.path)
-    if status != "complete":
+    if status != RunStatus.COMPLETE:
         return CapacityOutcome(folder.path, None, 130, status, folder)
     from harness.runner.container import describe as container_kind
 

@@ -24,6 +24,7 @@ from harness.core.errors import SpawnError
 from harness.core.files import read_json
 from harness.core.latency import WORKER_FIELDS as LATENCY_FIELDS
 from harness.core.schema import ResultRow, disable_flag
+from harness.core.vocab import Start
 from harness.runner.container import close_limit, join, mark_limited, open_limit, wrap
 from harness.runner.exits import describe_exit, stderr_tail
 from harness.runner.memory import (
@@ -75,7 +76,7 @@ class GroupSpec:
     #: Run a control worker beside the N workers (`harness.runner.control`).
     control: bool = False
     #: The pass (`harness.core.passes`): "concurrent" (this module) or "sequential" (`timingpass`).
-    start: str = "concurrent"
+    start: str = Start.CONCURRENT
     #: The group (workers and control) runs in a memory container of this limit (`container`).
     memory_limit_bytes: int | None = None
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.core.units import fmt_bytes, fmt_seconds
+from harness.core.vocab import Start
 
 HEARTBEAT_S = 10.0
 #: Plain mode prints a byte-progress line when this share more is done.
@@ -228,7 +229,7 @@ class Progress:
         title = (
             f"[{index + 1}/{total}] {group.target} {group.mode} N={group.processes} "
             f"M={group.sessions_per_process} repeat={group.repeat}"
-            + (" (timing pass: one worker at a time)" if getattr(group, "start", "") == "sequential" else "")
+            + (" (timing pass: one worker at a time)" if getattr(group, "start", "") == Start.SEQUENTIAL else "")
         )
         with self._lock:
             self._group = _Group(title, self._t0)

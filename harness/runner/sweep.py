@@ -27,7 +27,7 @@ from harness.core.rundata import METADATA_JSON
 from harness.core.schema import FORMAT_VERSION, ResultRow, SummaryRow
 from harness.core.summary import group_key, summarize
 from harness.core.tables import write_run_tables
-from harness.core.vocab import PageCache, RunStatus
+from harness.core.vocab import PageCache, RunStatus, Start
 from harness.runner.control import has_control
 from harness.runner.group import GroupResult, GroupSpec
 from harness.runner.outdir import RunFolder, claim
@@ -72,7 +72,7 @@ def plan_groups(
     time spreads over both modes instead of biasing one."""
     groups = []
     settings = WorkerSettings(opts.session_settings().to_dict(), opts.runs, opts.warmup, opts.concurrency)
-    starts = ["concurrent", *(["sequential"] if opts.sequential_timing else [])]
+    starts = [Start.CONCURRENT, *([Start.SEQUENTIAL] if opts.sequential_timing else [])]
     for repeat in range(opts.repeat):
         for n in opts.processes:
             plan = [(opts.target, mode) for mode in opts.modes]
@@ -108,7 +108,7 @@ def plan_groups(
 
 def _suffix(start: str) -> str:
     """The workers folder of a timing-pass group: ``...-seq`` beside the concurrent one's."""
-    return "-seq" if start == "sequential" else ""
+    return "-seq" if start == Start.SEQUENTIAL else ""
 
 
 def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, status: str, t0: float, env: dict) -> dict:

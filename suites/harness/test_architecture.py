@@ -375,6 +375,7 @@ CHECKED_VOCABULARIES = (
     vocab.Verdict,
     vocab.RunStatus,
     vocab.PageCache,
+    vocab.Start,
 )
 #: Names of fields and variables that hold a vocabulary value: a literal assigned to one (or
 #: passed as that keyword) is that vocabulary's value spelled out.

@@ -13,7 +13,7 @@ import pickle
 
 import pytest
 
-from harness.core import schema, vocab
+from harness.core import cells, schema, vocab
 from harness.core.schema import ResultRow, SummaryRow
 from harness.core.tables import format_cell, rows_to_csv_text
 from harness.core.verdict import (
@@ -57,6 +57,7 @@ WRITTEN = {
     vocab.RunStatus: ("running", "complete", "interrupted", "unknown"),
     vocab.PageCache: ("warm", "cold", "cold-unverified"),
     vocab.PeakPhase: ("start", "load", "create", "first_run"),
+    vocab.Start: ("concurrent", "sequential"),
 }
 
 
@@ -106,15 +107,15 @@ def test_a_row_with_members_writes_the_same_bytes_as_one_with_strings():
 
 
 def test_the_schema_checks_cells_against_the_vocabularies():
-    assert schema.CHOICES["mode"] == ("mapped", "heap")
-    assert schema.CHOICES["ep_file_mapping"] == vocab.EpState.values()
-    assert schema.CHOICES["path_taken"] == vocab.PathTaken.values()
+    assert cells.CHOICES["mode"] == ("mapped", "heap")
+    assert cells.CHOICES["ep_file_mapping"] == vocab.EpState.values()
+    assert cells.CHOICES["path_taken"] == vocab.PathTaken.values()
     assert schema.MODES == tuple(vocab.Mode)
     assert schema.disable_flag("mapped") == "0" and schema.disable_flag(vocab.Mode.HEAP) == "1"
     with pytest.raises(KeyError):
         schema.disable_flag("fallback")
-    assert schema.cell_problem(ResultRow, "ep_file_mapping", "n/a") is None
-    assert "not one of" in schema.cell_problem(ResultRow, "ep_file_mapping", "mapped")
+    assert cells.cell_problem(ResultRow, "ep_file_mapping", "n/a") is None
+    assert "not one of" in cells.cell_problem(ResultRow, "ep_file_mapping", "mapped")
 
 
 def test_what_counts_as_mapped_is_defined_once():
