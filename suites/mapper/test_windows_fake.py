@@ -490,11 +490,13 @@ def test_fault_plan_hooks(fake, mapper, tmp_path):
 
 @pytest.mark.parametrize("stage", ["map", "register", "create"])
 def test_load_context_over_the_windows_mapper(fake, mapper, tmp_path, stage):
-    """The whole pipeline over kernel32: a fault at each stage falls back to one direct read,
-    and every handle and view is gone after teardown."""
+    """The whole pipeline over kernel32: a fault at each stage falls back to one direct read
+    (the mapping step's with the lenient stages: upstream fails the load there), and every
+    handle and view is gone after teardown."""
     path = tmp_path / "w.bin"
     data = weights(path, 80_000, seed=8)
     plan = FaultPlan(**{f"{stage}_failures": 1})
+    stages = {"fallback_stages": ("map", "register", "create")}
     regions = [(0, 100), (70_000, 10_000)]
     seen = []
 
@@ -502,7 +504,9 @@ def test_load_context_over_the_windows_mapper(fake, mapper, tmp_path, stage):
         seen.append(w.path_taken)
         return [bytes(v) for v in views]
 
-    with load_context(path, regions, create, disable_file_mapped_weights="0", faults=plan, mapper=mapper) as ctx:
+    with load_context(
+        path, regions, create, disable_file_mapped_weights="0", faults=plan, mapper=mapper, **stages
+    ) as ctx:
         assert (ctx.path_taken, ctx.fallback_stage) == ("fallback", stage)
         assert ctx.value == [data[:100], data[70_000:]]
         assert seen == (["mapped", "fallback"] if stage == "create" else ["fallback"])
