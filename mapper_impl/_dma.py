@@ -232,7 +232,7 @@ class DmaRegistrations:
                 self._faults.after_register()
         except OSError as err:
             raise RegistrationError(
-                f"Failed to register DMA data mapping to RPCMEM: {where} ({err}); {self._left_behind(address, size)}"
+                f"Failed to register DMA data mapping to RPCMEM: {where} ({err}) [{self._left_behind(address, size)}]"
             ) from err
         reg = Registration(next(_TOKENS), self.path, offset, size, address, view)
         with self._lock:
@@ -247,7 +247,7 @@ class DmaRegistrations:
                 self.backend.deregister(address, size)
                 return "registration undone (opt-in, PR #337's proposal: not upstream behaviour)"
             except OSError as err:
-                detail = f"undoing it failed too ({err}): "
+                detail = f"undoing it failed too ({err}), "
         else:
             detail = ""
         with self._lock:

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .faultnotes import fault_notes
 from .figurenotes import figure_notes
 from .rundata import RunData
 from .summary import SYSTEM_NOISE_FACTOR, row_ok
@@ -294,7 +295,8 @@ def _coverage_notes(run: RunData) -> list[Note]:
 def run_notes(run: RunData) -> list[Note]:
     """Every note that applies to ``run``, most important first; the RSS note always."""
     figures = [Note(*note) for note in figure_notes(run)]
-    notes = [*_worker_notes(run), *_qnn_notes(run), *figures, *_coverage_notes(run), RSS_NOTE]
+    faults = [Note(*note) for note in fault_notes(run)]
+    notes = [*_worker_notes(run), *faults, *_qnn_notes(run), *figures, *_coverage_notes(run), RSS_NOTE]
     status = run.meta.get("status")
     if status and status != "complete":
         notes.append(

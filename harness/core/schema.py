@@ -26,7 +26,12 @@ EP_STATES = (
     "option-ignored",
     "ep-error",
     "unknown",
+    "copied",
 )
+#: A mapped-mode worker that reported the mapped path (or an active EP) while its private
+#: memory held the weights (copied_bytes, against the group's control worker): a silent copy,
+#: as onnxruntime-qnn #677's SSR recovery made. Set by the runner from memory, never by a log.
+COPIED_STATE = "copied"
 #: The only EP state a summary or gate may count as "weights came from the mapping".
 MAPPED_STATES = ("active",)
 #: The value of the provider option ``disable_file_mapped_weights`` each mode passes.
@@ -77,7 +82,9 @@ class ResultRow:
         "string",
         "",
         "worst EP verdict over the worker's sessions: active | retried | mixed | "
-        "disabled | ep-disabled | unavailable | option-ignored | ep-error | unknown; n/a off the qnn target",
+        "disabled | ep-disabled | unavailable | option-ignored | ep-error | unknown; n/a off the qnn target; "
+        "copied (any target): a mapped-mode worker whose private memory held the weights (copied_bytes), "
+        "whatever its log or pipeline said: a silent copy, a failure",
     )
     init_s: float = col("Float64", "s", "load_s + create_s: time until the sessions exist")
     load_s: float = col("Float64", "s", "time to load (map or read) the weights")
@@ -198,6 +205,21 @@ class ResultRow:
         "Int64",
         "bytes",
         "USS / private bytes of the group's control worker: same runtime, sessions and inputs, no weights",
+        required=False,
+    )
+    # -- what the EP's faults left (cpu target: mapper_impl's counts) --
+    stale_registrations: int = col(
+        "Int64",
+        "count",
+        "failed DMA registrations left behind, never undone (upstream: cc7ec9e qnn_backend_manager.cc 886-893, "
+        "onnxruntime-qnn #337's stale FastRPC registration); a worker holding any fails (cpu target)",
+        required=False,
+    )
+    late_releases: int = col(
+        "Int64",
+        "count",
+        "release callbacks of failed attempts that arrived late: during or after the direct read, or at "
+        "teardown (onnxruntime-qnn PR #839) (cpu target)",
         required=False,
     )
     # -- how busy the machine was while the timings were taken --

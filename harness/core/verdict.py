@@ -32,7 +32,7 @@ from .gates import (
 )
 from .notes import Note, run_notes
 from .rundata import RunData
-from .schema import MODES
+from .schema import COPIED_STATE, MODES
 from .summary import row_ok
 from .timing import timing_repeats
 
@@ -44,8 +44,9 @@ class FeatureState:
     """Was file mapping really exercised in mapped mode? ``state`` is one of: active (every
     mapped-mode worker took the mapped path, with evidence), partial (some workers, or mixed
     nodes), unavailable (the EP's platform gate), disabled, option-ignored / ep-error (the EP
-    ignored the option or failed its setup: failures, the workers fail too), unknown (no
-    evidence), not-measured (no mapped-mode worker)."""
+    ignored the option or failed its setup: failures, the workers fail too), copied (a worker
+    that reported the mapped path held the weights in private memory: a silent copy, a failure,
+    the worker fails too), unknown (no evidence), not-measured (no mapped-mode worker)."""
 
     state: str
     text: str
@@ -110,10 +111,14 @@ def feature_state(run: RunData) -> FeatureState:
     ep = Counter(r.ep_file_mapping or "n/a" for r in mapped)
     paths = Counter(r.path_taken or "none" for r in mapped)
     n = len(mapped)
-    failed = {s: ep[s] for s in ("option-ignored", "ep-error") if ep.get(s)}
+    failed = {s: ep[s] for s in ("option-ignored", "ep-error", COPIED_STATE) if ep.get(s)}
     if failed:
         state, count = next(iter(failed.items()))
-        what = "option ignored by the EP" if state == "option-ignored" else "a hard EP setup error"
+        what = {
+            "option-ignored": "option ignored by the EP",
+            "ep-error": "a hard EP setup error",
+            COPIED_STATE: "weights copied into private memory although reported mapped (a silent copy)",
+        }[state]
         return FeatureState(state, f"{what} in {count} of {n} mapped-mode workers")
     if ep.get("unavailable"):
         return FeatureState(

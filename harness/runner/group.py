@@ -38,6 +38,7 @@ from harness.runner.peak import PHASES
 from harness.runner.peakwatch import PeakWatch, WatchedPeak, merged_peak
 from harness.runner.phaseboard import PhaseBoard
 from harness.runner.resources import describe
+from harness.runner.rowrules import early_exit, silent_copy
 from harness.runner.spawn import KillOnCloseJob, measured_process_env, python_child, worker_pid_in_tree
 from harness.runner.spec import WorkerRecord, WorkerSpec
 from harness.runner.syswatch import SystemWatch
@@ -308,12 +309,15 @@ def _composition(w: _Worker, seen: _Observed) -> tuple[int | None, list[str]]:
 
 
 def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultRow:
-    record = _read_record(w.spec.result_path) or w.ready or WorkerRecord(pid=w.proc.pid)
+    final = _read_record(w.spec.result_path)
+    record = final or w.ready or WorkerRecord(pid=w.proc.pid)
     code = w.proc.returncode
     error = record.error
     how = f"worker {w.index} {describe_exit(code, w.timed_out, group.worker_timeout_s)}"
-    if not error and (code != 0 or w.timed_out):
+    early = early_exit(w.index, code, w.timed_out, final)
+    if not error and (code != 0 or w.timed_out or early):
         tail = stderr_tail(w.spec.log_path)
+        how = early or how
         error = f"{how}: {tail}" if tail else f"{how} (no output)"
     elif error and code not in (0, None):
         error = f"{error} ({how})"
@@ -324,6 +328,8 @@ def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultR
     violations = implausible(w.memory, record.private_copy_bytes, resident) if sampled else []
     copied, copy_notes = _composition(w, seen) if sampled else (None, [])
     memory_note = "; ".join(x for x in (w.memory.note, *violations, *copy_notes) if x)
+    state, why = silent_copy(group.mode, record, copied) or (record.ep_file_mapping, "")
+    error = "; ".join(x for x in (error, why) if x)
     return ResultRow(
         target=group.target,
         mode=group.mode,
@@ -336,7 +342,7 @@ def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultR
         path_taken=record.path_taken or None,
         map_attempts=record.map_attempts,
         fallback_stage=record.fallback_stage or None,
-        ep_file_mapping=record.ep_file_mapping,
+        ep_file_mapping=state,
         init_s=init,
         load_s=record.load_s,
         create_s=record.create_s,
@@ -361,6 +367,8 @@ def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultR
         ep_reason=record.ep_reason or None,
         ep_nodes=record.ep_nodes or None,
         memory_ok=sampled and not violations,
+        stale_registrations=record.stale_registrations,
+        late_releases=record.late_releases,
         **{name: getattr(record, name) for name in LATENCY_FIELDS},
         **merged_peak(record, w.peak),
         **_split_columns(w, record, seen, copied),
