@@ -209,7 +209,7 @@ class CpuTarget(Target):
         import numpy  # noqa: F401 - imported before the clock starts: an import is not a load
         import onnxruntime  # noqa: F401
 
-        from mapper_impl import load_context
+        from mapper_impl import ContextLoadError, load_context
 
         for model in models:
             model.check_weights_file()  # truncated since the parent prepared it: a clear error, not a bad read
@@ -227,14 +227,18 @@ class CpuTarget(Target):
             for model in models:
                 creating = _SessionFactory(model, settings, silent_copy=copying)
                 t0 = time.perf_counter()
-                ctx = load_context(
-                    model.weights_path,
-                    [(t.offset, t.length) for t in model.tensors],
-                    creating,
-                    disable_file_mapped_weights=disable_flag(spec.mode),
-                    read_copy="transient",  # the direct read's copy is freed once the session exists
-                    **pipeline,
-                )
+                try:
+                    ctx = load_context(
+                        model.weights_path,
+                        [(t.offset, t.length) for t in model.tensors],
+                        creating,
+                        disable_file_mapped_weights=disable_flag(spec.mode),
+                        read_copy="transient",  # the direct read's copy is freed once the session exists
+                        **pipeline,
+                    )
+                except ContextLoadError as err:  # the session fails (upstream): its row keeps every error
+                    _record_failure(record, err)
+                    raise
                 total = time.perf_counter() - t0
                 session, keepalive = ctx.value
                 group.append(session)
@@ -273,6 +277,14 @@ def _pipeline_options(spec) -> dict:
         "sweep_deregistrations": bool(spec.options.get("sweep_deregistrations")),
         **pipeline_options(spec.options),
     }
+
+
+def _record_failure(record, err) -> None:
+    """A load that failed (a mapping step's failure, or the direct read's too): the mapping
+    attempts it made and every stage's error, for the row."""
+    record.map_errors.extend(str(e) for e in err.errors)
+    attempts = sum(1 for e in err.errors if (e.attempt, e.stage) == ("mapped", "map"))
+    record.map_attempts = max(record.map_attempts or 0, attempts or 1)
 
 
 def _closer(ctx, record):
