@@ -225,3 +225,13 @@ def test_a_bad_fault_is_a_usage_error(run_harness):
         outcome = run_harness("run", *SMALL, "--processes", "1", "--quiet", bad)
         assert outcome.returncode == 2 and len(outcome.stderr.strip().splitlines()) == 1, outcome.stderr
         assert bad.split("=")[0] in outcome.stderr and "Traceback" not in outcome.stderr
+
+
+def test_a_non_ascii_context_path_maps(run_harness, tmp_path):
+    """Upstream widens the path byte by byte (cc7ec9e qnn_windows_file_mapper.cc:51) and fails a
+    session whose context bin sits under a non-ASCII folder (test_windows_fake.py shows the name
+    it opens); here the weights file under a non-ASCII cache folder maps (a deliberate difference)."""
+    cache = tmp_path / "modèle_重み"
+    _, rows = _run(run_harness, "--cache-dir", str(cache))
+    assert rows and all(r.path_taken == "mapped" and r.output_ok and not r.error for r in rows), rows
+    assert any(cache.rglob("weights.bin"))
