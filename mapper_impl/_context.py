@@ -100,6 +100,20 @@ def _fallback_stages(stages: Iterable[str]) -> frozenset[str]:
     return stages
 
 
+def _check_choices(read_copy: str, failed_registration: str, create: object, retry: object) -> None:
+    """TypeError/ValueError for a bad argument, before any work."""
+    if read_copy not in READ_COPIES:
+        raise ValueError(f"read_copy must be one of {', '.join(READ_COPIES)}, got {read_copy!r}")
+    if failed_registration not in FAILED_REGISTRATIONS:
+        raise ValueError(
+            f"failed_registration must be one of {', '.join(FAILED_REGISTRATIONS)}, got {failed_registration!r}"
+        )
+    if not callable(create):
+        raise TypeError(f"create must be callable, got {type(create).__name__}")
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise TypeError(f"retry must be a RetryPolicy or None, got {type(retry).__name__}")
+
+
 def load_context(
     path: str | os.PathLike,
     regions: Iterable,
@@ -128,40 +142,21 @@ def load_context(
     always pass it, as upstream's open proposal to change its default advises).
     ``fallback_stages``: the stages whose failure falls back (upstream: register, create);
     ``failed_registration``: "stale" (upstream) or "undo" (PR #337's proposal).
-    ``scope``: "session" (a mapping of its own, upstream), "process" (ours), or one
-    `MappingScope` shared by loads that share EP contexts. ``sweep_deregistrations``: keep
-    failed deregistrations and retry them at teardown (ours; upstream forgets them).
-    ``read_copy``: "kept" or "transient" (upstream's lifetime of the direct-read copy).
+    ``scope``: "session" (upstream), "process" (ours), or one `MappingScope` shared by loads
+    that share EP contexts. ``sweep_deregistrations``: retry failed deregistrations at
+    teardown (ours). ``read_copy``: "kept" or "transient" (upstream's direct-read copy).
 
     Raises FileCheckError for an unusable file (never a fallback), ContextLoadError when every
     allowed path failed (all stage errors kept), TypeError/ValueError for bad arguments (before
     any work)."""
     disabled = parse_disable_flag(disable_file_mapped_weights)
-    if read_copy not in READ_COPIES:
-        raise ValueError(f"read_copy must be one of {', '.join(READ_COPIES)}, got {read_copy!r}")
-    if failed_registration not in FAILED_REGISTRATIONS:
-        raise ValueError(
-            f"failed_registration must be one of {', '.join(FAILED_REGISTRATIONS)}, got {failed_registration!r}"
-        )
-    if not callable(create):
-        raise TypeError(f"create must be callable, got {type(create).__name__}")
+    _check_choices(read_copy, failed_registration, create, retry)
     requests = _requests(regions)
     stages = _fallback_stages(fallback_stages)
-    if retry is not None and not isinstance(retry, RetryPolicy):
-        raise TypeError(f"retry must be a RetryPolicy or None, got {type(retry).__name__}")
     backend = get_backend(dma_backend)
     cursor = check_faults(faults)
-    load = Load(
-        os.fspath(path),
-        requests,
-        create,
-        cursor,
-        [],
-        resolve_scope(scope),
-        bool(sweep_deregistrations),
-        read_copy,
-        failed_registration,
-    )
+    sweep, scope = bool(sweep_deregistrations), resolve_scope(scope)
+    load = Load(os.fspath(path), requests, create, cursor, [], scope, sweep, read_copy, failed_registration)
     if disabled:
         return direct_attempt(load, "heap", "", [])
     context, stage, dma = mapped_attempt(load, default_mapper(mapper), retry or RetryPolicy(), backend)

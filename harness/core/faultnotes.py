@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from .rundata import RunData
 from .schema import COPIED_STATE, ResultRow
 
 #: How a target's note labels an opt-in that is not what the EP does (the cpu target's).
@@ -38,8 +37,9 @@ def _repeat_lines(rows: list[ResultRow]) -> list[str]:
     return lines
 
 
-def fault_notes(run: RunData) -> list[tuple[str, str, str, list[str]]]:
-    """(kind, title, text, details) of each note that applies."""
+def fault_notes(run: Any) -> list[tuple[str, str, str, list[str]]]:
+    """(kind, title, text, details) of each note that applies to a `RunData` (not imported:
+    rundata imports the headline, which imports this module)."""
     notes = []
     stale = [r for r in run.results if r.stale_registrations]
     if stale:

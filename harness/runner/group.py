@@ -308,9 +308,9 @@ def _composition(w: _Worker, seen: _Observed) -> tuple[int | None, list[str]]:
     return value, [why] if why else []
 
 
-def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultRow:
-    final = _read_record(w.spec.result_path)
-    record = final or w.ready or WorkerRecord(pid=w.proc.pid)
+def _exit_error(group: GroupSpec, w: _Worker, final: WorkerRecord | None, record: WorkerRecord) -> str:
+    """The row's error: the worker's own, else how it ended when that was no clean release
+    (an exit code, a signal, a timeout, an exit before the release, code 0 included)."""
     code = w.proc.returncode
     error = record.error
     how = f"worker {w.index} {describe_exit(code, w.timed_out, group.worker_timeout_s)}"
@@ -318,9 +318,17 @@ def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultR
     if not error and (code != 0 or w.timed_out or early):
         tail = stderr_tail(w.spec.log_path)
         how = early or how
-        error = f"{how}: {tail}" if tail else f"{how} (no output)"
-    elif error and code not in (0, None):
-        error = f"{error} ({how})"
+        return f"{how}: {tail}" if tail else f"{how} (no output)"
+    if error and code not in (0, None):
+        return f"{error} ({how})"
+    return error
+
+
+def _row(group: GroupSpec, w: _Worker, seen: _Observed | None = None) -> ResultRow:
+    final = _read_record(w.spec.result_path)
+    record = final or w.ready or WorkerRecord(pid=w.proc.pid)
+    code = w.proc.returncode
+    error = _exit_error(group, w, final, record)
     init = None if record.load_s is None or record.create_s is None else record.load_s + record.create_s
     seen = seen or _Observed()
     sampled = w.memory.rss_bytes is not None and (w.memory.uss_bytes is not None or w.memory.private_bytes is not None)

@@ -26,8 +26,9 @@ pytestmark = pytest.mark.memory
 WORKERS = 2
 
 
-def _run(run_harness, *args: str, modes: str = "mapped", check_exit: int = 0):
-    outcome = run_harness(*run_args(*args, processes=WORKERS, modes=modes), check_exit=check_exit, timeout=180)
+def _run(run_harness, *args: str, modes: str = "mapped", check_exit: int = 0, report: bool = False):
+    argv = run_args(*args, processes=WORKERS, modes=modes, report=report)
+    outcome = run_harness(*argv, check_exit=check_exit, timeout=180)
     assert_no_survivors(outcome.out)
     assert "Traceback" not in outcome.stderr + outcome.stdout
     return outcome, outcome.results()
@@ -87,7 +88,7 @@ def test_register_at_k_leaves_a_stale_registration_in_every_repeat(run_harness):
     upstream, stays registered: every worker of every repeat counts one stale registration,
     its sessions are created anyway from the direct read (recovery) and it fails for the leak;
     the row, the sentence, the notes and the outcome table say so, identically per repeat."""
-    outcome, rows = _run(run_harness, "--fault", "register@2", "--repeat", "2", check_exit=1)
+    outcome, rows = _run(run_harness, "--fault", "register@2", "--repeat", "2", check_exit=1, report=True)
     assert sorted({r.repeat for r in rows}) == [0, 1] and len(rows) == 2 * WORKERS
     outcomes = {
         (r.path_taken, r.fallback_stage, r.stale_registrations, _errors(r), r.first_run_s is not None) for r in rows
@@ -103,6 +104,8 @@ def test_register_at_k_leaves_a_stale_registration_in_every_repeat(run_harness):
     assert "4 stale registration(s) left behind" in outcome.stdout
     assert "repeat 1: 2 worker(s) left 2 stale registration(s); sessions created anyway in 2" in outcome.stdout
     assert re.search(r"stale\s*┃", outcome.stdout), "the outcome table has a stale column"
+    html = (outcome.out / "report.html").read_text(encoding="utf-8")
+    assert "4 stale registration(s) left behind" in html and "stale_registrations" in html
 
 
 def test_undoing_a_failed_registration_is_an_opt_in(run_harness):
