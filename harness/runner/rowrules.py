@@ -18,8 +18,9 @@ from harness.core.units import fmt_bytes, fmt_percent
 from harness.runner.exits import describe_exit
 from harness.runner.spec import WorkerRecord
 
-#: A mapped worker holding at least this share of the weights as private copies (beyond the
-#: control's runtime, after the sampling slack) holds the weights: not mapped, whatever it says.
+#: A mapped worker holding at least this share of the weights as private copies, plus the
+#: sampling slack (beyond the control's runtime), holds the weights: not mapped, whatever it
+#: says. Below the slack (weights of a few hundred KiB) no copy can be told from noise: no verdict.
 #: Half: a worker whose sessions were served from the mapping holds ~0 (a few pages of noise);
 #: one that copied them holds ~1 copy per session; partial copies below it stay a warning
 #: ("Mapped workers still copied weights").
@@ -35,7 +36,7 @@ def early_exit(index: int, code: int | None, timed_out: bool, final: WorkerRecor
     that says it was released."""
     if timed_out or code is None or (final is not None and final.released):
         return ""
-    return f"worker {index} exited before the harness released it ({describe_exit(code, False, 0)})"
+    return f"worker {index} {describe_exit(code, False, 0)} before the harness released it"
 
 
 def silent_copy(mode: str, record: WorkerRecord, copied: int | None) -> tuple[str, str] | None:
@@ -46,7 +47,7 @@ def silent_copy(mode: str, record: WorkerRecord, copied: int | None) -> tuple[st
         return None
     if record.ep_file_mapping not in _CLAIMS_MAPPED:
         return None
-    if copied + SLACK_BYTES < SILENT_COPY_SHARE * weights:
+    if copied < SILENT_COPY_SHARE * weights + SLACK_BYTES:  # the slack keeps noise (and tiny weights) out
         return None
     said = "its EP log said active" if record.ep_file_mapping == "active" else "its pipeline reported mapped"
     return COPIED_STATE, (

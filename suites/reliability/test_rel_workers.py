@@ -26,7 +26,7 @@ HANG_TIMEOUT_S = 15  # well above a healthy worker's start-up under the test sui
         ("raise", 1, "RuntimeError: worker raised on purpose"),
         ("hang", -9, f"worker 0 timed out after {HANG_TIMEOUT_S} s and was killed"),
         # onnxruntime-qnn #337: a background TerminateProcess(0) after the result was written
-        ("exit-after-ready", 0, "worker 0 exited before the harness released it (exited with code 0)"),
+        ("exit-after-ready", 0, "worker 0 exited with code 0 before the harness released it"),
     ],
 )
 def test_one_failing_worker_is_recorded_and_the_run_completes(run_harness, tmp_path, fault, exit_code, error_text):
