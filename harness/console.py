@@ -99,8 +99,10 @@ def outcome_table(rows: list[ResultRow]) -> Any | None:
         if (
             r.path_taken == PathTaken.FALLBACK
             or (r.map_attempts or 0) > 1
-            or r.ep_file_mapping == EpState.RETRIED
+            or r.ep_file_mapping in (EpState.RETRIED, EpState.COPIED)
             or r.error
+            or r.stale_registrations
+            or r.late_releases
         )
     ]
     if not interesting:
@@ -114,6 +116,8 @@ def outcome_table(rows: list[ResultRow]) -> Any | None:
         "fallback_stage",
         "map_attempts",
         "ep_file_mapping",
+        "stale",
+        "late",
         "workers",
         "errors",
     ):
@@ -127,15 +131,21 @@ def outcome_table(rows: list[ResultRow]) -> Any | None:
             r.fallback_stage or "",
             r.map_attempts,
             r.ep_file_mapping,
+            _count(r.stale_registrations),
+            _count(r.late_releases),
             bool(r.error),
         )
         for r in rows
     )
-    for (rep, mode, n, path, stage, attempts, ep, err), count in sorted(counts.items(), key=str):
-        table.add_row(
-            str(rep), mode, str(n), str(path), stage, str(attempts), str(ep), str(count), "yes" if err else ""
-        )
+    for (rep, mode, n, path, stage, attempts, ep, stale, late, err), count in sorted(counts.items(), key=str):
+        cells = (str(rep), mode, str(n), str(path), stage, str(attempts), str(ep), stale, late, str(count))
+        table.add_row(*cells, "yes" if err else "")
     return table
+
+
+def _count(value: int | None) -> str:
+    """A count cell: empty when not counted, the number otherwise (0 included)."""
+    return "" if value is None else str(value)
 
 
 def startup_lines(run: Any) -> list[str]:

@@ -4,7 +4,8 @@ Public API (the harness, the suites and users import exactly these names):
 
 - ``load_context`` -> ``LoadedContext``: the EP's pipeline for one context (map, register each
   region for DMA, create; one direct-read fallback), with ``STAGES``,
-  ``UPSTREAM_FALLBACK_STAGES``, ``READ_COPIES`` and ``StageError``;
+  ``UPSTREAM_FALLBACK_STAGES`` (the default: a failed mapping step is fatal),
+  ``FAILED_REGISTRATIONS`` ("stale": upstream; "undo"), ``READ_COPIES`` and ``StageError``;
 - ``load_context_list`` -> ``LoadedContextList``: the shared-resource (list) path, where any
   failure, the mapping's included, retries the whole list with the feature disabled;
 - ``MappingScope``/``SCOPES``: who shares a mapping (one per session by default, as upstream's
@@ -44,7 +45,15 @@ from ._common import (
     parse_disable_flag,
     validate_region,
 )
-from ._context import READ_COPIES, STAGES, UPSTREAM_FALLBACK_STAGES, LoadedContext, StageError, load_context
+from ._context import (
+    FAILED_REGISTRATIONS,
+    READ_COPIES,
+    STAGES,
+    UPSTREAM_FALLBACK_STAGES,
+    LoadedContext,
+    StageError,
+    load_context,
+)
 from ._dma import DmaBackend, sweep_registrations
 from ._faults import FaultPlan
 from ._list import LoadedContextList, load_context_list
@@ -63,6 +72,7 @@ def shared_users(path: str, mapper: FileMapper | None = None) -> int:
 
 
 __all__ = [
+    "FAILED_REGISTRATIONS",
     "PATHS_TAKEN",
     "READ_COPIES",
     "SCOPES",

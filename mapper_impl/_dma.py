@@ -23,6 +23,13 @@ What backs a registration (`DmaBackend`):
   measures, and a modest RLIMIT_MEMLOCK (8 MiB by default on many distributions) would make
   every real model fail registration.
 
+A failed registration follows the readable source too (cc7ec9e qnn_backend_manager.cc 886-893:
+``register_buf`` then ``to_fd``; on -1 it returns QNN_COMMON_ERROR_SYSTEM and undoes nothing):
+the region stays registered with the backend, with no fd, and nobody will deregister it: a
+stale registration (onnxruntime-qnn #337's words), counted per context (`stale`) and
+process-wide (`stats().dma_stale_registrations`, a worker reports it as a leak). Undoing it
+(``failed="undo"``, what the unmerged PR #337 proposed) is an opt-in.
+
 Per context (`DmaRegistrations`, one per `load_context`), as upstream's registrations belong
 to the backend manager that made them: a context's teardown deregisters only its own, so one
 session's faults never touch another's.
@@ -37,7 +44,6 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
 
 from ._common import DeregistrationError, PlatformUnavailableError, RegistrationError
 from ._faults import FaultCursor
@@ -140,6 +146,8 @@ class MlockBackend(DmaBackend):
 
 
 BACKENDS = ("bookkeeping", "mlock")
+#: What becomes of a registration whose ``to_fd`` failed: left "stale" (upstream) or "undo"ne.
+FAILED_REGISTRATIONS = ("stale", "undo")
 _shared: dict[str, DmaBackend] = {}
 _shared_lock = threading.Lock()
 
@@ -175,12 +183,23 @@ class DmaRegistrations:
     kept for a sweep."""
 
     def __init__(
-        self, path: str, backend: DmaBackend, faults: FaultCursor | None = None, *, sweep: bool = False
+        self,
+        path: str,
+        backend: DmaBackend,
+        faults: FaultCursor | None = None,
+        *,
+        sweep: bool = False,
+        failed: str = "stale",
     ) -> None:
+        if failed not in FAILED_REGISTRATIONS:
+            raise ValueError(f"failed_registration must be one of {', '.join(FAILED_REGISTRATIONS)}, got {failed!r}")
         self.path = path
         self.backend = backend
         self.sweeps = sweep
+        self.undo_failed = failed == "undo"
         self.leaked = 0  # failed deregistrations forgotten (upstream): still registered
+        self.stale = 0  # failed registrations left behind (upstream): registered, never undone
+        self.late_callbacks = 0  # release callbacks of a failed attempt that arrived late
         self._faults = faults
         self._lock = threading.Lock()
         self._live: dict[int, Registration] = {}
@@ -199,16 +218,21 @@ class DmaRegistrations:
             return len(self._pending)
 
     def register(self, view: memoryview, offset: int, address: int) -> Registration:
-        """Register one region; RegistrationError (the attempt fails) if it cannot be."""
+        """Register one region; RegistrationError (the request fails) if it cannot be. A
+        failure after the backend registered it (upstream: ``to_fd`` returning -1) leaves the
+        registration behind, stale, or undoes it (``failed="undo"``)."""
         size = len(view)
+        where = f"{self.path} [{offset}, {offset + size}) at {address:#x}"
+        try:
+            self.backend.register(address, size)
+        except OSError as err:  # the backend refused it: nothing is registered
+            raise RegistrationError(f"Failed to register DMA data mapping to RPCMEM: {where} ({err})") from err
         try:
             if self._faults is not None:
-                self._faults.before_register()
-            self.backend.register(address, size)
+                self._faults.after_register()
         except OSError as err:
             raise RegistrationError(
-                f"Failed to register DMA data mapping to RPCMEM: {self.path} "
-                f"[{offset}, {offset + size}) at {address:#x} ({err})"
+                f"Failed to register DMA data mapping to RPCMEM: {where} ({err}) [{self._left_behind(address, size)}]"
             ) from err
         reg = Registration(next(_TOKENS), self.path, offset, size, address, view)
         with self._lock:
@@ -216,37 +240,34 @@ class DmaRegistrations:
         COUNTERS.add(dma_registrations=1, dma_registered_bytes=size)
         return reg
 
-    def register_regions(self, weights: Any, requests: list[tuple[int, int]], views: list[memoryview]) -> None:
-        """Upstream's DMA-data callback once per request, in order: the region (refused by
-        upstream's rules), then its registration; each view is appended to ``views`` as soon
-        as it exists, so a failure part way leaves the caller every region handed out so far.
-        The same as `register` per region, with the stats counted once for the batch (a
-        session's regions are thousands for an LLM)."""
-        base, faults, backend, path = weights.base_address, self._faults, self.backend, self.path
-        count = registered = 0
-        view = reg = None
-        try:
-            for (offset, size), view in zip(requests, weights.regions(requests), strict=True):
-                views.append(view)
-                address = base + offset
-                try:
-                    if faults is not None:
-                        faults.before_register()
-                    backend.register(address, size)
-                except OSError as err:
-                    raise RegistrationError(
-                        f"Failed to register DMA data mapping to RPCMEM: {path} "
-                        f"[{offset}, {offset + size}) at {address:#x} ({err})"
-                    ) from err
-                reg = Registration(next(_TOKENS), path, offset, size, address, view)
-                with self._lock:
-                    self._live[reg.token] = reg
-                count += 1
-                registered += size
-        finally:
-            view = reg = None  # noqa: F841 - a traceback holding this frame must not pin the last region
-            if count:
-                COUNTERS.add(dma_registrations=count, dma_registered_bytes=registered)
+    def _left_behind(self, address: int, size: int) -> str:
+        """What becomes of a registration whose fd could not be had, in words for the error."""
+        if self.undo_failed:
+            try:
+                self.backend.deregister(address, size)
+                return "registration undone (opt-in, PR #337's proposal: not upstream behaviour)"
+            except OSError as err:
+                detail = f"undoing it failed too ({err}), "
+        else:
+            detail = ""
+        with self._lock:
+            self.stale += 1
+        COUNTERS.add(dma_stale_registrations=1)
+        return f"{detail}registration left behind, stale (never undone, as upstream)"
+
+    def handed_out(self) -> list[Registration]:
+        """The live registrations now: what QNN was handed and will call back for."""
+        with self._lock:
+            return list(self._live.values())
+
+    def release_late(self, regs: list[Registration]) -> list[DeregistrationError]:
+        """The failed attempt's release callbacks (one per registration in ``regs``, what it
+        handed out), arriving late (after the retry began): each deregisters its own
+        registration once; one whose registration is already gone (the teardown got there
+        first) is a no-op, never a second deregistration."""
+        with self._lock:
+            self.late_callbacks += len(regs)
+        return [e for e in map(self.release, regs) if e is not None]
 
     def _try_deregister(self, reg: Registration) -> DeregistrationError | None:
         try:

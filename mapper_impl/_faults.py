@@ -31,7 +31,7 @@ _COUNTS = {
 
 INJECTED = "injected by FaultPlan"
 #: When a failed attempt's release callbacks arrive (`FaultPlan.late_release`).
-LATE_RELEASE = ("", "during", "after")
+LATE_RELEASE = ("", "during", "after", "teardown")
 
 
 @dataclass(frozen=True)
@@ -40,8 +40,11 @@ class FaultPlan:
 
     - ``map_failures``: the first K mapping attempts fail with ENOMEM, as the OS does when the
       address space or commit charge runs out.
-    - ``register_failures``: the first K DMA registrations fail with ENOMEM (what locking
-      pages past RLIMIT_MEMLOCK gives): "Failed to register DMA data mapping to RPCMEM".
+    - ``register_failures``: the first K DMA registrations fail with ENOMEM: "Failed to register
+      DMA data mapping to RPCMEM". As upstream's failure (``register_buf`` ran, then ``to_fd``
+      returned -1), the fault strikes after the backend registered the region: what happens to
+      that registration is `load_context`'s ``on_register_failure`` (left stale, upstream's
+      default, or undone).
     - ``create_failures``: the first K context creations WITH the DMA callbacks (the mapped
       attempt's ``create``) fail after the caller's ``create`` ran, as a QNN
       contextCreateFromBinaryWithCallback that consumed the regions and then failed: before the
@@ -53,13 +56,16 @@ class FaultPlan:
     - ``heap_read_failures``: the first K direct (heap) reads fail with EIO (a flaky disk).
     - ``register_at``: the K-th DMA registration of the load fails (K >= 1) after the K-1
       before it succeeded: the field report of foundry-local #1124 (RPC 8003, then QNN 1002
-      MEM_ALLOC part way through a 7B model's regions). The earlier ones are deregistered and
-      the direct read follows.
+      MEM_ALLOC part way through a 7B model's regions), as ``register_failures`` fails one
+      (after the backend registered it). The later requests are still made (nothing disabled
+      them upstream); QNN's release callbacks deregister the ones it was given, then the direct
+      read follows.
     - ``late_release``: when the mapped attempt fails, its release callbacks (QNN's, upstream
       does not deregister the failed attempt itself) arrive late: ``"during"`` the direct read
-      (after the read, before the context is created from it) or ``"after"`` it (once the
-      fallback context exists), the lifetime race of upstream PR #839. "" (default): they
-      arrive before the retry begins.
+      (after the read, before the context is created from it), ``"after"`` it (once the
+      fallback context exists) or at ``"teardown"`` (while the fallback context is released,
+      from another thread), the lifetime races of upstream PR #839. "" (default): they arrive
+      before the retry begins.
     - ``platform_unavailable``: mapping is not available at all (no retry helps).
     """
 
@@ -147,7 +153,9 @@ class FaultCursor:
         if self._next("map", self.plan.map_failures):
             raise injected_os_error(errno.ENOMEM)
 
-    def before_register(self) -> None:
+    def after_register(self) -> None:
+        """After the backend registered a region (upstream: ``register_buf``), where upstream's
+        ``to_fd`` can return -1: raise if this registration is planned to fail."""
         failing = self._next("register", self.plan.register_failures)
         if failing or self._counts["register"] == self.plan.register_at:
             raise injected_os_error(errno.ENOMEM)

@@ -7,7 +7,9 @@ unmap). DMA registrations count from register to a successful deregistration. A 
 deregistration is, as upstream, returned (MEM_ALLOC) and forgotten: the buffer stays registered
 with the backend and nobody will deregister it, so it counts as a leaked registration for the
 rest of the process (``dma_leaked_registrations``: never clean). With the opt-in sweep it stays
-counted and pending until a teardown sweep succeeds instead.
+counted and pending until a teardown sweep succeeds instead. A failed registration is, as
+upstream, left behind (registered, no fd, never undone): a stale registration for the rest of
+the process (``dma_stale_registrations``), unless the caller opts into undoing it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import weakref
 from dataclasses import asdict, dataclass
 
 #: Counters that count events since the process started, not something held now.
-SINCE_START = ("leaked_loads", "dma_leaked_registrations")
+SINCE_START = ("leaked_loads", "dma_leaked_registrations", "dma_stale_registrations")
 
 
 @dataclass(frozen=True)
@@ -39,14 +41,21 @@ class MapperStats:
     #: and never undone. A count since the process started (is_clean() leaves it out, as a
     #: process cannot undo it); a worker reports any as a leak (`leaks()`).
     dma_leaked_registrations: int = 0
+    #: failed registrations left behind (upstream's default: registered with RPCMem, ``to_fd``
+    #: failed, never undone: onnxruntime-qnn #337's "stale FastRPC registration"). A count since
+    #: the process started (is_clean() leaves it out); a worker reports any as a leak (`leaks()`).
+    dma_stale_registrations: int = 0
 
     def is_clean(self) -> bool:
         """Nothing is held: no view, copy, deferred unmap or registration."""
         return not any(v for k, v in asdict(self).items() if k not in SINCE_START)
 
     def leaks(self) -> dict[str, int]:
-        """What a process leaked for good: registrations nobody will deregister."""
-        return {"dma_leaked_registrations": self.dma_leaked_registrations} if self.dma_leaked_registrations else {}
+        """What a process leaked for good: registrations nobody will deregister (failed
+        deregistrations forgotten, failed registrations left stale)."""
+        found = {"dma_leaked_registrations": self.dma_leaked_registrations}
+        found["dma_stale_registrations"] = self.dma_stale_registrations
+        return {key: value for key, value in found.items() if value}
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from ._base import FileMapper, MappedFile
@@ -123,18 +122,25 @@ class Weights:
                 raise ClosedError(f"weights of {self.path} are closed")
             return self._buffer[offset : offset + size]
 
-    def regions(self, requests: Iterable[tuple[int, int]]) -> Iterator[memoryview]:
-        """`region` of each ``(offset, size)`` request, in order, one at a time (the caller
-        registers each before the next is asked for, as QNN's callbacks come): a load's
-        thousands of valid requests are sliced straight from this load's own buffer, anything
-        else goes through `region` and is refused there by upstream's rules."""
-        buffer, size = self.buffer, self.size
-        for offset, length in requests:
-            valid = type(offset) is int and type(length) is int and 0 <= offset and 0 < length <= size - offset
-            if valid and self._enabled:
-                yield buffer[offset : offset + length]
-            else:
-                yield self.region(offset, length)
+    def request(self, offset: object, size: object) -> memoryview:
+        """`region` for one of a load's requests, as QNN's DMA-data callback makes them: a
+        valid integer request is sliced straight from this load's own buffer (a load makes
+        thousands), anything else goes through `region` and is refused there by upstream's
+        rules, in upstream's order."""
+        buffer = self._buffer
+        if (
+            buffer is not None
+            and self._enabled
+            and type(offset) is int
+            and type(size) is int
+            and 0 <= offset
+            and 0 < size <= self.size - offset
+        ):
+            try:
+                return buffer[offset : offset + size]
+            except ValueError:  # released by a concurrent close(): region() says so
+                pass
+        return self.region(offset, size)
 
     def verify(self) -> None:
         """Raise StaleFileError if a mapped file changed on disk (no-op for heap loads)."""

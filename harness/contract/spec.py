@@ -72,8 +72,10 @@ class WorkerSpec:
     #: How long the worker waits at the barrier for its release before giving up.
     release_timeout_s: float = 3600.0
     #: Test hook of the reliability suites, never set by a normal run: "crash", "signal", "hang",
-    #: "raise", "drop-weight-pages", or "pause-start" / "pause-imports" / "pause-session" (stop at
-    #: that moment of the worker's start-up so a test can kill the harness right there).
+    #: "raise", "drop-weight-pages", "exit-after-ready" (a background exit with code 0 once the
+    #: ready record is written, as onnxruntime-qnn #337's TerminateProcess(0)), or "pause-start" /
+    #: "pause-imports" / "pause-session" (stop at that moment of the worker's start-up so a test
+    #: can kill the harness right there).
     fault_action: str = ""
     #: The group's control worker: the same sessions over no weights (`harness.runner.control`).
     control: bool = False
@@ -166,7 +168,16 @@ class WorkerRecord:
     busy_s: float | None = None
     #: Seconds to map the weights file(s) and touch nothing, before the load (`harness.runner.floor`).
     floor_s: float | None = None
+    #: Failed DMA registrations left behind, stale, by the worker's loads (cpu target: upstream
+    #: never undoes one; `--failed-registration undo` does), None when not counted.
+    stale_registrations: int | None = None
+    #: Release callbacks of failed attempts that arrived late (during or after the direct read, or
+    #: at teardown: counted once the sessions were closed), None when not counted.
+    late_releases: int | None = None
     teardown: str = ""  # what the worker's teardown left behind (mapper_impl stats), empty when clean
+    #: True once the parent's release reached the worker: a final record without it (or none
+    #: at all) from a worker that exited means it ended before the harness let it go.
+    released: bool = False
     error: str = ""
 
     @classmethod

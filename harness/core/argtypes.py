@@ -19,6 +19,7 @@ WORKER_FAULTS = (
     "hang",
     "raise",
     "drop-weight-pages",
+    "exit-after-ready",
     "pause-spawn",
     "pause-start",
     "pause-imports",

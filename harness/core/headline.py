@@ -57,6 +57,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .faultnotes import fault_sentence
 from .files import read_json, write_json_atomic
 from .passes import LABELS, SEQUENTIAL, contention, contention_text, memory_view, timing_start, timing_view
 from .schema import SummaryRow
@@ -214,7 +215,8 @@ def headline_sentence(judgement: Any) -> str:
     else:
         tail = f"{verdict}; file mapping {feature.state}: {feature.text}."
     if not entries:
-        return f"No mapped/heap pair was measured for target {run.target}, so there is no saving to state. {tail}"
+        none = f"No mapped/heap pair was measured for target {run.target}, so there is no saving to state."
+        return f"{none}{fault_sentence(judgement)} {tail}"
     top = max(entries, key=lambda e: (e["sessions"], e["processes"]))
     saving = top["saving"]
     weights = fmt_bytes(run.weights_bytes) if run.weights_bytes else "?"
@@ -223,7 +225,7 @@ def headline_sentence(judgement: Any) -> str:
         files = f" of tensors in {fmt_bytes(run.weights_file_bytes)} of weights files, which the heap path copies"
     size = f"{top['processes']} process(es) x {top['sessions_per_process']} session(s)"
     where = f"With {size} ({run.target}, {weights}{files})"
-    busy = contention_text(judgement)
+    busy = contention_text(judgement) + fault_sentence(judgement)
     label = "PSS" if saving["metric"] == "pss" else "private bytes"
     column = f"sum_{saving['metric']}_bytes"
     timed, started = timing_entry(run.summary, run.target, top)

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .faultnotes import fault_notes
 from .figurenotes import figure_notes
 from .passes import memory_view
 from .rundata import RunData
@@ -297,7 +298,8 @@ def _coverage_notes(run: RunData) -> list[Note]:
 def run_notes(run: RunData) -> list[Note]:
     """Every note that applies to ``run``, most important first; the RSS note always."""
     figures = [Note(*note) for note in figure_notes(run)]
-    notes = [*_worker_notes(run), *_qnn_notes(run), *figures, *_coverage_notes(run), RSS_NOTE]
+    faults = [Note(*note) for note in fault_notes(run)]
+    notes = [*_worker_notes(run), *faults, *_qnn_notes(run), *figures, *_coverage_notes(run), RSS_NOTE]
     status = run.meta.get("status")
     if status and status != RunStatus.COMPLETE:
         notes.append(

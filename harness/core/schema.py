@@ -79,7 +79,9 @@ class ResultRow:
         "string",
         "",
         "worst EP verdict over the worker's sessions: active | retried | mixed | "
-        "disabled | ep-disabled | unavailable | option-ignored | ep-error | unknown; n/a off the qnn target",
+        "disabled | ep-disabled | unavailable | option-ignored | ep-error | unknown; n/a off the qnn target; "
+        "copied (any target): a mapped-mode worker whose private memory held the weights (copied_bytes), "
+        "whatever its log or pipeline said: a silent copy, a failure",
     )
     init_s: float = col("Float64", "s", "load_s + create_s: time until the sessions exist")
     load_s: float = col("Float64", "s", "time to load (map or read) the weights")
@@ -199,6 +201,21 @@ class ResultRow:
         "bytes",
         "USS / private bytes of the group's control worker: same runtime, sessions and inputs, no weights",
         since=2,
+    )
+    # -- what the EP's faults left (cpu target: mapper_impl's counts) --
+    stale_registrations: int = col(
+        "Int64",
+        "count",
+        "failed DMA registrations left behind, never undone (upstream: cc7ec9e qnn_backend_manager.cc 886-893, "
+        "onnxruntime-qnn #337's stale FastRPC registration); a worker holding any fails (cpu target)",
+        since=3,
+    )
+    late_releases: int = col(
+        "Int64",
+        "count",
+        "release callbacks of failed attempts that arrived late: during or after the direct read, or at "
+        "teardown (onnxruntime-qnn PR #839) (cpu target)",
+        since=3,
     )
     # -- how busy the machine was while the timings were taken --
     cpu_s: float = col("Float64", "s", "CPU time of the worker's measured work (all threads)", since=2)

@@ -58,8 +58,9 @@ class FeatureState:
     """Was file mapping really exercised in mapped mode? ``state`` is one of: active (every
     mapped-mode worker took the mapped path, with evidence), partial (some workers, or mixed
     nodes), unavailable (the EP's platform gate), disabled, option-ignored / ep-error (the EP
-    ignored the option or failed its setup: failures, the workers fail too), unknown (no
-    evidence), not-measured (no mapped-mode worker)."""
+    ignored the option or failed its setup: failures, the workers fail too), copied (a worker
+    that reported the mapped path held the weights in private memory: a silent copy, a failure,
+    the worker fails too), unknown (no evidence), not-measured (no mapped-mode worker)."""
 
     state: FeatureStatus
     text: str
@@ -132,10 +133,15 @@ def feature_state(run: RunData) -> FeatureState:
     ep = Counter(EpState.of(r.ep_file_mapping) for r in mapped)
     paths = Counter(r.path_taken or "none" for r in mapped)
     n = len(mapped)
-    failed = {s: ep[s] for s in (EpState.OPTION_IGNORED, EpState.EP_ERROR) if ep.get(s)}
+    failing = (EpState.OPTION_IGNORED, EpState.EP_ERROR, EpState.COPIED)
+    failed = {s: ep[s] for s in failing if ep.get(s)}
     if failed:
         state, count = next(iter(failed.items()))
-        what = "option ignored by the EP" if state == EpState.OPTION_IGNORED else "a hard EP setup error"
+        what = {
+            EpState.OPTION_IGNORED: "option ignored by the EP",
+            EpState.EP_ERROR: "a hard EP setup error",
+            EpState.COPIED: "weights copied into private memory although reported mapped (a silent copy)",
+        }[state]
         return FeatureState(FeatureStatus(state), f"{what} in {count} of {n} mapped-mode workers")
     if ep.get(EpState.UNAVAILABLE):
         return FeatureState(

@@ -68,6 +68,10 @@ class EpState(StrEnum):
     OPTION_IGNORED = "option-ignored"
     EP_ERROR = "ep-error"
     UNKNOWN = "unknown"
+    #: A mapped-mode worker that reported the mapped path (or an active EP) while its private
+    #: memory held the weights (copied_bytes, against the group's control worker): a silent copy,
+    #: as onnxruntime-qnn #677's SSR recovery made. Set by the runner from memory, never by a log.
+    COPIED = "copied"
     NA = "n/a"
 
     @classmethod
@@ -94,6 +98,7 @@ class FeatureStatus(StrEnum):
     DISABLED = "disabled"
     OPTION_IGNORED = "option-ignored"
     EP_ERROR = "ep-error"
+    COPIED = "copied"
     UNKNOWN = "unknown"
     NOT_MEASURED = "not-measured"
 

@@ -40,6 +40,7 @@ from harness.runner.memory import (
 from harness.runner.peakwatch import PeakWatch, WatchedPeak, merged_peak
 from harness.runner.phaseboard import PhaseBoard
 from harness.runner.resources import describe
+from harness.runner.rowrules import early_exit, silent_copy
 from harness.runner.split import Observed, composition, split_columns
 from harness.runner.syswatch import SystemWatch
 
@@ -299,16 +300,27 @@ def _control_figure(control: _Worker | None, start_error: str = "") -> tuple[int
     return value, "" if value is not None else f"no control figure: {control.memory.note or 'not sampled'}"
 
 
-def _row(group: GroupSpec, w: _Worker, seen: Observed | None = None) -> ResultRow:
-    record = _read_record(w.spec.result_path) or w.ready or WorkerRecord(pid=w.proc.pid)
+def _exit_error(group: GroupSpec, w: _Worker, final: WorkerRecord | None, record: WorkerRecord) -> str:
+    """The row's error: the worker's own, else how it ended when that was no clean release
+    (an exit code, a signal, a timeout, an exit before the release, code 0 included)."""
     code = w.proc.returncode
     error = record.error
     how = f"worker {w.index} {describe_exit(code, w.timed_out, group.worker_timeout_s)}"
-    if not error and (code != 0 or w.timed_out):
+    early = early_exit(w.index, code, w.timed_out, final)
+    if not error and (code != 0 or w.timed_out or early):
         tail = stderr_tail(w.spec.log_path)
-        error = f"{how}: {tail}" if tail else f"{how} (no output)"
-    elif error and code not in (0, None):
-        error = f"{error} ({how})"
+        how = early or how
+        return f"{how}: {tail}" if tail else f"{how} (no output)"
+    if error and code not in (0, None):
+        return f"{error} ({how})"
+    return error
+
+
+def _row(group: GroupSpec, w: _Worker, seen: Observed | None = None) -> ResultRow:
+    final = _read_record(w.spec.result_path)
+    record = final or w.ready or WorkerRecord(pid=w.proc.pid)
+    code = w.proc.returncode
+    error = _exit_error(group, w, final, record)
     init = None if record.load_s is None or record.create_s is None else record.load_s + record.create_s
     seen = seen or Observed()
     sampled = w.memory.rss_bytes is not None and (w.memory.uss_bytes is not None or w.memory.private_bytes is not None)
@@ -316,6 +328,8 @@ def _row(group: GroupSpec, w: _Worker, seen: Observed | None = None) -> ResultRo
     violations = implausible(w.memory, record.private_copy_bytes, resident) if sampled else []
     copied, copy_notes = composition(w, seen) if sampled else (None, [])
     memory_note = "; ".join(x for x in (w.memory.note, *violations, *copy_notes) if x)
+    state, why = silent_copy(group.mode, record, copied) or (record.ep_file_mapping, "")
+    error = "; ".join(x for x in (error, why) if x)
     return ResultRow(
         target=group.target,
         mode=group.mode,
@@ -328,7 +342,7 @@ def _row(group: GroupSpec, w: _Worker, seen: Observed | None = None) -> ResultRo
         path_taken=record.path_taken or None,
         map_attempts=record.map_attempts,
         fallback_stage=record.fallback_stage or None,
-        ep_file_mapping=record.ep_file_mapping,
+        ep_file_mapping=state,
         init_s=init,
         load_s=record.load_s,
         create_s=record.create_s,
@@ -354,6 +368,8 @@ def _row(group: GroupSpec, w: _Worker, seen: Observed | None = None) -> ResultRo
         ep_nodes=record.ep_nodes or None,
         memory_ok=sampled and not violations,
         floor_s=record.floor_s,
+        stale_registrations=record.stale_registrations,
+        late_releases=record.late_releases,
         **{name: getattr(record, name) for name in LATENCY_FIELDS},
         **merged_peak(record, w.peak),
         **split_columns(w, record, seen, copied),

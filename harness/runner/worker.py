@@ -255,9 +255,12 @@ def run_worker(spec: WorkerSpec) -> int:
         write_json_atomic(Path(spec.result_path), asdict(record))
         return EXIT_FAILED
     write_json_atomic(Path(spec.ready_path), asdict(record))
+    if spec.fault_action == "exit-after-ready":  # a background exit(0), as #337's TerminateProcess(0)
+        threading.Thread(target=os._exit, args=(EXIT_OK,), name="terminate-process", daemon=True).start()
     if not wait_for_release(spec.release_timeout_s):
         print(f"not released within {spec.release_timeout_s:g} s: exiting", file=sys.stderr)
         return EXIT_NOT_RELEASED
+    record.released = True
     record.peak_bytes = _peak()
     record_latency(record, timed)
     live.close()
@@ -278,9 +281,17 @@ def _teardown_leftovers() -> str:
 
     gc.collect()  # sessions and OrtValues in reference cycles
     left = stats()
-    held = [] if left.is_clean() else [f"{k}={v}" for k, v in left.to_dict().items() if v and k != "leaked_loads"]
-    held += [f"{k}={v} (failed deregistrations, still registered: a leak)" for k, v in left.leaks().items()]
+    held = [] if left.is_clean() else [f"{k}={v}" for k, v in left.to_dict().items() if v and k not in LEAK_WORDS]
+    held += [f"{k}={v} ({LEAK_WORDS[k]})" for k, v in left.leaks().items()]
     return ", ".join(dict.fromkeys(held))
+
+
+#: What each of mapper_impl's leak counters means, in the words a worker's error gives.
+LEAK_WORDS = {
+    "leaked_loads": "",
+    "dma_leaked_registrations": "failed deregistrations, still registered: a leak",
+    "dma_stale_registrations": "failed registrations left behind, never undone, as upstream does: stale, a leak",
+}
 
 
 def _peak() -> int | None:

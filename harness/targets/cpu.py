@@ -25,51 +25,19 @@ from harness.prep.models import prepare_cpu_models
 from harness.prep.sessions import SessionSettings, cpu_session_options
 
 from .base import CORRECTNESS_GATE, LiveSessions, Prepared, Target, TargetOption
+from .cpu_faults import (
+    FAILED_REGISTRATION,
+    FALLBACK_STAGES,
+    FAULT_HELP,
+    fault_plan,
+    faulted,
+    not_upstream,
+    parse_fault,
+    pipeline_options,
+    silent_copy,
+)
 
-#: Stages of mapper_impl's pipeline a fault can be injected at (`--fault STAGE[=K]`).
-FAULT_STAGES = ("map", "register", "create", "deregister")
-#: `--fault late-release[=WHEN]`: when the failed attempt's release callbacks arrive.
-LATE_WHEN = ("during", "after")
-
-
-def _fault(text: str) -> tuple[str, int | str]:
-    """``STAGE`` or ``STAGE=K``: the first K attempts of that stage fail in every session;
-    ``register@K``: the K-th registration fails after K-1 succeeded; ``late-release[=WHEN]``:
-    the failed attempt's release callbacks arrive during (default) or after the direct read."""
-    if text.startswith("register@"):
-        k = text.partition("@")[2]
-        if not k.isdigit() or int(k) < 1:
-            raise ValueError("register@K needs a whole number K >= 1")
-        return "register_at", int(k)
-    if text.partition("=")[0] == "late-release":
-        when = text.partition("=")[2] or "during"
-        if when not in LATE_WHEN:
-            raise ValueError(f"late-release=WHEN takes {' or '.join(LATE_WHEN)}")
-        return "late_release", when
-    stage, sep, count = text.partition("=")
-    if stage not in FAULT_STAGES:
-        raise ValueError(f"stages are {','.join(FAULT_STAGES)}, register@K, late-release[=during|after]")
-    if not sep:
-        return stage, 1
-    if not count.isdigit():
-        raise ValueError("K must be a whole number >= 0")
-    return stage, int(count)
-
-
-def fault_plan(options: dict):
-    """The FaultPlan the options ask for (``--fault`` and its shorthand ``--map-failures``), or None."""
-    from mapper_impl import FaultPlan
-
-    counts = dict(options.get("fault") or {})
-    if options.get("map_failures"):
-        counts["map"] = options["map_failures"]
-    extra = {key: counts.pop(key) for key in ("register_at", "late_release") if key in counts}
-    counts = {stage: k for stage, k in counts.items() if k}
-    if extra.get("late_release") and not (set(counts) - {"deregister"} or extra.get("register_at")):
-        counts["create"] = 1  # late release callbacks need a failed attempt: a create failure
-    plan = {f"{stage}_failures": k for stage, k in counts.items()} | extra
-    return FaultPlan(**plan) if plan else None
-
+__all__ = ["TARGET", "CpuTarget", "fault_plan"]
 
 # Default gates, each with the physics that sets its threshold. A worker's own overhead O
 # (Python + numpy + onnxruntime + one session) measured ~26 MiB of USS and ~34 MiB of PSS on
@@ -159,18 +127,26 @@ class CpuTarget(Target):
     summary = "mapper_impl + ORT CPU EP, weights handed over in place (default)"
     has_control = True
     options = (
+        TargetOption("fault", "--fault", {}, FAULT_HELP, parse=parse_fault, metavar="STAGE[=K]", repeat=True),
         TargetOption(
-            "fault",
-            "--fault",
-            {},
-            "inject faults into mapper_impl's pipeline: the first K attempts of "
-            f"STAGE ({', '.join(FAULT_STAGES)}) fail in every session (repeatable; K defaults to 1); "
-            "register@K: the K-th registration fails after K-1 succeeded; late-release[=during|after]: "
-            "the failed attempt's release callbacks arrive during or after the direct read (alone: "
-            "with a create failure)",
-            parse=_fault,
-            metavar="STAGE[=K]",
-            repeat=True,
+            "fallback_stages",
+            "--fallback-stages",
+            "upstream",
+            "which failed stages fall back to one direct read: upstream (register, create: a failed "
+            "mapping step fails the session, as the EP's single-context path) or all (map too: lenient, "
+            "not upstream behaviour, and labelled so)",
+            parse=str,
+            choices=tuple(FALLBACK_STAGES),
+        ),
+        TargetOption(
+            "failed_registration",
+            "--failed-registration",
+            "stale",
+            "what becomes of a registration whose fd could not be had: stale (upstream: left registered, "
+            "never undone, reported; the later requests are still made) or undo (onnxruntime-qnn PR #337's "
+            "unmerged proposal: undone, mapping disabled for the context; not upstream behaviour)",
+            parse=str,
+            choices=FAILED_REGISTRATION,
         ),
         TargetOption(
             "mapping_scope",
@@ -207,12 +183,17 @@ class CpuTarget(Target):
 
     def mapped_may_copy(self, opts) -> bool:
         plan = fault_plan(opts.target_options)
-        return plan is not None and any(
+        failing = plan is not None and any(
             (plan.map_failures, plan.register_failures, plan.create_failures, plan.register_at)
         )
+        return failing or silent_copy(opts.target_options)
+
+    def notes(self, opts) -> list[str]:
+        extensions = [f"Not upstream behaviour: {text}." for text in not_upstream(opts.target_options)]
+        return [*super().notes(opts), *extensions]
 
     def default_gates(self, opts) -> list[tuple[str, str]]:
-        if fault_plan(opts.target_options) is not None:
+        if faulted(opts.target_options):
             return [CORRECTNESS_GATE]  # fall-backs are expected: correctness only
         if sys.platform == "win32":  # no PSS on Windows: a PSS gate would always be "not measured"
             return [
@@ -232,7 +213,7 @@ class CpuTarget(Target):
 
         from harness.contract import phases
         from harness.prep.tensors import warm_numpy_binding
-        from mapper_impl import load_context
+        from mapper_impl import ContextLoadError, load_context
 
         warm_numpy_binding()  # the binding's one-time numpy set-up is part of importing it
 
@@ -244,27 +225,34 @@ class CpuTarget(Target):
         record.load_s = record.create_s = 0.0
         record.map_attempts = 0
         record.private_copy_bytes = 0
+        record.stale_registrations = 0
+        copying = silent_copy(spec.options) and spec.mode == "mapped"
         stages = []
         for _ in range(spec.sessions):
             group = []
             for model in models:
-                creating = _SessionFactory(model, settings)
+                creating = _SessionFactory(model, settings, silent_copy=copying)
                 path, regions = model.weights_path, [(t.offset, t.length) for t in model.tensors]  # the caller's input
                 phases.mark("load")  # the observer's phase change, before the clock
                 t0 = time.perf_counter()
-                ctx = load_context(
-                    path,
-                    regions,
-                    creating,
-                    disable_file_mapped_weights=disable_flag(spec.mode),
-                    read_copy="transient",  # the direct read's copy is freed once the session exists
-                    **pipeline,
-                )
+                try:
+                    ctx = load_context(
+                        path,
+                        regions,
+                        creating,
+                        disable_file_mapped_weights=disable_flag(spec.mode),
+                        read_copy="transient",  # the direct read's copy is freed once the session exists
+                        **pipeline,
+                    )
+                except ContextLoadError as err:  # the session fails (upstream): its row keeps every error
+                    _record_failure(record, err)
+                    raise
                 total = time.perf_counter() - t0
                 session, keepalive = ctx.value
                 group.append(session)
                 live.keepalive.extend(keepalive)
-                live.closers.append(ctx.close)
+                live.closers.append(_closer(ctx, record))
+                record.stale_registrations += ctx.stale_registrations
                 record.create_s += creating.seconds
                 record.load_s += total - creating.seconds
                 # the most attempts one load needed: summed over models and sessions, a pipeline
@@ -284,8 +272,9 @@ class CpuTarget(Target):
 
 def _pipeline_options(spec) -> dict:
     """`load_context` arguments from the worker's options: the injected faults (the mapping
-    pipeline's: heap mode, option "1", never runs it), the opt-in mapping retry, the mapping
-    scope and the opt-in deregistration sweep."""
+    pipeline's: heap mode, option "1", never runs it), which failed stages fall back and what
+    becomes of a failed registration (upstream's unless opted out), the opt-in mapping retry,
+    the mapping scope and the opt-in deregistration sweep."""
     from mapper_impl import RetryPolicy
 
     attempts = spec.options.get("max_attempts", 1)
@@ -294,7 +283,27 @@ def _pipeline_options(spec) -> dict:
         "retry": RetryPolicy(attempts) if attempts > 1 else None,
         "scope": spec.options.get("mapping_scope", "session"),
         "sweep_deregistrations": bool(spec.options.get("sweep_deregistrations")),
+        **pipeline_options(spec.options),
     }
+
+
+def _record_failure(record, err) -> None:
+    """A load that failed (a mapping step's failure, or the direct read's too): the mapping
+    attempts it made and every stage's error, for the row."""
+    record.map_errors.extend(str(e) for e in err.errors)
+    attempts = sum(1 for e in err.errors if (e.attempt, e.stage) == ("mapped", "map"))
+    record.map_attempts = max(record.map_attempts or 0, attempts or 1)
+
+
+def _closer(ctx, record):
+    """The teardown of one load, then its late release callbacks counted into the worker's
+    record (those planned for teardown arrive during it: the final record has them all)."""
+
+    def close() -> None:
+        ctx.close()
+        record.late_releases = (record.late_releases or 0) + ctx.late_release_callbacks
+
+    return close
 
 
 class _SessionFactory:
@@ -305,16 +314,21 @@ class _SessionFactory:
     load time; the failed attempt's mapping stays mapped until the fallback session exists).
     On a direct read (heap, fallback) the runtime
     first makes its own copy of the read buffer, as QNN keeps its own copy of the context
-    binary, and the OrtValues point into that: the read copy is freed after creation.
+    binary, and the OrtValues point into that: the read copy is freed after creation. With
+    ``silent_copy`` a mapped session does the same (onnxruntime-qnn #677: SSR recovery went back
+    to a direct read without a log line).
 
     The session options are made before the clock, as the peer target makes its own (a second
     call, after a failed create, makes fresh ones: a handed-over initializer is added once)."""
 
-    def __init__(self, model: PreparedModel, settings: SessionSettings) -> None:
+    def __init__(self, model: PreparedModel, settings: SessionSettings, *, silent_copy: bool = False) -> None:
         self.model = model
         self.settings = settings
         self.seconds = 0.0
         self._options = cpu_session_options(settings, level=model.session_level)
+        #: `--fault silent-copy`: a mapped session copies the weights anyway and says nothing
+        #: (not in private_copy_bytes, no error): only the memory figures can tell
+        self.silent_copy = silent_copy
 
     def __call__(self, weights, views: list) -> tuple:
         import onnxruntime as ort
@@ -329,7 +343,7 @@ class _SessionFactory:
             if so is None:
                 so = cpu_session_options(self.settings, level=self.model.session_level)
             keepalive: list = []
-            if weights.path_taken != PathTaken.MAPPED:
+            if weights.path_taken != PathTaken.MAPPED or self.silent_copy:
                 runtime_copy = bytearray(weights.buffer)  # the runtime's own copy
                 keepalive.append(runtime_copy)
                 whole = memoryview(runtime_copy).toreadonly()

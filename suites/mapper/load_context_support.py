@@ -8,7 +8,7 @@ import pytest
 from mapper_support import data_address, write_file
 
 from mapper_impl import LoadedContext, load_context
-from mapper_impl import _context as context_mod
+from mapper_impl import _attempts as context_mod
 
 SIZE = 64 * 1024 + 77
 REGIONS = [(0, 1000), (4097, 3000), (SIZE - 500, 500)]

@@ -1,6 +1,8 @@
 """load_context: the QNN EP's pipeline for one context. A mapped attempt is map -> register
-each region -> create; a failure at any stage deregisters that attempt's regions and makes
-exactly one direct read that calls create again (the failed attempt's mapping is released once
+each region -> create; a failure of the register stage or the creation deregisters that
+attempt's regions and makes exactly one direct read that calls create again (a failed mapping
+step fails the load, as upstream's single-context path: the lenient ``fallback_stages=STAGES``
+falls back there too) (the failed attempt's mapping is released once
 that is over: test_fallback_mapping.py watches it in the kernel); when that fails too, the
 error keeps every stage's error. What a load leaves behind (teardown, determinism, per-file
 disable, sharing) is test_load_context_state.py."""
@@ -104,7 +106,8 @@ def test_a_fault_at_each_stage_falls_back_once(weights_file, direct_reads, stage
     path, data = weights_file
     create = Recorder()
     plan = FaultPlan(**{f"{stage}_failures": 1})
-    ctx = load_context(path, REGIONS, create, disable_file_mapped_weights="0", faults=plan)
+    lenient = {"fallback_stages": STAGES} if stage == "map" else {}  # upstream: a failed mapping step is fatal
+    ctx = load_context(path, REGIONS, create, disable_file_mapped_weights="0", faults=plan, **lenient)
     assert (ctx.path_taken, ctx.fallback_stage, ctx.attempts) == ("fallback", stage, 2)
     assert len(direct_reads) == 1
     assert [c["path_taken"] for c in create.calls] == (["mapped", "fallback"] if stage == "create" else ["fallback"])
@@ -144,13 +147,17 @@ def test_a_refused_region_deregisters_the_regions_before_it(weights_file):
 
 def test_opt_in_retry_of_the_map_stage(weights_file):
     """retry=RetryPolicy(3): two map failures are retried and the load ends mapped, with both
-    errors kept; without it the first failure falls back."""
+    errors kept; without it the first failure fails the load (upstream), or falls back with
+    the lenient stages."""
     path, _ = weights_file
     plan = FaultPlan(map_failures=2)
     with _mapped(path, faults=plan, retry=RetryPolicy(max_attempts=3)) as ctx:
         assert (ctx.path_taken, ctx.map_attempts, ctx.attempts) == ("mapped", 3, 1)
         assert [e.message.split(":")[0] for e in ctx.errors] == ["attempt 1", "attempt 2"]
-    with _mapped(path, faults=plan) as ctx:
+    with pytest.raises(ContextLoadError) as info:
+        _mapped(path, faults=plan)
+    assert info.value.failed_stage == "map" and len(info.value.errors) == 1
+    with _mapped(path, faults=plan, fallback_stages=STAGES) as ctx:
         assert (ctx.path_taken, ctx.fallback_stage, ctx.map_attempts) == ("fallback", "map", 1)
     assert_clean()
 
@@ -173,8 +180,8 @@ def test_failed_fallback_keeps_every_stage_error(weights_file, plan, create_fail
     keep every stage's error in order, the cause is the last one, and nothing leaks."""
     path, _ = weights_file
     create = Recorder(fail_on=create_fails)
-    with pytest.raises(ContextLoadError) as info:
-        load_context(path, REGIONS, create, disable_file_mapped_weights="0", faults=plan)
+    with pytest.raises(ContextLoadError) as info:  # the map-then-read case needs the lenient stages
+        load_context(path, REGIONS, create, disable_file_mapped_weights="0", faults=plan, fallback_stages=STAGES)
     err = info.value
     assert [(e.attempt, e.stage) for e in err.errors] == expected
     for each in err.errors:
@@ -203,7 +210,7 @@ def test_memory_error_in_the_direct_create_keeps_the_mapped_error(weights_file):
 
 MEMORY_ERROR_CHILD = """
     try:
-        m.load_context(path, [(0, 10)], lambda w, v: None, disable_file_mapped_weights="0")
+        m.load_context(path, [(0, 10)], lambda w, v: None, disable_file_mapped_weights="0", fallback_stages=m.STAGES)
     except m.ContextLoadError as err:
         print(err)
     print("clean", m.stats().is_clean())
@@ -213,9 +220,9 @@ MEMORY_ERROR_CHILD = """
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is enforced on Linux only")
 def test_real_address_space_exhaustion_keeps_both_errors(tmp_path):
     """Real failures, no injection: under an address-space limit with room for neither a
-    64 MiB mapping nor a 64 MiB copy, mmap fails (ENOMEM) and then the direct read's
-    allocation fails (MemoryError); the error names both, in order. In a child, so the limit
-    touches nothing else."""
+    64 MiB mapping nor a 64 MiB copy, mmap fails (ENOMEM) and then (lenient stages: upstream
+    would stop at the failed mapping) the direct read's allocation fails (MemoryError); the error
+    names both, in order. In a child, so the limit touches nothing else."""
     path, (message, clean) = run_with_little_address_space(MEMORY_ERROR_CHILD, tmp_path)
     mapped, direct = message.split("; ")
     assert mapped.startswith(f"cannot load {path}: mapped map: attempt 1: mmap of {path} failed")

@@ -5,11 +5,13 @@ commit cc7ec9e) and the 2.7.0 DLL strings, one test group per point of issue 21:
    views, descriptors and address space per process show the difference;
 2. a failed deregistration returns MEM_ALLOC and is forgotten (a counted leak); the sweep is
    opt-in; the release callback deregisters whether or not the feature is still enabled;
-3. late release callbacks of the failed attempt (upstream PR #839): during or after the retry;
+3. late release callbacks of the failed attempt (upstream PR #839): during or after the retry,
+   or at teardown, racing it;
 4. the direct read's copy is transient: two copies at the peak, one afterwards;
 5. the shared-resource (list) path falls back on any failure, the mapping step's included;
-6. ``register_at``: the K-th registration fails after K-1 succeeded, and recovery is
-   deterministic.
+6. ``register_at``: the K-th registration fails after K-1 succeeded: left behind, stale, the
+   later requests still made (upstream), or undone (the opt-in of PR #337's proposal); recovery
+   is deterministic.
 """
 
 from __future__ import annotations
@@ -227,6 +229,63 @@ def test_late_release_callbacks_are_survived(weights_file, when):
     assert_clean()
 
 
+class SlowBackend(CountingBackend):
+    """Deregistrations take a moment: the teardown and the late callbacks overlap."""
+
+    def deregister(self, address: int, size: int) -> None:
+        import time
+
+        time.sleep(0.002)
+        super().deregister(address, size)
+
+
+def test_late_release_at_teardown_is_survived(weights_file):
+    """``late_release="teardown"`` (PR #839: callbacks dispatched while the session is being
+    destroyed): the failed attempt's registrations stay live, pinning its mapping, for the
+    fallback context's life; at close() its release callbacks arrive on another thread while
+    the teardown releases the same registrations. Each is deregistered exactly once (the
+    other finds it gone), the callbacks are counted, nothing leaks, and again on repeat."""
+    path, data = weights_file
+    n = len(REGIONS)
+    for _ in range(10):  # the two threads interleave differently each time
+        backend = SlowBackend()
+        plan = FaultPlan(create_failures=1, late_release="teardown")
+        ctx = load_context(path, REGIONS, values, disable_file_mapped_weights="0", faults=plan, dma_backend=backend)
+        assert (ctx.path_taken, ctx.fallback_stage, ctx.value) == ("fallback", "create", expected(data))
+        held = stats()
+        assert (held.dma_registrations, held.live_mappings) == (n, 1), "live and mapped until teardown"
+        assert ctx.late_release_callbacks == 0
+        ctx.close()
+        deregistered = [a for kind, a in backend.calls if kind == "deregister"]
+        assert sorted(deregistered) == sorted(a for kind, a in backend.calls if kind == "register")
+        assert len(set(deregistered)) == n, "no registration deregistered twice"
+        assert ctx.late_release_callbacks == n and not ctx.errors[1:]
+        assert_clean()
+
+
+def test_late_release_at_teardown_with_a_failing_deregistration(weights_file):
+    """A deregistration failing while the callbacks and the teardown race: reported once (by
+    whichever made the call), leaked, the teardown finishes."""
+    path, _ = weights_file
+    leaked = stats().dma_leaked_registrations
+    plan = FaultPlan(create_failures=1, deregister_failures=1, late_release="teardown")
+    ctx = load_context(path, REGIONS, values, disable_file_mapped_weights="0", faults=plan)
+    ctx.close()
+    failures = [e for e in ctx.errors if e.stage == "deregister"]
+    assert len(failures) == 1 and failures[0].attempt in ("late-release", "teardown")
+    assert ctx.leaked_registrations == 1 and stats().dma_leaked_registrations == leaked + 1
+    assert_clean()
+
+
+def test_late_release_at_teardown_when_the_retry_fails(weights_file):
+    """No fallback context to tear down: the callbacks arrive before the error is raised."""
+    path, _ = weights_file
+    plan = FaultPlan(create_failures=1, heap_read_failures=1, late_release="teardown")
+    with pytest.raises(ContextLoadError):
+        load_context(path, REGIONS, values, disable_file_mapped_weights="0", faults=plan)
+    assert_clean()
+
+
 def test_late_release_with_a_failing_deregistration_is_reported(weights_file):
     """A late release that fails is recorded as the late-release stage's error and leaked."""
     path, _ = weights_file
@@ -381,26 +440,94 @@ def test_list_path_retry_failing_too_keeps_every_error(three_files):
     assert_clean()
 
 
-# -- 6. registration failing part way --------------------------------------------------------
+# -- 6. registration failing part way ----------------------------------------------------
+
+
+def _stale_delta(before):
+    return stats().dma_stale_registrations - before
 
 
 @pytest.mark.parametrize("k", [1, 2, len(REGIONS)])
-def test_register_at_k_deregisters_the_earlier_ones_and_falls_back(weights_file, k):
-    """The K-th registration fails after K-1 succeeded (foundry-local #1124's RPC 8003 part way
-    through): the K-1 are deregistered (the backend's own calls), then the direct read."""
+def test_register_at_k_leaves_the_failed_registration_stale_and_falls_back(weights_file, k):
+    """The K-th registration fails after the backend registered it (cc7ec9e 886-893: register_buf,
+    then to_fd is -1 and nothing is undone or disabled; onnxruntime-qnn #337's stale FastRPC
+    registration): it stays registered, counted as stale; the later requests are still made
+    (nothing disabled them); QNN's release callbacks deregister the others; then the direct
+    read. The stale one is never deregistered, not even at teardown."""
     path, data = weights_file
     backend = CountingBackend()
+    before = stats().dma_stale_registrations
     plan = FaultPlan(register_at=k)
     with load_context(path, REGIONS, values, disable_file_mapped_weights="0", faults=plan, dma_backend=backend) as ctx:
         assert (ctx.path_taken, ctx.fallback_stage, ctx.value) == ("fallback", "register", expected(data))
-        assert "Failed to register DMA data mapping to RPCMEM" in ctx.errors[0].message
-    assert [kind for kind, _ in backend.calls] == ["register"] * (k - 1) + ["deregister"] * (k - 1)
+        assert ctx.stale_registrations == 1 and _stale_delta(before) == 1
+        (error,) = ctx.errors
+        assert "Failed to register DMA data mapping to RPCMEM" in error.message
+        assert "left behind, stale" in error.message
+    registered = [a for kind, a in backend.calls if kind == "register"]
+    deregistered = [a for kind, a in backend.calls if kind == "deregister"]
+    assert len(registered) == len(REGIONS), "every request is made, the failed one's later ones too"
+    stale = registered[k - 1]
+    assert sorted(deregistered) == sorted(a for a in registered if a != stale)
+    assert stats().leaks()["dma_stale_registrations"] >= 1  # a worker reports it as a leak
     assert_clean()
 
 
+@pytest.mark.parametrize("k", [1, 2, len(REGIONS)])
+def test_opt_in_undo_of_a_failed_registration(weights_file, k):
+    """``failed_registration="undo"`` (onnxruntime-qnn PR #337's proposal, closed unmerged: not
+    upstream behaviour): the failed registration is undone, mapping is disabled for the context
+    and the later requests are refused unmade (ABORTED): nothing stale, every registration
+    deregistered once."""
+    path, data = weights_file
+    backend = CountingBackend()
+    before = stats().dma_stale_registrations
+    plan = FaultPlan(register_at=k)
+    with load_context(
+        path,
+        REGIONS,
+        values,
+        disable_file_mapped_weights="0",
+        faults=plan,
+        dma_backend=backend,
+        failed_registration="undo",
+    ) as ctx:
+        assert (ctx.path_taken, ctx.fallback_stage, ctx.value) == ("fallback", "register", expected(data))
+        assert ctx.stale_registrations == 0 and _stale_delta(before) == 0
+        assert "registration undone" in ctx.errors[0].message
+        assert ("later request(s) refused, ABORTED" in ctx.error_text) == (k < len(REGIONS))
+    assert [kind for kind, _ in backend.calls] == ["register"] * k + ["deregister"] * k
+    assert_clean()
+
+
+@pytest.mark.parametrize("failed", ["stale", "undo"])
+def test_every_registration_failing_upstream_vs_undo(weights_file, failed):
+    """The device of #337, where every import of the file fails: upstream makes every request
+    and leaves each failed registration stale; the undo opt-in stops at the first."""
+    path, _ = weights_file
+    backend = CountingBackend()
+    plan = FaultPlan(register_failures=len(REGIONS))
+    with load_context(
+        path, REGIONS, values, disable_file_mapped_weights="0", faults=plan, dma_backend=backend,
+        failed_registration=failed,
+    ) as ctx:  # fmt: skip
+        stale = len(REGIONS) if failed == "stale" else 0
+        assert (ctx.path_taken, ctx.stale_registrations) == ("fallback", stale)
+        made = len(REGIONS) if failed == "stale" else 1
+        assert sum(kind == "register" for kind, _ in backend.calls) == made
+        assert sum(e.stage == "register" and "RPCMEM" in e.message for e in ctx.errors) == made
+    assert_clean()
+
+
+def test_a_failed_registration_value_is_checked(weights_file):
+    path, _ = weights_file
+    with pytest.raises(ValueError, match="stale, undo"):
+        load_context(path, REGIONS, values, disable_file_mapped_weights="0", failed_registration="keep")
+
+
 def test_register_at_k_recovery_is_deterministic(weights_file):
-    """Five repeats of register@3: the same path, stage, errors (addresses blanked) and backend
-    call sequence each time."""
+    """Five repeats of register@3: the same path, stage, errors (addresses blanked), stale count
+    and backend call sequence each time."""
     import re
 
     path, _ = weights_file
@@ -412,6 +539,8 @@ def test_register_at_k_recovery_is_deterministic(weights_file):
             path, REGIONS, values, disable_file_mapped_weights="0", faults=plan, dma_backend=backend
         ) as c:
             errors = [re.sub(r"0x[0-9a-f]+", "0x?", str(e)) for e in c.errors]
-            outcomes.append((c.path_taken, c.fallback_stage, tuple(errors), tuple(k for k, _ in backend.calls)))
+            calls = tuple(k for k, _ in backend.calls)
+            outcomes.append((c.path_taken, c.fallback_stage, c.stale_registrations, tuple(errors), calls))
     assert len(set(outcomes)) == 1, outcomes
+    assert outcomes[0][2] == 1
     assert_clean()

@@ -346,6 +346,38 @@ def test_non_ascii_path_reaches_create_file_unchanged(fake, mapper, tmp_path):
     mapped.close()
 
 
+def upstream_widened(path: str) -> str:
+    """The name cc7ec9e (and fbd7fc5) hand CreateFile2 (qnn_windows_file_mapper.cc:51:
+    ``std::wstring(s.begin(), s.end())``): each byte of the UTF-8 path becomes one wchar_t, an
+    MSVC ``char`` >= 0x80 sign-extended (0xC3 -> U+FFC3). Right for ASCII only."""
+    return "".join(chr(b if b < 0x80 else 0xFF00 | b) for b in path.encode("utf-8"))
+
+
+def test_non_ascii_context_path_upstream_vs_ours(fake, mapper, tmp_path):
+    """A context binary under a non-ASCII folder. Upstream: the byte-widened name is another
+    name, no such file ("Failed to create file handle for context bin", ERROR_FILE_NOT_FOUND
+    or _PATH_NOT_FOUND), and a failed mapping step fails the session (single-context path, no
+    direct read). Ours: the str reaches CreateFileW unchanged and the context is mapped."""
+    folder = tmp_path / "modèle_重み"
+    folder.mkdir()
+    path = folder / "ctx_qnn.bin"
+    data = weights(path, 80_000, seed=3)
+    regions = [(0, 100), (70_000, 10_000)]
+
+    def create(w, views):
+        return [bytes(v) for v in views]
+
+    assert upstream_widened(r"C:\m\ctx_qnn.bin") == r"C:\m\ctx_qnn.bin"  # ASCII: the same name
+    widened = upstream_widened(str(path))
+    assert widened != str(path) and "\uffc3\uffa8" in widened  # "è" (C3 A8) as two other characters
+    with pytest.raises(FileMissingError):  # what upstream's open meets: the session fails
+        load_context(widened, regions, create, disable_file_mapped_weights="0", mapper=mapper)
+    with load_context(path, regions, create, disable_file_mapped_weights="0", mapper=mapper) as ctx:
+        assert (ctx.path_taken, ctx.value) == ("mapped", [data[:100], data[70_000:]])
+        assert fake.args("CreateFileW")[-1][0] == str(path)
+    assert_clean()
+
+
 def test_win32_path_prefixes_only_long_paths():
     """Short paths pass as given; long ones get \\\\?\\ (or \\\\?\\UNC\\), normalised."""
     assert win32_path("C:\\models\\m.bin") == "C:\\models\\m.bin"
@@ -490,11 +522,13 @@ def test_fault_plan_hooks(fake, mapper, tmp_path):
 
 @pytest.mark.parametrize("stage", ["map", "register", "create"])
 def test_load_context_over_the_windows_mapper(fake, mapper, tmp_path, stage):
-    """The whole pipeline over kernel32: a fault at each stage falls back to one direct read,
-    and every handle and view is gone after teardown."""
+    """The whole pipeline over kernel32: a fault at each stage falls back to one direct read
+    (the mapping step's with the lenient stages: upstream fails the load there), and every
+    handle and view is gone after teardown."""
     path = tmp_path / "w.bin"
     data = weights(path, 80_000, seed=8)
     plan = FaultPlan(**{f"{stage}_failures": 1})
+    stages = {"fallback_stages": ("map", "register", "create")}
     regions = [(0, 100), (70_000, 10_000)]
     seen = []
 
@@ -502,7 +536,9 @@ def test_load_context_over_the_windows_mapper(fake, mapper, tmp_path, stage):
         seen.append(w.path_taken)
         return [bytes(v) for v in views]
 
-    with load_context(path, regions, create, disable_file_mapped_weights="0", faults=plan, mapper=mapper) as ctx:
+    with load_context(
+        path, regions, create, disable_file_mapped_weights="0", faults=plan, mapper=mapper, **stages
+    ) as ctx:
         assert (ctx.path_taken, ctx.fallback_stage) == ("fallback", stage)
         assert ctx.value == [data[:100], data[70_000:]]
         assert seen == (["mapped", "fallback"] if stage == "create" else ["fallback"])

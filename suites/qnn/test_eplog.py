@@ -14,7 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.core.vocab import EpState
 from harness.targets.qnn.eplog import (
+    ECHO_ENABLE_FLAG,
+    ECHO_NONE,
+    ECHO_STRING,
     EP_DISABLED_REASONS,
     EP_STATES,
     EVIDENCE_LINES,
@@ -32,6 +36,7 @@ from harness.targets.qnn.eplog import (
     classify_ep_log,
     classify_log,
     classify_session,
+    echo_style,
     find_messages,
     read_log_segment,
     split_sessions,
@@ -163,8 +168,9 @@ def session(*parts: str) -> str:
     return SESSION + NOISE + "".join(parts) + NOISE
 
 
-def verdict(*parts: str, flag: str = "0") -> EpVerdict:
-    return classify_session(session(*parts), disable_file_mapped_weights=flag)
+def verdict(*parts: str, flag: str = "0", echo: str | None = ECHO_STRING) -> EpVerdict:
+    """A session of 2.7.0 by default (its messages, its echo)."""
+    return classify_session(session(*parts), disable_file_mapped_weights=flag, echo=echo)
 
 
 # ----------------------------------------------------------------------------- done-when checks
@@ -236,17 +242,86 @@ def test_option_1_without_the_eps_word_is_unknown() -> None:
     assert v.state == "unknown" and "did not confirm" in v.reason and "missing" in v.reason
 
 
+# ----------------------------------------------------------------------------- the option's echo
+
+#: The readable builds' echo: the enable flag, at VERBOSE (fbd7fc5 qnn_execution_provider.cc 484).
+FLAG0 = ort("V", "qnn_execution_provider.cc:484 QNNExecutionProvider", "User specified disable_file_mapped_weights: 0")
+FLAG1 = ort("V", "qnn_execution_provider.cc:484 QNNExecutionProvider", "User specified disable_file_mapped_weights: 1")
+#: What each build prints for the option passed: 2.7.0 the string, only for "1"; the readable
+#: builds the enable flag whenever the key is given; cc7ec9e (misspelled key) nothing.
+ECHOES = {
+    ECHO_STRING: {"1": OPT1, "0": ""},
+    ECHO_ENABLE_FLAG: {"1": FLAG0, "0": FLAG1},
+    ECHO_NONE: {"1": "", "0": ""},
+}
+#: (build, mode's flag, mapping evidence) -> state. The two cases issue 30 found wrong: a bool
+#: echo ": 0" after "1" read as option-ignored (a false failure), and a heap session that maps on
+#: a build that echoes nothing read as active (a false pass).
+MATRIX = [
+    (ECHO_STRING, "1", False, "disabled"),
+    (ECHO_STRING, "1", True, "option-ignored"),
+    (ECHO_STRING, "0", False, "unknown"),
+    (ECHO_STRING, "0", True, "active"),
+    (ECHO_ENABLE_FLAG, "1", False, "disabled"),  # ": 0" after "1": the disable worked
+    (ECHO_ENABLE_FLAG, "1", True, "option-ignored"),
+    (ECHO_ENABLE_FLAG, "0", False, "unknown"),
+    (ECHO_ENABLE_FLAG, "0", True, "active"),
+    (ECHO_NONE, "1", False, "unknown"),  # nothing confirms "1", nothing shows a mapping
+    (ECHO_NONE, "1", True, "option-ignored"),  # the misspelled key: "1" silently ignored
+    (ECHO_NONE, "0", False, "unknown"),
+    (ECHO_NONE, "0", True, "active"),
+]
+
+
+@pytest.mark.parametrize(("build", "flag", "mapping", "state"), MATRIX, ids=lambda v: str(v))
+def test_the_option_echo_is_read_as_each_build_echoes_it(build: str, flag: str, mapping: bool, state: str) -> None:
+    """String-echo (2.7.0), bool-echo (the readable builds) and no-echo (cc7ec9e) builds, with
+    and without mapping evidence, in both modes: a heap-mode session with mapping activity is
+    ``option-ignored`` (a failure) whatever was echoed; otherwise the echo, read as its build
+    echoes, confirms "1" or shows the option was read otherwise."""
+    v = verdict(ECHOES[build][flag], MAPPED if mapping else "", flag=flag, echo=build)
+    assert v.state == state, v
+    if state == "option-ignored":
+        assert v.reason.startswith('option ignored by the EP: the harness passed "1" but the log shows 3 DMA')
+        assert aggregate([v, verdict(MAPPED)]).failed
+    if state == "disabled":
+        assert v.reason.startswith("disable_file_mapped_weights=1 confirmed by the EP")
+    assert not v.note, "a known build's echo is evidence, not a note"
+
+
+@pytest.mark.parametrize("build", [ECHO_STRING, ECHO_ENABLE_FLAG])
+@pytest.mark.parametrize("mapping", [False, True])
+def test_an_unknown_versions_echo_is_a_note(build: str, mapping: bool) -> None:
+    """An EP version whose echo is not known: the echo decides nothing (a note says what it
+    was); "1" with mapping activity is still option-ignored, without it unknown."""
+    v = verdict(ECHOES[build]["1"], MAPPED if mapping else "", flag="1", echo=None)
+    assert v.state == ("option-ignored" if mapping else "unknown"), v
+    assert "the echo is a note, not evidence" in v.note and "2.7.0: string" in v.note
+    assert "the EP echoed" in v.note and aggregate([v]).note == v.note
+
+
 @pytest.mark.parametrize(
-    ("parts", "passed", "echoed"), [((OPT0,), "1", "0"), ((OPT1,), "0", "1"), ((OPT0, MAPPED), "1", "0")]
+    ("build", "flag", "echo_line", "read"),
+    [
+        (ECHO_STRING, "0", OPT1, "1"),  # 2.7.0 echoes what it read: "1" after "0"
+        (ECHO_STRING, "1", OPT0, "0"),
+        (ECHO_ENABLE_FLAG, "0", FLAG0, "1"),  # enable flag 0 after "0": the EP read a disable
+        (ECHO_ENABLE_FLAG, "1", FLAG1, "0"),  # enable flag 1 after "1": the disable did not take
+    ],
 )
-def test_an_echo_that_differs_from_what_was_passed_is_option_ignored(parts, passed: str, echoed: str) -> None:
-    """A build that read the option under a misspelled key echoed ": 0" after "1" was passed:
-    whatever the rest of the log says, the option was ignored by the EP, a failure."""
-    v = verdict(*parts, flag=passed)
-    assert v.state == "option-ignored" and "option ignored by the EP" in v.reason
-    assert f'passed disable_file_mapped_weights="{passed}"' in v.reason and f'echoed "{echoed}"' in v.reason
-    worker = aggregate([v, verdict(MAPPED)])
-    assert worker.state == "option-ignored" and worker.failed
+def test_an_echo_that_says_the_ep_read_another_value_is_option_ignored(build, flag, echo_line, read) -> None:
+    for evidence in ("", MAPPED):
+        v = verdict(echo_line, evidence, flag=flag, echo=build)
+        assert v.state == "option-ignored" and v.reason.startswith("option ignored by the EP"), v
+        assert f'passed disable_file_mapped_weights="{flag}"' in v.reason or flag == "1" and evidence
+
+
+def test_known_versions_have_an_echo_style() -> None:
+    assert echo_style("2.7.0") == ECHO_STRING and echo_style(" 2.7.0 ") == ECHO_STRING
+    assert echo_style("1.24.1") == ECHO_ENABLE_FLAG
+    assert echo_style("2.8.0") is None and echo_style(None) is None and echo_style("") is None
+    with pytest.raises(ValueError, match="echo must be one of"):
+        classify_session(GATE, disable_file_mapped_weights="0", echo="bool")
 
 
 def test_rpcmem_required_but_uninitialized_is_a_hard_error_not_a_disable() -> None:
@@ -320,7 +395,8 @@ def test_the_platform_gate_is_unavailable_whatever_the_option(flag: str) -> None
         ((READ_CB, MAPPED), "0", "ep-disabled"),  # a session-wide disable: no node count
         ((MAPPED, DEREGISTER_FAILED), "0", "active"),  # teardown notes do not change the path
         ((GATE, MAPPED), "0", "unknown"),  # contradictions are no evidence
-        ((OPT1, MAPPED), "1", "unknown"),
+        ((OPT1, MAPPED), "1", "option-ignored"),  # "1" confirmed, then mapped anyway: ignored
+        ((OPT1, GATE, MAPPED), "1", "option-ignored"),  # a heap session that maps is never a pass
     ],
     ids=[
         "gate>option",
@@ -332,6 +408,7 @@ def test_the_platform_gate_is_unavailable_whatever_the_option(flag: str) -> None
         "note-only",
         "gate+mapped",
         "option1+mapped",
+        "option1+gate+mapped",
     ],
 )
 def test_precedence(parts: tuple[str, ...], flag: str, state: str) -> None:
@@ -339,7 +416,8 @@ def test_precedence(parts: tuple[str, ...], flag: str, state: str) -> None:
 
 
 def test_precedence_and_worst_order_cover_every_state() -> None:
-    assert sorted(PRECEDENCE) == sorted(WORST_ORDER) == sorted(EP_STATES)
+    log_states = [s for s in EP_STATES if s != EpState.COPIED]  # copied: the runner's, from memory
+    assert sorted(PRECEDENCE) == sorted(WORST_ORDER) == sorted(log_states)
     assert MAPPED_STATES == ("active",)
     assert set(EP_DISABLED_REASONS) == {p.reason for p in PATTERNS if p.effect == "ep-disabled"}
 
@@ -351,7 +429,7 @@ def test_every_pattern_is_recognised_in_a_log_line(pattern) -> None:
     text = pattern.template.replace("{}", "X1")
     line = ort(pattern.level or "W", "qnn_backend_manager.cc:1 F", text)
     assert find_messages(line, pattern.name) == [text]
-    v = classify_session(SESSION + line, disable_file_mapped_weights="0")
+    v = classify_session(SESSION + line, disable_file_mapped_weights="0", echo=ECHO_STRING)
     expected = {
         "gate": "unavailable",
         "ep-disabled": "ep-disabled",

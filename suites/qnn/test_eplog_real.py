@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from qnn_support import qnn_skip_reason
 
-from harness.targets.qnn.eplog import classify_log, classify_session, read_log_segment
+from harness.targets.qnn.ep import qnn_versions
+from harness.targets.qnn.eplog import classify_log, classify_session, echo_style, read_log_segment
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,8 +70,9 @@ def test_real_log_of_each_session(compiled: Path, flag: str, tmp_path: Path) -> 
     segments = [read_log_segment(log, a, b) for a, b in out["segments"]]
     assert out["segments"][0][1] <= out["segments"][1][0] <= out["stderr_offset"]
     assert all(seg.count("Creating QNN EP") == 1 for seg in segments)  # each holds its own session
-    verdicts = [classify_session(seg, disable_file_mapped_weights=flag) for seg in segments]
-    whole = classify_log(read_log_segment(log, 0), disable_file_mapped_weights=flag)
+    echo = echo_style(qnn_versions()["onnxruntime_qnn"])  # as the qnn target reads it
+    verdicts = [classify_session(seg, disable_file_mapped_weights=flag, echo=echo) for seg in segments]
+    whole = classify_log(read_log_segment(log, 0), disable_file_mapped_weights=flag, echo=echo)
     if sys.platform.startswith("linux"):  # the Linux build prints the platform gate: never active
         assert [v.state for v in verdicts] == ["unavailable", "unavailable"], verdicts
         assert "only available on Windows arm64" in verdicts[0].reason

@@ -1,7 +1,8 @@
 """Worker failures, end to end: one worker of a real run crashes, is killed by a signal,
-hangs past --worker-timeout or raises. Expected every time: the run completes and exits 1,
-the failed worker's row says what happened (exit code, reason), the other workers' rows are
-complete and correct, the summary counts the failure, and no process of the run survives.
+hangs past --worker-timeout, raises, or exits (code 0 included) before the harness released
+it. Expected every time: the run completes and exits 1, the failed worker's row says what
+happened (exit code, reason), the other workers' rows are complete and correct, the summary
+counts the failure, and no process of the run survives.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ HANG_TIMEOUT_S = 15  # well above a healthy worker's start-up under the test sui
         ("signal", -9, "worker 0 killed by SIGKILL"),
         ("raise", 1, "RuntimeError: worker raised on purpose"),
         ("hang", -9, f"worker 0 timed out after {HANG_TIMEOUT_S} s and was killed"),
+        # onnxruntime-qnn #337: a background TerminateProcess(0) after the result was written
+        ("exit-after-ready", 0, "worker 0 exited with code 0 before the harness released it"),
     ],
 )
 def test_one_failing_worker_is_recorded_and_the_run_completes(run_harness, tmp_path, fault, exit_code, error_text):

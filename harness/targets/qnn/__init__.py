@@ -174,8 +174,8 @@ class QnnTarget(Target):
         many sessions took each path, not only the worst."""
         import onnxruntime as ort
 
-        from .ep import qnn_session_options
-        from .eplog import LogSegment, aggregate, classify_session
+        from .ep import qnn_session_options, qnn_versions
+        from .eplog import LogSegment, aggregate, classify_session, echo_style
         from .partitions import apply_load_level
 
         options = spec.options
@@ -183,6 +183,7 @@ class QnnTarget(Target):
         paths = options["onnx"] if isinstance(options["onnx"], list) else [options["onnx"]]
         partitions = options.get("partitions") or [1] * len(paths)
         flag = disable_flag(spec.mode)
+        echo = echo_style(qnn_versions()["onnxruntime_qnn"])  # how this EP echoes the option (None: a note)
         sharing = sharing_provider_options(options.get("resource_sharing", "none"))
         ort.set_default_logger_severity(1)  # some EP lines go through ORT's default logger
         live = LiveSessions()
@@ -210,13 +211,14 @@ class QnnTarget(Target):
                     if why:
                         raise RuntimeError(why) from err
                     raise
-                verdicts.append(classify_session(segment.text(), disable_file_mapped_weights=flag))
+                verdicts.append(classify_session(segment.text(), disable_file_mapped_weights=flag, echo=echo))
             live.add_group(group)
         record.create_s = time.perf_counter() - t0
         record.load_s = 0.0  # the EP maps or reads the context binary inside session creation
         worker = aggregate(verdicts)
         record.ep_file_mapping, record.ep_log_tail = worker.state, worker.evidence or worker.reason
-        record.ep_sessions, record.ep_reason = worker.counts_text(), worker.reason
+        record.ep_sessions = worker.counts_text()
+        record.ep_reason = "; ".join(x for x in (worker.reason, worker.note and f"note: {worker.note}") if x)
         record.ep_nodes = worker.nodes_text()
         if worker.failed:  # the EP ignored the option or failed its setup: never a success
             record.error = f"{worker.state}: {worker.reason}"

@@ -37,6 +37,7 @@ from harness.targets.qnn.eplog import (
     REASON_RPCMEM,
     EpVerdict,
     classify_session,
+    echo_style,
     find_messages,
     read_log_segment,
 )
@@ -181,7 +182,8 @@ def _fill(report: DeviceReport, rec: dict, segment: str, text: str, problem: str
         report.ep_error = f"{problem}: {_tail(text)}"
     _fill_htp(report, rec, problem, text)
     if rec.get("session_ok"):
-        _fill_mapping(report, classify_session(segment, disable_file_mapped_weights="0"), segment)
+        echo = echo_style(report.onnxruntime_qnn)  # the echo of a version not known is a note
+        _fill_mapping(report, classify_session(segment, disable_file_mapped_weights="0", echo=echo), segment)
     else:
         report.rpcmem_detail = "no probe session was created"
         report.file_mapping_detail = "no probe session was created"

@@ -20,9 +20,12 @@ States (`EP_STATES`), each from evidence the EP printed (texts of onnxruntime-qn
   shared-resource retry ("Failed to create context with file mapping enabled. Error: <e>, Code:
   <n>. Retrying with feature disabled."), or a failure line of the mapping attempt itself
   (DMA registration, out-of-range request, ...) in a session that was created anyway.
-- ``disabled``: the EP confirmed the option: "User specified disable_file_mapped_weights: 1".
-- ``option-ignored`` (a failure): the EP echoed another value than the harness passed (a build
-  that read the option under a misspelled key echoed ": 0" after "1" was passed).
+- ``disabled``: the EP confirmed the option, as its build echoes it (`ECHO_STYLES`): 2.7.0's
+  "User specified disable_file_mapped_weights: 1", or a readable build's enable flag ": 0".
+- ``option-ignored`` (a failure): a session run with "1" whose log shows the EP working on a
+  mapping (`MAPPING_ACTIVITY`: mapping, DMA, a failed attempt, a retry), whatever was echoed;
+  or an echo that, read as the EP's known version echoes, says the EP read another value than
+  the harness passed. The echo of a version not in `ECHO_BY_VERSION` is a note, not evidence.
 - ``ep-error`` (a failure): "RPCMem Library is required for file mapping but is
   uninitialized.", a hard error of ``SetupBackend``, not a deliberate disable.
 - ``mixed``: some nodes of the session were mapped, others disabled per node (embedded
@@ -52,13 +55,9 @@ per state and picks the worst (`WORST_ORDER`). `classify_log` is the whole-log e
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from harness.core.schema import EP_STATES, MAPPED_STATES
 from harness.core.vocab import EpState
@@ -67,11 +66,17 @@ from harness.core.vocab import EpState
 from .eplog_patterns import (  # noqa: E402, F401
     _EFFECTS,
     _EVIDENCE_RANK,
+    ECHO_BY_VERSION,
+    ECHO_ENABLE_FLAG,
+    ECHO_NONE,
+    ECHO_STRING,
+    ECHO_STYLES,
     EP_DISABLED_REASONS,
     EVIDENCE_LINES,
     FAILED_STATES,
     IGNORED,
     LINUX,
+    MAPPING_ACTIVITY,
     NODE_DISABLES,
     NODE_MAPS,
     OPTION_VALUES,
@@ -86,7 +91,11 @@ from .eplog_patterns import (  # noqa: E402, F401
     WIN_X64,
     WORST_ORDER,
     LogPattern,
+    echo_style,
 )
+
+# Where a session's lines are in the worker's log; re-exported here (one import for users).
+from .eplog_segments import LogSegment, log_offset, read_log_segment, stderr_offset  # noqa: E402, F401
 
 _ANY_FRAGMENT = re.compile("|".join(re.escape(f) for p in PATTERNS for f in p.fragments))
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -103,6 +112,7 @@ class EpVerdict:
     evidence: str = ""  # the last relevant lines, one per message kind, colour codes/timestamps removed
     nodes_mapped: int = 0  # EPContext nodes whose context bin was mapped (with DMA regions served)
     nodes_disabled: int = 0  # nodes the EP disabled mapping for, one warning each
+    note: str = ""  # what the log said that is no evidence here (an echo of an unknown version)
 
     @property
     def mapped(self) -> bool:
@@ -122,6 +132,7 @@ class WorkerVerdict:
     evidence: str = ""  # the worst session's evidence
     nodes_mapped: int = 0  # over all sessions
     nodes_disabled: int = 0
+    note: str = ""  # the sessions' notes, each once
 
     @property
     def failed(self) -> bool:
@@ -224,16 +235,19 @@ def _message(hit: _Hit) -> str:
 # ----------------------------------------------------------------------------- classification
 
 
-def classify_session(segment: str, *, disable_file_mapped_weights: str) -> EpVerdict:
+def classify_session(segment: str, *, disable_file_mapped_weights: str, echo: str | None = None) -> EpVerdict:
     """The verdict for ONE session, from the log lines it printed while it was created (see
-    `LogSegment`). `disable_file_mapped_weights` is what the harness passed; the EP's own
-    confirmation decides ``disabled`` (the option has been seen ignored by older EPs).
+    `LogSegment`). `disable_file_mapped_weights` is what the harness passed; ``echo`` is how
+    the EP's build echoes the option (`ECHO_STYLES`, from its version: `echo_style`), None when
+    not known: its echo is then a note, and only the log's other evidence decides.
     """
     passed = check_disable_flag(disable_file_mapped_weights)
+    if echo is not None and echo not in ECHO_STYLES:
+        raise ValueError(f"echo must be one of {', '.join(ECHO_STYLES)} or None, got {echo!r}")
     hits = _scan(segment)
-    state, reason = _decide(hits, segment or "", passed)
+    state, reason, note = _decide(hits, segment or "", passed, echo)
     mapped, disabled = _nodes(hits)
-    return EpVerdict(state, reason, _evidence(hits), mapped, disabled)
+    return EpVerdict(state, reason, _evidence(hits), mapped, disabled, note)
 
 
 def _nodes(hits: Sequence[_Hit]) -> tuple[int, int]:
@@ -251,25 +265,75 @@ def _by_effect(hits: Sequence[_Hit]) -> dict[str, list[_Hit]]:
     return out
 
 
-def _decide(hits: Sequence[_Hit], text: str, passed: str) -> tuple[str, str]:
+def _read_option(echoed: str | None, echo: str | None) -> tuple[str | None, str]:
+    """(the value the EP read, as its build's echo says; a note when the echo says nothing we
+    can read). The string echo is the value itself; the enable-flag echo is its opposite."""
+    if echoed is None:
+        return None, ""
+    if echo == ECHO_STRING:
+        return echoed, ""
+    if echo == ECHO_ENABLE_FLAG and echoed in OPTION_VALUES:
+        return ("1" if echoed == "0" else "0"), ""
+    known = "not known" if echo is None else f'not expected of a build whose echo is "{echo}"'
+    return None, (
+        f'the EP echoed "disable_file_mapped_weights: {echoed}"; how this EP version echoes the option is '
+        f"{known}, so the echo is a note, not evidence (known: {_known_echoes()})"
+    )
+
+
+def _known_echoes() -> str:
+    return ", ".join(f"{v}: {style}" for v, style in ECHO_BY_VERSION.items())
+
+
+def _activity(e: dict[str, list[_Hit]]) -> str:
+    """The mapping work a session's log shows ("" when none), in words."""
+    found = []
+    if e["dma-ok"]:
+        found.append(f"{len(e['dma-ok'])} DMA region(s) mapped")
+    if e["map"] and not e["dma-ok"]:
+        found.append("a context bin file mapping")
+    if e["map-failed"] or e["retry"]:
+        found.append("a failed mapping attempt")
+    if not found and e["dma-request"]:
+        found.append("DMA data requested")
+    return ", ".join(found)
+
+
+def _decide(hits: Sequence[_Hit], text: str, passed: str, echo: str | None) -> tuple[str, str, str]:
     e = _by_effect(hits)
-    ep_option = e["option"][-1].value if e["option"] else None
-    mapped = bool(e["map"]) and bool(e["dma-ok"])
-    if ep_option is not None and ep_option != passed:
-        return "option-ignored", (
-            f'option ignored by the EP: the harness passed disable_file_mapped_weights="{passed}", '
-            f'the EP echoed "{ep_option}"'
+    echoed = e["option"][-1].value if e["option"] else None
+    read, note = _read_option(echoed, echo)
+    said = f' (the EP echoed "{echoed}")' if echoed is not None else ""
+    activity = _activity(e) if any(e[x] for x in MAPPING_ACTIVITY) else ""
+    if passed == "1" and activity:
+        why = f'option ignored by the EP: the harness passed "1" but the log shows {activity}{said}'
+        return "option-ignored", why, note
+    if read is not None and read != passed:
+        how = "" if echo == ECHO_STRING else f', the enable flag: the EP read "{read}"'
+        return (
+            "option-ignored",
+            (
+                f'option ignored by the EP: the harness passed disable_file_mapped_weights="{passed}", '
+                f'the EP echoed "{echoed}"{how}'
+            ),
+            note,
         )
     if e["ep-error"]:
-        return "ep-error", "hard error in SetupBackend: " + _message(e["ep-error"][-1])
+        return "ep-error", "hard error in SetupBackend: " + _message(e["ep-error"][-1]), note
     if e["gate"]:
         if e["dma-ok"]:
-            return "unknown", "contradictory log: DMA data mapped after the platform gate turned mapping off"
-        return "unavailable", "platform gate: " + _message(e["gate"][-1])
-    if ep_option == "1":
-        if e["dma-ok"]:
-            return "unknown", "contradictory log: DMA data mapped although the EP confirmed option 1"
-        return "disabled", "disable_file_mapped_weights=1 confirmed by the EP"
+            return "unknown", "contradictory log: DMA data mapped after the platform gate turned mapping off", note
+        return "unavailable", "platform gate: " + _message(e["gate"][-1]), note
+    if passed == "1" and read == "1":
+        flag = f' (its enable flag, "{echoed}")' if echo == ECHO_ENABLE_FLAG else ""
+        return "disabled", f"disable_file_mapped_weights=1 confirmed by the EP{flag}", note
+    state, reason = _decide_mapped(e, hits, text, passed, echoed)
+    return state, reason, note
+
+
+def _decide_mapped(e: dict[str, list[_Hit]], hits: Sequence[_Hit], text: str, passed: str, echoed) -> tuple[str, str]:
+    """The per-context outcome of a session the option and the gate left to the EP."""
+    mapped = bool(e["map"]) and bool(e["dma-ok"])
     if e["retry"]:
         return "retried", _message(e["retry"][-1]).rstrip(".")
     if e["map-failed"]:
@@ -287,19 +351,15 @@ def _decide(hits: Sequence[_Hit], text: str, passed: str) -> tuple[str, str]:
     if mapped:
         paths = sorted({h.value for h in e["map"] if h.pattern.name == "map-create" and h.value})
         reason = f"{len(e['dma-ok'])} DMA region(s) mapped" + (f" from {', '.join(paths)}" if paths else "")
-        if passed == "1":
-            reason += ' although the harness passed "1" (the EP did not confirm it)'
         return "active", reason
-    return "unknown", _missing(e, text, passed, ep_option)
+    return "unknown", _missing(e, text, passed, echoed)
 
 
 def _missing(e: dict[str, list[_Hit]], text: str, passed: str, ep_option: str | None) -> str:
     """Why there is no verdict: say which evidence is missing, so the fix is obvious."""
-    if passed == "1" and ep_option != "1":
-        said = "missing" if ep_option is None else f"the EP printed {ep_option!r}"
-        return (
-            f'option "1" passed but the EP did not confirm it ("User specified disable_file_mapped_weights: 1" {said})'
-        )
+    if passed == "1":
+        said = "missing" if ep_option is None else f"the EP printed {ep_option!r}, which is no confirmation here"
+        return f'option "1" passed but the EP did not confirm it (its echo: {said}) and no other line shows the path'
     if e["map"] and not e["dma-request"]:
         return "file mapping created but QNN requested no weight region: nothing was served from the mapping"
     if e["dma-request"] and not e["dma-ok"]:
@@ -345,93 +405,21 @@ def aggregate(verdicts: Iterable[EpVerdict]) -> WorkerVerdict:
         worst.evidence,
         sum(v.nodes_mapped for v in verdicts),
         sum(v.nodes_disabled for v in verdicts),
+        "; ".join(dict.fromkeys(v.note for v in verdicts if v.note)),
     )
 
 
-def classify_log(text: str, *, disable_file_mapped_weights: str) -> WorkerVerdict:
+def classify_log(text: str, *, disable_file_mapped_weights: str, echo: str | None = None) -> WorkerVerdict:
     """Whole-log entry point for a caller that has one text: split into sessions where the log
     marks them (`split_sessions`), classify each, aggregate."""
-    return aggregate(
-        classify_session(seg, disable_file_mapped_weights=disable_file_mapped_weights) for seg in split_sessions(text)
-    )
+    flag = disable_file_mapped_weights
+    return aggregate(classify_session(seg, disable_file_mapped_weights=flag, echo=echo) for seg in split_sessions(text))
 
 
-def classify_ep_log(text: str, *, disable_file_mapped_weights: str) -> tuple[str, str]:
+def classify_ep_log(text: str, *, disable_file_mapped_weights: str, echo: str | None = None) -> tuple[str, str]:
     """(state, evidence) of a whole log: the interface targets/base.py uses today."""
-    v = classify_log(text, disable_file_mapped_weights=disable_file_mapped_weights)
+    v = classify_log(text, disable_file_mapped_weights=disable_file_mapped_weights, echo=echo)
     detail = v.evidence or v.reason
     if v.state == EpState.UNKNOWN and v.reason and v.reason not in detail:
         detail = v.reason + ("\n" + detail if detail else "")
     return v.state, detail
-
-
-# ----------------------------------------------------------------------------- log segments
-
-
-def _flush_everything() -> None:
-    """Python's buffered streams and C stdio (the QNN libraries print through it) to their fds."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(AttributeError, OSError, ValueError):
-            stream.flush()
-    if os.name == "posix":
-        import ctypes
-
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None).fflush(None)
-
-
-def log_offset(path: str | os.PathLike) -> int:
-    """Bytes in the log file now, after flushing what this process has buffered."""
-    _flush_everything()
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
-
-
-def stderr_offset() -> int:
-    """Bytes written so far to this process's fd 2 when it is a file (0 for a pipe or a tty):
-    a worker whose stderr the parent pointed at its log file needs no path to mark a segment."""
-    _flush_everything()
-    try:
-        return os.fstat(2).st_size
-    except OSError:
-        return 0
-
-
-def read_log_segment(path: str | os.PathLike, start: int, end: int | None = None) -> str:
-    """The text between two offsets of a log file ('' when unreadable)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(start)
-            data = f.read(-1 if end is None else max(0, end - start))
-    except OSError:
-        return ""
-    return data.decode("utf-8", errors="replace")
-
-
-class LogSegment:
-    """Offsets of one session's lines in a log file this process's fd 2 (and 1) write to.
-
-    The worker's stderr is a file the parent opened; ORT logs there unbuffered. Wrap each
-    ``InferenceSession(...)`` in one segment, then classify `text()`::
-
-        with LogSegment(spec.log_path) as seg:
-            session = ort.InferenceSession(path, so)
-        verdict = classify_session(seg.text(), disable_file_mapped_weights=flag)
-    """
-
-    def __init__(self, path: str | os.PathLike) -> None:
-        self.path = Path(path)
-        self.start = self.end = 0
-
-    def __enter__(self) -> LogSegment:
-        self.start = log_offset(self.path)
-        self.end = self.start
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.end = log_offset(self.path)
-
-    def text(self) -> str:
-        return read_log_segment(self.path, self.start, self.end)

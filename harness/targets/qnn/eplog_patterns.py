@@ -20,6 +20,30 @@ from functools import cached_property
 from harness.core.vocab import EpState
 
 OPTION_VALUES = ("0", "1")  # disable_file_mapped_weights: "1" turns the feature off
+
+#: How a build echoes ``disable_file_mapped_weights`` ("User specified disable_file_mapped_weights:
+#: <v>"), which decides what an echo means:
+#: - "string": the string passed, at WARNING, only when it is "1" (onnxruntime-qnn 2.7.0: its
+#:   strings, and its Linux x86_64 build seen on this project's machines at every severity);
+#: - "enable-flag": the *enable* flag, at VERBOSE, whenever the key is given, so ": 0" after "1"
+#:   means the disable worked (the readable source: rel-2.0.0_1.24.1 fbd7fc5 and ORT 1.24.0's
+#:   in-tree EP, qnn_execution_provider.cc 478-485);
+#: - "none": nothing for the right key (cc7ec9e reads "disabl_file_mapped_weights",
+#:   qnn_execution_provider.cc 639-643, so a "1" under the right key is silently ignored).
+ECHO_STRING, ECHO_ENABLE_FLAG, ECHO_NONE = "string", "enable-flag", "none"
+ECHO_STYLES = (ECHO_STRING, ECHO_ENABLE_FLAG, ECHO_NONE)
+#: The EP versions whose echo is known: any other version's echo is a note, never evidence.
+ECHO_BY_VERSION = {"2.7.0": ECHO_STRING, "1.24.0": ECHO_ENABLE_FLAG, "1.24.1": ECHO_ENABLE_FLAG}
+#: Effects whose lines show the EP working on a mapping: a session run with "1" that prints any
+#: of them ignored the option, whatever it echoed.
+MAPPING_ACTIVITY = ("map", "dma-request", "dma-ok", "map-failed", "retry")
+
+
+def echo_style(version: str | None) -> str | None:
+    """How the EP of this version echoes the option; None when the version is not known."""
+    return ECHO_BY_VERSION.get((version or "").strip())
+
+
 #: inside one session's segment: the first state whose evidence is present wins
 PRECEDENCE = (
     EpState.OPTION_IGNORED,
@@ -47,6 +71,7 @@ WORST_ORDER = (
 )
 #: states that are failures whatever else the worker did (the harness fails the worker)
 FAILED_STATES = (EpState.OPTION_IGNORED, EpState.EP_ERROR)
+#: (the schema's ``copied`` state is no log state: the runner sets it from memory)
 
 REASON_EMBEDDED = "embedded context"
 REASON_VERSION = "context binary version < 3.3.3"

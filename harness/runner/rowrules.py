@@ -1,0 +1,57 @@
+"""Two verdicts on a worker that only the parent can give, from what it saw of the worker
+rather than what the worker said of itself:
+
+- an early exit: a worker that ended before the harness released it is a failure, exit code 0
+  included (onnxruntime-qnn #337: QnnSignal_trigger schedules a background
+  ``TerminateProcess(0)`` after a failed file-mapped creation; the process had written its
+  result and "succeeded");
+- a silent copy: a mapped-mode worker that reported the mapped path (or an active EP) while
+  its private memory held the weights, measured against the group's control worker
+  (``copied_bytes``). onnxruntime-qnn #677: SSR recovery went back to a direct read and
+  printed nothing, so only memory shows it. Its state is ``copied``, a failure.
+"""
+
+from __future__ import annotations
+
+from harness.contract.spec import WorkerRecord
+from harness.core.units import fmt_bytes, fmt_percent
+from harness.core.vocab import EpState
+from harness.runner.exits import describe_exit
+
+#: A mapped worker holding at least this share of the weights as private copies, plus the
+#: sampling slack (beyond the control's runtime), holds the weights: not mapped, whatever it
+#: says. Below the slack (weights of a few hundred KiB) no copy can be told from noise: no verdict.
+#: Half: a worker whose sessions were served from the mapping holds ~0 (a few pages of noise);
+#: one that copied them holds ~1 copy per session; partial copies below it stay a warning
+#: ("Mapped workers still copied weights").
+SILENT_COPY_SHARE = 0.5
+SLACK_BYTES = 1024**2
+#: What a mapped worker reports when it claims its weights came from the mapping.
+_CLAIMS_MAPPED = ("active", "n/a", "", None)
+
+
+def early_exit(index: int, code: int | None, timed_out: bool, final: WorkerRecord | None) -> str:
+    """Why the worker's end is a failure although it may say nothing else ("" when it is not):
+    it exited (any code) before the parent's release reached it, i.e. without a final record
+    that says it was released."""
+    if timed_out or code is None or (final is not None and final.released):
+        return ""
+    return f"worker {index} {describe_exit(code, False, 0)} before the harness released it"
+
+
+def silent_copy(mode: str, record: WorkerRecord, copied: int | None) -> tuple[str, str] | None:
+    """(``copied``, why) when a mapped-mode worker that claims the mapped path holds the
+    weights in private memory; None otherwise (or when there is no control figure)."""
+    weights = record.weights_bytes
+    if mode != "mapped" or copied is None or not weights or record.path_taken != "mapped":
+        return None
+    if record.ep_file_mapping not in _CLAIMS_MAPPED:
+        return None
+    if copied < SILENT_COPY_SHARE * weights + SLACK_BYTES:  # the slack keeps noise (and tiny weights) out
+        return None
+    said = "its EP log said active" if record.ep_file_mapping == "active" else "its pipeline reported mapped"
+    return EpState.COPIED, (
+        f"copied: private memory held {fmt_bytes(copied)} of weight copies ({fmt_percent(copied / weights)} of "
+        f"the {fmt_bytes(weights)} of weights, copied_bytes against the control worker) although {said}: "
+        "its sessions hold the weights in private memory, not in the shared mapping"
+    )

@@ -1,0 +1,81 @@
+"""Where one session's lines are in a worker's log: the log file's offsets around each session
+creation (the worker's stderr is a file the parent opened; ORT and the QNN EP log there).
+
+Kept apart from the verdict rules (`eplog`), which read the text these offsets cut out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+
+def _flush_everything() -> None:
+    """Python's buffered streams and C stdio (the QNN libraries print through it) to their fds."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
+    if os.name == "posix":
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).fflush(None)
+
+
+def log_offset(path: str | os.PathLike) -> int:
+    """Bytes in the log file now, after flushing what this process has buffered."""
+    _flush_everything()
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def stderr_offset() -> int:
+    """Bytes written so far to this process's fd 2 when it is a file (0 for a pipe or a tty):
+    a worker whose stderr the parent pointed at its log file needs no path to mark a segment."""
+    _flush_everything()
+    try:
+        return os.fstat(2).st_size
+    except OSError:
+        return 0
+
+
+def read_log_segment(path: str | os.PathLike, start: int, end: int | None = None) -> str:
+    """The text between two offsets of a log file ('' when unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            data = f.read(-1 if end is None else max(0, end - start))
+    except OSError:
+        return ""
+    return data.decode("utf-8", errors="replace")
+
+
+class LogSegment:
+    """Offsets of one session's lines in a log file this process's fd 2 (and 1) write to.
+
+    The worker's stderr is a file the parent opened; ORT logs there unbuffered. Wrap each
+    ``InferenceSession(...)`` in one segment, then classify `text()`::
+
+        with LogSegment(spec.log_path) as seg:
+            session = ort.InferenceSession(path, so)
+        verdict = classify_session(seg.text(), disable_file_mapped_weights=flag)
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.start = self.end = 0
+
+    def __enter__(self) -> LogSegment:
+        self.start = log_offset(self.path)
+        self.end = self.start
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.end = log_offset(self.path)
+
+    def text(self) -> str:
+        return read_log_segment(self.path, self.start, self.end)
