@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from harness.contract.spec import WorkerRecord
 from harness.core.units import fmt_bytes, fmt_percent
-from harness.core.vocab import EpState
+from harness.core.vocab import EpState, Mode, PathTaken
 from harness.runner.exits import describe_exit
 
 #: A mapped worker holding at least this share of the weights as private copies, plus the
@@ -43,13 +43,13 @@ def silent_copy(mode: str, record: WorkerRecord, copied: int | None) -> tuple[st
     """(``copied``, why) when a mapped-mode worker that claims the mapped path holds the
     weights in private memory; None otherwise (or when there is no control figure)."""
     weights = record.weights_bytes
-    if mode != "mapped" or copied is None or not weights or record.path_taken != "mapped":
+    if mode != Mode.MAPPED or copied is None or not weights or record.path_taken != PathTaken.MAPPED:
         return None
     if record.ep_file_mapping not in _CLAIMS_MAPPED:
         return None
     if copied < SILENT_COPY_SHARE * weights + SLACK_BYTES:  # the slack keeps noise (and tiny weights) out
         return None
-    said = "its EP log said active" if record.ep_file_mapping == "active" else "its pipeline reported mapped"
+    said = "its EP log said active" if record.ep_file_mapping == EpState.ACTIVE else "its pipeline reported mapped"
     return EpState.COPIED, (
         f"copied: private memory held {fmt_bytes(copied)} of weight copies ({fmt_percent(copied / weights)} of "
         f"the {fmt_bytes(weights)} of weights, copied_bytes against the control worker) although {said}: "

@@ -226,7 +226,7 @@ class CpuTarget(Target):
         record.map_attempts = 0
         record.private_copy_bytes = 0
         record.stale_registrations = 0
-        copying = silent_copy(spec.options) and spec.mode == "mapped"
+        copying = silent_copy(spec.options) and spec.mode == Mode.MAPPED
         stages = []
         for _ in range(spec.sessions):
             group = []
@@ -247,23 +247,12 @@ class CpuTarget(Target):
                 except ContextLoadError as err:  # the session fails (upstream): its row keeps every error
                     _record_failure(record, err)
                     raise
-                total = time.perf_counter() - t0
+                _account(record, ctx, creating.seconds, time.perf_counter() - t0)
                 session, keepalive = ctx.value
                 group.append(session)
                 live.keepalive.extend(keepalive)
                 live.closers.append(_closer(ctx, record))
-                record.stale_registrations += ctx.stale_registrations
-                record.create_s += creating.seconds
-                record.load_s += total - creating.seconds
-                # the most attempts one load needed: summed over models and sessions, a pipeline
-                # without a single retry would read as "mapped after a retry"
-                record.map_attempts = max(record.map_attempts, ctx.map_attempts)
-                record.map_errors.extend(str(e) for e in ctx.errors)
                 stages.append(ctx.fallback_stage)
-                if ctx.path_taken != PathTaken.MAPPED:  # the runtime's own copy (the read copy is gone)
-                    record.private_copy_bytes += ctx.weights.size
-                if _PATH_RANK[ctx.path_taken] >= _PATH_RANK.get(record.path_taken, -1):
-                    record.path_taken = ctx.path_taken
             live.add_group(group)
         record.fallback_stage = next((s for s in stages if s), "")
         record.weights_bytes = sum(m.weights_bytes for m in models)
@@ -285,6 +274,21 @@ def _pipeline_options(spec) -> dict:
         "sweep_deregistrations": bool(spec.options.get("sweep_deregistrations")),
         **pipeline_options(spec.options),
     }
+
+
+def _account(record, ctx, create_s: float, total_s: float) -> None:
+    """One load's figures into the worker's record: times, attempts, errors, path, copies."""
+    record.stale_registrations += ctx.stale_registrations
+    record.create_s += create_s
+    record.load_s += total_s - create_s
+    # the most attempts one load needed: summed over models and sessions, a pipeline without a
+    # single retry would read as "mapped after a retry"
+    record.map_attempts = max(record.map_attempts, ctx.map_attempts)
+    record.map_errors.extend(str(e) for e in ctx.errors)
+    if ctx.path_taken != PathTaken.MAPPED:  # the runtime's own copy (the read copy is gone)
+        record.private_copy_bytes += ctx.weights.size
+    if _PATH_RANK[ctx.path_taken] >= _PATH_RANK.get(record.path_taken, -1):
+        record.path_taken = ctx.path_taken
 
 
 def _record_failure(record, err) -> None:

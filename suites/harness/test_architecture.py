@@ -388,6 +388,7 @@ LITERAL_ALLOW: dict[tuple[str, str, str], str] = {
         "used as a key",
     ): "the SummaryRow column `contended`, not a gate status",
     ("harness/prep/sessions.py", "disabled", "used as a key"): "ORT's graph optimization level, not an EP state",
+    ("harness/targets/cpu.py", "mapped", "compared"): "mapper_impl's StageError.attempt (mapped/direct), not a mode",
     (
         "harness/targets/qnn/eplog.py",
         "ep-error",

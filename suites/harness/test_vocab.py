@@ -40,6 +40,7 @@ WRITTEN = {
         "option-ignored",
         "ep-error",
         "unknown",
+        "copied",
         "n/a",
     ),
     vocab.FeatureStatus: (
@@ -49,6 +50,7 @@ WRITTEN = {
         "disabled",
         "option-ignored",
         "ep-error",
+        "copied",
         "unknown",
         "not-measured",
     ),
