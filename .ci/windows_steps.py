@@ -57,16 +57,10 @@ def python(*args: str, **kwargs) -> subprocess.CompletedProcess:
 
 
 def wine_version() -> str | None:
-    """Wine's version when this Windows runs under Wine (ntdll's wine_get_version), else None."""
-    if sys.platform != "win32":
-        return None
-    import ctypes
+    """Wine's version when this Windows runs under Wine, else None."""
+    from mapper_impl._winapi import wine_version as version
 
-    get = getattr(ctypes.WinDLL("ntdll"), "wine_get_version", None)  # type: ignore[attr-defined]
-    if get is None:
-        return None
-    get.restype = ctypes.c_char_p
-    return get().decode()
+    return version()
 
 
 def step_env(args: argparse.Namespace) -> int:
