@@ -4,6 +4,7 @@ under Wine, running the very steps the Windows workflows run (`.ci/windows_steps
     python .ci/wine_lane.py                  # set up (cached) and run every step
     python .ci/wine_lane.py mapper cpu-run   # only these steps
     python .ci/wine_lane.py --setup-only     # fill the cache, run nothing
+    python .ci/wine_lane.py --python -c "import sys; print(sys.platform)"   # the Windows python
 
 Run it with any Linux Python >= 3.10 that has pip (the project's venv); it needs `wine` (Debian's
 wine64) on PATH. Exit 0 when every step passed, 1 when one failed, 2 when the lane cannot run
@@ -266,9 +267,15 @@ def write_dist_info(extra: Path) -> None:
 
 
 def run_step(wine: str, python: Path, env: dict[str, str], step: str, out: Path, timeout: float) -> int:
-    """One step of `.ci/windows_steps.py` on the Windows python; its output copied through."""
-    cmd = [wine, str(python), winpath(STEPS_SCRIPT), step, "--out", winpath(out), *LANE_STEPS[step]]
+    """One step of `.ci/windows_steps.py` on the Windows python."""
     print(f"\n=== wine lane: {step} ===", flush=True)
+    cmd = [wine, str(python), winpath(STEPS_SCRIPT), step, "--out", winpath(out), *LANE_STEPS[step]]
+    return run_windows(cmd, env, timeout)
+
+
+def run_windows(cmd: list[str], env: dict[str, str], timeout: float) -> int:
+    """A Windows program with pipes for its standard handles (Wine refuses files there), its
+    output copied through; killed after ``timeout`` seconds (exit 124)."""
     proc = subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
@@ -286,7 +293,7 @@ def run_step(wine: str, python: Path, env: dict[str, str], step: str, out: Path,
         code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        print(f"wine lane: {step} did not finish in {timeout:.0f} s", flush=True)
+        print(f"wine lane: {cmd[1:3]} did not finish in {timeout:.0f} s", flush=True)
         code = 124
     copier.join(timeout=30)
     return code
@@ -306,6 +313,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--step-timeout", type=float, default=900.0, help="seconds one step may take (default 900)")
     parser.add_argument("--keep", action="store_true", help="keep this run's interpreter and prefix folder")
+    parser.add_argument(
+        "--python", nargs=argparse.REMAINDER, help="run the Windows python with these arguments instead"
+    )
     args = parser.parse_args(argv)
     unknown = [s for s in args.steps if s not in LANE_STEPS]
     if unknown:
@@ -334,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     results: list[tuple[str, int, float]] = []
     try:
         boot(wine, wineserver, env)
+        if args.python is not None:
+            return run_windows([wine, str(run / "python" / "python.exe"), *args.python], env, args.step_timeout)
         for step in args.steps or list(LANE_STEPS):
             begun = time.monotonic()
             code = run_step(wine, run / "python" / "python.exe", env, step, out, args.step_timeout)

@@ -220,8 +220,11 @@ def identity_of_path(path: str) -> FileIdentity:
 
 def as_index(value: object, name: str) -> int:
     """``value`` as a Python int, from any integer type (numpy's included, via ``__index__``).
-    A bool or a float is a programming error: TypeError, not a silently truncated offset."""
-    if isinstance(value, bool):
+    A bool or a float is a programming error: TypeError, not a silently truncated offset.
+    numpy's bool counts as a bool whatever numpy's version: before numpy 2 it still had a
+    (deprecated) ``__index__`` (found on Windows CPython with numpy 1.26, the Wine lane)."""
+    kind = type(value)
+    if isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in ("bool_", "bool")):
         raise TypeError(f"region {name} must be an integer, got bool")
     try:
         return operator.index(value)

@@ -48,10 +48,12 @@ _UNWRITTEN = SIZE_T(-1).value
 
 
 def blank(kind: type[ctypes.Structure]) -> ctypes.Structure:
-    """A structure as it goes into GetProcessMemoryInfo: zeroed, cb its size, and EX2's private
-    working set set to a value no call writes."""
+    """A structure as it goes into GetProcessMemoryInfo: zeroed, cb its size, and the fields a
+    kernel may leave unwritten (PrivateUsage, EX2's private working set) set to a value no call
+    writes."""
     counters = kind()
     counters.cb = ctypes.sizeof(counters)
+    counters.PrivateUsage = _UNWRITTEN
     if kind is PROCESS_MEMORY_COUNTERS_EX2:
         counters.PrivateWorkingSetSize = _UNWRITTEN
     return counters
@@ -70,10 +72,13 @@ def choose_counters(fill: Callable[[ctypes.Structure], bool]) -> ctypes.Structur
 
 def split(counters: ctypes.Structure) -> tuple[int, int | None]:
     """(private bytes, shared resident bytes: working set - private working set, None where
-    the structure has no private working set)."""
+    the structure has no private working set). Private bytes are PrivateUsage, or where the
+    kernel left it unwritten (Wine writes only PROCESS_MEMORY_COUNTERS) PagefileUsage, which
+    Microsoft documents as the same value: never the 0 or garbage an unwritten field holds."""
     private_ws = getattr(counters, "PrivateWorkingSetSize", None)
     shared = max(0, int(counters.WorkingSetSize) - int(private_ws)) if private_ws is not None else None
-    return int(counters.PrivateUsage), shared
+    private = int(counters.PrivateUsage)
+    return (int(counters.PagefileUsage) if private == _UNWRITTEN else private), shared
 
 
 def _psapi():

@@ -117,3 +117,28 @@ def test_measured_processes_return_a_freed_copy_to_the_kernel():
     assert kept_by_glibc > 3 * 1024**2, kept_by_glibc
     assert measured_process_env({"MALLOC_MMAP_THRESHOLD_": "65536"})["MALLOC_MMAP_THRESHOLD_"] == "65536"
     assert measured_process_env({}, platform="win32") == {}
+
+
+@pytest.mark.skipif(sys.platform != "win32", reason="job objects: Windows (and the Wine lane)")
+@pytest.mark.parametrize("assigned", [True, False])
+def test_the_kill_on_close_job_ends_its_worker_on_windows(assigned):
+    """`KillOnCloseJob` on the real kernel32: closing it ends a process put in it; the negative
+    control, a process never put in it, outlives the close."""
+    from harness.runner.spawn import KillOnCloseJob
+
+    echo = "import sys; print(sys.stdin.readline().strip(), flush=True); sys.stdin.read()"
+    child = subprocess.Popen([sys.executable, "-c", echo], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    job = KillOnCloseJob()
+    try:
+        if assigned:
+            assert job.add(int(child._handle)) is True  # noqa: SLF001 - the handle Popen holds
+        job.close()
+        if assigned:
+            assert child.wait(timeout=60) != 0  # killed, not exited on its own
+        else:  # still alive after the close: it answers
+            child.stdin.write("ping\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "ping"
+    finally:
+        child.kill()
+        child.wait()
