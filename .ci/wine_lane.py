@@ -62,7 +62,7 @@ PIP_PLATFORM = ["--platform", "win_amd64", "--python-version", "3.11", "--implem
 #: The lane's steps, in order (names of `.ci/windows_steps.py`'s steps) and their options here.
 LANE_STEPS = {
     "env": [],
-    "mapper": ["-n", "0"],
+    "mapper": ["-n", "2"],
     "collect": [],
     "cpu-run": ["--model-size", "16MiB", "--processes", "2"],
     "qnn-doctor": [],
