@@ -49,7 +49,44 @@ WINDOWS_TESTS = [
 QNN_RUN = ["--target", "qnn", "--processes", "1", "--model-size", "4MiB", "--no-default-gates"]
 
 
-def python(*args: str, **kwargs) -> subprocess.CompletedProcess:
+def planned(args: argparse.Namespace) -> list[list[str]]:
+    """The ``python`` argument lists ``args.step`` runs, in order: what the step does, read by
+    suites/ci to replay a workflow's step (its harness and pytest options, its outputs)."""
+    out = Path(args.out)
+    pytest = ["-m", "pytest", "-p", "no:cacheprovider"]
+    return {
+        "env": [["-c", ENV_CHECK], ["-c", QNN_CHECK]],
+        "mapper": [[*pytest, *WINDOWS_TESTS, "-n", args.n, "-q"]],
+        "collect": [[*pytest, "--collect-only", "-q", "suites"]],
+        "cpu-run": [
+            [
+                "-m",
+                "harness",
+                "run",
+                "--target",
+                "cpu",
+                "--model-size",
+                args.model_size,
+                "--processes",
+                args.processes,
+                "--out",
+                str(out / "runs" / "cpu"),
+                *args.harness_args,
+            ]
+        ],
+        "qnn-doctor": [["-m", "harness", "doctor", "--target", "qnn", "--json", str(out / "doctor.json")]],
+        "qnn-run": [["-m", "harness", "run", *QNN_RUN, "--out", str(out / "runs" / "qnn")]],
+    }[args.step]
+
+
+ENV_CHECK = (
+    "import numpy, onnx, onnxruntime, psutil, pandas; print('numpy', numpy.__version__, 'onnx', onnx.__version__,"
+    " 'onnxruntime', onnxruntime.__version__, 'psutil', psutil.__version__, 'pandas', pandas.__version__)"
+)
+QNN_CHECK = "import onnxruntime_qnn; print('onnxruntime-qnn', onnxruntime_qnn.__file__)"
+
+
+def python(args: list[str], **kwargs) -> subprocess.CompletedProcess:
     """This interpreter with ``args``, from the checkout, standard input closed."""
     cmd = [sys.executable, *args]
     print("+", subprocess.list2cmdline(cmd), flush=True)
@@ -68,24 +105,16 @@ def step_env(args: argparse.Namespace) -> int:
     print(f"platform {platform.platform()} machine {platform.machine()}")
     wine = wine_version()
     print(f"wine {wine}" if wine else "wine: no (native Windows)" if sys.platform == "win32" else "not Windows")
-    done = python(
-        "-c",
-        "import numpy, onnx, onnxruntime, psutil, pandas; print('numpy', numpy.__version__, "
-        "'onnx', onnx.__version__, 'onnxruntime', onnxruntime.__version__, 'psutil', psutil.__version__, "
-        "'pandas', pandas.__version__)",
-    )
-    python("-c", "import onnxruntime_qnn; print('onnxruntime-qnn', onnxruntime_qnn.__file__)")
+    done, _ = (python(cmd) for cmd in planned(args))
     return 0 if sys.platform == "win32" and done.returncode == 0 else 1
 
 
 def step_mapper(args: argparse.Namespace) -> int:
-    return python("-m", "pytest", *WINDOWS_TESTS, "-n", args.n, "-q", "-p", "no:cacheprovider").returncode
+    return python(planned(args)[0]).returncode
 
 
 def step_collect(args: argparse.Namespace) -> int:
-    done = python(
-        "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "suites", capture_output=True, text=True
-    )
+    done = python(planned(args)[0], capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()
     print("\n".join(lines[-15:]))
     if done.returncode != 0:
@@ -131,21 +160,16 @@ def check_cpu_run(out: Path, expected_rows: int) -> list[str]:
     return problems
 
 
+WHICH_MAPPER = "from mapper_impl._platform import create_mapper; print(type(create_mapper()).__name__)"
+
+
 def step_cpu_run(args: argparse.Namespace) -> int:
     out = Path(args.out) / "runs" / "cpu"
-    mapper = python(
-        "-c",
-        "from mapper_impl._platform import create_mapper; print(type(create_mapper()).__name__)",
-        capture_output=True,
-        text=True,
-    )
+    mapper = python(["-c", WHICH_MAPPER], capture_output=True, text=True)
     if mapper.stdout.strip() != "WindowsFileMapper":
-        print(
-            f"cpu-run: mapper_impl's mapper here is {mapper.stdout.strip() or mapper.stderr!r}, not WindowsFileMapper"
-        )
+        print(f"cpu-run: mapper_impl's mapper is {mapper.stdout.strip() or mapper.stderr!r}, not WindowsFileMapper")
         return 1
-    cmd = ["-m", "harness", "run", "--target", "cpu", "--model-size", args.model_size, "--processes", args.processes]
-    code = python(*cmd, "--out", str(out), *args.harness_args).returncode
+    code = python(planned(args)[0]).returncode
     if not (out / "results.csv").is_file():
         print(f"cpu-run: harness run exited {code} with no results.csv")
         return 1
@@ -159,32 +183,40 @@ def step_cpu_run(args: argparse.Namespace) -> int:
 
 
 def step_qnn_doctor(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    code = python("-m", "harness", "doctor", "--target", "qnn", "--json", str(out / "doctor.json")).returncode
+    code = python(planned(args)[0]).returncode
     if code != 0:
         print(f"qnn-doctor: harness doctor exited {code}: it must reach a verdict (exit 0) on any machine")
         return 1
     return 0
 
 
+def judge_qnn_run(code: int, stderr: str) -> str | None:
+    """Why a tiny qnn run did not end with a verdict (None: it did). Exit 0 (ran), 1 (a worker
+    or gate failed, recorded in the run folder) or 2 (a one-line reason) are verdicts; a
+    traceback, a crash code (a negative NTSTATUS) or a failure without a reason are not."""
+    reason = next((line for line in reversed(stderr.splitlines()) if line.strip()), "")
+    if code not in (0, 1, 2):
+        return f"harness run --target qnn exited {code}: expected 0, 1 or 2"
+    if "Traceback" in stderr:
+        return f"harness run --target qnn printed a traceback (exit {code})"
+    if code != 0 and not reason:
+        return f"harness run --target qnn exited {code} without a reason on stderr"
+    return None
+
+
 def step_qnn_run(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    done = python("-m", "harness", "run", *QNN_RUN, "--out", str(out / "runs" / "qnn"), capture_output=True, text=True)
+    done = python(planned(args)[0], capture_output=True, text=True, encoding="utf-8", errors="replace")
     print(done.stdout[-4000:])
     print(done.stderr[-4000:])
-    (out / "qnn-run.stderr.txt").write_text(done.stderr, encoding="utf-8")
+    (Path(args.out) / "qnn-run.stderr.txt").write_text(done.stderr, encoding="utf-8")
+    problem = judge_qnn_run(done.returncode, done.stderr)
     reason = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), "")
-    if done.returncode not in (0, 1, 2):
-        print(f"qnn-run: harness run --target qnn exited {done.returncode}: expected 0, 1 or 2")
-        return 1
-    if "Traceback" in done.stderr:
-        print(f"qnn-run: harness run --target qnn printed a traceback (exit {done.returncode})")
-        return 1
-    if done.returncode != 0 and not reason:
-        print(f"qnn-run: harness run --target qnn exited {done.returncode} without a reason on stderr")
-        return 1
-    print(f"qnn-run: exit {done.returncode}" + (f": {reason}" if done.returncode else ""))
-    return 0
+    print(
+        f"qnn-run: {problem}"
+        if problem
+        else f"qnn-run: exit {done.returncode}" + (f": {reason}" if done.returncode else "")
+    )
+    return 1 if problem else 0
 
 
 STEPS = {
@@ -206,8 +238,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("-n", default="auto", help="mapper: pytest-xdist workers (default auto)")
     parser.add_argument("--model-size", default="16MiB", help="cpu-run: --model-size (default 16MiB)")
     parser.add_argument("--processes", default="2", help="cpu-run: --processes (default 2)")
-    parser.add_argument("harness_args", nargs="*", help="cpu-run: more `harness run` arguments, after --")
-    return parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: len(argv) - len(extra) - 1] if "--" in argv else argv)
+    args.harness_args = extra  # cpu-run: more `harness run` arguments, after --
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

