@@ -23,6 +23,8 @@ What is cached, outside the checkout (``$QNN_FMW_WINE_CACHE``, else
   temporary files are its own and two runs never share one.
 - ``pycache/``: the bytecode the Windows CPython compiles (``sys.pycache_prefix``): a
   ._pth file puts Python in isolated mode, which writes no bytecode by default.
+- ``harness-cache/``: the harness's model cache (``HARNESS_CACHE_DIR``): the generated cpu and
+  qnn models, built and compiled once.
 
 Each run copies ``python/`` into a folder of its own under the system temp folder and writes
 its ``python311._pth``: python311.zip, the interpreter's folder, the cached ``site/``, a folder
@@ -347,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     run = run_folder(env_dir, prefix_dir, cache)
     env = wine_env(run / "prefix")
+    # the harness's own model cache (content-addressed, checked on load) outlives the run's prefix
+    env["HARNESS_CACHE_DIR"] = winpath(cache / "harness-cache")
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     results: list[tuple[str, int, float]] = []

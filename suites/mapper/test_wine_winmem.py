@@ -19,6 +19,7 @@ showing one. Skips, with the reason, where Wine or mingw is not installed (`_win
 from __future__ import annotations
 
 import ctypes
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,10 @@ from harness.runner import winmem
 mingw, wine_memory = _wine_fixtures.mingw, _wine_fixtures.wine_memory  # the session fixtures, for pytest
 pytestmark = [
     pytest.mark.xdist_group("wine"),
+    pytest.mark.skipif(
+        sys.platform == "win32",
+        reason="Linux's stand-in: on Windows winmem runs for real (suites/harness/test_peak*.py)",
+    ),
     pytest.mark.skipif(ctypes.sizeof(ctypes.c_size_t) != 8, reason="the probe is x86_64: 64-bit layouts"),
 ]
 MIB = 1024 * 1024
