@@ -134,6 +134,8 @@ def check_cpu_run(out: Path, expected_rows: int) -> list[str]:
     meta = json.loads((out / "metadata.json").read_text(encoding="utf-8"))
     if meta.get("env", {}).get("system") != "Windows":
         problems.append(f"metadata.json says system {meta.get('env', {}).get('system')!r}, not Windows")
+    if meta.get("env", {}).get("wine") != wine_version():
+        problems.append(f"metadata.json says wine {meta.get('env', {}).get('wine')!r}, this is {wine_version()!r}")
     headline = json.loads((out / "headline.json").read_text(encoding="utf-8"))
     if not headline.get("verdict"):
         problems.append("headline.json has no verdict")

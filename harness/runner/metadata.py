@@ -71,16 +71,31 @@ def target_version_env() -> dict:
 def environment() -> dict:
     import psutil
 
-    return {
-        "os": platform.platform(),
-        "system": platform.system(),
-        "arch": platform.machine(),
-        "cpu": cpu_name(),
-        "cpu_count": psutil.cpu_count(logical=True),
-        "ram_bytes": int(psutil.virtual_memory().total),
-        "python": platform.python_version(),
-        "onnxruntime": package_version("onnxruntime"),
-        "numpy": package_version("numpy"),
-        "hostname": socket.gethostname(),
-        "git_commit": git_commit(),
-    } | target_version_env()
+    return (
+        {
+            "os": platform.platform(),
+            "system": platform.system(),
+            "arch": platform.machine(),
+            "cpu": cpu_name(),
+            "cpu_count": psutil.cpu_count(logical=True),
+            "ram_bytes": int(psutil.virtual_memory().total),
+            "python": platform.python_version(),
+            "onnxruntime": package_version("onnxruntime"),
+            "numpy": package_version("numpy"),
+            "hostname": socket.gethostname(),
+            "git_commit": git_commit(),
+        }
+        | target_version_env()
+        | wine_env()
+    )
+
+
+def wine_env() -> dict:
+    """``{"wine": version}`` when this Windows is Wine (the Wine lane): its figures are Wine's,
+    not Windows' (docs/ci.md lists what Wine does not give); nothing elsewhere."""
+    if sys.platform != "win32":
+        return {}
+    from mapper_impl._winapi import wine_version
+
+    version = wine_version()
+    return {"wine": version} if version else {}
