@@ -6,7 +6,7 @@ under Wine, running the very steps the Windows workflows run (`.ci/windows_steps
     python .ci/wine_lane.py --setup-only     # fill the cache, run nothing
     python .ci/wine_lane.py --python -c "import sys; print(sys.platform)"   # the Windows python
 
-Run it with any Linux Python >= 3.10 that has pip (the project's venv); it needs `wine` (Debian's
+Run it with any Linux Python >= 3.11 that has pip (the project's venv); it needs `wine` (Debian's
 wine64) on PATH. Exit 0 when every step passed, 1 when one failed, 2 when the lane cannot run
 (no Wine, a download or hash check failed).
 
@@ -315,7 +315,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--out",
         type=Path,
         default=ROOT / "results" / "wine-lane",
-        help="run folders, doctor.json (default: results/wine-lane)",
+        help="a new folder here per run for its run folders and doctor.json (default: results/wine-lane)",
     )
     parser.add_argument("--step-timeout", type=float, default=900.0, help="seconds one step may take (default 900)")
     parser.add_argument("--keep", action="store_true", help="keep this run's interpreter and prefix folder")
@@ -351,8 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     env = wine_env(run / "prefix")
     # the harness's own model cache (content-addressed, checked on load) outlives the run's prefix
     env["HARNESS_CACHE_DIR"] = winpath(cache / "harness-cache")
-    out = args.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = args.out.resolve() / time.strftime("%Y%m%d-%H%M%S")  # a folder of its own: nothing is replaced
+    out.mkdir(parents=True)
     results: list[tuple[str, int, float]] = []
     try:
         boot(wine, wineserver, env)
