@@ -43,6 +43,9 @@ def sample_process(pid: int) -> MemorySample:
     except psutil.AccessDenied:
         sample.note = "AccessDenied reading memory_info"
         return sample
+    except OSError as err:  # the OS refuses every figure: the run goes on without them
+        sample.note = refused_figure("RSS and private bytes", err)
+        return sample
     try:
         full = proc.memory_full_info()
         sample.uss_bytes = full.uss
@@ -63,8 +66,9 @@ def sample_process(pid: int) -> MemorySample:
 
 def refused_figure(figure: str, err: OSError) -> str:
     """The note of a figure the OS would not give: "<figure> not measured: <the OS error>".
-    Under Wine psutil's ``memory_full_info`` (USS: QueryWorkingSetEx over the whole working
-    set) fails with WinError 87; the run goes on with the figures the OS does give."""
+    Under Wine psutil's ``memory_full_info`` (USS, from NtQueryVirtualMemory's
+    MemoryWorkingSetInformation) fails with WinError 87; the run goes on with the figures the OS
+    does give."""
     code = getattr(err, "winerror", None) or err.errno
     text = (err.strerror or str(err)).strip()
     return f"{figure} not measured: {text}" + (f" (OS error {code})" if code else "")
