@@ -71,23 +71,20 @@ def target_version_env() -> dict:
 def environment() -> dict:
     import psutil
 
-    return (
-        {
-            "os": platform.platform(),
-            "system": platform.system(),
-            "arch": platform.machine(),
-            "cpu": cpu_name(),
-            "cpu_count": psutil.cpu_count(logical=True),
-            "ram_bytes": int(psutil.virtual_memory().total),
-            "python": platform.python_version(),
-            "onnxruntime": package_version("onnxruntime"),
-            "numpy": package_version("numpy"),
-            "hostname": socket.gethostname(),
-            "git_commit": git_commit(),
-        }
-        | target_version_env()
-        | wine_env()
-    )
+    env = {
+        "os": platform.platform(),
+        "system": platform.system(),
+        "arch": platform.machine(),
+        "cpu": cpu_name(),
+        "cpu_count": psutil.cpu_count(logical=True),
+        "ram_bytes": int(psutil.virtual_memory().total),
+        "python": platform.python_version(),
+        "onnxruntime": package_version("onnxruntime"),
+        "numpy": package_version("numpy"),
+        "hostname": socket.gethostname(),
+        "git_commit": git_commit(),
+    } | target_version_env()
+    return env | wine_env()
 
 
 def wine_env() -> dict:
