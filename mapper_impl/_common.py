@@ -234,10 +234,13 @@ def identity_of_path(path: str, edge: int = IDENTITY_EDGE_BYTES) -> FileIdentity
 
 def as_index(value: object, name: str) -> int:
     """``value`` as a Python int, from any integer type (numpy's included, via ``__index__``).
-    A bool or a float is a programming error: TypeError, not a silently truncated offset."""
+    A bool or a float is a programming error: TypeError, not a silently truncated offset.
+    numpy's bool counts as a bool whatever numpy's version: before numpy 2 it still had a
+    (deprecated) ``__index__`` (found on Windows CPython with numpy 1.26, the Wine lane)."""
     if type(value) is int:  # the common case, first: one check per offset of every region
         return value
-    if isinstance(value, bool):
+    kind = type(value)
+    if isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in ("bool_", "bool")):
         raise TypeError(f"region {name} must be an integer, got bool")
     try:
         return operator.index(value)

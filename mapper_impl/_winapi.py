@@ -1,14 +1,24 @@
-"""kernel32 as the Windows mapper sees it: Windows-sized types, constants, structures, every
-function's declared signature, and `Kernel32`, a thin wrapper whose failed calls raise
-`Win32Error` with the last error read right after the call (before any cleanup call can
-overwrite it). Importable on every OS, so the mapper can be tested against a fake kernel32.
+"""The project's one set of Windows bindings: Windows-sized types, constants, structures and
+every kernel32 / psapi function's declared signature, for the mapper (`_windows`), the harness's
+job object (`harness.runner.spawn`) and its memory reads (`harness.runner.winmem`). No other
+module declares a Windows function (suites/harness/test_architecture.py checks it): one
+declaration per function, one convention (fixed-width types, never ``ctypes.wintypes``, whose
+DWORD is 64 bits off Windows), so a fake kernel32 on Linux sees the very declarations Windows
+gets, and mingw's windows.h checks every constant and structure (suites/mapper/test_wine_flags.py).
+
+It lives in the library because the library needs it and must import nothing of the harness;
+the harness imports it from here. `load` gives a DLL with every signature declared; `Kernel32`
+is the mapper's thin wrapper whose failed calls raise `Win32Error` with the last error read
+right after the call (before any cleanup call can overwrite it). Importable on every OS.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import ntpath
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping
 
 from ._common import U64_MAX, FileIdentity, edge_hash
 
@@ -99,7 +109,7 @@ class OVERLAPPED(ctypes.Structure):
     ]
 
 
-#: name -> (argtypes, restype) of every kernel32 function this module calls.
+#: name -> (argtypes, restype) of every kernel32 function the mapper calls (`Kernel32`).
 SIGNATURES: dict[str, tuple[tuple[type, ...], type | None]] = {
     "CreateFileW": ((LPCWSTR, DWORD, DWORD, LPVOID, DWORD, DWORD, HANDLE), HANDLE),
     "GetFileSizeEx": ((HANDLE, ctypes.POINTER(LARGE_INTEGER)), BOOL),
@@ -112,6 +122,175 @@ SIGNATURES: dict[str, tuple[tuple[type, ...], type | None]] = {
     "CloseHandle": ((HANDLE,), BOOL),
     "GetSystemInfo": ((ctypes.POINTER(SYSTEM_INFO),), None),
 }
+
+# --- processes, jobs and their memory: the harness (spawn.py, winmem.py) --------------------
+
+#: OpenProcess rights psutil asks for to read another process's memory counters.
+PROCESS_QUERY_LIMITED_INFORMATION = 0x1000
+PROCESS_VM_READ = 0x0010
+JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE = 0x2000
+JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS = 9  # JOBOBJECTINFOCLASS.JobObjectExtendedLimitInformation
+JOB_OBJECT_ASSOCIATE_COMPLETION_PORT_INFORMATION_CLASS = 7  # JobObjectAssociateCompletionPortInformation
+JOB_OBJECT_LIMIT_JOB_MEMORY = 0x0200
+JOB_OBJECT_MSG_JOB_MEMORY_LIMIT = 10  # a completion-port message: lpOverlapped is the process id
+
+
+class PROCESS_MEMORY_COUNTERS_EX(ctypes.Structure):
+    _fields_ = [
+        ("cb", DWORD),
+        ("PageFaultCount", DWORD),
+        ("PeakWorkingSetSize", SIZE_T),
+        ("WorkingSetSize", SIZE_T),
+        ("QuotaPeakPagedPoolUsage", SIZE_T),
+        ("QuotaPagedPoolUsage", SIZE_T),
+        ("QuotaPeakNonPagedPoolUsage", SIZE_T),
+        ("QuotaNonPagedPoolUsage", SIZE_T),
+        ("PagefileUsage", SIZE_T),
+        ("PeakPagefileUsage", SIZE_T),
+        ("PrivateUsage", SIZE_T),
+    ]
+
+
+class PROCESS_MEMORY_COUNTERS_EX2(ctypes.Structure):
+    """EX plus the private working set (Windows 10 22H2 with the September 2023 update, Windows
+    11 22H2). mingw's psapi.h lacks it: the header check declares it as Microsoft documents it."""
+
+    _fields_ = [
+        *PROCESS_MEMORY_COUNTERS_EX._fields_,
+        ("PrivateWorkingSetSize", SIZE_T),
+        ("SharedCommitUsage", ctypes.c_uint64),
+    ]
+
+
+class PERFORMANCE_INFORMATION(ctypes.Structure):
+    _fields_ = [
+        ("cb", DWORD),
+        ("CommitTotal", SIZE_T),  # pages
+        ("CommitLimit", SIZE_T),
+        ("CommitPeak", SIZE_T),
+        ("PhysicalTotal", SIZE_T),
+        ("PhysicalAvailable", SIZE_T),
+        ("SystemCache", SIZE_T),
+        ("KernelTotal", SIZE_T),
+        ("KernelPaged", SIZE_T),
+        ("KernelNonpaged", SIZE_T),
+        ("PageSize", SIZE_T),
+        ("HandleCount", DWORD),
+        ("ProcessCount", DWORD),
+        ("ThreadCount", DWORD),
+    ]
+
+
+class IO_COUNTERS(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_uint64)
+        for name in (
+            "ReadOperationCount",
+            "WriteOperationCount",
+            "OtherOperationCount",
+            "ReadTransferCount",
+            "WriteTransferCount",
+            "OtherTransferCount",
+        )
+    ]
+
+
+class JOBOBJECT_BASIC_LIMIT_INFORMATION(ctypes.Structure):
+    _fields_ = [
+        ("PerProcessUserTimeLimit", LARGE_INTEGER),
+        ("PerJobUserTimeLimit", LARGE_INTEGER),
+        ("LimitFlags", DWORD),
+        ("MinimumWorkingSetSize", SIZE_T),
+        ("MaximumWorkingSetSize", SIZE_T),
+        ("ActiveProcessLimit", DWORD),
+        ("Affinity", SIZE_T),  # ULONG_PTR
+        ("PriorityClass", DWORD),
+        ("SchedulingClass", DWORD),
+    ]
+
+
+class JOBOBJECT_EXTENDED_LIMIT_INFORMATION(ctypes.Structure):
+    _fields_ = [
+        ("BasicLimitInformation", JOBOBJECT_BASIC_LIMIT_INFORMATION),
+        ("IoInfo", IO_COUNTERS),
+        ("ProcessMemoryLimit", SIZE_T),
+        ("JobMemoryLimit", SIZE_T),
+        ("PeakProcessMemoryUsed", SIZE_T),
+        ("PeakJobMemoryUsed", SIZE_T),
+    ]
+
+
+class JOBOBJECT_ASSOCIATE_COMPLETION_PORT(ctypes.Structure):
+    _fields_ = [("CompletionKey", LPVOID), ("CompletionPort", HANDLE)]
+
+
+#: kernel32's process and job functions the harness calls (the job memory limit's included).
+PROCESS_SIGNATURES: dict[str, tuple[tuple[type, ...], type | None]] = {
+    "GetCurrentProcess": ((), HANDLE),
+    "OpenProcess": ((DWORD, BOOL, DWORD), HANDLE),
+    "CreateJobObjectW": ((LPVOID, LPCWSTR), HANDLE),
+    "SetInformationJobObject": ((HANDLE, ctypes.c_int, LPVOID, DWORD), BOOL),
+    "AssignProcessToJobObject": ((HANDLE, HANDLE), BOOL),
+    "QueryInformationJobObject": ((HANDLE, ctypes.c_int, LPVOID, DWORD, ctypes.POINTER(DWORD)), BOOL),
+    "CreateIoCompletionPort": ((HANDLE, HANDLE, SIZE_T, DWORD), HANDLE),
+    "GetQueuedCompletionStatus": (
+        (HANDLE, ctypes.POINTER(DWORD), ctypes.POINTER(SIZE_T), ctypes.POINTER(LPVOID), DWORD),
+        BOOL,
+    ),
+}
+#: psapi's functions the harness calls (the peak watch and the system's commit charge).
+PSAPI_SIGNATURES: dict[str, tuple[tuple[type, ...], type | None]] = {
+    "GetProcessMemoryInfo": ((HANDLE, LPVOID, DWORD), BOOL),
+    "GetPerformanceInfo": ((LPVOID, DWORD), BOOL),
+}
+#: Every DLL the project calls and the functions it declares there.
+DLL_SIGNATURES: dict[str, Mapping[str, tuple[tuple[type, ...], type | None]]] = {
+    "kernel32": {**SIGNATURES, **PROCESS_SIGNATURES},
+    "psapi": PSAPI_SIGNATURES,
+}
+
+
+def declare(dll: object, signatures: Mapping[str, tuple[tuple[type, ...], type | None]]) -> dict[str, Callable]:
+    """Each function of ``signatures`` on ``dll`` (a real DLL or a fake) with its argtypes and
+    restype set: 64-bit handles and pointers, never ctypes' default ``int``."""
+    functions = {}
+    for name, (argtypes, restype) in signatures.items():
+        fn = getattr(dll, name)
+        fn.argtypes = argtypes
+        fn.restype = restype
+        functions[name] = fn
+    return functions
+
+
+@functools.cache
+def load(name: str):
+    """DLL ``name`` of `DLL_SIGNATURES` with every signature declared, last errors kept for
+    ``ctypes.get_last_error`` (Windows only: WinDLL exists nowhere else)."""
+    if sys.platform != "win32":
+        raise OSError(f"{name}.dll exists on Windows only")
+    dll = ctypes.WinDLL(name, use_last_error=True)  # type: ignore[attr-defined]
+    declare(dll, DLL_SIGNATURES[name])
+    return dll
+
+
+def last_error() -> int:
+    """The calling thread's last error of a function called through `load` (0 off Windows)."""
+    get = getattr(ctypes, "get_last_error", None)
+    return get() if get is not None else 0
+
+
+def wine_version() -> str | None:
+    """Wine's version when this Windows is Wine (ntdll exports ``wine_get_version``), else None:
+    what the harness and the Wine lane say beside a figure Wine does not give."""
+    if sys.platform != "win32":
+        return None
+    ntdll = ctypes.WinDLL("ntdll")  # type: ignore[attr-defined]
+    get = getattr(ntdll, "wine_get_version", None)
+    if get is None:
+        return None
+    get.argtypes = ()
+    get.restype = ctypes.c_char_p
+    return get().decode("ascii", "replace")
 
 
 def split_u64(value: int) -> tuple[int, int]:
@@ -167,12 +346,7 @@ class Kernel32:
     """kernel32 with every signature declared; failed calls raise Win32Error."""
 
     def __init__(self, dll: object, get_last_error: Callable[[], int]) -> None:
-        self._fn: dict[str, Callable] = {}
-        for name, (argtypes, restype) in SIGNATURES.items():
-            fn = getattr(dll, name)
-            fn.argtypes = argtypes
-            fn.restype = restype
-            self._fn[name] = fn
+        self._fn: dict[str, Callable] = declare(dll, SIGNATURES)
         self._get_last_error = get_last_error
 
     def _failed(self, api: str) -> Win32Error:

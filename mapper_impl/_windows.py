@@ -74,6 +74,7 @@ from ._winapi import (  # noqa: F401 - re-exported: tests and tools read them fr
     Kernel32,
     Win32Error,
     filetime_to_unix_ns,
+    load,
     split_u64,
     utf16_units,
     win32_path,
@@ -156,7 +157,7 @@ class WindowsFileMapper(FileMapper):
     come from the system cache, shared by every process that maps the same file.
 
     ``kernel32`` and ``get_last_error`` are for tests (a fake kernel32 on any OS); by default
-    ``ctypes.WinDLL("kernel32", use_last_error=True)`` and ``ctypes.get_last_error``."""
+    ``_winapi.load("kernel32")`` and ``ctypes.get_last_error``."""
 
     name = "windows-kernel32"
 
@@ -164,7 +165,7 @@ class WindowsFileMapper(FileMapper):
         if kernel32 is None:
             if sys.platform != "win32":
                 raise PlatformUnavailableError("kernel32 file mapping is only available on Windows")
-            kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+            kernel32 = load("kernel32")
         if get_last_error is None:
             get_last_error = getattr(ctypes, "get_last_error", None)
             if get_last_error is None:

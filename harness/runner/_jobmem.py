@@ -19,91 +19,35 @@ INFORMATION", "JOBOBJECT_ASSOCIATE_COMPLETION_PORT", "GetQueuedCompletionStatus"
 from __future__ import annotations
 
 import ctypes
-from ctypes import wintypes
 
 from harness.core.errors import ContainerUnavailable
+from mapper_impl._winapi import (
+    DWORD,
+    INVALID_HANDLE_VALUE,
+    JOB_OBJECT_ASSOCIATE_COMPLETION_PORT_INFORMATION_CLASS,
+    JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS,
+    JOB_OBJECT_LIMIT_JOB_MEMORY,
+    JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+    JOB_OBJECT_MSG_JOB_MEMORY_LIMIT,
+    JOBOBJECT_ASSOCIATE_COMPLETION_PORT,
+    JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
+    load,
+)
 
-EXTENDED_LIMIT_INFORMATION_CLASS = 9  # JobObjectExtendedLimitInformation
-ASSOCIATE_COMPLETION_PORT_INFORMATION = 7  # JobObjectAssociateCompletionPortInformation
-LIMIT_JOB_MEMORY = 0x00000200  # JOB_OBJECT_LIMIT_JOB_MEMORY
-LIMIT_KILL_ON_JOB_CLOSE = 0x00002000  # JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
-LIMIT_FLAGS = LIMIT_JOB_MEMORY | LIMIT_KILL_ON_JOB_CLOSE
-MSG_JOB_MEMORY_LIMIT = 10  # JOB_OBJECT_MSG_JOB_MEMORY_LIMIT: lpOverlapped is the process id
-INVALID_HANDLE_VALUE = ctypes.c_void_p(-1).value
-#: Fixed-width types, as `harness.runner.winmem` declares them: the structures then have
-#: Windows x64's layout on any host, and test_wine_jobmem.py checks it against mingw's headers.
-DWORD = ctypes.c_uint32
-HANDLE = ctypes.c_void_p
-
-
-class IO_COUNTERS(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_ulonglong)
-        for name in ("Read", "Write", "Other", "ReadTransfer", "WriteTransfer", "OtherTransfer")
-    ]
-
-
-class BASIC_LIMIT_INFORMATION(ctypes.Structure):
-    _fields_ = [
-        ("PerProcessUserTimeLimit", ctypes.c_longlong),
-        ("PerJobUserTimeLimit", ctypes.c_longlong),
-        ("LimitFlags", DWORD),
-        ("MinimumWorkingSetSize", ctypes.c_size_t),
-        ("MaximumWorkingSetSize", ctypes.c_size_t),
-        ("ActiveProcessLimit", DWORD),
-        ("Affinity", ctypes.c_size_t),
-        ("PriorityClass", DWORD),
-        ("SchedulingClass", DWORD),
-    ]
-
-
-class EXTENDED_LIMIT_INFORMATION(ctypes.Structure):
-    _fields_ = [
-        ("BasicLimitInformation", BASIC_LIMIT_INFORMATION),
-        ("IoInfo", IO_COUNTERS),
-        ("ProcessMemoryLimit", ctypes.c_size_t),
-        ("JobMemoryLimit", ctypes.c_size_t),
-        ("PeakProcessMemoryUsed", ctypes.c_size_t),
-        ("PeakJobMemoryUsed", ctypes.c_size_t),
-    ]
-
-
-class ASSOCIATE_COMPLETION_PORT(ctypes.Structure):
-    _fields_ = [("CompletionKey", ctypes.c_void_p), ("CompletionPort", HANDLE)]
-
+EXTENDED_LIMIT_INFORMATION_CLASS = JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS
+ASSOCIATE_COMPLETION_PORT_INFORMATION = JOB_OBJECT_ASSOCIATE_COMPLETION_PORT_INFORMATION_CLASS
+LIMIT_FLAGS = JOB_OBJECT_LIMIT_JOB_MEMORY | JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
+MSG_JOB_MEMORY_LIMIT = JOB_OBJECT_MSG_JOB_MEMORY_LIMIT
+#: The structures of the one bindings module (`mapper_impl._winapi`, checked against mingw's
+#: windows.h): Windows x64's layout on any host.
+EXTENDED_LIMIT_INFORMATION = JOBOBJECT_EXTENDED_LIMIT_INFORMATION
+ASSOCIATE_COMPLETION_PORT = JOBOBJECT_ASSOCIATE_COMPLETION_PORT
 
 Unavailable = ContainerUnavailable  # the name container.py catches
 
 
 def _kernel32():
-    k32 = ctypes.WinDLL("kernel32", use_last_error=True)
-    k32.CreateJobObjectW.argtypes = [ctypes.c_void_p, wintypes.LPCWSTR]
-    k32.CreateJobObjectW.restype = wintypes.HANDLE
-    k32.SetInformationJobObject.argtypes = [wintypes.HANDLE, ctypes.c_int, ctypes.c_void_p, wintypes.DWORD]
-    k32.SetInformationJobObject.restype = wintypes.BOOL
-    k32.QueryInformationJobObject.argtypes = [
-        wintypes.HANDLE,
-        ctypes.c_int,
-        ctypes.c_void_p,
-        DWORD,
-        ctypes.POINTER(DWORD),
-    ]
-    k32.QueryInformationJobObject.restype = wintypes.BOOL
-    k32.AssignProcessToJobObject.argtypes = [wintypes.HANDLE, wintypes.HANDLE]
-    k32.AssignProcessToJobObject.restype = wintypes.BOOL
-    k32.CreateIoCompletionPort.argtypes = [wintypes.HANDLE, wintypes.HANDLE, ctypes.c_size_t, wintypes.DWORD]
-    k32.CreateIoCompletionPort.restype = wintypes.HANDLE
-    k32.GetQueuedCompletionStatus.argtypes = [
-        wintypes.HANDLE,
-        ctypes.POINTER(DWORD),
-        ctypes.POINTER(ctypes.c_size_t),
-        ctypes.POINTER(ctypes.c_void_p),
-        wintypes.DWORD,
-    ]
-    k32.GetQueuedCompletionStatus.restype = wintypes.BOOL
-    k32.CloseHandle.argtypes = [wintypes.HANDLE]
-    k32.CloseHandle.restype = wintypes.BOOL
-    return k32
+    return load("kernel32")
 
 
 def _failed(call: str) -> Unavailable:

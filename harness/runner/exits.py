@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.core.logtext import decode_log
+
 STDERR_TAIL_LINES = 5
 
 
 def stderr_tail(path: str, lines: int = STDERR_TAIL_LINES) -> str:
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        text = decode_log(Path(path).read_bytes())  # Windows: ORT's lines are UTF-16LE
     except OSError:
         return ""
     tail = [line.strip() for line in text.strip().splitlines()[-lines:]]

@@ -35,12 +35,16 @@ def sample_process(pid: int) -> MemorySample:
         info = proc.memory_info()
         sample.rss_bytes = info.rss
         if sys.platform == "win32":
-            sample.private_bytes = getattr(info, "private", None)
+            sample.private_bytes, why = windows_private(info)
+            notes += [why] if why else []
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         sample.note = "process exited before it could be sampled"
         return sample
     except psutil.AccessDenied:
         sample.note = "AccessDenied reading memory_info"
+        return sample
+    except OSError as err:  # the OS refuses every figure: the run goes on without them
+        sample.note = refused_figure("RSS and private bytes", err)
         return sample
     try:
         full = proc.memory_full_info()
@@ -52,10 +56,39 @@ def sample_process(pid: int) -> MemorySample:
         notes.append("AccessDenied reading USS/PSS (needs the same user or admin rights)")
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         notes.append("process exited while USS/PSS were read")
+    except OSError as err:  # the OS refuses the figure (Wine: WinError 87, see refused_figure)
+        notes.append(refused_figure("USS", err))
     if sample.pss_bytes is None and sys.platform == "win32":
         notes.append("no PSS on Windows: private bytes is the figure")
     sample.note = "; ".join(notes)
     return sample
+
+
+def refused_figure(figure: str, err: OSError) -> str:
+    """The note of a figure the OS would not give: "<figure> not measured: <the OS error>".
+    Under Wine psutil's ``memory_full_info`` (USS, from NtQueryVirtualMemory's
+    MemoryWorkingSetInformation) fails with WinError 87; the run goes on with the figures the OS
+    does give."""
+    code = getattr(err, "winerror", None) or err.errno
+    text = (err.strerror or str(err)).strip()
+    return f"{figure} not measured: {text}" + (f" (OS error {code})" if code else "")
+
+
+def windows_private(info) -> tuple[int | None, str]:
+    """(private bytes, note) from psutil's Windows ``memory_info``: PrivateUsage, which
+    Microsoft documents as "Same as PagefileUsage" (PROCESS_MEMORY_COUNTERS_EX). A PrivateUsage
+    that differs is a figure given that cannot be right (Wine writes only the base structure
+    and leaves PrivateUsage unwritten): it is not used, and the documented same value,
+    PagefileUsage, is the private figure, the note saying so."""
+    from harness.core.units import fmt_bytes
+
+    private, pagefile = getattr(info, "private", None), getattr(info, "pagefile", None)
+    if private is None or pagefile is None or private == pagefile:
+        return private, ""
+    return pagefile, (
+        f"implausible PrivateUsage {fmt_bytes(private)} (Microsoft documents it as the same value as "
+        f"PagefileUsage, {fmt_bytes(pagefile)}): private bytes read from PagefileUsage"
+    )
 
 
 def implausible(sample: MemorySample, private_copy_bytes: int | None, mapped_resident_bytes: int | None) -> list[str]:

@@ -71,7 +71,7 @@ def target_version_env() -> dict:
 def environment() -> dict:
     import psutil
 
-    return {
+    env = {
         "os": platform.platform(),
         "system": platform.system(),
         "arch": platform.machine(),
@@ -84,3 +84,15 @@ def environment() -> dict:
         "hostname": socket.gethostname(),
         "git_commit": git_commit(),
     } | target_version_env()
+    return env | wine_env()
+
+
+def wine_env() -> dict:
+    """``{"wine": version}`` when this Windows is Wine (the Wine lane): its figures are Wine's,
+    not Windows' (docs/ci.md lists what Wine does not give); nothing elsewhere."""
+    if sys.platform != "win32":
+        return {}
+    from mapper_impl._winapi import wine_version
+
+    version = wine_version()
+    return {"wine": version} if version else {}

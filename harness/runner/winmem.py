@@ -7,7 +7,8 @@ fills it in place. ``GetPerformanceInfo`` gives the system's commit charge and c
 what a load on Windows fails against (a heap load commits every copied byte; a read-only file
 view commits nothing).
 
-The structures are declared with fixed-width types (DWORD = c_uint32, SIZE_T = c_size_t), so
+The structures and functions are declared in the project's one Windows bindings module,
+`mapper_impl._winapi`, with fixed-width types (DWORD = c_uint32, SIZE_T = c_size_t), so
 their layout is checkable anywhere: the tests compare their sizes with the Windows SDK's
 (64-bit: 80 and 104 bytes) under Linux's ctypes. The calls themselves run only on Windows; the
 parent's sequence (OpenProcess with these rights, GetProcessMemoryInfo into the structures
@@ -22,42 +23,21 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-DWORD = ctypes.c_uint32
-SIZE_T = ctypes.c_size_t
-
-
-class PROCESS_MEMORY_COUNTERS_EX(ctypes.Structure):  # noqa: N801 - the SDK's name
-    _fields_ = [
-        ("cb", DWORD),
-        ("PageFaultCount", DWORD),
-        ("PeakWorkingSetSize", SIZE_T),
-        ("WorkingSetSize", SIZE_T),
-        ("QuotaPeakPagedPoolUsage", SIZE_T),
-        ("QuotaPagedPoolUsage", SIZE_T),
-        ("QuotaPeakNonPagedPoolUsage", SIZE_T),
-        ("QuotaNonPagedPoolUsage", SIZE_T),
-        ("PagefileUsage", SIZE_T),
-        ("PeakPagefileUsage", SIZE_T),
-        ("PrivateUsage", SIZE_T),
-    ]
-
-
-class PROCESS_MEMORY_COUNTERS_EX2(ctypes.Structure):  # noqa: N801 - the SDK's name
-    """Adds the private working set, so working set minus it is the shared (file-backed) part a
-    mapped weights file is resident in. Microsoft documents it from Windows 10 22H2 with the
-    September 2023 update (Windows 11 22H2 likewise); what an older kernel does with its size is
-    undocumented, so `choose_counters` checks that the field was written, not only the return."""
-
-    _fields_ = [
-        *PROCESS_MEMORY_COUNTERS_EX._fields_,
-        ("PrivateWorkingSetSize", SIZE_T),
-        ("SharedCommitUsage", ctypes.c_uint64),
-    ]
-
+# The declarations live in the project's one Windows bindings module (re-exported here: the
+# tests and the Wine probe read them as winmem's).
+from mapper_impl._winapi import (  # noqa: F401
+    DWORD,
+    PERFORMANCE_INFORMATION,
+    PROCESS_MEMORY_COUNTERS_EX,
+    PROCESS_MEMORY_COUNTERS_EX2,
+    PROCESS_QUERY_LIMITED_INFORMATION,
+    PROCESS_VM_READ,
+    SIZE_T,
+    last_error,
+    load,
+)
 
 #: OpenProcess rights psutil asks for to read another process's memory counters.
-PROCESS_QUERY_LIMITED_INFORMATION = 0x1000
-PROCESS_VM_READ = 0x0010
 OPEN_ACCESS = PROCESS_QUERY_LIMITED_INFORMATION | PROCESS_VM_READ
 OPEN_INHERIT = 0  # bInheritHandle: the handle stays the parent's
 
@@ -67,30 +47,13 @@ OPEN_INHERIT = 0  # bInheritHandle: the handle stays the parent's
 _UNWRITTEN = SIZE_T(-1).value
 
 
-class PERFORMANCE_INFORMATION(ctypes.Structure):  # noqa: N801 - the SDK's name
-    _fields_ = [
-        ("cb", DWORD),
-        ("CommitTotal", SIZE_T),  # pages
-        ("CommitLimit", SIZE_T),
-        ("CommitPeak", SIZE_T),
-        ("PhysicalTotal", SIZE_T),
-        ("PhysicalAvailable", SIZE_T),
-        ("SystemCache", SIZE_T),
-        ("KernelTotal", SIZE_T),
-        ("KernelPaged", SIZE_T),
-        ("KernelNonpaged", SIZE_T),
-        ("PageSize", SIZE_T),
-        ("HandleCount", DWORD),
-        ("ProcessCount", DWORD),
-        ("ThreadCount", DWORD),
-    ]
-
-
 def blank(kind: type[ctypes.Structure]) -> ctypes.Structure:
-    """A structure as it goes into GetProcessMemoryInfo: zeroed, cb its size, and EX2's private
-    working set set to a value no call writes."""
+    """A structure as it goes into GetProcessMemoryInfo: zeroed, cb its size, and the fields a
+    kernel may leave unwritten (PrivateUsage, EX2's private working set) set to a value no call
+    writes."""
     counters = kind()
     counters.cb = ctypes.sizeof(counters)
+    counters.PrivateUsage = _UNWRITTEN
     if kind is PROCESS_MEMORY_COUNTERS_EX2:
         counters.PrivateWorkingSetSize = _UNWRITTEN
     return counters
@@ -109,26 +72,18 @@ def choose_counters(fill: Callable[[ctypes.Structure], bool]) -> ctypes.Structur
 
 def split(counters: ctypes.Structure) -> tuple[int, int | None]:
     """(private bytes, shared resident bytes: working set - private working set, None where
-    the structure has no private working set)."""
+    the structure has no private working set). Private bytes are PrivateUsage, or where the
+    kernel left it unwritten (Wine writes only PROCESS_MEMORY_COUNTERS) PagefileUsage, which
+    Microsoft documents as the same value: never the 0 or garbage an unwritten field holds."""
     private_ws = getattr(counters, "PrivateWorkingSetSize", None)
     shared = max(0, int(counters.WorkingSetSize) - int(private_ws)) if private_ws is not None else None
-    return int(counters.PrivateUsage), shared
+    private = int(counters.PrivateUsage)
+    return (int(counters.PagefileUsage) if private == _UNWRITTEN else private), shared
 
 
 def _psapi():
-    """psapi's functions with their prototypes (Windows only: WinDLL exists nowhere else)."""
-    psapi = ctypes.WinDLL("psapi", use_last_error=True)  # type: ignore[attr-defined]
-    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)  # type: ignore[attr-defined]
-    psapi.GetProcessMemoryInfo.argtypes = [ctypes.c_void_p, ctypes.c_void_p, DWORD]
-    psapi.GetProcessMemoryInfo.restype = ctypes.c_int
-    psapi.GetPerformanceInfo.argtypes = [ctypes.c_void_p, DWORD]
-    psapi.GetPerformanceInfo.restype = ctypes.c_int
-    kernel32.GetCurrentProcess.restype = ctypes.c_void_p
-    kernel32.OpenProcess.argtypes = [DWORD, ctypes.c_int, DWORD]
-    kernel32.OpenProcess.restype = ctypes.c_void_p
-    kernel32.CloseHandle.argtypes = [ctypes.c_void_p]
-    kernel32.CloseHandle.restype = ctypes.c_int
-    return psapi, kernel32
+    """(psapi, kernel32), every function declared (`mapper_impl._winapi.load`; Windows only)."""
+    return load("psapi"), load("kernel32")
 
 
 class ProcessCounters:
@@ -148,7 +103,7 @@ class ProcessCounters:
         else:
             self._process = self._kernel32.OpenProcess(OPEN_ACCESS, OPEN_INHERIT, pid)
             if not self._process:
-                raise OSError(ctypes.get_last_error(), f"OpenProcess({pid}) failed")  # type: ignore[attr-defined]
+                raise OSError(last_error(), f"OpenProcess({pid}) failed")
         self.counters: ctypes.Structure = choose_counters(self._fill)
 
     def _fill(self, counters: ctypes.Structure) -> bool:
@@ -159,7 +114,7 @@ class ProcessCounters:
 
     def read(self):
         if not self._call():
-            raise OSError(ctypes.get_last_error(), "GetProcessMemoryInfo failed")  # type: ignore[attr-defined]
+            raise OSError(last_error(), "GetProcessMemoryInfo failed")
         return self.counters
 
     def read_split(self) -> tuple[int, int | None]:

@@ -314,7 +314,9 @@ def test_windows_steps_after_a_failed_install_do_not_run_but_survive_failed_test
         assert install is not None, f"{name}: the install step needs id: install"
         after = job["steps"][job["steps"].index(install) + 1 :]
         runs_project = [
-            s for s in after if re.search(r"python(\.exe)?\s+-m\s+(harness|pytest)\b", str(s.get("run", "")))
+            s
+            for s in after
+            if re.search(r"python(\.exe)?\s+(-m\s+(harness|pytest)\b|\.ci/windows_steps\.py)", str(s.get("run", "")))
         ]
         assert runs_project, name
         for step in runs_project:

@@ -14,6 +14,7 @@ from workflow_support import (
     EXPECTED,
     LINUX,
     NIGHTLY,
+    ROOT,
     STANDARD_SELF_HOSTED_LABELS,
     WINDOWS_ARM64,
     WINDOWS_MAPPER,
@@ -32,6 +33,7 @@ from workflow_support import (
     runner_label_sets,
     step_commands,
     uses,
+    windows_steps,
     with_input,
     workflow_files,
 )
@@ -331,9 +333,7 @@ def test_windows_x64_job_runs_the_qnn_load_path_to_a_verdict():
     qnn = [(s, c) for _, s, c in harness_steps(wf, job, "run") if c.values("--target") == ["qnn"]]
     assert len(qnn) == 1, "one tiny qnn harness run"
     step, run = qnn[0]
-    script = str(step["run"])
-    assert "LASTEXITCODE" in script and "Traceback" in script and re.search(r"-(gt|le)\s+2\b", script)
-    assert re.search(r"\bexit 0\s*$", script.strip())
+    assert "windows_steps.py qnn-run" in str(step["run"]), "the verdict rule is the steps script's (judge_qnn_run)"
     assert condition_holds(step, AFTER_A_FAILED_STEP), "the qnn run reports even when the mapper tests failed"
     uploaded = [p for s in job["steps"] if uses(s, "actions/upload-artifact") for p in path_list(s)]
     assert covered(run.values("--out")[0], uploaded), uploaded
@@ -384,16 +384,72 @@ def test_windows_arm64_job_runs_mapper_suites_cpu_run_with_private_bytes_gate_an
     qnn = [(s, c) for _, s, c in runs if c.values("--target") == ["qnn"]]
     assert len(qnn) == 1, "one tiny qnn harness run"
     step, probe = qnn[0]
-    script = str(step["run"])
-    assert "LASTEXITCODE" in script and "Traceback" in script and re.search(r"-(gt|le)\s+2\b", script), (
-        "the qnn run must end with a verdict (exit 0..2), never a traceback: the step must check both"
-    )
-    assert re.search(r"\bexit 0\s*$", script.strip()), "pwsh steps end with the last exit code: end on exit 0"
+    assert "windows_steps.py qnn-run" in str(step["run"]), "the verdict rule is the steps script's (judge_qnn_run)"
 
     uploads = [s for s in job["steps"] if uses(s, "actions/upload-artifact")]
     uploaded = [p for s in uploads for p in path_list(s)]
     for needed in (run.values("--out")[0], probe.values("--out")[0], doctor.values("--json")[0]):
         assert covered(needed, uploaded), f"{needed} is not uploaded: {uploaded}"
+
+
+def _steps_run(job: dict) -> list[str]:
+    """The `.ci/windows_steps.py` steps a job runs, in order."""
+    found = []
+    for step in job["steps"]:
+        for line in str(step.get("run", "")).splitlines():
+            match = re.search(r"\.ci[\\/]windows_steps\.py\s+([\w-]+)", line)
+            if match:
+                found.append(match.group(1))
+    return found
+
+
+def test_every_windows_lane_runs_the_same_steps():
+    """One set of steps (issue 33 item 5): both hosted Windows workflows and the Wine lane run
+    every step of `.ci/windows_steps.py`, in its order, so the day a hosted lane first runs it
+    runs what the Wine lane runs on every Linux CI run."""
+    import importlib.util
+
+    steps = list(windows_steps().STEPS)
+    spec = importlib.util.spec_from_file_location("wine_lane", ROOT / ".ci" / "wine_lane.py")
+    lane = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lane)
+    assert list(lane.LANE_STEPS) == steps, "the Wine lane"
+    for name in (WINDOWS_MAPPER, WINDOWS_ARM64):
+        (job,) = load(name).jobs.values()
+        assert _steps_run(job) == steps, name
+        for step in job["steps"]:
+            if "windows_steps.py" in str(step.get("run", "")):
+                assert condition_holds(step, AFTER_A_FAILED_STEP), f"{name}: {step['name']} runs after a failed step"
+                assert not condition_holds(step, Situation(failed=True, outcomes={"install": "failure"})), (
+                    f"{name}: {step['name']} must not run after a failed install"
+                )
+
+
+@pytest.mark.parametrize(
+    "code, stderr, verdict",
+    [
+        (0, "", True),
+        (1, "error: gate failed", True),
+        (2, "error: no HTP backend", True),
+        (2, "", False),  # a failure without its reason
+        (1, "Traceback (most recent call last):\n  ...\nValueError: x", False),
+        (-1073741819, "", False),  # STATUS_ACCESS_VIOLATION: a crash, not a verdict
+        (3, "error: x", False),
+    ],
+)
+def test_the_qnn_run_step_accepts_a_verdict_and_nothing_else(code, stderr, verdict):
+    """The tiny qnn run's rule, as the steps script applies it on every Windows lane."""
+    assert (windows_steps().judge_qnn_run(code, stderr) is None) is verdict
+
+
+def test_ci_runs_the_wine_lane_after_the_readme_test_command():
+    """`.ci/run` runs the Wine lane where Wine is installed, as a step of its own after the
+    README's test command (not part of it)."""
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    tests = script.index("python -m pytest -n auto")
+    lane = script.index(".ci/wine_lane.py")
+    assert lane > tests, "the Wine lane runs after the README's test command"
+    assert "command -v wine" in script[tests:], "only where Wine is installed"
 
 
 # --------------------------------------------------------------------------- Linux

@@ -129,10 +129,46 @@ class Command:
         return found
 
 
+_STEPS_SCRIPT = re.compile(
+    r"(?:^|[\s&;|(])(?:[\w.\\/:-]*[\\/])?python(?:3(?:\.\d+)?)?(?:\.exe)?\s+\.ci[\\/]windows_steps\.py\s+(.*)$"
+)
+
+
+def windows_steps():
+    """`.ci/windows_steps.py`, the Windows lanes' one set of steps, as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("windows_steps", ROOT / ".ci" / "windows_steps.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def steps_script_commands(line: str, workflow: str) -> list[Command] | None:
+    """The ``python -m MODULE ...`` commands a ``python .ci/windows_steps.py STEP ...`` line runs
+    (replayed through the script's own `planned`), or None for any other line."""
+    match = _STEPS_SCRIPT.search(line)
+    if not match:
+        return None
+    args = []
+    for token in shlex.split(match.group(1), posix=True):
+        if token in _SHELL_STOP:
+            break
+        args.append(token)
+    steps = windows_steps()
+    planned = steps.planned(steps.parse_args(args))
+    return [Command(workflow, cmd[1], cmd[2:], line) for cmd in planned if cmd[:1] == ["-m"]]
+
+
 def script_commands(script: str, workflow: str, module: str | None = None) -> list[Command]:
-    """``python -m MODULE ...`` commands in one run: script, tokenised like a shell."""
+    """``python -m MODULE ...`` commands in one run: script, tokenised like a shell; a line that
+    runs `.ci/windows_steps.py` gives the commands its step runs."""
     found = []
     for line in logical_lines(script):
+        replayed = steps_script_commands(line, workflow)
+        if replayed is not None:
+            found += [c for c in replayed if not module or c.module == module]
+            continue
         match = _PY_MODULE.search(line)
         if not match or (module and match.group(1) != module):
             continue

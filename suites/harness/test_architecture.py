@@ -21,6 +21,10 @@
   their values is written as a literal where it is compared, matched, used as a key or index,
   assigned to a field of that vocabulary or spelled out again as a tuple (found with ``ast``;
   the message names the enum member to use).
+- One Windows bindings module, `mapper_impl/_winapi.py`: no other module of the project (or
+  the CI scripts) loads a Windows DLL, declares a function's argtypes/restype, or uses
+  ``ctypes.wintypes``. It lives in the library (the harness imports it; the library imports
+  nothing of the harness).
 """
 
 from __future__ import annotations
@@ -556,3 +560,65 @@ if name == "n/a_column":
     assert "x.py:10: 'active' spelled out again: use EpState.ACTIVE" in shown, shown
     assert "'load'" not in shown and "'other'" not in shown and "n/a_column" not in shown, shown
     assert len([line for line in lines if "'mapped'" in line]) == 1, shown  # ("mapped", "other") is no vocabulary
+
+
+#: The one module that may declare Windows functions, and what the rule covers.
+BINDINGS = ROOT / "mapper_impl" / "_winapi.py"
+_DLL_LOADERS = {"WinDLL", "windll", "OleDLL", "oledll"}
+
+
+def windows_declarations(source: str) -> list[str]:
+    """Where ``source`` loads a Windows DLL, declares a Windows function's signature (a
+    CamelCase name, as every Win32 function is; libc's lowercase ones are the POSIX modules'
+    own) or uses wintypes: ``line: what`` for each."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and node.attr in ("argtypes", "restype"):
+            owner = node.value
+            name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+            if name[:1].isupper():
+                found.append(f"{node.lineno}: sets {name}.{node.attr}")
+        elif isinstance(node, ast.Attribute) and node.attr in _DLL_LOADERS | {"wintypes"}:
+            found.append(f"{node.lineno}: uses ctypes.{node.attr}")
+        elif isinstance(node, ast.Name) and node.id in _DLL_LOADERS:
+            found.append(f"{node.lineno}: uses {node.id}")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ctypes"):
+            names = {a.name for a in node.names} | {node.module or ""}
+            if names & (_DLL_LOADERS | {"wintypes", "ctypes.wintypes"}):
+                found.append(f"{node.lineno}: imports {', '.join(sorted(names))}")
+        elif isinstance(node, ast.Import) and any(a.name == "ctypes.wintypes" for a in node.names):
+            found.append(f"{node.lineno}: imports ctypes.wintypes")
+    return found
+
+
+def test_one_windows_bindings_module():
+    """kernel32 and psapi are declared once, in `mapper_impl/_winapi.py` (issue 29 item 5: the
+    mapper, the job object and the memory reads each declared their own, with different
+    conventions): every other module goes through `_winapi.load` / `declare`."""
+    files = [*modules_under("harness"), *modules_under("reports"), *modules_under("mapper_impl")]
+    files += [ROOT / "qnn_fmw_harness_plugin.py", *sorted((ROOT / ".ci").glob("*.py"))]
+    offenders = {
+        str(path.relative_to(ROOT)): found
+        for path in files
+        if path != BINDINGS and (found := windows_declarations(path.read_text(encoding="utf-8")))
+    }
+    assert offenders == {}, offenders
+    assert windows_declarations(BINDINGS.read_text(encoding="utf-8")), "the bindings module declares them"
+
+
+def test_the_bindings_checker_sees_every_way_to_declare():
+    """The rule above would pass vacuously if the checker missed a way to declare a function."""
+    cases = [
+        "import ctypes\nk = ctypes.WinDLL('kernel32')",
+        "from ctypes import WinDLL\nk = WinDLL('psapi')",
+        "import ctypes\nk = ctypes.windll.kernel32",
+        "from ctypes import wintypes",
+        "import ctypes.wintypes",
+        "def f(k):\n    k.OpenProcess.restype = None",
+        "def f(k):\n    k.OpenProcess.argtypes = []",
+        "def f(GetProcessMemoryInfo):\n    GetProcessMemoryInfo.argtypes = []",
+    ]
+    for case in cases:
+        assert windows_declarations(case), case
+    assert windows_declarations("import ctypes\nx = ctypes.c_uint32(1)\nprint(x.value)") == []
+    assert windows_declarations("def f(libc):\n    libc.mmap.restype = None") == [], "POSIX libc is not Windows"

@@ -174,3 +174,23 @@ def test_preflight_plans_for_the_start_up_peak_not_the_steady_state():
     assert (copies_per_worker(both), copies_per_worker(mapped)) == (2, 1)
     faulted = RunOptions(target="cpu", processes=[2], modes=["mapped"], target_options={"fault": {"create": 1}})
     assert copies_per_worker(faulted) == 3  # the fallback's two copies beside the mapping it keeps
+
+
+@pytest.mark.skipif(sys.platform != "win32", reason="real psapi: Windows (and the Wine lane)")
+def test_windows_calls_read_real_figures_on_windows():
+    """On Windows CPython over the real psapi (the Wine lane, the hosted lanes): this process's
+    counters give a private figure that holds a 64 MiB block it touched (PrivateUsage, or under
+    Wine PagefileUsage, Microsoft's 'same value'), and GetPerformanceInfo a commit charge within
+    its limit."""
+    counters = winmem.ProcessCounters()
+    try:
+        before, _ = counters.read_split()
+        block = bytearray(64 * 1024 * 1024)  # zero-filled: every page touched
+        after, _ = counters.read_split()
+        del block
+    finally:
+        counters.close()
+    assert 0 < before and after - before >= 60 * 1024 * 1024, (before, after)
+    figures = winmem.performance_info()
+    assert figures is not None
+    assert figures.commit_limit >= figures.commit_total > 0 and figures.physical_available > 0, figures

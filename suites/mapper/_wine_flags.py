@@ -21,7 +21,20 @@ WINDOWS_NAMES = {
     "FILE_ID_INFO_CLASS": "FileIdInfo",
     "FILE_SHARE_ALL": "(FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE)",
     "INVALID_HANDLE_VALUE": "(ULONG_PTR)INVALID_HANDLE_VALUE",
+    "JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS": "JobObjectExtendedLimitInformation",
+    "JOB_OBJECT_ASSOCIATE_COMPLETION_PORT_INFORMATION_CLASS": "JobObjectAssociateCompletionPortInformation",
 }
+#: What mingw's headers lack, declared as Microsoft documents it: PROCESS_MEMORY_COUNTERS_EX2
+#: (learn.microsoft.com/windows/win32/api/psapi/ns-psapi-process_memory_counters_ex2).
+PRELUDE = """#include <windows.h>
+#include <stddef.h>
+#include <psapi.h>
+typedef struct {
+    DWORD cb; DWORD PageFaultCount; SIZE_T PeakWorkingSetSize; SIZE_T WorkingSetSize;
+    SIZE_T QuotaPeakPagedPoolUsage; SIZE_T QuotaPagedPoolUsage; SIZE_T QuotaPeakNonPagedPoolUsage;
+    SIZE_T QuotaNonPagedPoolUsage; SIZE_T PagefileUsage; SIZE_T PeakPagefileUsage; SIZE_T PrivateUsage;
+    SIZE_T PrivateWorkingSetSize; ULONG64 SharedCommitUsage;
+} PROCESS_MEMORY_COUNTERS_EX2;"""
 #: The calls of one mapping, in upstream's order: what the probe's "upstream" mode makes.
 MAPPING_CALLS = ("CreateFileW", "CreateFileMappingW", "MapViewOfFile", "CloseHandle", "UnmapViewOfFile")
 _KIND = {"CreateFileW": "file", "CreateFileMappingW": "mapping", "MapViewOfFile": "view"}
@@ -49,7 +62,7 @@ def _own_names(source: str) -> list[str]:
 
 def header_check(module: types.ModuleType, source: str) -> str:
     """C source of static assertions: `module`'s constants and structures equal windows.h's."""
-    lines = ["#include <windows.h>", "#include <stddef.h>"]
+    lines = [PRELUDE]
     for name in _own_names(source):
         value = getattr(module, name)
         if name.startswith("_"):  # private helpers (the FILETIME epoch) are not windows.h names

@@ -244,9 +244,10 @@ TRUNCATE_CHILD = """
     assert w.path_taken == "mapped"
     print("SetEndOfFile error", set_end_of_file_error(path, 4096), flush=True)
     try:
-        os.truncate(path, 4096)
+        with open(path, "r+b") as f:  # not os.truncate: see assert_truncation_refused_while_mapped
+            f.truncate(4096)
     except OSError as err:
-        print("os.truncate refused", flush=True)
+        print("truncate refused", flush=True)
     else:
         print("truncated", flush=True)
     w.verify()
@@ -265,8 +266,8 @@ TRUNCATE_CHILD = """
 def test_truncating_a_mapped_file_is_refused_on_windows(tmp_path):
     """The Windows side of the SIGBUS test: in a child, truncating a mapped file fails with
     ERROR_USER_MAPPED_FILE (1224) although the mapper closed its handles (the view alone is
-    enough), os.truncate raises, verify() passes, touching the page past the refused new end
-    reads the file's byte, and the child closes cleanly and exits 0. The file is unchanged;
+    enough), a file object's truncate raises, verify() passes, touching the page past the
+    refused new end reads the file's byte, and the child closes cleanly and exits 0. The file is unchanged;
     the parent can truncate it afterwards."""
     path = tmp_path / "victim.bin"
     data = write_file(path, 4 * 4096, seed=8)
@@ -274,7 +275,7 @@ def test_truncating_a_mapped_file_is_refused_on_windows(tmp_path):
     assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
     assert result.stdout.splitlines() == [
         "SetEndOfFile error 1224",
-        "os.truncate refused",
+        "truncate refused",
         "verified",
         f"touching {data[3 * 4096]}",
         "clean True",

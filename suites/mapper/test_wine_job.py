@@ -1,20 +1,29 @@
 """The kill-on-close job object of `harness.contract.spawn`, checked against a real kernel32
 (Wine's): a C probe (`_wine_probe.c`, compiled with mingw at test time) creates a job with the
-harness's own limit class and flags, read from `spawn.py`, puts a launcher in it that starts the
-"worker" grandchild (a venv launcher and the real interpreter), then closes or loses the job's
-handle: both must be gone; and the worker's own pid is checked against the launcher's. Skips,
-with the reason, where Wine or mingw is not installed (fixtures: conftest.py)."""
+harness's own limit class and flags (`mapper_impl._winapi`, the bindings spawn.py uses), puts a
+launcher in it that starts the "worker" grandchild (a venv launcher and the real interpreter),
+then closes or loses the job's handle: both must be gone; and the worker's own pid is checked
+against the launcher's. Skips, with the reason, where Wine or mingw is not installed (fixtures:
+conftest.py)."""
 
 from __future__ import annotations
+
+import sys
 
 import _wine_fixtures
 import pytest
 from _wine_exec import wine_path
 
-from harness.contract import spawn
+from mapper_impl import _winapi
 
 mingw, wine = _wine_fixtures.mingw, _wine_fixtures.wine  # the session fixtures, for pytest
-pytestmark = pytest.mark.xdist_group("wine")
+pytestmark = [
+    pytest.mark.xdist_group("wine"),
+    pytest.mark.skipif(
+        sys.platform == "win32",
+        reason="Linux's stand-in: on Windows the job object runs for real (suites/harness/test_spawn.py)",
+    ),
+]
 
 
 @pytest.mark.parametrize("mode", ["job", "lost"])
@@ -22,8 +31,10 @@ def test_kill_on_close_job_ends_launcher_and_worker(wine, mode):
     """Closing the job's handle ("job"), or its owner exiting without closing it ("lost", the
     harness crashing), ends the launcher and the worker it started."""
     run, folder = wine
-    flags = hex(spawn._JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE)
-    lines = run(mode, str(spawn._JOB_OBJECT_EXTENDED_LIMIT_INFORMATION), flags, wine_path(str(folder / f"{mode}.pid")))
+    flags = hex(_winapi.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE)
+    lines = run(
+        mode, str(_winapi.JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS), flags, wine_path(str(folder / f"{mode}.pid"))
+    )
     created, outcome = lines[0], lines[-1]
     assert created["job"] and created["set"] and created["assigned"] and created["worker"], lines
     assert outcome["worker_gone"] is True, lines
@@ -37,7 +48,11 @@ def test_without_the_kill_flag_the_worker_survives(wine):
     # 2 s for each process to end: the sleepers never end by themselves (60 s), so the wait
     # only bounds the test's length, it is no timing assertion.
     lines = run(
-        "job", str(spawn._JOB_OBJECT_EXTENDED_LIMIT_INFORMATION), "0", wine_path(str(folder / "none.pid")), "2000"
+        "job",
+        str(_winapi.JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS),
+        "0",
+        wine_path(str(folder / "none.pid")),
+        "2000",
     )
     assert lines[-1]["worker_gone"] is False, lines
 
@@ -49,9 +64,9 @@ def test_worker_reports_its_own_pid_below_the_launcher_and_inside_the_job(wine):
     is accepted as the spawned process's descendant), and the launcher's child is in the
     launcher's job without being assigned (so the kill-on-close job reaches it)."""
     run, folder = wine
-    flags = hex(spawn._JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE)
+    flags = hex(_winapi.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE)
     created, tree, outcome = run(
-        "tree", str(spawn._JOB_OBJECT_EXTENDED_LIMIT_INFORMATION), flags, wine_path(str(folder / "tree.pid"))
+        "tree", str(_winapi.JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS), flags, wine_path(str(folder / "tree.pid"))
     )
     assert created["assigned"] and created["worker"], created
     assert tree["worker_self"] == created["worker"] != tree["launcher"] == created["launcher"], tree

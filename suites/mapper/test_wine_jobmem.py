@@ -24,8 +24,8 @@ from pathlib import Path
 import _wine_fixtures
 import pytest
 
-from harness.contract import spawn
 from harness.runner import _jobmem
+from mapper_impl import _winapi
 
 mingw = _wine_fixtures.mingw  # the session fixture, for pytest
 pytestmark = [
@@ -79,7 +79,7 @@ def limited(jobmem):
         str(_jobmem.ASSOCIATE_COMPLETION_PORT_INFORMATION),
         str(LIMIT_MIB),
         str(COMMIT_MIB),
-        hex(spawn._JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE),
+        hex(_winapi.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE),
     )
     return made, child, drained
 

@@ -14,7 +14,6 @@ import contextlib
 import csv
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -373,6 +372,7 @@ def test_a_history_label_is_neutralised_and_read_back(real_run, tmp_path, model_
 # ----------------------------------------------------------------------------- 4. honest status
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE and SIGXFSZ are POSIX")
 def test_disk_full_writing_report_html_fails_the_command_but_leaves_the_run_as_measured(tmp_path, model_cache):
     """A report never writes a run's facts (issue 29): the publishing step fails with one line
     and exit 1, metadata.json keeps the runner's status, no headline.json says anything, and
@@ -380,6 +380,8 @@ def test_disk_full_writing_report_html_fails_the_command_but_leaves_the_run_as_m
     out = tmp_path / "run"
 
     def small_files() -> None:
+        import resource
+
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG as on a full disk
         resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))  # tables fit, report.html does not
 

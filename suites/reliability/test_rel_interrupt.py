@@ -75,7 +75,17 @@ def test_sigint_while_a_worker_hangs(model_cache, tmp_path, to_group):
     assert read_rows(out / "results.csv", ResultRow) == []  # parses; the interrupted group is not a result
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "sighup"])
+@pytest.mark.parametrize(
+    "sig",
+    [
+        signal.SIGTERM,
+        pytest.param(
+            getattr(signal, "SIGHUP", None),
+            marks=pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on Windows"),
+        ),
+    ],
+    ids=["sigterm", "sighup"],
+)
 def test_sigterm_in_the_second_group_keeps_the_first_groups_rows(model_cache, tmp_path, sig):
     """SIGTERM (a CI timeout) or SIGHUP (the terminal closed) mid-run: the completed group's rows
     are kept, the hung worker is killed, the run says "interrupted" (before, SIGHUP left it

@@ -19,6 +19,7 @@ from typing import Any
 from harness.cache import cached_build, default_cache_dir
 from harness.core.errors import CorruptEntry, InputError
 from harness.core.files import write_json_atomic
+from harness.core.logtext import decode_log
 from harness.prep.inputs import model_inputs, shape_hint
 from harness.prep.onnxfile import external_data_files, load_onnx, ort_reason
 
@@ -96,12 +97,12 @@ def _compile(
     error = str(result.get("error") or "")
     where = f" (EP log: {log_path})"
     with contextlib.suppress(OSError):
-        if (why := refusal(log_path.read_text(encoding="utf-8", errors="replace"), provider_options)) is not None:
+        if (why := refusal(decode_log(log_path.read_bytes()), provider_options)) is not None:
             raise InputError(f"{label}: {why}{where}")
     if NOTHING_COMPILED in error:
         refused = None
         with contextlib.suppress(OSError):
-            refused = first_refused_op(log_path.read_text(encoding="utf-8", errors="replace"))
+            refused = first_refused_op(decode_log(log_path.read_bytes()))
         raise InputError(
             f"{label}: no node was assigned to QNN (the {backend_type} backend takes "
             "none of its ops as given; it needs static shapes and typically "

@@ -226,6 +226,14 @@ def _fill_mapping(report: DeviceReport, verdict: EpVerdict, segment: str) -> Non
         report.rpcmem_detail = rpcmem_words[-1]
         report.file_mapping_available = False
         report.file_mapping_detail = rpcmem_words[-1]
+    elif not find_messages(segment, "session"):
+        # A warning's absence proves nothing unless the log was captured: the EP prints
+        # "Creating QNN EP" (INFO) for every session at the probe's VERBOSE level.
+        report.rpcmem_detail = (
+            "unknown: the probe's log holds no 'Creating QNN EP' line, so the EP's log was not captured "
+            "and a missing 'Unable to load RPCMem library' warning proves nothing"
+        )
+        report.file_mapping_detail = f"{verdict.state}: {verdict.reason}"
     else:
         report.rpcmem_loadable = True
         report.rpcmem_detail = (

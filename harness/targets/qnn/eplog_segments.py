@@ -51,7 +51,9 @@ def read_log_segment(path: str | os.PathLike, start: int, end: int | None = None
             data = f.read(-1 if end is None else max(0, end - start))
     except OSError:
         return ""
-    return data.decode("utf-8", errors="replace")
+    from harness.core.logtext import decode_log  # Windows: ORT's lines are UTF-16LE there
+
+    return decode_log(data)
 
 
 class LogSegment:
