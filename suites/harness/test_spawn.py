@@ -128,7 +128,7 @@ def test_measured_processes_return_a_freed_copy_to_the_kernel():
 def test_the_kill_on_close_job_ends_its_worker_on_windows(assigned):
     """`KillOnCloseJob` on the real kernel32: closing it ends a process put in it; the negative
     control, a process never put in it, outlives the close."""
-    from harness.runner.spawn import KillOnCloseJob
+    from harness.contract.spawn import KillOnCloseJob
 
     echo = "import sys; print(sys.stdin.readline().strip(), flush=True); sys.stdin.read()"
     child = subprocess.Popen([sys.executable, "-c", echo], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

@@ -13,10 +13,19 @@ import sys
 import pytest
 
 from harness.contract import spawn
+from mapper_impl import _winapi
 
-pytestmark = pytest.mark.skipif(
-    sys.platform != "win32", reason="a job memory limit is Windows' (under Wine: test_wine_jobmem.py)"
-)
+#: Under Wine 8 a job memory limit is not enforced: a commit past it succeeds, no
+#: JOB_OBJECT_MSG_JOB_MEMORY_LIMIT is posted, and the limit and peak read back as 0. Windows
+#: refuses the commit and posts the message (learn.microsoft.com: JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
+#: JOBOBJECT_ASSOCIATE_COMPLETION_PORT). test_wine_jobmem.py fails once Wine enforces it.
+JOB_MEMORY_DEVIATION = "Wine deviation: job memory limits are not enforced (Windows refuses the commit)"
+pytestmark = [
+    pytest.mark.skipif(
+        sys.platform != "win32", reason="a job memory limit is Windows' (under Wine: test_wine_jobmem.py)"
+    ),
+    pytest.mark.skipif(sys.platform == "win32" and bool(_winapi.wine_version()), reason=JOB_MEMORY_DEVIATION),
+]
 MIB = 1024**2
 CHILD = (
     "import os, sys\n"
