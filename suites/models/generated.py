@@ -402,3 +402,46 @@ def float8_model(path: Path) -> Path:
         inits,
     )
     return _save(graph, path)
+
+
+def fp16_cancelling_model(path: Path) -> Path:
+    """z = (x @ w + 3e4) - 3e4: exact in fp32 (ORT's CPU EP), all lost in fp16 (the HTP runs a
+    float graph in fp16: one step at 3e4 is 16), so the compiled model's output is wrong."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((16, 16)).astype(np.float32), "w")
+    big = numpy_helper.from_array(np.array([3e4], np.float32), "big")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["y"]),
+        helper.make_node("Add", ["y", "big"], ["s"]),
+        helper.make_node("Sub", ["s", "big"], ["z"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "cancel",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("z", T.FLOAT, [1, 16])],
+        [w, big],
+    )
+    return _save(graph, path, opset=17, ir_version=9)
+
+
+def dynamic_quantized_model(path: Path) -> Path:
+    """A MatMul model quantized by ORT's own ``quantize_dynamic``: DynamicQuantizeLinear and
+    MatMulInteger, as dynamically quantized transformers ship."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+    from onnxruntime.quantization import quantize_dynamic
+
+    w = numpy_helper.from_array(np.random.default_rng(3).standard_normal((64, 64)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "dyn",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [1, 64])],
+        [w],
+    )
+    source = _save(graph, path.with_name(path.stem + "-float.onnx"), opset=17, ir_version=9)
+    quantize_dynamic(str(source), str(path))
+    return path

@@ -116,6 +116,18 @@ def _compile(
             f"{qnn_versions()['onnxruntime_qnn']} on this platform cannot load this multi-partition "
             f"EPContext model even with ORT's graph optimizations disabled: {ort_reason(error)}{where}"
         )
+    if result.get("stage") == "output":
+        ints = [str(n) for n in result.get("integer_inputs") or []][:4]
+        hint = (
+            f"; integer input(s) {', '.join(ints)} were fed 0/1 unless given: real values (ids, bytes) go "
+            "with --input NAME=FILE.npy"
+            if ints
+            else ""
+        )
+        raise InputError(
+            f"{label}: compiled for QNN, but the compiled model's output is wrong (its first inference, file "
+            f"mapping disabled, against the CPU reference), so no worker was started: {error}{hint}{where}"
+        )
     if result.get("stage") in ("load", "run"):
         raise InputError(
             f"{label}: compiled for QNN, but the compiled model does not {result['stage']}: {ort_reason(error)}{where}"

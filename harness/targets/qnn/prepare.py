@@ -36,7 +36,15 @@ from .compile import compile_epcontext, qnn_log_dir
 from .ep import qnn_platform_supported, register_qnn_ep
 from .partitions import partitions_of
 from .qdq import make_feeds, make_qdq_model, reference_output
-from .quantize import CALIBRATION_SIZE, MIN_COSINE, QuantizeSpec, calibration_feeds, check_quantized, quantize_qdq
+from .quantize import (
+    CALIBRATION_SIZE,
+    MIN_COSINE,
+    QuantizeSpec,
+    calibration_feeds,
+    check_quantized,
+    quantize_qdq,
+    refuse_quantized,
+)
 from .shapes import fold_if_still_dynamic, with_static_shapes
 
 
@@ -100,6 +108,8 @@ def prepare_qnn_source(
     quantize = quantize or QuantizeSpec()
     label = f"--model {path}"
     graph = load_onnx(path, external_data=False)
+    if quantize.enabled:
+        refuse_quantized(graph, label)  # before any work: quantize_static cannot quantize it again
     key = source_key(
         path,
         graph,
@@ -138,7 +148,7 @@ def prepare_qnn_source(
         model = _inline_model(tmp, path, graph, inputs, shapes, 0, onnx_file, extra=extra)
         write_reference(model, Path(path), feeds, settings, level="all", label=label)  # the float model's
         if quantize.enabled:
-            check_quantized(model.onnx_path, *load_reference(model), label)
+            check_quantized(model.onnx_path, *load_reference(model), label, model.nondeterministic)
         return model
 
     return cached_model(cache_dir / f"qnnsrc-{path.stem}-{key}", build)
