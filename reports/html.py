@@ -148,7 +148,7 @@ def _comparison(views: Sequence[RunView]) -> dict[str, Any]:
 
 
 def _baseline(comparison: Any) -> dict[str, Any]:
-    from harness.core.compare_text import comparison_rows, rule_text
+    from harness.core.compare_text import comparison_rows, likely_cause, rule_text
 
     labels = version_labels(comparison.baseline.env, comparison.current.env)
     return {
@@ -162,6 +162,7 @@ def _baseline(comparison: Any) -> dict[str, Any]:
             for k, b, c in comparison.versions
         ],
         "warnings": list(comparison.warnings),
+        "cause": likely_cause(comparison),
     }
 
 
