@@ -8,8 +8,9 @@ JSON format (``format_version`` 1; keys are only ever added within a version):
 {baseline, current, at, warnings, versions, regressions: [key], likely_cause (the package
 versions that differ when a change is called, else null), figures: [{key, label, unit,
 kind, baseline: {value, repeats}, current: {value, repeats}, delta, percent, p_value, scale,
-threshold, call, not_called_because (why other processes move the figure: PSS), changed, regression}]}]}`` (``scale``: "log" when the test ran on log
-values). Bytes and seconds are plain numbers; ``percent`` is a fraction (0.05 = +5 %);
+threshold, call, not_called_because, changed, regression}]}]}`` (``scale``: "log" when the
+test ran on log values; ``not_called_because``: why other processes move the figure, PSS's,
+else null). Bytes and seconds are plain numbers; ``percent`` is a fraction (0.05 = +5 %);
 ``p_value`` is null below 2 repeats a side.
 """
 

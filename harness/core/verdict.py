@@ -91,15 +91,18 @@ def not_judged_text(judgement: Judgement) -> str:
 
 
 def gates_summary_line(judgements: Iterable[Judgement]) -> str:
-    """ "gates: 4 of 5 passed or skipped, 1 failed" over one or several runs."""
+    """ "gates: 2 passed, 3 skipped, 0 failed (of 5)" over one or several runs: a skipped gate
+    checked nothing, so it is never counted with the passed ones."""
     results = [g for j in judgements for g in j.gates]
     failed = sum(1 for g in results if g.failed)
     busy = sum(1 for g in results if g.status == "contended")
     undecided = sum(1 for g in results if g.inconclusive) - busy
-    passed = len(results) - failed - undecided - busy
+    skipped = sum(1 for g in results if g.status == "skip")
+    passed = len(results) - failed - undecided - busy - skipped
     tail = f", {undecided} inconclusive (not passed)" if undecided else ""
     tail += f", {busy} contended (timed on a busy machine, not passed)" if busy else ""
-    return f"gates: {passed} of {len(results)} passed or skipped, {failed} failed{tail}" if results else "gates: none"
+    counts = f"{passed} passed, {skipped} skipped (not checked), {failed} failed{tail}"
+    return f"gates: {counts} (of {len(results)})" if results else "gates: none"
 
 
 def feature_state(run: RunData) -> FeatureState:

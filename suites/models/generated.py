@@ -445,3 +445,48 @@ def dynamic_quantized_model(path: Path) -> Path:
     source = _save(graph, path.with_name(path.stem + "-float.onnx"), opset=17, ir_version=9)
     quantize_dynamic(str(source), str(path))
     return path
+
+
+def nchwc_conv_model(path: Path, channels: int = 60) -> Path:
+    """Three 3x3 convs of ``channels`` (not a multiple of 8/16): ORT's NCHWc layout pads their
+    weights to its block size when it optimizes the graph, so the weights grow (260 KiB to 295)."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(60)
+    shapes = {"w1": (channels, 3, 3, 3), "w2": (channels, channels, 3, 3), "w3": (channels, channels, 3, 3)}
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.05).astype(np.float32), n) for n, s in shapes.items()]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a"], ["b"]),
+        helper.make_node("Conv", ["b", "w2"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["d"]),
+        helper.make_node("Conv", ["d", "w3"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "nchwc",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [1, channels, 32, 32])],
+        inits,
+    )
+    return _save(graph, path, opset=17, ir_version=9)
+
+
+def embedding_model(path: Path, rows: int = 32768, width: int = 256) -> Path:
+    """A 32 MiB fp32 embedding table read by Gather at 16 token ids, then a small MatMul: the
+    generated ids (0/1) touch two rows, so a mapped worker keeps a few pages of the table."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    table = numpy_helper.from_array(rng.standard_normal((rows, width)).astype(np.float32), "table")
+    w = numpy_helper.from_array(rng.standard_normal((width, 16)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["e"]), helper.make_node("MatMul", ["e", "w"], ["y"])],
+        "embedding",
+        [helper.make_tensor_value_info("ids", T.INT64, [1, 16])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [1, 16, 16])],
+        [table, w],
+    )
+    return _save(graph, path, opset=17, ir_version=9)
