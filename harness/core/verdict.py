@@ -91,7 +91,7 @@ def not_judged_text(judgement: Judgement) -> str:
 
 
 def gates_summary_line(judgements: Iterable[Judgement]) -> str:
-    """ "gates: 2 passed, 3 skipped, 0 failed (of 5)" over one or several runs: a skipped gate
+    """ "gates: 5 in all: 2 passed, 3 skipped (not checked), 0 failed" over one or several runs: a skipped gate
     checked nothing, so it is never counted with the passed ones."""
     results = [g for j in judgements for g in j.gates]
     failed = sum(1 for g in results if g.failed)
@@ -102,7 +102,7 @@ def gates_summary_line(judgements: Iterable[Judgement]) -> str:
     tail = f", {undecided} inconclusive (not passed)" if undecided else ""
     tail += f", {busy} contended (timed on a busy machine, not passed)" if busy else ""
     counts = f"{passed} passed, {skipped} skipped (not checked), {failed} failed{tail}"
-    return f"gates: {counts} (of {len(results)})" if results else "gates: none"
+    return f"gates: {len(results)} in all: {counts}" if results else "gates: none"
 
 
 def feature_state(run: RunData) -> FeatureState:

@@ -48,7 +48,7 @@ def test_the_gates_line_counts_passed_and_skipped_apart(tmp_path):
         tmp_path, ["failed_workers==0", "mapped_pss_ratio<=0.9 if processes>=8", "init_ratio<=0.5 if processes>=8"]
     )
     assert [g.status for g in judgement.gates] == ["pass", "skip", "skip"]
-    assert gates_summary_line([judgement]) == "gates: 1 passed, 2 skipped (not checked), 0 failed (of 3)"
+    assert gates_summary_line([judgement]) == "gates: 3 in all: 1 passed, 2 skipped (not checked), 0 failed"
 
 
 def test_the_sentence_leads_with_memory_and_marks_a_contended_factor_indicative(tmp_path):

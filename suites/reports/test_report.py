@@ -93,7 +93,7 @@ def test_user_gates_and_gates_file(cpu_run, tmp_path, capsys):
     assert code == 1 and out.is_file()
     text = capsys.readouterr().out
     assert "FAIL [cpu-run] mapped_pss_ratio<=0.1" in text
-    assert "gates: 1 passed, 0 skipped (not checked), 1 failed (of 2)" in text
+    assert "gates: 2 in all: 1 passed, 0 skipped (not checked), 1 failed" in text
     assert report_main([str(cpu_run), "--gate", "mapped_pss_ratio<=0.9"]) == 0
 
 

@@ -93,25 +93,33 @@ def _compile(
     )
     if result.get("ok"):
         return float(result.get("compile_s") or 0.0)
+    raise _failure(result, label, out_onnx, backend_type, provider_options, log_path)
+
+
+def _failure(
+    result: dict, label: str, out_onnx: Path, backend_type: str, provider_options: dict | None, log_path: Path
+) -> InputError:
+    """The one-line InputError of a failed compile job: the EP's reason, the fix where it is
+    known, the EP's log file."""
     error = str(result.get("error") or "")
     where = f" (EP log: {log_path})"
+    log = ""
     with contextlib.suppress(OSError):
-        if (why := refusal(log_path.read_text(encoding="utf-8", errors="replace"), provider_options)) is not None:
-            raise InputError(f"{label}: {why}{where}")
+        log = log_path.read_text(encoding="utf-8", errors="replace")
+    if (why := refusal(log, provider_options)) is not None:
+        return InputError(f"{label}: {why}{where}")
     if NOTHING_COMPILED in error:
-        refused = None
-        with contextlib.suppress(OSError):
-            refused = first_refused_op(log_path.read_text(encoding="utf-8", errors="replace"))
-        raise InputError(
+        refused = first_refused_op(log) if log else None
+        return InputError(
             f"{label}: no node was assigned to QNN (the {backend_type} backend takes "
             "none of its ops as given; it needs static shapes and typically "
             "a QDQ-quantized model)" + (f"; the first op the EP refuses: {refused}" if refused else "") + where
         )
     if result.get("stage") == "crash":
-        raise InputError(f"{label}: the QNN compiler crashed: {error}{where}")
+        return InputError(f"{label}: the QNN compiler crashed: {error}{where}")
     if result.get("stage") == "load" and any(e in error for e in UPSTREAM_ERRORS):
         parts = partitions_of(out_onnx) if out_onnx.is_file() else 0
-        raise InputError(
+        return InputError(
             f"{label}: compiled into {parts or 'several'} QNN partitions; onnxruntime-qnn "
             f"{qnn_versions()['onnxruntime_qnn']} on this platform cannot load this multi-partition "
             f"EPContext model even with ORT's graph optimizations disabled: {ort_reason(error)}{where}"
@@ -124,15 +132,17 @@ def _compile(
             if ints
             else ""
         )
-        raise InputError(
+        return InputError(
             f"{label}: compiled for QNN, but the compiled model's output is wrong (its first inference, file "
             f"mapping disabled, against the CPU reference), so no worker was started: {error}{hint}{where}"
         )
     if result.get("stage") in ("load", "run"):
-        raise InputError(
+        return InputError(
             f"{label}: compiled for QNN, but the compiled model does not {result['stage']}: {ort_reason(error)}{where}"
         )
-    raise InputError(f"{label}: QNN compilation failed: {ort_reason(error)}{_fix_hint(error, provider_options)}{where}")
+    return InputError(
+        f"{label}: QNN compilation failed: {ort_reason(error)}{_fix_hint(error, provider_options)}{where}"
+    )
 
 
 #: The simulated HTP cannot finalize a float graph without a SoC to size its memory for.
