@@ -43,7 +43,7 @@ def resolve_feeds(model: Any, request: InputRequest, label: str) -> tuple[list, 
     inputs = model_inputs(model)
     refuse_unfeedable(inputs, label)
     given = given_feeds([i for i in inputs if i.name in request.values], request)
-    shapes = resolve_shapes(inputs, request, given, label)
+    shapes = resolve_shapes(inputs, request, given, label, model)
     return inputs, shapes, generate_feeds(inputs, shapes, given)
 
 

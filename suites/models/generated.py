@@ -490,3 +490,73 @@ def embedding_model(path: Path, rows: int = 32768, width: int = 256) -> Path:
         [table, w],
     )
     return _save(graph, path, opset=17, ir_version=9)
+
+
+def pnet_model(path: Path) -> Path:
+    """MTCNN P-Net's shape: fully convolutional with dynamic N, M1, M2 (a 3x3 conv, a 2x2 pool,
+    two more 3x3 convs, no padding): it takes 12 x 12 pixels at least."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(12)
+    shapes = {"w1": (10, 3, 3, 3), "w2": (16, 10, 3, 3), "w3": (32, 16, 3, 3)}
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.1).astype(np.float32), n) for n, s in shapes.items()]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"]),
+        helper.make_node("MaxPool", ["a"], ["b"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["b", "w2"], ["c"]),
+        helper.make_node("Conv", ["c", "w3"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "pnet",
+        [helper.make_tensor_value_info("x", T.FLOAT, ["N", 3, "M1", "M2"])],
+        [helper.make_tensor_value_info("y", T.FLOAT, ["N", 32, None, None])],
+        inits,
+    )
+    return _save(graph, path, opset=17, ir_version=9)
+
+
+def graph_batch_model(path: Path, nodes_count: int = 6, features: int = 256) -> Path:
+    """A graph network's readout: node features x[nodes, F] pooled into one graph embedding,
+    then handed back to every node by its graph index ``batch`` (Gather): the generated 0/1
+    indices overrun a batch of one graph; ``--input batch=0`` is what runs it."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(9).standard_normal((features, features)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("ReduceMean", ["h"], ["pooled"], axes=[0], keepdims=1),
+        helper.make_node("Gather", ["pooled", "batch"], ["per_node"], axis=0),
+        helper.make_node("Add", ["h", "per_node"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "readout",
+        [
+            helper.make_tensor_value_info("x", T.FLOAT, [nodes_count, features]),
+            helper.make_tensor_value_info("batch", T.INT64, [nodes_count]),
+        ],
+        [helper.make_tensor_value_info("y", T.FLOAT, [nodes_count, features])],
+        [w],
+    )
+    return _save(graph, path, opset=17, ir_version=9)
+
+
+def lstm_model(path: Path, steps: int = 8, width: int = 16, hidden: int = 32) -> Path:
+    """One LSTM over ``steps`` steps of a [steps, 1, width] sequence (static shapes)."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(8)
+    w = numpy_helper.from_array((rng.standard_normal((1, 4 * hidden, width)) * 0.1).astype(np.float32), "W")
+    r = numpy_helper.from_array((rng.standard_normal((1, 4 * hidden, hidden)) * 0.1).astype(np.float32), "R")
+    graph = helper.make_graph(
+        [helper.make_node("LSTM", ["x", "W", "R"], ["y"], hidden_size=hidden)],
+        "lstm",
+        [helper.make_tensor_value_info("x", T.FLOAT, [steps, 1, width])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [steps, 1, 1, hidden])],
+        [w, r],
+    )
+    return _save(graph, path, opset=17, ir_version=9)

@@ -24,6 +24,7 @@ from harness.prep.onnxfile import external_data_files, load_onnx, ort_reason
 
 from .child import NOTHING_COMPILED, StatusCallback, run_child
 from .ep import qnn_versions
+from .estimate import CompilePlan, GraphCost, graph_cost, load_rates, notice, record_timings
 from .partitions import UPSTREAM_ERRORS, partitions_of
 from .sharing import refusal
 from .support import first_refused_op
@@ -74,9 +75,10 @@ def _compile(
     check_folder: Path | None = None,
     log_path: Path,
     on_status: StatusCallback | None = None,
-) -> float:
-    """Compile in a child process (see `child`); returns seconds spent. Every failure is one
-    InputError naming the user's model (``label``), the EP's reason and the log file."""
+) -> dict:
+    """Compile in a child process (see `child`); returns its result (``compile_s``, the CPU
+    times...). Every failure is one InputError naming the user's model (``label``), the EP's
+    reason and the log file."""
     result = run_child(
         {
             "kind": "compile",
@@ -92,7 +94,7 @@ def _compile(
         on_status=on_status,
     )
     if result.get("ok"):
-        return float(result.get("compile_s") or 0.0)
+        return result
     raise _failure(result, label, out_onnx, backend_type, provider_options, log_path)
 
 
@@ -208,6 +210,7 @@ def compile_epcontext(
     check_folder: Path | None = None,
     log_dir: Path | None = None,
     on_status: StatusCallback | None = None,
+    plan: CompilePlan | None = None,
 ) -> CompiledModel:
     """Compile `src` for QNN into an EPContext model under `out_dir`, reusing an earlier result.
 
@@ -218,6 +221,8 @@ def compile_epcontext(
     external-data file) or other provider options get a new entry. The compiler runs in a child
     process (`child`); with ``check_folder`` (a prepared model with a reference input) the result
     must also load and run once. ``label`` names the user's file in errors (default: ``src``).
+    With ``plan``, a long compile is announced first (`estimate.notice`) and its CPU times are
+    recorded for the next estimate on this machine.
     """
     if embed_mode not in (0, 1):
         raise ValueError(f"embed_mode must be 0 (context in a .bin) or 1 (in the onnx), got {embed_mode!r}")
@@ -233,7 +238,8 @@ def compile_epcontext(
     built: list[bool] = []
 
     def build(scratch: Path) -> None:
-        compile_s = _compile(
+        cost = _announce(src, plan, label) if plan is not None else None
+        result = _compile(
             src,
             scratch / f"{stem}_ctx.onnx",
             embed_mode,
@@ -245,9 +251,12 @@ def compile_epcontext(
             log_path=log_path,
             on_status=on_status,
         )
+        if cost is not None and plan is not None:
+            record_timings(plan.cache_dir, cost, result)
         with contextlib.suppress(OSError):
             shutil.copyfile(log_path, scratch / "compile.log")
         recorded = {"source_sha256": sha, "embed_mode": embed_mode, "backend_type": backend_type}
+        compile_s = float(result.get("compile_s") or 0.0)
         _write_manifest(scratch, f"{stem}_ctx.onnx", label, compile_s, recorded, provider_options or {})
         built.append(True)
 
@@ -255,6 +264,20 @@ def compile_epcontext(
         return _load_compiled(folder, cached=not built)
 
     return cached_build(out_dir / f"{stem}-{backend_type}-{key[:16]}", build, load)
+
+
+def _announce(src: Path, plan: CompilePlan, label: str) -> GraphCost | None:
+    """Say what the compile and the inferences after it will take, when that is long (the
+    graph's cost at this machine's rates); the cost, for `record_timings` (None: the graph
+    could not be costed, which costs the run nothing)."""
+    try:
+        cost = graph_cost(src)
+    except Exception:  # onnx's shape inference can refuse a graph the compiler still takes
+        return None
+    text = notice(cost, plan, load_rates(plan.cache_dir), label)
+    if text:
+        plan.say(text)
+    return cost
 
 
 def _refuse_dynamic_inputs(model: Any, label: str) -> None:
@@ -265,7 +288,7 @@ def _refuse_dynamic_inputs(model: Any, label: str) -> None:
         if i.kind == "tensor" and (i.dims is None or not all(isinstance(d, int) for d in i.dims))
     ]
     if dynamic:
-        raise InputError(f"{label}: {shape_hint(dynamic)} (QNN needs static shapes)")
+        raise InputError(f"{label}: {shape_hint(dynamic, model)} (QNN needs static shapes)")
 
 
 def _write_manifest(

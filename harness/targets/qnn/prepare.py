@@ -34,6 +34,7 @@ from harness.prep.reference import load_reference, save_reference, write_referen
 from .child import StatusCallback, run_child
 from .compile import compile_epcontext, qnn_log_dir
 from .ep import qnn_platform_supported, register_qnn_ep
+from .estimate import CompilePlan
 from .partitions import partitions_of
 from .qdq import make_feeds, make_qdq_model, reference_output
 from .quantize import (
@@ -252,7 +253,7 @@ def prepare_qnn(opts: Any, progress: Any = None) -> list[QnnModel]:
     cache_dir = opts.cache_dir or default_cache_dir()
     options = opts.target_options
     quantize = QuantizeSpec(options.get("quantize", "none"), options.get("calibration_size", CALIBRATION_SIZE))
-    compiler = _Compiler(opts, cache_dir, on_status)
+    compiler = _Compiler(opts, cache_dir, on_status, progress.note if progress is not None else None)
     if not opts.models:
         if quantize.enabled:
             raise InputError("--quantize qdq: needs --model (the generated model is already a QDQ model)")
@@ -268,6 +269,7 @@ class _Compiler:
     opts: Any
     cache_dir: Path
     on_status: StatusCallback | None
+    say: StatusCallback | None = None  # a permanent line (the long-compile notice)
 
     @property
     def embed_mode(self) -> int:
@@ -290,6 +292,7 @@ class _Compiler:
             check_folder=source.folder,
             log_dir=qnn_log_dir(self.cache_dir),
             on_status=self.on_status,
+            plan=_plan_of(self),
         )
         return QnnModel(
             source,
@@ -300,6 +303,16 @@ class _Compiler:
             log=c.onnx_path.parent / "compile.log",
             partitions=partitions_of(c.onnx_path),
         )
+
+
+def _plan_of(compiler: _Compiler) -> CompilePlan | None:
+    """The long-compile notice's plan: every group's N (modes x repeats x process counts)."""
+    if compiler.say is None:
+        return None
+    opts = compiler.opts
+    groups = [n for n in opts.processes for _ in opts.modes for _ in range(opts.repeat)]
+    quantized = opts.target_options.get("quantize", "none") != "none"
+    return CompilePlan(compiler.cache_dir, groups, compiler.say, quantized)
 
 
 def _user_models(opts: Any, compiler: _Compiler, quantize: QuantizeSpec) -> list[QnnModel]:
