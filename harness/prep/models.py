@@ -98,12 +98,7 @@ def _build_user_model(
     from harness.prep.optimize import OFFLINE_LEVEL, SESSION_LEVEL_AFTER, optimize_offline
 
     graph = load_onnx(path, external_data=False)
-    source_bytes = mappable_bytes(graph)
-    if not source_bytes:
-        raise InputError(
-            f"{label}: nothing to map: no initializer and no Constant-node tensor (subgraphs "
-            f"included) holds {EXTERNAL_THRESHOLD} bytes or more"
-        )
+    source_bytes = _mappable_or_refuse(graph, label)
     inputs, shapes, feeds = resolve_feeds(graph, request, label)
     source = path
     lifted = lift_constants(graph, EXTERNAL_THRESHOLD)
@@ -149,6 +144,17 @@ def _build_user_model(
         )
     write_reference(prepared, path, feeds, settings, level=OFFLINE_LEVEL, label=label)
     return prepared
+
+
+def _mappable_or_refuse(graph: Any, label: str) -> int:
+    """The bytes the model's weights take as the file holds them; InputError when none is mappable."""
+    found = mappable_bytes(graph)
+    if not found:
+        raise InputError(
+            f"{label}: nothing to map: no initializer and no Constant-node tensor (subgraphs "
+            f"included) holds {EXTERNAL_THRESHOLD} bytes or more"
+        )
+    return found
 
 
 def prepare_cpu_models(opts: Any, progress: Any = None, *, target: str = "cpu") -> list[PreparedModel]:

@@ -216,23 +216,18 @@ def compile_epcontext(
 
     The entry is ``out_dir/<stem>_em<mode>-<backend>-<key>/``: ``<stem>_em<mode>_ctx.onnx``
     (+ the ``..._qnn.bin`` the EP names, for embed_mode 0), ``compile.log`` (the EP's own log)
-    and ``manifest.json``. Built and published by the model cache (`harness.cache.cached_build`):
-    a reader never sees half a compilation, and a changed source (hash of the .onnx and every
-    external-data file) or other provider options get a new entry. The compiler runs in a child
-    process (`child`); with ``check_folder`` (a prepared model with a reference input) the result
-    must also load and run once. ``label`` names the user's file in errors (default: ``src``).
-    With ``plan``, a long compile is announced first (`estimate.notice`) and its CPU times are
-    recorded for the next estimate on this machine.
-    """
+    and ``manifest.json``, published by the model cache (`harness.cache.cached_build`), keyed by
+    the source's files and the options. The compiler runs in a child process (`child`); with
+    ``check_folder`` (a prepared model with its reference) the result must also load and run
+    once, right. ``label`` names the user's file in errors (default: ``src``). With ``plan``, a
+    long compile is announced first and its CPU times recorded (`estimate`)."""
     if embed_mode not in (0, 1):
         raise ValueError(f"embed_mode must be 0 (context in a .bin) or 1 (in the onnx), got {embed_mode!r}")
     src, out_dir = Path(src), Path(out_dir)
     label = label or str(src)
     model = load_onnx(src, external_data=False, label="model")
     _refuse_dynamic_inputs(model, label)
-    sha = _source_sha256(src, model)
-    extra = json.dumps({"p": provider_options or {}, "c": session_config or {}}, sort_keys=True)
-    key = hashlib.sha256(f"{sha}|{extra}".encode()).hexdigest() if provider_options or session_config else sha
+    sha, key = _entry_key(src, model, provider_options, session_config)
     stem = f"{src.stem}_em{embed_mode}"
     log_path = (log_dir or out_dir) / f"{stem}-{backend_type}-{key[:16]}-compile.log"
     built: list[bool] = []
@@ -251,19 +246,25 @@ def compile_epcontext(
             log_path=log_path,
             on_status=on_status,
         )
-        if cost is not None and plan is not None:
+        if cost is not None and plan is not None:  # what this machine took, for its next estimate
             record_timings(plan.cache_dir, cost, result)
         with contextlib.suppress(OSError):
             shutil.copyfile(log_path, scratch / "compile.log")
         recorded = {"source_sha256": sha, "embed_mode": embed_mode, "backend_type": backend_type}
-        compile_s = float(result.get("compile_s") or 0.0)
-        _write_manifest(scratch, f"{stem}_ctx.onnx", label, compile_s, recorded, provider_options or {})
+        _write_manifest(scratch, f"{stem}_ctx.onnx", label, result, recorded, provider_options or {})
         built.append(True)
 
     def load(folder: Path) -> CompiledModel:
         return _load_compiled(folder, cached=not built)
 
     return cached_build(out_dir / f"{stem}-{backend_type}-{key[:16]}", build, load)
+
+
+def _entry_key(src: Path, model: Any, provider_options: dict | None, session_config: dict | None) -> tuple[str, str]:
+    """(hash of the source files, the cache entry's key: that hash with the compile's options)."""
+    sha = _source_sha256(src, model)
+    extra = json.dumps({"p": provider_options or {}, "c": session_config or {}}, sort_keys=True)
+    return sha, hashlib.sha256(f"{sha}|{extra}".encode()).hexdigest() if provider_options or session_config else sha
 
 
 def _announce(src: Path, plan: CompilePlan, label: str) -> GraphCost | None:
@@ -291,9 +292,7 @@ def _refuse_dynamic_inputs(model: Any, label: str) -> None:
         raise InputError(f"{label}: {shape_hint(dynamic, model)} (QNN needs static shapes)")
 
 
-def _write_manifest(
-    scratch: Path, onnx_name: str, label: str, compile_s: float, recorded: dict, provider_options: dict
-) -> None:
+def _write_manifest(scratch: Path, onnx_name: str, label: str, result: dict, recorded: dict, options: dict) -> None:
     """The compiled entry's manifest.json (what `_load_compiled` checks), from the EPContext
     model the compile wrote; InputError when QNN took no node at all."""
     bins, embedded = _context_files(scratch / onnx_name)
@@ -309,9 +308,9 @@ def _write_manifest(
             "onnx": onnx_name,
             "bins": bins,
             "context_bytes": embedded + sum((scratch / b).stat().st_size for b in bins),
-            "compile_s": compile_s,
+            "compile_s": float(result.get("compile_s") or 0.0),
             "cpu_ops": ops,
             "versions": qnn_versions(),
-            "provider_options": provider_options,
+            "provider_options": options,
         },
     )

@@ -138,13 +138,7 @@ def prepare_qnn_source(
             if on_status is not None:
                 on_status(f"quantizing {Path(path).name} (qdq, {quantize.calibration_size} calibration inputs)")
             calibration = calibration_feeds(inputs, shapes, feeds, set(request.values), quantize.calibration_size)
-            qdq = quantize_qdq(
-                Path(tmp / onnx_file if not Path(onnx_file).is_absolute() else onnx_file),
-                tmp / f"{Path(path).stem}_qdq.onnx",
-                calibration,
-                label,
-            )
-            onnx_file = qdq.name
+            onnx_file = _quantized(tmp, path, onnx_file, calibration, label)
             extra = {"min_cosine": MIN_COSINE, "quantized": f"qdq, {quantize.calibration_size} calibration inputs"}
         model = _inline_model(tmp, path, graph, inputs, shapes, 0, onnx_file, extra=extra)
         write_reference(model, Path(path), feeds, settings, level="all", label=label)  # the float model's
@@ -153,6 +147,12 @@ def prepare_qnn_source(
         return model
 
     return cached_model(cache_dir / f"qnnsrc-{path.stem}-{key}", build)
+
+
+def _quantized(tmp: Path, path: Path, onnx_file: str, calibration: list, label: str) -> str:
+    """The QDQ model of the source (``onnx_file``: in ``tmp``, or the user's own absolute path)."""
+    source = Path(onnx_file) if Path(onnx_file).is_absolute() else tmp / onnx_file
+    return quantize_qdq(source, tmp / f"{Path(path).stem}_qdq.onnx", calibration, label).name
 
 
 def prepare_epcontext(
