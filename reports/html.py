@@ -249,7 +249,7 @@ def render_html(
     session = _tests_summary(tests, test_counts)
     targets = sorted({v.target for v in views})
     if len(views) == 1:
-        title = f"File mapped weights, target {views[0].target}: run {views[0].run_id}"
+        title = f"File mapped weights, target {views[0].target}: {views[0].name}"
     elif views:
         title = f"File mapped weights: {len(views)} runs (target {', '.join(targets)})"
     else:
