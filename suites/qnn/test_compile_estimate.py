@@ -105,3 +105,19 @@ def test_a_qnn_run_says_it_before_the_compile_and_records_the_compile(run_harnes
     assert said < compiling and "rates measured on this machine (3 earlier compiles)" in lines[said]
     recorded = (cache / TIMINGS_FILE).read_text().splitlines()
     assert len(recorded) == 4 and json.loads(recorded[-1])["compile_cpu_s"] > 0  # this compile, measured
+
+
+def test_a_hostile_record_is_neither_followed_nor_trusted(tmp_path):
+    """The cache is untrusted: a link planted at the record's name is not written through, an
+    oversized or nested file is not read into the rates."""
+    cost = GraphCost(ops=10, macs=10, recurrent_macs=0, steps=0, activations=10)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep\n")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / TIMINGS_FILE).symlink_to(outside)
+    record_timings(cache, cost, {"compile_cpu_s": 1.0, "first_run_cpu_s": 1.0})
+    assert outside.read_text() == "keep\n" and load_rates(cache) == DEFAULT_RATES
+    (cache / TIMINGS_FILE).unlink()
+    (cache / TIMINGS_FILE).write_text("[" * 100_000 + "\n" + "x" * (2 << 20))
+    assert load_rates(cache) == DEFAULT_RATES

@@ -16,6 +16,7 @@ are CPU seconds; a busy machine stretches them by its load, and the notice says 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import statistics
@@ -130,11 +131,7 @@ def load_rates(cache_dir: Path) -> Rates:
     """This machine's rates: `DEFAULT_RATES` scaled by how this machine's own earlier compiles
     (`record_timings`) compared with what the defaults predicted for them (median ratio, at
     least 3 compiles), else the defaults."""
-    try:
-        lines = (cache_dir / TIMINGS_FILE).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return DEFAULT_RATES
-    records = [_parsed(line) for line in lines[-KEEP_TIMINGS:]]
+    records = [_parsed(line) for line in _recorded(cache_dir)[-KEEP_TIMINGS:]]
     compile_ratios, run_ratios = [], []
     for r in records:
         cost = _cost_of(r)
@@ -154,11 +151,38 @@ def load_rates(cache_dir: Path) -> Rates:
     )
 
 
+#: The record is a few KiB; anything larger is not ours and is not read.
+MAX_TIMINGS_BYTES = 1 << 20
+
+
+def _recorded(cache_dir: Path) -> list[str]:
+    """The record's lines; [] when it is absent, not a regular file (a link is not followed:
+    the cache is untrusted), or larger than `MAX_TIMINGS_BYTES`."""
+    import os
+    import stat
+
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(cache_dir / TIMINGS_FILE, flags)
+    except OSError:
+        return []
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_TIMINGS_BYTES:
+            return []
+        data = os.read(fd, MAX_TIMINGS_BYTES)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", errors="replace").splitlines()
+
+
 def _parsed(line: str) -> Any:
     """One recorded line, None when it is damaged (a cut write, another program's text)."""
     try:
         return json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 
@@ -172,14 +196,23 @@ def _cost_of(record: Any) -> GraphCost | None:
 
 def record_timings(cache_dir: Path, cost: GraphCost, result: dict) -> None:
     """Append one compile's measured CPU times to the machine's record (never fails the run)."""
+    import os
+    import tempfile
+
     entry = {**asdict(cost), **{k: result[k] for k in ("compile_cpu_s", "first_run_cpu_s") if k in result}}
     path = cache_dir / TIMINGS_FILE
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        return  # not ours to write through
+    lines = [*_recorded(cache_dir)[-(KEEP_TIMINGS - 1) :], json.dumps(entry)]
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()[-(KEEP_TIMINGS - 1) :] if path.is_file() else []
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join([*lines, json.dumps(entry)]) + "\n", encoding="utf-8")
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{TIMINGS_FILE}.", dir=cache_dir)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        os.replace(tmp, path)  # replaces the name, never writes through it
     except OSError:
-        pass  # a record the next estimate lacks, nothing more
+        with contextlib.suppress(OSError, UnboundLocalError):
+            os.unlink(tmp)
 
 
 @dataclass
