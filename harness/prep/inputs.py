@@ -24,6 +24,8 @@ from typing import Any
 
 from harness.core.errors import InputError
 
+from .shapehints import fixed_shape_copy as fixed_shape_copy  # re-exported: callers import it from here
+from .shapehints import suggestions
 from .tensors import STRING, element_type, numpy_dtype
 
 SEED = 1234
@@ -202,8 +204,6 @@ def shape_hint(dynamic: list[tuple[InputInfo, list[int | str] | None]], model: A
     """One message naming every dynamic input with a ready ``--shape`` for each: values that
     can work where the graph tells (`shapehints`: batch 1, spatial sizes its convolutions
     take), the others called placeholders."""
-    from .shapehints import suggestions
-
     found = suggestions(model, dynamic)
     parts, fixes, named = [], [], {}
     for info, dims in dynamic:
@@ -320,20 +320,3 @@ def generate_feeds(
         else:
             feeds[info.name] = rng.integers(0, 2, size=shape).astype(dtype)
     return feeds
-
-
-def fixed_shape_copy(model: Any, shapes: dict[str, list[int]]) -> Any:
-    """A copy of ``model`` whose graph inputs declare ``shapes`` (for a compiler that needs
-    static shapes). The weights stay where they are (external data keeps its locations)."""
-    from onnx import ModelProto
-
-    fixed = ModelProto()
-    fixed.CopyFrom(model)
-    for vi in fixed.graph.input:
-        if vi.name not in shapes:
-            continue
-        shape = vi.type.tensor_type.shape
-        shape.ClearField("dim")
-        for v in shapes[vi.name]:
-            shape.dim.add().dim_value = v
-    return fixed

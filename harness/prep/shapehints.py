@@ -120,8 +120,6 @@ def spatial_size(model: Any, dynamic: list) -> int | None:
 def _checks(model: Any, dynamic: list, value: int) -> bool:
     from onnx.shape_inference import infer_shapes
 
-    from .inputs import fixed_shape_copy
-
     shapes = {info.name: [_fill(d, axis, value) for axis, d in enumerate(dims)] for info, dims in dynamic if dims}
     try:
         infer_shapes(fixed_shape_copy(model, shapes), check_type=True, strict_mode=True, data_prop=True)
@@ -151,3 +149,20 @@ def suggestions(model: Any | None, dynamic: list) -> dict[tuple[str, int], Sugge
             else:
                 out[(info.name, axis)] = Suggestion(1, "placeholder")
     return out
+
+
+def fixed_shape_copy(model: Any, shapes: dict[str, list[int]]) -> Any:
+    """A copy of ``model`` whose graph inputs declare ``shapes`` (for a compiler that needs
+    static shapes). The weights stay where they are (external data keeps its locations)."""
+    from onnx import ModelProto
+
+    fixed = ModelProto()
+    fixed.CopyFrom(model)
+    for vi in fixed.graph.input:
+        if vi.name not in shapes:
+            continue
+        shape = vi.type.tensor_type.shape
+        shape.ClearField("dim")
+        for v in shapes[vi.name]:
+            shape.dim.add().dim_value = v
+    return fixed
