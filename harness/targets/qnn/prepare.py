@@ -311,8 +311,7 @@ def _plan_of(compiler: _Compiler) -> CompilePlan | None:
         return None
     opts = compiler.opts
     groups = [n for n in opts.processes for _ in opts.modes for _ in range(opts.repeat)]
-    quantized = opts.target_options.get("quantize", "none") != "none"
-    return CompilePlan(compiler.cache_dir, groups, compiler.say, quantized)
+    return CompilePlan(compiler.cache_dir, groups, compiler.say)
 
 
 def _user_models(opts: Any, compiler: _Compiler, quantize: QuantizeSpec) -> list[QnnModel]:
