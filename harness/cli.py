@@ -17,9 +17,9 @@ import argparse
 import sys
 from typing import Any
 
-from harness.cli_parser import PROG, build_parser
+from harness.cli_parser import PROG, build_parser, commands_overview
 from harness.core.argtypes import attach_dash_values
-from harness.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, InputError
+from harness.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError
 from harness.core.limits import check_bounds, check_text_arguments, refuse_repeated
 from harness.publish import check_history_path, report_run
 
@@ -200,7 +200,10 @@ def cmd_doctor(ns: argparse.Namespace) -> int:
         check_creatable(ns.json, "--json", folder=False)
         replaceable_path(ns.json, "--json")
         check_writable(ns.json, "--json", folder=False)
-    report = get_target(ns.target).probe(ns.timeout)
+    target = get_target(ns.target)
+    what = f": {target.probe_summary}" if getattr(target, "probe_summary", "") else ""
+    print(f"doctor: probing --target {ns.target} in a child process{what} (at most {ns.timeout:g} s)", file=sys.stderr)
+    report = target.probe(ns.timeout)
     for line in report.lines():
         print(line)
     if ns.json is not None:
@@ -216,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
             from reports.cli import report_main
 
             return report_main(argv[1:], prog=f"{PROG} report")
+        if not argv:  # no command: show the commands, not argparse's "arguments are required"
+            print(commands_overview(), file=sys.stderr)
+            return EXIT_USAGE
         ns = build_parser().parse_args(attach_dash_values(argv))
         check_bounds(ns)
         if ns.command == "bench":

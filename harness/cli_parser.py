@@ -287,3 +287,14 @@ def target_options(ns: argparse.Namespace) -> dict[str, Any]:
                 refuse_repeated(value, option.flag)
             chosen[option.name] = dict(value) if option.repeat else value
     return chosen
+
+
+def commands_overview() -> str:
+    """What ``python -m harness`` alone prints: the commands, one line each, and where to go on."""
+    sub = next(a for a in build_parser()._subparsers._group_actions if isinstance(a, argparse._SubParsersAction))
+    helps = {c.dest: c.help for c in sub._choices_actions}
+    width = max(map(len, helps))
+    lines = [f"usage: {PROG} COMMAND [options]   ({PROG} COMMAND --help for each command's options)", "commands:"]
+    lines += [f"  {name.ljust(width)}  {text}" for name, text in helps.items()]
+    lines.append(f"start with: {PROG} run   (the default: cpu target, a generated 256 MiB model, 4 processes)")
+    return "\n".join(lines)

@@ -149,24 +149,23 @@ def _count(value: int | None) -> str:
 
 
 def startup_lines(run: Any) -> list[str]:
-    """After the memory table: the latency table at the headline's N x M (`--runs`) and how
-    many sessions fit this machine at the start-up peak (`harness.core.fits`)."""
+    """After the memory table: how many sessions fit this machine at the start-up peak
+    (`harness.core.fits`; a capacity run's measured figure beside it), then the latency table
+    at the headline's N x M (`--runs`)."""
     from harness.core.capacity import measured_for
     from harness.core.fits import fits, fits_sentence
     from harness.core.latency import latency_lines
     from harness.core.summary import headline_pairs
 
     own = [s for s in run.summary if s.target == run.target]
-    lines = latency_lines(timing_pairs(own), fmt_seconds)
     complete = [p for p in headline_pairs(memory_view(own)) if complete_pair(*p)]
     found = fits(*complete[0]) if complete else {}
     sentence = fits_sentence(found) if complete else None
-    if sentence:
-        lines.append(f"fits (start-up peak, all workers at once): {sentence}")
+    lines = [f"fits (start-up peak, all workers at once): {sentence}"] if sentence else []
     measured = measured_for(run, found)
     if measured is not None:
         lines.append(f"fits, {measured[0]}")
-    return lines
+    return lines + latency_lines(timing_pairs(own), fmt_seconds)
 
 
 def note_lines(judgement: Any) -> list[str]:
@@ -176,7 +175,8 @@ def note_lines(judgement: Any) -> list[str]:
     for note in judgement.notes:
         if note.title.startswith("Why RSS"):
             continue  # always true, explained in the report
-        lines.append(f"note: {note.title}: {note.text}" if note.kind in ("error", "warn") else f"note: {note.title}")
+        full = note.kind in ("error", "warn") or note.terminal
+        lines.append(f"note: {note.title}: {note.text}" if full else f"note: {note.title}")
         if note.kind in ("error", "warn"):  # a warning's text may end "for these reasons:"
             lines += [f"    {detail}" for detail in note.details[:3]]
     return lines
@@ -185,18 +185,23 @@ def note_lines(judgement: Any) -> list[str]:
 def spread_lines(judgement: Any) -> list[str]:
     """One line per timing ratio at the headline's N: its median and spread over repeats (the
     table above shows each repeat; a timing figure is never given as a bare median)."""
+    from harness.core.headline import contention
     from harness.core.timing import spread_text, timing_spread
 
+    run = judgement.run
+    busy = (
+        "; indicative: timed on a contended machine" if contention(run.summary, run.target)["contended_groups"] else ""
+    )
     return [
-        f"{name} {fmt_ratio(judgement.values.get(name))} (median): {spread_text(entry)}"
-        for name, entry in timing_spread(judgement.run.summary).items()
+        f"{name} {fmt_ratio(judgement.values.get(name))} (median): {spread_text(entry)}{busy}"
+        for name, entry in timing_spread(run.summary).items()
     ]
 
 
 def print_judgement(console: Any, judgement: Any, *, outcomes: bool = False) -> None:
     """The run's summary table, outcomes, notes, gates and verdict."""
     console.print(summary_table(judgement.run.summary))
-    for line in [*spread_lines(judgement), *startup_lines(judgement.run)]:
+    for line in [*startup_lines(judgement.run), *spread_lines(judgement)]:  # memory first, then timings
         console.print(line)
     table = outcome_table(judgement.run.results) if outcomes else None
     if table is not None:

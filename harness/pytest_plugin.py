@@ -220,7 +220,7 @@ def start_recorder(config: pytest.Config, token: str | None) -> SessionRecorder 
 
 def gates_notice(config: pytest.Config) -> str | None:
     """One line naming the target's default gates that cannot apply to the session's generated
-    model (a size or process count below their condition), so "passed or skipped" in a run's
+    model (a size or process count below their condition), so a "skipped" count in a run's
     verdict never hides that a gate was not exercised; None when every gate can apply."""
     from harness.contract.options import RunOptions, flag_of
     from harness.core.gates import parse_gates

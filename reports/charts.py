@@ -212,7 +212,7 @@ def init_distribution(results: Sequence[ResultRow]) -> Chart:
         + [("failed worker", FAIL_COLOR, None, "cross")],
     )
     caption = (
-        f"{unit}. Mapped init does not read the weights, so it should sit well below "
+        f"Times in {unit}. Mapped init does not read the weights, so it should sit well below "
         "heap once the weights are large; a wide spread means contention between workers."
     )
     return Chart(title, canvas.render(), caption)

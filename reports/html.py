@@ -149,7 +149,7 @@ def _comparison(views: Sequence[RunView]) -> dict[str, Any]:
 
 
 def _baseline(comparison: Any) -> dict[str, Any]:
-    from harness.core.compare_text import comparison_rows, rule_text
+    from harness.core.compare_text import comparison_rows, likely_cause, rule_text
 
     labels = version_labels(comparison.baseline.env, comparison.current.env)
     return {
@@ -163,6 +163,7 @@ def _baseline(comparison: Any) -> dict[str, Any]:
             for k, b, c in comparison.versions
         ],
         "warnings": list(comparison.warnings),
+        "cause": likely_cause(comparison),
     }
 
 
@@ -234,7 +235,7 @@ def render_html(
     session = _tests_summary(tests, test_counts)
     targets = sorted({v.target for v in views})
     if len(views) == 1:
-        title = f"File mapped weights, target {views[0].target}: run {views[0].run_id}"
+        title = f"File mapped weights, target {views[0].target}: {views[0].name}"
     elif views:
         title = f"File mapped weights: {len(views)} runs (target {', '.join(targets)})"
     else:

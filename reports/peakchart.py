@@ -59,7 +59,7 @@ def peak_vs_steady(results: Sequence[ResultRow]) -> Chart:
     top = max((v or 0) for f in figures.values() for v in f.values())
     div, unit = byte_unit(top)
     ticks = nice_ticks(0, top / div)
-    width, height, left, top_px, bottom = 720, 320, 80, 30, 250
+    width, height, left, top_px, bottom = 980, 330, 80, 30, 262  # the other charts' width: same font scale
     group_w = (width - left - 20) / max(len(modes), 1)
     bar_w = min(group_w * 0.8 / len(BARS), 60)
     canvas = Canvas(width, height, title, "Bars per mode: start-up peak private, steady private, peak RSS.")
@@ -81,7 +81,7 @@ def peak_vs_steady(results: Sequence[ResultRow]) -> Chart:
                 tip=f"{mode} {label}: {value / div:.1f} {unit}",
             )
         mid = left + group_w * (i + 0.5)
-        canvas.text(mid, bottom + 20, mode, anchor="middle", size=13, weight="bold", color=mode_style(mode)["color"])
+        canvas.text(mid, bottom + 18, mode, anchor="middle", size=12, weight="bold", color=mode_style(mode)["color"])
     legend(canvas, left, height - 12, [(label, color, None, "square") for _, label, color in BARS])
     phases = sorted({r.peak_phase for r in rows if r.peak_phase})
     rates = [r.peak_sample_hz for r in rows if r.peak_sample_hz]

@@ -22,6 +22,8 @@ MODE_STYLE = {
 METRIC_COLOR = {"uss": "#0072B2", "pss": "#009E73", "rss": "#E69F00", "init": "#CC79A7", "private": "#56B4E9"}
 FAIL_COLOR = "#C0392B"
 GRID = "#d9d9d9"
+#: Width a legend label's character is given (12 px system sans-serif averages ~6.5 px).
+CHAR_WIDTH = 7.0
 INK = "#222222"
 MIB = 1024**2
 GIB = 1024**3
@@ -192,12 +194,23 @@ def y_axis(
 
 def legend(
     canvas: Canvas, x: float, y: float, entries: Sequence[tuple[str, str, str, str]], *, gap: float = 26
-) -> None:
-    """A one-row legend of (label, color, dash, marker) entries starting at (x, y)."""
+) -> float:
+    """A legend of (label, color, dash, marker) entries from (x, y), in a ``<g class="legend">``,
+    wrapped onto another row (below) where the next entry would pass the canvas's right edge
+    (labels are measured at `CHAR_WIDTH`, a generous width for the 12 px sans-serif text).
+    Returns the y of its last row."""
+    left, right = x, canvas.width - 8
+    canvas.add('<g class="legend">')
     for label, color, dash, marker in entries:
+        width = 32 + CHAR_WIDTH * len(label)
+        if x > left and x + width > right:
+            x, y = left, y + 20
         if dash is not None:
             canvas.line(x, y, x + 26, y, color=color, width=2, dash=dash)
         if marker:
             canvas.marker(x + 13, y, marker, color)
         canvas.text(x + 32, y + 4, label, size=12)
-        x += 32 + 7.0 * len(label) + gap
+        x += width + gap
+    canvas.add("</g>")
+    canvas.height = max(canvas.height, int(y + 12))  # a wrapped row stays inside the chart
+    return y

@@ -15,7 +15,7 @@ from harness.core.headline import headline_sentence, per_n, target_version_label
 from harness.core.notes import Note
 from harness.core.rundata import RunData
 from harness.core.schema import ResultRow, SummaryRow, column_docs
-from harness.core.summary import headline_pairs, largest_groups, median, row_ok, sessions_of
+from harness.core.summary import headline_pairs, largest_groups, median, row_ok, sessions_of, system_delta_reliable
 from harness.core.timing import spread_text, timing_spread
 from harness.core.units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
 from harness.core.verdict import Judgement
@@ -164,6 +164,11 @@ class RunView:
     def gates_passed(self) -> bool:
         return all(g.passed for g in self.gates)
 
+    @property
+    def name(self) -> str:
+        """ "run-2026-..." as it is, another folder name as "run NAME" (never "run run-...")."""
+        return self.run_id if self.run_id.startswith("run-") else f"run {self.run_id}"
+
 
 def _table(rows: list[Any], row_type: type, failed: Any = None) -> Table:
     """Cells are dicts: ``text`` shown, ``full`` (the whole text, for the hover title when the
@@ -253,16 +258,19 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
         unit = "bytes" if "bytes" in column else "s"
         m_val = median([getattr(s, column) for s in mapped])
         h_val = median([getattr(s, column) for s in heap])
-        diff = h_val - m_val if m_val is not None and h_val is not None else None
+        diff = fmt_value(h_val - m_val if m_val is not None and h_val is not None else None, unit)
+        if column == "system_delta_bytes" and m_val is not None and h_val is not None:
+            if not all(system_delta_reliable(s) for s in [*mapped, *heap]):
+                diff, hint = "noise", f"{hint}; within its idle noise here (see the note): no difference to read"
         out.append(
             {
                 "label": label,
                 "hint": hint,
                 Mode.MAPPED: fmt_value(m_val, unit),
                 Mode.HEAP: fmt_value(h_val, unit),
-                "diff": fmt_value(diff, unit),
-                "ratio": fmt_ratio(head.get(key) if key else None)
-                + (f" ({spread_text(spread[key])})" if key in spread else ""),
+                "diff": diff,
+                "ratio": fmt_ratio(head.get(key) if key else None),
+                "spread": spread_text(spread[key]) if key in spread else "",  # on a line of its own
                 "key": key,
             }
         )

@@ -6,17 +6,24 @@ share none, each at its own headline N x M, and no change is called (figures of 
 sizes differ by construction).
 
 Values: each figure is taken per repeat (summed memory of the group, median init of its
-workers, mapped/heap ratio of the repeat's pair); a run's value is the median over its repeats,
-as the headline is.
+workers, mapped/heap ratio of the repeat's pair) for the test; a run's value is defined as the
+headline defines it, so the same run never shows two figures: a median over repeats, a saving
+the difference of the two medians (heap - mapped), a ratio the ratio of the two medians
+(`summary.median_ratio`).
 
 The call (`harness.core.stats` says why this test): a change is called when Welch's t-test on
 the two runs' per-repeat values (times and ratios on the log scale, see `Change.scale`) gives
-p < 0.01 AND the change of the median is at least the figure's minimum effect (memory: 1 % of
+p < 0.01 AND the change of the value is at least the figure's minimum effect (memory: 1 % of
 the baseline and 1 MiB; time: 5 %; ``--min-effect``). With fewer than 3 repeats in either run
 no change is called. Words: "no significant change", "smaller"/"larger" (memory, ratios),
 "faster"/"slower" (times); never better/worse. A
 *regression* is a called change in the bad direction of a figure that judges the feature: the
 mapped mode's memory, the saving, init and latency (``--fail-on-regression``).
+
+Memory changes are called only on figures other processes cannot move (USS, the split against
+the control worker, start-up peaks; Windows: private bytes): PSS, which processes sharing ORT's
+pages move by up to 10 MiB between identical runs, stays in the table, not called. Those runs
+moved the called figures by at most 0.37 MiB, under the 1 MiB floor (docs/reports.md).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import InputError
 from .headline import fair_metric, versions
@@ -33,7 +41,7 @@ from .passes import memory_view
 from .rundata import RunData
 from .schema import SummaryRow
 from .stats import ALPHA, MIN_REPEATS, welch
-from .summary import median, paired, ratio
+from .summary import complete_pair, median, median_ratio, paired, ratio
 from .units import fmt_bytes, parse_size
 from .vocab import Mode
 
@@ -101,6 +109,10 @@ class Metric:
     kind: str = "memory"
     lower_is_better: bool = True
     regression: bool = False
+    #: A run's value from its pairs, as the headline defines it (None: the median of the values).
+    summary: Callable[[list[Pair]], float | None] | None = None
+    #: Why other processes move this figure, so no change is called on it ("": none can).
+    foreign: str = ""
 
 
 def _column(mode: str, column: str) -> Callable[[SummaryRow, SummaryRow], float | None]:
@@ -119,30 +131,70 @@ def _saving(column: str) -> Callable[[SummaryRow, SummaryRow], float | None]:
     return value
 
 
+def _median_saving(column: str) -> Callable[[list[Pair]], float | None]:
+    """The headline's saving: heap's median minus mapped's, over the pairs that have both."""
+
+    def value(pairs: list[Pair]) -> float | None:
+        usable = [(m, h) for m, h in pairs if getattr(m, column) is not None and getattr(h, column) is not None]
+        a, b = median(getattr(m, column) for m, _ in usable), median(getattr(h, column) for _, h in usable)
+        return None if a is None or b is None else b - a
+
+    return value
+
+
+#: Why no change is called on a PSS figure (the module docstring has the measurement).
+PSS_FOREIGN = "other processes sharing ORT's pages move PSS"
+
+
 def metrics_for(metric: str | None) -> list[Metric]:
-    """The compared figures; ``metric`` is the fair memory figure both runs have (pss/private)."""
+    """The compared figures; ``metric`` is the fair memory figure both runs have (pss/private).
+    PSS figures are shown, never called (`PSS_FOREIGN`); USS and the split against the control
+    worker are the memory figures changes are called on."""
     fair = metric or "private"
     label = "PSS" if fair == "pss" else "private bytes"
     column = f"sum_{fair}_bytes"
+    foreign = PSS_FOREIGN if fair == "pss" else ""
+    uss = "sum_uss_bytes"
     return [
-        Metric("mapped_fair", f"mapped summed {label}", "bytes", _column(Mode.MAPPED, column), regression=True),
-        Metric("heap_fair", f"heap summed {label}", "bytes", _column(Mode.HEAP, column)),
+        Metric("mapped_fair", f"mapped summed {label}", "bytes", _column(Mode.MAPPED, column), foreign=foreign),
+        Metric("heap_fair", f"heap summed {label}", "bytes", _column(Mode.HEAP, column), foreign=foreign),
         Metric(
             "saving",
             f"saving (heap - mapped {label})",
             "bytes",
             _saving(column),
             lower_is_better=False,
+            regression=not foreign,
+            summary=_median_saving(column),
+            foreign=foreign,
+        ),
+        Metric("mapped_uss", "mapped summed USS", "bytes", _column("mapped", uss), regression=True),
+        Metric("heap_uss", "heap summed USS", "bytes", _column("heap", uss)),
+        Metric(
+            "saving_uss",
+            "saving (heap - mapped USS)",
+            "bytes",
+            _saving(uss),
+            lower_is_better=False,
+            regression=True,
+            summary=_median_saving(uss),
+        ),
+        Metric(
+            "mapped_copies",
+            "mapped weight copies per worker",
+            "bytes",
+            _column("mapped", "copied_bytes_median"),
             regression=True,
         ),
-        Metric("mapped_uss", "mapped summed USS", "bytes", _column(Mode.MAPPED, "sum_uss_bytes"), regression=True),
+        Metric("heap_copies", "heap weight copies per worker", "bytes", _column(Mode.HEAP, "copied_bytes_median")),
+        Metric("runtime", "control worker (runtime)", "bytes", _column(Mode.MAPPED, "runtime_bytes")),
         Metric(
             "mapped_init", "mapped median init", "s", _column(Mode.MAPPED, "init_s_median"), "time", regression=True
         ),
         Metric("heap_init", "heap median init", "s", _column(Mode.HEAP, "init_s_median"), "time"),
-        Metric(f"mapped_{fair}_ratio", f"{label} ratio mapped/heap", "ratio", _ratio(column)),
-        Metric("mapped_uss_ratio", "USS ratio mapped/heap", "ratio", _ratio("sum_uss_bytes")),
-        Metric("init_ratio", "init ratio mapped/heap", "ratio", _ratio("init_s_median"), "time", regression=True),
+        ratio_metric(f"mapped_{fair}_ratio", f"{label} ratio mapped/heap", column, foreign=foreign),
+        ratio_metric("mapped_uss_ratio", "USS ratio mapped/heap", uss),
+        ratio_metric("init_ratio", "init ratio mapped/heap", "init_s_median", "time", regression=True),
         *startup_metrics(),
     ]
 
@@ -196,13 +248,16 @@ def startup_metrics() -> list[Metric]:
             ),
         ]
     return out + [
-        Metric("peak_private_ratio", "start-up peak ratio mapped/heap", "ratio", _ratio("max_peak_private_bytes")),
-        Metric(
-            "startup_ratio", "init + first inference ratio mapped/heap", "ratio", _ratio("startup_s_median"), "time"
-        ),
-        Metric("first_run_ratio", "first inference ratio mapped/heap", "ratio", _ratio("first_run_s_median"), "time"),
-        Metric("latency_p50_ratio", "latency p50 ratio mapped/heap", "ratio", _ratio("latency_p50_s_median"), "time"),
+        ratio_metric("peak_private_ratio", "start-up peak ratio mapped/heap", "max_peak_private_bytes"),
+        ratio_metric("startup_ratio", "init + first inference ratio mapped/heap", "startup_s_median", "time"),
+        ratio_metric("first_run_ratio", "first inference ratio mapped/heap", "first_run_s_median", "time"),
+        ratio_metric("latency_p50_ratio", "latency p50 ratio mapped/heap", "latency_p50_s_median", "time"),
     ]
+
+
+def ratio_metric(key: str, label: str, column: str, kind: str = "memory", **more: Any) -> Metric:
+    """A mapped/heap ratio: per repeat for the test, the ratio of the two medians as the value."""
+    return Metric(key, label, "ratio", _ratio(column), kind, summary=lambda pairs: median_ratio(pairs, column), **more)
 
 
 @dataclass
@@ -212,14 +267,17 @@ class Change:
     current: list[float]
     min_effect: MinEffect = field(default_factory=MinEffect)
     not_comparable: str = ""  # why no change may be called at all (different sizes)
+    #: (baseline, current) run values as the headline defines them (`Metric.summary`); None:
+    #: the medians of the per-repeat values.
+    values: tuple[float | None, float | None] | None = None
 
     @property
     def baseline_value(self) -> float | None:
-        return median(self.baseline)
+        return self.values[0] if self.values is not None else median(self.baseline)
 
     @property
     def current_value(self) -> float | None:
-        return median(self.current)
+        return self.values[1] if self.values is not None else median(self.current)
 
     @property
     def delta(self) -> float | None:
@@ -258,8 +316,11 @@ class Change:
 
     @property
     def changed(self) -> bool:
-        """Significant (p < `ALPHA`) and at least the minimum effect, with enough repeats."""
-        if self.delta is None or self.not_comparable or min(len(self.baseline), len(self.current)) < MIN_REPEATS:
+        """Significant (p < `ALPHA`) and at least the minimum effect, with enough repeats, on a
+        figure other processes cannot move."""
+        if self.delta is None or self.not_comparable or self.metric.foreign:
+            return False
+        if min(len(self.baseline), len(self.current)) < MIN_REPEATS:
             return False
         p, threshold = self.p_value, self.threshold
         return p is not None and p < ALPHA and threshold is not None and abs(self.delta) >= threshold
@@ -273,6 +334,8 @@ class Change:
             return f"not called: {self.not_comparable}"
         if min(len(self.baseline), len(self.current)) < MIN_REPEATS:
             return TOO_FEW
+        if self.metric.foreign:
+            return f"not called: {self.metric.foreign}"
         if not self.changed:
             return NO_CHANGE
         down, up = {"s": ("faster", "slower"), "count/s": ("slower", "faster")}.get(
@@ -304,10 +367,12 @@ class Comparison:
 
 
 def _own_pairs(run: RunData) -> dict[tuple[int, int], list[Pair]]:
+    """The run's complete (mapped, heap) pairs by size, as the headline takes them (`per_n`)."""
     by_size: dict[tuple[int, int], list[Pair]] = defaultdict(list)
     # the concurrent pass, as runs without a timing pass have it: a baseline compares like with like
     for mapped, heap in paired(s for s in memory_view(run.summary) if s.target == run.target):
-        by_size[(mapped.processes, mapped.sessions_per_process)].append((mapped, heap))
+        if complete_pair(mapped, heap):
+            by_size[(mapped.processes, mapped.sessions_per_process)].append((mapped, heap))
     return by_size
 
 
@@ -351,11 +416,18 @@ def compare(current: RunData, baseline: RunData, min_effect: MinEffect | None = 
             f"different models: current {_model_text(current)}, baseline {_model_text(baseline)}: "
             "a change comes from the model as much as from the code"
         )
+    mine_o, theirs_o = current.target_options, baseline.target_options
+    differ = sorted(k for k in mine_o.keys() | theirs_o.keys() if mine_o.get(k) != theirs_o.get(k))
+    if differ and current.target == baseline.target:
+        warnings.append(f"different {current.target} options ({', '.join(differ)}): a change comes from them first")
     rows = [s for pair in cur_pairs + base_pairs for s in pair]
     changes = []
-    optional = {m.key for m in startup_metrics()}  # figures older runs (or runs without --runs) lack
+    # figures older runs (or runs without --runs, or targets without a control worker) lack
+    optional = {m.key for m in startup_metrics()} | {"mapped_copies", "heap_copies", "runtime"}
     for metric in metrics_for(fair_metric(rows)):
         change = Change(metric, _values(metric, base_pairs), _values(metric, cur_pairs), min_effect, not_comparable)
+        if metric.summary is not None:
+            change.values = (metric.summary(base_pairs), metric.summary(cur_pairs))
         if metric.key not in optional or change.baseline or change.current:
             changes.append(change)
     cur_v, base_v = versions(current.env), versions(baseline.env)

@@ -5,10 +5,12 @@ the delta, the p-value, the threshold and the call), plus one line per regressio
 
 JSON format (``format_version`` 1; keys are only ever added within a version):
 ``{format_version, kind: "comparison", test, alpha, min_repeats, min_effect, comparisons: [
-{baseline, current, at, warnings, versions, regressions: [key], figures: [{key, label, unit,
+{baseline, current, at, warnings, versions, regressions: [key], likely_cause (the package
+versions that differ when a change is called, else null), figures: [{key, label, unit,
 kind, baseline: {value, repeats}, current: {value, repeats}, delta, percent, p_value, scale,
-threshold, call, changed, regression}]}]}`` (``scale``: "log" when the test ran on log
-values). Bytes and seconds are plain numbers; ``percent`` is a fraction (0.05 = +5 %);
+threshold, call, not_called_because, changed, regression}]}]}`` (``scale``: "log" when the
+test ran on log values; ``not_called_because``: why other processes move the figure, PSS's,
+else null). Bytes and seconds are plain numbers; ``percent`` is a fraction (0.05 = +5 %);
 ``p_value`` is null below 2 repeats a side.
 """
 
@@ -77,10 +79,26 @@ def comparison_rows(comparison: Comparison) -> list[dict[str, Any]]:
 def rule_text(min_effect: MinEffect) -> str:
     """How a change is called, in one sentence (terminal, report, --help)."""
     return (
-        f"a change is called when {TEST_NAME} gives p < {ALPHA:g} and the median moved by at least the "
+        f"a change is called when {TEST_NAME} gives p < {ALPHA:g} and the value moved by at least the "
         f"minimum effect (memory {min_effect.memory:.1%} and {fmt_bytes(min_effect.memory_bytes)}, time "
-        f"{min_effect.time:.1%}); below {MIN_REPEATS} repeats in either run none is called"
+        f"{min_effect.time:.1%}); below {MIN_REPEATS} repeats in either run none is called; memory changes are "
+        "called on USS, weight copies and start-up peaks, never on PSS (other processes move it)"
     )
+
+
+#: Version keys that name the machine, not a package: never the likely cause of a change.
+MACHINE_KEYS = frozenset(("hostname", "system", "arch", "cpu"))
+
+
+def likely_cause(comparison: Comparison) -> str:
+    """What most likely caused the changes called ("" when none is called): the package
+    versions (and the commit) that differ between the two runs, or that none does."""
+    if not any(c.changed for c in comparison.changes):
+        return ""
+    differing = [f"{k} {b} -> {c}" for k, b, c in comparison.versions if b != c and k not in MACHINE_KEYS]
+    if differing:
+        return "likely cause: " + "; ".join(differing)
+    return "likely cause: not a package (no version differs): the machine, or what it ran beside the runs"
 
 
 def comparison_lines(comparison: Comparison) -> list[str]:
@@ -115,7 +133,10 @@ def comparison_lines(comparison: Comparison) -> list[str]:
         *(line(r) for r in rows),
     ]
     differing = [(k, b, c) for k, b, c in comparison.versions if b != c]
-    if differing:
+    cause = likely_cause(comparison)
+    if cause:
+        out.append(cause)
+    elif differing:
         out.append("versions that differ: " + "; ".join(f"{k} {b} -> {c}" for k, b, c in differing))
     out += [f"warning: {w}" for w in comparison.warnings]
     out.append(f"rule: {rule_text(comparison.min_effect)}")
@@ -125,6 +146,7 @@ def comparison_lines(comparison: Comparison) -> list[str]:
 def regression_lines(comparison: Comparison) -> list[str]:
     """One line per regressed figure: what, both values, the delta, p and the threshold."""
     out = []
+    cause = likely_cause(comparison)
     for c in comparison.regressions:
         unit = c.metric.unit
         out.append(
@@ -132,6 +154,7 @@ def regression_lines(comparison: Comparison) -> list[str]:
             f"{fmt_value(c.baseline_value, unit)} -> {fmt_value(c.current_value, unit)} "
             f"({fmt_value(c.delta, unit, signed=True)}, {fmt_percent(c.percent, signed=True)}), "
             f"p{'' if fmt_p(c.p_value).startswith('<') else '='}{fmt_p(c.p_value)}, minimum effect {_threshold_text(c)}"
+            f"; {cause}"
         )
     return out
 
@@ -151,6 +174,7 @@ def _figure(change: Change) -> dict[str, Any]:
         "scale": change.scale,
         "threshold": change.threshold,
         "call": change.call,
+        "not_called_because": m.foreign or None,
         "changed": change.changed,
         "regression": change.regressed,
     }
@@ -174,6 +198,7 @@ def comparison_document(comparisons: Sequence[Comparison]) -> dict[str, Any]:
                 "warnings": list(c.warnings),
                 "versions": [{"name": k, "baseline": b, "current": v} for k, b, v in c.versions],
                 "regressions": [x.metric.key for x in c.regressions],
+                "likely_cause": likely_cause(c) or None,
                 "figures": [_figure(x) for x in c.changes],
             }
             for c in comparisons

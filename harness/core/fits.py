@@ -8,7 +8,7 @@ the barrier samples. So the group figures here are the workers' start-up peaks
 while they started (minimum available memory, maximum commit charge), and the "fits" figure
 divides the machine's headroom by the peak of one worker:
 
-    "with heap, 3 sessions of this model exceed this machine's commit limit; mapped, 11 fit"
+    "with heap, 2 sessions of this model fit this machine's commit limit; mapped, 11 fit"
 
 with its assumptions stated next to it (`ASSUMPTIONS`). `peak_projection` scales the peaks to
 another model for ``--project-to``.
@@ -134,14 +134,15 @@ def fits(mapped: Any, heap: Any) -> dict[str, Fit]:
 
 
 def fits_sentence(found: dict[str, Fit]) -> str | None:
-    """ "with heap, 3 sessions of this model exceed this machine's commit limit; mapped, 11 fit"."""
+    """ "with heap, 2 sessions of this model fit this machine's commit limit; mapped, 11 fit": what
+    fits, for both modes (one figure, one meaning: before, heap said what exceeds)."""
     if not set(Mode) <= found.keys():
         return None
     heap, mapped = found[Mode.HEAP], found[Mode.MAPPED]
     return (
-        f"with heap, {heap.sessions + heap.sessions_per_worker} sessions of this model exceed this machine's "
-        f"{heap.bound} ({fmt_bytes(heap.headroom_bytes)} free at start, {fmt_bytes(heap.per_worker_bytes)} peak "
-        f"per worker); mapped, {mapped.sessions} fit ({fmt_bytes(mapped.per_worker_bytes)} peak per worker)"
+        f"with heap, {heap.sessions} sessions of this model fit this machine's {heap.bound} "
+        f"({fmt_bytes(heap.headroom_bytes)} free at start, {fmt_bytes(heap.per_worker_bytes)} peak per worker); "
+        f"mapped, {mapped.sessions} fit ({fmt_bytes(mapped.per_worker_bytes)} peak per worker)"
     )
 
 

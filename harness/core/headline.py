@@ -38,7 +38,7 @@ Format (``format_version`` 1; keys are only ever added within a version):
   ``heap``) ``mean``, ``stdev``, ``min``, ``p50``, ``p90``, ``p95``, ``p99``, ``max`` (s),
   ``inferences_per_s``, ``init_s``, ``first_run_s``, ``init_plus_first_run_s`` and
   ``first_run_penalty_s`` (first inference minus the steady p50); null without a pair;
-- ``fits``: ``sentence`` ("with heap, 3 sessions of this model exceed this machine's commit
+- ``fits``: ``sentence`` ("with heap, 2 sessions of this model fit this machine's commit
   limit; mapped, 11 fit"), ``modes`` ({mode: ``bound``, ``headroom_bytes``,
   ``peak_per_worker_bytes``, ``sessions_fit``}) and ``assumptions``; null without a pair;
 - ``gates``: [{``expr``, ``status`` (pass | fail | skip | inconclusive), ``value``, ``interval``
@@ -245,8 +245,10 @@ def headline_sentence(judgement: Any) -> str:
             f"{where}, {memory} and {times}, but file mapping was NOT exercised ({feature.state}), so this is "
             f"no measurement of its saving.{busy} {verdict}."
         )
-    memory = _saving_text(top, run.weights_bytes, label, column)
+    memory = _saving_text(top, run.weights_bytes, label, column, run.gathered_weights_bytes)
     init = started + _init_text(timed, times, timing_spread(run.summary).get("init_ratio"))
+    if contention_text(judgement):  # memory leads; a factor timed on a contended machine is only indicative
+        init = f"indicatively (timed on a contended machine), {init}"
     return f"{where}, {memory}, and {init}.{busy} {tail}"
 
 
@@ -264,16 +266,25 @@ def timing_entry(summary: Sequence[SummaryRow], target: str, top: dict[str, Any]
     return entry, f"started {LABELS[SEQUENTIAL]} (the timing pass), "
 
 
-def beyond_sharing(top: dict[str, Any], weights: int) -> str:
+def beyond_sharing(top: dict[str, Any], weights: int, gathered: int | None = None) -> str:
     """Why a saving exceeds what sharing explains, from the memory split: the heap path copies
-    every byte, a mapped worker has only the pages its inferences touched."""
+    every byte, a mapped worker has only the pages its inferences touched; when the untouched
+    part can be embedding tables (``gathered``: bytes read through Gather), that the inputs
+    index few of their rows."""
     resident = top[Mode.MAPPED].get("mapped_resident_bytes_median")
     if resident is None or not weights:
         return "the rest is other memory the two modes use differently"
-    return (
+    text = (
         f"the mapped workers touched only {fmt_percent(min(resident / weights, 1))} of the weights "
         f"({fmt_bytes(resident)} of {fmt_bytes(weights)} resident each), while every heap session copies all of them"
     )
+    if gathered and gathered >= 0.5 * (weights - resident):
+        text += (
+            f": {fmt_bytes(gathered)} of the weights are embedding tables (read by Gather) and the inputs index "
+            "few of their rows, so the other rows' pages are never read; inputs that index more rows shrink "
+            "this part of the saving"
+        )
+    return text
 
 
 def still_copied(top: dict[str, Any], weights: int | None) -> str:
@@ -284,7 +295,9 @@ def still_copied(top: dict[str, Any], weights: int | None) -> str:
     return f"; yet each mapped worker still copied {fmt_bytes(copied)} of weights (copied_bytes)"
 
 
-def _saving_text(top: dict[str, Any], weights_bytes: int | None, label: str, column: str) -> str:
+def _saving_text(
+    top: dict[str, Any], weights_bytes: int | None, label: str, column: str, gathered: int | None = None
+) -> str:
     """The memory clause of `headline_sentence` when mapping was exercised: the saving, and
     when it exceeds what sharing the weights can explain, that it does."""
     saving = top["saving"]
@@ -296,11 +309,14 @@ def _saving_text(top: dict[str, Any], weights_bytes: int | None, label: str, col
         f"{label} than heap ({fmt_bytes(top[Mode.MAPPED][column])} vs {fmt_bytes(top[Mode.HEAP][column])}, "
         f"{fmt_percent(abs(saving['fraction'] or 0))} {'saved' if less else 'extra'})"
     )
-    explained = (top["sessions"] - 1) * (weights_bytes or 0)
+    # PSS counts the one shared copy once: sharing saves N - 1 copies. Private bytes (Windows)
+    # count a mapped view of a file in no process: sharing saves all N.
+    copies = top["sessions"] - (1 if saving["metric"] == "pss" else 0)
+    explained = copies * (weights_bytes or 0)
     if less and weights_bytes and saving["bytes"] > 1.1 * explained + SAVING_SLACK_BYTES:
         memory += (
-            f" - more than sharing the weights can explain ({top['sessions'] - 1} x {fmt_bytes(weights_bytes)} = "
-            f"{fmt_bytes(explained)}): {beyond_sharing(top, weights_bytes)}"
+            f" - more than sharing the weights can explain ({copies} x {fmt_bytes(weights_bytes)} = "
+            f"{fmt_bytes(explained)}): {beyond_sharing(top, weights_bytes, gathered)}"
         )
     return memory + still_copied(top, weights_bytes)
 

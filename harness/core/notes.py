@@ -30,6 +30,31 @@ class Note:
     title: str
     text: str
     details: list[str] = field(default_factory=list)
+    #: Printed in full on the terminal too (errors and warnings always are; other notes by title).
+    terminal: bool = False
+
+
+#: Facts a target records about the models that change how to read the run, each its own note,
+#: in full on the terminal too: (title, a phrase the target's note holds).
+MODEL_FACTS = (
+    ("Outputs checked by shape only (non-deterministic)", "differ between two runs of"),
+    ("Weights larger after ORT's optimizer", "ORT's optimizer made the weights larger"),
+)
+
+
+def _target_notes(run: RunData) -> list[Note]:
+    """The target's notes: each model fact (`MODEL_FACTS`) a note of its own, the rest in one
+    "How the target measures" note."""
+    notes, rest = [], []
+    for text in map(str, run.target_notes):
+        title = next((t for t, phrase in MODEL_FACTS if phrase in text), None)
+        if title is None:
+            rest.append(text)
+        else:
+            notes.append(Note("info", title, text, terminal=True))
+    if rest:
+        notes.append(Note("info", f"How the {run.target} target measures", rest[0], rest[1:]))
+    return notes
 
 
 def _counted(messages: Iterable[str]) -> list[str]:
@@ -318,8 +343,6 @@ def run_notes(run: RunData) -> list[Note]:
             "the columns it lacks are empty, figures it did not measure:"
         )
         notes.append(Note("info", "Older run folder", text, list(run.migrated)))
-    if run.target_notes:  # one note, however many facts the target recorded
-        first, *more = run.target_notes
-        notes.append(Note("info", f"How the {run.target} target measures", str(first), [str(t) for t in more]))
+    notes += _target_notes(run)
     order = {"error": 0, "warn": 1, "info": 2}
     return sorted(notes, key=lambda n: order.get(n.kind, 3))

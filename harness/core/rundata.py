@@ -51,6 +51,7 @@ RUN_TYPES: dict[str, type | tuple[type, ...]] = {
     "sessions_per_process": int,
     "weights_bytes": int,
     "weights_file_bytes": int,
+    "gathered_weights_bytes": int,
     "duration_s": (int, float),
 }
 #: Summary columns recomputed from results.csv; a summary.csv that says otherwise is refused.
@@ -127,6 +128,12 @@ class RunData:
         """Bytes of the weights files the heap path copies (tensors plus alignment padding);
         None for a run recorded before this was (its sentence then states tensor bytes only)."""
         value = self.run.get("weights_file_bytes")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def gathered_weights_bytes(self) -> int | None:
+        """Bytes of the weights read as indexed tables (embeddings), None when not recorded."""
+        value = self.run.get("gathered_weights_bytes")
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     @property

@@ -114,15 +114,18 @@ def not_judged_text(judgement: Judgement) -> str:
 
 
 def gates_summary_line(judgements: Iterable[Judgement]) -> str:
-    """ "gates: 4 of 5 passed or skipped, 1 failed" over one or several runs."""
+    """ "gates: 5 in all: 2 passed, 3 skipped (not checked), 0 failed" over one or several runs: a skipped gate
+    checked nothing, so it is never counted with the passed ones."""
     results = [g for j in judgements for g in j.gates]
     failed = sum(1 for g in results if g.failed)
     busy = sum(1 for g in results if g.status == GateStatus.CONTENDED)
     undecided = sum(1 for g in results if g.inconclusive) - busy
-    passed = len(results) - failed - undecided - busy
+    skipped = sum(1 for g in results if g.status == "skip")
+    passed = len(results) - failed - undecided - busy - skipped
     tail = f", {undecided} inconclusive (not passed)" if undecided else ""
     tail += f", {busy} contended (timed on a busy machine, not passed)" if busy else ""
-    return f"gates: {passed} of {len(results)} passed or skipped, {failed} failed{tail}" if results else "gates: none"
+    counts = f"{passed} passed, {skipped} skipped (not checked), {failed} failed{tail}"
+    return f"gates: {len(results)} in all: {counts}" if results else "gates: none"
 
 
 def feature_state(run: RunData) -> FeatureState:

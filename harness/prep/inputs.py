@@ -24,6 +24,8 @@ from typing import Any
 
 from harness.core.errors import InputError
 
+from .shapehints import fixed_shape_copy as fixed_shape_copy  # re-exported: callers import it from here
+from .shapehints import suggestions
 from .tensors import STRING, element_type, numpy_dtype
 
 SEED = 1234
@@ -170,9 +172,10 @@ def _check_shape(info: InputInfo, shape: list[int], flag: str) -> None:
 
 
 def resolve_shapes(
-    inputs: list[InputInfo], request: InputRequest, given: dict[str, Any], label: str
+    inputs: list[InputInfo], request: InputRequest, given: dict[str, Any], label: str, model: Any = None
 ) -> dict[str, list[int]]:
-    """The concrete shape of every input; one InputError naming every input still unresolved."""
+    """The concrete shape of every input; one InputError naming every input still unresolved
+    (with values that can work where ``model``'s graph tells, `shape_hint`)."""
     shapes: dict[str, list[int]] = {}
     dynamic: list[tuple[InputInfo, list[int | str] | None]] = []
     for info in inputs:
@@ -193,26 +196,49 @@ def resolve_shapes(
         else:
             dynamic.append((info, dims))
     if dynamic:
-        raise InputError(f"{label}: {shape_hint(dynamic)}")
+        raise InputError(f"{label}: {shape_hint(dynamic, model)}")
     return shapes
 
 
-def shape_hint(dynamic: list[tuple[InputInfo, list[int | str] | None]]) -> str:
-    """One message naming every dynamic input with a ready ``--shape`` for each."""
-    parts, fixes = [], []
-    named = sorted({d for _, dims in dynamic for d in (dims or []) if isinstance(d, str) and d != "?"})
+def shape_hint(dynamic: list[tuple[InputInfo, list[int | str] | None]], model: Any = None) -> str:
+    """One message naming every dynamic input with a ready ``--shape`` for each: values that
+    can work where the graph tells (`shapehints`: batch 1, spatial sizes its convolutions
+    take), the others called placeholders."""
+    found = suggestions(model, dynamic)
+    parts, fixes, named = [], [], {}
     for info, dims in dynamic:
         shown = "?..." if dims is None else ",".join(str(d) for d in dims)
         parts.append(f"{info.name}[{shown}]")
-        example = "1x3x224x224" if dims is None else "x".join(str(d) if isinstance(d, int) else "1" for d in dims)
+        values = [d if isinstance(d, int) else found[(info.name, a)].value for a, d in enumerate(dims or [])]
+        example = "1x3x224x224" if dims is None else "x".join(map(str, values))
         fixes.append(f"--shape {info.name}={example}")
+        for axis, d in enumerate(dims or []):
+            if isinstance(d, str) and d != "?":
+                named.setdefault(d, found[(info.name, axis)].value)
     text = (
         f"input shape(s) not static: {'; '.join(parts)}. Fix each with --shape (your model's real sizes), "
         f"e.g. {' '.join(fixes)}"
     )
     if named:
-        text += f", or name the dimensions once with --free-dim ({' '.join(f'--free-dim {n}=1' for n in named)})"
-    return text
+        free = " ".join(f"--free-dim {n}={v}" for n, v in named.items())
+        text += f", or name the dimensions once with --free-dim ({free})"
+    return text + _why(found.values(), any(dims is None for _, dims in dynamic))
+
+
+def _why(found: Any, shapeless: bool) -> str:
+    """What the example values are: which can work, which are placeholders."""
+    whys = {s.why: s.value for s in found}
+    said = []
+    if "fits" in whys:
+        said.append(
+            f"{whys['fits']}: the smallest size its convolutions' kernels and strides take, checked by ONNX's "
+            "shape inference"
+        )
+    if "placeholder" in whys or shapeless:
+        said.append(f"{'the other' if said else 'these'} values are placeholders: put your model's real sizes there")
+    if "batch" in whys:
+        said.append("batch 1")
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def _literal(text: str, info: InputInfo) -> Any:
@@ -294,20 +320,3 @@ def generate_feeds(
         else:
             feeds[info.name] = rng.integers(0, 2, size=shape).astype(dtype)
     return feeds
-
-
-def fixed_shape_copy(model: Any, shapes: dict[str, list[int]]) -> Any:
-    """A copy of ``model`` whose graph inputs declare ``shapes`` (for a compiler that needs
-    static shapes). The weights stay where they are (external data keeps its locations)."""
-    from onnx import ModelProto
-
-    fixed = ModelProto()
-    fixed.CopyFrom(model)
-    for vi in fixed.graph.input:
-        if vi.name not in shapes:
-            continue
-        shape = vi.type.tensor_type.shape
-        shape.ClearField("dim")
-        for v in shapes[vi.name]:
-            shape.dim.add().dim_value = v
-    return fixed

@@ -43,7 +43,7 @@ def resolve_feeds(model: Any, request: InputRequest, label: str) -> tuple[list, 
     inputs = model_inputs(model)
     refuse_unfeedable(inputs, label)
     given = given_feeds([i for i in inputs if i.name in request.values], request)
-    shapes = resolve_shapes(inputs, request, given, label)
+    shapes = resolve_shapes(inputs, request, given, label, model)
     return inputs, shapes, generate_feeds(inputs, shapes, given)
 
 
@@ -98,11 +98,7 @@ def _build_user_model(
     from harness.prep.optimize import OFFLINE_LEVEL, SESSION_LEVEL_AFTER, optimize_offline
 
     graph = load_onnx(path, external_data=False)
-    if not mappable_bytes(graph):
-        raise InputError(
-            f"{label}: nothing to map: no initializer and no Constant-node tensor (subgraphs "
-            f"included) holds {EXTERNAL_THRESHOLD} bytes or more"
-        )
+    source_bytes = _mappable_or_refuse(graph, label)
     inputs, shapes, feeds = resolve_feeds(graph, request, label)
     source = path
     lifted = lift_constants(graph, EXTERNAL_THRESHOLD)
@@ -115,6 +111,7 @@ def _build_user_model(
     optimized_path = optimize_offline(source, tmp, settings, min_external_bytes=EXTERNAL_THRESHOLD, label=label)
     optimized = onnx.load(str(optimized_path), load_external_data=False)
     renamed = unique_initializer_names(optimized)
+    gathered = gathered_initializers(optimized)
     tensors = externalise(optimized, tmp / "weights.bin", base_dir=tmp)
     onnx.save(optimized, str(tmp / "model.onnx"))
     output_types = {o.name: o.type.tensor_type.elem_type for o in optimized.graph.output}
@@ -132,7 +129,13 @@ def _build_user_model(
         sum(t.length for t in tensors),
         output_types=output_types,
         session_level=SESSION_LEVEL_AFTER,
-        extra={"lifted_constants": lifted, "renamed_initializers": renamed, "optimized_offline": OFFLINE_LEVEL},
+        extra={
+            "lifted_constants": lifted,
+            "renamed_initializers": renamed,
+            "optimized_offline": OFFLINE_LEVEL,
+            "source_weights_bytes": source_bytes,  # before ORT's optimizer (NCHWc reorders grow them)
+            "gathered_bytes": sum(t.length for t in tensors if t.name in gathered),  # embedding tables
+        },
     )
     if not tensors:
         raise InputError(
@@ -141,6 +144,17 @@ def _build_user_model(
         )
     write_reference(prepared, path, feeds, settings, level=OFFLINE_LEVEL, label=label)
     return prepared
+
+
+def _mappable_or_refuse(graph: Any, label: str) -> int:
+    """The bytes the model's weights take as the file holds them; InputError when none is mappable."""
+    found = mappable_bytes(graph)
+    if not found:
+        raise InputError(
+            f"{label}: nothing to map: no initializer and no Constant-node tensor (subgraphs "
+            f"included) holds {EXTERNAL_THRESHOLD} bytes or more"
+        )
+    return found
 
 
 def prepare_cpu_models(opts: Any, progress: Any = None, *, target: str = "cpu") -> list[PreparedModel]:
@@ -175,3 +189,24 @@ def prepare_cpu_models(opts: Any, progress: Any = None, *, target: str = "cpu") 
             )
         )
     return models
+
+
+#: Ops that read rows of their first input at the indices the second gives: a table read this way
+#: is touched only where the inputs point (an embedding).
+GATHER_OPS = ("Gather", "GatherElements", "GatherND", "EmbedLayerNormalization")
+
+
+def gathered_initializers(model: Any) -> set[str]:
+    """Initializers some node reads as an indexed table (`GATHER_OPS`' first input, or the word
+    and position embeddings of ORT's fused EmbedLayerNormalization): their pages are read only
+    where the inputs point, so a mapped worker keeps few of them resident."""
+    from harness.prep.graphs import all_graphs
+
+    names = {t.name for g in all_graphs(model.graph) for t in g.initializer}
+    found: set[str] = set()
+    for graph in all_graphs(model.graph):
+        for node in graph.node:
+            if node.op_type in GATHER_OPS:
+                tables = node.input[2:5] if node.op_type == "EmbedLayerNormalization" else node.input[:1]
+                found.update(n for n in tables if n in names)
+    return found

@@ -137,7 +137,7 @@ def _refuse_unresolved(paths: list[Path], graphs: list[Any], request: Any) -> No
         inputs = model_inputs(graph)
         try:
             given = given_feeds([i for i in inputs if i.name in part.values], part)
-            resolve_shapes(inputs, part, given, f"{path.name}")
+            resolve_shapes(inputs, part, given, f"{path.name}", graph)
         except InputError as err:
             problems.append(str(err))
     if problems:

@@ -31,6 +31,7 @@ def write_reference(
 
     so = cpu_session_options(settings, level=level or model.session_level)
     so.log_severity_level = 4  # the error is reported in one line below, not as ORT's log lines
+    session = None
     try:
         session = ort.InferenceSession(str(run_path), so, providers=["CPUExecutionProvider"])
         runs = [
@@ -44,12 +45,9 @@ def write_reference(
             for _ in range(2)
         ]
     except Exception as err:  # ORT raises its own exception types
-        hint = ""
-        if "cannot load" not in str(err):
-            hint = (
-                " (if an input needs real values, e.g. a sample rate or token ids, give them with "
-                "--input NAME=FILE.npy or --input NAME=VALUE)"
-            )
+        from .runhints import run_hint
+
+        hint = "" if "cannot load" in str(err) else f" ({run_hint(str(err), session, model, feeds, Path(run_path))})"
         raise InputError(
             f"{label or 'model ' + model.source}: ONNX Runtime cannot run it: {ort_reason(err)}{hint}"
         ) from None

@@ -127,6 +127,7 @@ def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, sta
             "models": [str(m.source) for m in own.models] if own else [str(m) for m in opts.models],
             "weights_bytes": own.weights_bytes if own else None,
             "weights_file_bytes": (own.file_bytes or None) if own else None,
+            "gathered_weights_bytes": (own.gathered_bytes or None) if own else None,
             "session": opts.session_settings().to_dict(),
             "runs": opts.runs,
             "warmup": opts.warmup,

@@ -66,6 +66,9 @@ class Prepared:
     #: Bytes of the files the heap path reads whole (weights files with their alignment padding;
     #: 0: not a prepared weights file, e.g. a QNN context binary, measured as it is).
     file_bytes: int = 0
+    #: Bytes of the weights read as indexed tables (embeddings, `prep.models.gathered_initializers`):
+    #: a mapped worker keeps only the rows its inputs index resident.
+    gathered_bytes: int = 0
 
     def __post_init__(self) -> None:
         if not self.models:

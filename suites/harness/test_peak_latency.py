@@ -150,7 +150,7 @@ def test_fits_divide_the_headroom_by_the_peak():
     assert found["heap"].bound == "commit limit" and found["heap"].sessions == 3_000 // 290
     assert found["mapped"].sessions == 3_000 // 30
     sentence = fits.fits_sentence(found)
-    assert sentence.startswith(f"with heap, {3_000 // 290 + 1} sessions of this model exceed this machine's commit")
+    assert sentence.startswith(f"with heap, {3_000 // 290} sessions of this model fit this machine's commit limit")
     assert f"mapped, {3_000 // 30} fit" in sentence
 
 

@@ -144,3 +144,25 @@ def test_a_target_without_a_probe_is_not_offered_by_doctor(demo, capsys):
 
     assert main(["doctor", "--target", "cpu"]) == 2
     assert "invalid choice: 'cpu'" in capsys.readouterr().err
+
+
+def test_doctor_says_what_it_does_before_the_probe(demo, capsys, monkeypatch):
+    """The qnn probe takes 7-12 s: a terminal that stays blank that long looks hung. What the user
+    has seen on stderr when the probe starts is the line saying what it does."""
+    from harness.cli import main
+    from harness.targets import get_target
+
+    heard: list[str] = []
+    original = DemoTarget.probe
+
+    def probe(self, timeout_s: float) -> ProbeReport:
+        heard.append(capsys.readouterr().err)
+        return original(self, timeout_s)
+
+    monkeypatch.setattr(DemoTarget, "probe_summary", "it lists onnxruntime's providers", raising=False)
+    monkeypatch.setattr(DemoTarget, "probe", probe)
+    assert main(["doctor", "--target", "demo", "--timeout", "30"]) == 0
+    assert heard == [
+        "doctor: probing --target demo in a child process: it lists onnxruntime's providers (at most 30 s)\n"
+    ]
+    assert "about 10 s" in get_target("qnn").probe_summary  # the real probe says it too

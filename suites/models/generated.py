@@ -402,3 +402,161 @@ def float8_model(path: Path) -> Path:
         inits,
     )
     return _save(graph, path)
+
+
+def fp16_cancelling_model(path: Path) -> Path:
+    """z = (x @ w + 3e4) - 3e4: exact in fp32 (ORT's CPU EP), all lost in fp16 (the HTP runs a
+    float graph in fp16: one step at 3e4 is 16), so the compiled model's output is wrong."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((16, 16)).astype(np.float32), "w")
+    big = numpy_helper.from_array(np.array([3e4], np.float32), "big")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["y"]),
+        helper.make_node("Add", ["y", "big"], ["s"]),
+        helper.make_node("Sub", ["s", "big"], ["z"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "cancel",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("z", T.FLOAT, [1, 16])],
+        [w, big],
+    )
+    return _save(graph, path, opset=17, ir_version=9)
+
+
+def dynamic_quantized_model(path: Path) -> Path:
+    """A MatMul model quantized by ORT's own ``quantize_dynamic``: DynamicQuantizeLinear and
+    MatMulInteger, as dynamically quantized transformers ship."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+    from onnxruntime.quantization import quantize_dynamic
+
+    w = numpy_helper.from_array(np.random.default_rng(3).standard_normal((64, 64)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "dyn",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [1, 64])],
+        [w],
+    )
+    source = _save(graph, path.with_name(path.stem + "-float.onnx"), opset=17, ir_version=9)
+    quantize_dynamic(str(source), str(path))
+    return path
+
+
+def nchwc_conv_model(path: Path, channels: int = 60) -> Path:
+    """Three 3x3 convs of ``channels`` (not a multiple of 8/16): ORT's NCHWc layout pads their
+    weights to its block size when it optimizes the graph, so the weights grow (260 KiB to 295)."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(60)
+    shapes = {"w1": (channels, 3, 3, 3), "w2": (channels, channels, 3, 3), "w3": (channels, channels, 3, 3)}
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.05).astype(np.float32), n) for n, s in shapes.items()]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a"], ["b"]),
+        helper.make_node("Conv", ["b", "w2"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["d"]),
+        helper.make_node("Conv", ["d", "w3"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "nchwc",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [1, channels, 32, 32])],
+        inits,
+    )
+    return _save(graph, path, opset=17, ir_version=9)
+
+
+def embedding_model(path: Path, rows: int = 32768, width: int = 256) -> Path:
+    """A 32 MiB fp32 embedding table read by Gather at 16 token ids, then a small MatMul: the
+    generated ids (0/1) touch two rows, so a mapped worker keeps a few pages of the table."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    table = numpy_helper.from_array(rng.standard_normal((rows, width)).astype(np.float32), "table")
+    w = numpy_helper.from_array(rng.standard_normal((width, 16)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["e"]), helper.make_node("MatMul", ["e", "w"], ["y"])],
+        "embedding",
+        [helper.make_tensor_value_info("ids", T.INT64, [1, 16])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [1, 16, 16])],
+        [table, w],
+    )
+    return _save(graph, path, opset=17, ir_version=9)
+
+
+def pnet_model(path: Path) -> Path:
+    """MTCNN P-Net's shape: fully convolutional with dynamic N, M1, M2 (a 3x3 conv, a 2x2 pool,
+    two more 3x3 convs, no padding): it takes 12 x 12 pixels at least."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(12)
+    shapes = {"w1": (10, 3, 3, 3), "w2": (16, 10, 3, 3), "w3": (32, 16, 3, 3)}
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.1).astype(np.float32), n) for n, s in shapes.items()]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"]),
+        helper.make_node("MaxPool", ["a"], ["b"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["b", "w2"], ["c"]),
+        helper.make_node("Conv", ["c", "w3"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "pnet",
+        [helper.make_tensor_value_info("x", T.FLOAT, ["N", 3, "M1", "M2"])],
+        [helper.make_tensor_value_info("y", T.FLOAT, ["N", 32, None, None])],
+        inits,
+    )
+    return _save(graph, path, opset=17, ir_version=9)
+
+
+def graph_batch_model(path: Path, nodes_count: int = 6, features: int = 256) -> Path:
+    """A graph network's readout: node features x[nodes, F] pooled into one graph embedding,
+    then handed back to every node by its graph index ``batch`` (Gather): the generated 0/1
+    indices overrun a batch of one graph; ``--input batch=0`` is what runs it."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(9).standard_normal((features, features)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("ReduceMean", ["h"], ["pooled"], axes=[0], keepdims=1),
+        helper.make_node("Gather", ["pooled", "batch"], ["per_node"], axis=0),
+        helper.make_node("Add", ["h", "per_node"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "readout",
+        [
+            helper.make_tensor_value_info("x", T.FLOAT, [nodes_count, features]),
+            helper.make_tensor_value_info("batch", T.INT64, [nodes_count]),
+        ],
+        [helper.make_tensor_value_info("y", T.FLOAT, [nodes_count, features])],
+        [w],
+    )
+    return _save(graph, path, opset=17, ir_version=9)
+
+
+def lstm_model(path: Path, steps: int = 8, width: int = 16, hidden: int = 32) -> Path:
+    """One LSTM over ``steps`` steps of a [steps, 1, width] sequence (static shapes)."""
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(8)
+    w = numpy_helper.from_array((rng.standard_normal((1, 4 * hidden, width)) * 0.1).astype(np.float32), "W")
+    r = numpy_helper.from_array((rng.standard_normal((1, 4 * hidden, hidden)) * 0.1).astype(np.float32), "R")
+    graph = helper.make_graph(
+        [helper.make_node("LSTM", ["x", "W", "R"], ["y"], hidden_size=hidden)],
+        "lstm",
+        [helper.make_tensor_value_info("x", T.FLOAT, [steps, 1, width])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [steps, 1, 1, hidden])],
+        [w, r],
+    )
+    return _save(graph, path, opset=17, ir_version=9)

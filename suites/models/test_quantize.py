@@ -141,3 +141,38 @@ def test_a_model_that_does_not_survive_uint8_is_refused_in_one_line(tmp_path):
     assert "\n" not in text
     assert text.startswith("--model cancel.onnx: --quantize qdq: the uint8 QDQ model already differs")
     assert "output y: cosine" in text and f"< {MIN_COSINE}" in text
+
+
+def test_a_random_output_of_the_float_model_is_checked_by_shape(tmp_path):
+    """RandomNormalLike noise (a TTS model's) differs between two runs of the float model
+    itself: its cosine against the QDQ model's says nothing about the quantization (before, it
+    refused the model with 'cosine -0.317 < 0.95'); its shape still counts."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import generated
+
+    src = generated.random_output_model(tmp_path / "random.onnx")
+    dst = quantize_qdq(src, tmp_path / "random_qdq.onnx", [_feeds(k) for k in range(4)], "--model random.onnx")
+    import onnxruntime as ort
+
+    feeds = _feeds(99)
+    y, noise = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds)
+    reference = {"y": y, "noise": noise}
+    with pytest.raises(InputError, match="output noise: cosine"):  # the negative control: compared, it fails
+        check_quantized(dst, feeds, reference, "--model random.onnx")
+    check_quantized(dst, feeds, reference, "--model random.onnx", nondeterministic=["noise"])
+    with pytest.raises(InputError, match="output noise has shape"):
+        check_quantized(dst, feeds, {**reference, "noise": noise[:, :8]}, "--model random.onnx", ["noise"])
+
+
+def test_ort_failing_on_the_qdq_model_is_one_line(tmp_path):
+    """ORT's CPU EP refusing the QDQ model's run (here: a feed of the wrong element type) is one
+    line naming the model, not a 55-line traceback out of session.run."""
+    src = _matmul_model(tmp_path / "m.onnx")
+    dst = quantize_qdq(src, tmp_path / "m_qdq.onnx", [_feeds(k) for k in range(4)], "--model m.onnx")
+    feeds = {"x": np.zeros((1, 16), np.float64)}
+    with pytest.raises(InputError) as err:
+        check_quantized(dst, feeds, {"y": np.zeros((1, 64), np.float32)}, "--model m.onnx")
+    text = str(err.value)
+    assert "\n" not in text and text.startswith("--model m.onnx: --quantize qdq: ORT's CPU EP cannot run"), text

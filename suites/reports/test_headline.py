@@ -104,13 +104,14 @@ def test_baseline_calls_a_real_change_and_not_noise(tmp_path):
     worse = _three_repeats(tmp_path, "worse", {0: 1.20, 1: 1.22, 2: 1.25}, {"onnxruntime": "1.33.0"})
     noisy = _three_repeats(tmp_path, "noisy", {0: 0.99, 1: 1.01, 2: 1.03})
     changes = {c.metric.key: c for c in compare(load_run(worse), load_run(base)).changes}
-    mapped = changes["mapped_fair"]
+    mapped = changes["mapped_uss"]
     assert mapped.delta > 0 and mapped.percent == pytest.approx(mapped.delta / mapped.baseline_value)
     assert mapped.p_value < 0.01 and mapped.call == "larger" and mapped.regressed
-    assert changes["saving"].call == "smaller" and changes["saving"].regressed  # a smaller saving regressed
-    assert changes["heap_fair"].call == "no significant change" and changes["heap_fair"].p_value == 1.0
+    assert changes["saving_uss"].call == "smaller" and changes["saving_uss"].regressed  # a smaller saving regressed
+    assert changes["heap_uss"].call == "no significant change" and changes["heap_uss"].p_value == 1.0
+    assert not changes["mapped_fair"].regressed  # PSS: shown, never called (other processes move it)
     within = {c.metric.key: c for c in compare(load_run(noisy), load_run(base)).changes}
-    assert within["mapped_fair"].call == "no significant change" and not within["mapped_fair"].regressed
+    assert within["mapped_uss"].call == "no significant change" and not within["mapped_uss"].regressed
     comparison = compare(load_run(worse), load_run(base))
     assert ("onnxruntime", "1.32.0", "1.33.0") in comparison.versions
 
@@ -129,11 +130,11 @@ def test_report_baseline_prints_absolute_values_deltas_and_changes(tmp_path, cap
     assert report_main([str(worse), "--baseline", str(base), "--no-default-gates"]) == 0
     out = capsys.readouterr().out
     assert "baseline: base (cpu); current: worse (cpu)" in out
-    line = next(x for x in out.splitlines() if x.startswith("mapped summed PSS"))
+    line = next(x for x in out.splitlines() if x.startswith("mapped summed USS"))
     cells = line.split()
     assert "MiB" in line and "+" in line and "%" in line and line.endswith("larger (REGRESSION)"), line
     assert cells[9].startswith("+") and cells[9].endswith("%")  # percent change, after 3 values with units
-    assert "versions that differ: onnxruntime 1.32.0 -> 1.33.0" in out
+    assert "likely cause: onnxruntime 1.32.0 -> 1.33.0" in out
     html = (worse / "report.html").read_text()
     assert "Compared with baseline base" in html and "larger (REGRESSION)" in html
     assert '<td class="differs">1.33.0</td>' in html

@@ -93,7 +93,7 @@ def test_user_gates_and_gates_file(cpu_run, tmp_path, capsys):
     assert code == 1 and out.is_file()
     text = capsys.readouterr().out
     assert "FAIL [cpu-run] mapped_pss_ratio<=0.1" in text
-    assert "gates: 1 of 2 passed or skipped, 1 failed" in text
+    assert "gates: 2 in all: 1 passed, 0 skipped (not checked), 1 failed" in text
     assert report_main([str(cpu_run), "--gate", "mapped_pss_ratio<=0.9"]) == 0
 
 
@@ -235,3 +235,32 @@ def test_the_same_run_twice_is_a_usage_error(cpu_run, capsys):
     """`report r1 r1` would read as two runs agreeing with each other."""
     assert report_main([str(cpu_run), str(cpu_run / ".." / cpu_run.name)]) == 2
     assert "the same run folder is given twice" in capsys.readouterr().err
+
+
+def test_the_report_s_words_title_caption_and_system_noise(tmp_path):
+    """The title read "run run-2026-..."; the init chart's caption began with a bare "ms." after
+    its title; a system delta the notes call noise stood in the headline table as a difference."""
+    import csv
+
+    from harness.core.rundata import load_run
+    from harness.core.schema import SummaryRow
+    from harness.core.summary import summarize
+    from harness.core.tables import write_rows
+
+    folder = write_run(tmp_path / "run-2026-12-02-101010", fake_results(processes=(2,)), metadata(processes=[2]))
+    rows = load_run(folder).results
+    noisy = {
+        (r.target, r.mode, r.processes, r.sessions_per_process, r.repeat): (300 * 1024**2, 200 * 1024**2) for r in rows
+    }
+    write_rows(folder / "summary.csv", summarize(rows, noisy), SummaryRow)  # idle noise 2/3 of the delta
+    page = tmp_path / "report.html"
+    render_runs([folder], page)
+    html = page.read_text()
+    assert "<title>File mapped weights, target cpu: run-2026-12-02-101010</title>" in html
+    assert "run run-" not in html and "Run run-" not in html
+    caption = re.search(r"<strong>Init time of every worker[^<]*</strong>\s*([^<]*)", html)
+    assert caption and caption.group(1).startswith("Times in ms."), caption and caption.group(1)
+    row = re.search(r"<td>Drop in system available memory</td>(.*?)</tr>", html, re.S).group(1)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+    assert cells[2] == "noise" and "within its idle noise" in cells[4], cells
+    assert list(csv.reader(open(folder / "summary.csv")))  # the run folder still reads

@@ -62,7 +62,7 @@ def row_lines(page: Path, work: Path, extra: str = "") -> list[float]:
     return [float(x) for x in found.group(1).split()]
 
 
-def open_headless(page: Path, work: Path) -> Rendered:
+def open_headless(page: Path, work: Path, *, width: int = 1280) -> Rendered:
     """Load ``page`` once: rendered DOM on stdout, console messages on stderr, a screenshot."""
     profile = work / "chromium-profile"
     screenshot = work / f"{page.stem}.png"
@@ -81,7 +81,7 @@ def open_headless(page: Path, work: Path) -> Rendered:
         "--v=0",
         "--host-resolver-rules=MAP * ~NOTFOUND",  # any network fetch would fail loudly
         f"--screenshot={screenshot}",
-        "--window-size=1280,2000",
+        f"--window-size={width},2000",
         "--dump-dom",
         page.as_uri(),
     ]
@@ -149,3 +149,100 @@ def test_worker_rows_stay_a_few_lines_tall(tmp_path):
     assert max(lines) <= 3, lines
     control = row_lines(page, tmp_path, UNCLIPPED)
     assert max(control) > 6, control  # the measurement sees tall rows when they are tall
+
+
+#: Written into the page by the layout test: every chart's legend box against its viewBox, the
+#: screen scale of every chart (px per SVG unit: the fonts' scale), and the headline table's
+#: right edge against its container and the window, as headless Chromium lays them out.
+MEASURE_LAYOUT = """<script>
+(function () {
+  var out = {legends: [], scales: [], tables: []};
+  document.querySelectorAll("svg").forEach(function (svg) {
+    var vb = svg.viewBox.baseVal;
+    if (!vb || !vb.width) { return; }
+    out.scales.push([svg.getAttribute("aria-label"), svg.getBoundingClientRect().width / vb.width]);
+    svg.querySelectorAll("g.legend, text:not([transform])").forEach(function (g) {
+      var b = g.getBBox();
+      var name = (g.tagName === "g" ? "legend of " : "text of ") + svg.getAttribute("aria-label");
+      out.legends.push([name, b.x, b.y, b.x + b.width, b.y + b.height, vb.width, vb.height]);
+    });
+  });
+  document.querySelectorAll("table.headline").forEach(function (t) {
+    var widest = 0;
+    t.querySelectorAll("td.ratio").forEach(function (td) {
+      widest = Math.max(widest, td.getBoundingClientRect().width);
+    });
+    out.tables.push([t.scrollWidth, t.parentElement.clientWidth, t.getBoundingClientRect().right,
+                     document.documentElement.clientWidth, widest]);
+  });
+  var pre = document.createElement("pre");
+  pre.id = "layout";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>"""
+
+
+def measure_layout(page: Path, work: Path, extra: str = "", width: int = 1400) -> dict:
+    import html
+    import json
+
+    measured = work / f"layout-{page.stem}{'-control' if extra else ''}.html"
+    measured.write_text(
+        page.read_text(encoding="utf-8").replace("</body>", extra + MEASURE_LAYOUT + "</body>"), encoding="utf-8"
+    )
+    dom = open_headless(measured, work, width=width).dom
+    found = re.search(r'<pre id="layout">([^<]*)</pre>', dom)
+    assert found, "the measuring script did not run"
+    return json.loads(html.unescape(found.group(1)))
+
+
+def _three_repeat_run(tmp_path: Path) -> Path:
+    """A run folder named as the harness names one, 3 repeats (the ratio cells carry their
+    spread), with start-up peaks (the peak chart is drawn)."""
+    from dataclasses import replace
+
+    rows = [
+        replace(
+            r,
+            peak_private_bytes=(300 if r.mode == "heap" else 30) * 1024**2,
+            peak_rss_bytes=330 * 1024**2,
+            peak_sample_hz=1400.0,
+            peak_sample_max_gap_s=0.005,
+            peak_phase="create",
+            init_s=r.init_s * ((1 + 4 * r.repeat) if r.mode == "mapped" else 1),  # a spread as wide as a busy run's
+        )
+        for r in fake_results(processes=(2, 4), repeats=3)
+    ]
+    return write_run(tmp_path / "run-2026-12-02-101010", rows, metadata(processes=[2, 4], repeat=3))
+
+
+def test_legends_stay_inside_their_charts_and_the_headline_table_inside_the_page(tmp_path):
+    """At 1400 px: the start-up peak chart's legend was cut off (a 720-unit chart among 980-unit
+    ones, its fonts drawn 1.36x the others'), and with --repeat 3 the ratio cell's spread pushed
+    the headline table past the page."""
+    page = tmp_path / "report.html"
+    render_runs([_three_repeat_run(tmp_path)], page)
+    layout = measure_layout(page, tmp_path)
+    for name, left, top, right, bottom, width, height in layout["legends"]:
+        assert left >= 0 and top >= 0 and right <= width and bottom <= height, (name, right, width, bottom, height)
+    legends = [name for name, *_ in layout["legends"] if name.startswith("legend of ")]
+    assert len(legends) >= 4 and "legend of Start-up peak vs steady memory per mode" in legends, legends
+    scales = {round(scale, 3) for _, scale in layout["scales"]}
+    assert len(scales) == 1, layout["scales"]  # every chart's text at one scale
+    for scroll, room, right, window, ratio_cell in layout["tables"]:
+        assert scroll <= room and right <= window and ratio_cell <= 260, (scroll, room, right, window, ratio_cell)
+    # the negative controls: a legend past its chart, and the ratio cell as it was (the spread in
+    # the bold ratio text, on one line), are seen
+    wide = (
+        '<svg viewBox="0 0 720 320" aria-label="control"><g class="legend"><text x="600" y="300" '
+        'font-size="12">start-up peak, RSS (counts file pages)</text></g></svg>'
+    )
+    control = measure_layout(page, tmp_path, wide)
+    assert any(n == "legend of control" and right > width for n, _, _, right, _, width, _ in control["legends"])
+    as_before = (
+        "<style>table.headline td.ratio div.spread { display: inline; white-space: nowrap !important; "
+        "max-width: none !important; font: inherit !important; color: inherit !important; }</style>"
+    )
+    before = measure_layout(page, tmp_path, as_before)["tables"]
+    assert any(ratio_cell > 400 for *_, ratio_cell in before), before  # the cell that pushed the table out

@@ -8,8 +8,9 @@ an exit status the parent turns into one line, and the log goes to a file, not t
 Jobs (JSON, written by `run_child`):
 - ``compile``: compile ``src`` into the EPContext model ``out`` (ORT's ModelCompiler with the QNN
   device), then, when ``check_folder`` names a prepared model, load the result with file mapping
-  disabled and run it once on that model's reference input: a partially compiled model that
-  compiles but cannot load or run is found here, once, instead of in every worker;
+  disabled, run it once on that model's reference input and check its output as every worker
+  will (`outputs.check_compiled_outputs`): a partially compiled model that compiles but cannot
+  load or run, or runs wrong, is found here, once, instead of in every worker;
 - ``reference``: run the pre-compiled EPContext model of the prepared model ``folder`` twice
   with file mapping disabled, and store its first output as the reference (outputs that differ
   between the two runs are recorded as non-deterministic).
@@ -177,7 +178,7 @@ def compile_job(job: dict) -> dict:
         return so
 
     so = options()
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     _status(job, f"compiling {Path(job['src']).name} for QNN")
     try:
         ort.ModelCompiler(
@@ -191,7 +192,12 @@ def compile_job(job: dict) -> dict:
             _status(job, "asking the EP which op it refuses (verbose log)")
             log_node_support(options, job["src"])
         return {"ok": False, "stage": "compile", "error": error}
-    result = {"ok": True, "stage": "compile", "compile_s": time.perf_counter() - t0}
+    result = {
+        "ok": True,
+        "stage": "compile",
+        "compile_s": time.perf_counter() - t0,
+        "compile_cpu_s": time.process_time() - cpu0,  # CPU time: what the estimate's rates are in
+    }
     if job.get("check_folder"):
         result |= _check_loads(job)
     return result
@@ -204,18 +210,32 @@ def _check_loads(job: dict) -> dict:
     from harness.prep.reference import load_reference
     from harness.prep.sessions import run_session
 
+    from .outputs import check_compiled_outputs
+
     model = PreparedModel.load(Path(job["check_folder"]), check_files=False)
-    feeds, _ = load_reference(model)
+    feeds, reference = load_reference(model)
     _status(job, "loading the compiled model and running it once (the first inference)")
+    t0, cpu0 = time.perf_counter(), time.process_time()
     try:
         session = ort.InferenceSession(job["out"], _session_options(job, disable="1", onnx_path=job["out"]))
     except Exception as err:  # ORT raises its own Fail type
         return {"ok": False, "stage": "load", "error": _first_line(err)}
+    t1, cpu1 = time.perf_counter(), time.process_time()
     try:
-        run_session(session, model.outputs, feeds, model.input_types, model.output_types)
+        outputs = run_session(session, model.outputs, feeds, model.input_types, model.output_types)
     except Exception as err:
         return {"ok": False, "stage": "run", "error": _first_line(err)}
-    return {}
+    timings = {
+        "load_s": t1 - t0,
+        "first_run_s": time.perf_counter() - t1,
+        "load_cpu_s": cpu1 - cpu0,
+        "first_run_cpu_s": time.process_time() - cpu1,
+    }
+    ok, detail = check_compiled_outputs(outputs, reference, model)  # what every worker checks, once here
+    if not ok:
+        ints = [n for n, t in model.input_types.items() if t not in (1, 10, 11, 16)]  # float types
+        return {"ok": False, "stage": "output", "error": detail, "integer_inputs": ints, **timings}
+    return {"output_detail": detail, **timings}
 
 
 def reference_job(job: dict) -> dict:

@@ -25,6 +25,7 @@ from harness.prep.onnxfile import external_data_files, load_onnx, ort_reason
 
 from .child import NOTHING_COMPILED, StatusCallback, run_child
 from .ep import qnn_versions
+from .estimate import CompilePlan, GraphCost, graph_cost, load_rates, notice, record_timings
 from .partitions import UPSTREAM_ERRORS, partitions_of
 from .sharing import refusal
 from .support import first_refused_op
@@ -75,9 +76,10 @@ def _compile(
     check_folder: Path | None = None,
     log_path: Path,
     on_status: StatusCallback | None = None,
-) -> float:
-    """Compile in a child process (see `child`); returns seconds spent. Every failure is one
-    InputError naming the user's model (``label``), the EP's reason and the log file."""
+) -> dict:
+    """Compile in a child process (see `child`); returns its result (``compile_s``, the CPU
+    times...). Every failure is one InputError naming the user's model (``label``), the EP's
+    reason and the log file."""
     result = run_child(
         {
             "kind": "compile",
@@ -93,35 +95,57 @@ def _compile(
         on_status=on_status,
     )
     if result.get("ok"):
-        return float(result.get("compile_s") or 0.0)
+        return result
+    raise _failure(result, label, out_onnx, backend_type, provider_options, log_path)
+
+
+def _failure(
+    result: dict, label: str, out_onnx: Path, backend_type: str, provider_options: dict | None, log_path: Path
+) -> InputError:
+    """The one-line InputError of a failed compile job: the EP's reason, the fix where it is
+    known, the EP's log file."""
     error = str(result.get("error") or "")
     where = f" (EP log: {log_path})"
+    log = ""
     with contextlib.suppress(OSError):
-        if (why := refusal(decode_log(log_path.read_bytes()), provider_options)) is not None:
-            raise InputError(f"{label}: {why}{where}")
+        log = decode_log(log_path.read_bytes())  # Windows: ORT's lines are UTF-16LE there
+    if (why := refusal(log, provider_options)) is not None:
+        return InputError(f"{label}: {why}{where}")
     if NOTHING_COMPILED in error:
-        refused = None
-        with contextlib.suppress(OSError):
-            refused = first_refused_op(decode_log(log_path.read_bytes()))
-        raise InputError(
+        refused = first_refused_op(log) if log else None
+        return InputError(
             f"{label}: no node was assigned to QNN (the {backend_type} backend takes "
             "none of its ops as given; it needs static shapes and typically "
             "a QDQ-quantized model)" + (f"; the first op the EP refuses: {refused}" if refused else "") + where
         )
     if result.get("stage") == "crash":
-        raise InputError(f"{label}: the QNN compiler crashed: {error}{where}")
+        return InputError(f"{label}: the QNN compiler crashed: {error}{where}")
     if result.get("stage") == "load" and any(e in error for e in UPSTREAM_ERRORS):
         parts = partitions_of(out_onnx) if out_onnx.is_file() else 0
-        raise InputError(
+        return InputError(
             f"{label}: compiled into {parts or 'several'} QNN partitions; onnxruntime-qnn "
             f"{qnn_versions()['onnxruntime_qnn']} on this platform cannot load this multi-partition "
             f"EPContext model even with ORT's graph optimizations disabled: {ort_reason(error)}{where}"
         )
+    if result.get("stage") == "output":
+        ints = [str(n) for n in result.get("integer_inputs") or []][:4]
+        hint = (
+            f"; integer input(s) {', '.join(ints)} were fed 0/1 unless given: real values (ids, bytes) go "
+            "with --input NAME=FILE.npy"
+            if ints
+            else ""
+        )
+        return InputError(
+            f"{label}: compiled for QNN, but the compiled model's output is wrong (its first inference, file "
+            f"mapping disabled, against the CPU reference), so no worker was started: {error}{hint}{where}"
+        )
     if result.get("stage") in ("load", "run"):
-        raise InputError(
+        return InputError(
             f"{label}: compiled for QNN, but the compiled model does not {result['stage']}: {ort_reason(error)}{where}"
         )
-    raise InputError(f"{label}: QNN compilation failed: {ort_reason(error)}{_fix_hint(error, provider_options)}{where}")
+    return InputError(
+        f"{label}: QNN compilation failed: {ort_reason(error)}{_fix_hint(error, provider_options)}{where}"
+    )
 
 
 #: The simulated HTP cannot finalize a float graph without a SoC to size its memory for.
@@ -187,32 +211,31 @@ def compile_epcontext(
     check_folder: Path | None = None,
     log_dir: Path | None = None,
     on_status: StatusCallback | None = None,
+    plan: CompilePlan | None = None,
 ) -> CompiledModel:
     """Compile `src` for QNN into an EPContext model under `out_dir`, reusing an earlier result.
 
     The entry is ``out_dir/<stem>_em<mode>-<backend>-<key>/``: ``<stem>_em<mode>_ctx.onnx``
     (+ the ``..._qnn.bin`` the EP names, for embed_mode 0), ``compile.log`` (the EP's own log)
-    and ``manifest.json``. Built and published by the model cache (`harness.cache.cached_build`):
-    a reader never sees half a compilation, and a changed source (hash of the .onnx and every
-    external-data file) or other provider options get a new entry. The compiler runs in a child
-    process (`child`); with ``check_folder`` (a prepared model with a reference input) the result
-    must also load and run once. ``label`` names the user's file in errors (default: ``src``).
-    """
+    and ``manifest.json``, published by the model cache (`harness.cache.cached_build`), keyed by
+    the source's files and the options. The compiler runs in a child process (`child`); with
+    ``check_folder`` (a prepared model with its reference) the result must also load and run
+    once, right. ``label`` names the user's file in errors (default: ``src``). With ``plan``, a
+    long compile is announced first and its CPU times recorded (`estimate`)."""
     if embed_mode not in (0, 1):
         raise ValueError(f"embed_mode must be 0 (context in a .bin) or 1 (in the onnx), got {embed_mode!r}")
     src, out_dir = Path(src), Path(out_dir)
     label = label or str(src)
     model = load_onnx(src, external_data=False, label="model")
     _refuse_dynamic_inputs(model, label)
-    sha = _source_sha256(src, model)
-    extra = json.dumps({"p": provider_options or {}, "c": session_config or {}}, sort_keys=True)
-    key = hashlib.sha256(f"{sha}|{extra}".encode()).hexdigest() if provider_options or session_config else sha
+    sha, key = _entry_key(src, model, provider_options, session_config)
     stem = f"{src.stem}_em{embed_mode}"
     log_path = (log_dir or out_dir) / f"{stem}-{backend_type}-{key[:16]}-compile.log"
     built: list[bool] = []
 
     def build(scratch: Path) -> None:
-        compile_s = _compile(
+        cost = _announce(src, plan, label) if plan is not None else None
+        result = _compile(
             src,
             scratch / f"{stem}_ctx.onnx",
             embed_mode,
@@ -224,16 +247,39 @@ def compile_epcontext(
             log_path=log_path,
             on_status=on_status,
         )
+        if cost is not None and plan is not None:  # what this machine took, for its next estimate
+            record_timings(plan.cache_dir, cost, result)
         with contextlib.suppress(OSError):
             shutil.copyfile(log_path, scratch / "compile.log")
         recorded = {"source_sha256": sha, "embed_mode": embed_mode, "backend_type": backend_type}
-        _write_manifest(scratch, f"{stem}_ctx.onnx", label, compile_s, recorded, provider_options or {})
+        _write_manifest(scratch, f"{stem}_ctx.onnx", label, result, recorded, provider_options or {})
         built.append(True)
 
     def load(folder: Path) -> CompiledModel:
         return _load_compiled(folder, cached=not built)
 
     return cached_build(out_dir / f"{stem}-{backend_type}-{key[:16]}", build, load)
+
+
+def _entry_key(src: Path, model: Any, provider_options: dict | None, session_config: dict | None) -> tuple[str, str]:
+    """(hash of the source files, the cache entry's key: that hash with the compile's options)."""
+    sha = _source_sha256(src, model)
+    extra = json.dumps({"p": provider_options or {}, "c": session_config or {}}, sort_keys=True)
+    return sha, hashlib.sha256(f"{sha}|{extra}".encode()).hexdigest() if provider_options or session_config else sha
+
+
+def _announce(src: Path, plan: CompilePlan, label: str) -> GraphCost | None:
+    """Say what the compile and the inferences after it will take, when that is long (the
+    graph's cost at this machine's rates); the cost, for `record_timings` (None: the graph
+    could not be costed, which costs the run nothing)."""
+    try:
+        cost = graph_cost(src)
+    except Exception:  # onnx's shape inference can refuse a graph the compiler still takes
+        return None
+    text = notice(cost, plan, load_rates(plan.cache_dir), label)
+    if text:
+        plan.say(text)
+    return cost
 
 
 def _refuse_dynamic_inputs(model: Any, label: str) -> None:
@@ -244,12 +290,10 @@ def _refuse_dynamic_inputs(model: Any, label: str) -> None:
         if i.kind == "tensor" and (i.dims is None or not all(isinstance(d, int) for d in i.dims))
     ]
     if dynamic:
-        raise InputError(f"{label}: {shape_hint(dynamic)} (QNN needs static shapes)")
+        raise InputError(f"{label}: {shape_hint(dynamic, model)} (QNN needs static shapes)")
 
 
-def _write_manifest(
-    scratch: Path, onnx_name: str, label: str, compile_s: float, recorded: dict, provider_options: dict
-) -> None:
+def _write_manifest(scratch: Path, onnx_name: str, label: str, result: dict, recorded: dict, options: dict) -> None:
     """The compiled entry's manifest.json (what `_load_compiled` checks), from the EPContext
     model the compile wrote; InputError when QNN took no node at all."""
     bins, embedded = _context_files(scratch / onnx_name)
@@ -265,9 +309,9 @@ def _write_manifest(
             "onnx": onnx_name,
             "bins": bins,
             "context_bytes": embedded + sum((scratch / b).stat().st_size for b in bins),
-            "compile_s": compile_s,
+            "compile_s": float(result.get("compile_s") or 0.0),
             "cpu_ops": ops,
             "versions": qnn_versions(),
-            "provider_options": provider_options,
+            "provider_options": options,
         },
     )

@@ -34,9 +34,18 @@ from harness.prep.reference import load_reference, save_reference, write_referen
 from .child import StatusCallback, run_child
 from .compile import compile_epcontext, qnn_log_dir
 from .ep import qnn_platform_supported, register_qnn_ep
+from .estimate import CompilePlan
 from .partitions import partitions_of
 from .qdq import make_feeds, make_qdq_model, reference_output
-from .quantize import CALIBRATION_SIZE, MIN_COSINE, QuantizeSpec, calibration_feeds, check_quantized, quantize_qdq
+from .quantize import (
+    CALIBRATION_SIZE,
+    MIN_COSINE,
+    QuantizeSpec,
+    calibration_feeds,
+    check_quantized,
+    quantize_qdq,
+    refuse_quantized,
+)
 from .shapes import fold_if_still_dynamic, with_static_shapes
 
 
@@ -100,6 +109,8 @@ def prepare_qnn_source(
     quantize = quantize or QuantizeSpec()
     label = f"--model {path}"
     graph = load_onnx(path, external_data=False)
+    if quantize.enabled:
+        refuse_quantized(graph, label)  # before any work: quantize_static cannot quantize it again
     key = source_key(
         path,
         graph,
@@ -127,21 +138,21 @@ def prepare_qnn_source(
             if on_status is not None:
                 on_status(f"quantizing {Path(path).name} (qdq, {quantize.calibration_size} calibration inputs)")
             calibration = calibration_feeds(inputs, shapes, feeds, set(request.values), quantize.calibration_size)
-            qdq = quantize_qdq(
-                Path(tmp / onnx_file if not Path(onnx_file).is_absolute() else onnx_file),
-                tmp / f"{Path(path).stem}_qdq.onnx",
-                calibration,
-                label,
-            )
-            onnx_file = qdq.name
+            onnx_file = _quantized(tmp, path, onnx_file, calibration, label)
             extra = {"min_cosine": MIN_COSINE, "quantized": f"qdq, {quantize.calibration_size} calibration inputs"}
         model = _inline_model(tmp, path, graph, inputs, shapes, 0, onnx_file, extra=extra)
         write_reference(model, Path(path), feeds, settings, level="all", label=label)  # the float model's
         if quantize.enabled:
-            check_quantized(model.onnx_path, *load_reference(model), label)
+            check_quantized(model.onnx_path, *load_reference(model), label, model.nondeterministic)
         return model
 
     return cached_model(cache_dir / f"qnnsrc-{path.stem}-{key}", build)
+
+
+def _quantized(tmp: Path, path: Path, onnx_file: str, calibration: list, label: str) -> str:
+    """The QDQ model of the source (``onnx_file``: in ``tmp``, or the user's own absolute path)."""
+    source = Path(onnx_file) if Path(onnx_file).is_absolute() else tmp / onnx_file
+    return quantize_qdq(source, tmp / f"{Path(path).stem}_qdq.onnx", calibration, label).name
 
 
 def prepare_epcontext(
@@ -242,7 +253,7 @@ def prepare_qnn(opts: Any, progress: Any = None) -> list[QnnModel]:
     cache_dir = opts.cache_dir or default_cache_dir()
     options = opts.target_options
     quantize = QuantizeSpec(options.get("quantize", "none"), options.get("calibration_size", CALIBRATION_SIZE))
-    compiler = _Compiler(opts, cache_dir, on_status)
+    compiler = _Compiler(opts, cache_dir, on_status, progress.note if progress is not None else None)
     if not opts.models:
         if quantize.enabled:
             raise InputError("--quantize qdq: needs --model (the generated model is already a QDQ model)")
@@ -258,6 +269,7 @@ class _Compiler:
     opts: Any
     cache_dir: Path
     on_status: StatusCallback | None
+    say: StatusCallback | None = None  # a permanent line (the long-compile notice)
 
     @property
     def embed_mode(self) -> int:
@@ -280,6 +292,7 @@ class _Compiler:
             check_folder=source.folder,
             log_dir=qnn_log_dir(self.cache_dir),
             on_status=self.on_status,
+            plan=_plan_of(self),
         )
         return QnnModel(
             source,
@@ -290,6 +303,15 @@ class _Compiler:
             log=c.onnx_path.parent / "compile.log",
             partitions=partitions_of(c.onnx_path),
         )
+
+
+def _plan_of(compiler: _Compiler) -> CompilePlan | None:
+    """The long-compile notice's plan: every group's N (modes x repeats x process counts)."""
+    if compiler.say is None:
+        return None
+    opts = compiler.opts
+    groups = [n for n in opts.processes for _ in opts.modes for _ in range(opts.repeat)]
+    return CompilePlan(compiler.cache_dir, groups, compiler.say)
 
 
 def _user_models(opts: Any, compiler: _Compiler, quantize: QuantizeSpec) -> list[QnnModel]:

@@ -113,6 +113,7 @@ def quantize_qdq(src: Path, dst: Path, calibration: list[dict[str, Any]], label:
     the working copy of `_quantize_input` is removed); nodes on non-finite constants are left in
     float (`nonfinite_constant_nodes`). Every failure of ORT's tools is one InputError naming
     the user's model."""
+    import logging
     import shutil
 
     from onnxruntime.quantization import quantize
@@ -123,6 +124,9 @@ def quantize_qdq(src: Path, dst: Path, calibration: list[dict[str, Any]], label:
     work = dst.parent / "quantize-input"
     src = _quantize_input(Path(src), work, label)
     pre = dst.with_name(dst.stem + "_preprocessed.onnx")
+    logging.disable(
+        logging.WARNING
+    )  # ORT's tools warn on the root logger ("consider pre-processing"): not ours to print
     try:
         if not qnn_preprocess_model(str(src), str(pre)):
             pre = src  # nothing to change: quantize the model as it is
@@ -134,25 +138,45 @@ def quantize_qdq(src: Path, dst: Path, calibration: list[dict[str, Any]], label:
     except Exception as err:  # ORT's quantization tools raise anything from onnx to numpy errors
         raise InputError(f"{label}: --quantize qdq failed: {type(err).__name__}: {ort_reason(err)}") from None
     finally:
+        logging.disable(logging.NOTSET)
         shutil.rmtree(work, ignore_errors=True)  # dst holds its weights itself
     return dst
 
 
-def check_quantized(qdq: Path, feeds: dict[str, Any], reference: dict[str, Any], label: str) -> None:
+def check_quantized(
+    qdq: Path, feeds: dict[str, Any], reference: dict[str, Any], label: str, nondeterministic: Any = ()
+) -> None:
     """The QDQ model on ORT's CPU EP must already be within `MIN_COSINE` of the float model's
     output (``reference``), or the compile is not tried: a loss there is the quantization's
-    (uint8 ranges too coarse for the model), not the QNN EP's, and one line says so."""
+    (uint8 ranges too coarse for the model), not the QNN EP's, and one line says so. Outputs the
+    float reference itself gives differently on two runs (``nondeterministic``: RandomNormalLike
+    noise) are checked by shape only, as the workers check them; ORT failing to load or run the
+    QDQ model is one line too."""
     import numpy as np
     import onnxruntime as ort
 
+    from harness.prep.onnxfile import ort_reason
+
     from .ep import compare_outputs
 
-    session = ort.InferenceSession(str(qdq), providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    for name, got in zip(names, session.run(names, feeds), strict=True):
+    try:
+        session = ort.InferenceSession(str(qdq), providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        outputs = session.run(names, feeds)
+    except Exception as err:  # ORT raises its own Fail types
+        raise InputError(
+            f"{label}: --quantize qdq: ORT's CPU EP cannot run the uint8 QDQ model it made: {ort_reason(err)}"
+        ) from None
+    for name, got in zip(names, outputs, strict=True):
         want = reference.get(name)
         if want is None or np.asarray(want).dtype.kind != "f":
             continue  # integer outputs (argmax, ids) have no cosine
+        if name in nondeterministic:
+            if np.shape(got) != np.shape(want):
+                raise InputError(
+                    f"{label}: --quantize qdq: output {name} has shape {np.shape(got)}, not {np.shape(want)}"
+                )
+            continue  # random in the float model itself: its values say nothing about the quantization
         res = compare_outputs(got, want, min_cosine=MIN_COSINE)
         if not res["ok"]:
             raise InputError(
@@ -162,6 +186,47 @@ def check_quantized(qdq: Path, feeds: dict[str, Any], reference: dict[str, Any],
                 "these calibration inputs (give real ones with --input, or use --provider-option soc_model=60 "
                 "without --quantize)"
             )
+
+
+#: Ops of a model that is already quantized (QDQ, dynamic quantization, ORT's quantized
+#: contrib ops, weight-only int4): quantize_static cannot quantize it again (a dynamically
+#: quantized MiniLM: ``KeyError: 'x_scale'`` deep inside ORT's tools).
+QUANTIZED_OPS = frozenset(
+    (
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "DynamicQuantizeLinear",
+        "MatMulInteger",
+        "ConvInteger",
+        "QLinearConv",
+        "QLinearMatMul",
+        "DynamicQuantizeLSTM",
+        "DynamicQuantizeMatMul",
+        "MatMulIntegerToFloat",
+        "QAttention",
+        "QGemm",
+        "QLinearAdd",
+        "QLinearMul",
+        "MatMulNBits",
+    )
+)
+
+
+def refuse_quantized(graph: Any, label: str) -> None:
+    """InputError (one line) when ``graph`` is already quantized: --quantize qdq is for float
+    models, and a quantized one compiles as it is."""
+    from collections import Counter
+
+    from harness.prep.graphs import all_graphs
+
+    found = Counter(n.op_type for g in all_graphs(graph.graph) for n in g.node if n.op_type in QUANTIZED_OPS)
+    if found:
+        ops = ", ".join(f"{count} {op}" for op, count in found.most_common(4))
+        raise InputError(
+            f"{label}: --quantize qdq quantizes float models, and this one is already quantized ({ops}); "
+            "run it without --quantize (the QNN EP takes a QDQ model as it is; ops it cannot take, such as "
+            "dynamic quantization's, stay on the CPU)"
+        )
 
 
 def calibration_feeds(inputs: list, shapes: dict, feeds: dict, given: set[str], size: int) -> list[dict]:
