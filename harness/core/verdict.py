@@ -120,7 +120,7 @@ def gates_summary_line(judgements: Iterable[Judgement]) -> str:
     failed = sum(1 for g in results if g.failed)
     busy = sum(1 for g in results if g.status == GateStatus.CONTENDED)
     undecided = sum(1 for g in results if g.inconclusive) - busy
-    skipped = sum(1 for g in results if g.status == "skip")
+    skipped = sum(1 for g in results if g.status == GateStatus.SKIP)
     passed = len(results) - failed - undecided - busy - skipped
     tail = f", {undecided} inconclusive (not passed)" if undecided else ""
     tail += f", {busy} contended (timed on a busy machine, not passed)" if busy else ""
