@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from harness.core.errors import CorruptEntry, InputError
+from harness.core.files import create_file
 from harness.core.inputfiles import JSON_MAX_BYTES, parse_json_bounded, read_text_bounded
 
 T = TypeVar("T")
@@ -77,7 +78,8 @@ def _entry_files(folder: Path) -> list[Path]:
 def record_entry(folder: Path) -> None:
     """Write the entry's record (every file's fingerprint); done in scratch, before publishing."""
     files = {p.relative_to(folder).as_posix(): fingerprint(p) for p in _entry_files(folder)}
-    (folder / ENTRY_RECORD).write_text(json.dumps({"files": files}, indent=1), encoding="utf-8")
+    with create_file(folder / ENTRY_RECORD, "cache record") as handle:
+        handle.write(json.dumps({"files": files}, indent=1).encode("utf-8"))
 
 
 def check_entry(folder: Path) -> None:

@@ -81,11 +81,13 @@ class SessionRecorder:
         kept = out
         if self.runs.resolve() not in out.resolve().parents:
             kept = fresh_out(owner, out.parent)
-            shutil.copytree(out, kept, ignore=shutil.ignore_patterns("workers"), dirs_exist_ok=True)
+            shutil.copytree(out, kept, ignore=_not_copied, dirs_exist_ok=True)
             _rename_run(kept)
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         line = json.dumps({"nodeid": owner, "folder": str(kept)}) + "\n"
-        with open(self.index / f"{self.token}-{worker}.jsonl", "a", encoding="utf-8") as handle:
+        from harness.core.files import open_append
+
+        with open_append(self.index / f"{self.token}-{worker}.jsonl", "session index") as handle:
             handle.write(line)
         return kept
 
@@ -183,15 +185,35 @@ def _check_ours(folder: Path, report_dir: Path) -> None:
         )
 
 
+def _not_copied(folder: str, names: list[str]) -> list[str]:
+    """What a kept copy leaves out: ``workers/`` (the bulk), and every symlink or file that is
+    not regular (a link out of the run folder is neither read nor copied: its target might be
+    ``/dev/zero`` or someone's secrets)."""
+    import stat
+
+    skipped = []
+    for name in names:
+        try:
+            mode = os.lstat(os.path.join(folder, name)).st_mode
+        except OSError:
+            skipped.append(name)
+            continue
+        if name == "workers" or not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            skipped.append(name)
+    return skipped
+
+
 def _rename_run(folder: Path) -> None:
     """A kept copy is its own run: its run id becomes its folder name (two tests that both wrote
     to a folder called "run" must not show up as two runs named "run")."""
+    from harness.core.files import write_json_atomic
+
     for name, key in (("metadata.json", "run"), ("headline.json", None)):
         path = folder / name
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             (data.setdefault(key, {}) if key else data)["run_id"] = folder.name
-            path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+            write_json_atomic(path, data)
         except (OSError, ValueError, AttributeError):
             pass  # a folder without readable metadata is reported under its folder name anyway
 

@@ -9,6 +9,7 @@ are inline, so it opens offline, in CI artifacts and in mail.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -181,12 +182,12 @@ def _ensure_long_csv(run: RunData) -> None:
     always find it next to the results whoever wrote them."""
     path = run.folder / LONG_CSV
     results = run.folder / RESULTS_CSV
-    stale = not path.exists() or path.stat().st_mtime < results.stat().st_mtime
-    if stale and run.results:
-        try:
+    try:
+        stale = not os.path.lexists(path) or os.lstat(path).st_mtime < os.stat(results).st_mtime
+        if stale and run.results:
             write_long(path, run.results, run.run_id)
-        except OSError:
-            pass  # a read-only run folder still gets its report
+    except (OSError, InputError):
+        pass  # a read-only run folder (or a link planted there, never written through) still gets its report
 
 
 def _run_files(folders: Sequence[Path]) -> set[Path]:

@@ -77,14 +77,18 @@ def _storable(array: Any) -> Any:
 
 
 def save_reference(path: Path, feeds: dict, outputs: dict) -> None:
-    """The fixed input and the reference output(s), in one ``.npz`` every worker reads."""
+    """The fixed input and the reference output(s), in one ``.npz`` every worker reads (a new
+    file: whatever was at the name, a link included, is replaced, never written through)."""
     import numpy as np
 
-    np.savez(
-        path,
-        **{f"in:{k}": _storable(v) for k, v in feeds.items()},
-        **{f"out:{k}": _storable(v) for k, v in outputs.items()},
-    )
+    from harness.core.files import create_file
+
+    with create_file(path, "reference") as handle:
+        np.savez(
+            handle,
+            **{f"in:{k}": _storable(v) for k, v in feeds.items()},
+            **{f"out:{k}": _storable(v) for k, v in outputs.items()},
+        )
 
 
 def load_reference(model: Any) -> tuple[dict, dict]:

@@ -10,6 +10,7 @@ never looks complete.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -19,9 +20,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.core.errors import RunFailed, SpawnError
+from harness.core.errors import InputError, RunFailed, SpawnError
 from harness.core.files import write_json_atomic
-from harness.core.rundata import METADATA_JSON
+from harness.core.rundata import METADATA_JSON, read_run_json
 from harness.core.schema import FORMAT_VERSION, ResultRow, SummaryRow
 from harness.core.summary import group_key, summarize
 from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV, write_long, write_rows
@@ -167,7 +168,9 @@ def record_status(out: Path, meta: dict) -> bool:
         pass
     data = (json.dumps(meta, indent=1, default=str) + "\n").encode("utf-8")
     try:
-        with open(path, "r+b") as handle:
+        # in place, never through a link planted at the name (O_NOFOLLOW)
+        flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+        with os.fdopen(os.open(path, flags), "r+b") as handle:
             old = handle.seek(0, os.SEEK_END)
             if len(data) < old:
                 data = data[:-1] + b" " * (old - len(data)) + b"\n"
@@ -186,8 +189,8 @@ def record_failure(out: Path, failure: str) -> RunFailed:
     complete. Returns the RunFailed to raise (saying so when even the status could not be
     written)."""
     try:
-        meta = json.loads((out / METADATA_JSON).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        meta = read_run_json(out / METADATA_JSON)
+    except (OSError, ValueError, InputError):
         meta = None
     if isinstance(meta, dict):
         meta["status"] = f"failed: {failure}"
@@ -230,14 +233,16 @@ def prepare_all(opts: RunOptions, progress) -> dict[str, Prepared]:
 
 def keep_logs(out: Path, prepared: dict[str, Prepared]) -> None:
     """The preparation's logs (the QNN compiler's own output) into the run folder, ``logs/``:
-    they belong with the run, not on the user's terminal."""
-    import shutil
+    they belong with the run, not on the user's terminal. Each is a new file (no link followed)
+    copied from a regular file (a log in the cache replaced by a FIFO is skipped, not waited on)."""
+    from harness.core.files import copy_file, make_folder
 
     for ready in prepared.values():
         for log in ready.logs:
             if log.is_file():
-                (out / "logs").mkdir(exist_ok=True)
-                shutil.copyfile(log, out / "logs" / f"{log.parent.name}-{log.name}")
+                make_folder(out / "logs", "logs folder")
+                with contextlib.suppress(InputError):
+                    copy_file(log, out / "logs" / f"{log.parent.name}-{log.name}", "log")
 
 
 def page_cache_before(opts: RunOptions, ready: Prepared, progress):
@@ -309,7 +314,7 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
     except RunFailed as err:
         err.out = out
         raise
-    except SpawnError as err:
+    except (SpawnError, InputError) as err:  # InputError: a link planted in the run folder meanwhile
         failure = str(err)
     except (OSError, MemoryError) as err:
         failure = describe(err, "running the groups")

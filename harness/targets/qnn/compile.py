@@ -11,14 +11,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.cache import cached_build, default_cache_dir
 from harness.core.errors import CorruptEntry, InputError
-from harness.core.files import write_json_atomic
+from harness.core.files import copy_file, write_json_atomic
 from harness.prep.inputs import model_inputs, shape_hint
 from harness.prep.onnxfile import external_data_files, load_onnx, ort_reason
 
@@ -223,8 +222,8 @@ def compile_epcontext(
             log_path=log_path,
             on_status=on_status,
         )
-        with contextlib.suppress(OSError):
-            shutil.copyfile(log_path, scratch / "compile.log")
+        with contextlib.suppress(OSError, InputError):
+            copy_file(log_path, scratch / "compile.log", "QNN log")
         recorded = {"source_sha256": sha, "embed_mode": embed_mode, "backend_type": backend_type}
         _write_manifest(scratch, f"{stem}_ctx.onnx", label, compile_s, recorded, provider_options or {})
         built.append(True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 
 from harness.cache import default_cache_dir
 from harness.core.errors import InputError, QnnUnavailableError
+from harness.core.files import copy_file
 from harness.prep.cachekeys import PREP_VERSION, source_key
 from harness.prep.epcontext import EpContextModel, epcontext_nodes, inspect_epcontext
 from harness.prep.externalise import link_external_data
@@ -179,8 +179,8 @@ def prepare_epcontext(
             )
         if result.get("nondeterministic"):
             model.extra["nondeterministic"] = result["nondeterministic"]
-        with contextlib.suppress(OSError):
-            shutil.copyfile(log_path, tmp / "reference.log")
+        with contextlib.suppress(OSError, InputError):
+            copy_file(log_path, tmp / "reference.log", "QNN log")
         return model
 
     return cached_model(cache_dir / f"qnnctx-{path.stem}-{key}", build), info
