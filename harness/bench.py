@@ -27,7 +27,14 @@ def bench_gates() -> list[str]:
 
 
 def bench_options(
-    *, model_size: int, processes: int, repeat: int, out: Path | None, cache_dir: Path | None, command: str
+    *,
+    model_size: int,
+    processes: int,
+    repeat: int,
+    out: Path | None,
+    cache_dir: Path | None,
+    command: str,
+    replace: bool = False,
 ) -> RunOptions:
     if processes < 2:
         raise InputError("harness bench: --processes must be >= 2 (sharing needs two processes)")
@@ -38,6 +45,7 @@ def bench_options(
         processes=[processes],
         repeat=repeat,
         out=out,
+        replace=replace,
         out_prefix="bench",
         cache_dir=cache_dir,
         gates=bench_gates(),

@@ -109,6 +109,7 @@ def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
         processes=ns.processes,
         repeat=ns.repeat,
         out=ns.out,
+        replace=ns.replace,
         cache_dir=ns.cache_dir,
         command=command_line(argv),
     )

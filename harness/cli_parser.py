@@ -178,7 +178,7 @@ def _add_bench_parser(sub: Any) -> None:
         "of their ratios (inconclusive unless all of it is on one side of the threshold): single ms-scale "
         "init times on a 2-core machine are noisy",
     )
-    add_run_options(bench, ["out", "cache_dir"], kind="bench")
+    add_run_options(bench, ["out", "replace", "cache_dir"], kind="bench")
     bench.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 

@@ -8,10 +8,12 @@ Why each rule:
 - Two runs started in the same second without ``--out`` must not share a folder: the default
   folder is made with ``mkdir`` (atomic: exactly one caller creates a name) and a numbered
   suffix when the name is taken.
-- A reused ``--out`` must not mix two runs (the old ``report.html`` beside new results): the
-  previous run's files are removed before the new run writes anything. Only a folder that IS
-  a run folder of this harness is cleaned, and only of the files a run writes; any other
-  non-empty folder is refused, so a mistyped ``--out ~/Documents`` deletes nothing.
+- An earlier run is never lost without a word: an ``--out`` that holds one is refused in one
+  line (exit 2) unless ``--replace`` is given; then its files are removed before the new run
+  writes anything (the old ``report.html`` beside new results would mix two runs), and stderr
+  says what was removed. Only a folder that IS a run folder of this harness is cleaned, and
+  only of the files a run writes; any other non-empty folder is refused, so a mistyped
+  ``--out ~/Documents`` deletes nothing, ``--replace`` or not.
 - Two runs writing one folder at once would interleave their tables: the run holds an OS lock
   (``.harness.lock`` in the folder) from the moment it claims the folder until its report is
   written; a second run is refused.
@@ -129,9 +131,16 @@ def _overlaps(a: Path, b: Path) -> bool:
     return a == b or a in b.parents or b in a.parents
 
 
-def check_out(out: Path | None, cache_dir: Path) -> None:
-    """Everything that can be refused about ``--out`` before work starts. Creates nothing
-    (the probe file is removed at once)."""
+def _refuse_earlier_run(out: Path, entries: list[str]) -> None:
+    shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+    raise InputError(
+        f"--out {out}: holds an earlier run ({shown}); give --replace to replace it, or choose another folder"
+    )
+
+
+def check_out(out: Path | None, cache_dir: Path, *, replace: bool = False) -> None:
+    """Everything that can be refused about ``--out`` before work starts: a folder holding an
+    earlier run unless ``replace``. Creates nothing (the probe file is removed at once)."""
     if out is None:
         check_writable(Path("results"), "results folder")
         return
@@ -152,6 +161,8 @@ def check_out(out: Path | None, cache_dir: Path) -> None:
                 f"--out {out}: a folder that is neither empty nor a run folder of this harness (it "
                 f"holds {shown}); choose a new or empty folder"
             )
+        if entries and not replace:
+            _refuse_earlier_run(out, entries)
         _check_previous_run(out)
     check_writable(out, "--out")
 
@@ -226,9 +237,10 @@ def _clean(folder: Path) -> tuple[str, ...]:
     return tuple(removed)
 
 
-def claim(out: Path | None, prefix: str = "run") -> RunFolder:
-    """Create (or take) the run folder, lock it, and clean a previous run's files out of it.
-    Checked again under the lock: the folder may have changed since `check_out`."""
+def claim(out: Path | None, prefix: str = "run", *, replace: bool = False) -> RunFolder:
+    """Create (or take) the run folder, lock it, and (``replace``) clean a previous run's files
+    out of it; `RunFolder.cleaned` names what went. Checked again under the lock: the folder
+    may have changed since `check_out`."""
     if out is None:
         path = _unique_default(prefix)
     else:
@@ -242,6 +254,8 @@ def claim(out: Path | None, prefix: str = "run") -> RunFolder:
         entries = [p.name for p in path.iterdir() if p.name != LOCK_NAME]
         if entries and not is_run_folder(path):
             raise InputError(f"--out {path}: no longer empty and not a run folder of this harness")
+        if entries and not replace:
+            _refuse_earlier_run(path, sorted(entries))
         _check_previous_run(path)
         cleaned = _clean(path) if entries else ()
     except BaseException:

@@ -162,4 +162,4 @@ def check_before_work(opts: RunOptions) -> None:
     check_memory_budget(opts, expected_weights_bytes(opts), available)
     check_fd_limit(max(opts.processes))
     check_address_space(expected_weights_bytes(opts), copies_per_worker(opts))
-    check_out(opts.out, opts.cache_dir or default_cache_dir())
+    check_out(opts.out, opts.cache_dir or default_cache_dir(), replace=opts.replace)

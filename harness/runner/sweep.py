@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import os
 import shlex
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -268,7 +269,13 @@ def execute(opts: RunOptions, progress) -> RunOutcome:
     prepared = prepare_all(opts, progress)
     check_memory_budget(opts, prepared[opts.target].weights_bytes, system_available_bytes())
     check_address_space(prepared[opts.target].weights_bytes, copies_per_worker(opts))
-    folder = claim(opts.out, opts.out_prefix)
+    folder = claim(opts.out, opts.out_prefix, replace=opts.replace)
+    if folder.cleaned:  # --replace: what went is said, even under --quiet
+        line = f"note: --out {folder.path}: replaced the earlier run there (removed {', '.join(folder.cleaned)})"
+        if progress.quiet:
+            print(line, file=sys.stderr, flush=True)
+        else:
+            progress.note(line)
     try:
         return _run_groups(opts, prepared, folder, progress)
     except BaseException:

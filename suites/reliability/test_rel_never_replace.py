@@ -106,7 +106,7 @@ def test_reused_out_refuses_a_previous_run_file_that_is_not_regular(model_cache,
     else:
         os.rename(made, out / name)
     cache = tmp_path / "cache"
-    proc = run_quick(run_args(report=True, cache=cache, out=out), model_cache, timeout=120)
+    proc = run_quick(run_args("--replace", report=True, cache=cache, out=out), model_cache, timeout=120)
     _one_line_exit_2(proc, "--out", name)
     _unchanged(out / name, bits)
     assert not cache.exists()
@@ -187,7 +187,7 @@ def test_reused_out_drops_the_previous_runs_logs_and_never_writes_through_a_syml
     shutil.copytree(a_run, out, ignore=shutil.ignore_patterns(".harness.lock"))
     (out / "logs").mkdir()
     (out / "logs" / "old-compile.log").write_text("a previous run's log\n")
-    args = run_args(modes="mapped", out=out)
+    args = run_args("--replace", modes="mapped", out=out)
     proc = run_quick(args, model_cache, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert not (out / "logs").exists(), "the previous run's logs/ is still there"
