@@ -21,7 +21,7 @@ from harness.core.errors import InputError
 from harness.core.files import check_creatable, check_writable, open_append, replaceable_path, write_text_atomic
 from harness.core.gates import known_metrics
 from harness.core.headline import target_version_labels
-from harness.core.inputfiles import HISTORY_MAX_BYTES, check_regular
+from harness.core.inputfiles import HISTORY_MAX_BYTES, HISTORY_MAX_ROWS, check_regular, open_text_capped
 from harness.core.rundata import RunData
 from harness.core.schema import SummaryRow, columns, dtypes
 from harness.core.tables import csv_text, format_cell, neutralise, unneutralise, unneutralise_frame
@@ -102,11 +102,15 @@ def read_history(path: Path | str) -> tuple[list[str], list[dict[str, str]]]:
     if not path.is_file() or path.stat().st_size == 0:
         return [], []
     check_regular(path, "--history", HISTORY_MAX_BYTES)
+    rows = []
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
+        with open_text_capped(path, "--history", HISTORY_MAX_BYTES) as handle:
             reader = csv.DictReader(handle)
             header = list(reader.fieldnames or [])
-            rows = [_checked_row(path, reader.line_num, header, row) for row in reader]
+            for row in reader:
+                if len(rows) >= HISTORY_MAX_ROWS:
+                    raise InputError(f"--history {path}: more than {HISTORY_MAX_ROWS} lines; start a new history file")
+                rows.append(_checked_row(path, reader.line_num, header, row))
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise InputError(f"--history {path}: not a readable history CSV ({type(err).__name__})") from None
     if "record" not in header or "run_id" not in header:

@@ -32,6 +32,13 @@ _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 
 
+def real_path(path: Path | str) -> Path:
+    """``path`` absolute, links resolved, as far as they resolve: `os.path.realpath`, which a
+    symlink loop (a ``workers -> workers`` planted in a run folder) does not stop, where
+    ``Path.resolve`` raises RuntimeError on Python < 3.13."""
+    return Path(os.path.realpath(path))
+
+
 def _symlink_refusal(label: str) -> InputError:
     return InputError(
         f"{label}: is a symbolic link; the harness never writes through a link "

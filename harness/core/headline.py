@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .files import read_json, write_json_atomic
+from .files import write_json_atomic
 from .schema import SummaryRow
 from .summary import RATIO_COLUMNS, complete_pair, headline_pairs, median, median_ratio, pair_ratio, paired, sessions_of
 from .timing import spread_text, timing_spread
@@ -391,7 +391,9 @@ def write_headline(folder: Path | str, judgement: Any, *, kind: str = "run") -> 
 
 def read_headline(path: Path | str) -> dict[str, Any]:
     """A headline.json written by this version (ValueError otherwise)."""
-    data = read_json(path)
+    from .rundata import read_run_json
+
+    data = read_run_json(Path(path))
     if not isinstance(data, dict) or data.get("format_version") != HEADLINE_FORMAT_VERSION:
         raise ValueError(f"{path}: not a headline.json of format_version {HEADLINE_FORMAT_VERSION}")
     return data

@@ -13,16 +13,24 @@ file has its bound, stated in docs/running.md ("Paths a model names, and input f
 - an ``--input NAME=FILE.npy`` array: `NPY_MAX_BYTES` (2 GiB), the data its header declares
   present in the file;
 - an ONNX file: `ONNX_MAX_BYTES` (2 GiB, protobuf's own limit for one message);
-- a ``--history`` CSV: `HISTORY_MAX_BYTES` (256 MiB, about a million runs).
+- a ``--history`` CSV: `HISTORY_MAX_BYTES` (64 MiB, tens of thousands of runs) and
+  `HISTORY_MAX_ROWS` lines;
+- a run's tables (``results.csv``, ``summary.csv``): `harness.core.tables.TABLE_MAX_BYTES` and
+  `~harness.core.tables.TABLE_MAX_ROWS`; its JSON files: `harness.core.rundata.MAX_JSON_BYTES`.
 
-Every refusal is an `InputError` (one line, exit 2) naming the file and the label it was given
-under (``--gates-file``, ``--input x``...).
+A text file is refused if it holds a NUL byte (``/proc/self/environ``, a binary file): no text
+file of the harness has one. Every refusal is an `InputError` (one line, exit 2) naming the file
+and the label it was given under (``--gates-file``, ``--input x``...) and saying what is wrong,
+never quoting what the file holds: a file linked to ``/proc/self/environ`` must not put the
+environment into a CI log.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -35,7 +43,8 @@ JSON_MAX_BYTES = 16 * MiB
 JSON_MAX_DEPTH = 200
 NPY_MAX_BYTES = 2 * 1024 * MiB
 ONNX_MAX_BYTES = 2 * 1024 * MiB
-HISTORY_MAX_BYTES = 256 * MiB
+HISTORY_MAX_BYTES = 64 * MiB
+HISTORY_MAX_ROWS = 200_000
 
 
 def _kind(mode: int) -> str:
@@ -90,6 +99,10 @@ def open_regular(path: Path | str, label: str, max_bytes: int | None = None):
         raise
 
 
+def _where(label: str, path: Path | str) -> str:
+    return f"{label} {path}".strip()
+
+
 def read_bytes_bounded(path: Path | str, label: str, max_bytes: int) -> bytes:
     """The whole content of a regular file of at most ``max_bytes`` (read no further than the
     bound even if the file grows meanwhile)."""
@@ -104,42 +117,83 @@ def read_bytes_bounded(path: Path | str, label: str, max_bytes: int) -> bytes:
 
 
 def read_text_bounded(path: Path | str, label: str, max_bytes: int) -> str:
-    """`read_bytes_bounded` decoded as UTF-8 (a byte-order mark allowed); InputError for other bytes."""
+    """`read_bytes_bounded` decoded as UTF-8 (a byte-order mark allowed); InputError for other
+    bytes, a NUL byte included."""
+    data = read_bytes_bounded(path, label, max_bytes)
+    if b"\0" in data:
+        raise InputError(f"{_where(label, path)}: holds NUL bytes: not a text file")
     try:
-        return read_bytes_bounded(path, label, max_bytes).decode("utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise InputError(f"{label} {path}: not a UTF-8 text file") from None
+        raise InputError(f"{_where(label, path)}: not a UTF-8 text file") from None
 
 
-def parse_json_bounded(text: str, where: str, max_depth: int = JSON_MAX_DEPTH) -> Any:
+class _CappedRaw(io.RawIOBase):
+    """A regular file read through a cap: past ``max_bytes`` or at a NUL byte, InputError."""
+
+    def __init__(self, handle: Any, where: str, max_bytes: int) -> None:
+        self._handle, self._where, self._max, self._left = handle, where, max_bytes, max_bytes
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        count = self._handle.readinto(buffer)
+        if count:
+            self._left -= count
+            if self._left < 0:
+                raise InputError(f"{self._where}: more than the {self._max} bytes allowed for it; not read further")
+            if b"\0" in memoryview(buffer)[:count]:
+                raise InputError(f"{self._where}: holds NUL bytes: not a text file")
+        return count
+
+    def close(self) -> None:
+        self._handle.close()
+        super().close()
+
+
+def open_text_capped(path: Path | str, label: str, max_bytes: int) -> io.TextIOWrapper:
+    """A UTF-8 text handle (``newline=""``, for csv) over a regular file of at most
+    ``max_bytes``, streamed: the cap holds even for a file that says it is empty and is not
+    (``/proc`` files) or grows while it is read; a NUL byte is an InputError. Decoding errors
+    surface as UnicodeDecodeError while reading."""
+    handle = open_regular(path, label, max_bytes)
+    raw = _CappedRaw(handle, _where(label, path), max_bytes)
+    return io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8-sig", newline="")
+
+
+def parse_json_bounded(text: str, where: str, max_depth: int = JSON_MAX_DEPTH, *, allow_nan: bool = True) -> Any:
     """``json.loads`` with a nesting bound (checked before parsing: the parser itself would
-    recurse into a RecursionError); InputError naming ``where`` for anything unparseable."""
-    if _nesting(text) > max_depth:
+    recurse into a RecursionError); InputError naming ``where`` for anything unparseable (and,
+    unless ``allow_nan``, for NaN or Infinity, which are not JSON numbers)."""
+    if json_nesting(text) > max_depth:
         raise InputError(f"{where}: nested more than {max_depth} levels deep")
+
+    def no_constant(name: str) -> Any:
+        raise InputError(f"{where}: {name} is not a JSON number")
+
     try:
-        return json.loads(text)
+        return json.loads(text) if allow_nan else json.loads(text, parse_constant=no_constant)
+    except InputError:
+        raise
     except (ValueError, RecursionError) as err:
         raise InputError(f"{where}: not valid JSON ({type(err).__name__})") from None
 
 
-def _nesting(text: str) -> int:
-    """The deepest bracket nesting of a JSON text, strings skipped (an upper bound is enough)."""
+#: A JSON string (escapes included) and a bracket: what `json_nesting` looks at.
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def json_nesting(text: str) -> int:
+    """The deepest bracket nesting of a JSON text, strings skipped (an upper bound is enough;
+    an unterminated string counts its brackets, which only makes the bound stricter)."""
     depth = deepest = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
+    for char in _BRACKET.findall(_JSON_STRING.sub("", text)):
+        if char in "[{":
             depth += 1
             deepest = max(deepest, depth)
-        elif char in "]}":
+        else:
             depth -= 1
     return deepest
 

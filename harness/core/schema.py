@@ -7,6 +7,7 @@ column table and the report's tables are all derived from these declarations.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -346,7 +347,7 @@ def required_columns(row_type: type) -> list[str]:
 
 def row_from_dict(row_type: type, data: dict) -> Any:
     """Build a row from a dict, ignoring unknown keys (newer writers) and keeping defaults."""
-    names = set(columns(row_type))
+    names = _column_meta(row_type).keys()
     return row_type(**{k: v for k, v in data.items() if k in names})
 
 
@@ -394,10 +395,17 @@ def _number_problem(name: str, unit: str, value: float | int) -> str | None:
     return None
 
 
+@functools.cache
+def _column_meta(row_type: type) -> dict[str, Any]:
+    """name -> metadata of every column of ``row_type``, built once (`cell_problem` runs per
+    cell: rebuilding it each time made a 100 000-row results.csv take minutes to read)."""
+    return {f.name: f.metadata for f in fields(row_type)}
+
+
 def cell_problem(row_type: type, name: str, value: Any) -> str | None:
     """Why ``value`` cannot be the ``name`` cell of a ``row_type`` row (None: it can): the
     one range and choice check every reader of a run folder applies (empty is always fine)."""
-    meta = {f.name: f.metadata for f in fields(row_type)}.get(name)
+    meta = _column_meta(row_type).get(name)
     if meta is None or value is None:
         return None
     if meta["dtype"] in ("Int64", "Float64"):
@@ -407,5 +415,5 @@ def cell_problem(row_type: type, name: str, value: Any) -> str | None:
         parts = str(value).split("|") if row_type is SummaryRow else [str(value)]
         bad = [p for p in parts if p not in allowed]
         if bad:
-            return f"{bad[0]!r} is not one of {', '.join(allowed)}"
+            return f"a {len(bad[0])}-character value that is not one of {', '.join(allowed)}"
     return None

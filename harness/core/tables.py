@@ -23,6 +23,13 @@ from .files import write_text_atomic
 from .schema import ResultRow, SummaryRow, cell_problem, columns, dtypes, required_columns, row_from_dict
 
 RESULTS_CSV = "results.csv"
+#: The largest run table read (results.csv, summary.csv): a row is about 0.5-2 KiB, so this holds
+#: every row `TABLE_MAX_ROWS` allows with room; a bigger file is not one run's table and is not
+#: read (a 2 GiB one took 2.1 GB of memory).
+TABLE_MAX_BYTES = 128 * 1024**2
+#: The most rows read from one table: a run of 64 process counts summing to 16 000 workers, two
+#: modes and two repeats stays below it; reading it takes seconds (about 0.2 ms a row).
+TABLE_MAX_ROWS = 65_536
 SUMMARY_CSV = "summary.csv"
 LONG_CSV = "results_long.csv"
 
@@ -81,17 +88,22 @@ def format_cell(value: Any, dtype: str) -> str:
 
 
 def parse_cell(text: str, dtype: str) -> Any:
-    """CSV text -> Python value of the column's dtype; empty -> ``None``."""
+    """CSV text -> Python value of the column's dtype; empty -> ``None``. A ValueError says
+    what the cell is not, never what it holds (a table may be someone else's file, or a link to
+    one: its bytes do not belong in a message)."""
     if text == "":
         return None
     if dtype == "Int64":
         if not _INTEGER.fullmatch(text):
-            raise ValueError(f"{text[:40]!r} is not an integer")
+            raise ValueError(f"not an integer ({_described(text)})")
         return int(text)
     if dtype == "Float64":
-        value = float(text)
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"not a number ({_described(text)})") from None
         if not math.isfinite(value):
-            raise ValueError(f"{text[:40]!r} is not a finite number")
+            raise ValueError(f"not a finite number ({_described(text)})")
         return value
     if dtype == "boolean":
         lowered = text.strip().lower()
@@ -99,8 +111,17 @@ def parse_cell(text: str, dtype: str) -> Any:
             return True
         if lowered in _FALSE:
             return False
-        raise ValueError(f"not a boolean: {text!r}")
+        raise ValueError(f"not a boolean ({_described(text)})")
     return unneutralise(text)
+
+
+def _described(text: str) -> str:
+    """What a rejected cell looks like, without its content: its length, and the words NaN and
+    infinity, which are the only texts a number cell is refused for that a person needs named."""
+    lowered = text.strip().lower().lstrip("+-")
+    if lowered in ("nan", "inf", "infinity"):
+        return lowered
+    return f"a {len(text)}-character cell"
 
 
 def csv_text(header: list[str], lines: Iterable[list[str]]) -> str:
@@ -157,27 +178,35 @@ def check_header(path: Path, header: list[str] | None, row_type: type) -> None:
         shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
         raise InputError(
             f"{path}: not a {kind} table of this harness: missing column(s) {shown} "
-            f"(its header starts {', '.join(header[:4])})"
+            f"(its first line has {len(header)} cells)"
         )
 
 
-def read_rows(path: Path | str, row_type: type) -> list[Any]:
+def read_rows(
+    path: Path | str, row_type: type, *, max_rows: int = TABLE_MAX_ROWS, max_bytes: int = TABLE_MAX_BYTES
+) -> list[Any]:
     """Read a CSV written by `write_rows` back into ``row_type`` objects.
 
     Columns the schema does not know (a newer writer) are ignored and columns added after
     this format version (`schema.col` ``required=False``) keep their defaults when missing.
-    Everything else is refused with `InputError` naming the file and what is wrong: no header,
-    a required column missing, a line with more or fewer cells than the header, a malformed
-    cell (with its line and column), bytes that are not UTF-8 text."""
+    Everything else is refused with `InputError` naming the file and what is wrong: not a
+    regular file, more than ``max_bytes`` or ``max_rows``, no header, a required column
+    missing, a line with more or fewer cells than the header, a malformed cell (with its line
+    and column), bytes that are not UTF-8 text (a NUL byte included). No message quotes the
+    file's content."""
+    from .inputfiles import open_text_capped
+
     path = Path(path)
     kinds = dtypes(row_type)
     out = []
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
+        with open_text_capped(path, "", max_bytes) as handle:
             reader = csv.DictReader(handle)
             check_header(path, reader.fieldnames, row_type)
             width = len(reader.fieldnames or [])
             for data in reader:
+                if len(out) >= max_rows:
+                    raise InputError(f"{path}: more than {max_rows} rows: not the table of one run of this harness")
                 if None in data or None in data.values():
                     cells = (
                         width + len(data.get(None) or []) if None in data else sum(v is not None for v in data.values())
@@ -197,8 +226,8 @@ def read_rows(path: Path | str, row_type: type) -> list[Any]:
                 out.append(row_from_dict(row_type, values))
     except UnicodeDecodeError:
         raise InputError(f"{path}: not UTF-8 text: not a table of this harness") from None
-    except csv.Error as exc:
-        raise InputError(f"{path}: not a CSV table ({exc})") from None
+    except csv.Error:
+        raise InputError(f"{path}: not a CSV table of this harness (malformed CSV)") from None
     return out
 
 

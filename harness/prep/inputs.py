@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import InputError
+from harness.core.files import real_path
 
 from .tensors import STRING, element_type, numpy_dtype
 
@@ -83,7 +84,7 @@ class InputRequest:
             path = Path(value)
             if path.is_file():
                 stat = path.stat()
-                files[name] = [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
+                files[name] = [str(real_path(path)), stat.st_size, stat.st_mtime_ns]
         return {"shapes": self.shapes, "free_dims": self.free_dims, "values": self.values, "files": files}
 
 

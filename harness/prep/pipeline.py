@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import InputError
+from harness.core.files import real_path
 from harness.core.inputfiles import read_json_bounded
 from harness.prep.containment import contained_file
 
@@ -93,9 +94,9 @@ def resolve_models(given: list[Path]) -> ModelSet:
         paths += found
     seen: set[Path] = set()
     for path in paths:
-        if path.resolve() in seen:
+        if real_path(path) in seen:
             raise InputError(f"--model {path}: given twice")
-        seen.add(path.resolve())
+        seen.add(real_path(path))
     return ModelSet(paths, origin if len(given) == 1 else "files", genai_qnn)
 
 

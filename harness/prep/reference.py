@@ -91,6 +91,30 @@ def save_reference(path: Path, feeds: dict, outputs: dict) -> None:
         )
 
 
+#: The most arrays a reference archive may hold, and their largest total size (declared by the
+#: archive's own directory, which the zip reader holds each member to): a forged entry's
+#: reference cannot be a zip bomb or a million arrays.
+REFERENCE_MAX_ARRAYS = 8192
+REFERENCE_MAX_BYTES = 4 * 1024**3
+
+
+def check_reference_archive(path: Path) -> None:
+    """ValueError unless ``path`` is a zip of at most `REFERENCE_MAX_ARRAYS` ``.npy`` members
+    declaring at most `REFERENCE_MAX_BYTES` in all (checked before numpy reads any of it)."""
+    import zipfile
+
+    from harness.core.inputfiles import open_regular
+
+    with open_regular(path, "reference") as handle, zipfile.ZipFile(handle) as archive:
+        members = archive.infolist()
+        if len(members) > REFERENCE_MAX_ARRAYS:
+            raise ValueError(f"{len(members)} arrays, more than {REFERENCE_MAX_ARRAYS}")
+        if any(not m.filename.endswith(".npy") for m in members):
+            raise ValueError("a member that is not a .npy array")
+        if sum(m.file_size for m in members) > REFERENCE_MAX_BYTES:
+            raise ValueError(f"arrays of more than {REFERENCE_MAX_BYTES} bytes")
+
+
 def load_reference(model: Any) -> tuple[dict, dict]:
     import numpy as np
 
@@ -104,6 +128,7 @@ def load_reference(model: Any) -> tuple[dict, dict]:
             return array.astype(object)
         return array if array.dtype == want else array.view(want)
 
+    check_reference_archive(model.reference_path)
     with np.load(model.reference_path, allow_pickle=False) as data:
         feeds = {k[3:]: typed(data[k], model.input_types.get(k[3:])) for k in data.files if k.startswith("in:")}
         outputs = {k[4:]: typed(data[k], model.output_types.get(k[4:])) for k in data.files if k.startswith("out:")}

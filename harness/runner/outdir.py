@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import InputError
-from harness.core.files import check_creatable, check_writable
+from harness.core.files import check_creatable, check_writable, real_path
 
 #: Files a run (or `harness report` / `harness bench` on it) writes into its folder.
 RUN_FILES = (
@@ -61,25 +61,27 @@ def is_run_folder(folder: Path) -> bool:
 
 
 def _regular_text(path: Path, limit: int) -> str | None:
-    """The start of ``path`` when it is a regular file (a FIFO is never opened), else None."""
+    """The start of ``path`` when it is a regular text file (a FIFO is never waited on: opened
+    without blocking and checked with fstat), else None."""
+    from harness.core.inputfiles import open_regular
+
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
-        with open(path, "rb") as handle:
-            return handle.read(limit).decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+        with open_regular(path, "") as handle:
+            data = handle.read(limit)
+        return None if b"\0" in data else data.decode("utf-8")
+    except (OSError, UnicodeDecodeError, InputError):
         return None
 
 
 def _our_metadata(path: Path) -> bool:
-    import json
+    from harness.core.inputfiles import parse_json_bounded
 
     text = _regular_text(path, MARKER_MAX_BYTES + 1)
     if text is None or len(text) > MARKER_MAX_BYTES:
         return False
     try:
-        data = json.loads(text)
-    except ValueError:
+        data = parse_json_bounded(text, str(path), 32)
+    except InputError:
         return False
     return isinstance(data, dict) and all(k in data for k in METADATA_KEYS) and isinstance(data["run"], dict)
 
@@ -127,7 +129,7 @@ def _check_previous_run(out: Path) -> None:
 
 
 def _overlaps(a: Path, b: Path) -> bool:
-    a, b = a.resolve(), b.resolve()
+    a, b = real_path(a), real_path(b)
     return a == b or a in b.parents or b in a.parents
 
 
@@ -187,7 +189,7 @@ def _unique_default(prefix: str) -> Path:
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise InputError(f"results folder {parent.resolve()}: cannot create it ({err.strerror or err})") from None
+        raise InputError(f"results folder {real_path(parent)}: cannot create it ({err.strerror or err})") from None
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     for number in range(1, 10_000):
         path = parent / (f"{prefix}-{stamp}" if number == 1 else f"{prefix}-{stamp}-{number}")
@@ -198,7 +200,7 @@ def _unique_default(prefix: str) -> Path:
             continue
         except OSError as err:
             raise InputError(f"results folder {path}: cannot create it ({err.strerror or err})") from None
-    raise InputError(f"results folder {parent.resolve()}: no free name for {prefix}-{stamp}")
+    raise InputError(f"results folder {real_path(parent)}: no free name for {prefix}-{stamp}")
 
 
 def _lock(folder: Path) -> Any:

@@ -152,9 +152,14 @@ def _context_files(onnx_path: Path) -> tuple[list[str], int]:
 
 def _load_compiled(folder: Path, cached: bool = True) -> CompiledModel:
     """A compiled entry of the cache, checked: files present, .bin sizes as recorded."""
+    from harness.core.inputfiles import JSON_MAX_BYTES, parse_json_bounded, read_text_bounded
+    from harness.prep.containment import contained
+
     try:
-        m = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-        onnx_path, bins = folder / m["onnx"], [folder / b for b in m["bins"]]
+        m = parse_json_bounded(read_text_bounded(folder / "manifest.json", "", JSON_MAX_BYTES), "manifest.json", 16)
+        # every file a worker loads is inside the entry (the record covers it)
+        onnx_path = contained(folder, str(m["onnx"]), "manifest.json", "onnx")
+        bins = [contained(folder, str(b), "manifest.json", "bin") for b in m["bins"][:4096]]
         if not onnx_path.is_file() or (
             m["embed_mode"] == 0 and sum(b.stat().st_size for b in bins) != m["context_bytes"]
         ):
@@ -169,7 +174,9 @@ def _load_compiled(folder: Path, cached: bool = True) -> CompiledModel:
             cached,
             m["cpu_ops"],
         )
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except InputError:
+        raise CorruptEntry("compile manifest names a file outside the entry, or is not readable JSON") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise CorruptEntry(f"unreadable compile manifest ({type(err).__name__})") from None
 
 

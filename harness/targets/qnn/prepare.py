@@ -21,7 +21,7 @@ from typing import Any
 
 from harness.cache import default_cache_dir
 from harness.core.errors import InputError, QnnUnavailableError
-from harness.core.files import copy_file
+from harness.core.files import copy_file, real_path
 from harness.prep.cachekeys import PREP_VERSION, source_key
 from harness.prep.epcontext import EpContextModel, epcontext_nodes, inspect_epcontext
 from harness.prep.externalise import link_external_data
@@ -116,7 +116,7 @@ def prepare_qnn_source(
         import onnx
 
         inputs, shapes, feeds = resolve_feeds(graph, request, label)
-        onnx_file = str(Path(path).resolve())
+        onnx_file = str(real_path(path))
         if any(i.dims != shapes[i.name] for i in inputs):  # dynamic: the compiler needs a static copy
             onnx_file = Path(path).name  # relative: the folder moves when the cache publishes it
             onnx.save(with_static_shapes(fixed_shape_copy(graph, shapes)), str(tmp / onnx_file))
@@ -141,7 +141,7 @@ def prepare_qnn_source(
             check_quantized(model.onnx_path, *load_reference(model), label)
         return model
 
-    return cached_model(cache_dir / f"qnnsrc-{path.stem}-{key}", build)
+    return cached_model(cache_dir / f"qnnsrc-{path.stem}-{key}", build, outside=(str(real_path(path)),))
 
 
 def prepare_epcontext(
@@ -165,7 +165,7 @@ def prepare_epcontext(
             inputs,
             shapes,
             info.context_bytes,
-            str(Path(path).resolve()),
+            str(real_path(path)),
             extra={"reference_kind": "qnn-heap", "context_bins": [str(b) for b in info.bins]},
         )
         save_reference(model.reference_path, feeds, {})
@@ -183,7 +183,7 @@ def prepare_epcontext(
             copy_file(log_path, tmp / "reference.log", "QNN log")
         return model
 
-    return cached_model(cache_dir / f"qnnctx-{path.stem}-{key}", build), info
+    return cached_model(cache_dir / f"qnnctx-{path.stem}-{key}", build, outside=(str(real_path(path)),)), info
 
 
 def _flush_c_stdio() -> None:
