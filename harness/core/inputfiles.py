@@ -143,7 +143,7 @@ class _CappedRaw(io.RawIOBase):
             self._left -= count
             if self._left < 0:
                 raise InputError(f"{self._where}: more than the {self._max} bytes allowed for it; not read further")
-            if b"\0" in memoryview(buffer)[:count]:
+            if b"\0" in bytes(memoryview(buffer)[:count]):
                 raise InputError(f"{self._where}: holds NUL bytes: not a text file")
         return count
 
