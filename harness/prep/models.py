@@ -42,7 +42,12 @@ def resolve_feeds(model: Any, request: InputRequest, label: str) -> tuple[list, 
 
     inputs = model_inputs(model)
     refuse_unfeedable(inputs, label)
+    from harness.prep.outputs import nonfinite_problem
+
     given = given_feeds([i for i in inputs if i.name in request.values], request)
+    why = nonfinite_problem(given, {})
+    if why:  # NaN in, NaN out whatever the weights: no check of the workers could fail
+        raise InputError(f"{label}: --input {why.removeprefix('input ')}; a worker's output could not be checked")
     shapes = resolve_shapes(inputs, request, given, label)
     return inputs, shapes, generate_feeds(inputs, shapes, given)
 

@@ -56,7 +56,20 @@ def write_reference(
     unstable = nondeterministic_outputs(runs[0], runs[1])
     if unstable:
         model.extra["nondeterministic"] = unstable
+    refuse_unverifiable(feeds, runs[0], unstable, label or f"model {model.source}")
     save_reference(model.reference_path, feeds, runs[0])
+
+
+def refuse_unverifiable(feeds: dict, outputs: dict, unstable: Any, label: str) -> None:
+    """InputError when the reference could not tell right weights from wrong (an input holding
+    NaN or infinity, an output NaN or infinite everywhere): every worker would "pass"."""
+    from harness.prep.outputs import nonfinite_problem
+
+    why = nonfinite_problem(feeds, {k: v for k, v in outputs.items() if k not in (unstable or {})})
+    if why:
+        raise InputError(
+            f"{label}: its reference cannot check the weights: {why}; give finite inputs (--input NAME=FILE.npy)"
+        )
 
 
 def _storable(array: Any) -> Any:

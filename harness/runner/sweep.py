@@ -33,6 +33,7 @@ from harness.runner.options import RunOptions
 from harness.runner.outdir import RunFolder, claim
 from harness.runner.preflight import check_before_work, check_memory_budget, copies_per_worker
 from harness.runner.resources import check_address_space, describe
+from harness.runner.seal import broken, seals
 from harness.targets import get_target
 from harness.targets.base import Prepared
 
@@ -246,6 +247,16 @@ def keep_logs(out: Path, prepared: dict[str, Prepared]) -> None:
                     copy_file(log, out / "logs" / f"{log.parent.name}-{log.name}", "log")
 
 
+def fail_if_weights_changed(result: GroupResult, sealed: list) -> None:
+    """Every worker of a group whose weights changed while it ran fails, saying how (its first
+    inference was checked; what it measured afterwards may be of other weights)."""
+    reasons = broken(sealed)
+    if reasons:
+        why = "weights changed during the group: " + "; ".join(reasons)
+        for row in result.rows:
+            row.error = f"{row.error}; {why}" if row.error else why
+
+
 def page_cache_before(opts: RunOptions, ready: Prepared, progress):
     """Evict the group's weights (--page-cache cold) or measure how warm they are; a failed
     eviction check is said on the progress stream and recorded in every row of the group."""
@@ -306,9 +317,11 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
     try:
         write_outputs(out, rows, system, meta("running"))
         for i, group in enumerate(groups):
+            sealed = seals(prepared[group.target].warm_files)  # before an eviction: it reads a few blocks
             cache = page_cache_before(opts, prepared[group.target], progress)
             progress.group_started(i, len(groups), group)
             result: GroupResult = run_group(group, progress.worker_event)
+            fail_if_weights_changed(result, sealed)
             for row in result.rows:
                 row.page_cache, row.weights_resident_bytes = cache.state, cache.resident_bytes
             rows.extend(result.rows)

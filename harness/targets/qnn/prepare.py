@@ -29,7 +29,7 @@ from harness.prep.folder import PreparedModel, cached_model
 from harness.prep.models import resolve_feeds
 from harness.prep.onnxfile import load_onnx, ort_reason
 from harness.prep.pipeline import check_pipeline_request, resolve_models
-from harness.prep.reference import load_reference, save_reference, write_reference
+from harness.prep.reference import load_reference, refuse_unverifiable, save_reference, write_reference
 
 from .child import StatusCallback, run_child
 from .compile import compile_epcontext, qnn_log_dir
@@ -179,6 +179,7 @@ def prepare_epcontext(
             )
         if result.get("nondeterministic"):
             model.extra["nondeterministic"] = result["nondeterministic"]
+        refuse_unverifiable(*load_reference(model), model.extra.get("nondeterministic"), label)
         with contextlib.suppress(OSError, InputError):
             copy_file(log_path, tmp / "reference.log", "QNN log")
         return model
