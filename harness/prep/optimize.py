@@ -20,6 +20,7 @@ this machine's CPU and ORT version, which the cache key covers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.core.errors import InputError
@@ -32,24 +33,51 @@ SESSION_LEVEL_AFTER = "disabled"
 
 
 def optimize_offline(
-    src: Path, out_dir: Path, settings: SessionSettings, *, min_external_bytes: int, label: str
+    src: Path,
+    out_dir: Path,
+    settings: SessionSettings,
+    *,
+    min_external_bytes: int,
+    label: str,
+    on_status: Callable[[str], None] | None = None,
 ) -> Path:
     """Save ORT's optimized version of ``src`` into ``out_dir`` (graph ``optimized.onnx``,
-    initializers of at least ``min_external_bytes`` in ``optimized.data``); returns its path."""
+    initializers of at least ``min_external_bytes`` in ``optimized.data``); returns its path.
+    ORT works in a child process (`harness.prep.ortjob`): Ctrl-C and SIGTERM stop it at once,
+    and ``on_status`` hears what it is doing."""
+    from .ortjob import run_ort_job
+
+    job = {
+        "kind": "optimize",
+        "src": str(src),
+        "out_dir": str(out_dir),
+        "settings": settings.to_dict(),
+        "min_external_bytes": min_external_bytes,
+        "label": label,
+    }
+    return Path(run_ort_job(job, label, on_status)["path"])
+
+
+def optimize_in_process(job: dict) -> dict:
+    """The child's side of `optimize_offline` (`harness.prep.ortjob`): {"path": the optimized model}."""
     import onnxruntime as ort
 
     from harness.prep.onnxfile import ort_reason
 
-    out = out_dir / "optimized.onnx"
-    so = cpu_session_options(settings, level=OFFLINE_LEVEL)
+    from .ortjob import status
+
+    label = job["label"]
+    out = Path(job["out_dir"]) / "optimized.onnx"
+    so = cpu_session_options(SessionSettings.from_dict(job["settings"]), level=OFFLINE_LEVEL)
     so.log_severity_level = 4  # a failure is reported in one line, not as ORT's log lines
     so.optimized_model_filepath = str(out)
     so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "optimized.data")
     so.add_session_config_entry(
-        "session.optimized_model_external_initializers_min_size_in_bytes", str(min_external_bytes)
+        "session.optimized_model_external_initializers_min_size_in_bytes", str(job["min_external_bytes"])
     )
+    status(job, f"optimizing {Path(job['src']).name} with ONNX Runtime (level {OFFLINE_LEVEL}, once)")
     try:
-        ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+        ort.InferenceSession(job["src"], so, providers=["CPUExecutionProvider"])
     except Exception as err:  # ORT raises its own exception types
         raise InputError(f"{label}: ONNX Runtime cannot load it: {ort_reason(err)}") from None
-    return out
+    return {"path": str(out)}

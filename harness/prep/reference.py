@@ -3,6 +3,7 @@ ORT's CPU EP loading its own weights, twice (an output that differs is non-deter
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,26 +21,59 @@ def write_reference(
     *,
     level: str | None = None,
     label: str | None = None,
+    on_status: Callable[[str], None] | None = None,
 ) -> None:
     """Run ``run_path`` (the original model) twice on ORT's CPU EP, ORT loading the weights
     itself, with the workers' session settings at ``level``; store input and outputs. Outputs
-    that differ between the two runs are recorded as non-deterministic."""
+    that differ between the two runs are recorded as non-deterministic. ORT works in a child
+    process (`harness.prep.ortjob`): Ctrl-C and SIGTERM stop it at once."""
+    import tempfile
+
+    from .ortjob import run_ort_job
+
+    label = label or f"model {model.source}"
+    with tempfile.TemporaryDirectory(prefix="ref-feeds-") as tmp:
+        save_reference(Path(tmp) / "feeds.npz", feeds, {})
+        job = {
+            "kind": "reference",
+            "run_path": str(run_path),
+            "feeds": str(Path(tmp) / "feeds.npz"),
+            "reference": str(model.reference_path),
+            "settings": (settings or SessionSettings()).to_dict(),
+            "level": level or model.session_level,
+            "label": label,
+            "outputs": list(model.outputs),
+            "input_types": dict(model.input_types),
+            "output_types": dict(model.output_types),
+        }
+        result = run_ort_job(job, label, on_status)
+    if result.get("nondeterministic"):
+        model.extra["nondeterministic"] = result["nondeterministic"]
+
+
+def reference_in_process(job: dict) -> dict:
+    """The child's side of `write_reference` (`harness.prep.ortjob`): the runs, the refusal of a
+    reference that cannot check the weights, the archive; {"nondeterministic": {...}}."""
+    from types import SimpleNamespace
+
     import onnxruntime as ort
 
     from harness.prep.outputs import nondeterministic_outputs
     from harness.prep.sessions import cpu_session_options, run_session
 
-    so = cpu_session_options(settings, level=level or model.session_level)
+    from .ortjob import status
+
+    types = {"input_types": job["input_types"], "output_types": job["output_types"]}
+    feeds, _ = load_reference(SimpleNamespace(reference_path=Path(job["feeds"]), **types))
+    so = cpu_session_options(SessionSettings.from_dict(job["settings"]), level=job["level"])
     so.log_severity_level = 4  # the error is reported in one line below, not as ORT's log lines
+    outputs, label = job["outputs"], job["label"]
+    status(job, f"running {Path(job['run_path']).name} twice on ONNX Runtime for the reference")
     try:
-        session = ort.InferenceSession(str(run_path), so, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(job["run_path"], so, providers=["CPUExecutionProvider"])
         runs = [
             dict(
-                zip(
-                    model.outputs,
-                    run_session(session, model.outputs, feeds, model.input_types, model.output_types),
-                    strict=True,
-                )
+                zip(outputs, run_session(session, outputs, feeds, job["input_types"], job["output_types"]), strict=True)
             )
             for _ in range(2)
         ]
@@ -50,14 +84,11 @@ def write_reference(
                 " (if an input needs real values, e.g. a sample rate or token ids, give them with "
                 "--input NAME=FILE.npy or --input NAME=VALUE)"
             )
-        raise InputError(
-            f"{label or 'model ' + model.source}: ONNX Runtime cannot run it: {ort_reason(err)}{hint}"
-        ) from None
+        raise InputError(f"{label}: ONNX Runtime cannot run it: {ort_reason(err)}{hint}") from None
     unstable = nondeterministic_outputs(runs[0], runs[1])
-    if unstable:
-        model.extra["nondeterministic"] = unstable
-    refuse_unverifiable(feeds, runs[0], unstable, label or f"model {model.source}")
-    save_reference(model.reference_path, feeds, runs[0])
+    refuse_unverifiable(feeds, runs[0], unstable, label)
+    save_reference(Path(job["reference"]), feeds, runs[0])
+    return {"nondeterministic": unstable}
 
 
 def refuse_unverifiable(feeds: dict, outputs: dict, unstable: Any, label: str) -> None:

@@ -136,7 +136,7 @@ def prepare_qnn_source(
             onnx_file = qdq.name
             extra = {"min_cosine": MIN_COSINE, "quantized": f"qdq, {quantize.calibration_size} calibration inputs"}
         model = _inline_model(tmp, path, graph, inputs, shapes, 0, onnx_file, extra=extra)
-        write_reference(model, Path(path), feeds, settings, level="all", label=label)  # the float model's
+        write_reference(model, Path(path), feeds, settings, level="all", label=label, on_status=on_status)
         if quantize.enabled:
             check_quantized(model.onnx_path, *load_reference(model), label)
         return model
