@@ -14,12 +14,14 @@ incomplete, 2 usage or input error (one line on stderr, never a traceback), 130 
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
 from typing import Any
 
 from harness.cli_parser import PROG, build_parser
 from harness.core.argtypes import attach_dash_values
-from harness.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, InputError
+from harness.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError
 from harness.core.limits import check_bounds, check_text_arguments, refuse_repeated
 from harness.publish import check_history_path, report_run
 
@@ -134,6 +136,8 @@ def cmd_cache(ns: argparse.Namespace) -> int:
     from harness.core.units import fmt_bytes, plural
 
     folder = ns.cache_dir or default_cache_dir()
+    if os.path.lexists(folder) and not folder.is_dir():  # a file, a FIFO, a dangling link: not a cache
+        raise InputError(f"cache {folder}: is not a folder (--cache-dir or HARNESS_CACHE_DIR names something else)")
     if ns.action == "info":
         entries = cache_entries(folder)
         total = sum(e.bytes for e in entries)
@@ -210,6 +214,9 @@ def _failed(err: Exception) -> int:
         where = f"; what was measured before is in {err.out}" if err.out else ""
         print(f"error: run failed: {err}{where}", file=sys.stderr)
         return err.exit_code
+    if isinstance(err, OSError) and err.errno == errno.ENAMETOOLONG:  # a path the user gave: an input error
+        print(f"error: {err.filename or 'a path'}: name too long ({err.strerror})", file=sys.stderr)
+        return EXIT_USAGE
     if isinstance(err, (OSError, MemoryError)):
         where = f" ({err.filename})" if getattr(err, "filename", None) else ""
         print(f"error: {describe(err, 'in the harness')}{where}", file=sys.stderr)

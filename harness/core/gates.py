@@ -125,7 +125,7 @@ def needs_both_modes(gate: Gate) -> bool:
 def _number(text: str, expr: str, metric: str) -> float:
     """The threshold: a plain finite number, or a size for a ``*_bytes`` metric (``128MiB``);
     a unit on a ratio or a count is a mistake, refused."""
-    unit_free = re.fullmatch(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?", text)
+    unit_free = re.fullmatch(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?", text, re.ASCII)
     if unit_free:
         value = float(text)
         if not math.isfinite(value):

@@ -307,6 +307,19 @@ def run_notes(run: RunData) -> list[Note]:
         )
     for text in run.load_notes:
         notes.append(Note("warn", "Incomplete run folder", text))
+    unverified = [str(k) for k in run.run.get("unverified_session_config") or []]
+    if unverified:
+        notes.append(
+            Note(
+                "warn",
+                "Session config not verified",
+                f"--session-config {', '.join(unverified)}: no library of this ONNX Runtime names "
+                f"{'this key' if len(unverified) == 1 else 'these keys'}, so nothing in it can read "
+                f"{'it' if len(unverified) == 1 else 'them'}. ORT "
+                "accepts any key and ignores the ones nothing reads: recorded as given, but nothing shows it "
+                "was applied (a typo?).",
+            )
+        )
     if run.target_notes:  # one note, however many facts the target recorded
         first, *more = run.target_notes
         notes.append(Note("info", f"How the {run.target} target measures", str(first), [str(t) for t in more]))

@@ -57,6 +57,7 @@ RUN: dict[str, Any] = {
     "labels": MapOf(str),
     "target_options": MapOf(OPTION),
     "session": {"config": MapOf(str), "intra_op_threads": int, "provider_options": MapOf(str)},
+    "unverified_session_config": ListOf(str),
     "inputs": {"shapes": MapOf(ListOf(int)), "free_dims": MapOf(int), "values": MapOf(str)},
     "processes": ListOf(int, 64),
     "modes": ListOf(str, 8),

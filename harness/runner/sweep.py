@@ -27,6 +27,7 @@ from harness.core.rundata import METADATA_JSON, read_run_json
 from harness.core.schema import FORMAT_VERSION, ResultRow, SummaryRow
 from harness.core.summary import group_key, summarize
 from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV, write_long, write_rows
+from harness.prep.configkeys import unread_keys
 from harness.runner.control import has_control
 from harness.runner.group import GroupResult, GroupSpec, run_group
 from harness.runner.options import RunOptions
@@ -124,6 +125,7 @@ def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, sta
             "weights_bytes": own.weights_bytes if own else None,
             "weights_file_bytes": (own.file_bytes or None) if own else None,
             "session": opts.session_settings().to_dict(),
+            "unverified_session_config": unread_keys(list(opts.session_config)),
             "runs": opts.runs,
             "warmup": opts.warmup,
             "concurrency": opts.concurrency,

@@ -37,7 +37,7 @@ def _fault(text: str) -> tuple[str, int | str]:
     the failed attempt's release callbacks arrive during (default) or after the direct read."""
     if text.startswith("register@"):
         k = text.partition("@")[2]
-        if not k.isdigit() or int(k) < 1:
+        if not (k.isascii() and k.isdigit()) or int(k) < 1:
             raise ValueError("register@K needs a whole number K >= 1")
         return "register_at", int(k)
     if text.partition("=")[0] == "late-release":
@@ -50,7 +50,7 @@ def _fault(text: str) -> tuple[str, int | str]:
         raise ValueError(f"stages are {','.join(FAULT_STAGES)}, register@K, late-release[=during|after]")
     if not sep:
         return stage, 1
-    if not count.isdigit():
+    if not (count.isascii() and count.isdigit()):
         raise ValueError("K must be a whole number >= 0")
     return stage, int(count)
 
