@@ -391,9 +391,10 @@ def write_headline(folder: Path | str, judgement: Any, *, kind: str = "run") -> 
 
 def read_headline(path: Path | str) -> dict[str, Any]:
     """A headline.json written by this version (ValueError otherwise)."""
-    from .rundata import read_run_json
+    from .inputfiles import parse_json_bounded, read_text_bounded
 
-    data = read_run_json(Path(path))
+    # bounded as every JSON of a run folder (rundata.MAX_JSON_BYTES / MAX_JSON_DEPTH)
+    data = parse_json_bounded(read_text_bounded(path, "", 16 * 1024**2), str(path), 32, allow_nan=False)
     if not isinstance(data, dict) or data.get("format_version") != HEADLINE_FORMAT_VERSION:
         raise ValueError(f"{path}: not a headline.json of format_version {HEADLINE_FORMAT_VERSION}")
     return data

@@ -1,4 +1,5 @@
-"""Long ONNX Runtime work of the preparation, in a child process: ``python -m harness.prep.ortjob JOB.json``.
+"""Long ONNX Runtime work of the preparation, in a child process (``python -m harness.prep.ortchild
+JOB.json``): the parent's side, and the status the child reports.
 
 Why a child: ORT's offline optimisation of a large model (100 000 initializers took minutes) and
 the reference runs are one long native call each. In the harness's own process Python runs no
@@ -9,7 +10,7 @@ interrupts the wait at once and the child is killed (and dies with the parent in
 progress display; ORT's own log lines go to a log file, not the terminal. The same pattern as
 the QNN compile child (`harness.targets.qnn.child`).
 
-Jobs:
+Jobs (run by `harness.prep.ortchild`):
 - ``optimize``: `harness.prep.optimize.optimize_in_process` (ORT's optimized model saved);
 - ``reference``: `harness.prep.reference.reference_in_process` (the reference runs and archive).
 
@@ -19,8 +20,6 @@ The result (``ok``, ``error`` or the job's own fields) goes to the job's ``resul
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -50,7 +49,7 @@ def run_ort_job(job: dict, label: str, on_status: Callable[[str], None] | None =
         job = dict(job, result=str(Path(tmp) / "result.json"), status=str(Path(tmp) / "status.txt"))
         job_path = Path(tmp) / "job.json"
         job_path.write_text(json.dumps(job), encoding="utf-8")
-        command, env = python_child("harness.prep.ortjob", str(job_path))
+        command, env = python_child("harness.prep.ortchild", str(job_path))
         with open(Path(tmp) / "ort.log", "wb") as log:
             proc = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=tmp, env=env
@@ -118,51 +117,3 @@ def status(job: dict, text: str) -> None:
         Path(job["status"]).write_text(text, encoding="utf-8")
     except (OSError, KeyError):
         pass  # progress only
-
-
-def _run(job: dict) -> dict:
-    if job["kind"] == "optimize":
-        from harness.prep.optimize import optimize_in_process
-
-        return optimize_in_process(job)
-    if job["kind"] == "reference":
-        from harness.prep.reference import reference_in_process
-
-        return reference_in_process(job)
-    raise ValueError(f"unknown job kind {job['kind']!r}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    from harness.runner.worker import _set_parent_death_signal
-
-    _set_parent_death_signal()  # never outlives the harness that asked for it
-    if os.environ.get(SLOW_ENV):
-        status(job, "waiting (test hook)")
-        time.sleep(float(os.environ[SLOW_ENV]))
-    try:
-        result = {"ok": True, **_run(job)}
-    except InputError as err:
-        result = {"ok": False, "error": str(err)}
-    except MemoryError:
-        result = {
-            "ok": False,
-            "error": f"{job.get('label', 'the model')}: out of memory in ONNX Runtime (the model "
-            "or its input shapes, --shape / --input, need more memory than there is)",
-        }
-    except Exception as err:  # anything else: one line for the parent, the whole trace in the log
-        import traceback
-
-        traceback.print_exc()
-        text = str(err).strip().splitlines()
-        result = {
-            "ok": False,
-            "error": f"{job.get('label', 'the model')}: {type(err).__name__}: {text[0] if text else ''}",
-        }
-    Path(job["result"]).write_text(json.dumps(result), encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

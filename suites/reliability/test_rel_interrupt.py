@@ -175,7 +175,7 @@ def test_long_ort_work_of_the_preparation_is_interruptible(model_cache, tmp_path
                 break
         else:
             raise AssertionError("the ORT child never said it was busy:\n" + "".join(seen))
-        children = [p for p in psutil.Process(proc.pid).children(recursive=True) if "ortjob" in " ".join(p.cmdline())]
+        children = [p for p in psutil.Process(proc.pid).children(recursive=True) if "ortchild" in " ".join(p.cmdline())]
         assert children, "no ORT child process"
         os.kill(proc.pid, sig)
         proc.wait(timeout=30)
