@@ -242,7 +242,10 @@ def _discard(folder: Path, why: CorruptEntry) -> None:
             f"model cache entry {folder} is corrupt ({why}) and cannot be removed here "
             f"({err.strerror or err}): delete it, or choose another --cache-dir"
         ) from None
-    shutil.rmtree(trash, ignore_errors=True)
+    if trash.is_symlink() or not trash.is_dir():
+        trash.unlink(missing_ok=True)  # the link itself, never what it points to
+    else:
+        shutil.rmtree(trash, ignore_errors=True)
 
 
 def cached_build(folder: Path, build: Callable[[Path], None], load: Callable[[Path], T]) -> T:
@@ -253,8 +256,10 @@ def cached_build(folder: Path, build: Callable[[Path], None], load: Callable[[Pa
     InputError for user mistakes (propagated) and OSError for a full or read-only disk
     (turned into one InputError naming the cache)."""
     folder = Path(folder)
-    if folder.exists():
+    if os.path.lexists(folder):
         try:
+            if folder.is_symlink() or not folder.is_dir():  # an entry is a folder of the cache itself
+                raise CorruptEntry("not a folder of the cache (a symbolic link or a file)")
             check_entry(folder)
             return load(folder)
         except CorruptEntry as why:
@@ -302,8 +307,12 @@ class CacheEntry:
 
 
 def _folder_size(folder: Path) -> tuple[int, int]:
+    """(bytes, files) of an entry, links not followed, counting at most `MAX_ENTRY_FILES` files
+    (a cache made by someone else may hold an entry of millions: `cache info` stays quick)."""
     total = files = 0
     for root, _dirs, names in os.walk(folder):
+        if files > MAX_ENTRY_FILES:
+            break
         for name in names:
             try:
                 total += os.lstat(os.path.join(root, name)).st_size

@@ -47,6 +47,10 @@ HISTORY_MAX_BYTES = 64 * MiB
 HISTORY_MAX_ROWS = 200_000
 
 
+def _where(label: str, path: Path | str) -> str:
+    return f"{label} {path}".strip()
+
+
 def _kind(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "a folder"
@@ -65,18 +69,18 @@ def check_regular(path: Path | str, label: str, max_bytes: int | None = None) ->
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise InputError(f"{label} {path}: no such file") from None
+        raise InputError(f"{_where(label, path)}: no such file") from None
     except OSError as err:
-        raise InputError(f"{label} {path}: {err.strerror or err}") from None
+        raise InputError(f"{_where(label, path)}: {err.strerror or err}") from None
     _check_stat(st, path, label, max_bytes)
     return st
 
 
 def _check_stat(st: os.stat_result, path: Path | str, label: str, max_bytes: int | None) -> None:
     if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{label} {path}: {_kind(st.st_mode)}, not a regular file")
+        raise InputError(f"{_where(label, path)}: {_kind(st.st_mode)}, not a regular file")
     if max_bytes is not None and st.st_size > max_bytes:
-        raise InputError(f"{label} {path}: {st.st_size} bytes, more than the {max_bytes} bytes allowed for it")
+        raise InputError(f"{_where(label, path)}: {st.st_size} bytes, more than the {max_bytes} bytes allowed for it")
 
 
 def open_regular(path: Path | str, label: str, max_bytes: int | None = None):
@@ -86,9 +90,9 @@ def open_regular(path: Path | str, label: str, max_bytes: int | None = None):
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
-        raise InputError(f"{label} {path}: no such file") from None
+        raise InputError(f"{_where(label, path)}: no such file") from None
     except OSError as err:
-        raise InputError(f"{label} {path}: {err.strerror or err}") from None
+        raise InputError(f"{_where(label, path)}: {err.strerror or err}") from None
     try:
         _check_stat(os.fstat(fd), path, label, max_bytes)
         if hasattr(os, "set_blocking"):
@@ -99,10 +103,6 @@ def open_regular(path: Path | str, label: str, max_bytes: int | None = None):
         raise
 
 
-def _where(label: str, path: Path | str) -> str:
-    return f"{label} {path}".strip()
-
-
 def read_bytes_bounded(path: Path | str, label: str, max_bytes: int) -> bytes:
     """The whole content of a regular file of at most ``max_bytes`` (read no further than the
     bound even if the file grows meanwhile)."""
@@ -110,9 +110,9 @@ def read_bytes_bounded(path: Path | str, label: str, max_bytes: int) -> bytes:
         try:
             data = handle.read(max_bytes + 1)
         except OSError as err:
-            raise InputError(f"{label} {path}: {err.strerror or err}") from None
+            raise InputError(f"{_where(label, path)}: {err.strerror or err}") from None
     if len(data) > max_bytes:
-        raise InputError(f"{label} {path}: grew past the {max_bytes} bytes allowed for it while being read")
+        raise InputError(f"{_where(label, path)}: grew past the {max_bytes} bytes allowed for it while being read")
     return data
 
 
@@ -213,12 +213,12 @@ def load_npy_bounded(path: Path | str, label: str, max_bytes: int = NPY_MAX_BYTE
     with open_regular(path, label, max_bytes) as handle:
         size = os.fstat(handle.fileno()).st_size
         if size == 0:
-            raise InputError(f"{label} {path}: an empty file, not a .npy array")
+            raise InputError(f"{_where(label, path)}: an empty file, not a .npy array")
         magic = handle.read(6)
         if magic.startswith(b"PK"):
-            raise InputError(f"{label} {path}: a .npz archive; give one array as a .npy file")
+            raise InputError(f"{_where(label, path)}: a .npz archive; give one array as a .npy file")
         if magic != b"\x93NUMPY":
-            raise InputError(f"{label} {path}: not a .npy file (no NumPy header)")
+            raise InputError(f"{_where(label, path)}: not a .npy file (no NumPy header)")
         handle.seek(0)
         try:
             version = npy.read_magic(handle)
@@ -227,9 +227,9 @@ def load_npy_bounded(path: Path | str, label: str, max_bytes: int = NPY_MAX_BYTE
                 raise ValueError(f"version {version}")
             shape, fortran, dtype = readers[version](handle)
         except (ValueError, OSError, EOFError, SyntaxError) as err:
-            raise InputError(f"{label} {path}: not a readable .npy header ({type(err).__name__})") from None
+            raise InputError(f"{_where(label, path)}: not a readable .npy header ({type(err).__name__})") from None
         if dtype.hasobject:
-            raise InputError(f"{label} {path}: holds Python objects, which the harness never unpickles")
+            raise InputError(f"{_where(label, path)}: holds Python objects, which the harness never unpickles")
         count = 1
         for dim in shape:
             count *= int(dim)
@@ -237,11 +237,11 @@ def load_npy_bounded(path: Path | str, label: str, max_bytes: int = NPY_MAX_BYTE
         have = size - handle.tell()
         if need > max_bytes or need > have:
             raise InputError(
-                f"{label} {path}: its header declares {count} elements ({need} bytes) but the file "
+                f"{_where(label, path)}: its header declares {count} elements ({need} bytes) but the file "
                 f"holds {have} bytes of data (at most {max_bytes} allowed)"
             )
         try:
             data = np.fromfile(handle, dtype=dtype, count=count)
         except (ValueError, OSError) as err:
-            raise InputError(f"{label} {path}: cannot read its data ({type(err).__name__})") from None
+            raise InputError(f"{_where(label, path)}: cannot read its data ({type(err).__name__})") from None
     return data.reshape(shape, order="F" if fortran else "C")

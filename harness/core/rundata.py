@@ -8,6 +8,7 @@ exists, results.csv exists, format_version is one we understand) live here, once
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -132,6 +133,8 @@ def _read_metadata(folder: Path, notes: list[str]) -> dict[str, Any]:
     from .runmeta import check_metadata
 
     path = folder / METADATA_JSON
+    if os.path.lexists(path) and not path.is_file():  # a FIFO, a device, a folder, a dangling link
+        raise InputError(f"{path}: not a regular file: not a run folder of this harness")
     if not path.is_file():
         notes.append(f"{METADATA_JSON} is missing: the header lacks the run's settings.")
         return {}
@@ -157,7 +160,12 @@ def _differs(a: Any, b: Any) -> bool:
 
 
 def _where(key: tuple) -> str:
-    return f"{key[0]} {key[1]} N={key[2]} M={key[3]} repeat {key[4]}"
+    """A group as a message names it: its target only when it looks like a target's name (the
+    column is free text of someone else's file), its mode, N, M and repeat (checked values)."""
+    import re
+
+    target = key[0] if isinstance(key[0], str) and re.fullmatch(r"[a-z][a-z0-9_-]{0,31}", key[0]) else "(a target)"
+    return f"{target} {key[1]} N={key[2]} M={key[3]} repeat {key[4]}"
 
 
 def _recomputed_summary(folder: Path, stated: list[SummaryRow], results: list[ResultRow]) -> list[SummaryRow]:
@@ -232,6 +240,9 @@ def _check_headline(folder: Path, meta: dict[str, Any], summary: list[SummaryRow
     if not isinstance(stated, dict):
         raise InputError(f"{path}: headline is a {type(stated).__name__}, expected an object")
     for key, value in headline(summary).items():
+        said = stated.get(key)
+        if said is not None and (isinstance(said, bool) or not isinstance(said, int | float)):
+            raise InputError(f"{path}: headline.{key} is {_shown(said)}, expected a number")
         if key in stated and _differs(stated[key], value):
             raise InputError(
                 f"{folder}: {HEADLINE_JSON} contradicts {RESULTS_CSV}: {key} is {_shown(stated[key])} there, "

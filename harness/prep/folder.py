@@ -79,8 +79,17 @@ def _read_manifest(folder: Path) -> dict:
     for key in ("source", "tensors", "inputs", "input_types", "outputs", "weights_bytes"):
         if data.get(key) is None:
             raise CorruptEntry(f"unusable manifest.json ({key} is missing)")
-    if any(v < 0 for t in data["tensors"] for v in (t["offset"], t["length"], *t["shape"])):
+    if any(v < 0 for t in data["tensors"] for v in (t["offset"], t["length"], *t["shape"])) or any(
+        d < 0 for dims in data["inputs"].values() for d in dims
+    ):
         raise CorruptEntry("unusable manifest.json (a negative offset, length or dimension)")
+    from harness.prep.tensors import element_type
+
+    try:
+        for kind in (*(t["onnx_type"] for t in data["tensors"]), *data["input_types"].values()):
+            element_type(kind)
+    except (KeyError, ValueError, TypeError):
+        raise CorruptEntry("unusable manifest.json (an element type ONNX does not have)") from None
     return data
 
 
@@ -181,7 +190,10 @@ class PreparedModel:
                 f"{model.reference_path.name} is not a plain array archive ({type(err).__name__})"
             ) from None
         if model.tensors:
-            need = model.weights_extent()
+            try:
+                need = model.weights_extent()
+            except (KeyError, ValueError, TypeError, OverflowError):
+                raise CorruptEntry("unusable manifest.json (a tensor of no size ONNX knows)") from None
             if not model.weights_path.is_file() or model.weights_path.stat().st_size < need:
                 raise CorruptEntry(f"{model.weights_path.name} is missing or shorter than {need} bytes")
         return model

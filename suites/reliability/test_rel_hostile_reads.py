@@ -14,6 +14,7 @@ the wrong type anywhere becomes a traceback.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,26 @@ def test_an_initializer_name_that_is_not_utf8_is_one_line(tmp_path, model_cache)
     proc = run_quick(run_args(model=("--model", str(path)), cache=cache, out=out), model_cache, timeout=120)
     one_line_error(proc, 2, str(path), "is not UTF-8 text")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("case", ["headline value a string", "metadata a FIFO", "duplicate secret columns"])
+def test_more_hostile_folders_are_one_line(a_run, tmp_path, model_cache, case):
+    """Found by probing after the fixes above: a headline.json figure that is a string (before: a
+    TypeError in the comparison), a metadata.json that is a FIFO (before: read as missing), a
+    header naming one column twice (before: the names were echoed)."""
+    run = copy_run(a_run, tmp_path / "run")
+    if case == "headline value a string":
+        data = json.loads((run / "headline.json").read_text())
+        data["headline"]["mapped_pss_ratio"] = SECRET
+        (run / "headline.json").write_text(json.dumps(data))
+        expected = "headline.mapped_pss_ratio is a string, expected a number"
+    elif case == "metadata a FIFO":
+        (run / "metadata.json").unlink()
+        os.mkfifo(run / "metadata.json")
+        expected = "metadata.json: not a regular file"
+    else:
+        lines = (run / "results.csv").read_text().splitlines()
+        lines[0] = lines[0].replace("target,mode", f"{SECRET},{SECRET}", 1)
+        (run / "results.csv").write_text("\n".join(lines) + "\n")
+        expected = "1 column name(s) appear twice"
+    _refused(run, model_cache, tmp_path, expected)

@@ -116,3 +116,18 @@ def test_a_manifest_out_of_bounds_or_shape_is_corrupt(entry, model_cache, tmp_pa
         _edit_manifest(entry, change)
     _rerecord(entry)
     _rebuilt(_run_on(entry, model_cache, tmp_path), tmp_path, why)
+
+
+def test_an_entry_that_is_a_symlink_is_rebuilt_and_its_target_left_alone(entry, model_cache, tmp_path):
+    """An entry of the cache must be a folder of the cache: one replaced by a link to a folder
+    elsewhere (someone's model folder, with a matching record) is not used; the link is removed,
+    never what it points to."""
+    import os
+
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(entry, elsewhere)
+    os.symlink(elsewhere, entry)
+    before = sorted(p.name for p in elsewhere.iterdir())
+    _rebuilt(_run_on(entry, model_cache, tmp_path), tmp_path, "not a folder of the cache")
+    assert sorted(p.name for p in elsewhere.iterdir()) == before
+    assert entry.is_dir() and not entry.is_symlink()
