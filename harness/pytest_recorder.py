@@ -51,9 +51,18 @@ class SessionRecorder:
         holds something else (TensorBoard's default folder) must not delete it."""
         for folder in (self.runs, self.index):
             _check_ours(folder, self.report_dir)
+        earlier = sum(1 for _ in self.runs.iterdir()) if self.runs.is_dir() else 0
         for folder in (self.runs, self.index):
             if folder.exists():
                 shutil.rmtree(folder)
+        if earlier:  # never lost without a word (issue 28): the session says what it replaced
+            import sys
+
+            print(
+                f"qnn-fmw-harness: --fmw-report-dir {self.report_dir}: replaced the earlier session's "
+                f"{earlier} run folder(s) in {RUNS}/",
+                file=sys.stderr,
+            )
         self.runs.mkdir(parents=True, exist_ok=True)
         self.index.mkdir(parents=True, exist_ok=True)
 
