@@ -201,8 +201,14 @@ def _check_against_metadata(folder: Path, meta: dict[str, Any], results: list[Re
         ("mode", set(run.get("modes") or [])),
         ("processes", set(run.get("processes") or [])),
         ("sessions_per_process", {run["sessions_per_process"]} if run.get("sessions_per_process") else set()),
-        ("repeat", set(range(run["repeat"])) if run.get("repeat") else set()),
     ]
+    repeats = run.get("repeat")
+    for row in results if repeats else []:  # 0..repeat-1, checked without a set of them all
+        if row.repeat is not None and not 0 <= row.repeat < repeats:
+            raise InputError(
+                f"{folder}: {RESULTS_CSV} contradicts {METADATA_JSON}: a worker row has repeat={row.repeat}, "
+                f"the run measured repeats 0..{repeats - 1}"
+            )
     for column, allowed in planned:
         if not allowed:
             continue

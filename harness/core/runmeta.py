@@ -39,6 +39,15 @@ class MapOf:
         self.value, self.max_items = value, max_items
 
 
+class Required:
+    """An entry that must be there and not null (a gate without its expression is no gate)."""
+
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
+
+
+#: In a record (a dict spec), the shape of every key it does not declare.
+OTHERS = "*"
 #: Any JSON value nested at most a few levels (the run folder's JSON depth is bounded on read).
 ANY = object()
 #: A scalar, or a list/mapping of scalars (target options such as ``--fault``'s counts).
@@ -76,9 +85,17 @@ METADATA: dict[str, Any] = {
     "status": str,
     "run": RUN,
     "gates": ListOf(str),
-    "default_gates": ListOf({"expr": str, "why": str}),
+    "default_gates": ListOf({"expr": Required(str), "why": str}),
     "target_notes": ListOf(str),
-    "env": MapOf(OPTION),
+    "env": {
+        **dict.fromkeys(
+            ("os", "system", "arch", "cpu", "python", "onnxruntime", "numpy", "hostname", "git_commit"), str
+        ),
+        "cpu_count": int,
+        "ram_bytes": int,
+        "version_labels": MapOf(str),
+        OTHERS: OPTION,  # a target's own version keys (onnxruntime_qnn, qnn_sdk...)
+    },
 }
 
 
@@ -119,7 +136,12 @@ def _scalar_ok(value: Any, spec: Any) -> bool:
 
 
 def check_value(path: Path | str, where: str, value: Any, spec: Any) -> None:
-    """InputError unless ``value`` has the shape ``spec`` declares (None always passes)."""
+    """InputError unless ``value`` has the shape ``spec`` declares (None passes, unless the
+    spec is `Required` or it is an item of a list)."""
+    if isinstance(spec, Required):
+        if value is None:
+            raise InputError(f"{path}: {where} is missing or null, expected {_expected(spec.spec)}")
+        spec = spec.spec
     if value is None:
         return
     if isinstance(spec, dict | MapOf | ListOf):
@@ -130,13 +152,17 @@ def check_value(path: Path | str, where: str, value: Any, spec: Any) -> None:
             raise InputError(f"{path}: {where} has {len(value)} items, more than the {spec.max_items} allowed")
         if isinstance(spec, ListOf):
             for index, item in enumerate(value):
-                check_value(path, f"{where}[{index}]", item, spec.item)
+                check_value(path, f"{where}[{index}]", item, Required(spec.item))
         elif isinstance(spec, MapOf):
             for item in value.values():
                 check_value(path, f"{where}.<entry>", item, spec.value)
         else:
             for key, item_spec in spec.items():
-                check_value(path, f"{where}.{key}" if where else key, value.get(key), item_spec)
+                if key != OTHERS:
+                    check_value(path, f"{where}.{key}" if where else key, value.get(key), item_spec)
+            if OTHERS in spec:
+                for key in value.keys() - spec.keys():
+                    check_value(path, f"{where}.<entry>", value[key], spec[OTHERS])
         return
     if not _scalar_ok(value, spec):
         raise InputError(f"{path}: {where} is {_kind(value)}, expected {_expected(spec)}")

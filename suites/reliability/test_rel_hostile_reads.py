@@ -31,7 +31,7 @@ def a_run(tmp_path_factory, model_cache) -> Path:
     return shared_run(tmp_path_factory, model_cache)
 
 
-def _report(folder: Path, model_cache: Path, tmp_path: Path, *extra: str):
+def _report(folder: Path, model_cache: Path, tmp_path: Path, *extra: str, preexec=None):
     import subprocess
     import sys
 
@@ -46,6 +46,7 @@ def _report(folder: Path, model_cache: Path, tmp_path: Path, *extra: str):
         env=env,
         stdin=subprocess.DEVNULL,
         timeout=300,
+        preexec_fn=preexec,
     )
 
 
@@ -142,7 +143,10 @@ def test_a_workers_symlink_loop_is_no_traceback(a_run, tmp_path, model_cache):
         (lambda m: m.update(default_gates=[{"expr": ["a"]}]), "default_gates[0].expr is a list"),
         (lambda m: m["run"].update(processes=[[2]]), "run.processes[0] is a list, expected an integer"),
         (lambda m: m["run"].update(labels={"k": {"v": 1}}), "run.labels.<entry> is an object"),
-        (lambda m: m.update(env={"hostname": [[1]]}), "env.<entry>"),
+        (lambda m: m.update(env={"hostname": [[1]]}), "env.hostname is a list, expected a string"),
+        (lambda m: m["env"].update(ram_bytes="8GiB"), "env.ram_bytes is a string, expected an integer"),
+        (lambda m: m.update(default_gates=[{"why": "x"}]), "default_gates[0].expr is missing or null"),
+        (lambda m: m.update(gates=[None]), "gates[0] is missing or null"),
     ],
 )
 def test_a_metadata_entry_of_the_wrong_type_is_one_line(a_run, tmp_path, model_cache, change, expected):
@@ -152,6 +156,24 @@ def test_a_metadata_entry_of_the_wrong_type_is_one_line(a_run, tmp_path, model_c
     (run / "metadata.json").write_text(json.dumps(data))
     (run / "headline.json").unlink()
     _refused(run, model_cache, tmp_path, "metadata.json: ", expected)
+
+
+def test_a_huge_repeat_in_metadata_is_no_memory_bomb(a_run, tmp_path, model_cache):
+    """``run.repeat`` of 10**30 (found by a fuzzer: the rows were checked against a set of every
+    repeat, which ran out of memory): the report judges the rows without building it."""
+    run = copy_run(a_run, tmp_path / "run")
+    data = json.loads((run / "metadata.json").read_text())
+    data["run"]["repeat"] = 10**30
+    (run / "metadata.json").write_text(json.dumps(data))
+    (run / "headline.json").unlink()
+    import resource
+
+    def two_gib() -> None:  # a memory bomb ends in a MemoryError here, not in the machine's swap
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    proc = _report(run, model_cache, tmp_path, preexec=two_gib)
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert "out of memory" not in proc.stderr
 
 
 def test_an_initializer_name_that_is_not_utf8_is_one_line(tmp_path, model_cache):
