@@ -45,39 +45,71 @@ def optimize_offline(
     initializers of at least ``min_external_bytes`` in ``optimized.data``); returns its path.
     ORT works in a child process (`harness.prep.ortjob`): Ctrl-C and SIGTERM stop it at once,
     and ``on_status`` hears what it is doing."""
+    out = Path(out_dir) / "optimized.onnx"
+    save_optimized(
+        src,
+        out,
+        level=OFFLINE_LEVEL,
+        settings=settings,
+        config={
+            "session.optimized_model_external_initializers_file_name": "optimized.data",
+            "session.optimized_model_external_initializers_min_size_in_bytes": str(min_external_bytes),
+        },
+        label=label,
+        on_status=on_status,
+    )
+    return out
+
+
+def save_optimized(
+    src: Path,
+    out: Path,
+    *,
+    level: str,
+    settings: SessionSettings | None = None,
+    config: dict[str, str] | None = None,
+    label: str,
+    on_status: Callable[[str], None] | None = None,
+) -> None:
+    """ORT's graph optimizations at ``level`` applied to ``src`` once and saved at ``out``, in a
+    child process (`harness.prep.ortjob`). ``settings``: the workers' session settings (the cpu
+    session options); None: ORT's plain options. ``config``: session config entries on top (where
+    the optimized model puts its initializers). InputError naming ``label`` when ORT cannot."""
     from .ortjob import run_ort_job
 
     job = {
         "kind": "optimize",
         "src": str(src),
-        "out_dir": str(out_dir),
-        "settings": settings.to_dict(),
-        "min_external_bytes": min_external_bytes,
+        "out": str(out),
+        "level": level,
+        "settings": settings.to_dict() if settings is not None else None,
+        "config": dict(config or {}),
         "label": label,
     }
-    return Path(run_ort_job(job, label, on_status)["path"])
+    run_ort_job(job, label, on_status)
 
 
 def optimize_in_process(job: dict) -> dict:
-    """The child's side of `optimize_offline` (`harness.prep.ortjob`): {"path": the optimized model}."""
+    """The child's side of `save_optimized` (`harness.prep.ortchild`)."""
     import onnxruntime as ort
 
     from harness.prep.onnxfile import ort_reason
+    from harness.prep.sessions import ort_level
 
     from .ortjob import status
 
-    label = job["label"]
-    out = Path(job["out_dir"]) / "optimized.onnx"
-    so = cpu_session_options(SessionSettings.from_dict(job["settings"]), level=OFFLINE_LEVEL)
+    if job.get("settings") is not None:
+        so = cpu_session_options(SessionSettings.from_dict(job["settings"]), level=job["level"])
+    else:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort_level(job["level"])
     so.log_severity_level = 4  # a failure is reported in one line, not as ORT's log lines
-    so.optimized_model_filepath = str(out)
-    so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "optimized.data")
-    so.add_session_config_entry(
-        "session.optimized_model_external_initializers_min_size_in_bytes", str(job["min_external_bytes"])
-    )
-    status(job, f"optimizing {Path(job['src']).name} with ONNX Runtime (level {OFFLINE_LEVEL}, once)")
+    so.optimized_model_filepath = job["out"]
+    for key, value in job["config"].items():
+        so.add_session_config_entry(key, value)
+    status(job, f"optimizing {Path(job['src']).name} with ONNX Runtime (level {job['level']}, once)")
     try:
         ort.InferenceSession(job["src"], so, providers=["CPUExecutionProvider"])
     except Exception as err:  # ORT raises its own exception types
-        raise InputError(f"{label}: ONNX Runtime cannot load it: {ort_reason(err)}") from None
-    return {"path": str(out)}
+        raise InputError(f"{job['label']}: ONNX Runtime cannot load it: {ort_reason(err)}") from None
+    return {}
