@@ -82,8 +82,11 @@ class SessionRecorder:
         elsewhere); None when ``out`` holds no measured run."""
         results = out / "results.csv"
         try:
-            measured = results.is_file() and len(results.read_text(encoding="utf-8").splitlines()) > 1
-        except OSError:
+            measured = False
+            if results.is_file():  # a header and one row are enough: never the whole file
+                with open(results, "rb") as handle:
+                    measured = handle.read(1 << 20).count(b"\n") > 1
+        except (OSError, ValueError):
             measured = False
         if not measured:
             return None

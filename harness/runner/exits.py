@@ -6,14 +6,16 @@ functions are the words of that data, shared by the group runner and its tests.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 STDERR_TAIL_LINES = 5
+#: How much of the end of a worker's log is read for those lines.
+STDERR_TAIL_BYTES = 64 * 1024
 
 
 def stderr_tail(path: str, lines: int = STDERR_TAIL_LINES) -> str:
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    try:  # the end of the log only: a worker (ORT at verbose level) may log gigabytes
+        with open(path, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, 2) - STDERR_TAIL_BYTES))
+            text = handle.read(STDERR_TAIL_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return ""
     tail = [line.strip() for line in text.strip().splitlines()[-lines:]]
