@@ -121,7 +121,7 @@ def read_text_bounded(path: Path | str, label: str, max_bytes: int) -> str:
     bytes, a NUL byte included."""
     data = read_bytes_bounded(path, label, max_bytes)
     if b"\0" in data:
-        raise InputError(f"{_where(label, path)}: holds NUL bytes: not a text file")
+        raise InputError(f"{_where(label, path)}: not a text file (it holds NUL bytes)")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -144,7 +144,7 @@ class _CappedRaw(io.RawIOBase):
             if self._left < 0:
                 raise InputError(f"{self._where}: more than the {self._max} bytes allowed for it; not read further")
             if b"\0" in bytes(memoryview(buffer)[:count]):
-                raise InputError(f"{self._where}: holds NUL bytes: not a text file")
+                raise InputError(f"{self._where}: not a text file (it holds NUL bytes)")
         return count
 
     def close(self) -> None:

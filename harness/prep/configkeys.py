@@ -5,8 +5,9 @@ Why: ORT's ``SessionOptions.add_session_config_entry`` accepts ANY key (checked 
 typo (``session.disable_prepackng=1``) is silently ignored while the run records it as if it
 had been applied. No ORT API lists the keys. What does list them is the libraries themselves:
 every key a part of ORT reads is a string constant in its binary. So a key that occurs as a
-NUL-terminated string in none of the libraries of onnxruntime (and of onnxruntime-qnn, whose
-EP reads keys of its own such as ``ep.share_ep_contexts``) cannot be read by this build: the run
+NUL-terminated string in none of the libraries of onnxruntime (and of the installed packages
+named ``onnxruntime_*``: a plugin EP reads keys of its own, such as ``ep.share_ep_contexts``)
+cannot be read by this build: the run
 notes it as unverified ("no evidence it was applied"), in the terminal and the report. A key
 found there is read by some part of ORT (whether by the part this run uses is not provable
 from the binary: that is said too).
@@ -38,8 +39,12 @@ def _package_libraries(package: str) -> list[Path]:
 
 @cache
 def runtime_libraries() -> tuple[Path, ...]:
-    """The native libraries of onnxruntime and (when installed) onnxruntime-qnn."""
-    return tuple(_package_libraries("onnxruntime") + _package_libraries("onnxruntime_qnn"))
+    """The native libraries of onnxruntime and of every installed ``onnxruntime_*`` package
+    (plugin EPs ship as such packages)."""
+    import pkgutil
+
+    names = sorted(m.name for m in pkgutil.iter_modules() if m.name.startswith("onnxruntime_") and m.ispkg)
+    return tuple(path for name in ("onnxruntime", *names) for path in _package_libraries(name))
 
 
 def _named_in(key: str, libraries: tuple[Path, ...]) -> bool:

@@ -98,7 +98,7 @@ def test_results_linked_to_the_environment_is_refused_without_printing_it(a_run,
     run = copy_run(a_run, tmp_path / "run")
     (run / "results.csv").unlink()
     (run / "results.csv").symlink_to("/proc/self/environ")
-    _refused(run, model_cache, tmp_path, "results.csv", "holds NUL bytes: not a text file")
+    _refused(run, model_cache, tmp_path, "results.csv", "not a text file (it holds NUL bytes)")
 
 
 @pytest.mark.parametrize("where", ["header", "cell", "mode", "headline status"])
