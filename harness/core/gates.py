@@ -192,7 +192,14 @@ def read_gates_file(path: Path | str) -> list[str]:
         try:
             parse_gate(expr)
         except InputError as err:
-            raise InputError(f"gates file {path}, expression {number}: {err}") from None
+            first = re.match(r"\s*([A-Za-z_]\w*)", expr, re.ASCII)
+            if first and first.group(1) in known_metrics() and len(expr) <= 200:
+                raise InputError(f"gates file {path}, expression {number}: {err}") from None
+            # a line that is no gate at all is not quoted: the file may be any file (a secret's)
+            raise InputError(
+                f"gates file {path}, expression {number}: not a gate expression (it does not start with a "
+                f"known metric; the line is not quoted); known metrics: {', '.join(known_metrics())}"
+            ) from None
     return exprs
 
 

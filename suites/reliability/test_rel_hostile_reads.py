@@ -219,3 +219,17 @@ def test_more_hostile_folders_are_one_line(a_run, tmp_path, model_cache, case):
         (run / "results.csv").write_text("\n".join(lines) + "\n")
         expected = "1 column name(s) appear twice"
     _refused(run, model_cache, tmp_path, expected)
+
+
+def test_a_gates_file_that_is_no_gates_file_is_not_quoted(a_run, tmp_path, model_cache):
+    """`--gates-file` naming someone's secrets (a ``.netrc``): its lines are not gates, and are
+    not echoed; a line that starts with a known metric is still quoted, to show the typo."""
+    secret = tmp_path / "netrc"
+    secret.write_text(f"machine example.com login me password {SECRET}\n")
+    proc = _report(a_run, model_cache, tmp_path, "--gates-file", str(secret))
+    one_line_error(proc, 2, "expression 1: not a gate expression", "not quoted")
+    assert SECRET not in proc.stdout + proc.stderr
+    typo = tmp_path / "gates.txt"
+    typo.write_text("mapped_pss_ratio<=0.5 if procesess>=2\n")
+    proc = _report(a_run, model_cache, tmp_path, "--gates-file", str(typo))
+    one_line_error(proc, 2, "unknown metric 'procesess'")
