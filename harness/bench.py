@@ -33,7 +33,14 @@ def bench_gates() -> list[str]:
 
 
 def bench_options(
-    *, model_size: int, processes: list[int], repeat: int, out: Path | None, cache_dir: Path | None, command: str
+    *,
+    model_size: int,
+    processes: list[int],
+    repeat: int,
+    out: Path | None,
+    cache_dir: Path | None,
+    command: str,
+    replace: bool = False,
 ) -> RunOptions:
     """The benchmark's run: ``processes`` is parsed as ``run``'s ``--processes`` (one declaration),
     and the benchmark measures one N of at least 2."""
@@ -49,6 +56,7 @@ def bench_options(
         processes=list(processes),
         repeat=repeat,
         out=out,
+        replace=replace,
         out_prefix="bench",
         cache_dir=cache_dir,
         gates=bench_gates(),

@@ -13,10 +13,15 @@ checked on every use, so a file changed, cut short or replaced since the build (
 disk, a half-finished copy, someone's edit, a same-size overwrite with its mtime put back) is
 caught before a worker loads it. The full hash costs one read of the entry per run (about
 0.3 s for a 256 MiB weights file on this machine; docs/models-and-cache.md has the figure).
-The record is not believed either: a name in it that is not a plain file inside the entry
-(``../``, an absolute path, a link out, a FIFO) makes the entry corrupt. An entry that fails
-either check (``load`` raises `CorruptEntry`) is rebuilt, once, with a note on stderr; a second
-failure is an `InputError` naming the entry. Nothing of an entry is ever unpickled.
+The record is not believed either: it must name exactly the files the entry holds (every file
+a worker loads is one of them; a record naming no file verifies nothing, a file it does not
+name was put there since), and a name in it that is not a plain file inside the entry (``../``,
+an absolute path, a link out, a FIFO) makes the entry corrupt, as does any symlink or special
+file in the entry, or more than `MAX_ENTRY_FILES` files. Entries nested in an entry (the QNN
+compilations of a source model, under its ``qnn/``) are entries of their own, with records of
+their own. An entry that fails either check (``load`` raises `CorruptEntry`) is rebuilt, once,
+with a note on stderr; a second failure is an `InputError` naming the entry. Nothing of an
+entry is ever unpickled. Messages about an entry never quote what its files hold.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from harness.core.errors import CorruptEntry, InputError
+from harness.core.files import create_file
 from harness.core.inputfiles import JSON_MAX_BYTES, parse_json_bounded, read_text_bounded
 
 T = TypeVar("T")
@@ -48,6 +54,9 @@ STALE_SCRATCH_S = 24 * 3600
 ENTRY_RECORD = ".entry.json"
 #: Read size of the content hash.
 HASH_CHUNK_BYTES = 1024**2
+#: The most files an entry may hold (a model folder has a handful; a pipeline's externalised
+#: data a few hundred): more is not an entry of this harness, and is not hashed file by file.
+MAX_ENTRY_FILES = 10_000
 
 
 def fingerprint(path: Path) -> dict:
@@ -55,7 +64,13 @@ def fingerprint(path: Path) -> dict:
     its place is `CorruptEntry` (opened without blocking, checked with fstat: never hangs)."""
     import stat
 
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        if os.path.islink(path):
+            raise CorruptEntry(f"{path.name} is a symbolic link") from None
+        raise CorruptEntry(f"{path.name}: {err.strerror or err}") from None
     with open(fd, "rb", closefd=True) as handle:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -71,29 +86,71 @@ def fingerprint(path: Path) -> dict:
 
 
 def _entry_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != ENTRY_RECORD)
+    """Every file of the entry (its record left out), links never followed; CorruptEntry for a
+    symlink or a special file anywhere in it, or more than `MAX_ENTRY_FILES` files. Folders
+    that are entries (or a build's scratch) of their own are not part of it."""
+    import stat
+
+    found: list[Path] = []
+    for root, dirs, names in os.walk(folder):
+        base = Path(root)
+        for name in list(dirs):
+            path = base / name
+            if os.path.islink(path):
+                raise CorruptEntry(f"{path.relative_to(folder).as_posix()} is a symbolic link")
+            if is_scratch(path) or (path / ENTRY_RECORD).is_file():
+                dirs.remove(name)  # a nested entry, checked on its own
+        for name in names:
+            path = base / name
+            if path == folder / ENTRY_RECORD:
+                continue
+            mode = os.lstat(path).st_mode
+            if not stat.S_ISREG(mode):
+                raise CorruptEntry(f"{path.relative_to(folder).as_posix()} is not a regular file")
+            found.append(path)
+            if len(found) > MAX_ENTRY_FILES:
+                raise CorruptEntry(f"more than {MAX_ENTRY_FILES} files")
+    return sorted(found)
 
 
 def record_entry(folder: Path) -> None:
     """Write the entry's record (every file's fingerprint); done in scratch, before publishing."""
     files = {p.relative_to(folder).as_posix(): fingerprint(p) for p in _entry_files(folder)}
-    (folder / ENTRY_RECORD).write_text(json.dumps({"files": files}, indent=1), encoding="utf-8")
+    with create_file(folder / ENTRY_RECORD, "cache record") as handle:
+        handle.write(json.dumps({"files": files}, indent=1).encode("utf-8"))
+
+
+def _recorded(folder: Path) -> dict[str, dict]:
+    """The record's files (name -> {size, blake2b}), of the declared shape, naming at least one
+    file; CorruptEntry otherwise."""
+    from harness.core.runmeta import MapOf, check_value
+
+    try:
+        data = parse_json_bounded(read_text_bounded(folder / ENTRY_RECORD, "", JSON_MAX_BYTES), ENTRY_RECORD, 8)
+        check_value(ENTRY_RECORD, "", data, {"files": MapOf({"size": int, "blake2b": str}, MAX_ENTRY_FILES)})
+        recorded = dict(data["files"])
+    except (InputError, KeyError, TypeError, ValueError) as err:
+        raise CorruptEntry(f"no readable {ENTRY_RECORD} ({type(err).__name__})") from None
+    if not recorded:
+        raise CorruptEntry(f"{ENTRY_RECORD} names no file: it verifies nothing")
+    return recorded
 
 
 def check_entry(folder: Path) -> None:
-    """CorruptEntry unless every file the record names is there, unchanged."""
-    try:
-        recorded = parse_json_bounded(read_text_bounded(folder / ENTRY_RECORD, "", JSON_MAX_BYTES), ENTRY_RECORD)
-        recorded = dict(recorded["files"])
-    except (InputError, KeyError, TypeError, ValueError) as err:
-        raise CorruptEntry(f"no readable {ENTRY_RECORD} ({type(err).__name__})") from None
+    """CorruptEntry unless the record names exactly the files the entry holds, each unchanged."""
+    recorded = _recorded(folder)
     from harness.prep.containment import contained
 
+    present = {p.relative_to(folder).as_posix() for p in _entry_files(folder)}
+    if present - recorded.keys():
+        raise CorruptEntry(f"holds {len(present - recorded.keys())} file(s) its {ENTRY_RECORD} does not name")
     for name, expected in recorded.items():
         try:
             path = contained(folder, str(name), "", f"{ENTRY_RECORD} entry")
         except InputError:
-            raise CorruptEntry(f"{ENTRY_RECORD} names {name!r}, not a file inside the entry") from None
+            raise CorruptEntry(f"{ENTRY_RECORD} names a file outside the entry") from None
+        if name not in present:
+            raise CorruptEntry(f"{ENTRY_RECORD} names a file the entry does not hold")
         try:
             found = fingerprint(path)
         except OSError as err:
@@ -185,7 +242,10 @@ def _discard(folder: Path, why: CorruptEntry) -> None:
             f"model cache entry {folder} is corrupt ({why}) and cannot be removed here "
             f"({err.strerror or err}): delete it, or choose another --cache-dir"
         ) from None
-    shutil.rmtree(trash, ignore_errors=True)
+    if trash.is_symlink() or not trash.is_dir():
+        trash.unlink(missing_ok=True)  # the link itself, never what it points to
+    else:
+        shutil.rmtree(trash, ignore_errors=True)
 
 
 def cached_build(folder: Path, build: Callable[[Path], None], load: Callable[[Path], T]) -> T:
@@ -196,8 +256,10 @@ def cached_build(folder: Path, build: Callable[[Path], None], load: Callable[[Pa
     InputError for user mistakes (propagated) and OSError for a full or read-only disk
     (turned into one InputError naming the cache)."""
     folder = Path(folder)
-    if folder.exists():
+    if os.path.lexists(folder):
         try:
+            if folder.is_symlink() or not folder.is_dir():  # an entry is a folder of the cache itself
+                raise CorruptEntry("not a folder of the cache (a symbolic link or a file)")
             check_entry(folder)
             return load(folder)
         except CorruptEntry as why:
@@ -245,8 +307,12 @@ class CacheEntry:
 
 
 def _folder_size(folder: Path) -> tuple[int, int]:
+    """(bytes, files) of an entry, links not followed, counting at most `MAX_ENTRY_FILES` files
+    (a cache made by someone else may hold an entry of millions: `cache info` stays quick)."""
     total = files = 0
     for root, _dirs, names in os.walk(folder):
+        if files > MAX_ENTRY_FILES:
+            break
         for name in names:
             try:
                 total += os.lstat(os.path.join(root, name)).st_size

@@ -14,6 +14,8 @@ incomplete, 2 usage or input error (one line on stderr, never a traceback), 130 
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
 from typing import Any
 
@@ -109,6 +111,7 @@ def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
         processes=ns.processes,
         repeat=ns.repeat,
         out=ns.out,
+        replace=ns.replace,
         cache_dir=ns.cache_dir,
         command=command_line(argv),
     )
@@ -169,6 +172,8 @@ def cmd_cache(ns: argparse.Namespace) -> int:
     from harness.core.units import fmt_bytes, plural
 
     folder = ns.cache_dir or default_cache_dir()
+    if os.path.lexists(folder) and not folder.is_dir():  # a file, a FIFO, a dangling link: not a cache
+        raise InputError(f"cache {folder}: is not a folder (--cache-dir or HARNESS_CACHE_DIR names something else)")
     if ns.action == "info":
         entries = cache_entries(folder)
         total = sum(e.bytes for e in entries)
@@ -260,6 +265,9 @@ def _failed(err: Exception) -> int:
         where = f"; what was measured before is in {err.out}" if err.out else ""
         print(f"error: run failed: {err}{where}", file=sys.stderr)
         return err.exit_code
+    if isinstance(err, OSError) and err.errno == errno.ENAMETOOLONG:  # a path the user gave: an input error
+        print(f"error: {err.filename or 'a path'}: name too long ({err.strerror})", file=sys.stderr)
+        return EXIT_USAGE
     if isinstance(err, (OSError, MemoryError)):
         where = f" ({err.filename})" if getattr(err, "filename", None) else ""
         print(f"error: {describe(err, 'in the harness')}{where}", file=sys.stderr)

@@ -170,7 +170,10 @@ def _add_bench_parser(sub: Any) -> None:
         formatter_class=HelpFormatter,
     )
     add_run_options(
-        bench, ["model_size", "processes", "repeat", "out", "cache_dir"], kind="bench", variants=BENCH_VARIANTS
+        bench,
+        ["model_size", "processes", "repeat", "out", "replace", "cache_dir"],
+        kind="bench",
+        variants=BENCH_VARIANTS,
     )
     _add_quiet(bench)
 
@@ -191,6 +194,7 @@ CAPACITY_OPTIONS = [
     "memory_limit",
     "worker_timeout_s",
     "out",
+    "replace",
     "cache_dir",
     "labels",
 ]

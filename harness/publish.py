@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import InputError
+from harness.core.files import real_path
 
 
 def report_run(out: Path, *, history: Path | None, render: bool, outcomes: bool, kind: str = "run") -> Any:
@@ -57,9 +58,9 @@ def check_history_path(history: Path, out: Path | None) -> None:
 
     check_history(history)
     if out is not None:
-        own = {(out / name).resolve() for name in RUN_FILES}
-        inside = [(out / name).resolve() for name in RUN_FOLDERS]
-        target = history.resolve()
+        own = {real_path(out / name) for name in RUN_FILES}
+        inside = [real_path(out / name) for name in RUN_FOLDERS]
+        target = real_path(history)
         if target in own or any(folder == target or folder in target.parents for folder in inside):
             raise InputError(
                 f"--history {history}: is one of the files this run writes in --out {out}; "

@@ -200,6 +200,8 @@ def check_options(config: pytest.Config) -> None:
             check_writable(report_dir, REPORT_DIR)
     except InputError as err:
         raise pytest.UsageError(str(err)) from None
+    except OSError as err:  # a name too long, a folder that cannot be looked at: still a usage error
+        raise pytest.UsageError(f"{REPORT_DIR} {report_dir}: {err.strerror or err}") from None
 
 
 def start_recorder(config: pytest.Config, token: str | None) -> SessionRecorder | None:

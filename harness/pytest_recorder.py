@@ -51,9 +51,18 @@ class SessionRecorder:
         holds something else (TensorBoard's default folder) must not delete it."""
         for folder in (self.runs, self.index):
             _check_ours(folder, self.report_dir)
+        earlier = sum(1 for _ in self.runs.iterdir()) if self.runs.is_dir() else 0
         for folder in (self.runs, self.index):
             if folder.exists():
                 shutil.rmtree(folder)
+        if earlier:  # never lost without a word (issue 28): the session says what it replaced
+            import sys
+
+            print(
+                f"qnn-fmw-harness: --fmw-report-dir {self.report_dir}: replaced the earlier session's "
+                f"{earlier} run folder(s) in {RUNS}/",
+                file=sys.stderr,
+            )
         self.runs.mkdir(parents=True, exist_ok=True)
         self.index.mkdir(parents=True, exist_ok=True)
 
@@ -73,19 +82,24 @@ class SessionRecorder:
         elsewhere); None when ``out`` holds no measured run."""
         results = out / "results.csv"
         try:
-            measured = results.is_file() and len(results.read_text(encoding="utf-8").splitlines()) > 1
-        except OSError:
+            measured = False
+            if results.is_file():  # a header and one row are enough: never the whole file
+                with open(results, "rb") as handle:
+                    measured = handle.read(1 << 20).count(b"\n") > 1
+        except (OSError, ValueError):
             measured = False
         if not measured:
             return None
         kept = out
         if self.runs.resolve() not in out.resolve().parents:
             kept = fresh_out(owner, out.parent)
-            shutil.copytree(out, kept, ignore=shutil.ignore_patterns("workers"), dirs_exist_ok=True)
+            shutil.copytree(out, kept, ignore=_not_copied, dirs_exist_ok=True)
             _rename_run(kept)
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         line = json.dumps({"nodeid": owner, "folder": str(kept)}) + "\n"
-        with open(self.index / f"{self.token}-{worker}.jsonl", "a", encoding="utf-8") as handle:
+        from harness.core.files import open_append
+
+        with open_append(self.index / f"{self.token}-{worker}.jsonl", "session index") as handle:
             handle.write(line)
         return kept
 
@@ -183,15 +197,35 @@ def _check_ours(folder: Path, report_dir: Path) -> None:
         )
 
 
+def _not_copied(folder: str, names: list[str]) -> list[str]:
+    """What a kept copy leaves out: ``workers/`` (the bulk), and every symlink or file that is
+    not regular (a link out of the run folder is neither read nor copied: its target might be
+    ``/dev/zero`` or someone's secrets)."""
+    import stat
+
+    skipped = []
+    for name in names:
+        try:
+            mode = os.lstat(os.path.join(folder, name)).st_mode
+        except OSError:
+            skipped.append(name)
+            continue
+        if name == "workers" or not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            skipped.append(name)
+    return skipped
+
+
 def _rename_run(folder: Path) -> None:
     """A kept copy is its own run: its run id becomes its folder name (two tests that both wrote
     to a folder called "run" must not show up as two runs named "run")."""
+    from harness.core.files import write_json_atomic
+
     for name, key in (("metadata.json", "run"), ("headline.json", None)):
         path = folder / name
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             (data.setdefault(key, {}) if key else data)["run_id"] = folder.name
-            path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+            write_json_atomic(path, data)
         except (OSError, ValueError, AttributeError):
             pass  # a folder without readable metadata is reported under its folder name anyway
 

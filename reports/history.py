@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import InputError
-from harness.core.files import check_creatable, check_writable, replaceable_path, write_text_atomic
+from harness.core.files import check_creatable, check_writable, open_append, replaceable_path, write_text_atomic
 from harness.core.gates import known_metrics
 from harness.core.headline import target_version_labels
-from harness.core.inputfiles import HISTORY_MAX_BYTES, check_regular
+from harness.core.inputfiles import HISTORY_MAX_BYTES, HISTORY_MAX_ROWS, check_regular, open_text_capped
 from harness.core.rundata import RunData
 from harness.core.schema import SummaryRow, columns, dtypes
 from harness.core.tables import csv_text, format_cell, neutralise, unneutralise, unneutralise_frame
@@ -102,11 +102,15 @@ def read_history(path: Path | str) -> tuple[list[str], list[dict[str, str]]]:
     if not path.is_file() or path.stat().st_size == 0:
         return [], []
     check_regular(path, "--history", HISTORY_MAX_BYTES)
+    rows = []
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
+        with open_text_capped(path, "--history", HISTORY_MAX_BYTES) as handle:
             reader = csv.DictReader(handle)
             header = list(reader.fieldnames or [])
-            rows = [_checked_row(path, reader.line_num, header, row) for row in reader]
+            for row in reader:
+                if len(rows) >= HISTORY_MAX_ROWS:
+                    raise InputError(f"--history {path}: more than {HISTORY_MAX_ROWS} lines; start a new history file")
+                rows.append(_checked_row(path, reader.line_num, header, row))
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise InputError(f"--history {path}: not a readable history CSV ({type(err).__name__})") from None
     if "record" not in header or "run_id" not in header:
@@ -132,7 +136,9 @@ def _checked_row(path: Path, line: int, header: list[str], row: dict) -> dict[st
 
 def _ends_with_newline(path: Path) -> bool:
     """False when the last write to ``path`` was cut before its line end (a torn last line)."""
-    with open(path, "rb") as handle:
+    from harness.core.inputfiles import open_regular
+
+    with open_regular(path, "--history", HISTORY_MAX_BYTES) as handle:
         handle.seek(-1, 2)
         return handle.read(1) in (b"\n", b"\r")
 
@@ -147,11 +153,12 @@ def check_history(path: Path | str) -> None:
 
 
 def history_lock(path: Path | str) -> Any:
-    """The OS lock every append to ``path`` holds (on the file a symlink names, if one)."""
+    """The OS lock every append to ``path`` holds (``.<name>.lock`` beside it; a symlinked
+    history is refused before, by `replaceable_path`)."""
     from filelock import FileLock
 
-    real = replaceable_path(path, "--history")
-    return FileLock(str(real.with_name(f".{real.name}.lock")), timeout=LOCK_TIMEOUT_S)
+    path = replaceable_path(path, "--history")
+    return FileLock(str(path.with_name(f".{path.name}.lock")), timeout=LOCK_TIMEOUT_S)
 
 
 def append_history(path: Path | str, judgement: Judgement) -> bool:
@@ -187,7 +194,7 @@ def _append_locked(path: Path, judgement: Judgement) -> bool:
         # a last line whose cells are all there but whose line end is not (an editor, a cut
         # write) would get our first row glued to it: start on a line of our own
         lead = "" if _ends_with_newline(path) else "\n"
-        with open(path, "a", encoding="utf-8", newline="") as handle:
+        with open_append(path, "--history", create=False) as handle:
             handle.write(lead + _csv_text(records, cols, header=False))
     else:  # written by another version: keep old columns, rewrite the file whole
         merged = cols + [c for c in header if c not in cols]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import InputError
-from harness.core.files import replaceable_path, write_text_atomic
+from harness.core.files import real_path, replaceable_path, write_text_atomic
 from harness.core.rundata import METADATA_JSON
 from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV
 from harness.core.units import fmt_bytes, fmt_ratio
@@ -181,7 +181,7 @@ def _run_files(folders: Sequence[Path]) -> set[Path]:
     files = set()
     for folder in folders:
         for name in (RESULTS_CSV, SUMMARY_CSV, LONG_CSV, METADATA_JSON):
-            files.add((folder / name).resolve())
+            files.add(real_path(folder / name))
     return files
 
 
@@ -199,17 +199,13 @@ def check_report_path(
     out = Path(out)
     if not out.parent.is_dir():
         raise InputError(f"{out.parent}: output folder does not exist")
-    resolved = out.resolve()
+    resolved = real_path(out)
     folders = [j.run.folder for j in judgements] + ([Path(baseline)] if baseline is not None else [])
-    inside_workers = any((folder / "workers").resolve() in resolved.parents for folder in folders)
+    inside_workers = any(real_path(folder / "workers") in resolved.parents for folder in folders)
     if resolved in _run_files(folders) or inside_workers:
-        whose = (
-            "the baseline run's"
-            if baseline is not None and resolved.parent == Path(baseline).resolve()
-            else "the run's"
-        )
+        whose = "the baseline run's" if baseline is not None and resolved.parent == real_path(baseline) else "the run's"
         raise InputError(f"{option} {out}: is one of {whose} own files; refusing to write the report over it")
-    if any(resolved == Path(p).resolve() for p in inputs):
+    if any(resolved == real_path(p) for p in inputs):
         raise InputError(
             f"{option} {out}: is one of the report's input files (or the report itself); refusing to write over it"
         )
@@ -230,7 +226,7 @@ def render_html(
     outcomes) and ``baseline`` (a `harness.core.compare.Comparison`) add their sections."""
     views = []
     for index, (j, points) in enumerate(zip(judgements, trends, strict=True)):
-        mine = [t for t in tests if t.folder and Path(t.folder).resolve() == j.run.folder.resolve()]
+        mine = [t for t in tests if t.folder and real_path(t.folder) == real_path(j.run.folder)]
         views.append(build_run_view(j, index, points, project_to=project_to, tests=mine))
     session = _tests_summary(tests, test_counts)
     targets = sorted({v.target for v in views})
@@ -286,7 +282,7 @@ def publish(
         raise InputError("no run folder given")
     base_folder = baseline.baseline.folder if baseline is not None else None
     out_path = check_report_path(Path(out), judgements, baseline=base_folder, inputs=inputs)
-    if history is not None and Path(history).resolve() == out_path.resolve():
+    if history is not None and real_path(history) == real_path(out_path):
         raise InputError(f"--out {out} is also --history: the report would replace the history")
     published = Published(path=out_path, judgements=list(judgements))
     trends: list[list[dict] | None] = []
@@ -310,13 +306,13 @@ def _check_distinct_runs(run_dirs: Sequence[Path | str], baseline: Path | str | 
     agree, whatever they measured."""
     seen: dict[Path, str] = {}
     for folder in map(str, run_dirs):
-        key = Path(folder).resolve()
+        key = real_path(folder)
         if key in seen:
             raise InputError(f"{folder}: the same run folder is given twice ({seen[key]} and {folder})")
         seen[key] = folder
-    if baseline is not None and Path(baseline).resolve() in seen:
+    if baseline is not None and real_path(baseline) in seen:
         raise InputError(
-            f"--baseline {baseline}: is the run folder {seen[Path(baseline).resolve()]} itself; a run compared "
+            f"--baseline {baseline}: is the run folder {seen[real_path(baseline)]} itself; a run compared "
             "with itself shows no change whatever it measured"
         )
 

@@ -257,6 +257,13 @@ class RunOptions:
     out: Path | None = flag(
         None, flag="--out", type=Path, metavar="DIR", help="output folder (default: a new results/{kind}-<time>/)"
     )
+    replace: bool = flag(
+        False,
+        flag="--replace",
+        action="store_true",
+        help="--out DIR may hold an earlier run: its files are removed first, and stderr says which (without "
+        "this, such an --out is refused before any work)",
+    )
     out_prefix: str = "run"  # the default folder is results/<prefix>-<date>-<time>[-K]
     cache_dir: Path | None = flag(
         None,

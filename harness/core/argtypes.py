@@ -10,6 +10,7 @@ import re
 
 from harness.core.errors import InputError
 from harness.core.schema import MODES
+from harness.core.units import ascii_float, ascii_int
 
 #: Hidden test hooks of the reliability suites (--inject-worker-fault I=ACTION): make worker I
 #: fail, drop its weight pages before it is sampled, or stop at a moment of its start-up.
@@ -32,7 +33,7 @@ def int_at_least(minimum: int):
 
     def parse(text: str) -> int:
         try:
-            value = int(text)
+            value = ascii_int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
         if value < minimum:
@@ -65,7 +66,7 @@ def modes(text: str) -> list[str]:
 
 def timeout(text: str) -> float:
     try:
-        value = float(text)
+        value = ascii_float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not math.isfinite(value) or value <= 0:
@@ -110,7 +111,7 @@ def projection(text: str) -> tuple[int, int]:
 
 def worker_fault(text: str) -> tuple[int, str]:
     index, _, action = text.partition("=")
-    if not index.isdigit() or action not in WORKER_FAULTS:
+    if not (index.isascii() and index.isdigit()) or action not in WORKER_FAULTS:
         raise argparse.ArgumentTypeError(f"{text!r}: expected INDEX=ACTION, ACTION in {','.join(WORKER_FAULTS)}")
     return int(index), action
 

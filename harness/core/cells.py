@@ -4,6 +4,7 @@ a figure no machine could have measured, or a word outside its column's vocabula
 
 from __future__ import annotations
 
+import functools
 from dataclasses import fields
 from typing import Any
 
@@ -53,10 +54,17 @@ def _number_problem(name: str, unit: str, value: float | int) -> str | None:
     return None
 
 
+@functools.cache
+def _column_meta(row_type: type) -> dict[str, Any]:
+    """name -> metadata of every column of ``row_type``, built once (`cell_problem` runs per
+    cell: rebuilding it each time made a 100 000-row results.csv take minutes to read)."""
+    return {f.name: f.metadata for f in fields(row_type)}
+
+
 def cell_problem(row_type: type, name: str, value: Any) -> str | None:
     """Why ``value`` cannot be the ``name`` cell of a ``row_type`` row (None: it can): the
     one range and choice check every reader of a run folder applies (empty is always fine)."""
-    meta = {f.name: f.metadata for f in fields(row_type)}.get(name)
+    meta = _column_meta(row_type).get(name)
     if meta is None or value is None:
         return None
     if meta["dtype"] in ("Int64", "Float64"):

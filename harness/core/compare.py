@@ -75,7 +75,7 @@ def parse_min_effect(texts: Iterable[str]) -> MinEffect:
         kind, value = kind.strip(), value.strip()
         if not sep or kind not in KINDS:
             raise InputError(f"--min-effect {text!r}: expected KIND=VALUE with KIND one of {', '.join(KINDS)}")
-        percent = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*%", value)
+        percent = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*%", value, re.ASCII)
         if percent:
             key, number = kind, float(percent.group(1)) / 100
             if not number < 1:

@@ -1,12 +1,17 @@
 """Writing the harness's own files: one atomic writer, and the rule that we only ever replace
-regular files.
+regular files, and never write through a link.
 
 Why atomic: a reader (a report, a CI step, a second harness), a crash or a Ctrl-C must never
 see half a CSV or half a JSON record that looks complete. Why the regular-file rule: an atomic
 replace swaps whatever sits at the path for a new regular file, so pointed at ``/dev/null``, a
 FIFO or a folder it would destroy something that is not ours (``--history /dev/null`` run as
-root once replaced the system's ``/dev/null``). A symlink to a regular file is followed, so the
-file it names is replaced and the link stays.
+root once replaced the system's ``/dev/null``). Why no links: a run folder, a cache or a
+report folder may have been made by someone else, and a ``report.html`` planted there as a
+symlink to ``~/.bashrc`` would have `report` write its page over that file. So a symlink where
+the harness is about to write is refused (one line, exit 2: remove it, or name the file it
+points to), and every write is made so that a link planted after the check is not followed
+either: atomic writes replace the NAME (``os.replace`` never follows a link at its target),
+appends and new files are opened with ``O_NOFOLLOW`` (`open_append`, `create_file`).
 """
 
 from __future__ import annotations
@@ -27,23 +32,117 @@ _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 
 
+def real_path(path: Path | str) -> Path:
+    """``path`` absolute, links resolved, as far as they resolve: `os.path.realpath`, which a
+    symlink loop (a ``workers -> workers`` planted in a run folder) does not stop, where
+    ``Path.resolve`` raises RuntimeError on Python < 3.13."""
+    return Path(os.path.realpath(path))
+
+
+def _symlink_refusal(label: str) -> InputError:
+    return InputError(
+        f"{label}: is a symbolic link; the harness never writes through a link "
+        "(remove it, or name the file it points to)"
+    )
+
+
 def replaceable_path(path: Path | str, what: str = "") -> Path:
-    """The path an atomic write should replace: ``path`` itself, or the regular file a symlink
-    at ``path`` names. InputError when something other than a regular file is there."""
+    """``path``, when an atomic write may replace what is there: nothing, or a regular file.
+    InputError for a symlink (whatever it points to: the harness never writes through a link),
+    a folder, a device, a FIFO or a socket."""
     path = Path(path)
     label = f"{what} {path}".strip()
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except FileNotFoundError:
-        if path.is_symlink():
-            raise InputError(f"{label}: a dangling symlink; refusing to replace it") from None
         return path
     except OSError as err:
         raise InputError(f"{label}: cannot check it ({err.strerror or err})") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise _symlink_refusal(label)
     if not stat.S_ISREG(st.st_mode):
         kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file (a device, FIFO or socket)"
         raise InputError(f"{label}: is {kind}; refusing to write over it")
-    return Path(os.path.realpath(path)) if path.is_symlink() else path
+    return path
+
+
+#: Flags of every file the harness opens to write in place: never through a link, never
+#: blocking on a FIFO (a FIFO is then refused by the fstat check).
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+
+
+def _opened_regular(path: Path, flags: int, label: str) -> int:
+    """An fd of ``path`` opened with ``flags`` plus no-follow, checked to be a regular file."""
+    try:
+        fd = os.open(path, flags | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0), 0o666)
+    except OSError:
+        if os.path.islink(path):
+            raise _symlink_refusal(label) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(f"{label}: is not a regular file; refusing to write to it")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_append(path: Path | str, what: str = "", *, create: bool = True) -> IO[str]:
+    """A text handle appending to ``path`` (created when missing), opened without following a
+    link: a symlink planted at ``path`` is refused (InputError), never written through."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0)
+    fd = _opened_regular(path, flags, f"{what} {path}".strip())
+    return os.fdopen(fd, "a", encoding="utf-8", newline="")
+
+
+def create_file(path: Path | str, what: str = "") -> IO[bytes]:
+    """A new, empty binary file at ``path``, replacing the NAME when something is there (a
+    stale log, a planted symlink: the link itself goes, its target is never touched); created
+    with ``O_EXCL | O_NOFOLLOW``, so a link planted in between is refused, not followed. A
+    folder at ``path`` is an InputError."""
+    path = Path(path)
+    label = f"{what} {path}".strip()
+    with suppress(FileNotFoundError):
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            raise InputError(f"{label}: is a folder; refusing to write over it")
+        os.unlink(path)
+    fd = _opened_regular(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, label)
+    return os.fdopen(fd, "wb")
+
+
+def make_folder(path: Path | str, what: str = "", *, within: Path | str | None = None) -> Path:
+    """``path`` as a folder (made, with its parents, when missing), checked to be a real folder
+    and not a symlink, and so is every folder between ``within`` (a folder of ours, say the run
+    folder) and it: a ``workers`` or ``logs`` link planted there would send the files written
+    into it elsewhere. InputError naming the first that is not."""
+    path = Path(path)
+    base = Path(within) if within is not None else path.parent
+    base.mkdir(parents=True, exist_ok=True)
+    chain = [*reversed([p for p in path.parents if base in p.parents]), path]
+    for folder in chain:  # one level at a time, each checked before anything is made inside it
+        with suppress(FileExistsError):
+            folder.mkdir()
+        mode = os.lstat(folder).st_mode
+        if stat.S_ISLNK(mode) or not stat.S_ISDIR(mode):
+            label = f"{what} {folder}".strip()
+            raise InputError(f"{label}: is not a folder of ours (a symbolic link or a file); refusing to write into it")
+    return path
+
+
+def copy_file(src: Path | str, dst: Path | str, what: str = "") -> None:
+    """Copy the regular file ``src`` to a new file ``dst`` (`create_file`: the name is replaced,
+    no link followed). ``src`` is opened without blocking and must be a regular file too (a
+    log named in a cache may have been replaced by a FIFO or ``/dev/zero``)."""
+    import shutil
+
+    from .inputfiles import open_regular
+
+    with open_regular(src, what or "copy of", None) as source, create_file(dst, what) as target:
+        shutil.copyfileobj(source, target, 1 << 20)
 
 
 def check_creatable(path: Path, option: str, *, folder: bool) -> None:
@@ -66,9 +165,9 @@ def check_writable(path: Path | str, option: str, *, folder: bool = True) -> Non
     the one test that answers for permissions, ACLs, read-only mounts and immutable folders
     alike. An existing file (``folder`` False) must open for appending (nothing is written)."""
     path = Path(path)
-    if not folder and path.is_file():
+    if not folder and path.is_file() and not path.is_symlink():
         try:
-            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+            os.close(_opened_regular(path, os.O_WRONLY | os.O_APPEND, f"{option} {path}"))
         except OSError as err:
             raise InputError(f"{option} {path}: cannot write to it ({err.strerror or err})") from None
     probe = path if folder else path.parent  # an atomic write makes its temp file beside the file
@@ -88,7 +187,8 @@ def atomic_writer(path: Path | str, newline: str | None = None, what: str = "") 
 
     The temp file lives in the same folder so ``os.replace`` is a same-filesystem rename, which
     is atomic on POSIX and Windows. On any error the temp file is removed and ``path`` keeps
-    its previous content (or stays absent)."""
+    its previous content (or stays absent). The rename replaces the name ``path``: a symlink
+    (refused by `replaceable_path` first, or planted since) is replaced, never followed."""
     target = replaceable_path(path, what)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:

@@ -126,7 +126,7 @@ def needs_both_modes(gate: Gate) -> bool:
 def _number(text: str, expr: str, metric: str) -> float:
     """The threshold: a plain finite number, or a size for a ``*_bytes`` metric (``128MiB``);
     a unit on a ratio or a count is a mistake, refused."""
-    unit_free = re.fullmatch(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?", text)
+    unit_free = re.fullmatch(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?", text, re.ASCII)
     if unit_free:
         value = float(text)
         if not math.isfinite(value):
@@ -193,7 +193,14 @@ def read_gates_file(path: Path | str) -> list[str]:
         try:
             parse_gate(expr)
         except InputError as err:
-            raise InputError(f"gates file {path}, expression {number}: {err}") from None
+            first = re.match(r"\s*([A-Za-z_]\w*)", expr, re.ASCII)
+            if first and first.group(1) in known_metrics() and len(expr) <= 200:
+                raise InputError(f"gates file {path}, expression {number}: {err}") from None
+            # a line that is no gate at all is not quoted: the file may be any file (a secret's)
+            raise InputError(
+                f"gates file {path}, expression {number}: not a gate expression (it does not start with a "
+                f"known metric; the line is not quoted); known metrics: {', '.join(known_metrics())}"
+            ) from None
     return exprs
 
 

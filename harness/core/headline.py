@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from .faultnotes import fault_sentence
-from .files import read_json, write_json_atomic
+from .files import write_json_atomic
 from .passes import LABELS, SEQUENTIAL, contention, contention_text, memory_view, timing_start, timing_view
 from .schema import SummaryRow
 from .summary import RATIO_COLUMNS, complete_pair, median, median_ratio, pair_ratio, paired, sessions_of, timing_pairs
@@ -411,7 +411,10 @@ def write_headline(folder: Path | str, judgement: Any, *, kind: str = "run") -> 
 
 def read_headline(path: Path | str) -> dict[str, Any]:
     """A headline.json written by this version (ValueError otherwise)."""
-    data = read_json(path)
+    from .inputfiles import parse_json_bounded, read_text_bounded
+
+    # bounded as every JSON of a run folder (rundata.MAX_JSON_BYTES / MAX_JSON_DEPTH)
+    data = parse_json_bounded(read_text_bounded(path, "", 16 * 1024**2), str(path), 32, allow_nan=False)
     if not isinstance(data, dict) or data.get("format_version") != HEADLINE_FORMAT_VERSION:
         raise ValueError(f"{path}: not a headline.json of format_version {HEADLINE_FORMAT_VERSION}")
     return data

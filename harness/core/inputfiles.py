@@ -13,16 +13,24 @@ file has its bound, stated in docs/running.md ("Paths a model names, and input f
 - an ``--input NAME=FILE.npy`` array: `NPY_MAX_BYTES` (2 GiB), the data its header declares
   present in the file;
 - an ONNX file: `ONNX_MAX_BYTES` (2 GiB, protobuf's own limit for one message);
-- a ``--history`` CSV: `HISTORY_MAX_BYTES` (256 MiB, about a million runs).
+- a ``--history`` CSV: `HISTORY_MAX_BYTES` (64 MiB, tens of thousands of runs) and
+  `HISTORY_MAX_ROWS` lines;
+- a run's tables (``results.csv``, ``summary.csv``): `harness.core.tables.TABLE_MAX_BYTES` and
+  `~harness.core.tables.TABLE_MAX_ROWS`; its JSON files: `harness.core.rundata.MAX_JSON_BYTES`.
 
-Every refusal is an `InputError` (one line, exit 2) naming the file and the label it was given
-under (``--gates-file``, ``--input x``...).
+A text file is refused if it holds a NUL byte (``/proc/self/environ``, a binary file): no text
+file of the harness has one. Every refusal is an `InputError` (one line, exit 2) naming the file
+and the label it was given under (``--gates-file``, ``--input x``...) and saying what is wrong,
+never quoting what the file holds: a file linked to ``/proc/self/environ`` must not put the
+environment into a CI log.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -35,7 +43,12 @@ JSON_MAX_BYTES = 16 * MiB
 JSON_MAX_DEPTH = 200
 NPY_MAX_BYTES = 2 * 1024 * MiB
 ONNX_MAX_BYTES = 2 * 1024 * MiB
-HISTORY_MAX_BYTES = 256 * MiB
+HISTORY_MAX_BYTES = 64 * MiB
+HISTORY_MAX_ROWS = 200_000
+
+
+def _where(label: str, path: Path | str) -> str:
+    return f"{label} {path}".strip()
 
 
 def _kind(mode: int) -> str:
@@ -56,18 +69,18 @@ def check_regular(path: Path | str, label: str, max_bytes: int | None = None) ->
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise InputError(f"{label} {path}: no such file") from None
+        raise InputError(f"{_where(label, path)}: no such file") from None
     except OSError as err:
-        raise InputError(f"{label} {path}: {err.strerror or err}") from None
+        raise InputError(f"{_where(label, path)}: {err.strerror or err}") from None
     _check_stat(st, path, label, max_bytes)
     return st
 
 
 def _check_stat(st: os.stat_result, path: Path | str, label: str, max_bytes: int | None) -> None:
     if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{label} {path}: {_kind(st.st_mode)}, not a regular file")
+        raise InputError(f"{_where(label, path)}: {_kind(st.st_mode)}, not a regular file")
     if max_bytes is not None and st.st_size > max_bytes:
-        raise InputError(f"{label} {path}: {st.st_size} bytes, more than the {max_bytes} bytes allowed for it")
+        raise InputError(f"{_where(label, path)}: {st.st_size} bytes, more than the {max_bytes} bytes allowed for it")
 
 
 def open_regular(path: Path | str, label: str, max_bytes: int | None = None):
@@ -77,9 +90,9 @@ def open_regular(path: Path | str, label: str, max_bytes: int | None = None):
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
-        raise InputError(f"{label} {path}: no such file") from None
+        raise InputError(f"{_where(label, path)}: no such file") from None
     except OSError as err:
-        raise InputError(f"{label} {path}: {err.strerror or err}") from None
+        raise InputError(f"{_where(label, path)}: {err.strerror or err}") from None
     try:
         _check_stat(os.fstat(fd), path, label, max_bytes)
         if hasattr(os, "set_blocking"):
@@ -97,49 +110,90 @@ def read_bytes_bounded(path: Path | str, label: str, max_bytes: int) -> bytes:
         try:
             data = handle.read(max_bytes + 1)
         except OSError as err:
-            raise InputError(f"{label} {path}: {err.strerror or err}") from None
+            raise InputError(f"{_where(label, path)}: {err.strerror or err}") from None
     if len(data) > max_bytes:
-        raise InputError(f"{label} {path}: grew past the {max_bytes} bytes allowed for it while being read")
+        raise InputError(f"{_where(label, path)}: grew past the {max_bytes} bytes allowed for it while being read")
     return data
 
 
 def read_text_bounded(path: Path | str, label: str, max_bytes: int) -> str:
-    """`read_bytes_bounded` decoded as UTF-8 (a byte-order mark allowed); InputError for other bytes."""
+    """`read_bytes_bounded` decoded as UTF-8 (a byte-order mark allowed); InputError for other
+    bytes, a NUL byte included."""
+    data = read_bytes_bounded(path, label, max_bytes)
+    if b"\0" in data:
+        raise InputError(f"{_where(label, path)}: not a text file (it holds NUL bytes)")
     try:
-        return read_bytes_bounded(path, label, max_bytes).decode("utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise InputError(f"{label} {path}: not a UTF-8 text file") from None
+        raise InputError(f"{_where(label, path)}: not a UTF-8 text file") from None
 
 
-def parse_json_bounded(text: str, where: str, max_depth: int = JSON_MAX_DEPTH) -> Any:
+class _CappedRaw(io.RawIOBase):
+    """A regular file read through a cap: past ``max_bytes`` or at a NUL byte, InputError."""
+
+    def __init__(self, handle: Any, where: str, max_bytes: int) -> None:
+        self._handle, self._where, self._max, self._left = handle, where, max_bytes, max_bytes
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        count = self._handle.readinto(buffer)
+        if count:
+            self._left -= count
+            if self._left < 0:
+                raise InputError(f"{self._where}: more than the {self._max} bytes allowed for it; not read further")
+            if b"\0" in bytes(memoryview(buffer)[:count]):
+                raise InputError(f"{self._where}: not a text file (it holds NUL bytes)")
+        return count
+
+    def close(self) -> None:
+        self._handle.close()
+        super().close()
+
+
+def open_text_capped(path: Path | str, label: str, max_bytes: int) -> io.TextIOWrapper:
+    """A UTF-8 text handle (``newline=""``, for csv) over a regular file of at most
+    ``max_bytes``, streamed: the cap holds even for a file that says it is empty and is not
+    (``/proc`` files) or grows while it is read; a NUL byte is an InputError. Decoding errors
+    surface as UnicodeDecodeError while reading."""
+    handle = open_regular(path, label, max_bytes)
+    raw = _CappedRaw(handle, _where(label, path), max_bytes)
+    return io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8-sig", newline="")
+
+
+def parse_json_bounded(text: str, where: str, max_depth: int = JSON_MAX_DEPTH, *, allow_nan: bool = True) -> Any:
     """``json.loads`` with a nesting bound (checked before parsing: the parser itself would
-    recurse into a RecursionError); InputError naming ``where`` for anything unparseable."""
-    if _nesting(text) > max_depth:
+    recurse into a RecursionError); InputError naming ``where`` for anything unparseable (and,
+    unless ``allow_nan``, for NaN or Infinity, which are not JSON numbers)."""
+    if json_nesting(text) > max_depth:
         raise InputError(f"{where}: nested more than {max_depth} levels deep")
+
+    def no_constant(name: str) -> Any:
+        raise InputError(f"{where}: {name} is not a JSON number")
+
     try:
-        return json.loads(text)
+        return json.loads(text) if allow_nan else json.loads(text, parse_constant=no_constant)
+    except InputError:
+        raise
     except (ValueError, RecursionError) as err:
         raise InputError(f"{where}: not valid JSON ({type(err).__name__})") from None
 
 
-def _nesting(text: str) -> int:
-    """The deepest bracket nesting of a JSON text, strings skipped (an upper bound is enough)."""
+#: A JSON string (escapes included) and a bracket: what `json_nesting` looks at.
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def json_nesting(text: str) -> int:
+    """The deepest bracket nesting of a JSON text, strings skipped (an upper bound is enough;
+    an unterminated string counts its brackets, which only makes the bound stricter)."""
     depth = deepest = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
+    for char in _BRACKET.findall(_JSON_STRING.sub("", text)):
+        if char in "[{":
             depth += 1
             deepest = max(deepest, depth)
-        elif char in "]}":
+        else:
             depth -= 1
     return deepest
 
@@ -159,12 +213,12 @@ def load_npy_bounded(path: Path | str, label: str, max_bytes: int = NPY_MAX_BYTE
     with open_regular(path, label, max_bytes) as handle:
         size = os.fstat(handle.fileno()).st_size
         if size == 0:
-            raise InputError(f"{label} {path}: an empty file, not a .npy array")
+            raise InputError(f"{_where(label, path)}: an empty file, not a .npy array")
         magic = handle.read(6)
         if magic.startswith(b"PK"):
-            raise InputError(f"{label} {path}: a .npz archive; give one array as a .npy file")
+            raise InputError(f"{_where(label, path)}: a .npz archive; give one array as a .npy file")
         if magic != b"\x93NUMPY":
-            raise InputError(f"{label} {path}: not a .npy file (no NumPy header)")
+            raise InputError(f"{_where(label, path)}: not a .npy file (no NumPy header)")
         handle.seek(0)
         try:
             version = npy.read_magic(handle)
@@ -173,9 +227,9 @@ def load_npy_bounded(path: Path | str, label: str, max_bytes: int = NPY_MAX_BYTE
                 raise ValueError(f"version {version}")
             shape, fortran, dtype = readers[version](handle)
         except (ValueError, OSError, EOFError, SyntaxError) as err:
-            raise InputError(f"{label} {path}: not a readable .npy header ({type(err).__name__})") from None
+            raise InputError(f"{_where(label, path)}: not a readable .npy header ({type(err).__name__})") from None
         if dtype.hasobject:
-            raise InputError(f"{label} {path}: holds Python objects, which the harness never unpickles")
+            raise InputError(f"{_where(label, path)}: holds Python objects, which the harness never unpickles")
         count = 1
         for dim in shape:
             count *= int(dim)
@@ -183,11 +237,11 @@ def load_npy_bounded(path: Path | str, label: str, max_bytes: int = NPY_MAX_BYTE
         have = size - handle.tell()
         if need > max_bytes or need > have:
             raise InputError(
-                f"{label} {path}: its header declares {count} elements ({need} bytes) but the file "
+                f"{_where(label, path)}: its header declares {count} elements ({need} bytes) but the file "
                 f"holds {have} bytes of data (at most {max_bytes} allowed)"
             )
         try:
             data = np.fromfile(handle, dtype=dtype, count=count)
         except (ValueError, OSError) as err:
-            raise InputError(f"{label} {path}: cannot read its data ({type(err).__name__})") from None
+            raise InputError(f"{_where(label, path)}: cannot read its data ({type(err).__name__})") from None
     return data.reshape(shape, order="F" if fortran else "C")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InputError
+from .units import ascii_int
 
 #: At most this many threads per CPU for --intra-op-threads (never above `MAX_THREADS`).
 THREADS_PER_CPU = 4
@@ -138,7 +139,7 @@ def parse_process_list(text: str) -> list[int]:
     """``"1,2,4"`` -> [1, 2, 4] (sorted, once each): the --processes of ``run`` and of the
     pytest plugin. InputError (without the option's name: argparse and pytest add it)."""
     try:
-        values = [int(p) for p in text.split(",") if p.strip()]
+        values = [ascii_int(p) for p in text.split(",") if p.strip()]
     except ValueError:
         raise InputError(f"{text!r}: expected a list like 1,2,4,8") from None
     if not values or any(v < 1 for v in values):

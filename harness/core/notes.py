@@ -343,6 +343,19 @@ def run_notes(run: RunData) -> list[Note]:
             "the columns it lacks are empty, figures it did not measure:"
         )
         notes.append(Note("info", "Older run folder", text, list(run.migrated)))
+    unverified = [str(k) for k in run.run.get("unverified_session_config") or []]
+    if unverified:
+        notes.append(
+            Note(
+                "warn",
+                "Session config not verified",
+                f"--session-config {', '.join(unverified)}: no library of this ONNX Runtime names "
+                f"{'this key' if len(unverified) == 1 else 'these keys'}, so nothing in it can read "
+                f"{'it' if len(unverified) == 1 else 'them'}. ORT "
+                "accepts any key and ignores the ones nothing reads: recorded as given, but nothing shows it "
+                "was applied (a typo?).",
+            )
+        )
     notes += _target_notes(run)
     order = {"error": 0, "warn": 1, "info": 2}
     return sorted(notes, key=lambda n: order.get(n.kind, 3))

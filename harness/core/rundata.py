@@ -7,8 +7,8 @@ exists, results.csv exists, format_version is one we understand) live here, once
 
 from __future__ import annotations
 
-import json
 import math
+import os
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -28,32 +28,6 @@ HEADLINE_JSON = "headline.json"
 MAX_JSON_BYTES = 16 * 1024**2
 #: The deepest nesting accepted in those files: the runner's own nest 4 levels deep.
 MAX_JSON_DEPTH = 32
-#: The type each metadata.json entry must have when present (None is always allowed).
-META_TYPES: dict[str, type | tuple[type, ...]] = {
-    "status": str,
-    "run": dict,
-    "env": dict,
-    "gates": list,
-    "default_gates": list,
-    "target_notes": list,
-}
-RUN_TYPES: dict[str, type | tuple[type, ...]] = {
-    "run_id": str,
-    "target": str,
-    "peer": str,
-    "model": str,
-    "started": str,
-    "labels": dict,
-    "target_options": dict,
-    "processes": list,
-    "modes": list,
-    "repeat": int,
-    "sessions_per_process": int,
-    "weights_bytes": int,
-    "weights_file_bytes": int,
-    "gathered_weights_bytes": int,
-    "duration_s": (int, float),
-}
 #: Summary columns recomputed from results.csv; a summary.csv that says otherwise is refused.
 RECOMPUTED = (
     "ok_workers",
@@ -162,53 +136,16 @@ class RunData:
         return load(self.folder, read_run_json)
 
 
-def _depth(value: Any) -> int:
-    """Nesting depth of parsed JSON, without recursion (a hostile file may nest deeply)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list)):
-            deepest = max(deepest, depth)
-            if depth > MAX_JSON_DEPTH:
-                return depth
-            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
-    return deepest
-
-
 def read_run_json(path: Path) -> Any:
-    """A JSON file of a run folder, bounded: at most `MAX_JSON_BYTES`, nested at most
-    `MAX_JSON_DEPTH` deep, no NaN or Infinity; InputError (one line) otherwise."""
+    """A JSON file of a run folder, bounded: a regular file (a FIFO is never waited on) of at
+    most `MAX_JSON_BYTES`, UTF-8 text without NUL bytes, nested at most `MAX_JSON_DEPTH` deep,
+    no NaN or Infinity; InputError (one line, never quoting the file) otherwise."""
+    from .inputfiles import json_nesting, parse_json_bounded, read_text_bounded
 
-    def no_constant(name: str) -> Any:
-        raise ValueError(f"{name} is not a JSON number")
-
-    try:
-        size = path.stat().st_size
-        if size > MAX_JSON_BYTES:
-            raise InputError(f"{path}: {size} bytes, more than a run's JSON can be ({MAX_JSON_BYTES} bytes)")
-        with open(path, encoding="utf-8") as handle:
-            data = json.loads(handle.read(MAX_JSON_BYTES + 1), parse_constant=no_constant)
-    except RecursionError:
-        raise InputError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels: not a file of this harness") from None
-    except (OSError, ValueError) as exc:
-        if isinstance(exc, InputError):
-            raise
-        raise InputError(f"{path}: not readable JSON ({' '.join(str(exc).split())[:200]})") from None
-    if _depth(data) > MAX_JSON_DEPTH:
+    text = read_text_bounded(path, "", MAX_JSON_BYTES)
+    if json_nesting(text) > MAX_JSON_DEPTH:
         raise InputError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels: not a file of this harness")
-    return data
-
-
-def _check_types(path: Path, where: str, data: dict, types: dict[str, Any]) -> None:
-    for key, kind in types.items():
-        value = data.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, kind):
-            names = "/".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-            raise InputError(f"{path}: {where}{key} is a {type(value).__name__}, expected {names}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise InputError(f"{path}: {where}{key} is not a finite number")
+    return parse_json_bounded(text, str(path), MAX_JSON_DEPTH, allow_nan=False)
 
 
 def format_version(path: Path, meta: dict[str, Any]) -> int:
@@ -220,21 +157,23 @@ def format_version(path: Path, meta: dict[str, Any]) -> int:
     if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
         raise InputError(f"{path}: format_version {version} was written by a newer harness; {known}: update it")
     if isinstance(version, bool) or not isinstance(version, int) or version < OLDEST_FORMAT_VERSION:
-        raise InputError(f"{path}: format_version {version!r} is not a format of this harness; {known}")
+        # a number or null said as it is; anything else by its kind (the file's text is never quoted)
+        said = repr(version) if isinstance(version, int | float) or version is None else f"a {type(version).__name__}"
+        raise InputError(f"{path}: format_version {said} is not a format of this harness; {known}")
     return version
 
 
 def _read_metadata(folder: Path, notes: list[str]) -> dict[str, Any]:
+
     path = folder / METADATA_JSON
+    if os.path.lexists(path) and not path.is_file():  # a FIFO, a device, a folder, a dangling link
+        raise InputError(f"{path}: not a regular file: not a run folder of this harness")
     if not path.is_file():
         notes.append(f"{METADATA_JSON} is missing: the header lacks the run's settings.")
         return {}
     meta = read_run_json(path)
     if not isinstance(meta, dict):
         raise InputError(f"{path}: expected a JSON object")
-    format_version(path, meta)
-    _check_types(path, "", meta, META_TYPES)
-    _check_types(path, "run.", meta.get("run") or {}, RUN_TYPES)
     return meta
 
 
@@ -247,7 +186,12 @@ def _differs(a: Any, b: Any) -> bool:
 
 
 def _where(key: tuple) -> str:
-    return f"{key[0]} {key[1]} N={key[2]} M={key[3]} repeat {key[4]}"
+    """A group as a message names it: its target only when it looks like a target's name (the
+    column is free text of someone else's file), its mode, N, M and repeat (checked values)."""
+    import re
+
+    target = key[0] if isinstance(key[0], str) and re.fullmatch(r"[a-z][a-z0-9_-]{0,31}", key[0]) else "(a target)"
+    return f"{target} {key[1]} N={key[2]} M={key[3]} repeat {key[4]}"
 
 
 def _recomputed_summary(folder: Path, stated: list[SummaryRow], results: list[ResultRow]) -> list[SummaryRow]:
@@ -283,14 +227,25 @@ def _check_against_metadata(folder: Path, meta: dict[str, Any], results: list[Re
         ("mode", set(run.get("modes") or [])),
         ("processes", set(run.get("processes") or [])),
         ("sessions_per_process", {run["sessions_per_process"]} if run.get("sessions_per_process") else set()),
-        ("repeat", set(range(run["repeat"])) if run.get("repeat") else set()),
     ]
+    repeats = run.get("repeat")
+    for row in results if repeats else []:  # 0..repeat-1, checked without a set of them all
+        if row.repeat is not None and not 0 <= row.repeat < repeats:
+            raise InputError(
+                f"{folder}: {RESULTS_CSV} contradicts {METADATA_JSON}: a worker row has repeat={row.repeat}, "
+                f"the run measured repeats 0..{repeats - 1}"
+            )
     for column, allowed in planned:
         if not allowed:
             continue
         for row in results:
             value = getattr(row, column)
             if value is not None and value not in allowed:
+                if column == "target":  # free text, from either file: named by neither
+                    raise InputError(
+                        f"{folder}: {RESULTS_CSV} contradicts {METADATA_JSON}: a worker row has a target the run "
+                        "did not measure"
+                    )
                 raise InputError(
                     f"{folder}: {RESULTS_CSV} contradicts {METADATA_JSON}: a worker row has {column}={value}, "
                     f"the run measured {', '.join(map(str, sorted(allowed, key=str)))}"
@@ -310,18 +265,33 @@ def _check_headline(folder: Path, meta: dict[str, Any], summary: list[SummaryRow
         return
     if meta and data.get("status") != meta.get("status"):
         raise InputError(
-            f"{folder}: {HEADLINE_JSON} contradicts {METADATA_JSON}: status {data.get('status')!r} vs "
-            f"{meta.get('status')!r}"
+            f"{folder}: {HEADLINE_JSON} contradicts {METADATA_JSON}: status {_shown(data.get('status'))} vs "
+            f"{_shown(meta.get('status'))}"
         )
     stated = data.get("headline")
     if not isinstance(stated, dict):
         raise InputError(f"{path}: headline is a {type(stated).__name__}, expected an object")
     for key, value in headline(summary).items():
+        said = stated.get(key)
+        if said is not None and (isinstance(said, bool) or not isinstance(said, int | float)):
+            raise InputError(f"{path}: headline.{key} is {_shown(said)}, expected a number")
         if key in stated and _differs(stated[key], value):
             raise InputError(
-                f"{folder}: {HEADLINE_JSON} contradicts {RESULTS_CSV}: {key} is {stated[key]} there, "
+                f"{folder}: {HEADLINE_JSON} contradicts {RESULTS_CSV}: {key} is {_shown(stated[key])} there, "
                 f"{value} from the workers' rows"
             )
+
+
+def _shown(value: Any) -> str:
+    """A value of a run's JSON as a message may show it: numbers and the run states as they
+    are, anything else by its kind (a file's free text does not belong in a message)."""
+    from .runmeta import _kind
+
+    if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+        return repr(value)
+    if isinstance(value, str) and (value in ("running", "complete", "interrupted") or value.startswith("failed")):
+        return repr(value if len(value) <= 80 else value[:80] + "...")
+    return _kind(value)
 
 
 def same_run(a: RunData, b: RunData) -> bool:

@@ -33,6 +33,13 @@ from .schema import (
 )
 
 RESULTS_CSV = "results.csv"
+#: The largest run table read (results.csv, summary.csv): a row is about 0.5-2 KiB, so this holds
+#: every row `TABLE_MAX_ROWS` allows with room; a bigger file is not one run's table and is not
+#: read (a 2 GiB one took 2.1 GB of memory).
+TABLE_MAX_BYTES = 128 * 1024**2
+#: The most rows read from one table: a run of 64 process counts summing to 16 000 workers, two
+#: modes and two repeats stays below it; reading it takes seconds (about 0.2 ms a row).
+TABLE_MAX_ROWS = 65_536
 SUMMARY_CSV = "summary.csv"
 LONG_CSV = "results_long.csv"
 
@@ -91,17 +98,22 @@ def format_cell(value: Any, dtype: str) -> str:
 
 
 def parse_cell(text: str, dtype: str) -> Any:
-    """CSV text -> Python value of the column's dtype; empty -> ``None``."""
+    """CSV text -> Python value of the column's dtype; empty -> ``None``. A ValueError says
+    what the cell is not, never what it holds (a table may be someone else's file, or a link to
+    one: its bytes do not belong in a message)."""
     if text == "":
         return None
     if dtype == "Int64":
         if not _INTEGER.fullmatch(text):
-            raise ValueError(f"{text[:40]!r} is not an integer")
+            raise ValueError(f"not an integer ({_described(text)})")
         return int(text)
     if dtype == "Float64":
-        value = float(text)
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"not a number ({_described(text)})") from None
         if not math.isfinite(value):
-            raise ValueError(f"{text[:40]!r} is not a finite number")
+            raise ValueError(f"not a finite number ({_described(text)})")
         return value
     if dtype == "boolean":
         lowered = text.strip().lower()
@@ -109,8 +121,17 @@ def parse_cell(text: str, dtype: str) -> Any:
             return True
         if lowered in _FALSE:
             return False
-        raise ValueError(f"not a boolean: {text!r}")
+        raise ValueError(f"not a boolean ({_described(text)})")
     return unneutralise(text)
+
+
+def _described(text: str) -> str:
+    """What a rejected cell looks like, without its content: its length, and the words NaN and
+    infinity, which are the only texts a number cell is refused for that a person needs named."""
+    lowered = text.strip().lower().lstrip("+-")
+    if lowered in ("nan", "inf", "infinity"):
+        return lowered
+    return f"a {len(text)}-character cell"
 
 
 def csv_text(header: list[str], lines: Iterable[list[str]]) -> str:
@@ -157,19 +178,19 @@ def check_header(path: Path, header: list[str] | None, row_type: type, version: 
     of a ``row_type`` table of this harness in format ``version``: no column twice, every
     column that version requires there. Columns it does not know are allowed (a newer writer
     adds columns). A table read on its own, without its run's metadata.json, is held to the
-    oldest version's columns."""
+    oldest version's columns. No message quotes the header: it is the file's own text."""
     kind = TABLE_KINDS.get(row_type, row_type.__name__)
     if not header:
         raise InputError(f"{path}: empty file, no header: not a {kind} table of this harness")
-    twice = sorted({c for c in header if header.count(c) > 1})
-    if twice:
-        raise InputError(f"{path}: column(s) {', '.join(twice)} appear twice: not a {kind} table of this harness")
+    twice = len(header) - len(set(header))
+    if twice:  # counted, not named: a header is the file's own text
+        raise InputError(f"{path}: {twice} column name(s) appear twice: not a {kind} table of this harness")
     missing = [c for c in required_columns(row_type, version) if c not in header]
     if missing:
         shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
         raise InputError(
             f"{path}: not a {kind} table of this harness: missing column(s) {shown} "
-            f"(format version {version}; its header starts {', '.join(header[:4])})"
+            f"(format version {version}; its first line has {len(header)} cells)"
         )
 
 
@@ -184,18 +205,31 @@ class TextTable:
     lines: list[int]  # the file line of each row, for messages
 
 
-def read_text_table(path: Path | str, row_type: type, version: int = OLDEST_FORMAT_VERSION) -> TextTable:
+def read_text_table(
+    path: Path | str,
+    row_type: type,
+    version: int = OLDEST_FORMAT_VERSION,
+    *,
+    max_rows: int = TABLE_MAX_ROWS,
+    max_bytes: int = TABLE_MAX_BYTES,
+) -> TextTable:
     """The header and cells of a table, its header checked (`check_header`) and every line as
-    wide as the header. InputError naming the file for bytes that are not UTF-8 text, a CSV
-    that does not parse, a line with more or fewer cells than the header."""
+    wide as the header. InputError naming the file and what is wrong: not a regular file, more
+    than ``max_bytes`` or ``max_rows``, bytes that are not UTF-8 text (a NUL byte included), a
+    CSV that does not parse, a line with more or fewer cells than the header. No message quotes
+    the file's content."""
+    from .inputfiles import open_text_capped
+
     path = Path(path)
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
+        with open_text_capped(path, "", max_bytes) as handle:
             reader = csv.DictReader(handle)
             check_header(path, reader.fieldnames, row_type, version)
             header = list(reader.fieldnames or [])
             table = TextTable(path, header, [], [])
             for data in reader:
+                if len(table.rows) >= max_rows:
+                    raise InputError(f"{path}: more than {max_rows} rows: not the table of one run of this harness")
                 if None in data or None in data.values():
                     width = len(header)
                     cells = (
@@ -206,8 +240,8 @@ def read_text_table(path: Path | str, row_type: type, version: int = OLDEST_FORM
                 table.lines.append(reader.line_num)
     except UnicodeDecodeError:
         raise InputError(f"{path}: not UTF-8 text: not a table of this harness") from None
-    except csv.Error as exc:
-        raise InputError(f"{path}: not a CSV table ({exc})") from None
+    except csv.Error:
+        raise InputError(f"{path}: not a CSV table of this harness (malformed CSV)") from None
     return table
 
 
@@ -234,11 +268,19 @@ def parse_rows(table: TextTable, row_type: type) -> list[Any]:
     return out
 
 
-def read_rows(path: Path | str, row_type: type, version: int = OLDEST_FORMAT_VERSION) -> list[Any]:
+def read_rows(
+    path: Path | str,
+    row_type: type,
+    version: int = OLDEST_FORMAT_VERSION,
+    *,
+    max_rows: int = TABLE_MAX_ROWS,
+    max_bytes: int = TABLE_MAX_BYTES,
+) -> list[Any]:
     """Read a CSV written by `write_rows` back into ``row_type`` objects (`read_text_table`,
     then `parse_rows`). ``version``: the format version of its run folder (a whole folder is
     loaded, and migrated, by `harness.core.rundata.load_run`)."""
-    return parse_rows(read_text_table(path, row_type, version), row_type)
+    table = read_text_table(path, row_type, version, max_rows=max_rows, max_bytes=max_bytes)
+    return parse_rows(table, row_type)
 
 
 def read_frame(path: Path | str, row_type: type) -> Any:

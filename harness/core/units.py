@@ -22,12 +22,28 @@ _AMBIGUOUS = {"k": "K", "m": "M", "g": "G", "t": "T"}
 SIZE_HELP = "sizes: KiB MiB GiB TiB = powers of 1024, KB MB GB TB = powers of 1000"
 
 
+def ascii_int(text: str) -> int:
+    """``int(text)`` for ASCII digits only: Python's own ``int`` also takes fullwidth digits
+    (``"１２"``), Arabic-Indic digits and underscores, none of which a size or count typed on a
+    command line should silently become. ValueError otherwise."""
+    if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", text, re.ASCII):
+        raise ValueError(f"{text!r} is not a whole number in ASCII digits")
+    return int(text)
+
+
+def ascii_float(text: str) -> float:
+    """``float(text)`` for ASCII text only (see `ascii_int`). ValueError otherwise."""
+    if not text.isascii() or "_" in text:
+        raise ValueError(f"{text!r} is not a number in ASCII digits")
+    return float(text)
+
+
 def parse_size(text: str) -> int:
     """``"256MiB"`` -> 268435456, ``"1GB"`` -> 1000000000. InputError for anything else,
     including the ambiguous ``"256M"``."""
     if text.strip().startswith("-"):
         raise InputError(f"size {text!r} must be positive")
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text, re.ASCII)  # ASCII digits only
     unit = match.group(2).lower() if match else ""
     if match and unit in _AMBIGUOUS:
         letter = _AMBIGUOUS[unit]
@@ -93,6 +109,6 @@ def fmt_percent(value: float | None, *, signed: bool = False) -> str:
 def parse_projection(text: str) -> tuple[int, int]:
     """``"8x4GiB"`` -> (8 sessions, 4 GiB of weights): the deployment a report projects to."""
     sessions, sep, size = text.strip().partition("x")
-    if not sep or not sessions.strip().isdigit() or int(sessions) < 1:
+    if not sep or not re.fullmatch(r"[0-9]+", sessions.strip()) or int(sessions) < 1:
         raise InputError(f"{text!r}: expected SESSIONSxSIZE, e.g. 8x4GiB")
     return int(sessions), parse_size(size)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import InputError
+from harness.core.files import real_path
 
 from .onnxfile import external_data_files
 from .sessions import SessionSettings
@@ -31,7 +32,7 @@ def _file_identity(path: Path) -> str:
     from mapper_impl._common import identity_of_path
 
     ident = identity_of_path(str(path), edge=64 * 1024)  # the keys' edges, whatever mapper_impl hashes
-    return f"{path.resolve()}|{ident.device}|{ident.inode}|{ident.size}|{ident.mtime_ns}|{ident.edge_hash}"
+    return f"{real_path(path)}|{ident.device}|{ident.inode}|{ident.size}|{ident.mtime_ns}|{ident.edge_hash}"
 
 
 def source_key(path: Path, model: Any, extra: object = None, files: list[Path] | None = None) -> str:

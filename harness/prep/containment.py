@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 from harness.core.errors import InputError
+from harness.core.files import real_path
 from harness.core.inputfiles import check_regular
 
 
@@ -37,8 +38,8 @@ def contained(base_dir: Path, name: str, label: str, what: str) -> Path:
         raise InputError(f"{label}: {what} is an empty or invalid path")
     if PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute() or PureWindowsPath(name).drive:
         raise InputError(f"{label}: {what} is an absolute path; only paths inside the model's folder are accepted")
-    base = Path(base_dir).resolve()
-    path = (base / name).resolve()
+    base = real_path(base_dir)
+    path = real_path(base / name)
     if path != base and base not in path.parents:
         raise InputError(f"{label}: {what} points outside the model's folder {base}; refused")
     return path
@@ -57,7 +58,7 @@ def inside(folder: Path, path: Path) -> Path:
     """``path`` if, resolved, it is inside ``folder`` (a target we are about to write); a
     RuntimeError otherwise: the preparation never writes elsewhere, and reaching here with
     such a path is a bug, not a user mistake."""
-    base, resolved = Path(folder).resolve(), Path(path).resolve()
+    base, resolved = real_path(folder), real_path(path)
     if base not in resolved.parents:
         raise RuntimeError(f"refusing to write {path}: outside {folder}")
     return path

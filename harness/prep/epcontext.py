@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.core.files import real_path
 from harness.prep.containment import contained_file
 
 EPCONTEXT_OP = "EPContext"
@@ -46,7 +47,7 @@ class EpContextModel:
 
 def inspect_epcontext(path: Path, model: Any, label: str) -> EpContextModel:
     """What an EPContext model needs; InputError naming a context binary that is missing."""
-    info = EpContextModel(Path(path).resolve(), 0, 0)  # the workers load it from another folder
+    info = EpContextModel(real_path(path), 0, 0)  # the workers load it from another folder
     for node in model.graph.node:
         if node.op_type != EPCONTEXT_OP:
             info.other_ops.append(node.op_type)

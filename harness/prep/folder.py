@@ -6,8 +6,7 @@ ORT's own output for it, so every worker can check its first inference.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from harness.cache import cached_build
@@ -28,6 +27,84 @@ EXTERNAL_THRESHOLD = 1024
 
 #: 3: tensors at 64-byte offsets (2 had 64 KiB): an older folder is rebuilt.
 MANIFEST_VERSION = 3
+
+#: Bounds of a manifest.json read from the cache (which may be someone else's): its size, its
+#: nesting, the tensors it may list (a model of 100 000 initializers fits), the inputs and
+#: outputs, a shape's rank. A manifest past any of them is a corrupt entry, rebuilt.
+MANIFEST_MAX_BYTES = 64 * 1024**2
+MANIFEST_MAX_DEPTH = 16
+MAX_TENSORS = 500_000
+MAX_IO = 4096
+MAX_RANK = 64
+
+
+def _manifest_shape() -> dict:
+    """What every entry of a manifest.json must be (`harness.core.runmeta.check_value`)."""
+    from harness.core.runmeta import ANY, ListOf, MapOf
+
+    shape = ListOf(int, MAX_RANK)
+    tensor = {"name": str, "dtype": str, "shape": shape, "offset": int, "length": int, "onnx_type": int}
+    return {
+        "source": str,
+        "tensors": ListOf(tensor, MAX_TENSORS),
+        "inputs": MapOf(shape, MAX_IO),
+        "input_types": MapOf(int, MAX_IO),
+        "outputs": ListOf(str, MAX_IO),
+        "weights_bytes": int,
+        "output_types": MapOf(int, MAX_IO),
+        "onnx_file": str,
+        "session_level": str,
+        "extra": MapOf(ANY),
+    }
+
+
+def _read_manifest(folder: Path) -> dict:
+    """manifest.json of ``folder``, bounded and of the declared shape; CorruptEntry otherwise
+    (the message says what is wrong, never what the file holds)."""
+    from harness.core.inputfiles import parse_json_bounded, read_text_bounded
+    from harness.core.runmeta import check_value
+
+    path = folder / "manifest.json"
+    try:
+        data = parse_json_bounded(
+            read_text_bounded(path, "", MANIFEST_MAX_BYTES), "manifest.json", MANIFEST_MAX_DEPTH, allow_nan=False
+        )
+        if not isinstance(data, dict):
+            raise InputError("manifest.json: not a JSON object")
+        if data.pop("manifest_version", None) != MANIFEST_VERSION:
+            raise CorruptEntry("manifest from another harness version")
+        check_value("manifest.json", "", data, _manifest_shape())
+    except InputError as err:
+        raise CorruptEntry(f"unusable manifest.json ({str(err).partition(': ')[2] or err})") from None
+    for key in ("source", "tensors", "inputs", "input_types", "outputs", "weights_bytes"):
+        if data.get(key) is None:
+            raise CorruptEntry(f"unusable manifest.json ({key} is missing)")
+    if any(v < 0 for t in data["tensors"] for v in (t["offset"], t["length"], *t["shape"])) or any(
+        d < 0 for dims in data["inputs"].values() for d in dims
+    ):
+        raise CorruptEntry("unusable manifest.json (a negative offset, length or dimension)")
+    from harness.prep.tensors import element_type
+
+    try:
+        for kind in (*(t["onnx_type"] for t in data["tensors"]), *data["input_types"].values()):
+            element_type(kind)
+    except (KeyError, ValueError, TypeError):
+        raise CorruptEntry("unusable manifest.json (an element type ONNX does not have)") from None
+    return data
+
+
+def _onnx_file_allowed(folder: Path, onnx_file: str, outside: tuple[str, ...]) -> None:
+    """The ONNX file a manifest names is inside the entry, or one the preparation itself put
+    outside it (the user's own model, measured where it is: ``outside``); CorruptEntry
+    otherwise (a forged manifest pointing the workers at any file of the machine)."""
+    from harness.prep.containment import contained
+
+    if not onnx_file or onnx_file in outside:
+        return
+    try:
+        contained(folder, onnx_file, "manifest.json", "onnx_file")
+    except InputError:
+        raise CorruptEntry("manifest.json names an ONNX file outside the entry") from None
 
 
 @dataclass
@@ -84,22 +161,23 @@ class PreparedModel:
         write_json_atomic(self.folder / "manifest.json", data)
 
     @classmethod
-    def load(cls, folder: Path, *, check_files: bool = True) -> PreparedModel:
+    def load(cls, folder: Path, *, check_files: bool = True, outside: tuple[str, ...] = ()) -> PreparedModel:
         """The model described by ``folder/manifest.json``. Raises `CorruptEntry` when the
-        manifest is missing, unreadable, from another harness version or (``check_files``)
-        names missing or short files: the cache rebuilds such an entry. Workers load without
-        the file check and call `check_weights_file`, whose message names the remedy."""
+        manifest is missing, unreadable, past its bounds, of the wrong shape, from another
+        harness version, naming an ONNX file outside the entry (other than ``outside``: what the
+        preparation itself recorded there) or (``check_files``) missing or short files: the
+        cache rebuilds such an entry. Workers load without the file check and call
+        `check_weights_file`, whose message names the remedy."""
         try:
-            data = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-            if data.pop("manifest_version", None) != MANIFEST_VERSION:
-                raise CorruptEntry("manifest from another harness version")
+            data = _read_manifest(Path(folder))
             data["folder"] = Path(folder)
             data["tensors"] = [TensorEntry(**t) for t in data["tensors"]]
-            model = cls(**data)
+            model = cls(**{k: v for k, v in data.items() if k in _FIELDS and v is not None})
         except (OSError, ValueError, TypeError, KeyError) as err:
             raise CorruptEntry(f"unreadable manifest.json ({type(err).__name__})") from None
         if not check_files:
             return model
+        _onnx_file_allowed(Path(folder), model.onnx_file, outside)
         for path in (model.onnx_path, model.reference_path):
             if not path.is_file():
                 raise CorruptEntry(f"{path.name} is missing")
@@ -112,7 +190,10 @@ class PreparedModel:
                 f"{model.reference_path.name} is not a plain array archive ({type(err).__name__})"
             ) from None
         if model.tensors:
-            need = model.weights_extent()
+            try:
+                need = model.weights_extent()
+            except (KeyError, ValueError, TypeError, OverflowError):
+                raise CorruptEntry("unusable manifest.json (a tensor of no size ONNX knows)") from None
             if not model.weights_path.is_file() or model.weights_path.stat().st_size < need:
                 raise CorruptEntry(f"{model.weights_path.name} is missing or shorter than {need} bytes")
         return model
@@ -142,13 +223,18 @@ class PreparedModel:
             )
 
 
-def cached_model(folder: Path, build) -> PreparedModel:
+#: The manifest keys `PreparedModel` takes (a newer writer's extra keys are left out).
+_FIELDS = frozenset(f.name for f in fields(PreparedModel))
+
+
+def cached_model(folder: Path, build, *, outside: tuple[str, ...] = ()) -> PreparedModel:
     """The prepared model cached in ``folder``, built by ``build(scratch) -> PreparedModel``
-    on a miss (see `harness.cache`)."""
+    on a miss (see `harness.cache`). ``outside``: the ONNX file outside the entry its manifest
+    may name (the user's own model, measured where it is); any other is a corrupt entry."""
 
     def build_into(scratch: Path) -> None:
         model = build(scratch)
         model.folder = scratch
         model.save()
 
-    return cached_build(folder, build_into, PreparedModel.load)
+    return cached_build(folder, build_into, lambda path: PreparedModel.load(path, outside=outside))

@@ -143,3 +143,39 @@ def refuse_duplicate_initializers(model: Any, label: str) -> None:
                     f"{label}: two initializers named {init.name!r} in {where}; ONNX requires unique names"
                 )
             seen.add(init.name)
+
+
+def _value_names(graph: Any) -> Iterator[tuple[str, Any]]:
+    """(what, value) of every text field of one graph the harness reads."""
+    yield "a graph name", graph.name
+    for kind, values in (("an input", graph.input), ("an output", graph.output), ("a value", graph.value_info)):
+        for value in values:
+            yield f"{kind} name", value.name
+    for init in graph.initializer:
+        yield "an initializer name", init.name
+        for entry in init.external_data:
+            yield "an external-data entry", entry.key
+            yield "an external-data entry", entry.value
+    for node in graph.node:
+        yield "a node name", node.name
+        yield "an operator name", node.op_type
+        yield "an operator domain", node.domain
+        for name in (*node.input, *node.output):
+            yield "a node input or output name", name
+        for attr in node.attribute:
+            yield "an attribute name", attr.name
+            if attr.type == 4:  # TENSOR (a Constant's value): its name and external data
+                yield "a tensor name", attr.t.name
+
+
+def refuse_non_text_names(model: Any, label: str) -> None:
+    """InputError when a name of the model (an initializer's, a node's, an input's...) is not
+    UTF-8 text: protobuf hands such a field over as bytes, and every later step (the cache
+    key, externalising, ORT's own binding by name) would fail on it with a traceback. The
+    message says which kind of name, never the bytes."""
+    from harness.core.errors import InputError
+
+    for graph in all_graphs(model.graph):
+        for what, value in _value_names(graph):
+            if not isinstance(value, str):
+                raise InputError(f"{label}: {what} is not UTF-8 text; ONNX names must be")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import InputError
+from harness.core.files import real_path
 
 from .shapehints import fixed_shape_copy as fixed_shape_copy  # re-exported: callers import it from here
 from .shapehints import suggestions
@@ -85,7 +86,7 @@ class InputRequest:
             path = Path(value)
             if path.is_file():
                 stat = path.stat()
-                files[name] = [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
+                files[name] = [str(real_path(path)), stat.st_size, stat.st_mtime_ns]
         return {"shapes": self.shapes, "free_dims": self.free_dims, "values": self.values, "files": files}
 
 

@@ -4,6 +4,7 @@ InputError, one line, for a bad spec."""
 from __future__ import annotations
 
 from harness.core.errors import InputError
+from harness.core.units import ascii_int
 
 
 def parse_shapes(specs: list[str]) -> dict[str, list[int]]:
@@ -16,7 +17,7 @@ def parse_shapes(specs: list[str]) -> dict[str, list[int]]:
         try:
             if not sep or not name:
                 raise ValueError
-            shapes[name] = [int(d) for d in dims.lower().split("x")]
+            shapes[name] = [ascii_int(d) for d in dims.lower().split("x")]
             if any(d <= 0 for d in shapes[name]):
                 raise ValueError
         except ValueError:
@@ -32,7 +33,7 @@ def parse_free_dims(specs: list[str]) -> dict[str, int]:
         try:
             if not sep or not name.strip():
                 raise ValueError
-            dims[name.strip()] = int(value)
+            dims[name.strip()] = ascii_int(value)
             if dims[name.strip()] <= 0:
                 raise ValueError
         except ValueError:

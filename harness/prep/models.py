@@ -42,7 +42,12 @@ def resolve_feeds(model: Any, request: InputRequest, label: str) -> tuple[list, 
 
     inputs = model_inputs(model)
     refuse_unfeedable(inputs, label)
+    from harness.prep.outputs import nonfinite_problem
+
     given = given_feeds([i for i in inputs if i.name in request.values], request)
+    why = nonfinite_problem(given, {})
+    if why:  # NaN in, NaN out whatever the weights: no check of the workers could fail
+        raise InputError(f"{label}: --input {why.removeprefix('input ')}; a worker's output could not be checked")
     shapes = resolve_shapes(inputs, request, given, label, model)
     return inputs, shapes, generate_feeds(inputs, shapes, given)
 
@@ -64,6 +69,7 @@ def prepare_user_model(
     cache_dir: Path | None = None,
     settings: SessionSettings | None = None,
     target: str = "cpu",
+    on_status: Any = None,
 ) -> PreparedModel:
     """A user's model prepared for the cpu targets (see the module docstring). Every problem
     is an InputError with a one-line message naming the user's file."""
@@ -83,11 +89,11 @@ def prepare_user_model(
         {"request": request.key(), "session": settings.to_dict(), "machine": machine_key(), "prep": PREP_VERSION},
     )
     folder = (cache_dir or default_cache_dir()) / f"user-{path.stem}-{key}"
-    return cached_model(folder, lambda tmp: _build_user_model(path, request, settings, tmp, label))
+    return cached_model(folder, lambda tmp: _build_user_model(path, request, settings, tmp, label, on_status))
 
 
 def _build_user_model(
-    path: Path, request: InputRequest, settings: SessionSettings, tmp: Path, label: str
+    path: Path, request: InputRequest, settings: SessionSettings, tmp: Path, label: str, on_status: Any = None
 ) -> PreparedModel:
     """Lift, optimize offline, externalise, reference. The weights are never all in this
     process's memory at once: the graph is read without its external data, ORT reads the
@@ -108,7 +114,9 @@ def _build_user_model(
         link_external_data(path, graph, source.parent)
         onnx.save(graph, str(source))
     del graph
-    optimized_path = optimize_offline(source, tmp, settings, min_external_bytes=EXTERNAL_THRESHOLD, label=label)
+    optimized_path = optimize_offline(
+        source, tmp, settings, min_external_bytes=EXTERNAL_THRESHOLD, label=label, on_status=on_status
+    )
     optimized = onnx.load(str(optimized_path), load_external_data=False)
     renamed = unique_initializer_names(optimized)
     gathered = gathered_initializers(optimized)
@@ -142,7 +150,7 @@ def _build_user_model(
             f"{label}: nothing to map after ORT's optimizations: no initializer of "
             f"{EXTERNAL_THRESHOLD} bytes or more is left"
         )
-    write_reference(prepared, path, feeds, settings, level=OFFLINE_LEVEL, label=label)
+    write_reference(prepared, path, feeds, settings, level=OFFLINE_LEVEL, label=label, on_status=on_status)
     return prepared
 
 
@@ -186,6 +194,7 @@ def prepare_cpu_models(opts: Any, progress: Any = None, *, target: str = "cpu") 
                 cache_dir=opts.cache_dir,
                 settings=settings,
                 target=target,
+                on_status=getattr(progress, "step", None),
             )
         )
     return models

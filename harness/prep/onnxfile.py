@@ -25,7 +25,7 @@ def load_onnx(path: Path, *, external_data: bool = True, label: str = "--model")
     from onnx.external_data_helper import load_external_data_for_model
 
     from harness.core.inputfiles import ONNX_MAX_BYTES, read_bytes_bounded
-    from harness.prep.graphs import refuse_duplicate_initializers
+    from harness.prep.graphs import refuse_duplicate_initializers, refuse_non_text_names
 
     path = Path(path)
     if path.is_dir():
@@ -38,6 +38,7 @@ def load_onnx(path: Path, *, external_data: bool = True, label: str = "--model")
     except Exception as err:  # protobuf raises several unrelated types
         raise InputError(f"{label} {path}: not a readable ONNX model ({type(err).__name__})") from None
     del data
+    refuse_non_text_names(model, f"{label} {path}")  # before anything uses a name
     external_data_files(path, model, f"{label} {path}")  # every path it names checked, before any use
     refuse_duplicate_initializers(model, f"{label} {path}")
     if not model.graph.node:  # an empty file, or bytes that happen to parse as an empty message

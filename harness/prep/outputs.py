@@ -5,7 +5,12 @@
 - fp16, bf16, float8: a few units in the last place of THEIR precision.
 - 8- and 4-bit integers are quantized values: one step either way is a rounding of a value
   that sat on a .5 boundary, not a wrong result. Other integers, bools and strings: exact.
-- NaN equals NaN and an infinity equals the same infinity: a model may output them legitimately.
+- NaN equals NaN and an infinity equals the same infinity at the same place: a model may output
+  some legitimately. But a check is evidence only if something in it depends on the weights:
+  an input holding NaN or infinity (every output then NaN, whatever the weights), or a float
+  output NaN or infinite everywhere, compares NaN with NaN and would pass any weights. Such a
+  reference is refused when it is made (`nonfinite_problem`, exit 2) and, met in a worker (a
+  cache entry changed since), reads "inconclusive", never a pass.
 - An output that already differs between two runs of the reference itself is non-deterministic
   (random ops, racing reductions): a worker's value for it is not a verdict on the weights, so
   only its shape is checked, and the report says why.
@@ -65,12 +70,48 @@ def compare(got: Any, want: Any) -> str:
     return f"max abs diff {worst:.3g} beyond rtol={rtol:g} atol={atol:g} ({want.dtype.name})"
 
 
+def _float_kind(array: Any) -> bool:
+    import numpy as np
+
+    array = np.asarray(array)
+    return array.dtype != object and (array.dtype.kind in "fc" or array.dtype.name in FLOAT_TOLERANCE)
+
+
+def _all_finite(array: Any) -> bool:
+    import numpy as np
+
+    return bool(np.isfinite(np.asarray(array).astype(np.float64)).all())
+
+
+def _any_finite(array: Any) -> bool:
+    import numpy as np
+
+    array = np.asarray(array)
+    return array.size > 0 and bool(np.isfinite(array.astype(np.float64)).any())
+
+
+def nonfinite_problem(feeds: dict[str, Any], outputs: dict[str, Any]) -> str:
+    """Why a reference made of ``feeds`` and ``outputs`` would not verify the weights ("" when
+    it does): a float input holding NaN or infinity, or a float output with no finite value."""
+    for name, array in feeds.items():
+        if _float_kind(array) and not _all_finite(array):
+            return f"input {name} holds NaN or infinity: every output would follow it whatever the weights"
+    for name, array in outputs.items():
+        if _float_kind(array) and not _any_finite(array):
+            return f"output {name} is NaN or infinite everywhere: comparing it cannot tell right weights from wrong"
+    return ""
+
+
 def check_outputs(
     outputs: list[Any], reference: dict[str, Any], names: list[str], nondeterministic: list[str] | tuple[str, ...] = ()
 ) -> tuple[bool, str]:
-    """(ok, detail): every output against the reference; non-deterministic ones by shape only."""
+    """(ok, detail): every output against the reference; non-deterministic ones by shape only.
+    A reference that cannot verify the weights is never a pass: (False, "inconclusive: ...")."""
     import numpy as np
 
+    why = nonfinite_problem({}, {n: reference[n] for n in names if n in reference and n not in nondeterministic})
+    if why:
+        return False, f"inconclusive: {why}"
     notes = []
     for name, got in zip(names, outputs, strict=False):
         if name in nondeterministic:

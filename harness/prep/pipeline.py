@@ -17,10 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import InputError
+from harness.core.files import real_path
 from harness.core.inputfiles import read_json_bounded
 from harness.prep.containment import contained_file
 
 GENAI_CONFIG = "genai_config.json"
+#: The most models one run loads (a pipeline's folder or genai_config.json names a handful): a
+#: folder of thousands of .onnx files is not a pipeline, and each would be opened to look at it.
+MAX_PIPELINE_MODELS = 64
 
 
 @dataclass
@@ -81,21 +85,26 @@ def resolve_models(given: list[Path]) -> ModelSet:
             found, qnn = _from_genai_config(item)
             origin, genai_qnn = "genai_config", genai_qnn or qnn
         else:
+            names = []
+            for p in item.glob("*.onnx"):  # counted as found: a folder of a million is refused early
+                names.append(p)
+                if len(names) > MAX_PIPELINE_MODELS:
+                    raise InputError(f"--model {item}: more than {MAX_PIPELINE_MODELS} .onnx files: not a pipeline")
             found = sorted(
-                contained_file(item, p.name, f"--model {item}", f"model {p.name!r}")
-                for p in item.glob("*.onnx")
-                if p.is_file()
+                contained_file(item, p.name, f"--model {item}", f"model {p.name!r}") for p in names if p.is_file()
             )
             origin = "folder"
             if not found:
                 raise InputError(f"--model {item}: a folder without .onnx files (and without {GENAI_CONFIG})")
             _refuse_mixed(item, found)
         paths += found
+        if len(paths) > MAX_PIPELINE_MODELS:
+            raise InputError(f"--model {item}: more than {MAX_PIPELINE_MODELS} models: not a pipeline")
     seen: set[Path] = set()
     for path in paths:
-        if path.resolve() in seen:
+        if real_path(path) in seen:
             raise InputError(f"--model {path}: given twice")
-        seen.add(path.resolve())
+        seen.add(real_path(path))
     return ModelSet(paths, origin if len(given) == 1 else "files", genai_qnn)
 
 

@@ -3,6 +3,7 @@ ORT's CPU EP loading its own weights, twice (an output that differs is non-deter
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,41 +21,86 @@ def write_reference(
     *,
     level: str | None = None,
     label: str | None = None,
+    on_status: Callable[[str], None] | None = None,
 ) -> None:
     """Run ``run_path`` (the original model) twice on ORT's CPU EP, ORT loading the weights
     itself, with the workers' session settings at ``level``; store input and outputs. Outputs
-    that differ between the two runs are recorded as non-deterministic."""
+    that differ between the two runs are recorded as non-deterministic. ORT works in a child
+    process (`harness.prep.ortjob`): Ctrl-C and SIGTERM stop it at once."""
+    import tempfile
+
+    from .ortjob import run_ort_job
+
+    label = label or f"model {model.source}"
+    with tempfile.TemporaryDirectory(prefix="ref-feeds-") as tmp:
+        save_reference(Path(tmp) / "feeds.npz", feeds, {})
+        job = {
+            "kind": "reference",
+            "run_path": str(run_path),
+            "feeds": str(Path(tmp) / "feeds.npz"),
+            "reference": str(model.reference_path),
+            "settings": (settings or SessionSettings()).to_dict(),
+            "level": level or model.session_level,
+            "label": label,
+            "outputs": list(model.outputs),
+            "input_types": dict(model.input_types),
+            "output_types": dict(model.output_types),
+        }
+        result = run_ort_job(job, label, on_status)
+    if result.get("nondeterministic"):
+        model.extra["nondeterministic"] = result["nondeterministic"]
+
+
+def reference_in_process(job: dict) -> dict:
+    """The child's side of `write_reference` (`harness.prep.ortjob`): the runs, the refusal of a
+    reference that cannot check the weights, the archive; {"nondeterministic": {...}}."""
+    from types import SimpleNamespace
+
     import onnxruntime as ort
 
     from harness.prep.outputs import nondeterministic_outputs
     from harness.prep.sessions import cpu_session_options, run_session
 
-    so = cpu_session_options(settings, level=level or model.session_level)
+    from .ortjob import status
+
+    types = {"input_types": job["input_types"], "output_types": job["output_types"]}
+    feeds, _ = load_reference(SimpleNamespace(reference_path=Path(job["feeds"]), **types))
+    so = cpu_session_options(SessionSettings.from_dict(job["settings"]), level=job["level"])
     so.log_severity_level = 4  # the error is reported in one line below, not as ORT's log lines
     session = None
+    outputs, label = job["outputs"], job["label"]
+    status(job, f"running {Path(job['run_path']).name} twice on ONNX Runtime for the reference")
     try:
-        session = ort.InferenceSession(str(run_path), so, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(job["run_path"], so, providers=["CPUExecutionProvider"])
         runs = [
             dict(
-                zip(
-                    model.outputs,
-                    run_session(session, model.outputs, feeds, model.input_types, model.output_types),
-                    strict=True,
-                )
+                zip(outputs, run_session(session, outputs, feeds, job["input_types"], job["output_types"]), strict=True)
             )
             for _ in range(2)
         ]
     except Exception as err:  # ORT raises its own exception types
         from .runhints import run_hint
 
-        hint = "" if "cannot load" in str(err) else f" ({run_hint(str(err), session, model, feeds, Path(run_path))})"
-        raise InputError(
-            f"{label or 'model ' + model.source}: ONNX Runtime cannot run it: {ort_reason(err)}{hint}"
-        ) from None
+        shape = SimpleNamespace(outputs=outputs, **types)  # what run_hint reads of the model
+        run_path = Path(job["run_path"])
+        hint = "" if "cannot load" in str(err) else f" ({run_hint(str(err), session, shape, feeds, run_path)})"
+        raise InputError(f"{label}: ONNX Runtime cannot run it: {ort_reason(err)}{hint}") from None
     unstable = nondeterministic_outputs(runs[0], runs[1])
-    if unstable:
-        model.extra["nondeterministic"] = unstable
-    save_reference(model.reference_path, feeds, runs[0])
+    refuse_unverifiable(feeds, runs[0], unstable, label)
+    save_reference(Path(job["reference"]), feeds, runs[0])
+    return {"nondeterministic": unstable}
+
+
+def refuse_unverifiable(feeds: dict, outputs: dict, unstable: Any, label: str) -> None:
+    """InputError when the reference could not tell right weights from wrong (an input holding
+    NaN or infinity, an output NaN or infinite everywhere): every worker would "pass"."""
+    from harness.prep.outputs import nonfinite_problem
+
+    why = nonfinite_problem(feeds, {k: v for k, v in outputs.items() if k not in (unstable or {})})
+    if why:
+        raise InputError(
+            f"{label}: its reference cannot check the weights: {why}; give finite inputs (--input NAME=FILE.npy)"
+        )
 
 
 def _storable(array: Any) -> Any:
@@ -75,14 +121,42 @@ def _storable(array: Any) -> Any:
 
 
 def save_reference(path: Path, feeds: dict, outputs: dict) -> None:
-    """The fixed input and the reference output(s), in one ``.npz`` every worker reads."""
+    """The fixed input and the reference output(s), in one ``.npz`` every worker reads (a new
+    file: whatever was at the name, a link included, is replaced, never written through)."""
     import numpy as np
 
-    np.savez(
-        path,
-        **{f"in:{k}": _storable(v) for k, v in feeds.items()},
-        **{f"out:{k}": _storable(v) for k, v in outputs.items()},
-    )
+    from harness.core.files import create_file
+
+    with create_file(path, "reference") as handle:
+        np.savez(
+            handle,
+            **{f"in:{k}": _storable(v) for k, v in feeds.items()},
+            **{f"out:{k}": _storable(v) for k, v in outputs.items()},
+        )
+
+
+#: The most arrays a reference archive may hold, and their largest total size (declared by the
+#: archive's own directory, which the zip reader holds each member to): a forged entry's
+#: reference cannot be a zip bomb or a million arrays.
+REFERENCE_MAX_ARRAYS = 8192
+REFERENCE_MAX_BYTES = 4 * 1024**3
+
+
+def check_reference_archive(path: Path) -> None:
+    """ValueError unless ``path`` is a zip of at most `REFERENCE_MAX_ARRAYS` ``.npy`` members
+    declaring at most `REFERENCE_MAX_BYTES` in all (checked before numpy reads any of it)."""
+    import zipfile
+
+    from harness.core.inputfiles import open_regular
+
+    with open_regular(path, "reference") as handle, zipfile.ZipFile(handle) as archive:
+        members = archive.infolist()
+        if len(members) > REFERENCE_MAX_ARRAYS:
+            raise ValueError(f"{len(members)} arrays, more than {REFERENCE_MAX_ARRAYS}")
+        if any(not m.filename.endswith(".npy") for m in members):
+            raise ValueError("a member that is not a .npy array")
+        if sum(m.file_size for m in members) > REFERENCE_MAX_BYTES:
+            raise ValueError(f"arrays of more than {REFERENCE_MAX_BYTES} bytes")
 
 
 def load_reference(model: Any) -> tuple[dict, dict]:
@@ -98,6 +172,7 @@ def load_reference(model: Any) -> tuple[dict, dict]:
             return array.astype(object)
         return array if array.dtype == want else array.view(want)
 
+    check_reference_archive(model.reference_path)
     with np.load(model.reference_path, allow_pickle=False) as data:
         feeds = {k[3:]: typed(data[k], model.input_types.get(k[3:])) for k in data.files if k.startswith("in:")}
         outputs = {k[4:]: typed(data[k], model.output_types.get(k[4:])) for k in data.files if k.startswith("out:")}

@@ -6,16 +6,18 @@ functions are the words of that data, shared by the group runner and its tests.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from harness.core.logtext import decode_log
 
 STDERR_TAIL_LINES = 5
+#: How much of the end of a worker's log is read for those lines.
+STDERR_TAIL_BYTES = 64 * 1024
 
 
 def stderr_tail(path: str, lines: int = STDERR_TAIL_LINES) -> str:
-    try:
-        text = decode_log(Path(path).read_bytes())  # Windows: ORT's lines are UTF-16LE
+    try:  # the end of the log only: a worker (ORT at verbose level) may log gigabytes
+        with open(path, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, 2) - STDERR_TAIL_BYTES))
+            text = decode_log(handle.read(STDERR_TAIL_BYTES))  # Windows: ORT's lines are UTF-16LE
     except OSError:
         return ""
     tail = [line.strip() for line in text.strip().splitlines()[-lines:]]

@@ -20,8 +20,8 @@ from typing import Any
 from harness.contract.phases import PHASES
 from harness.contract.spawn import KillOnCloseJob, measured_process_env, python_child, worker_pid_in_tree
 from harness.contract.spec import WorkerRecord, WorkerSettings, WorkerSpec
-from harness.core.errors import SpawnError
-from harness.core.files import read_json
+from harness.core.errors import InputError, SpawnError
+from harness.core.files import create_file, make_folder, read_json
 from harness.core.latency import WORKER_FIELDS as LATENCY_FIELDS
 from harness.core.schema import ResultRow, disable_flag
 from harness.core.vocab import Start
@@ -177,9 +177,9 @@ def _spawn(
     command, env = wrap(limit, command), measured_process_env(env)
     cwd = group.workdir / name
     try:
-        cwd.mkdir(exist_ok=True)
-        log_file = open(spec.log_path, "wb")  # closed in kill_all
-    except OSError as err:
+        make_folder(cwd, "worker folder")
+        log_file = create_file(spec.log_path, "worker log")  # a new file, no link followed; closed in kill_all
+    except (OSError, InputError) as err:
         raise SpawnError(describe(err, f"opening the log of {_who(index, control)} of {group.workdir.name}")) from err
     try:
         proc = subprocess.Popen(
@@ -388,7 +388,7 @@ def _peak_watch(group: GroupSpec) -> PeakWatch | None:
 def run_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupResult:
     """Spawn, barrier, sample, release, collect. Never raises for a worker's failure.
     ``on_event`` hears each worker's states (starting, ready/exited/timed out, sampled, done)."""
-    group.workdir.mkdir(parents=True, exist_ok=True)
+    make_folder(group.workdir, "workers folder", within=group.workdir.parent.parent)
     before = system_available_bytes()
     start_load = machine_load()
     workers: list[_Worker] = []

@@ -8,10 +8,12 @@ Why each rule:
 - Two runs started in the same second without ``--out`` must not share a folder: the default
   folder is made with ``mkdir`` (atomic: exactly one caller creates a name) and a numbered
   suffix when the name is taken.
-- A reused ``--out`` must not mix two runs (the old ``report.html`` beside new results): the
-  previous run's files are removed before the new run writes anything. Only a folder that IS
-  a run folder of this harness is cleaned, and only of the files a run writes; any other
-  non-empty folder is refused, so a mistyped ``--out ~/Documents`` deletes nothing.
+- An earlier run is never lost without a word: an ``--out`` that holds one is refused in one
+  line (exit 2) unless ``--replace`` is given; then its files are removed before the new run
+  writes anything (the old ``report.html`` beside new results would mix two runs), and stderr
+  says what was removed. Only a folder that IS a run folder of this harness is cleaned, and
+  only of the files a run writes; any other non-empty folder is refused, so a mistyped
+  ``--out ~/Documents`` deletes nothing, ``--replace`` or not.
 - Two runs writing one folder at once would interleave their tables: the run holds an OS lock
   (``.harness.lock`` in the folder) from the moment it claims the folder until its report is
   written; a second run is refused.
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import InputError
-from harness.core.files import check_creatable, check_writable
+from harness.core.files import check_creatable, check_writable, real_path
 
 #: Files a run (or `harness report` / `harness bench` on it) writes into its folder.
 RUN_FILES = (
@@ -59,25 +61,27 @@ def is_run_folder(folder: Path) -> bool:
 
 
 def _regular_text(path: Path, limit: int) -> str | None:
-    """The start of ``path`` when it is a regular file (a FIFO is never opened), else None."""
+    """The start of ``path`` when it is a regular text file (a FIFO is never waited on: opened
+    without blocking and checked with fstat), else None."""
+    from harness.core.inputfiles import open_regular
+
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
-        with open(path, "rb") as handle:
-            return handle.read(limit).decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+        with open_regular(path, "") as handle:
+            data = handle.read(limit)
+        return None if b"\0" in data else data.decode("utf-8")
+    except (OSError, UnicodeDecodeError, InputError):
         return None
 
 
 def _our_metadata(path: Path) -> bool:
-    import json
+    from harness.core.inputfiles import parse_json_bounded
 
     text = _regular_text(path, MARKER_MAX_BYTES + 1)
     if text is None or len(text) > MARKER_MAX_BYTES:
         return False
     try:
-        data = json.loads(text)
-    except ValueError:
+        data = parse_json_bounded(text, str(path), 32)
+    except InputError:
         return False
     return isinstance(data, dict) and all(k in data for k in METADATA_KEYS) and isinstance(data["run"], dict)
 
@@ -125,13 +129,20 @@ def _check_previous_run(out: Path) -> None:
 
 
 def _overlaps(a: Path, b: Path) -> bool:
-    a, b = a.resolve(), b.resolve()
+    a, b = real_path(a), real_path(b)
     return a == b or a in b.parents or b in a.parents
 
 
-def check_out(out: Path | None, cache_dir: Path) -> None:
-    """Everything that can be refused about ``--out`` before work starts. Creates nothing
-    (the probe file is removed at once)."""
+def _refuse_earlier_run(out: Path, entries: list[str]) -> None:
+    shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+    raise InputError(
+        f"--out {out}: holds an earlier run ({shown}); give --replace to replace it, or choose another folder"
+    )
+
+
+def check_out(out: Path | None, cache_dir: Path, *, replace: bool = False) -> None:
+    """Everything that can be refused about ``--out`` before work starts: a folder holding an
+    earlier run unless ``replace``. Creates nothing (the probe file is removed at once)."""
     if out is None:
         check_writable(Path("results"), "results folder")
         return
@@ -152,6 +163,8 @@ def check_out(out: Path | None, cache_dir: Path) -> None:
                 f"--out {out}: a folder that is neither empty nor a run folder of this harness (it "
                 f"holds {shown}); choose a new or empty folder"
             )
+        if entries and not replace:
+            _refuse_earlier_run(out, entries)
         _check_previous_run(out)
     check_writable(out, "--out")
 
@@ -176,7 +189,7 @@ def _unique_default(prefix: str) -> Path:
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise InputError(f"results folder {parent.resolve()}: cannot create it ({err.strerror or err})") from None
+        raise InputError(f"results folder {real_path(parent)}: cannot create it ({err.strerror or err})") from None
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     for number in range(1, 10_000):
         path = parent / (f"{prefix}-{stamp}" if number == 1 else f"{prefix}-{stamp}-{number}")
@@ -187,7 +200,7 @@ def _unique_default(prefix: str) -> Path:
             continue
         except OSError as err:
             raise InputError(f"results folder {path}: cannot create it ({err.strerror or err})") from None
-    raise InputError(f"results folder {parent.resolve()}: no free name for {prefix}-{stamp}")
+    raise InputError(f"results folder {real_path(parent)}: no free name for {prefix}-{stamp}")
 
 
 def _lock(folder: Path) -> Any:
@@ -226,9 +239,10 @@ def _clean(folder: Path) -> tuple[str, ...]:
     return tuple(removed)
 
 
-def claim(out: Path | None, prefix: str = "run") -> RunFolder:
-    """Create (or take) the run folder, lock it, and clean a previous run's files out of it.
-    Checked again under the lock: the folder may have changed since `check_out`."""
+def claim(out: Path | None, prefix: str = "run", *, replace: bool = False) -> RunFolder:
+    """Create (or take) the run folder, lock it, and (``replace``) clean a previous run's files
+    out of it; `RunFolder.cleaned` names what went. Checked again under the lock: the folder
+    may have changed since `check_out`."""
     if out is None:
         path = _unique_default(prefix)
     else:
@@ -242,6 +256,8 @@ def claim(out: Path | None, prefix: str = "run") -> RunFolder:
         entries = [p.name for p in path.iterdir() if p.name != LOCK_NAME]
         if entries and not is_run_folder(path):
             raise InputError(f"--out {path}: no longer empty and not a run folder of this harness")
+        if entries and not replace:
+            _refuse_earlier_run(path, sorted(entries))
         _check_previous_run(path)
         cleaned = _clean(path) if entries else ()
     except BaseException:

@@ -194,5 +194,5 @@ def check_before_work(opts: RunOptions) -> list[str]:
     check_memory_budget(opts, expected_weights_bytes(opts), available)
     check_fd_limit(max(opts.processes))
     check_address_space(expected_weights_bytes(opts), copies_per_worker(opts))
-    check_out(opts.out, opts.cache_dir or default_cache_dir())
+    check_out(opts.out, opts.cache_dir or default_cache_dir(), replace=opts.replace)
     return check_memory_limit(opts, available)

@@ -32,7 +32,10 @@ NO_FDS = {errno.EMFILE, errno.ENFILE}
 def describe(err: BaseException, doing: str) -> str:
     """One line for a resource failure while ``doing`` (e.g. "writing results.csv")."""
     if isinstance(err, MemoryError):
-        return f"out of memory {doing} (MemoryError: lower --model-size/--processes or raise the memory limit)"
+        return (
+            f"out of memory {doing} (MemoryError: the model, its input shapes (--shape, --input), --model-size or "
+            "--processes need more memory than there is, or raise the memory limit)"
+        )
     code = getattr(err, "errno", None)
     text = getattr(err, "strerror", None) or str(err) or type(err).__name__
     if code in DISK_FULL:

@@ -10,10 +10,12 @@ never looks complete.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import shlex
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,18 +23,20 @@ from pathlib import Path
 
 from harness.contract.options import RunOptions
 from harness.contract.spec import WorkerSettings
-from harness.core.errors import RunFailed, SpawnError
+from harness.core.errors import InputError, RunFailed, SpawnError
 from harness.core.files import write_json_atomic
 from harness.core.rundata import METADATA_JSON
 from harness.core.schema import FORMAT_VERSION, ResultRow, SummaryRow
 from harness.core.summary import group_key, summarize
 from harness.core.tables import write_run_tables
 from harness.core.vocab import PageCache, RunStatus, Start
+from harness.prep.configkeys import unread_keys
 from harness.runner.control import has_control
 from harness.runner.group import GroupResult, GroupSpec
 from harness.runner.outdir import RunFolder, claim
 from harness.runner.preflight import check_before_work, check_memory_budget, copies_per_worker
 from harness.runner.resources import check_address_space, describe
+from harness.runner.seal import broken, seals
 from harness.runner.timingpass import run_any_group
 from harness.targets import get_target
 from harness.targets.base import Prepared
@@ -129,6 +133,7 @@ def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, sta
             "weights_file_bytes": (own.file_bytes or None) if own else None,
             "gathered_weights_bytes": (own.gathered_bytes or None) if own else None,
             "session": opts.session_settings().to_dict(),
+            "unverified_session_config": unread_keys(list(opts.session_config)),
             "runs": opts.runs,
             "warmup": opts.warmup,
             "concurrency": opts.concurrency,
@@ -177,7 +182,9 @@ def record_status(out: Path, meta: dict) -> bool:
         pass
     data = (json.dumps(meta, indent=1, default=str) + "\n").encode("utf-8")
     try:
-        with open(path, "r+b") as handle:
+        # in place, never through a link planted at the name (O_NOFOLLOW)
+        flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+        with os.fdopen(os.open(path, flags), "r+b") as handle:
             old = handle.seek(0, os.SEEK_END)
             if len(data) < old:
                 data = data[:-1] + b" " * (old - len(data)) + b"\n"
@@ -219,14 +226,26 @@ def prepare_all(opts: RunOptions, progress) -> dict[str, Prepared]:
 
 def keep_logs(out: Path, prepared: dict[str, Prepared]) -> None:
     """The preparation's logs (the QNN compiler's own output) into the run folder, ``logs/``:
-    they belong with the run, not on the user's terminal."""
-    import shutil
+    they belong with the run, not on the user's terminal. Each is a new file (no link followed)
+    copied from a regular file (a log in the cache replaced by a FIFO is skipped, not waited on)."""
+    from harness.core.files import copy_file, make_folder
 
     for ready in prepared.values():
         for log in ready.logs:
             if log.is_file():
-                (out / "logs").mkdir(exist_ok=True)
-                shutil.copyfile(log, out / "logs" / f"{log.parent.name}-{log.name}")
+                make_folder(out / "logs", "logs folder")
+                with contextlib.suppress(InputError):
+                    copy_file(log, out / "logs" / f"{log.parent.name}-{log.name}", "log")
+
+
+def fail_if_weights_changed(result: GroupResult, sealed: list) -> None:
+    """Every worker of a group whose weights changed while it ran fails, saying how (its first
+    inference was checked; what it measured afterwards may be of other weights)."""
+    reasons = broken(sealed)
+    if reasons:
+        why = "weights changed during the group: " + "; ".join(reasons)
+        for row in result.rows:
+            row.error = f"{row.error}; {why}" if row.error else why
 
 
 def page_cache_before(opts: RunOptions, ready: Prepared, progress):
@@ -261,7 +280,13 @@ def _execute(opts: RunOptions, progress) -> RunOutcome:
     prepared = prepare_all(opts, progress)
     check_memory_budget(opts, prepared[opts.target].weights_bytes, system_available_bytes())
     check_address_space(prepared[opts.target].weights_bytes, copies_per_worker(opts))
-    folder = claim(opts.out, opts.out_prefix)
+    folder = claim(opts.out, opts.out_prefix, replace=opts.replace)
+    if folder.cleaned:  # --replace: what went is said, even under --quiet
+        line = f"note: --out {folder.path}: replaced the earlier run there (removed {', '.join(folder.cleaned)})"
+        if progress.quiet:
+            print(line, file=sys.stderr, flush=True)
+        else:
+            progress.note(line)
     try:
         return _run_groups(opts, prepared, folder, progress)
     except BaseException:
@@ -292,9 +317,11 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
     try:
         write_outputs(out, rows, system, meta(RunStatus.RUNNING))
         for i, group in enumerate(groups):
+            sealed = seals(prepared[group.target].warm_files)  # before an eviction: it reads a few blocks
             cache = page_cache_before(opts, prepared[group.target], progress)
             progress.group_started(i, len(groups), group)
             result: GroupResult = run_any_group(group, progress.worker_event)
+            fail_if_weights_changed(result, sealed)
             for row in result.rows:
                 row.page_cache, row.weights_resident_bytes = cache.state, cache.resident_bytes
             rows.extend(result.rows)
@@ -307,7 +334,7 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
     except RunFailed as err:
         err.out = out
         raise
-    except SpawnError as err:
+    except (SpawnError, InputError) as err:  # InputError: a link planted in the run folder meanwhile
         failure = str(err)
     except (OSError, MemoryError) as err:
         failure = describe(err, "running the groups")

@@ -144,8 +144,8 @@ def run_and_check(target, live, models, record: WorkerRecord, settings: WorkerSe
     record_peak(record, peak.stop())
     details = []
     record.output_ok = True
-    for model, got, (_, reference) in zip(models, outputs, references, strict=True):
-        ok, detail = target.check_output(got, reference, model)
+    for model, got, (feeds, reference) in zip(models, outputs, references, strict=True):
+        ok, detail = _checked(target, got, feeds, reference, model)
         prefix = f"{Path(model.source).name}: " if len(models) > 1 and detail else ""
         if detail:
             details.append(prefix + detail)
@@ -163,6 +163,21 @@ def run_and_check(target, live, models, record: WorkerRecord, settings: WorkerSe
     for _ in range(record.warmup):
         one_pass()
     return timed_runs(one_pass, settings.runs, record.concurrency) if settings.runs else None
+
+
+def _checked(target, got: list, feeds: dict, reference: dict, model) -> tuple[bool, str]:
+    """The target's output check, unless the reference cannot verify the weights at all (NaN
+    or infinite feeds, an output with no finite value: a cache entry changed since it was
+    made, which the preparation would have refused): then "inconclusive", never a pass."""
+    from harness.prep.outputs import nonfinite_problem
+    from harness.runner.control import ControlTarget
+
+    if not isinstance(target, ControlTarget):  # the control's outputs are not compared at all
+        compared = {n: reference[n] for n in model.outputs if n in reference and n not in model.nondeterministic}
+        why = nonfinite_problem(feeds, compared)
+        if why:
+            return False, f"inconclusive: {why}"
+    return target.check_output(got, reference, model)
 
 
 def record_latency(record: WorkerRecord, timed: tuple | None) -> None:

@@ -41,7 +41,7 @@ def parse_fault(text: str) -> tuple[str, int | str | bool]:
         return "silent_copy", True
     if text.startswith("register@"):
         k = text.partition("@")[2]
-        if not k.isdigit() or int(k) < 1:
+        if not (k.isascii() and k.isdigit()) or int(k) < 1:
             raise ValueError("register@K needs a whole number K >= 1")
         return "register_at", int(k)
     if text.partition("=")[0] == "late-release":
@@ -56,7 +56,7 @@ def parse_fault(text: str) -> tuple[str, int | str | bool]:
         )
     if not sep:
         return stage, 1
-    if not count.isdigit():
+    if not (count.isascii() and count.isdigit()):
         raise ValueError("K must be a whole number >= 0")
     return stage, int(count)
 

@@ -129,12 +129,22 @@ def test_sessions_per_process_share_one_mapping(run_harness):
 
 
 def test_rerun_into_the_same_out_folder_measures_afresh(run_harness, tmp_path):
-    """A second run into the same --out must not see the first run's worker files: a stale
-    "ready" record would end the barrier before the new workers loaded anything."""
+    """A second run into the same --out (--replace) must not see the first run's worker files: a
+    stale "ready" record would end the barrier before the new workers loaded anything."""
     out = tmp_path / "same"
-    for _ in range(2):
+    for again in ((), ("--replace",)):
         outcome = run_harness(
-            "run", "--model-size", "16MiB", "--processes", "2", "--modes", "heap", "--quiet", "--no-report", out=out
+            "run",
+            "--model-size",
+            "16MiB",
+            "--processes",
+            "2",
+            "--modes",
+            "heap",
+            "--quiet",
+            "--no-report",
+            *again,
+            out=out,
         )
         assert outcome.returncode == 0, outcome.stdout + outcome.stderr
     rows = outcome.results()

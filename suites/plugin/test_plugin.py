@@ -254,8 +254,10 @@ def test_report_dir_never_empties_a_runs_folder_it_did_not_write(project, tmp_pa
     (report_dir / "runs").rename(tmp_path / "theirs")
     project.makepyfile(test_run=f"def test_run(run_harness):\n    assert run_harness({SMALL_RUN}).returncode == 0\n")
     run_pytest(project, "--fmw-report-dir", str(report_dir)).assert_outcomes(passed=2)
-    run_pytest(project, "--fmw-report-dir", str(report_dir), "test_ok.py").assert_outcomes(passed=1)
+    again = run_pytest(project, "--fmw-report-dir", str(report_dir), "test_ok.py")
+    again.assert_outcomes(passed=1)
     assert not any((report_dir / "runs").iterdir()), "an earlier session's runs/ was not emptied"
+    assert "replaced the earlier session's 1 run folder(s) in runs/" in again.stderr.str(), "not said (issue 28)"
 
 
 @pytest.mark.parametrize(

@@ -298,3 +298,35 @@ def kill_survivors(out: Path) -> None:
     for proc in processes_of(out):
         with contextlib.suppress(psutil.Error):
             proc.kill()
+
+
+_SHARED_RUNS: dict[str, Path] = {}
+
+
+def shared_run(tmp_path_factory, model_cache: Path) -> Path:
+    """One real run (both modes, 2 workers each, the small model), made once per test process
+    and shared by every module that forges folders from it: each test copies it before changing
+    anything (`copy_run`), so the original stays as the run wrote it."""
+    key = str(tmp_path_factory.getbasetemp())
+    if key not in _SHARED_RUNS:
+        out = tmp_path_factory.mktemp("shared-run") / "run"
+        proc = run_quick(run_args(processes=2, out=out), model_cache)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        _SHARED_RUNS[key] = out
+    return _SHARED_RUNS[key]
+
+
+def copy_run(run: Path, folder: Path) -> Path:
+    """A copy of the run folder ``run`` at ``folder`` (its lock file left out)."""
+    shutil.copytree(run, folder, ignore=shutil.ignore_patterns(".harness.lock"))
+    return folder
+
+
+def tree_state(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``folder`` (links not followed) with its size and modification time:
+    what "unchanged" means."""
+    state = {}
+    for path in folder.rglob("*"):
+        st = path.lstat()
+        state[str(path.relative_to(folder))] = (st.st_size, st.st_mtime_ns)
+    return state

@@ -111,7 +111,7 @@ def test_report_on_header_only_tables_exits_1(run_harness, complete_run, tmp_pat
         ("summary.csv", "foreign", "not a summary table of this harness: missing column(s)"),
         ("results.csv", "duplicate-column", "appear twice"),
         ("results.csv", "ragged", "cells, the header has"),
-        ("results.csv", "binary", "not UTF-8 text"),
+        ("results.csv", "binary", "not a text file (it holds NUL bytes)"),
         ("results.csv", "empty", "empty file, no header"),
         ("summary.csv", "bad-cell", "column processes"),
     ],

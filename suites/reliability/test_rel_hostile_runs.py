@@ -164,15 +164,15 @@ def test_report_refuses_files_that_contradict_each_other(forged, model_cache, ca
 
 
 BAD_CELLS = {
-    "processes=1.5": ("results.csv", "processes", "1.5", "'1.5' is not an integer"),
-    "mode=bogus": ("results.csv", "mode", "bogus", "'bogus' is not one of mapped, heap"),
-    "pss_bytes=1e308": ("results.csv", "pss_bytes", "1e308", "is not an integer"),
+    "processes=1.5": ("results.csv", "processes", "1.5", "not an integer (a 3-character cell)"),
+    "mode=bogus": ("results.csv", "mode", "bogus", "a 5-character value that is not one of mapped, heap"),
+    "pss_bytes=1e308": ("results.csv", "pss_bytes", "1e308", "not an integer"),
     "pss_bytes=2**50": ("results.csv", "pss_bytes", str(2**50), "is outside 0..1.1259e+15"),
     "rss_bytes=-1": ("results.csv", "rss_bytes", "-1", "is outside"),
-    "init_s=nan": ("results.csv", "init_s", "nan", "'nan' is not a finite number"),
+    "init_s=nan": ("results.csv", "init_s", "nan", "not a finite number (nan)"),
     "load_s=-0.5": ("results.csv", "load_s", "-0.5", "is outside"),
     "sum_pss_bytes=-100": ("summary.csv", "sum_pss_bytes", "-100", "-100 is outside"),
-    "init_s_median=inf": ("summary.csv", "init_s_median", "inf", "'inf' is not a finite number"),
+    "init_s_median=inf": ("summary.csv", "init_s_median", "inf", "not a finite number (inf)"),
 }
 
 
@@ -210,7 +210,7 @@ METADATA = {
     "nested 100 000 deep": (_deep, "nested deeper than 32 levels"),
     "labels as a string": (
         lambda f: edit_json(f / "metadata.json", lambda d: d["run"].update(labels="x")),
-        "run.labels is a str",
+        "run.labels is a string",
     ),
     "NaN in duration": (
         lambda f: (f / "metadata.json").write_text(

@@ -4,11 +4,14 @@
   as the README invites) lose no line and record no run twice (an OS file lock);
 - runs started in the same second without --out get folders of their own (created with an
   atomic mkdir and a numbered suffix);
-- a reused --out holds only the new run's files (the old report.html, workers/ and logs/ are gone),
-  and a second run into a folder another run is writing is refused.
+- an --out holding an earlier run is refused (exit 2, one line, the run untouched) by `run` and
+  `bench` unless --replace is given; then it holds only the new run's files (the old
+  report.html, workers/ and logs/ are gone, stderr says so), and a second run into a folder
+  another run is writing is refused.
 
 Before: appends raced at the file's creation and lost lines, simultaneous runs shared
-``results/run-<second>``, and a reused --out kept the previous run's report.html.
+``results/run-<second>``, a reused --out kept the previous run's report.html, and (issue 28)
+`run --out DIR` over an earlier run deleted it without a word (exit 0).
 """
 
 from __future__ import annotations
@@ -100,6 +103,23 @@ def test_runs_started_together_without_out_get_their_own_folders(model_cache, tm
         assert sorted(p.name for p in (folder / "workers").iterdir()) == ["cpu-mapped-n1-r0"]
 
 
+@pytest.mark.parametrize("command", ["run", "bench"])
+def test_an_earlier_run_in_out_is_refused_without_replace(a_run, model_cache, tmp_path, command):
+    """Data loss: an --out holding an earlier run is refused before any work, one line naming
+    --replace; nothing of the earlier run changes."""
+    from rel_support import copy_run, one_line_error, tree_state
+
+    out = copy_run(a_run, tmp_path / "earlier")
+    before = tree_state(out)
+    cache = tmp_path / "cache"
+    args = (
+        run_args(out=out, cache=cache) if command == "run" else ["bench", "--out", str(out), "--cache-dir", str(cache)]
+    )
+    proc = run_quick(args, model_cache, timeout=120)
+    one_line_error(proc, 2, f"--out {out}", "holds an earlier run", "--replace")
+    assert tree_state(out) == before and not cache.exists()
+
+
 def test_reused_out_holds_only_the_new_runs_files(model_cache, tmp_path):
     out = tmp_path / "run"
     first = run_quick(run_args(modes="mapped,heap", report=True, out=out), model_cache)
@@ -110,8 +130,10 @@ def test_reused_out_holds_only_the_new_runs_files(model_cache, tmp_path):
     (out / "logs" / "model-htp-compile.log").write_text("a previous run's QNN compile log")
     started = metadata(out)["run"]["started"]
     time.sleep(1.1)  # a different start second, so the metadata tells the runs apart
-    second = run_quick(run_args(modes="mapped", out=out), model_cache)
+    second = run_quick(run_args("--replace", modes="mapped", out=out), model_cache)
     assert second.returncode == 0, second.stderr
+    said = [line for line in second.stderr.splitlines() if "replaced the earlier run" in line]
+    assert len(said) == 1 and "report.html" in said[0] and "logs" in said[0], second.stderr
     assert not (out / "report.html").exists(), "the previous run's report is still there"
     assert not (out / "logs").exists(), "the previous run's logs/ is still there"
     assert sorted(p.name for p in (out / "workers").iterdir()) == ["cpu-mapped-n1-r0"]
@@ -125,7 +147,7 @@ def test_a_second_run_into_a_folder_being_written_is_refused(model_cache, tmp_pa
     first = start_hung_run(out, model_cache, processes=1, worker_timeout=300, modes="mapped")
     try:
         wait_for((out / "workers" / "cpu-mapped-n1-r0" / "w0.spec.json").exists, 60, "the first run's group", first)
-        second = run_quick(run_args(report=True, out=out), model_cache)
+        second = run_quick(run_args("--replace", report=True, out=out), model_cache)
         assert second.returncode == 2, second.stderr
         assert "another harness run is writing there" in second.stderr
         assert len(second.stderr.strip().splitlines()) == 1

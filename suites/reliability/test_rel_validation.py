@@ -75,10 +75,11 @@ def test_bad_option_is_refused_before_work(run_harness, tmp_path, args, expected
             ["expression 3", "expected METRIC OP NUMBER"],
         ),
         ("failed_workers==0\nmapped_pss_ratio<=0.5 if procesess>=2\n", ["expression 2", "unknown metric 'procesess'"]),
-        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", ["not a UTF-8 text file"]),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", ["not a text file (it holds NUL bytes)"]),
+        (b"\x89PNG\r\n\x1a\n\x01\x02\x03\rIHDR", ["not a UTF-8 text file"]),
         (b"failed_workers==0\n\x00\x00\x00", ["not a text file (it holds NUL bytes)"]),
     ],
-    ids=["bom-crlf-then-a-bad-line", "typo-on-line-2", "binary", "nul-bytes"],
+    ids=["bom-crlf-then-a-bad-line", "typo-on-line-2", "binary", "binary-without-nul", "nul-bytes"],
 )
 def test_bad_gates_file_is_refused_before_work(run_harness, tmp_path, content, expected):
     """A byte-order mark and CRLF line ends (what Windows editors write) parse: the error is
@@ -109,7 +110,7 @@ def test_unusable_history_is_refused_before_work(run_harness, tmp_path, case):
     folder.mkdir()
     history = folder / "history.csv"
     expected = {
-        "binary": "not a readable history CSV",
+        "binary": "not a text file (it holds NUL bytes)",
         "foreign-csv": "not a history CSV of this harness",
         "immutable-file": "cannot write to it",
         "immutable-folder": "cannot write in",

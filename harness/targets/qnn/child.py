@@ -59,7 +59,9 @@ def run_child(
     import subprocess
     import tempfile
 
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    from harness.core.files import make_folder
+
+    make_folder(log_path.parent, "QNN log folder")
     with tempfile.TemporaryDirectory(prefix="qnn-job-") as tmp:
         job = dict(job, result=str(Path(tmp) / "result.json"), status=str(Path(tmp) / "status.txt"))
         job_path = Path(tmp) / "job.json"
@@ -67,7 +69,9 @@ def run_child(
         from harness.contract.spawn import python_child
 
         command, env = python_child("harness.targets.qnn.child", str(job_path))
-        with open(log_path, "wb") as log:
+        from harness.core.files import create_file
+
+        with create_file(log_path, "QNN log") as log:  # a log in the cache: a new file, no link followed
             proc = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,

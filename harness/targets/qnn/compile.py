@@ -11,14 +11,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.cache import cached_build, default_cache_dir
 from harness.core.errors import CorruptEntry, InputError
-from harness.core.files import write_json_atomic
+from harness.core.files import copy_file, write_json_atomic
 from harness.core.logtext import decode_log
 from harness.prep.inputs import model_inputs, shape_hint
 from harness.prep.onnxfile import external_data_files, load_onnx, ort_reason
@@ -178,9 +177,14 @@ def _context_files(onnx_path: Path) -> tuple[list[str], int]:
 
 def _load_compiled(folder: Path, cached: bool = True) -> CompiledModel:
     """A compiled entry of the cache, checked: files present, .bin sizes as recorded."""
+    from harness.core.inputfiles import JSON_MAX_BYTES, parse_json_bounded, read_text_bounded
+    from harness.prep.containment import contained
+
     try:
-        m = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-        onnx_path, bins = folder / m["onnx"], [folder / b for b in m["bins"]]
+        m = parse_json_bounded(read_text_bounded(folder / "manifest.json", "", JSON_MAX_BYTES), "manifest.json", 16)
+        # every file a worker loads is inside the entry (the record covers it)
+        onnx_path = contained(folder, str(m["onnx"]), "manifest.json", "onnx")
+        bins = [contained(folder, str(b), "manifest.json", "bin") for b in m["bins"][:4096]]
         if not onnx_path.is_file() or (
             m["embed_mode"] == 0 and sum(b.stat().st_size for b in bins) != m["context_bytes"]
         ):
@@ -195,7 +199,9 @@ def _load_compiled(folder: Path, cached: bool = True) -> CompiledModel:
             cached,
             m["cpu_ops"],
         )
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except InputError:
+        raise CorruptEntry("compile manifest names a file outside the entry, or is not readable JSON") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise CorruptEntry(f"unreadable compile manifest ({type(err).__name__})") from None
 
 
@@ -249,8 +255,8 @@ def compile_epcontext(
         )
         if cost is not None and plan is not None:  # what this machine took, for its next estimate
             record_timings(plan.cache_dir, cost, result)
-        with contextlib.suppress(OSError):
-            shutil.copyfile(log_path, scratch / "compile.log")
+        with contextlib.suppress(OSError, InputError):
+            copy_file(log_path, scratch / "compile.log", "QNN log")
         recorded = {"source_sha256": sha, "embed_mode": embed_mode, "backend_type": backend_type}
         _write_manifest(scratch, f"{stem}_ctx.onnx", label, result, recorded, provider_options or {})
         built.append(True)

@@ -218,7 +218,10 @@ def render_fixture(lst: StringsList) -> str:
 def write_fixture(lst: StringsList, out: Path) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_fixture(lst), encoding="ascii", newline="\n")
+    from harness.core.files import write_text_atomic
+
+    render_fixture(lst).encode("ascii")  # the fixture is ASCII: refused here, not half written
+    write_text_atomic(out, render_fixture(lst), newline="\n", what="--out")  # never through a link
     return out
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 
 from harness.cache import default_cache_dir
 from harness.core.errors import InputError, QnnUnavailableError
+from harness.core.files import copy_file, real_path
 from harness.prep.cachekeys import PREP_VERSION, source_key
 from harness.prep.epcontext import EpContextModel, epcontext_nodes, inspect_epcontext
 from harness.prep.externalise import link_external_data
@@ -29,7 +29,7 @@ from harness.prep.folder import PreparedModel, cached_model
 from harness.prep.models import resolve_feeds
 from harness.prep.onnxfile import load_onnx, ort_reason
 from harness.prep.pipeline import check_pipeline_request, resolve_models
-from harness.prep.reference import load_reference, save_reference, write_reference
+from harness.prep.reference import load_reference, refuse_unverifiable, save_reference, write_reference
 
 from .child import StatusCallback, run_child
 from .compile import compile_epcontext, qnn_log_dir
@@ -127,7 +127,7 @@ def prepare_qnn_source(
         import onnx
 
         inputs, shapes, feeds = resolve_feeds(graph, request, label)
-        onnx_file = str(Path(path).resolve())
+        onnx_file = str(real_path(path))
         if any(i.dims != shapes[i.name] for i in inputs):  # dynamic: the compiler needs a static copy
             onnx_file = Path(path).name  # relative: the folder moves when the cache publishes it
             onnx.save(with_static_shapes(fixed_shape_copy(graph, shapes)), str(tmp / onnx_file))
@@ -141,12 +141,12 @@ def prepare_qnn_source(
             onnx_file = _quantized(tmp, path, onnx_file, calibration, label)
             extra = {"min_cosine": MIN_COSINE, "quantized": f"qdq, {quantize.calibration_size} calibration inputs"}
         model = _inline_model(tmp, path, graph, inputs, shapes, 0, onnx_file, extra=extra)
-        write_reference(model, Path(path), feeds, settings, level="all", label=label)  # the float model's
+        write_reference(model, Path(path), feeds, settings, level="all", label=label, on_status=on_status)
         if quantize.enabled:
             check_quantized(model.onnx_path, *load_reference(model), label, model.nondeterministic)
         return model
 
-    return cached_model(cache_dir / f"qnnsrc-{path.stem}-{key}", build)
+    return cached_model(cache_dir / f"qnnsrc-{path.stem}-{key}", build, outside=(str(real_path(path)),))
 
 
 def _quantized(tmp: Path, path: Path, onnx_file: str, calibration: list, label: str) -> str:
@@ -176,7 +176,7 @@ def prepare_epcontext(
             inputs,
             shapes,
             info.context_bytes,
-            str(Path(path).resolve()),
+            str(real_path(path)),
             extra={"reference_kind": "qnn-heap", "context_bins": [str(b) for b in info.bins]},
         )
         save_reference(model.reference_path, feeds, {})
@@ -190,11 +190,12 @@ def prepare_epcontext(
             )
         if result.get("nondeterministic"):
             model.extra["nondeterministic"] = result["nondeterministic"]
-        with contextlib.suppress(OSError):
-            shutil.copyfile(log_path, tmp / "reference.log")
+        refuse_unverifiable(*load_reference(model), model.extra.get("nondeterministic"), label)
+        with contextlib.suppress(OSError, InputError):
+            copy_file(log_path, tmp / "reference.log", "QNN log")
         return model
 
-    return cached_model(cache_dir / f"qnnctx-{path.stem}-{key}", build), info
+    return cached_model(cache_dir / f"qnnctx-{path.stem}-{key}", build, outside=(str(real_path(path)),)), info
 
 
 def _flush_c_stdio() -> None:

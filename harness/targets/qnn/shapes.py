@@ -50,25 +50,22 @@ def fold_if_still_dynamic(path: Path) -> Path:
     runs. Models whose shapes are all static already are compiled as they are. When ORT cannot
     load the copy, the copy is kept: the compile then reports its own reason."""
     import onnx
-    import onnxruntime as ort
 
     from harness.prep.onnxfile import external_data_files, load_onnx
+    from harness.prep.optimize import save_optimized
 
     graph = load_onnx(path, external_data=False)
     if dynamic_value_infos(graph) == 0:
         return path
     out = path.with_name(path.stem + ".folded.onnx")
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    so.log_severity_level = 4
-    so.optimized_model_filepath = str(out)
+    config = {}
     if external_data_files(path, graph):  # keep the weights out of the graph file (2 GiB limit)
-        so.add_session_config_entry("session.optimized_model_external_initializers_file_name", out.stem + ".data")
-        so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
-    try:
-        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        config["session.optimized_model_external_initializers_file_name"] = out.stem + ".data"
+        config["session.optimized_model_external_initializers_min_size_in_bytes"] = "1024"
+    try:  # in a child process: a long ORT call stays interruptible (harness.prep.ortjob)
+        save_optimized(path, out, level="basic", config=config, label=str(path))
         folded = onnx.load(str(out), load_external_data=False)
-    except Exception:  # ORT and onnx raise their own types; the compile reports the model's problem
+    except Exception:  # InputError from ORT, onnx raises its own types: the compile reports the problem
         return path
     del folded.graph.value_info[:]
     onnx.save(_inferred(folded), str(out))
