@@ -164,6 +164,7 @@ def format_version(path: Path, meta: dict[str, Any]) -> int:
 
 
 def _read_metadata(folder: Path, notes: list[str]) -> dict[str, Any]:
+    from .runmeta import check_metadata
 
     path = folder / METADATA_JSON
     if os.path.lexists(path) and not path.is_file():  # a FIFO, a device, a folder, a dangling link
@@ -174,6 +175,8 @@ def _read_metadata(folder: Path, notes: list[str]) -> dict[str, Any]:
     meta = read_run_json(path)
     if not isinstance(meta, dict):
         raise InputError(f"{path}: expected a JSON object")
+    format_version(path, meta)
+    check_metadata(path, meta)
     return meta
 
 

@@ -30,9 +30,9 @@ from harness.core.summary import group_key, summarize
 from harness.core.vocab import Mode, RunStatus
 from harness.runner.container import COUNTS_PAGE_CACHE, session
 from harness.runner.group import run_group
-from harness.runner.outdir import RunFolder, claim
+from harness.runner.outdir import RunFolder
 from harness.runner.resources import describe
-from harness.runner.sweep import _metadata, page_cache_before, plan_groups, prepare_all, write_outputs
+from harness.runner.sweep import _metadata, claim_folder, page_cache_before, plan_groups, prepare_all, write_outputs
 from harness.targets.base import Prepared
 
 
@@ -149,7 +149,7 @@ def run_capacity(opts: RunOptions, progress, json_path: Path | None = None) -> C
             progress.note(f"memory limit: removed {name}, left behind by a run that was killed")
         progress.note(f"capacity: each probe runs in a container of {_limit(opts)} ({container_kind()})")
         prepared = prepare_all(replace(opts, peer=None), progress)
-        folder = claim(opts.out, opts.out_prefix)
+        folder = claim_folder(opts, progress)
         try:
             return _search_all(opts, prepared, folder, progress, json_path)
         except BaseException:

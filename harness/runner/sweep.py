@@ -280,18 +280,25 @@ def _execute(opts: RunOptions, progress) -> RunOutcome:
     prepared = prepare_all(opts, progress)
     check_memory_budget(opts, prepared[opts.target].weights_bytes, system_available_bytes())
     check_address_space(prepared[opts.target].weights_bytes, copies_per_worker(opts))
-    folder = claim(opts.out, opts.out_prefix, replace=opts.replace)
-    if folder.cleaned:  # --replace: what went is said, even under --quiet
-        line = f"note: --out {folder.path}: replaced the earlier run there (removed {', '.join(folder.cleaned)})"
-        if progress.quiet:
-            print(line, file=sys.stderr, flush=True)
-        else:
-            progress.note(line)
+    folder = claim_folder(opts, progress)
     try:
         return _run_groups(opts, prepared, folder, progress)
     except BaseException:
         folder.release()
         raise
+
+
+def claim_folder(opts: RunOptions, progress) -> RunFolder:
+    """The run folder, claimed (`outdir.claim`); with ``--replace`` what went is said, even
+    under ``--quiet``: an earlier run is never lost without a word."""
+    folder = claim(opts.out, opts.out_prefix, replace=opts.replace)
+    if folder.cleaned:
+        line = f"note: --out {folder.path}: replaced the earlier run there (removed {', '.join(folder.cleaned)})"
+        if progress.quiet:
+            print(line, file=sys.stderr, flush=True)
+        else:
+            progress.note(line)
+    return folder
 
 
 def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFolder, progress) -> RunOutcome:

@@ -57,6 +57,35 @@ VERSION_2_COLUMNS = {
     ),
 }
 
+#: Version 3: the timing pass's and the memory container's columns, the EP faults' counts.
+VERSION_3_COLUMNS = {
+    "results.csv": (
+        "target,mode,disable_file_mapped_weights,processes,sessions_per_process,repeat,worker,pid,path_taken,"
+        "map_attempts,fallback_stage,ep_file_mapping,init_s,load_s,create_s,first_run_s,runs,latency_p50_s,"
+        "latency_p90_s,latency_p99_s,warmup,concurrency,latency_mean_s,latency_stdev_s,latency_min_s,"
+        "latency_p95_s,latency_max_s,inferences_per_s,page_cache,weights_resident_bytes,rss_bytes,uss_bytes,"
+        "pss_bytes,private_bytes,peak_bytes,peak_private_bytes,peak_phase,peak_shared_bytes,peak_rss_bytes,"
+        "peak_sample_hz,peak_sample_max_gap_s,weights_bytes,output_ok,error,memory_note,exit_code,map_errors,"
+        "ep_log_tail,ep_sessions,ep_reason,ep_nodes,memory_ok,mapped_resident_bytes,copied_bytes,runtime_bytes,"
+        "stale_registrations,late_releases,cpu_s,busy_s,load_avg,cpu_count,steal_s,start,foreign_cpus,floor_s,"
+        "memory_limit_bytes,oom_killed,container_peak_bytes"
+    ),
+    "summary.csv": (
+        "target,mode,processes,sessions_per_process,repeat,init_s_median,create_s_median,first_run_s_median,"
+        "startup_s_median,latency_p50_s_median,latency_p90_s_median,latency_p99_s_median,latency_mean_s,"
+        "latency_stdev_s,latency_min_s,latency_p95_s_median,latency_max_s,inferences_per_s,"
+        "max_peak_private_bytes,sum_peak_private_bytes,peak_phase,system_min_available_bytes,"
+        "system_max_committed_bytes,system_commit_limit_bytes,system_start_available_bytes,"
+        "system_start_committed_bytes,overcommit_mode,page_cache,sum_rss_bytes,sum_uss_bytes,sum_pss_bytes,"
+        "sum_private_bytes,system_delta_bytes,weights_bytes,ok_workers,failed_workers,fallback_workers,"
+        "ep_file_mapping,unknown_sessions,retried_sessions,complete,system_noise_bytes,note,copied_bytes_median,"
+        "mapped_resident_bytes_median,runtime_bytes,load_avg,cpu_share_min,contended,start,foreign_cpus_max,"
+        "floor_s_median,memory_limit_bytes,oom_workers,container_peak_bytes"
+    ),
+}
+#: Every version's columns, frozen.
+FROZEN = {2: VERSION_2_COLUMNS, 3: VERSION_3_COLUMNS}
+
 
 def header(path: Path) -> list[str]:
     with open(path, newline="", encoding="utf-8") as handle:
@@ -104,8 +133,11 @@ def test_a_run_folder_written_by_a15ff72_reports_after_the_bump(a15ff72, tmp_pat
     assert set(fingerprint(a15ff72)) - set(before) == {"report.html"}
     assert {k: v for k, v in fingerprint(a15ff72).items() if k != "report.html"} == before
     run = load_run(a15ff72)
-    assert run.written_in == 1 and run.meta["format_version"] == FORMAT_VERSION == 2
-    assert run.migrated == []  # a15ff72 wrote every column: nothing to add
+    assert run.written_in == 1 and run.meta["format_version"] == FORMAT_VERSION == 3
+    # a15ff72 wrote every column of version 2: only version 3's are added
+    later = set(schema.columns_since(ResultRow, 3)) | set(schema.columns_since(SummaryRow, 3))
+    added = {c.strip() for m in run.migrated for c in m.split(" lacked ", 1)[1].split(",")}
+    assert added == later, run.migrated
     assert json.loads((a15ff72 / "metadata.json").read_text())["format_version"] == 1  # never rewritten
     assert len(run.results) == 6 and all(r.output_ok and r.memory_ok for r in run.results)
     headline = json.loads((a15ff72 / "headline.json").read_text())
@@ -125,10 +157,12 @@ def test_an_older_version_1_folder_gets_its_missing_columns_empty_and_says_so(a1
     assert run.written_in == 1
     assert all(r.memory_ok is None and r.peak_private_bytes is None for r in run.results)
     assert len(run.summary) == 4 and all(s.complete is not None for s in run.summary)  # recomputed, never assumed
-    assert [m.split(" lacked")[0] for m in run.migrated] == ["results.csv", "summary.csv"]
+    assert [m.split(" lacked")[0] for m in run.migrated] == ["results.csv", "summary.csv"] * 2  # to 2, then to 3
     assert "memory_ok" in run.migrated[0] and "complete" in run.migrated[1]
     notes = [n for n in judge(run).notes if n.title == "Older run folder"]
-    assert len(notes) == 1 and "format version 1 by an older harness, read as version 2" in notes[0].text
+    assert (
+        len(notes) == 1 and f"format version 1 by an older harness, read as version {FORMAT_VERSION}" in notes[0].text
+    )
     assert notes[0].details == run.migrated
     assert report_main([str(a15ff72)]) in (0, 1)  # judged on what it has
     assert "Older run folder" in (a15ff72 / "report.html").read_text()
@@ -138,7 +172,7 @@ def test_an_older_version_1_folder_gets_its_missing_columns_empty_and_says_so(a1
 def test_a_version_2_folder_must_have_every_column(a15ff72):
     """From version 2 a missing column is a damaged table, not an older one."""
     set_version(a15ff72, 2)
-    assert load_run(a15ff72).migrated == []
+    assert all(" lacked " in m for m in load_run(a15ff72).migrated)  # only version 3's columns are added
     rewrite_table(a15ff72 / "results.csv", lambda name: name != "memory_ok")
     with pytest.raises(
         InputError,
@@ -159,7 +193,7 @@ def test_a_version_2_folder_must_have_every_column(a15ff72):
             f"reads {OLDEST_FORMAT_VERSION}..{FORMAT_VERSION}: update it",
         ),
         (0, "format_version 0 is not a format of this harness"),
-        ("2", "format_version '2' is not a format of this harness"),
+        ("2", "format_version a str is not a format of this harness"),
         (True, "format_version True is not a format of this harness"),
         (None, "format_version None is not a format of this harness"),
     ],
@@ -178,9 +212,13 @@ def test_every_version_has_its_migration_and_the_columns_are_frozen():
     since = {f.metadata["since"] for row_type in (ResultRow, SummaryRow) for f in schema.fields(row_type)}
     assert since <= set(range(OLDEST_FORMAT_VERSION, FORMAT_VERSION + 1))
     frozen = {"results.csv": columns(ResultRow), "summary.csv": columns(SummaryRow)}
-    assert FORMAT_VERSION == 2, "a new format version: freeze its columns here (VERSION_N_COLUMNS)"
+    assert FORMAT_VERSION in FROZEN, "a new format version: freeze its columns here (VERSION_N_COLUMNS)"
+    for version, tables in FROZEN.items():  # each version's columns: those declared since it or before
+        for name, row_type in (("results.csv", ResultRow), ("summary.csv", SummaryRow)):
+            upto = [f.name for f in schema.fields(row_type) if f.metadata["since"] <= version]
+            assert ",".join(upto) == tables[name], (version, name)
     for name, now in frozen.items():
-        assert ",".join(now) == VERSION_2_COLUMNS[name], (
+        assert ",".join(now) == FROZEN[FORMAT_VERSION][name], (
             f"{name}'s columns changed in format version {FORMAT_VERSION}: bump FORMAT_VERSION, declare the new "
             "columns since= it, add update_to_N in harness/core/migrate.py and describe it in docs/results.md"
         )
