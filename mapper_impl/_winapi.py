@@ -1,6 +1,6 @@
 """The project's one set of Windows bindings: Windows-sized types, constants, structures and
 every kernel32 / psapi function's declared signature, for the mapper (`_windows`), the harness's
-job object (`harness.runner.spawn`) and its memory reads (`harness.runner.winmem`). No other
+job object (`harness.contract.spawn`) and its memory reads (`harness.runner.winmem`). No other
 module declares a Windows function (suites/harness/test_architecture.py checks it): one
 declaration per function, one convention (fixed-width types, never ``ctypes.wintypes``, whose
 DWORD is 64 bits off Windows), so a fake kernel32 on Linux sees the very declarations Windows

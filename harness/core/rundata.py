@@ -20,6 +20,7 @@ from .migrate import migrate
 from .schema import FORMAT_VERSION, MODES, OLDEST_FORMAT_VERSION, ResultRow, SummaryRow
 from .summary import group_key, headline, primary_target, summarize, system_delta_state
 from .tables import RESULTS_CSV, SUMMARY_CSV, TextTable, parse_rows, read_text_table
+from .vocab import FAILED_PREFIX, RunStatus
 
 METADATA_JSON = "metadata.json"
 HEADLINE_JSON = "headline.json"
@@ -292,7 +293,7 @@ def _shown(value: Any) -> str:
 
     if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
         return repr(value)
-    if isinstance(value, str) and (value in ("running", "complete", "interrupted") or value.startswith("failed")):
+    if isinstance(value, str) and (value in RunStatus.values() or value.startswith(FAILED_PREFIX.rstrip(": "))):
         return repr(value if len(value) <= 80 else value[:80] + "...")
     return _kind(value)
 

@@ -29,9 +29,9 @@ def _run(job: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    from harness.runner.worker import _set_parent_death_signal
+    from harness.contract.spawn import set_parent_death_signal
 
-    _set_parent_death_signal()  # never outlives the harness that asked for it
+    set_parent_death_signal()  # never outlives the harness that asked for it
     if os.environ.get(SLOW_ENV):
         status(job, "waiting (test hook)")
         time.sleep(float(os.environ[SLOW_ENV]))

@@ -43,7 +43,7 @@ def run_ort_job(job: dict, label: str, on_status: Callable[[str], None] | None =
     import subprocess
     import tempfile
 
-    from harness.runner.spawn import python_child
+    from harness.contract.spawn import python_child
 
     with tempfile.TemporaryDirectory(prefix="ort-job-") as tmp:
         job = dict(job, result=str(Path(tmp) / "result.json"), status=str(Path(tmp) / "status.txt"))
