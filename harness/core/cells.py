@@ -74,5 +74,5 @@ def cell_problem(row_type: type, name: str, value: Any) -> str | None:
         parts = str(value).split("|") if row_type is SummaryRow else [str(value)]
         bad = [p for p in parts if p not in allowed]
         if bad:
-            return f"{bad[0]!r} is not one of {', '.join(allowed)}"
+            return f"a {len(bad[0])}-character value that is not one of {', '.join(allowed)}"
     return None

@@ -14,13 +14,15 @@ rather than what the worker said of itself:
 from __future__ import annotations
 
 from harness.contract.spec import WorkerRecord
+from harness.core.physics import NOISE_BYTES
 from harness.core.units import fmt_bytes, fmt_percent
 from harness.core.vocab import EpState, Mode, PathTaken
 from harness.runner.exits import describe_exit
 
 #: A mapped worker holding at least this share of the weights as private copies, plus the
 #: sampling slack (beyond the control's runtime), holds the weights: not mapped, whatever it
-#: says. Below the slack (weights of a few hundred KiB) no copy can be told from noise: no verdict.
+#: says. Weights smaller than a worker's own memory noise (`physics.NOISE_BYTES`, 4 MiB: a 24 KiB
+#: model's mapped worker measured 2.1 MiB beyond its control) cannot be told from noise: no verdict.
 #: Half: a worker whose sessions were served from the mapping holds ~0 (a few pages of noise);
 #: one that copied them holds ~1 copy per session; partial copies below it stay a warning
 #: ("Mapped workers still copied weights").
@@ -47,7 +49,9 @@ def silent_copy(mode: str, record: WorkerRecord, copied: int | None) -> tuple[st
         return None
     if record.ep_file_mapping not in _CLAIMS_MAPPED:
         return None
-    if copied < SILENT_COPY_SHARE * weights + SLACK_BYTES:  # the slack keeps noise (and tiny weights) out
+    if weights < NOISE_BYTES:  # a copy smaller than a worker's own memory noise: no verdict either way
+        return None
+    if copied < SILENT_COPY_SHARE * weights + SLACK_BYTES:  # the slack keeps sampling noise out
         return None
     said = "its EP log said active" if record.ep_file_mapping == EpState.ACTIVE else "its pipeline reported mapped"
     return EpState.COPIED, (

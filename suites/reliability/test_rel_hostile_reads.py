@@ -100,7 +100,8 @@ def test_a_table_past_its_row_cap_is_refused(a_run, tmp_path):
 def test_reading_a_table_builds_its_column_map_once(a_run):
     """The column metadata is built once per row type, not once per cell: rebuilding it for
     every cell (60 per row) made 100 000 rows take 107 s."""
-    from harness.core.schema import ResultRow, _column_meta
+    from harness.core.cells import _column_meta
+    from harness.core.schema import ResultRow
     from harness.core.tables import read_rows
 
     _column_meta.cache_clear()
