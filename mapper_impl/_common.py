@@ -212,13 +212,16 @@ def file_edges(read_at, size: int, edge: int = IDENTITY_EDGE_BYTES) -> bytes:
     return head + read_at(tail, size - tail)
 
 
+_HAS_PREAD = hasattr(os, "pread")  # POSIX; Windows CPython seeks and reads
+
+
 def identity_of_fd(fd: int, edge: int = IDENTITY_EDGE_BYTES) -> FileIdentity:
     """Identity of an open file: stat and read the *opened* file, not the path, so a rename
     between open and identity cannot mix two files. ``edge``: bytes kept at each end."""
     st = os.fstat(fd)
 
     def read_at(offset: int, n: int) -> bytes:
-        if hasattr(os, "pread"):
+        if _HAS_PREAD:
             return os.pread(fd, n, offset)
         os.lseek(fd, offset, os.SEEK_SET)
         return os.read(fd, n)
