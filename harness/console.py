@@ -186,7 +186,7 @@ def spread_lines(judgement: Any) -> list[str]:
     """One line per timing ratio at the headline's N: its median and spread over repeats (the
     table above shows each repeat; a timing figure is never given as a bare median)."""
     from harness.core.headline import contention
-    from harness.core.timing import spread_text, timing_spread
+    from harness.core.timing import spread_text, timing_rounds, timing_spread
 
     run = judgement.run
     busy = (
@@ -194,7 +194,7 @@ def spread_lines(judgement: Any) -> list[str]:
     )
     return [
         f"{name} {fmt_ratio(judgement.values.get(name))} (median): {spread_text(entry)}{busy}"
-        for name, entry in timing_spread(run.summary).items()
+        for name, entry in timing_spread(run.summary, timing_rounds(run)).items()
     ]
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._base import FileMapper
-from ._common import ContextLoadError, FileCheckError, RegionError, RegistrationError
+from ._common import ContextLoadError, FileCheckError, RegistrationError
 from ._dma import DmaBackend, DmaRegistrations, keep_for_later_sweeps
 from ._faults import FaultCursor
 from ._lifecycle import forget_frames
@@ -104,31 +104,23 @@ def request_regions(load: Load, weights: Weights, dma: DmaRegistrations, views: 
     recorded and the next one is made (nothing disables them upstream); with the opt-in undo,
     a failed registration disables mapping for this context and the rest are refused unmade.
     Raises `RequestsFailed` once they are made if any failed."""
-    failures = 0
-    for i, (offset, size) in enumerate(load.requests):
-        try:
-            view = weights.request(offset, size)
-            dma.register(view, offset, weights.base_address + offset)
-        except (RegionError, RegistrationError) as err:
-            failures += 1
-            load.errors.append(StageError("mapped", "register", describe(err)))
-            if isinstance(err, RegistrationError) and dma.undo_failed:
-                weights.disable()
-                left = len(load.requests) - i - 1
-                if left:
-                    load.errors.append(
-                        StageError(
-                            "mapped",
-                            "register",
-                            f"FeatureDisabledError: {left} later request(s) refused, ABORTED: file mapping "
-                            "disabled for this context after the failed registration (opt-in undo)",
-                        )
+    failures = dma.register_requests(load.requests, weights.request, weights.base_address, views)
+    for i, err in failures:
+        load.errors.append(StageError("mapped", "register", describe(err)))
+        if isinstance(err, RegistrationError) and dma.undo_failed:
+            weights.disable()
+            left = len(load.requests) - i - 1
+            if left:
+                load.errors.append(
+                    StageError(
+                        "mapped",
+                        "register",
+                        f"FeatureDisabledError: {left} later request(s) refused, ABORTED: file mapping "
+                        "disabled for this context after the failed registration (opt-in undo)",
                     )
-                break
-            continue
-        views.append(view)
+                )
     if failures:
-        raise RequestsFailed(f"{failures} region request(s) failed")
+        raise RequestsFailed(f"{len(failures)} region request(s) failed")
 
 
 def mapped_attempt(

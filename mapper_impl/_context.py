@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from itertools import chain
 
 from ._attempts import Load, direct_attempt, mapped_attempt, sweep_failed
 from ._base import FileMapper
@@ -79,9 +80,21 @@ ONE_ATTEMPT = RetryPolicy()
 READ_COPIES = ("kept", "transient")
 
 
+_TUPLE, _PAIR, _INT = {tuple}, {2}, {int}
+
+
 def _requests(regions: Iterable) -> list[tuple[int, int]]:
     """(offset, size) pairs as ints, checked for type before any work is done; their values
-    are refused (or not) by upstream's rules at the register stage."""
+    are refused (or not) by upstream's rules at the register stage. A list of int pairs (what
+    a caller that read its regions from a file has) is taken in one pass over it (a load has
+    thousands of regions, inside the timed part), anything else item by item."""
+    if (
+        type(regions) is list
+        and set(map(type, regions)) <= _TUPLE
+        and set(map(len, regions)) <= _PAIR
+        and set(map(type, chain.from_iterable(regions))) <= _INT
+    ):  # checked in C: no Python step per region
+        return list(regions)
     requests = []
     for i, item in enumerate(regions):
         try:
@@ -95,6 +108,8 @@ def _requests(regions: Iterable) -> list[tuple[int, int]]:
 
 
 def _fallback_stages(stages: Iterable[str]) -> frozenset[str]:
+    if stages is UPSTREAM_FALLBACK_STAGES:
+        return stages
     if isinstance(stages, str):
         raise TypeError("fallback_stages must be a collection of stage names, not a str")
     stages = frozenset(stages)
@@ -160,7 +175,8 @@ def load_context(
     backend = get_backend(dma_backend)
     cursor = check_faults(faults)
     sweep, scope = bool(sweep_deregistrations), resolve_scope(scope)
-    load = Load(os.fspath(path), requests, create, cursor, [], scope, sweep, read_copy, failed_registration)
+    path = path if type(path) is str else os.fspath(path)
+    load = Load(path, requests, create, cursor, [], scope, sweep, read_copy, failed_registration)
     if disabled:
         return direct_attempt(load, "heap", "", [])
     context, stage, dma = mapped_attempt(load, default_mapper(mapper), retry or ONE_ATTEMPT, backend)

@@ -43,9 +43,9 @@ import mmap
 import os
 import threading
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
-from ._common import DeregistrationError, PlatformUnavailableError, RegistrationError
+from ._common import DeregistrationError, PlatformUnavailableError, RegionError, RegistrationError
 from ._faults import FaultCursor
 from ._stats import COUNTERS
 
@@ -155,8 +155,11 @@ _shared_lock = threading.Lock()
 def get_backend(backend: str | DmaBackend) -> DmaBackend:
     """The process's backend for a name (one per process: page counts must be shared by every
     context), or ``backend`` itself if it already is one."""
-    if isinstance(backend, DmaBackend):
-        return backend
+    if type(backend) is not str:  # a str first: an ABC's isinstance is slow, and every load asks
+        if isinstance(backend, DmaBackend):
+            return backend
+    elif backend in _shared:
+        return _shared[backend]
     if backend not in BACKENDS:
         raise ValueError(f"dma_backend must be one of {', '.join(BACKENDS)} or a DmaBackend, got {backend!r}")
     with _shared_lock:
@@ -165,17 +168,40 @@ def get_backend(backend: str | DmaBackend) -> DmaBackend:
         return _shared[backend]
 
 
-@dataclass(eq=False)
 class Registration:
     """One registered region. ``view`` pins the region's memory while it is registered (a
-    failed deregistration must not let the mapping be unmapped under the DMA engine)."""
+    failed deregistration must not let the mapping be unmapped under the DMA engine).
 
-    token: int
-    path: str
-    offset: int
-    size: int
-    address: int
-    view: memoryview | None = field(default=None, repr=False)
+    A slotted class, not a dataclass: a load makes one per weight region (thousands for an
+    LLM), inside the timed part, as the EP registers each region inside context creation."""
+
+    __slots__ = ("token", "path", "offset", "size", "address", "view")
+
+    def __init__(
+        self, token: int, path: str, offset: int, size: int, address: int, view: memoryview | None = None
+    ) -> None:
+        self.token = token
+        self.path = path
+        self.offset = offset
+        self.size = size
+        self.address = address
+        self.view = view
+
+    def __repr__(self) -> str:
+        return (
+            f"Registration(token={self.token}, path={self.path!r}, offset={self.offset}, "
+            f"size={self.size}, address={self.address:#x})"
+        )
+
+
+def _as_data(err: BaseException) -> BaseException:
+    """``err`` (and its cause) without tracebacks: a failure kept in a list must not keep this
+    frame, its region view or its registrations alive (a traceback would, in a cycle only the
+    garbage collector breaks, and the mapping would stay mapped after its load is closed)."""
+    err.__traceback__ = None
+    if err.__cause__ is not None:
+        err.__cause__.__traceback__ = None
+    return err
 
 
 class DmaRegistrations:
@@ -221,24 +247,73 @@ class DmaRegistrations:
         """Register one region; RegistrationError (the request fails) if it cannot be. A
         failure after the backend registered it (upstream: ``to_fd`` returning -1) leaves the
         registration behind, stale, or undoes it (``failed="undo"``)."""
+        reg = self._new(view, offset, address)
+        with self._lock:
+            self._live[reg.token] = reg
+        COUNTERS.add_pair("dma_registrations", 1, "dma_registered_bytes", reg.size)
+        return reg
+
+    def register_requests(
+        self,
+        requests: list[tuple[int, int]],
+        request: Callable[[int, int], memoryview],
+        base: int,
+        views: list[memoryview],
+    ) -> list[tuple[int, RegionError | RegistrationError]]:
+        """QNN's DMA-data requests of one load, in order: ``request(offset, size)`` gives the
+        region (or raises RegionError: refused), which is then registered as `register` does;
+        each accepted region's view is appended to ``views``. A refused or failed request is
+        returned with its index and the next one is made (nothing disables them upstream);
+        with ``failed="undo"`` the first failed registration ends the requests. Returns the
+        failures, in order.
+
+        One batch, not `register` per region: a load makes thousands of requests inside the
+        timed part (the EP's own are C++), so the table and the counters are updated once, when
+        the requests end (or an interrupt ends them: what was registered is still counted and
+        still released by `release_all`)."""
+        new, made, failures = self._new, {}, []
+        try:
+            for i, (offset, size) in enumerate(requests):
+                try:
+                    view = request(offset, size)
+                    reg = new(view, offset, base + offset)
+                except (RegionError, RegistrationError) as err:
+                    failures.append((i, _as_data(err)))
+                    if self.undo_failed and isinstance(err, RegistrationError):
+                        break
+                    continue
+                made[reg.token] = reg
+                views.append(view)
+        finally:
+            with self._lock:
+                self._live.update(made)
+            registered = sum(r.size for r in made.values())
+            COUNTERS.add_pair("dma_registrations", len(made), "dma_registered_bytes", registered)
+        return failures
+
+    def _new(self, view: memoryview, offset: int, address: int) -> Registration:
+        """The backend's registration of one region and its record (not yet in the table).
+        The success path does only what the request needs: an error's text is made only for
+        an error."""
         size = len(view)
-        where = f"{self.path} [{offset}, {offset + size}) at {address:#x}"
         try:
             self.backend.register(address, size)
         except OSError as err:  # the backend refused it: nothing is registered
-            raise RegistrationError(f"Failed to register DMA data mapping to RPCMEM: {where} ({err})") from err
-        try:
-            if self._faults is not None:
-                self._faults.after_register()
-        except OSError as err:
             raise RegistrationError(
-                f"Failed to register DMA data mapping to RPCMEM: {where} ({err}) [{self._left_behind(address, size)}]"
+                f"Failed to register DMA data mapping to RPCMEM: {self._where(offset, size, address)} ({err})"
             ) from err
-        reg = Registration(next(_TOKENS), self.path, offset, size, address, view)
-        with self._lock:
-            self._live[reg.token] = reg
-        COUNTERS.add(dma_registrations=1, dma_registered_bytes=size)
-        return reg
+        if self._faults is not None:
+            try:
+                self._faults.after_register()
+            except OSError as err:
+                raise RegistrationError(
+                    f"Failed to register DMA data mapping to RPCMEM: {self._where(offset, size, address)} ({err}) "
+                    f"[{self._left_behind(address, size)}]"
+                ) from err
+        return Registration(next(_TOKENS), self.path, offset, size, address, view)
+
+    def _where(self, offset: int, size: int, address: int) -> str:
+        return f"{self.path} [{offset}, {offset + size}) at {address:#x}"
 
     def _left_behind(self, address: int, size: int) -> str:
         """What becomes of a registration whose fd could not be had, in words for the error."""
@@ -304,7 +379,7 @@ class DmaRegistrations:
 
     def _forget(self, reg: Registration) -> None:
         reg.view = None
-        COUNTERS.add(dma_registrations=-1, dma_registered_bytes=-reg.size)
+        COUNTERS.add_pair("dma_registrations", -1, "dma_registered_bytes", -reg.size)
 
     def release_all(self) -> list[DeregistrationError]:
         """Deregister every live registration (a failed attempt's cleanup, or teardown)."""

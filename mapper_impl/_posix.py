@@ -31,11 +31,13 @@ from ._common import (
 from ._faults import FaultCursor
 from ._stats import track
 
+#: Read-only, not inherited by children, binary (Windows CPython's os.open): once, not per map.
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+
 
 def _open_readonly(path: str) -> int:
-    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     try:
-        return os.open(path, flags)
+        return os.open(path, _READ_FLAGS)
     except PermissionError as err:
         raise FileAccessError(path, "permission denied") from err
     except OSError as err:

@@ -73,6 +73,14 @@ class _Counters:
             for key, delta in deltas.items():
                 self.values[key] += delta
 
+    def add_pair(self, key: str, delta: int, other: str, other_delta: int) -> None:
+        """`add` of two counters, positionally: one call per DMA registration of a load (a
+        load registers every weight region, thousands for an LLM) with no keyword dict."""
+        with self.lock:
+            values = self.values
+            values[key] += delta
+            values[other] += other_delta
+
     def snapshot(self) -> MapperStats:
         with self.lock:
             return MapperStats(**self.values)

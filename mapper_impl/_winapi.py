@@ -20,7 +20,7 @@ import ntpath
 import sys
 from collections.abc import Callable, Mapping
 
-from ._common import U64_MAX, FileIdentity, edge_hash
+from ._common import U64_MAX, FileIdentity, file_edges
 
 # Windows sizes on every platform (ctypes.wintypes.DWORD is c_ulong: 64 bits off Windows).
 HANDLE = LPVOID = ctypes.c_void_p
@@ -368,7 +368,7 @@ class Kernel32:
 
     def identity(self, handle: int) -> FileIdentity:
         """FILE_ID_INFO's 64-bit volume serial and 128-bit file id (what ``os.stat`` reports
-        since Python 3.12), the size, the last-write time and the edge hash. Where FileIdInfo
+        since Python 3.12), the size, the last-write time and the file's edges. Where FileIdInfo
         is not supported (FAT, some redirectors) it falls back to the volume serial and 64-bit
         index of GetFileInformationByHandle, as CPython's stat does. Both the mapping and the
         registry's path check read it here, so they always compare like with like."""
@@ -389,7 +389,7 @@ class Kernel32:
             inode=inode,
             size=size.value,
             mtime_ns=filetime_to_unix_ns(written.dwHighDateTime, written.dwLowDateTime),
-            edge_hash=edge_hash(lambda offset, n: self.read_at(handle, offset, n), size.value),
+            edges=file_edges(lambda offset, n: self.read_at(handle, offset, n), size.value),
         )
 
     def file_id_info(self, handle: int) -> tuple[int, int] | None:

@@ -15,7 +15,7 @@ with FILE_SHARE_READ as this mapper used to):
   deleted), handles or not: the SIGBUS hazard of POSIX does not exist here.
 - Other processes may open the file for writing: in-place writes are coherent with the view
   (the same section backs both), so a rewritten file is seen by every load, and the registry's
-  identity check (edge hash, mtime) gives the next load a fresh mapping.
+  identity check (the file's edges, mtime) gives the next load a fresh mapping.
 - verify() reads the identity through the path (there is no handle left to read it from).
 
 Every kernel32 function gets its ``argtypes`` and ``restype`` declared: handles and pointers

@@ -16,7 +16,7 @@ from harness.core.notes import Note
 from harness.core.rundata import RunData
 from harness.core.schema import ResultRow, SummaryRow, column_docs
 from harness.core.summary import headline_pairs, largest_groups, median, row_ok, sessions_of, system_delta_reliable
-from harness.core.timing import spread_text, timing_spread
+from harness.core.timing import spread_text, timing_rounds, timing_spread
 from harness.core.units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
 from harness.core.verdict import Judgement
 from harness.core.vocab import FeatureStatus, Mode, Verdict
@@ -248,7 +248,7 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
         heap = [s for s in chosen if s.mode == Mode.HEAP]
         at = f"{sessions_of(chosen[0]) if chosen else 0} sessions in all; no mapped/heap pair, so no ratios"
     has_pss = any(s.sum_pss_bytes is not None for s in run.summary)
-    spread = timing_spread(run.summary)
+    spread = timing_spread(run.summary, timing_rounds(run))
     out = []
     for label, column, key, hint in HEADLINE_ROWS:
         if column == "sum_pss_bytes" and not has_pss:

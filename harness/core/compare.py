@@ -39,7 +39,7 @@ from .errors import InputError
 from .headline import fair_metric, versions
 from .passes import memory_view
 from .rundata import RunData
-from .stats import ALPHA, MIN_REPEATS, welch
+from .stats import ALPHA, MIN_REPEATS, MIN_TIME_EFFECT, welch
 from .summary import complete_pair, median, paired
 from .units import fmt_bytes, parse_size
 
@@ -55,7 +55,7 @@ class MinEffect:
 
     memory: float = 0.01
     memory_bytes: int = 1024**2
-    time: float = 0.05
+    time: float = MIN_TIME_EFFECT
 
     def threshold(self, kind: str, unit: str, baseline: float) -> float:
         """The smallest |delta| called a change, in the figure's own unit."""

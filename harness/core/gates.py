@@ -8,8 +8,9 @@ weights size: every saving the feature makes is in proportion to it). A ``*_byte
 threshold may carry a size unit (``128MiB``); ratios and counts take plain finite numbers. A
 measured value of ``None`` fails a gate with the reason "not measured" and why (an incomplete
 group, a delta lost in noise, one mode only): a gate that cannot see its figure must not pass
-silently. A gate on a timing metric is judged on its repeats' 95 % interval
-(`harness.core.timing`): pass, fail, or *inconclusive*, which is never a pass.
+silently. A gate on a timing metric is judged on its repeats' 95 % interval, its threshold read
+within the 5 % timing margin (`harness.core.timing`): pass, fail, or *inconclusive*, which is
+never a pass.
 """
 
 from __future__ import annotations
@@ -301,7 +302,8 @@ def metrics_epilog() -> str:
         "gate syntax: METRIC OP NUMBER [if METRIC OP NUMBER [and ...]], e.g. 'mapped_uss_ratio<=0.5 if processes>=2'"
     )
     lines.append(
-        "timing gates (init, create, latency and peer ratios) are judged on the 95% interval over repeats: "
-        "pass when all of it meets the threshold, fail when none does, else inconclusive (never a pass)"
+        "timing gates (init, create, latency and peer ratios) are judged on the 95% interval over repeats, "
+        "the threshold read within the 5% timing margin (X<=T: pass when the upper bound is at most T x 1.05, "
+        "fail when the lower bound is above it), else inconclusive (never a pass)"
     )
     return "\n".join(lines)

@@ -62,7 +62,7 @@ from .files import write_json_atomic
 from .passes import LABELS, SEQUENTIAL, contention, contention_text, memory_view, timing_start, timing_view
 from .schema import SummaryRow
 from .summary import RATIO_COLUMNS, complete_pair, median, median_ratio, pair_ratio, paired, sessions_of, timing_pairs
-from .timing import spread_text, timing_spread
+from .timing import spread_text, timing_rounds, timing_spread
 from .units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
 from .vocab import FeatureStatus, Mode
 
@@ -246,7 +246,7 @@ def headline_sentence(judgement: Any) -> str:
             f"no measurement of its saving.{busy} {verdict}."
         )
     memory = _saving_text(top, run.weights_bytes, label, column, run.gathered_weights_bytes)
-    init = started + _init_text(timed, times, timing_spread(run.summary).get("init_ratio"))
+    init = started + _init_text(timed, times, timing_spread(run.summary, timing_rounds(run)).get("init_ratio"))
     if contention_text(judgement):  # memory leads; a factor timed on a contended machine is only indicative
         init = f"indicatively (timed on a contended machine), {init}"
     return f"{where}, {memory}, and {init}.{busy} {tail}"
@@ -380,7 +380,7 @@ def headline_document(judgement: Any, *, kind: str = "run") -> dict[str, Any]:
         "contention": contention(run.summary, run.target),
         "labels": dict(r.get("labels") or {}),
         "headline": dict(judgement.values),
-        "timing_spread": timing_spread(run.summary),
+        "timing_spread": timing_spread(run.summary, timing_rounds(run)),
         "per_n": per_n(run.summary, run.target),
         "timing_pass": (
             {"start": SEQUENTIAL, "per_n": per_n(run.summary, run.target, timing_view)}

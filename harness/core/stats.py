@@ -28,6 +28,10 @@ from dataclasses import dataclass
 ALPHA = 0.01
 #: Below this many repeats in either run no change is called.
 MIN_REPEATS = 3
+#: The smallest time change worth calling (5 %, as pytest-benchmark's ``mean:5%``): the
+#: default minimum time effect of ``report --baseline`` and the margin a timing gate reads its
+#: threshold within (`harness.core.timing`).
+MIN_TIME_EFFECT = 0.05
 #: Confidence level of the interval a timing gate is judged on.
 INTERVAL_LEVEL = 0.95
 

@@ -1,26 +1,50 @@
 """Timing gates judged on their repeats, not on one median: a gate on a timing ratio (init,
-create, latency, the peer's init) holds only when the whole 95 % interval of the ratio is on the
-right side of its threshold, fails only when the whole interval is on the wrong side, and is
+create, latency, the peer's init) is judged on the 95 % interval of the ratio's geometric mean
+over the repeats (`harness.core.stats.ratio_interval`: the noise of a ratio is multiplicative),
+with a margin: it passes when the whole interval is on the right side of its threshold moved
+by the 5 % minimum time effect (`stats.MIN_TIME_EFFECT`, what ``report --baseline`` needs to
+call a time change), fails when the whole interval is on the wrong side of it, and is
 *inconclusive* otherwise, which is never a pass. With one repeat there is no interval:
 "inconclusive: 1 repeat".
 
-Why: one ms-scale init time on a shared 2-core machine is noise. ``peer_init_ratio<=2`` came
-out 0.91, 1.86 and 1.79 in three benches of the same code (per repeat 0.42 to 3.90): a median
-gate flips on that noise, an interval gate says it cannot decide. The interval is that of the
-ratio's geometric mean (`harness.core.stats.ratio_interval`: the noise of a ratio is
-multiplicative).
+Why an interval: one ms-scale init time on a shared 2-core machine is noise.
+``peer_init_ratio<=2`` came out 0.91, 1.86 and 1.79 in three benches of the same code (per
+repeat 0.42 to 3.90): a median gate flips on that noise, an interval gate says it cannot decide.
+
+Why a margin (issue 32: "passes at 1.0 (its interval's upper bound at most 1.05)"): a ratio
+of two equal start-ups is 1.0, and the interval of a quantity that really is 1.0 lies on both
+sides of 1.0 however many repeats are taken: a gate ``<=1`` without a margin could never pass
+two equally quick loads. A difference smaller than 5 % is no difference the harness calls
+anywhere else, so a timing gate reads its threshold within that margin: ``X<=T`` passes when
+the upper bound is at most T x 1.05 and fails when the lower bound is above T x 1.05;
+``X>=T`` passes when the lower bound is at least T / 1.05 and fails when the upper bound is
+below it; ``==`` and ``!=`` compare the interval with the band T / 1.05 .. T x 1.05.
+
+Each repeat's value: where the run's timing pass was interleaved (`harness.runner.timingpass`:
+worker i of each group started one after another in round i), the median over the rounds of
+the ratio of the two workers of one round (paired in time: a drift moves both); otherwise, and
+for figures no worker row carries (latency means, throughput), the ratio of the two groups'
+medians.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from .passes import timing_view
-from .schema import SummaryRow
-from .stats import Interval, ratio_interval
-from .summary import RATIO_COLUMNS, complete_pair, pair_ratio, primary_target, ratio, timing_pairs
-from .vocab import GateStatus, Mode
+from .schema import ResultRow, SummaryRow
+from .stats import MIN_TIME_EFFECT, Interval, ratio_interval
+from .summary import RATIO_COLUMNS, complete_pair, median, pair_ratio, primary_target, ratio, timing_pairs
+from .vocab import GateStatus, Mode, Start
+
+#: How a timing gate reads its threshold: within the minimum time effect (see the module doc).
+TIMING_MARGIN = MIN_TIME_EFFECT
+#: The metadata value (``run.timing_pass``) of a run whose timing pass was interleaved.
+INTERLEAVED = "interleaved"
+#: A group's workers of the timing pass by round: {(target, mode, N, M, repeat): {worker: row}}.
+Rounds = dict[tuple, dict[int, ResultRow]]
 
 #: Metrics that are timing figures besides the mapped/heap ratios of a ``*_s_median`` column.
 PEER_TIMING = ("peer_init_ratio",)
@@ -39,21 +63,68 @@ def is_timing(metric: str) -> bool:
     return metric in PEER_TIMING or RATIO_COLUMNS.get(metric, "").endswith(("_s", "_s_median"))
 
 
-def timing_repeats(summary: Iterable[SummaryRow]) -> dict[str, list[float]]:
+def timing_rounds(run: Any) -> Rounds | None:
+    """The timing pass's worker rows of a run whose timing pass was interleaved, by group and
+    round (`Rounds`); None for any other run (its per-repeat values stay group medians)."""
+    if (run.run.get("timing_pass") or "") != INTERLEAVED:
+        return None
+    rounds: Rounds = {}
+    for row in run.results:
+        if row.start == Start.SEQUENTIAL and not row.error and row.init_s is not None:
+            key = (row.target, row.mode, row.processes, row.sessions_per_process, row.repeat)
+            rounds.setdefault(key, {})[row.worker] = row
+    return rounds
+
+
+def timing_repeats(summary: Iterable[SummaryRow], rounds: Rounds | None = None) -> dict[str, list[float]]:
     """Per-repeat values of every timing metric at the headline's N x M, from complete pairs
-    of the timing pass (`passes`: the values whose median the headline gives)."""
+    of the timing pass (`passes`): paired by round where ``rounds`` (`timing_rounds`) has both
+    groups' workers, else the ratio of the two groups' medians."""
+    return {name: [v for v, _ in values] for name, values in _repeat_values(summary, rounds).items()}
+
+
+def _repeat_values(summary: Iterable[SummaryRow], rounds: Rounds | None) -> dict[str, list[tuple[float, bool]]]:
+    """`timing_repeats` with, for each value, whether it was paired by round."""
     summary = list(summary)
     target = primary_target(summary)
     pairs = [p for p in timing_pairs([s for s in summary if s.target == target]) if complete_pair(*p)]
-    out: dict[str, list[float]] = {}
+    out: dict[str, list[tuple[float, bool]]] = {}
     for name, column in RATIO_COLUMNS.items():
         if is_timing(name):
-            out[name] = [v for v in (pair_ratio(m, h, column) for m, h in pairs) if v is not None]
-    out["peer_init_ratio"] = _peer_repeats(timing_view(summary), pairs, target)
+            values = (_repeat_ratio(m, h, column, rounds) for m, h in pairs if pair_ratio(m, h, column) is not None)
+            out[name] = [v for v in values if v[0] is not None]
+    out["peer_init_ratio"] = _peer_repeats(timing_view(summary), pairs, target, rounds)
     return out
 
 
-def _peer_repeats(summary: Sequence[SummaryRow], pairs: list, target: str | None) -> list[float]:
+def _worker_value(row: ResultRow, column: str) -> float | None:
+    """A worker's own figure behind a summary column of medians (None: no per-worker figure)."""
+    if column == "startup_s_median":
+        return row.init_s + row.first_run_s if row.first_run_s is not None else None
+    return getattr(row, column.removesuffix("_median"), None) if column.endswith("_s_median") else None
+
+
+def _repeat_ratio(a: SummaryRow, b: SummaryRow, column: str, rounds: Rounds | None) -> tuple[float | None, bool]:
+    """One repeat's ``a`` / ``b`` of ``column``, and whether it is paired: the median of the
+    rounds' ratios when both groups' workers are known round by round, else the ratio of the
+    groups' medians."""
+    if rounds is not None:
+        ours, theirs = rounds.get(_key(a), {}), rounds.get(_key(b), {})
+        both = sorted(set(ours) & set(theirs))
+        if both and len(both) == len(ours) == len(theirs):
+            paired = [ratio(_worker_value(ours[i], column), _worker_value(theirs[i], column)) for i in both]
+            if all(v is not None and v > 0 for v in paired):
+                return median(paired), True
+    return ratio(getattr(a, column), getattr(b, column)), False
+
+
+def _key(row: SummaryRow) -> tuple:
+    return (row.target, row.mode, row.processes, row.sessions_per_process, row.repeat)
+
+
+def _peer_repeats(
+    summary: Sequence[SummaryRow], pairs: list, target: str | None, rounds: Rounds | None
+) -> list[tuple[float, bool]]:
     values = []
     for mapped, _ in pairs:
         for peer in summary:
@@ -63,43 +134,55 @@ def _peer_repeats(summary: Sequence[SummaryRow], pairs: list, target: str | None
                 mapped.repeat,
             )
             if peer.target != target and peer.mode == Mode.MAPPED and peer.complete is True and same_group:
-                value = ratio(mapped.init_s_median, peer.init_s_median)
-                if value is not None:
+                value = _repeat_ratio(mapped, peer, "init_s_median", rounds)
+                if value[0] is not None:
                     values.append(value)
     return values
 
 
-def interval_status(op: str, threshold: float, values: Sequence[float]) -> tuple[str, Interval | None, str]:
+def margin_band(threshold: float, margin: float = TIMING_MARGIN) -> tuple[float, float]:
+    """(T / (1 + margin), T x (1 + margin)): where a timing ratio counts as at its threshold."""
+    return threshold / (1 + margin), threshold * (1 + margin)
+
+
+def interval_status(
+    op: str, threshold: float, values: Sequence[float], margin: float = TIMING_MARGIN
+) -> tuple[str, Interval | None, str]:
     """(pass | fail | inconclusive, the interval, the words) for ``METRIC op threshold`` over
-    per-repeat ``values``: pass when the condition holds over the whole interval, fail when it
-    fails over the whole interval."""
+    per-repeat ``values``, the threshold read within ``margin`` (module doc): pass when the
+    condition holds over the whole interval, fail when it fails over the whole interval."""
     if len(values) < 2:
         return GateStatus.INCONCLUSIVE, None, f"inconclusive: {len(values)} repeat{'' if len(values) == 1 else 's'}"
     interval = ratio_interval(values)
     if interval is None:
         return GateStatus.INCONCLUSIVE, None, "inconclusive: a ratio that is not positive has no interval"
     lo, hi = interval.low, interval.high
-    if op == "==":
-        holds, fails = lo == hi == threshold, not lo <= threshold <= hi
-    elif op == "!=":
-        holds, fails = not lo <= threshold <= hi, lo == hi == threshold
+    below, above = margin_band(threshold, margin)
+    factor = f"{1 + margin:g}"
+    if op in ("==", "!="):
+        inside, outside = below <= lo and hi <= above, hi < below or lo > above
+        holds, fails = (inside, outside) if op == "==" else (outside, inside)
+        within = f"{below:.3g}..{above:.3g} ({threshold:g} / {factor} .. {threshold:g} x {factor}"
     else:
-        at_low, at_high = _OPS[op](lo, threshold), _OPS[op](hi, threshold)
+        bound = above if op in ("<=", "<") else below
+        at_low, at_high = _OPS[op](lo, bound), _OPS[op](hi, bound)
         holds, fails = at_low and at_high, not (at_low or at_high)
+        within = f"{bound:.3g} ({threshold:g} {'x' if bound >= threshold else '/'} {factor}"
+    within += f": the {margin:.0%} timing margin)"
     status = GateStatus.PASS if holds else GateStatus.FAIL if fails else GateStatus.INCONCLUSIVE
     words = interval.text()
-    return (
-        status,
-        interval,
-        words if status != GateStatus.INCONCLUSIVE else f"inconclusive: {words} straddles the threshold",
-    )
+    if status == GateStatus.INCONCLUSIVE:
+        return status, interval, f"inconclusive: {words} straddles {within}"
+    return status, interval, f"{words}, judged against {within}"
 
 
-def timing_spread(summary: Iterable[SummaryRow]) -> dict[str, dict]:
-    """{metric: {repeats, min, max, interval}} for every timing ratio measured at the headline's
-    N x M: the spread that goes beside a timing figure wherever it is shown."""
+def timing_spread(summary: Iterable[SummaryRow], rounds: Rounds | None = None) -> dict[str, dict]:
+    """{metric: {repeats, min, max, interval, paired}} for every timing ratio measured at the
+    headline's N x M: the spread that goes beside a timing figure wherever it is shown
+    (``rounds``: see `timing_repeats`; ``paired``: every repeat's value paired by round)."""
     out = {}
-    for name, values in timing_repeats(summary).items():
+    for name, pairs in _repeat_values(summary, rounds).items():
+        values = [v for v, _ in pairs]
         if values:
             interval = ratio_interval(values)
             out[name] = {
@@ -107,16 +190,20 @@ def timing_spread(summary: Iterable[SummaryRow]) -> dict[str, dict]:
                 "min": min(values),
                 "max": max(values),
                 "interval": [interval.low, interval.high] if interval else None,
+                "paired": all(flag for _, flag in pairs),
             }
     return out
 
 
 def spread_text(entry: dict | None) -> str:
-    """ "0.031..0.062 over 3 repeats, 95% interval 0.024..0.081", or "1 repeat: no spread"."""
+    """ "0.031..0.062 over 3 repeats, 95% interval 0.024..0.081", or "1 repeat: no spread";
+    "per repeat paired by round" when each repeat's value is the median of its rounds' ratios
+    (then the median before it, the ratio of the printed medians, may lie outside the range)."""
     if not entry:
         return "not measured"
     if entry["repeats"] < 2:
         return "1 repeat: no spread"
-    text = f"{entry['min']:.3g}..{entry['max']:.3g} over {entry['repeats']} repeats"
+    paired = " (per repeat paired by round)" if entry.get("paired") else ""
+    text = f"{entry['min']:.3g}..{entry['max']:.3g} over {entry['repeats']} repeats{paired}"
     interval = entry.get("interval")
     return text + (f", 95% interval {interval[0]:.3g}..{interval[1]:.3g}" if interval else "")

@@ -36,7 +36,7 @@ from .notes import Note, run_notes
 from .rundata import RunData
 from .schema import MODES
 from .summary import row_ok
-from .timing import timing_repeats
+from .timing import timing_repeats, timing_rounds
 from .vocab import (
     MAPPED_PATH_STATES,
     UNDECIDED_GATE_STATUSES,
@@ -282,7 +282,7 @@ def judge_gates(run: RunData, extra: Iterable[Gate] = (), *, use_default_gates: 
     skipped, with the reason, when the run measured one mode only (a valid choice, not a
     failure); a gate the user asked for fails then, saying why."""
     values, reasons = gate_values_with_reasons(run.summary)
-    repeats = timing_repeats(run.summary)
+    repeats = timing_repeats(run.summary, timing_rounds(run))
     only = single_mode(run)
     results = []
     for gate, is_default in _gates_with_origin(run, extra, use_default_gates):

@@ -31,8 +31,9 @@ def _file_identity(path: Path) -> str:
     hash of its first and last 64 KiB (a same-size rewrite inside one mtime tick is caught)."""
     from mapper_impl._common import identity_of_path
 
-    ident = identity_of_path(str(path), edge=64 * 1024)  # the keys' edges, whatever mapper_impl hashes
-    return f"{real_path(path)}|{ident.device}|{ident.inode}|{ident.size}|{ident.mtime_ns}|{ident.edge_hash}"
+    ident = identity_of_path(str(path), edge=64 * 1024)  # the keys' edges, whatever mapper_impl keeps
+    edges = hashlib.blake2b(ident.edges, digest_size=16).hexdigest()  # the digest keys have always had
+    return f"{real_path(path)}|{ident.device}|{ident.inode}|{ident.size}|{ident.mtime_ns}|{edges}"
 
 
 def source_key(path: Path, model: Any, extra: object = None, files: list[Path] | None = None) -> str:

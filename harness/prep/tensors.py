@@ -130,30 +130,36 @@ def ortvalue_over(buffer: Any, onnx_type: int, shape: list[int], offset: int) ->
     return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(view, onnx_type)
 
 
-def ortvalues_over(tensors: list, views: list, whole: Any) -> list:
-    """`ortvalue_over` for every tensor of a weights file in one pass (a model's tensors are
-    thousands for an LLM: the per-tensor work is kept to a view, a reshape and the binding's
-    call). ``views[i]`` is tensor i's region; a sub-byte tensor's view spans one byte per
-    element, more than its region, so it is taken from ``whole`` at its offset."""
+def ortvalues_over(tensors: list, views: list, whole: Any, add: Any = None) -> list:
+    """`ortvalue_over` for every tensor of a weights file in one pass, each handed to ``add(name,
+    value)`` as it is made when given (``SessionOptions.add_initializer``). A model's tensors
+    are thousands for an LLM and this runs inside the timed load, where the EP's own work is
+    C++: per tensor one numpy array made straight over its region (`numpy.ndarray` with the
+    shape and a cached dtype: no reshape, no dtype string to parse), the binding's C call and
+    the OrtValue wrapper ``add_initializer`` needs. ``views[i]`` is tensor i's region; a
+    sub-byte tensor's view spans one byte per element, more than its region, so it is taken
+    from ``whole`` at its offset."""
     import numpy as np
     import onnxruntime as ort
 
-    make = ort.OrtValue.ortvalue_from_numpy_with_onnx_type
-    frombuffer, prod = np.frombuffer, math.prod
-    kinds: dict[int, tuple[str, int, bool]] = {}  # onnx type -> (view dtype, item size, sub-byte)
+    make, wrap = ort.capi._pybind_state.OrtValue.ortvalue_from_numpy_with_onnx_type, ort.OrtValue
+    ndarray, prod = np.ndarray, math.prod
+    kinds: dict[int, tuple[Any, int, bool]] = {}  # onnx type -> (view dtype, item size, sub-byte)
     values = []
     for t, view in zip(tensors, views, strict=True):
         kind = kinds.get(t.onnx_type)
         if kind is None:
             et = element_type(t.onnx_type)
-            kind = kinds[t.onnx_type] = (et.view_dtype, et.itemsize, et.bits < 8)
+            kind = kinds[t.onnx_type] = (np.dtype(et.view_dtype), et.itemsize, et.bits < 8)
         dtype, itemsize, sub_byte = kind
-        count = prod(t.shape)
-        if not sub_byte and count * itemsize == t.length:
-            array = frombuffer(view, dtype=dtype, count=count)
+        if not sub_byte and prod(t.shape) * itemsize == t.length:
+            array = ndarray(t.shape, dtype, view)
         else:  # sub-byte types: ORT reads only the region of the one-byte-per-element view
-            array = frombuffer(whole, dtype=dtype, count=count, offset=t.offset)
-        values.append(make(array.reshape(t.shape), t.onnx_type))
+            array = ndarray(t.shape, dtype, whole, t.offset)
+        value = wrap(make(array, t.onnx_type), array)  # what OrtValue.ortvalue_from_numpy_with_onnx_type does
+        if add is not None:
+            add(t.name, value)
+        values.append(value)
     return values
 
 

@@ -62,7 +62,7 @@ class _Stage:
 class _Group:
     title: str
     t0: float
-    states: dict[int, tuple[str, float]] = field(default_factory=dict)  # worker -> (state, elapsed s)
+    states: dict[int | str, tuple[str, float]] = field(default_factory=dict)  # worker -> (state, elapsed s)
     beats: int = 0  # "still busy" lines printed, one per HEARTBEAT_S since its own start
 
     def text(self) -> str:
@@ -77,12 +77,14 @@ class _Group:
 STARTING_DETAIL = "(sessions + first inference)"
 
 
-def _worker_text(index: int, state: str, at: float, now: float) -> str:
+def _worker_text(index: int | str, state: str, at: float, now: float) -> str:
     """A finished state shows when it was reached; "starting" counts on until the worker is
-    ready, so a first inference of minutes never reads as a frozen "starting 7.4 ms"."""
+    ready, so a first inference of minutes never reads as a frozen "starting 7.4 ms". A worker
+    of an interleaved timing pass is named with its group ("cpu heap w2")."""
+    name = index if isinstance(index, str) else f"w{index}"
     if state == "starting":
-        return f"w{index} starting {STARTING_DETAIL} {fmt_seconds(now)}"
-    return f"w{index} {state} {fmt_seconds(at)}"
+        return f"{name} starting {STARTING_DETAIL} {fmt_seconds(now)}"
+    return f"{name} {state} {fmt_seconds(at)}"
 
 
 class Progress:
@@ -237,7 +239,50 @@ class Progress:
         self._start_live()
         self._start_heartbeat()
 
-    def worker_event(self, worker: int, state: str, detail: str = "") -> None:
+    def step_started(self, index: int, total: int, step: list) -> None:
+        """A step of the run (`harness.runner.timingpass.plan_steps`): one group, or the
+        interleaved timing pass of groups ``index`` .. ``index + len(step) - 1``."""
+        if len(step) == 1:
+            self.group_started(index, total, step[0])
+            return
+        self._t0 = time.monotonic()
+        first = step[0]
+        from harness.runner.timingpass import round_order
+
+        members = ", ".join(f"{step[k].target} {step[k].mode}" for k in round_order(step, 0))
+        title = (
+            f"[{index + 1}-{index + len(step)}/{total}] timing pass N={first.processes} "
+            f"M={first.sessions_per_process} repeat={first.repeat}: {members}, one worker at a time, interleaved"
+        )
+        with self._lock:
+            self._group = _Group(title, self._t0)
+        self.note(f"{title}: starting {sum(g.processes for g in step)} worker(s)")
+        self._start_live()
+        self._start_heartbeat()
+
+    def step_event(self, group, worker: int, state: str, detail: str = "") -> None:
+        """`worker_event` for a step: a worker of an interleaved pass is named with its group."""
+        self.worker_event(worker if group is None else f"{group.target} {group.mode} w{worker}", state, detail)
+
+    def step_finished(self, index: int, total: int, step: list, results: list) -> None:
+        if len(step) == 1:
+            self.group_finished(index, total, step[0], results[0])
+            return
+        rows = [row for result in results for row in result.rows]
+        ok = sum(1 for r in rows if r.output_ok)
+        took = fmt_seconds(time.monotonic() - self._t0)
+        with self._lock:
+            self._group = None
+        self.note(
+            f"[{index + 1}-{index + len(step)}/{total}] done in {took}: {ok} ok"
+            + (f", {len(rows) - ok} failed" if len(rows) > ok else "")
+        )
+        for group, result in zip(step, results, strict=True):
+            for row in result.rows:
+                if row.error:
+                    self.note(f"    {group.target} {group.mode} worker {row.worker}: {row.error[:300]}")
+
+    def worker_event(self, worker: int | str, state: str, detail: str = "") -> None:
         """One worker's new state inside the current group (see WORKER_STATES)."""
         with self._lock:
             group = self._group
@@ -247,7 +292,8 @@ class Progress:
             group.states[worker] = (state, elapsed)
         if not self.live_mode and state in ("ready", "exited", "timed out"):
             extra = f" ({detail})" if detail else ""
-            self.note(f"    worker {worker} {state} after {fmt_seconds(elapsed)}{extra}")
+            who = worker if isinstance(worker, str) else f"worker {worker}"
+            self.note(f"    {who} {state} after {fmt_seconds(elapsed)}{extra}")
 
     def group_finished(self, index: int, total: int, group, result) -> None:
         ok = sum(1 for r in result.rows if r.output_ok)

@@ -29,6 +29,7 @@ from harness.core.rundata import METADATA_JSON
 from harness.core.schema import FORMAT_VERSION, ResultRow, SummaryRow
 from harness.core.summary import group_key, summarize
 from harness.core.tables import write_run_tables
+from harness.core.timing import INTERLEAVED
 from harness.core.vocab import PageCache, RunStatus, Start
 from harness.prep.configkeys import unread_keys
 from harness.runner.control import has_control
@@ -37,7 +38,7 @@ from harness.runner.outdir import RunFolder, claim
 from harness.runner.preflight import check_before_work, check_memory_budget, copies_per_worker
 from harness.runner.resources import check_address_space, describe
 from harness.runner.seal import broken, seals
-from harness.runner.timingpass import run_any_group
+from harness.runner.timingpass import plan_steps, run_step
 from harness.targets import get_target
 from harness.targets.base import Prepared
 
@@ -145,6 +146,8 @@ def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, sta
             "modes": opts.modes,
             "repeat": opts.repeat,
             "sequential_timing": opts.sequential_timing,
+            # the timing pass's groups of one repeat run interleaved, round by round (`timingpass`)
+            "timing_pass": (INTERLEAVED if starts_warm(opts) else "grouped") if opts.sequential_timing else None,
             "labels": opts.labels,
             "started": started,
             "finished": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -248,14 +251,21 @@ def fail_if_weights_changed(result: GroupResult, sealed: list) -> None:
             row.error = f"{row.error}; {why}" if row.error else why
 
 
+def starts_warm(opts: RunOptions) -> bool:
+    """Every group starts with the weights in the page cache (else each is evicted first: a
+    cold run, or a memory limit whose container counts the page cache)."""
+    from harness.runner.container import COUNTS_PAGE_CACHE
+
+    return opts.page_cache != PageCache.COLD and not (opts.memory_limit and COUNTS_PAGE_CACHE)
+
+
 def page_cache_before(opts: RunOptions, ready: Prepared, progress):
     """Evict the group's weights (--page-cache cold) or measure how warm they are; a failed
     eviction check is said on the progress stream and recorded in every row of the group."""
-    from harness.runner.container import COUNTS_PAGE_CACHE
     from harness.runner.pagecache import make_cold, measure
 
     files = list(dict.fromkeys(ready.warm_files))
-    if opts.page_cache != PageCache.COLD and not (opts.memory_limit and COUNTS_PAGE_CACHE):
+    if starts_warm(opts):
         return measure(files, PageCache.WARM)
     state = make_cold(files)
     if state.state != PageCache.COLD:
@@ -323,17 +333,23 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
 
     try:
         write_outputs(out, rows, system, meta(RunStatus.RUNNING))
-        for i, group in enumerate(groups):
-            sealed = seals(prepared[group.target].warm_files)  # before an eviction: it reads a few blocks
-            cache = page_cache_before(opts, prepared[group.target], progress)
-            progress.group_started(i, len(groups), group)
-            result: GroupResult = run_any_group(group, progress.worker_event)
-            fail_if_weights_changed(result, sealed)
-            for row in result.rows:
-                row.page_cache, row.weights_resident_bytes = cache.state, cache.resident_bytes
-            rows.extend(result.rows)
-            system[group_key(group)] = (result.system_delta_bytes, result.system_noise_bytes, result.system_peak)
-            progress.group_finished(i, len(groups), group, result)
+        done = 0
+        # a group, or one repeat's interleaved timing pass (a cold group is evicted before it
+        # starts: interleaved groups could not all start cold, so a cold run times them one by one)
+        for step in plan_steps(groups, interleave=starts_warm(opts)):
+            # each group's weights sealed before its eviction (which reads a few blocks)
+            sealed = [seals(prepared[group.target].warm_files) for group in step]
+            caches = [page_cache_before(opts, prepared[group.target], progress) for group in step]
+            progress.step_started(done, len(groups), step)
+            results: list[GroupResult] = run_step(step, progress.step_event)
+            for group, seal, cache, result in zip(step, sealed, caches, results, strict=True):
+                fail_if_weights_changed(result, seal)
+                for row in result.rows:
+                    row.page_cache, row.weights_resident_bytes = cache.state, cache.resident_bytes
+                rows.extend(result.rows)
+                system[group_key(group)] = (result.system_delta_bytes, result.system_noise_bytes, result.system_peak)
+            progress.step_finished(done, len(groups), step, results)
+            done += len(step)
             write_outputs(out, rows, system, meta(RunStatus.RUNNING))
         status = RunStatus.COMPLETE
     except KeyboardInterrupt:

@@ -15,16 +15,29 @@ worker's and this harness's own, per second of wall time. Other work on the mach
 there; the harness's previous groups do not (the 1-minute load average still counts them for a
 minute). `harness.core.composition.contention` calls a worker with less than one CPU to itself
 contended, as it calls one with under half a CPU of its measured work.
+
+Interleaved (issue 32): the timing-pass groups of one repeat and N (the target's mapped and
+heap groups, the peer's mapped group) run together, in rounds: round i starts worker i of each
+group, one after another, the mapped groups first and next to each other, swapped every other
+round (M P H, P M H, M P H, ...), the heap group last. The two figures a timing gate compares
+are then taken seconds apart, in the same state of the machine: a drift (the CPU's clock, a
+neighbour's load, what the previous group left behind) moves both, and their ratio, paired by
+round (`harness.core.timing`), cancels it. Run group after group, the peer's workers started
+some 8 s after the mapped ones, behind the heap group: per-repeat ratios spread 0.80..1.32 on
+a quiet 2-core machine.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.contract.spawn import KillOnCloseJob
 from harness.core.passes import CONCURRENT, SEQUENTIAL
+from harness.core.vocab import Mode
 from harness.runner.group import (
     EventCallback,
     GroupResult,
@@ -41,6 +54,9 @@ from harness.runner.group import (
 from harness.runner.memory import machine_load
 from harness.runner.split import Observed
 
+#: on_event(group or None for a step of one group, worker index, state, detail): the progress
+#: display's view of a step (`run_step`).
+StepEventCallback = Callable[[GroupSpec | None, int, str, str], None] | None
 #: Why a timing-pass row has no memory figures (its memory_note).
 NOT_SAMPLED = "not sampled: timing pass (memory is measured in the concurrent pass, with all N workers alive)"
 
@@ -53,6 +69,46 @@ def run_any_group(group: GroupSpec, on_event: EventCallback = _no_event) -> Grou
     for row in result.rows:
         row.start = CONCURRENT
     return result
+
+
+def plan_steps(groups: list[GroupSpec], *, interleave: bool = True) -> list[list[GroupSpec]]:
+    """The run's groups as steps, in plan order: each concurrent group alone, and the timing-
+    pass groups of one repeat and N together (`run_interleaved`) unless ``interleave`` is off
+    (then each alone too)."""
+    steps: list[list[GroupSpec]] = []
+    for group in groups:
+        last = steps[-1][-1] if steps else None
+        joins = (
+            interleave
+            and last is not None
+            and group.start == SEQUENTIAL
+            and last.start == SEQUENTIAL
+            and (last.repeat, last.processes, last.sessions_per_process)
+            == (group.repeat, group.processes, group.sessions_per_process)
+        )
+        if joins:
+            steps[-1].append(group)
+        else:
+            steps.append([group])
+    return steps
+
+
+def round_order(groups: list[GroupSpec], round_index: int) -> list[int]:
+    """The order of the groups (indexes into ``groups``) in one round of an interleaved timing
+    pass: the mapped groups first, side by side (the target's then the peers', as planned),
+    then the others (heap); the first two swapped on odd rounds, so that over two rounds each
+    of them goes first once and neither always follows the heap worker of the round before."""
+    order = sorted(range(len(groups)), key=lambda i: (groups[i].mode != Mode.MAPPED, i))
+    if round_index % 2 and len(order) > 1:
+        order[0], order[1] = order[1], order[0]
+    return order
+
+
+def run_step(step: list[GroupSpec], on_event: StepEventCallback = None) -> list[GroupResult]:
+    """One step of `plan_steps`: a concurrent group, or the interleaved timing pass."""
+    if len(step) == 1 and step[0].start != SEQUENTIAL:
+        return [run_any_group(step[0], _group_events(step[0], on_event, alone=True))]
+    return run_interleaved(step, on_event)
 
 
 def machine_busy_s() -> float | None:
@@ -98,33 +154,67 @@ def process_cpu_s_self() -> float | None:
 
 
 def run_sequential_group(group: GroupSpec, on_event: EventCallback = _no_event) -> GroupResult:
-    """Spawn, wait until ready, measure, release and reap each worker in turn. Never raises for
-    a worker's failure: its row says what happened, and the next worker still runs."""
-    group.workdir.mkdir(parents=True, exist_ok=True)
+    """One group's timing pass alone (its workers one after another)."""
+    return run_interleaved([group], lambda g, i, state, detail: on_event(i, state, detail))[0]
+
+
+def run_interleaved(groups: list[GroupSpec], on_event: StepEventCallback = None) -> list[GroupResult]:
+    """The timing pass of ``groups`` (one repeat and N): in round i, worker i of each group in
+    `round_order`, each spawned, waited for until ready, measured, released and reaped before
+    the next one starts. Never raises for a worker's failure: its row says what happened, and
+    the next worker still runs. One result per group, in the order given."""
+    for group in groups:
+        group.workdir.mkdir(parents=True, exist_ok=True)
     job = KillOnCloseJob()
-    workers: list[_Worker] = []
-    foreign: dict[int, float | None] = {}
-    seen: dict[int, Any] = {}
+    timed = [_Timed() for _ in groups]
     try:
-        for i in range(group.processes):
-            before = (machine_busy_s(), time.monotonic(), process_cpu_s_self())
-            w = _spawn(group, i, job)
-            workers.append(w)
-            on_event(i, "starting", "")
-            _wait_until_ready([w], group.worker_timeout_s, on_event)
-            foreign[i] = foreign_cpus(before, w) if w.ready is not None else None
-            seen[i] = machine_load()
-            _release([w])
-            on_event(i, "done", f"exit code {w.proc.returncode}")
+        for round_index in range(max(g.processes for g in groups)):
+            for k in round_order(groups, round_index):
+                if round_index < groups[k].processes:
+                    _time_one(groups[k], round_index, job, timed[k], _group_events(groups[k], on_event))
     finally:
-        kill_all(workers)
+        kill_all([w for t in timed for w in t.workers])
         job.close()
+    return [_result(group, t) for group, t in zip(groups, timed, strict=True)]
+
+
+@dataclass
+class _Timed:
+    """One group's workers of the timing pass, with what was measured around each."""
+
+    workers: list[_Worker] = field(default_factory=list)
+    foreign: dict[int, float | None] = field(default_factory=dict)
+    seen: dict[int, Any] = field(default_factory=dict)
+
+
+def _time_one(group: GroupSpec, index: int, job: KillOnCloseJob, timed: _Timed, on_event: EventCallback) -> None:
+    """Worker ``index`` of ``group``, alone: spawn, ready, other processes' CPU over its life,
+    release, reap."""
+    before = (machine_busy_s(), time.monotonic(), process_cpu_s_self())
+    w = _spawn(group, index, job)
+    timed.workers.append(w)
+    on_event(index, "starting", "")
+    _wait_until_ready([w], group.worker_timeout_s, on_event)
+    timed.foreign[index] = foreign_cpus(before, w) if w.ready is not None else None
+    timed.seen[index] = machine_load()
+    _release([w])
+    on_event(index, "done", f"exit code {w.proc.returncode}")
+
+
+def _result(group: GroupSpec, timed: _Timed) -> GroupResult:
     rows = []
-    for w in workers:
-        row = _row(group, w, Observed(load=seen.get(w.index)))
-        row.start, row.foreign_cpus = SEQUENTIAL, foreign.get(w.index)
+    for w in timed.workers:
+        row = _row(group, w, Observed(load=timed.seen.get(w.index)))
+        row.start, row.foreign_cpus = SEQUENTIAL, timed.foreign.get(w.index)
         row.memory_ok, row.memory_note = None, NOT_SAMPLED
         # the start-up peak is the concurrent pass's figure (watched by the parent at 1 kHz)
         row.peak_private_bytes = row.peak_phase = row.peak_shared_bytes = row.peak_rss_bytes = None
         rows.append(row)
     return GroupResult(rows, None)
+
+
+def _group_events(group: GroupSpec, on_event: StepEventCallback, *, alone: bool = False) -> EventCallback:
+    """A group's worker events, told to the step's callback with the group they belong to."""
+    if on_event is None:
+        return _no_event
+    return lambda index, state, detail="": on_event(None if alone else group, index, state, detail)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 import time
 
+from harness.contract import phases
 from harness.contract.options import RunOptions
 from harness.core.argtypes import int_at_least, positive_int
 from harness.core.schema import disable_flag
@@ -23,6 +24,7 @@ from harness.core.vocab import Mode, PathTaken
 from harness.prep.folder import PreparedModel
 from harness.prep.models import prepare_cpu_models
 from harness.prep.sessions import SessionSettings, cpu_session_options
+from harness.prep.tensors import ortvalues_over
 
 from .base import CORRECTNESS_GATE, LiveSessions, Prepared, Target, TargetOption
 from .cpu_faults import (
@@ -230,7 +232,6 @@ class CpuTarget(Target):
         import numpy  # noqa: F401 - imported before the clock starts: an import is not a load
         import onnxruntime  # noqa: F401
 
-        from harness.contract import phases
         from harness.prep.tensors import warm_numpy_binding
         from mapper_impl import ContextLoadError, load_context
 
@@ -251,7 +252,10 @@ class CpuTarget(Target):
             group = []
             for model in models:
                 creating = _SessionFactory(model, settings, silent_copy=copying)
-                path, regions = model.weights_path, [(t.offset, t.length) for t in model.tensors]  # the caller's input
+                path, regions = (
+                    str(model.weights_path),
+                    [(t.offset, t.length) for t in model.tensors],
+                )  # the caller's input
                 phases.mark("load")  # the observer's phase change, before the clock
                 t0 = time.perf_counter()
                 try:
@@ -349,16 +353,14 @@ class _SessionFactory:
         self.settings = settings
         self.seconds = 0.0
         self._options = cpu_session_options(settings, level=model.session_level)
+        import onnxruntime as ort  # bound before the clock, as the peer's call is
+
+        self._session, self._onnx = ort.InferenceSession, str(model.onnx_path)
         #: `--fault silent-copy`: a mapped session copies the weights anyway and says nothing
         #: (not in private_copy_bytes, no error): only the memory figures can tell
         self.silent_copy = silent_copy
 
     def __call__(self, weights, views: list) -> tuple:
-        import onnxruntime as ort
-
-        from harness.contract import phases
-        from harness.prep.tensors import ortvalues_over
-
         phases.mark("create")
         try:
             t0 = time.perf_counter()
@@ -373,11 +375,8 @@ class _SessionFactory:
                 views = [whole[t.offset : t.offset + t.length] for t in self.model.tensors]
             else:
                 whole = weights.buffer
-            values = ortvalues_over(self.model.tensors, views, whole)
-            keepalive.extend(values)
-            for t, value in zip(self.model.tensors, values, strict=True):
-                so.add_initializer(t.name, value)
-            session = ort.InferenceSession(str(self.model.onnx_path), so, providers=["CPUExecutionProvider"])
+            keepalive.extend(ortvalues_over(self.model.tensors, views, whole, so.add_initializer))
+            session = self._session(self._onnx, so, providers=["CPUExecutionProvider"])
             self.seconds += time.perf_counter() - t0
             return session, keepalive
         except BaseException:

@@ -11,6 +11,7 @@ lagging load average; and the floor (map the file, touch nothing) is below every
 
 from __future__ import annotations
 
+import json
 import statistics
 
 import pytest
@@ -54,17 +55,50 @@ def test_every_group_has_both_passes_labelled(timed_run):
     assert all(s.complete for s in timed_run.summary()), [s.note for s in timed_run.summary()]
 
 
-def test_timing_pass_workers_start_one_after_another(timed_run):
-    """Worker i+1's spec is written (it is spawned) only after worker i wrote its result, which
-    it does after its release, as it exits: no two workers of the pass ever ran together."""
+def test_timing_pass_workers_start_one_after_another_interleaved(timed_run):
+    """Across the three groups, each worker's spec is written (it is spawned) only after the
+    worker before it wrote its result, which it does after its release, as it exits: no two
+    workers of the pass ever ran together. Round i starts worker i of each group, the mapped
+    groups first and side by side, swapped every other round, the heap group last."""
     folders = sorted(p for p in (timed_run.out / "workers").iterdir() if p.name.endswith("-seq"))
     assert len(folders) == 3, folders
-    for folder in folders:
-        for i in range(N - 1):
-            done = (folder / f"w{i}.result.json").stat().st_mtime_ns
-            spawned = (folder / f"w{i + 1}.spec.json").stat().st_mtime_ns
-            assert spawned >= done, (folder.name, i)
-        assert not (folder / "control.spec.json").exists()  # no control worker: nothing to split
+    workers = sorted(
+        ((folder / f"w{i}.spec.json").stat().st_mtime_ns, folder.name.removesuffix(f"-n{N}-r0-seq"), i)
+        for folder in folders
+        for i in range(N)
+    )
+    assert [(name, i) for _, name, i in workers] == [
+        ("cpu-mapped", 0),
+        ("ort-native-mapped", 0),
+        ("cpu-heap", 0),
+        ("ort-native-mapped", 1),
+        ("cpu-mapped", 1),
+        ("cpu-heap", 1),
+    ]
+    for (_, name, i), (spawned, following, j) in zip(workers[:-1], workers[1:], strict=True):
+        done = (timed_run.out / "workers" / f"{name}-n{N}-r0-seq" / f"w{i}.result.json").stat().st_mtime_ns
+        assert spawned >= done, (name, i, following, j)
+    assert not any((folder / "control.spec.json").exists() for folder in folders)  # nothing to split
+    assert json.loads((timed_run.out / "metadata.json").read_text())["run"]["timing_pass"] == "interleaved"
+
+
+def test_timing_ratios_are_paired_by_round(timed_run):
+    """Each repeat's timing ratio is the median over the rounds of the two workers' ratio (the
+    workers of one round ran seconds apart); the spread says so."""
+    from harness.core.rundata import load_run
+    from harness.core.timing import timing_rounds, timing_spread
+
+    run = load_run(timed_run.out)
+    seq = {(r.target, r.mode, r.worker): r.init_s for r in run.results if r.start == SEQUENTIAL}
+    rounds = [seq[("cpu", "mapped", i)] / seq[("ort-native", "mapped", i)] for i in range(N)]
+    assert timing_repeats(run.summary, timing_rounds(run))["peer_init_ratio"] == [
+        pytest.approx(statistics.median(rounds))
+    ]
+    heap = [seq[("cpu", "mapped", i)] / seq[("cpu", "heap", i)] for i in range(N)]
+    assert timing_repeats(run.summary, timing_rounds(run))["init_ratio"] == [pytest.approx(statistics.median(heap))]
+    spread = timing_spread(run.summary, timing_rounds(run))
+    assert spread["peer_init_ratio"]["paired"] and spread["init_ratio"]["paired"]
+    assert not timing_spread(run.summary)["init_ratio"]["paired"]  # an older run: group medians
 
 
 def test_timing_pass_samples_no_memory_and_says_so(timed_run):

@@ -303,3 +303,67 @@ def test_mlock_past_rlimit_memlock_fails_registration_for_real(tmp_path):
     )
     assert out["seen"] == [["fallback", 0]]  # the first region was unlocked before the retry
     assert out["vmlck_after"] == 0 and out["clean"] is True
+
+
+def test_a_loads_requests_are_registered_as_one_batch(weights):
+    """`register_requests` (a load's requests, inside the timed part): every accepted region is
+    registered, in order, as `register` would; a refused or failed one is returned with its
+    index, without a traceback (a kept traceback would pin the region's view and the mapping),
+    and the next request is still made; the counters hold the batch's registrations."""
+    backend = FailingBackend()
+    dma = DmaRegistrations(weights.path, backend)
+    views: list = []
+    requests = [(0, 100), (SIZE - 10, 20), (8192, 4000)]  # the second runs past the end: refused
+    failures = dma.register_requests(requests, weights.request, weights.base_address, views)
+    assert [i for i, _ in failures] == [1] and type(failures[0][1]).__name__ == "RegionError"
+    assert all(err.__traceback__ is None for _, err in failures)
+    assert [len(v) for v in views] == [100, 4000]
+    assert [call[1:] for call in backend.calls] == [(weights.base_address, 100), (weights.base_address + 8192, 4000)]
+    assert dma.live == 2 and (stats().dma_registrations, stats().dma_registered_bytes) == (2, 4100)
+    assert dma.teardown() == [] and stats().dma_registrations == 0
+    views.clear()
+
+
+def test_an_interrupted_batch_still_counts_and_releases_what_it_registered(weights):
+    """An interrupt (Ctrl-C) between two requests: the regions registered before it are in the
+    table and the counters, so the failed attempt's release deregisters every one of them."""
+    calls = []
+
+    def request(offset, size):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(offset)
+        return weights.request(offset, size)
+
+    dma = DmaRegistrations(weights.path, get_backend("bookkeeping"))
+    views: list = []
+    with pytest.raises(KeyboardInterrupt):
+        dma.register_requests([(0, 100), (4096, 100)], request, weights.base_address, views)
+    assert len(views) == 1 and dma.live == 1 and stats().dma_registrations == 1
+    assert dma.release_all() == [] and stats().dma_registrations == 0
+    views.clear()
+
+
+def test_a_failed_registration_leaves_nothing_mapped_after_the_fallback(tmp_path):
+    """The second registration fails (upstream's ``to_fd`` -1, left stale); the direct read
+    follows and, once the context is closed, the failed attempt's mapping is gone at once: no
+    kept failure's frame holds a region view (the garbage collector is off: nothing waits for
+    it)."""
+    import gc
+
+    path = tmp_path / "short.bin"
+    write_file(path, SIZE, seed=44)
+    gc.disable()
+    try:
+        ctx = load_context(
+            path,
+            [(0, 100), (4096, 100), (8192, 100)],
+            lambda w, views: len(views),
+            disable_file_mapped_weights="0",
+            faults=FaultPlan(register_at=2),
+        )
+        assert (ctx.path_taken, ctx.fallback_stage) == ("fallback", "register")
+        ctx.close()
+        assert stats().live_mappings == 0 and stats().deferred_unmaps == 0
+    finally:
+        gc.enable()

@@ -35,6 +35,27 @@ def test_two_spellings_of_one_path_share_one_mapping(tmp_path, monkeypatch):
     assert_clean()
 
 
+def test_a_file_is_keyed_by_what_it_is_not_how_it_is_spelled(tmp_path):
+    """One ``stat`` keys the table (device and inode): a hard link of a mapped file shares its
+    mapping; a file replaced under the same name (a new inode) gets a mapping of its own while
+    the old one's users keep theirs."""
+    path = tmp_path / "w.bin"
+    write_file(path, 5000, seed=1)
+    link = tmp_path / "hard.bin"
+    os.link(path, link)
+    first, second = load_weights(path), load_weights(link)
+    assert stats().live_mappings == 1 and shared_users(str(link)) == 2
+    replaced = tmp_path / "new.bin"
+    write_file(replaced, 5000, seed=2)
+    os.replace(replaced, path)
+    third = load_weights(path)
+    assert stats().live_mappings == 2 and shared_users(str(path)) == 1
+    assert bytes(third.buffer[:16]) != bytes(first.buffer[:16])
+    for w in (first, second, third):
+        w.close()
+    assert_clean()
+
+
 def test_symlink_retargeted_while_mapped(tmp_path):
     """Retargeting a symlink while its file is mapped must not break close(): the load
     releases the mapping it registered, the registry forgets it, and a later load of the

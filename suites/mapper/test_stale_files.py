@@ -1,5 +1,5 @@
 """Files that change on disk: replaced files get a new mapping, same-size rewrites inside one
-mtime tick are caught by the edge hash, verify() detects truncation without touching the
+mtime tick are caught by the file's edges, verify() detects truncation without touching the
 mapped pages, and the SIGBUS that remains on POSIX is confined to the process that touches.
 
 On Windows the mapper closes its handles once the view is mapped (as upstream), so other
@@ -100,7 +100,7 @@ def rewrite_keeping_mtime(path, offset: int, data: bytes) -> None:
 
 def test_same_size_rewrite_within_one_mtime_tick_is_detected(tmp_path):
     """An in-place, same-size rewrite with the old mtime_ns restored (same inode, size and
-    mtime: stat alone cannot tell) is detected by the edge hash: the next load gets a new
+    mtime: stat alone cannot tell) is detected by the file's edges: the next load gets a new
     mapping and verify() names the change. The rewrite is visible through the old mapping
     too (POSIX MAP_SHARED / the page cache; Windows: the file's one section backs every view
     and the write, and no handle of ours keeps the writer out)."""
@@ -110,7 +110,7 @@ def test_same_size_rewrite_within_one_mtime_tick_is_detected(tmp_path):
     new_data = make_bytes(SIZE, seed=4)
     rewrite_keeping_mtime(path, 0, new_data)
 
-    with pytest.raises(StaleFileError, match="edge_hash changed"):
+    with pytest.raises(StaleFileError, match="edges changed"):
         old.verify()
     new = load_weights(path)
     assert stats().live_mappings == 2
@@ -123,7 +123,7 @@ def test_same_size_rewrite_within_one_mtime_tick_is_detected(tmp_path):
 
 
 def test_rewrite_in_the_last_edge_block_of_a_large_file_is_detected(tmp_path):
-    """The edge hash covers the tail: a one-byte change near the end of a file much larger
+    """The edges cover the tail: a one-byte change near the end of a file much larger
     than two edge blocks is seen (on Windows too: the mapper keeps no handle that would keep
     the writer out)."""
     path = tmp_path / "large.bin"
@@ -132,7 +132,7 @@ def test_rewrite_in_the_last_edge_block_of_a_large_file_is_detected(tmp_path):
     old = load_weights(path)
     flipped = bytes([data[size - 3] ^ 0xFF])
     rewrite_keeping_mtime(path, size - 3, flipped)
-    with pytest.raises(StaleFileError, match="edge_hash"):
+    with pytest.raises(StaleFileError, match="edges changed"):
         old.verify()
     with load_weights(path) as new:
         assert stats().live_mappings == 2

@@ -261,7 +261,7 @@ def test_verify_reads_the_identity_through_the_path(fake, mapper, tmp_path):
     with open(path, "r+b") as f:
         f.write(bytes(b ^ 0xFF for b in data[:16]))
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-    with pytest.raises(StaleFileError, match="edge_hash changed"):
+    with pytest.raises(StaleFileError, match="edges changed"):
         mapped.verify()
     assert fake.args("CreateFileW")[-1][2] == win.FILE_SHARE_ALL
     if sys.platform != "win32":  # the fake's own host mmap keeps a Windows host from removing it

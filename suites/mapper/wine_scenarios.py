@@ -65,7 +65,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         "identity_read",
-        "FILE_ID_INFO, size, last write, edge hash: through a fully shared handle",
+        "FILE_ID_INFO, size, last write, edges: through a fully shared handle",
         (("identity", "i", "f"),),
         ("ok",),
     ),

@@ -65,7 +65,7 @@ def test_new_external_weights_beside_the_same_graph_are_a_new_entry(model_cache,
     with open(data, "r+b") as handle:  # same graph, other weights in model.data (same size)
         handle.write(new_weights.tobytes())
     assert model.read_bytes() == graph_bytes and data.stat().st_size == 64 * 64 * 4
-    os.utime(data, ns=(mtime, mtime))  # even with the old mtime: the edge hash sees new bytes
+    os.utime(data, ns=(mtime, mtime))  # even with the old mtime: the edges' hash sees new bytes
     second = _run(model_cache, cache, tmp_path / "b", "--model", str(model))
     assert second.returncode == 0, second.stderr
     entries = sorted(cache.glob("user-model-*"))

@@ -130,3 +130,78 @@ def test_every_timing_figure_carries_its_spread(tmp_path):
     one = judge(load_run(_timed_run(tmp_path, "one", {}, 1)))
     assert headline_document(one)["timing_spread"]["init_ratio"]["interval"] is None
     assert any("1 repeat: no spread" in line for line in spread_lines(one))
+
+
+@pytest.mark.parametrize(
+    ("expr", "values", "status"),
+    [
+        # issue 32: "passes at 1.0 (its interval's upper bound at most 1.05)"
+        ("peer_init_ratio<=1", [0.99, 1.0, 1.01, 1.0, 0.995, 1.005], "pass"),  # about 0.99..1.01
+        ("peer_init_ratio<=1", [1.02, 1.03, 1.04, 1.03, 1.025, 1.035], "pass"),  # above 1, within 5 %
+        ("peer_init_ratio<=1", [0.95, 1.05, 1.15], "inconclusive"),  # straddles 1.05
+        ("peer_init_ratio<=1", [1.06, 1.08, 1.07, 1.09], "fail"),  # all above 1.05
+        ("peer_init_ratio<1", [1.049, 1.049], "pass"),
+        ("init_ratio>=0.5", [0.48, 0.482, 0.484, 0.486, 0.488, 0.49], "pass"),  # within 5 % below 0.5 (0.476)
+        ("init_ratio>=0.5", [0.44, 0.445, 0.45, 0.455, 0.46], "fail"),
+        ("init_ratio==0.25", [0.255, 0.256, 0.257, 0.258], "pass"),  # inside 0.238..0.263
+        ("init_ratio==0.25", [0.27, 0.271, 0.272, 0.273], "fail"),
+        ("init_ratio!=0.25", [0.255, 0.256, 0.257, 0.258], "fail"),
+    ],
+)
+def test_a_timing_threshold_is_read_within_the_minimum_time_effect(expr, values, status):
+    """A timing gate's threshold is read within the 5 % minimum time effect (the one `report
+    --baseline` calls a time change with): pass when the whole interval is within it, fail when
+    the whole interval is beyond it, and the words name the bound it was judged against."""
+    from harness.core.stats import MIN_TIME_EFFECT
+    from harness.core.timing import TIMING_MARGIN
+
+    assert TIMING_MARGIN == MIN_TIME_EFFECT == 0.05
+    gate = parse_gate(expr)
+    got, interval, words = interval_status(gate.check.op, gate.check.threshold, values)
+    assert got == status, words
+    assert "5% timing margin" in words
+
+
+def test_two_equally_quick_loads_can_pass_a_gate_at_1_only_with_the_margin():
+    """Ratios of two equal start-ups lie on both sides of 1.0: without a margin the gate ``<=1``
+    stays inconclusive however tight the interval is; with it, it passes."""
+    rng = random.Random(32)
+    values = [rng.lognormvariate(0, 0.02) for _ in range(8)]
+    assert interval_status("<=", 1.0, values, margin=0.0)[0] == "inconclusive"
+    assert interval_status("<=", 1.0, values)[0] == "pass"
+
+
+def _sequential(rows, drift):
+    """``rows`` as a timing pass's rows, worker i of every group timed in round i under the same
+    drift ``drift[i]`` (a clock that slows down over the pass)."""
+    return [replace(r, start="sequential", init_s=r.init_s * drift[r.worker]) for r in rows]
+
+
+def test_per_repeat_timing_ratios_are_paired_by_round_in_an_interleaved_run():
+    """An interleaved timing pass: each repeat's ratio is the median over its rounds of the ratio
+    of the two workers timed in that round; a run without interleaving keeps the ratio of the
+    groups' medians. Synthetic times: the mapped worker of round i is 0.9 of the peer's, and
+    a preempted peer worker (round 3, x3) moves neither statistic."""
+    from types import SimpleNamespace
+
+    from harness.core.summary import summarize
+    from harness.core.timing import timing_rounds
+
+    drift = {0: 1.0, 1: 1.4, 2: 1.9, 3: 2.5}
+    rows = _sequential(fake_results(processes=(4,), repeats=2), drift)
+    peer = [replace(r, target="ort-native", init_s=r.init_s / 0.9) for r in rows if r.mode == "mapped"]
+    peer = [replace(r, init_s=r.init_s * 3) if r.worker == 3 else r for r in peer]
+    rows += peer
+    summary = summarize([*rows, *fake_results(processes=(4,), repeats=2)])  # and the concurrent pass
+    interleaved = SimpleNamespace(run={"timing_pass": "interleaved"}, results=rows)
+    repeats = timing_repeats(summary, timing_rounds(interleaved))
+    assert repeats["peer_init_ratio"] == [pytest.approx(0.9), pytest.approx(0.9)]
+    by_round = [
+        next(r.init_s for r in rows if (r.repeat, r.worker, r.mode) == (0, i, "mapped") and r.target == "cpu")
+        / next(r.init_s for r in rows if (r.repeat, r.worker, r.mode) == (0, i, "heap"))
+        for i in range(4)
+    ]
+    assert repeats["init_ratio"][0] == pytest.approx(sorted(by_round)[1] / 2 + sorted(by_round)[2] / 2)
+    grouped = SimpleNamespace(run={"timing_pass": "grouped"}, results=rows)
+    assert timing_rounds(grouped) is None
+    assert timing_repeats(summary, timing_rounds(grouped)) == timing_repeats(summary)
