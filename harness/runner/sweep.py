@@ -311,6 +311,19 @@ def claim_folder(opts: RunOptions, progress) -> RunFolder:
     return folder
 
 
+def _run_step(opts: RunOptions, prepared: dict[str, Prepared], step: list[GroupSpec], progress) -> list[GroupResult]:
+    """One step's groups run, each group's rows told its page cache and failed when its weights
+    changed meanwhile (sealed before the eviction, which reads a few blocks)."""
+    sealed = [seals(prepared[group.target].warm_files) for group in step]
+    caches = [page_cache_before(opts, prepared[group.target], progress) for group in step]
+    results: list[GroupResult] = run_step(step, progress.step_event)
+    for seal, cache, result in zip(sealed, caches, results, strict=True):
+        fail_if_weights_changed(result, seal)
+        for row in result.rows:
+            row.page_cache, row.weights_resident_bytes = cache.state, cache.resident_bytes
+    return results
+
+
 def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFolder, progress) -> RunOutcome:
     from harness.contract.spawn import harness_identity
     from harness.runner.metadata import environment
@@ -337,15 +350,9 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
         # a group, or one repeat's interleaved timing pass (a cold group is evicted before it
         # starts: interleaved groups could not all start cold, so a cold run times them one by one)
         for step in plan_steps(groups, interleave=starts_warm(opts)):
-            # each group's weights sealed before its eviction (which reads a few blocks)
-            sealed = [seals(prepared[group.target].warm_files) for group in step]
-            caches = [page_cache_before(opts, prepared[group.target], progress) for group in step]
             progress.step_started(done, len(groups), step)
-            results: list[GroupResult] = run_step(step, progress.step_event)
-            for group, seal, cache, result in zip(step, sealed, caches, results, strict=True):
-                fail_if_weights_changed(result, seal)
-                for row in result.rows:
-                    row.page_cache, row.weights_resident_bytes = cache.state, cache.resident_bytes
+            results = _run_step(opts, prepared, step, progress)
+            for group, result in zip(step, results, strict=True):
                 rows.extend(result.rows)
                 system[group_key(group)] = (result.system_delta_bytes, result.system_noise_bytes, result.system_peak)
             progress.step_finished(done, len(groups), step, results)

@@ -121,12 +121,21 @@ def test_a_cgroup_left_by_a_killed_run_is_removed_at_the_next_start(limited_run)
     assert expected in (folder / "stderr.txt").read_text()
 
 
+def _cmdline(proc: psutil.Process) -> str:
+    """A child's command line, or "" for one that exited meanwhile (a short-lived child, such
+    as the page-cache eviction's, can be a zombie for an instant: its command line is gone)."""
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return ""
+
+
 def _members_and_reaper(hierarchy: _cgroup.Hierarchy, harness: psutil.Process) -> tuple[list[int], int]:
     """Once a probe's workers are in their cgroup: their pids and the reaper's."""
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         members = [pid for path in _theirs(hierarchy, harness.pid) for pid in _cgroup._pids(path)]
-        reapers = [p.pid for p in harness.children() if "harness.runner._reaper" in " ".join(p.cmdline())]
+        reapers = [p.pid for p in harness.children() if "harness.runner._reaper" in _cmdline(p)]
         if members and reapers:
             return members, reapers[0]
         time.sleep(0.05)

@@ -72,7 +72,11 @@ sys.stdin.readline()
 
 
 def _settings(runs: int) -> WorkerSettings:
-    return WorkerSettings(SessionSettings().to_dict(), runs=runs)
+    """One intra-op thread for both: with ORT's default (a pool thread per core) whether the pool
+    thread ever ran a MatMul piece, and so touched its own malloc arena and MLAS packing buffer
+    (~1-1.6 MiB), depends on the scheduler. A CI run under load measured the bare worker 1.6 MiB
+    below its usual USS and the real worker 1.07 MiB above it: the pool, not the observer."""
+    return WorkerSettings(SessionSettings(intra_op_threads=1).to_dict(), runs=runs)
 
 
 def test_a_worker_at_the_barrier_holds_what_a_bare_worker_holds(tmp_path):
