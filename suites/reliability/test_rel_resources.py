@@ -18,8 +18,8 @@ import subprocess
 import psutil
 import pytest
 from rel_support import (
-    HUNG_WORKER_TIMEOUT_S,
     assert_no_survivors,
+    end_hung_worker,
     first_group_waiting,
     one_line_error,
     run_args,
@@ -42,19 +42,14 @@ def _efbig_instead_of_sigxfsz() -> None:
 
 
 def _while_the_first_group_waits(out, model_cache, squeeze, n: int = 2) -> tuple[subprocess.Popen, str, str]:
-    """Start a run whose first group waits for a hung worker 0 (HUNG_WORKER_TIMEOUT_S); once the other workers
-    are ready, apply ``squeeze(harness)``; return what the run did afterwards."""
-    waiting = first_group_waiting(
-        out,
-        model_cache,
-        processes=n,
-        worker_timeout=HUNG_WORKER_TIMEOUT_S,
-        modes="mapped,heap",
-        preexec=_efbig_instead_of_sigxfsz,
-    )
+    """Start a run whose first group waits for a hung worker 0; once the other workers are
+    ready, apply ``squeeze(harness)``, then end worker 0 (the group ends at that event, never at
+    a timeout); return what the run did afterwards."""
+    waiting = first_group_waiting(out, model_cache, processes=n, modes="mapped,heap", preexec=_efbig_instead_of_sigxfsz)
     with waiting as proc:
         squeeze(psutil.Process(proc.pid))
-        stdout, stderr = proc.communicate(timeout=60)
+        end_hung_worker(out, f"cpu-mapped-n{n}-r0", proc=proc)
+        stdout, stderr = proc.communicate(timeout=120)
     return proc, stdout, stderr
 
 
