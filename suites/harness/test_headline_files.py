@@ -8,7 +8,6 @@ import json
 import pytest
 
 
-
 def test_run_writes_headline_json_even_without_report(run_harness):
     outcome = run_harness(
         "run", "--model-size", "16MiB", "--processes", "1,2", "--quiet", "--no-report", "--label", "device=ci"

@@ -8,7 +8,6 @@ import re
 import time
 from dataclasses import replace
 
-import pytest
 from harness_support import group_spec
 
 from harness.runner.group import GroupResult

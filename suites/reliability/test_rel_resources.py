@@ -11,7 +11,9 @@ metadata.json that says what happened. Before: tracebacks, and metadata.json sai
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 
@@ -24,6 +26,7 @@ from rel_support import (
     one_line_error,
     run_args,
     run_quick,
+    wait_for,
 )
 
 # rlimits and SIGXFSZ are POSIX: on Windows the module collects and skips (issue 33).
@@ -85,7 +88,11 @@ def test_no_file_descriptors_to_start_a_worker_fails_the_run_with_a_status(model
     def take_the_descriptors(harness: psutil.Process) -> None:
         # exactly what it holds now (2 per live worker): the first group's control worker
         # (started once the workers wait) cannot start, which costs only its figure; the next
-        # group's first worker cannot open its pipes either, which fails the run
+        # group's first worker cannot open its pipes either, which fails the run. "Now" is once
+        # the peak watch has let go of ready worker 1 (it reads each starting worker's statm
+        # until that worker is done): on a busy machine its descriptor was still open, counted,
+        # and freed later, which left room for the control worker (a flaky test)
+        wait_for(lambda: _statm_readers(harness.pid) == 1, 60, "the peak watch to read only the hung worker 0")
         soft = harness.num_fds()
         harness.rlimit(psutil.RLIMIT_NOFILE, (soft, harness.rlimit(psutil.RLIMIT_NOFILE)[1]))
 
@@ -104,6 +111,15 @@ def test_no_file_descriptors_to_start_a_worker_fails_the_run_with_a_status(model
     assert [r.split(",")[1] for r in rows] == ["mapped", "mapped"], "the first group's rows are kept"
     assert "the control worker could not start (out of file descriptors" in (out / "results.csv").read_text()
     assert_no_survivors(out)
+
+
+def _statm_readers(pid: int) -> int:
+    """Descriptors the harness ``pid`` holds on a worker's /proc/PID/statm (its peak watch)."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").endswith("/statm")
+    return count
 
 
 def _limit(kind: int, soft: int):

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 from harness.core.rundata import load_run
 from harness.core.schema import ResultRow
 from harness.core.tables import read_frame, read_long
