@@ -204,10 +204,13 @@ def direct_attempt(load: Load, path_taken: str, fallback_stage: str, failed: lis
         sweep_failed(load, failed)
         raise ContextLoadError(load.path, tuple(load.errors), fallback_stage) from err
     load.release_late()  # "after": the fallback context exists now
-    load.release_held()  # and so the failed attempt's mapping goes (upstream: with the session)
     if load.read_copy == "transient":  # upstream's local buffer: freed once the context exists
         views = drop_views(views)
         weights.close()
+    # only then the failed attempt's mapping (upstream: with the session, long after the local
+    # copy): the start-up peak, the copies at their most, is always beside the mapping (released
+    # first, a sample between the two saw the peak's private figure without the mapping)
+    load.release_held()
     return LoadedContext(
         path=load.path,
         value=value,

@@ -36,7 +36,8 @@ What follows upstream by default, and what is an explicit opt-in of ours:
   start-up peak of a fallback is upstream's, the mapping and the copy at once. Deliberately,
   it is released once the fallback context exists (or the fallback fails) rather than with
   the session, so a fallback's steady figures are the fallback's own (unless release callbacks
-  planned for teardown still pin it).
+  planned for teardown still pin it); a transient read copy is freed before it, as upstream's
+  local is freed long before its cached view, so the peak is always beside the mapping.
 
 Every error is kept in full, in order, in ``errors`` and in the ContextLoadError raised when
 the direct read fails too: a failed fallback never hides why mapping failed.

@@ -7,8 +7,6 @@ import json
 
 import pytest
 
-pytestmark = pytest.mark.memory
-
 
 def test_run_writes_headline_json_even_without_report(run_harness):
     outcome = run_harness(
@@ -24,6 +22,7 @@ def test_run_writes_headline_json_even_without_report(run_harness):
     assert head["sentence"] in outcome.stdout  # the terminal says the same sentence
 
 
+@pytest.mark.memory  # its start-up limits compare timed loads against the floor
 def test_bench_writes_report_headline_and_bench_json(run_harness, tmp_path):
     out = tmp_path / "bench"
     outcome = run_harness("bench", "--model-size", "16MiB", "--processes", "2", "--repeat", "1", "--quiet", out=out)

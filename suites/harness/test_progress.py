@@ -8,7 +8,6 @@ import re
 import time
 from dataclasses import replace
 
-import pytest
 from harness_support import group_spec
 
 from harness.runner.group import GroupResult
@@ -142,7 +141,6 @@ def test_quiet_prints_nothing():
     assert progress.console.file.getvalue() == ""
 
 
-@pytest.mark.memory
 def test_a_real_run_reports_build_bytes_and_worker_states(run_harness, tmp_path):
     outcome = run_harness(
         "run", "--model-size", "24MiB", "--processes", "2", env={"HARNESS_CACHE_DIR": str(tmp_path / "fresh-cache")}

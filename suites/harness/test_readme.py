@@ -76,7 +76,7 @@ def test_the_readme_has_python_blocks():
     assert len(PYTHON_BLOCKS) >= 3
 
 
-@pytest.mark.memory  # one block runs a real (small) harness run
+# not `memory`: one block runs a real (small) harness run, but no block asserts a figure
 @pytest.mark.parametrize("index", range(len(PYTHON_BLOCKS)))
 def test_python_block_runs_as_written(index, tmp_path, model_cache):
     """Each block in a fresh interpreter, in an empty folder, with nothing prepared."""

@@ -73,7 +73,6 @@ def test_harness_identity_is_pid_and_creation_time():
     assert pid == os.getpid() and created == psutil.Process().create_time()
 
 
-@pytest.mark.memory
 def test_the_sampled_pid_is_the_workers_own(run_harness):
     """Every row's pid is the pid the worker reported for itself from inside (os.getpid()),
     and each is a distinct process that is not the harness."""

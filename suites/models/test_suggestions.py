@@ -13,6 +13,9 @@ import generated
 import pytest
 from models_support import ONE, assert_all_ok, assert_usage_error
 
+#: A suggestion "runs" when its run is correct: one mode is enough (the inputs are the same).
+RUNS = (*ONE, "--modes", "mapped")
+
 
 def _suggested_free_dims(line: str) -> list[str]:
     args = re.search(r"name the dimensions once with --free-dim \(([^)]*)\)", line)
@@ -26,7 +29,7 @@ def test_a_conv_model_is_told_sizes_its_convolutions_take(run_harness, tmp_path)
     assert "12: the smallest size its convolutions' kernels and strides take" in line and "placeholder" not in line
     free = _suggested_free_dims(line)
     assert free == ["--free-dim", "N=1", "--free-dim", "M1=12", "--free-dim", "M2=12"]
-    assert_all_ok(run_harness("run", "--model", str(path), *free, *ONE))  # the suggestion runs
+    assert_all_ok(run_harness("run", "--model", str(path), *free, *RUNS))  # the suggestion runs
 
 
 def test_a_size_too_small_for_the_convolutions_says_which_works(run_harness, tmp_path):
@@ -54,14 +57,14 @@ def test_ppocr_is_told_a_size_its_feature_pyramid_takes(run_harness):
         pytest.skip("rapidocr-onnxruntime is not installed")
     line = assert_usage_error(run_harness("run", "--model", str(path), *ONE), "--shape x=1x3x32x32")
     assert "32: the smallest size" in line
-    assert_all_ok(run_harness("run", "--model", str(path), "--shape", "x=1x3x32x32", *ONE))
+    assert_all_ok(run_harness("run", "--model", str(path), "--shape", "x=1x3x32x32", *RUNS))
 
 
 def test_an_index_input_past_its_table_is_named_with_the_value_that_runs(run_harness, tmp_path):
     path = generated.graph_batch_model(tmp_path / "gnn.onnx")
     line = assert_usage_error(run_harness("run", "--model", str(path), *ONE), "indices element out of data bounds")
     assert "input(s) batch index a table" in line and "--input batch=0 runs the model" in line
-    assert_all_ok(run_harness("run", "--model", str(path), "--input", "batch=0", *ONE))
+    assert_all_ok(run_harness("run", "--model", str(path), "--input", "batch=0", *RUNS))
 
 
 @pytest.mark.qnn
@@ -70,4 +73,4 @@ def test_the_suggested_sizes_compile_and_run_on_qnn(run_harness, tmp_path):
     """The case of the issue: P-Net on --target qnn, told M1=1, could not run."""
     path = generated.pnet_model(tmp_path / "pnet.onnx")
     line = assert_usage_error(run_harness("run", "--target", "qnn", "--model", str(path), *ONE), "--free-dim M1=12")
-    assert_all_ok(run_harness("run", "--target", "qnn", "--model", str(path), *_suggested_free_dims(line), *ONE))
+    assert_all_ok(run_harness("run", "--target", "qnn", "--model", str(path), *_suggested_free_dims(line), *RUNS))

@@ -178,16 +178,20 @@ def typed_models(tmp_path_factory) -> dict[str, Path]:
     return {name: build(folder / f"{name}.onnx") for name, (build, _, _) in TYPED_MODELS.items()}
 
 
-@pytest.mark.parametrize("target", ["cpu", "ort-native"])
 @pytest.mark.parametrize("name", list(TYPED_MODELS))
-def test_typed_weights_measure_with_correct_outputs(typed_models, run_harness, model_cache, target, name):
-    """Both modes, every worker's first inference matches ORT's own output of the original
-    model, and the weights file holds the tensor in its own type and packed size."""
+def test_typed_weights_measure_with_correct_outputs(typed_models, run_harness, model_cache, name):
+    """cpu in both modes and ort-native (the peer, mapped) in one run: every worker's first
+    inference matches ORT's own output of the original model, and the weights file holds the
+    tensor in its own type and packed size."""
     from harness.prep.folder import PreparedModel
 
-    outcome = run_harness("run", "--target", target, "--model", str(typed_models[name]), *ONE)
-    rows = assert_all_ok(outcome, workers=2)
-    assert sorted(r.path_taken for r in rows) == ["heap", "mapped"]
+    outcome = run_harness("run", "--model", str(typed_models[name]), "--peer", "ort-native", *ONE)
+    rows = assert_all_ok(outcome, workers=3)
+    assert sorted((r.target, r.mode, r.path_taken) for r in rows) == [
+        ("cpu", "heap", "heap"),
+        ("cpu", "mapped", "mapped"),
+        ("ort-native", "mapped", "mapped"),
+    ]
     folder = next(p for p in model_cache.glob(f"user-{name}-*") if (p / "manifest.json").is_file())
     model = PreparedModel.load(folder)
     _, dtype, names = TYPED_MODELS[name]

@@ -52,7 +52,6 @@ def test_options_and_markers_are_declared(project):
         assert marker in markers
 
 
-@pytest.mark.memory
 def test_fixtures_work_in_a_foreign_project(project):
     project.makepyfile(
         test_foreign=f"""
@@ -87,7 +86,6 @@ def test_fixtures_work_in_a_foreign_project(project):
     assert "mapper_impl leaked" in result.stdout.str()
 
 
-@pytest.mark.memory
 def test_report_dir_keeps_every_run_and_shows_each_outcome(project, tmp_path):
     """Under xdist: two tests produce runs (one then fails), one fails without a run; the
     controller renders one report with every outcome and no pass badge."""
@@ -130,7 +128,6 @@ def test_report_dir_keeps_every_run_and_shows_each_outcome(project, tmp_path):
     assert meta["run"]["run_id"] == runs[1]
 
 
-@pytest.mark.memory
 def test_the_nightly_command_renders_a_qnn_report(project, tmp_path):
     """``pytest -m "qnn or device" --fmw-target qnn --fmw-report-dir DIR``: the qnn run is kept and
     rendered; on Linux its feature state (unavailable) is shown beside a badge that is not green."""

@@ -140,7 +140,6 @@ def test_a_real_run(run_harness):
 """
 
 
-@pytest.mark.memory
 @pytest.mark.parametrize(
     "python, xdist",
     [(["-m"], ["-p", "no:xdist"]), (["-m"], ["-n", "2"]), (["-P", "-m"], ["-p", "no:xdist"])],

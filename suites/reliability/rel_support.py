@@ -156,10 +156,28 @@ def start_hung_run(
     return start_harness(args, model_cache, preexec=preexec)
 
 
-#: How long a test's hung worker 0 is waited for. The other workers must be ready (and the test
-#: act on the waiting run) before it expires; on a loaded 2-core machine starting four workers
-#: took over 5 s, so 5 s made the harness move on before the test could act (a flaky test).
-HUNG_WORKER_TIMEOUT_S = 15
+#: The --worker-timeout of a run whose hung worker 0 the test ends itself (`end_hung_worker`):
+#: never reached by a run that works, so the run moves on at the test's event, not at a time
+#: (a timeout of 5 or 15 s raced the other workers' start-up on a loaded 2-core machine: the
+#: harness moved on before the test could act, a flaky test).
+HUNG_WORKER_TIMEOUT_S = 300
+
+
+def end_hung_worker(out: Path, group: str, timeout: float = 60, proc: subprocess.Popen | None = None) -> None:
+    """Kill worker 0 of ``group`` (hung by `hung_worker_0`) once it exists: its group then ends
+    at this event, with that worker's row saying "killed by SIGKILL", instead of waiting for
+    --worker-timeout."""
+    spec = os.path.join(group, "w0.spec.json")
+    found: list[psutil.Process] = []
+
+    def started() -> bool:
+        found[:] = [p for p in worker_processes(out) if any(a.endswith(spec) for a in p.info["cmdline"] or [])]
+        return bool(found)
+
+    wait_for(started, timeout, f"worker 0 of {group} to start", proc)
+    for hung in found:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            hung.kill()
 
 
 @contextlib.contextmanager
@@ -168,7 +186,7 @@ def first_group_waiting(
     model_cache: Path,
     *,
     processes: int = 2,
-    worker_timeout: str | int = 300,
+    worker_timeout: str | int = HUNG_WORKER_TIMEOUT_S,
     modes: str | None = None,
     cache: Path | None = None,
     preexec: Callable[[], None] | None = None,

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -41,6 +42,23 @@ def _external_model(folder: Path, seed: int) -> Path:
 
 def _run(model_cache, cache: Path, out: Path, *model: str):
     return run_quick(run_args(model=model or SMALL, modes="mapped", cache=cache, out=out), model_cache)
+
+
+@pytest.fixture(scope="module")
+def built_cache(tmp_path_factory, model_cache) -> Path:
+    """A cache with the small model built into it by a real run, once for the module: each test
+    corrupts a copy (`_copy_of_built`; entries are checked by content, so a copy is as good)."""
+    cache = tmp_path_factory.mktemp("built") / "cache"
+    first = _run(model_cache, cache, cache.parent / "run")
+    assert first.returncode == 0, first.stdout + first.stderr
+    return cache
+
+
+def _copy_of_built(built_cache: Path, cache: Path) -> Path:
+    """The built cache copied to ``cache``; returns its one entry."""
+    shutil.copytree(built_cache, cache, symlinks=True)
+    (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    return entry
 
 
 def _rows_ok(out: Path) -> bool:
@@ -130,10 +148,9 @@ def _corrupt(entry: Path, how: str) -> None:
         "record-missing",
     ],
 )
-def test_a_corrupt_entry_is_detected_and_rebuilt(model_cache, tmp_path, how):
+def test_a_corrupt_entry_is_detected_and_rebuilt(model_cache, built_cache, tmp_path, how):
     cache = tmp_path / "cache"
-    assert _run(model_cache, cache, tmp_path / "a").returncode == 0
-    (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    entry = _copy_of_built(built_cache, cache)
     _corrupt(entry, how)
     second = _run(model_cache, cache, tmp_path / "b")
     assert second.returncode == 0, second.stdout + second.stderr
@@ -142,10 +159,9 @@ def test_a_corrupt_entry_is_detected_and_rebuilt(model_cache, tmp_path, how):
     assert [p.name for p in cache.iterdir()] == [entry.name]
 
 
-def test_a_corrupt_entry_that_cannot_be_rebuilt_is_one_line_naming_it(model_cache, tmp_path):
+def test_a_corrupt_entry_that_cannot_be_rebuilt_is_one_line_naming_it(model_cache, built_cache, tmp_path):
     cache = tmp_path / "cache"
-    assert _run(model_cache, cache, tmp_path / "a").returncode == 0
-    (entry,) = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    entry = _copy_of_built(built_cache, cache)
     _corrupt(entry, "model-onnx-garbage")
     with unwritable(cache):
         proc = _run(model_cache, cache, tmp_path / "b")

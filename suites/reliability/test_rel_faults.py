@@ -21,7 +21,7 @@ import re
 import pytest
 from rel_support import SMALL, assert_no_survivors, run_args
 
-pytestmark = pytest.mark.memory
+# Not `memory` (but the silent copy's): these tests judge paths, stages, counts and exit codes.
 
 WORKERS = 2
 
@@ -156,6 +156,7 @@ def test_late_release_callbacks_are_survived_and_counted(run_harness, when):
     assert "verdict: PASS" in outcome.stdout and "Release callbacks arrived late" in outcome.stdout
 
 
+@pytest.mark.memory  # judged on the workers' private memory against the control's
 def test_a_silent_copy_is_caught_by_memory(run_harness):
     """`--fault silent-copy` (onnxruntime-qnn #677; issue 30's "done when"): the mapped sessions
     read the weights into private memory and nothing says so; the pipeline reports mapped, yet

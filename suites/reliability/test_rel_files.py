@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from rel_support import (
-    HUNG_WORKER_TIMEOUT_S,
     assert_no_survivors,
+    end_hung_worker,
     first_group_waiting,
     matmul_model,
     run_args,
@@ -58,18 +58,18 @@ def test_weights_truncated_during_a_run_fail_cleanly(model_cache, tmp_path):
     """The weights file is cut in half after the first group's workers loaded it: the next
     group's workers fail with a clear error (no SIGBUS, no hang), the run completes."""
     out, cache = tmp_path / "run", tmp_path / "cache"  # a private cache: this test damages it
-    # worker 0 hangs until the timeout, so worker 1 of the first (mapped) group is ready
+    # worker 0 hangs until the test kills it, so worker 1 of the first (mapped) group is ready
     # and waiting: that is the moment between "prepared" and the next group's load.
-    with first_group_waiting(
-        out, model_cache, worker_timeout=HUNG_WORKER_TIMEOUT_S, modes="mapped,heap", cache=cache
-    ) as proc:
+    with first_group_waiting(out, model_cache, modes="mapped,heap", cache=cache) as proc:
         (weights,) = cache.glob("matmul-chain-*/weights.bin")
         os.truncate(weights, weights.stat().st_size // 2)
-        stdout, stderr = proc.communicate(timeout=60)
+        for group in ("cpu-mapped-n2-r0", "cpu-heap-n2-r0"):  # each group ends at this event
+            end_hung_worker(out, group, proc=proc)
+        stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 1, stdout + stderr
     assert "Traceback" not in stderr
     rows = {(r.mode, r.worker): r for r in read_rows(out / "results.csv", ResultRow)}
-    assert "timed out" in rows["mapped", 0].error and "timed out" in rows["heap", 0].error
+    assert "killed by SIGKILL" in rows["mapped", 0].error and "killed by SIGKILL" in rows["heap", 0].error
     # its first inference was right, but the weights it mapped were cut while its group ran:
     # the group's seal fails it (issue 28)
     assert rows["mapped", 1].output_ok

@@ -90,7 +90,6 @@ def test_non_ascii_digits_are_refused(tmp_path, model_cache, options):
     assert not cache.exists() and not out.exists()
 
 
-@pytest.mark.memory
 def test_a_session_config_key_nothing_reads_is_recorded_as_unverified(tmp_path, model_cache):
     typo, known = "session.disable_prepackng", "session.intra_op.allow_spinning"
     out = tmp_path / "run"

@@ -18,18 +18,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rel_support import (
-    HUNG_WORKER_TIMEOUT_S,
+    end_hung_worker,
     first_group_waiting,
     matmul_model,
     one_line_error,
     run_args,
     run_quick,
-    worker_processes,
 )
 
 from harness.cache import ENTRY_RECORD, record_entry
 
-pytestmark = pytest.mark.memory
+# Not `memory`: these tests judge verdicts and error texts, never a memory figure.
 
 
 @pytest.mark.parametrize("value", [np.nan, np.inf])
@@ -81,19 +80,15 @@ def test_weights_overwritten_during_a_group_fail_it(tmp_path, model_cache):
     """Worker 0 hangs (held until --worker-timeout) while worker 1 is ready: the test overwrites
     64 bytes of the weights in place, puts the file's mtime back, and lets the group end."""
     cache, out = tmp_path / "cache", tmp_path / "run"
-    with first_group_waiting(
-        out, model_cache, processes=2, worker_timeout=HUNG_WORKER_TIMEOUT_S, modes="mapped", cache=cache
-    ) as proc:
+    with first_group_waiting(out, model_cache, processes=2, modes="mapped", cache=cache) as proc:
         (weights,) = cache.glob("*/weights.bin")
         st = weights.stat()
         with open(weights, "r+b") as handle:
             handle.seek(st.st_size // 2 + 1000)
             handle.write(np.full(16, 7.0, np.float32).tobytes())
         os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
-        for hung in worker_processes(out):  # end the group now instead of at the timeout
-            if "w0.spec.json" in " ".join(hung.info["cmdline"] or []):
-                hung.kill()
-        stdout, stderr = proc.communicate(timeout=HUNG_WORKER_TIMEOUT_S + 120)
+        end_hung_worker(out, "cpu-mapped-n2-r0", proc=proc)  # the group ends now, at this event
+        stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 1, stdout + stderr
     from harness.core.schema import ResultRow
     from harness.core.tables import read_rows

@@ -21,7 +21,7 @@ from rel_support import copy_run, one_line_error, run_args, run_quick, shared_ru
 
 from harness.core.errors import InputError
 
-pytestmark = pytest.mark.memory
+# Not `memory`: these tests judge refusals and files left unchanged, never a memory figure.
 
 VICTIM_TEXT = "the victim's own line\n"
 

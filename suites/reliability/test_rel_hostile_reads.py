@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from rel_support import copy_run, harness_env, one_line_error, run_args, run_quick, shared_run, tree_state
 
-pytestmark = pytest.mark.memory
+# Not `memory`: these tests read forged copies of a real run, never a memory figure.
 
 #: A value the test puts in the harness's environment: no message may print it.
 SECRET = "s3cr3t-token-4f9c"

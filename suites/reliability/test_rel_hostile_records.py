@@ -25,7 +25,7 @@ from rel_support import run_args, run_quick
 
 from harness.cache import ENTRY_RECORD, record_entry
 
-pytestmark = pytest.mark.memory
+# Not `memory`: these tests judge corrupt cache entries, never a memory figure.
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from harness.core.schema import ResultRow, SummaryRow
 from harness.core.summary import group_key, summarize
 from harness.core.tables import read_frame, read_long, read_rows, write_long, write_rows
 
-pytestmark = pytest.mark.memory
+# Not `memory`: these tests judge refusals of forged folders and bad input, never a memory figure.
 
 
 # ----------------------------------------------------------------------------- helpers

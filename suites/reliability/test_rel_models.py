@@ -134,7 +134,6 @@ def _silero_model() -> Path | None:
     return None
 
 
-@pytest.mark.memory
 def test_real_packaged_model_runs_with_shapes(run_harness):
     """A real model (silero VAD: LSTM + convolutions, dynamic batch and sequence) through the
     harness with its shapes fixed: both modes ok in two workers each."""

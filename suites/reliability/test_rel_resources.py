@@ -11,19 +11,22 @@ metadata.json that says what happened. Before: tracebacks, and metadata.json sai
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 
 import psutil
 import pytest
 from rel_support import (
-    HUNG_WORKER_TIMEOUT_S,
     assert_no_survivors,
+    end_hung_worker,
     first_group_waiting,
     one_line_error,
     run_args,
     run_quick,
+    wait_for,
 )
 
 # rlimits and SIGXFSZ are POSIX: on Windows the module collects and skips (issue 33).
@@ -42,19 +45,14 @@ def _efbig_instead_of_sigxfsz() -> None:
 
 
 def _while_the_first_group_waits(out, model_cache, squeeze, n: int = 2) -> tuple[subprocess.Popen, str, str]:
-    """Start a run whose first group waits for a hung worker 0 (HUNG_WORKER_TIMEOUT_S); once the other workers
-    are ready, apply ``squeeze(harness)``; return what the run did afterwards."""
-    waiting = first_group_waiting(
-        out,
-        model_cache,
-        processes=n,
-        worker_timeout=HUNG_WORKER_TIMEOUT_S,
-        modes="mapped,heap",
-        preexec=_efbig_instead_of_sigxfsz,
-    )
+    """Start a run whose first group waits for a hung worker 0; once the other workers are
+    ready, apply ``squeeze(harness)``, then end worker 0 (the group ends at that event, never at
+    a timeout); return what the run did afterwards."""
+    waiting = first_group_waiting(out, model_cache, processes=n, modes="mapped,heap", preexec=_efbig_instead_of_sigxfsz)
     with waiting as proc:
         squeeze(psutil.Process(proc.pid))
-        stdout, stderr = proc.communicate(timeout=60)
+        end_hung_worker(out, f"cpu-mapped-n{n}-r0", proc=proc)
+        stdout, stderr = proc.communicate(timeout=120)
     return proc, stdout, stderr
 
 
@@ -90,7 +88,13 @@ def test_no_file_descriptors_to_start_a_worker_fails_the_run_with_a_status(model
     def take_the_descriptors(harness: psutil.Process) -> None:
         # exactly what it holds now (2 per live worker): the first group's control worker
         # (started once the workers wait) cannot start, which costs only its figure; the next
-        # group's first worker cannot open its pipes either, which fails the run
+        # group's first worker cannot open its pipes either, which fails the run. "Now" is once
+        # the peak watch has let go of ready worker 1 (it reads each starting worker's statm
+        # until that worker is done): on a busy machine its descriptor was still open, counted,
+        # and freed later, which left room for the control worker. Still open (issue 34): a
+        # count is not a limit when the harness's descriptors have holes below it (the kernel
+        # hands out the lowest free number); in a full run the control still started once
+        wait_for(lambda: _statm_readers(harness.pid) == 1, 60, "the peak watch to read only the hung worker 0")
         soft = harness.num_fds()
         harness.rlimit(psutil.RLIMIT_NOFILE, (soft, harness.rlimit(psutil.RLIMIT_NOFILE)[1]))
 
@@ -109,6 +113,15 @@ def test_no_file_descriptors_to_start_a_worker_fails_the_run_with_a_status(model
     assert [r.split(",")[1] for r in rows] == ["mapped", "mapped"], "the first group's rows are kept"
     assert "the control worker could not start (out of file descriptors" in (out / "results.csv").read_text()
     assert_no_survivors(out)
+
+
+def _statm_readers(pid: int) -> int:
+    """Descriptors the harness ``pid`` holds on a worker's /proc/PID/statm (its peak watch)."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").endswith("/statm")
+    return count
 
 
 def _limit(kind: int, soft: int):

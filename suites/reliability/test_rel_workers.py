@@ -17,7 +17,6 @@ WORKERS = 3
 HANG_TIMEOUT_S = 15  # well above a healthy worker's start-up under the test suite's own load
 
 
-@pytest.mark.memory
 @pytest.mark.parametrize(
     ("fault", "exit_code", "error_text"),
     [

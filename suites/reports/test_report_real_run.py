@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 from harness.core.rundata import load_run
 from harness.core.schema import ResultRow
 from harness.core.tables import read_frame, read_long
 from reports import render_runs
 
 
-@pytest.mark.memory
-@pytest.mark.xdist_group("serial")
 def test_real_run_report(run_harness, tmp_path):
     out = tmp_path / "run"
     outcome = run_harness("run", "--model-size", "16MiB", "--processes", "1,2", "--quiet", out=out)
