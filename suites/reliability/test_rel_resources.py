@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 
 import psutil
 import pytest
@@ -86,16 +87,17 @@ def test_no_file_descriptors_to_start_a_worker_fails_the_run_with_a_status(model
     out = tmp_path / "run"
 
     def take_the_descriptors(harness: psutil.Process) -> None:
-        # exactly what it holds now (2 per live worker): the first group's control worker
+        # room for one more descriptor at a time: the first group's control worker
         # (started once the workers wait) cannot start, which costs only its figure; the next
         # group's first worker cannot open its pipes either, which fails the run. "Now" is once
         # the peak watch has let go of ready worker 1 (it reads each starting worker's statm
         # until that worker is done): on a busy machine its descriptor was still open, counted,
-        # and freed later, which left room for the control worker. Still open (issue 34): a
-        # count is not a limit when the harness's descriptors have holes below it (the kernel
-        # hands out the lowest free number); in a full run the control still started once
+        # and freed later, which left room for the control worker. The limit is one above the
+        # lowest free number, not the count: with holes below the count, a limit at the count
+        # let a pipe through (the kernel hands out the lowest free numbers), and the control
+        # worker once started in a full run
         wait_for(lambda: _statm_readers(harness.pid) == 1, 60, "the peak watch to read only the hung worker 0")
-        soft = harness.num_fds()
+        soft = _lowest_free_fd(harness.pid) + 1
         harness.rlimit(psutil.RLIMIT_NOFILE, (soft, harness.rlimit(psutil.RLIMIT_NOFILE)[1]))
 
     proc, stdout, stderr = _while_the_first_group_waits(out, model_cache, take_the_descriptors)
@@ -113,6 +115,18 @@ def test_no_file_descriptors_to_start_a_worker_fails_the_run_with_a_status(model
     assert [r.split(",")[1] for r in rows] == ["mapped", "mapped"], "the first group's rows are kept"
     assert "the control worker could not start (out of file descriptors" in (out / "results.csv").read_text()
     assert_no_survivors(out)
+
+
+def _lowest_free_fd(pid: int) -> int:
+    """The number the kernel hands ``pid``'s next open: with the soft limit one above it, exactly
+    one more descriptor can be open at a time (every other free number is at or past the limit,
+    holes included), so a read of one file still works and a pipe (two at once) cannot open."""
+    lowest = []
+    for _ in range(5):  # the least of a few reads: one may catch a file the harness has open briefly
+        used = {int(fd) for fd in os.listdir(f"/proc/{pid}/fd")}
+        lowest.append(next(n for n in range(len(used) + 1) if n not in used))
+        time.sleep(0.01)
+    return min(lowest)
 
 
 def _statm_readers(pid: int) -> int:
