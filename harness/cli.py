@@ -110,6 +110,7 @@ def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
         model_size=ns.model_size,
         processes=ns.processes,
         repeat=ns.repeat,
+        intra_op_threads=ns.intra_op_threads,
         out=ns.out,
         replace=ns.replace,
         cache_dir=ns.cache_dir,
@@ -119,7 +120,7 @@ def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
     try:
         _say_interrupted(outcome)
         judgement = report_run(outcome.out, history=None, render=bool(outcome.rows), outcomes=False, kind="bench")
-        for line in limits_lines(limits(judgement.run.summary)):
+        for line in limits_lines(limits(judgement.run.summary), opts.intra_op_threads):
             print(line)
         path = write_bench_json(outcome.out, judgement)
     finally:

@@ -157,6 +157,12 @@ BENCH_VARIANTS = {
         "of their ratios (inconclusive unless all of it is on one side of the threshold): single ms-scale "
         "init times on a 2-core machine are noisy",
     ),
+    "intra_op_threads": Variant(
+        default="1",
+        help="intra-op threads of every session; 1 here, where run leaves ORT's choice: a session that "
+        "starts a second pool thread waited a scheduler tick for it at random, 4 ms on a 250 Hz kernel, "
+        "as long as the whole mapped start-up, in both targets alike (docs/models-and-cache.md)",
+    ),
 }
 
 
@@ -171,7 +177,7 @@ def _add_bench_parser(sub: Any) -> None:
     )
     add_run_options(
         bench,
-        ["model_size", "processes", "repeat", "out", "replace", "cache_dir"],
+        ["model_size", "processes", "repeat", "intra_op_threads", "out", "replace", "cache_dir"],
         kind="bench",
         variants=BENCH_VARIANTS,
     )

@@ -119,7 +119,7 @@ def test_help_documents_every_option_with_its_default(run_harness, command):
             "--map-failures",
             "--share-ep-contexts",
         ],
-        "bench": ["--model-size", "--processes", "--repeat", "--out", "--cache-dir"],
+        "bench": ["--model-size", "--processes", "--repeat", "--intra-op-threads", "--out", "--cache-dir"],
         "report": ["--out", "--baseline", "--history", "--project-to", "--gates-file"],
         "cache": ["--cache-dir"],
         "doctor": ["--target", "--json", "--timeout"],
