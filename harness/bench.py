@@ -5,9 +5,9 @@ the same N and model size, repeated (8 times by default: memory criteria use the
 criteria the 95 % interval over the repeats, because one ms-scale init time on a 2-core machine
 is noise). Every group runs twice: together (memory sampled with all N alive) and as a timing
 pass, its workers one at a time (`harness.runner.timingpass`), whose times the timing criteria
-judge: 4 workers on 2 cores still give an uncontended init time. Its sessions run one intra-op
-thread unless told otherwise: the pool's second thread cost a scheduler tick at random in
-session creation, as long as the whole mapped start-up (docs/models-and-cache.md). Beside the verdict the bench
+judge: 4 workers on 2 cores still give an uncontended init time. `--intra-op-threads 1` takes out
+a scheduler tick that session creation waited at random for the pool's second thread
+(docs/models-and-cache.md). Beside the verdict the bench
 prints its start-up against the limits: the floor (map the file, touch nothing), the peer (ORT
 mapping its own external data), mapped and heap (`limits`). The criteria the project promises
 are gate expressions in ``bench.gates``, judged like any run's gates, so the terminal,
@@ -43,7 +43,7 @@ def bench_options(
     cache_dir: Path | None,
     command: str,
     replace: bool = False,
-    intra_op_threads: int | None = 1,
+    intra_op_threads: int | None = None,
 ) -> RunOptions:
     """The benchmark's run: ``processes`` is parsed as ``run``'s ``--processes`` (one declaration),
     and the benchmark measures one N of at least 2."""

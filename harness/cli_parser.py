@@ -158,10 +158,9 @@ BENCH_VARIANTS = {
         "init times on a 2-core machine are noisy",
     ),
     "intra_op_threads": Variant(
-        default="1",
-        help="intra-op threads of every session; 1 here, where run leaves ORT's choice: a session that "
-        "starts a second pool thread waited a scheduler tick for it at random, 4 ms on a 250 Hz kernel, "
-        "as long as the whole mapped start-up, in both targets alike (docs/models-and-cache.md)",
+        help="intra-op threads of every session (default: ORT's choice). 1 takes out a scheduler tick "
+        "that session creation waited at random for the pool's second thread, 4 ms on a 250 Hz kernel, "
+        "in both targets alike (docs/models-and-cache.md)",
     ),
 }
 
