@@ -47,7 +47,7 @@ def test_orts_transpose_optimizer_defeats_a_naive_handover(tmp_path, width, symp
         assert not np.allclose(got, want, rtol=1e-3, atol=1e-3)
 
 
-@pytest.mark.parametrize("width", [5, 256])
+@pytest.mark.parametrize("width", [pytest.param(5, marks=pytest.mark.slow), 256])
 def test_the_harness_hands_over_the_optimized_weights(tmp_path, run_harness, model_cache, width):
     """Both modes correct on cpu, and on ort-native (the peer, mapped, in the same run); the
     constants are in the mapped file in the layout ORT computes with (transposed to [1,C,1,1];

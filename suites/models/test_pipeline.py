@@ -17,7 +17,7 @@ def two_models(tmp_path_factory):
     return [generated.int8_qdq_model(folder / "first.onnx"), generated.fp16_model(folder / "second.onnx")]
 
 
-@pytest.mark.parametrize("target", ["cpu", "ort-native"])
+@pytest.mark.parametrize("target", ["cpu", pytest.param("ort-native", marks=pytest.mark.slow)])
 def test_two_models_load_together_in_one_worker(run_harness, two_models, target):
     outcome = run_harness(
         "run",

@@ -12,7 +12,8 @@ import generated
 import pytest
 from models_support import ONE, assert_all_ok, assert_usage_error
 
-pytestmark = [pytest.mark.qnn, pytest.mark.usefixtures("needs_qnn")]
+#: One xdist worker runs this module: its compiled models are made once (docs/testing.md).
+pytestmark = [pytest.mark.qnn, pytest.mark.usefixtures("needs_qnn"), pytest.mark.xdist_group("qnn_models")]
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,7 @@ def compiled(tmp_path_factory):
     return copies
 
 
-@pytest.mark.parametrize("embed_mode", [0, 1])
+@pytest.mark.parametrize("embed_mode", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_a_copied_epcontext_model_runs_as_it_is(run_harness, compiled, embed_mode):
     onnx_path, bins = compiled[embed_mode]
     outcome = run_harness("run", "--target", "qnn", "--model", str(onnx_path), *ONE)

@@ -39,6 +39,9 @@ class RealModel:
     #: What the qnn run adds: float models need a SoC on the simulated HTP, or --quantize qdq.
     qnn_args: tuple[str, ...] = ("--provider-option", "soc_model=60")
     slow_qnn: bool = False  # the qnn compile takes 10 s or more on the simulator: behind -m slow
+    #: The cpu run (with ort-native as its peer) in the default run; the others' are behind -m slow:
+    #: breadth, each code path they take has a quicker test (docs/testing.md).
+    cpu_by_default: bool = False
 
 
 MODELS = (
@@ -50,6 +53,7 @@ MODELS = (
         ("--shape", "x=1x3x64x64"),
         "ok",
         "PP-OCRv4 text detector: all 342 weights in Constant nodes, no initializer",
+        cpu_by_default=True,
     ),
     RealModel(
         "silero-vad",
@@ -59,6 +63,7 @@ MODELS = (
         ("--shape", "input=1x576", "--shape", "state=2x1x128", "--input", "sr=16000"),
         "references an ORT in-memory address marker",
         "silero VAD v6 (spox): weights only in Constant nodes inside nested If branches; sr must be 16000",
+        cpu_by_default=True,
     ),
     RealModel(
         "minilm-int8",
@@ -139,11 +144,16 @@ MODELS += (
 TARGETS = ("cpu", "qnn")
 
 
+def _is_slow(model: RealModel, target: str) -> bool:
+    return model.slow_qnn if target == "qnn" else not model.cpu_by_default
+
+
 def _cases() -> list:
-    """(model, target) pairs; a long qnn run (a compile of 10 s or more on the simulator) is
-    marked slow: ppocr-det keeps a real model's compile and run on qnn in the default run."""
+    """(model, target) pairs; a long qnn run (a compile of 10 s or more on the simulator) and
+    the cpu runs of all but two models are marked slow: ppocr-det keeps a real model's compile
+    and run on qnn in the default run, ppocr-det and silero-vad real models on cpu and ort-native."""
     return [
-        pytest.param(m, t, id=f"{m.id}-{t}", marks=[pytest.mark.slow] if t == "qnn" and m.slow_qnn else [])
+        pytest.param(m, t, id=f"{m.id}-{t}", marks=[pytest.mark.slow] if _is_slow(m, t) else [])
         for m in MODELS
         for t in TARGETS
     ]

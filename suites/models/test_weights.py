@@ -178,7 +178,13 @@ def typed_models(tmp_path_factory) -> dict[str, Path]:
     return {name: build(folder / f"{name}.onnx") for name, (build, _, _) in TYPED_MODELS.items()}
 
 
-@pytest.mark.parametrize("name", list(TYPED_MODELS))
+#: fp16 and int4 (sub-byte, packed) in the default run; the other types behind -m slow (breadth).
+TYPED_BY_DEFAULT = ("fp16", "int4")
+
+
+@pytest.mark.parametrize(
+    "name", [n if n in TYPED_BY_DEFAULT else pytest.param(n, marks=pytest.mark.slow) for n in TYPED_MODELS]
+)
 def test_typed_weights_measure_with_correct_outputs(typed_models, run_harness, model_cache, name):
     """cpu in both modes and ort-native (the peer, mapped) in one run: every worker's first
     inference matches ORT's own output of the original model, and the weights file holds the

@@ -14,6 +14,10 @@ from pathlib import Path
 
 import pytest
 
+#: One xdist worker runs this module: its module fixtures (a run, a cache, an install) are made
+#: once, not once on each worker (docs/testing.md).
+pytestmark = pytest.mark.xdist_group("plugin_foreign")
+
 REPO = Path(__file__).resolve().parents[2]
 SMALL_RUN = '"run", "--model-size", "4MiB", "--processes", "1", "--quiet"'
 
@@ -142,7 +146,11 @@ def test_a_real_run(run_harness):
 
 @pytest.mark.parametrize(
     "python, xdist",
-    [(["-m"], ["-p", "no:xdist"]), (["-m"], ["-n", "2"]), (["-P", "-m"], ["-p", "no:xdist"])],
+    [
+        pytest.param(["-m"], ["-p", "no:xdist"], marks=pytest.mark.slow),
+        (["-m"], ["-n", "2"]),
+        pytest.param(["-P", "-m"], ["-p", "no:xdist"], marks=pytest.mark.slow),
+    ],
     ids=["without-xdist", "with-xdist", "console-script"],
 )
 def test_a_project_with_its_own_harness_and_reports(installed, tmp_path, python, xdist):

@@ -33,6 +33,10 @@ from rel_support import (
 
 from harness.cache import ENTRY_RECORD
 
+#: One xdist worker runs this module: its module fixtures (a run, a cache, an install) are made
+#: once, not once on each worker (docs/testing.md).
+pytestmark = pytest.mark.xdist_group("rel_cache")
+
 
 def _external_model(folder: Path, seed: int) -> Path:
     """y = x @ W with W (64x64 fp32, 16 KiB) in model.data beside model.onnx."""
@@ -141,10 +145,10 @@ def _corrupt(entry: Path, how: str) -> None:
     "how",
     [
         "manifest-garbage",
-        "manifest-wrong-shape",
-        "model-onnx-garbage",
+        pytest.param("manifest-wrong-shape", marks=pytest.mark.slow),  # breadth: -m slow
+        pytest.param("model-onnx-garbage", marks=pytest.mark.slow),
         "weights-overwritten-mid-file",
-        "reference-missing",
+        pytest.param("reference-missing", marks=pytest.mark.slow),
         "record-missing",
     ],
 )

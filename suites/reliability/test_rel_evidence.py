@@ -22,6 +22,10 @@ from rel_support import assert_no_survivors, first_group_waiting, metadata, run_
 from harness.core.schema import ResultRow, SummaryRow, columns
 from harness.core.tables import read_rows, write_rows
 
+#: One xdist worker runs this module: its module fixtures (a run, a cache, an install) are made
+#: once, not once on each worker (docs/testing.md).
+pytestmark = pytest.mark.xdist_group("rel_evidence")
+
 # Not `memory`: these tests judge completeness and exit codes, never a memory figure's size.
 
 

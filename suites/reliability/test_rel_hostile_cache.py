@@ -121,7 +121,14 @@ def test_a_same_size_overwrite_with_its_mtime_kept_is_rebuilt(model_cache, tmp_p
     assert _rows_ok(tmp_path / "b"), "workers ran on the overwritten weights"
 
 
-@pytest.mark.parametrize("name", ["../../sentinel/victim", "/dev/zero", "fifo"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../../sentinel/victim",
+        pytest.param("/dev/zero", marks=pytest.mark.slow),
+        pytest.param("fifo", marks=pytest.mark.slow),
+    ],
+)
 def test_a_record_naming_files_outside_the_entry_is_a_corrupt_entry(model_cache, tmp_path, name):
     sentinel = tmp_path / "sentinel"
     sentinel.mkdir()

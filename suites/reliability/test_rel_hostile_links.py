@@ -21,6 +21,10 @@ from rel_support import copy_run, one_line_error, run_args, run_quick, shared_ru
 
 from harness.core.errors import InputError
 
+#: One xdist worker runs this module: its module fixtures (a run, a cache, an install) are made
+#: once, not once on each worker (docs/testing.md).
+pytestmark = pytest.mark.xdist_group("rel_hostile_links")
+
 # Not `memory`: these tests judge refusals and files left unchanged, never a memory figure.
 
 VICTIM_TEXT = "the victim's own line\n"

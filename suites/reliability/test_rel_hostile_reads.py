@@ -20,6 +20,10 @@ from pathlib import Path
 import pytest
 from rel_support import copy_run, harness_env, one_line_error, run_args, run_quick, shared_run, tree_state
 
+#: One xdist worker runs this module: its module fixtures (a run, a cache, an install) are made
+#: once, not once on each worker (docs/testing.md).
+pytestmark = pytest.mark.xdist_group("rel_hostile_reads")
+
 # Not `memory`: these tests read forged copies of a real run, never a memory figure.
 
 #: A value the test puts in the harness's environment: no message may print it.

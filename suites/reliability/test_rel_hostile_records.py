@@ -25,6 +25,10 @@ from rel_support import run_args, run_quick
 
 from harness.cache import ENTRY_RECORD, record_entry
 
+#: One xdist worker runs this module: its module fixtures (a run, a cache, an install) are made
+#: once, not once on each worker (docs/testing.md).
+pytestmark = pytest.mark.xdist_group("rel_hostile_records")
+
 # Not `memory`: these tests judge corrupt cache entries, never a memory figure.
 
 

@@ -28,6 +28,10 @@ from harness.core.schema import ResultRow, SummaryRow
 from harness.core.summary import group_key, summarize
 from harness.core.tables import read_frame, read_long, read_rows, write_long, write_rows
 
+#: One xdist worker runs this module: its module fixtures (a run, a cache, an install) are made
+#: once, not once on each worker (docs/testing.md).
+pytestmark = pytest.mark.xdist_group("rel_hostile_runs")
+
 # Not `memory`: these tests judge refusals of forged folders and bad input, never a memory figure.
 
 

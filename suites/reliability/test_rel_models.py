@@ -99,7 +99,7 @@ def test_bad_model_or_shape_is_one_line_exit_2(run_harness, models, model, args,
     assert_usage_error(outcome, *expected)
 
 
-@pytest.mark.parametrize("model", ["dynamic.onnx", "external.onnx"])
+@pytest.mark.parametrize("model", [pytest.param("dynamic.onnx", marks=pytest.mark.slow), "external.onnx"])
 def test_dynamic_model_with_shape_runs(run_harness, models, model):
     """The tiny dynamic-batch model (embedded or external weights) with --shape: both modes
     run and every worker's first inference matches the reference."""

@@ -19,6 +19,10 @@ from pathlib import Path
 import pytest
 from rel_support import char_device_like_dev_null, one_line_error, run_args, run_quick
 
+#: One xdist worker runs this module: its module fixtures (a run, a cache, an install) are made
+#: once, not once on each worker (docs/testing.md).
+pytestmark = pytest.mark.xdist_group("rel_never_replace")
+
 KINDS = ["dev-null", "fifo", "folder", "dangling-symlink", "symlink-to-dev-null"]
 
 

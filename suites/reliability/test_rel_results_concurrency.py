@@ -27,6 +27,10 @@ from rel_support import metadata, run_args, run_quick, start_harness, start_hung
 
 from conftest import ROOT, harness_env
 
+#: One xdist worker runs this module: its module fixtures (a run, a cache, an install) are made
+#: once, not once on each worker (docs/testing.md).
+pytestmark = pytest.mark.xdist_group("rel_results_concurrency")
+
 APPENDERS = 8
 APPENDS_EACH = 6
 
