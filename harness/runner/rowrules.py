@@ -32,6 +32,14 @@ SLACK_BYTES = 1024**2
 _CLAIMS_MAPPED = ("active", "n/a", "", None)
 
 
+def copy_bound(weights: int) -> float:
+    """The private bytes beyond the control that make a mapped worker ``copied``: half its
+    weights, never less than a worker's own memory noise (`physics.NOISE_BYTES`: the romanizer
+    decoder's mapped worker, 4.1 MiB of weights, measured 1.8 and 3.1 MiB beyond its control in
+    two runs, which half its weights alone called a copy), plus the sampling slack."""
+    return max(SILENT_COPY_SHARE * weights, NOISE_BYTES) + SLACK_BYTES
+
+
 def early_exit(index: int, code: int | None, timed_out: bool, final: WorkerRecord | None) -> str:
     """Why the worker's end is a failure although it may say nothing else ("" when it is not):
     it exited (any code) before the parent's release reached it, i.e. without a final record
@@ -51,7 +59,7 @@ def silent_copy(mode: str, record: WorkerRecord, copied: int | None) -> tuple[st
         return None
     if weights < NOISE_BYTES:  # a copy smaller than a worker's own memory noise: no verdict either way
         return None
-    if copied < SILENT_COPY_SHARE * weights + SLACK_BYTES:  # the slack keeps sampling noise out
+    if copied < copy_bound(weights):
         return None
     said = "its EP log said active" if record.ep_file_mapping == EpState.ACTIVE else "its pipeline reported mapped"
     return EpState.COPIED, (
