@@ -34,9 +34,10 @@ _CLAIMS_MAPPED = ("active", "n/a", "", None)
 
 def copy_bound(weights: int) -> float:
     """The private bytes beyond the control that make a mapped worker ``copied``: half its
-    weights, never less than a worker's own memory noise (`physics.NOISE_BYTES`: the romanizer
-    decoder's mapped worker, 4.1 MiB of weights, measured 1.8 and 3.1 MiB beyond its control in
-    two runs, which half its weights alone called a copy), plus the sampling slack."""
+    weights, never less than a worker's own memory noise (`physics.NOISE_BYTES`): the romanizer
+    decoder's cpu mapped worker, 4.1 MiB of weights, held 3.1 MiB beyond its control in one CI run
+    (ORT's own mapped worker of it, in the same run, 1.8 MiB), which half its weights alone called
+    a copy; plus the sampling slack."""
     return max(SILENT_COPY_SHARE * weights, NOISE_BYTES) + SLACK_BYTES
 
 
