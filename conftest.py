@@ -45,6 +45,13 @@ def pytest_configure(config: pytest.Config) -> None:
             compileall.compile_dir(ROOT / package, quiet=2)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_runner(harness_runner):
+    """The session's runner exists before any test, so the helpers that run ``python -m
+    harness`` themselves (`harness.pytest_runner.session_runner`) share its fork server."""
+    return harness_runner
+
+
 def one_line_error(proc: subprocess.CompletedProcess | HarnessOutcome, exit_code: int, *expected: str) -> str:
     """Exit ``exit_code`` with exactly one stderr line holding every ``expected`` text, and no
     traceback anywhere. Returns the line."""

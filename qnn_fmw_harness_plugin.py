@@ -20,7 +20,8 @@ way. Without a shadow nothing is swapped: the process shares one copy of the pac
 
 Options (group "qnn-fmw-harness"): ``--fmw-target``, ``--fmw-processes``, ``--fmw-model-size``
 (default 128MiB, the size the saving gates need; a smaller one is named in the header with the
-gates it skips), ``--fmw-model``, ``--fmw-report-dir DIR``. None is spelled here: the first four
+gates it skips), ``--fmw-model``, ``--fmw-report-dir DIR``, ``--fmw-fork-server`` (run_harness's runs forked from one
+pre-imported interpreter: `harness.forkserver`). None is spelled here: the first four
 are run options, declared once on `harness.contract.options.RunOptions` and parsed with its types
 when the session starts (see `harness.pytest_plugin`).
 
@@ -354,10 +355,12 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def harness_runner(pytestconfig: pytest.Config, model_cache: Path) -> Any:
+def harness_runner(pytestconfig: pytest.Config, model_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The session's runner: ``harness_runner.run(*args, owner=request.node.nodeid,
     scratch=tmp_dir)``; for fixtures wider than one test (owner = the module's node id)."""
-    return PACKAGE.call("HarnessRunner", pytestconfig, model_cache)
+    runner = PACKAGE.call("HarnessRunner", pytestconfig, model_cache, lambda: tmp_path_factory.mktemp("fork"))
+    yield runner
+    runner.close()
 
 
 @pytest.fixture

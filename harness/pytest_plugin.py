@@ -25,12 +25,7 @@ session in the same DIR are never mixed in; ``DIR/runs/`` is emptied when a sess
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,7 +36,16 @@ from typing import Any
 import pytest
 
 from harness.contract.options import Variant
-from harness.pytest_recorder import SessionRecorder, shown_id
+from harness.pytest_recorder import SessionRecorder
+from harness.pytest_runner import (  # noqa: F401 - the plugin's fixtures and the suites use them from here
+    FORK_SERVER,
+    RECORDER_KEY,
+    HarnessOutcome,
+    HarnessRunner,
+    harness_env,
+    session_runner,
+    shared_model_cache,
+)
 
 #: An install made before the entry point moved to `qnn_fmw_harness_plugin` still names this
 #: module as the plugin: pytest then loads the real one from here.
@@ -61,8 +65,6 @@ RUN_OPTIONS = {
 }
 #: The plugin's own option (no run option): where the session's runs and report go.
 REPORT_DIR = "--fmw-report-dir"
-#: Where the session recorder lives between the hooks (pytest's per-config stash).
-RECORDER_KEY = pytest.StashKey[SessionRecorder]()
 #: The parsed options, once per session.
 OPTIONS_KEY = pytest.StashKey["HarnessOptions"]()
 
@@ -104,7 +106,14 @@ def option_arguments() -> list[tuple[str, dict[str, Any]]]:
         "help": "keep every run folder of the session in DIR/runs and render DIR/report.html over them, "
         "with each test's outcome",
     }
-    return [*options, (REPORT_DIR, report_dir)]
+    fork_server = {
+        "dest": "fmw_fork_server",
+        "action": "store_true",
+        "help": "start each `python -m harness` of run_harness by forking one pre-imported interpreter per "
+        "pytest process (Linux; each run is still a process of its own, with its own arguments, folder, "
+        "environment, output and exit code): for suites of many short runs",
+    }
+    return [*options, (REPORT_DIR, report_dir), (FORK_SERVER, fork_server)]
 
 
 @dataclass
@@ -256,145 +265,6 @@ def device_skip_reason() -> str | None:
     from harness.targets.qnn.device import device_skip_reason as probe
 
     return probe()  # "not a QNN device: <what the EP reported>"
-
-
-# ----------------------------------------------------------------------------- running the harness
-
-
-@dataclass
-class HarnessOutcome:
-    """What one ``python -m harness`` call did: exit code, output, and its run folder."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-    out: Path
-    kept: Path | None = None  # the copy under --fmw-report-dir, when the run was kept there
-
-    def results(self) -> list:
-        from harness.core.schema import ResultRow
-        from harness.core.tables import read_rows
-
-        return read_rows(self.out / "results.csv", ResultRow)
-
-    def summary(self) -> list:
-        from harness.core.schema import SummaryRow
-        from harness.core.tables import read_rows
-
-        return read_rows(self.out / "summary.csv", SummaryRow)
-
-    def headline(self) -> dict:
-        from harness.core.headline import HEADLINE_JSON, read_headline
-
-        return read_headline(self.out / HEADLINE_JSON)
-
-
-def package_root() -> Path:
-    """The folder holding this ``harness`` package (site-packages, or the checkout)."""
-    return Path(__file__).resolve().parent.parent
-
-
-def harness_env(model_cache: Path | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a harness subprocess: this one, with the session's model cache, this
-    package first on PYTHONPATH (a ``harness`` or ``reports`` of the user's project on it must
-    not shadow ours in the child), and ``extra`` variables over all of them."""
-    env = dict(os.environ)
-    if model_cache is not None:
-        env["HARNESS_CACHE_DIR"] = str(model_cache)
-    paths = [str(package_root()), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    env.update(extra or {})
-    return env
-
-
-def safe_name(nodeid: str) -> str:
-    """A folder name for a test id: ``suites/x.py::test_a[1-2]`` -> ``x-test_a-1-2``."""
-    tail = shown_id(nodeid).split("/")[-1].replace(".py::", "-").replace("::", "-").removesuffix(".py")
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", tail).strip("-.")[:120] or "run"
-
-
-class HarnessRunner:
-    """Runs ``python -m harness`` in a subprocess, as a user would, with the session's model
-    cache; with --fmw-report-dir, keeps each run folder it produced there and records which test
-    produced it."""
-
-    def __init__(self, config: pytest.Config, model_cache: Path) -> None:
-        self.config = config
-        self.model_cache = model_cache
-        self._used: Counter[str] = Counter()
-
-    @property
-    def recorder(self) -> SessionRecorder | None:
-        return self.config.stash.get(RECORDER_KEY, None)
-
-    def default_out(self, owner: str, scratch: Path) -> Path:
-        """A fresh run folder for ``owner``: under DIR/runs with --fmw-report-dir (reserved with
-        an exclusive mkdir, so two xdist workers never share one), else in ``scratch``."""
-        recorder = self.recorder
-        if recorder is not None:
-            return recorder.reserve(safe_name(owner))
-        self._used[owner] += 1
-        suffix = "" if self._used[owner] == 1 else f"-{self._used[owner]}"
-        return scratch / f"run{suffix}"
-
-    def run(
-        self,
-        *args: str,
-        owner: str,
-        scratch: Path,
-        out: Path | None = None,
-        timeout: float = 600,
-        check_exit: int | None = None,
-        env: dict[str, str] | None = None,
-    ) -> HarnessOutcome:
-        reserved = out is None and self.recorder is not None
-        out = Path(out) if out is not None else self.default_out(owner, scratch)
-        argv = [sys.executable, "-m", "harness", *args]
-        if args and args[0] in ("run", "bench") and "--out" not in args and "--help" not in args:
-            argv += ["--out", str(out)]
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=scratch,
-            env=harness_env(self.model_cache, env),
-            stdin=subprocess.DEVNULL,
-        )
-        outcome = HarnessOutcome(proc.returncode, proc.stdout, proc.stderr, out)
-        problem = sentence_problem(out)  # every run of every suite: one definition of every factor
-        assert not problem, f"{out}: {problem}"
-        if self.recorder is not None:
-            outcome.kept = self.recorder.keep(owner, out, self.default_out)
-            if outcome.kept is None and reserved and out.is_dir() and not any(out.iterdir()):
-                out.rmdir()  # nothing was measured (a usage error, --help): leave no empty folder
-        if check_exit is not None:
-            assert proc.returncode == check_exit, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-        return outcome
-
-
-def sentence_problem(out: Path) -> str:
-    """Why the headline sentence a run wrote into ``out`` contradicts itself ("" when it does
-    not, or when the run wrote none)."""
-    from harness.core.headline import HEADLINE_JSON, factor_problem, read_headline
-
-    if not (out / HEADLINE_JSON).is_file():
-        return ""
-    try:
-        return factor_problem(str(read_headline(out / HEADLINE_JSON).get("sentence") or ""))
-    except (OSError, ValueError):
-        return ""  # not a headline of this version: the tests that wrote it check it
-
-
-def shared_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache folder for every xdist worker of the session (the base temp's parent is common
-    to them), so generated models are built once; the cache publishes entries atomically, so
-    racing builds are safe."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    path = shared / "model-cache"
-    path.mkdir(exist_ok=True)
-    return path
 
 
 # ----------------------------------------------------------------------------- mapper fixtures

@@ -61,6 +61,12 @@ class ContainerUnavailable(HarnessError):
     The command line says it as a usage error of --memory-limit (exit 2)."""
 
 
+class ForkServerUnavailable(HarnessError, RuntimeError):
+    """The test suites' fork server cannot be used here (platform, socket path, a failed
+    start; `harness.forkserver`): the message says why; the caller decides whether to start
+    its runs the ordinary way."""
+
+
 class CorruptEntry(HarnessError):
     """A cache entry exists but fails its own consistency check."""
 
