@@ -82,6 +82,32 @@ def safe_name(nodeid: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", tail).strip("-.")[:120] or "run"
 
 
+def run_python(
+    args: Sequence[str], *, cwd: Path, env: dict[str, str], timeout: float, preexec: Callable[[], None] | None = None
+) -> subprocess.CompletedProcess:
+    """`HarnessRunner.python` of this process's session runner, or a plain subprocess before
+    there is one: for helpers that run ``python -m harness`` themselves."""
+    runner = session_runner()
+    if runner is not None:
+        return runner.python(args, cwd=cwd, env=env, timeout=timeout, preexec=preexec)
+    return _subprocess_python(args, cwd=cwd, env=env, timeout=timeout, preexec=preexec)
+
+
+def _subprocess_python(
+    args: Sequence[str], *, cwd: Path, env: dict[str, str], timeout: float, preexec: Callable[[], None] | None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=preexec,
+    )
+
+
 def session_runner() -> HarnessRunner | None:
     """This process's session runner (the ``harness_runner`` fixture's), for helpers that run
     ``python -m harness`` themselves and want its fork server; None before the fixture exists."""
@@ -141,16 +167,7 @@ class HarnessRunner:
         server = self._fork_server() if preexec is None else None
         if server is not None and server.serves(env):
             return server.run(args, cwd=cwd, env=env, timeout=timeout)
-        return subprocess.run(
-            [sys.executable, *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=preexec,
-        )
+        return _subprocess_python(args, cwd=cwd, env=env, timeout=timeout, preexec=preexec)
 
     @property
     def recorder(self) -> SessionRecorder | None:

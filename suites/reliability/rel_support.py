@@ -23,7 +23,7 @@ import psutil
 
 # one_line_error is shared with the other suites: the suites import it from here
 from conftest import ROOT, HarnessOutcome, harness_env, one_line_error
-from harness.pytest_plugin import session_runner
+from harness.pytest_runner import run_python
 
 #: Fastest model that still exercises mapping, sharing and the reference check.
 SMALL = ("--model-size", "8MiB")
@@ -275,21 +275,8 @@ def run_quick(
 ) -> subprocess.CompletedProcess:
     """``python -m harness <args>`` to completion (no --out added), optionally with limits
     set in the child before it starts (``preexec``); through the session's fork server when
-    there is one (`harness.pytest_runner.HarnessRunner.python`)."""
-    argv, env = ["-m", "harness", *args], harness_env(model_cache)
-    runner = session_runner()
-    if runner is None:
-        return subprocess.run(
-            [sys.executable, *argv],
-            capture_output=True,
-            text=True,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            timeout=timeout,
-            preexec_fn=preexec,
-        )
-    return runner.python(argv, cwd=cwd, env=env, timeout=timeout, preexec=preexec)
+    there is one (`harness.pytest_runner.run_python`)."""
+    return run_python(["-m", "harness", *args], cwd=cwd, env=harness_env(model_cache), timeout=timeout, preexec=preexec)
 
 
 def matmul_model(path: Path, weight, *, batch: int | str = 1, data_file: str | None = None) -> Path:
