@@ -56,14 +56,25 @@ def worker_interpreter(
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
+#: Thread counts for numpy's BLAS in every child, unless the user set one (then it is theirs).
+#: No child does BLAS work (ORT has its own thread pools), but OpenBLAS starts one thread per
+#: core when numpy is imported and they spin for ~0.1 s: on a 2-core machine that is 0.1 s of
+#: CPU per worker (0.30 -> 0.18 CPU-s to import numpy and onnxruntime), competing with the
+#: sessions the workers time, and threads in every worker's figures that ORT never uses.
+CHILD_BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1"}
+
+
 def python_child(module: str, *args: str) -> tuple[list[str], dict[str, str]]:
     """(command, environment) to run ``python -m module args`` as a child of the harness: the
     real interpreter (`worker_interpreter`), and this harness's own package first on
     PYTHONPATH, so the child imports the very code that started it whatever folder it runs in
-    (workers, the QNN compiler child and the device probe all run in folders of their own)."""
+    (workers, the QNN compiler child and the device probe all run in folders of their own);
+    numpy's BLAS on one thread (`CHILD_BLAS_THREADS`)."""
     interpreter, env = worker_interpreter()
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p)
+    for name, value in CHILD_BLAS_THREADS.items():
+        env.setdefault(name, value)
     return [interpreter, "-m", module, *args], env
 
 

@@ -9,8 +9,8 @@ import math
 import re
 
 from harness.core.errors import InputError
-from harness.core.schema import MODES
 from harness.core.units import ascii_float, ascii_int
+from harness.core.vocab import MODES
 
 #: Hidden test hooks of the reliability suites (--inject-worker-fault I=ACTION): make worker I
 #: fail, drop its weight pages before it is sampled, or stop at a moment of its start-up.

@@ -16,7 +16,6 @@ percentiles needs the samples, which stay in the workers).
 from __future__ import annotations
 
 import math
-import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -90,6 +89,8 @@ def percentile(ordered: Sequence[float], q: float) -> float:
 def stats(samples: Sequence[float], wall_s: float | None = None) -> LatencyStats:
     """The figures of ``samples``; inferences/s is the count over ``wall_s`` (the wall time of
     the timed phase: with C threads it is C times what one thread's latency gives)."""
+    import statistics  # not at import: the worker imports this module before its timed runs
+
     ordered = sorted(samples)
     p = {q: percentile(ordered, q) for q in (50, 90, 95, 99)}
     return LatencyStats(
@@ -152,6 +153,8 @@ def record_stats(record: Any, found: LatencyStats) -> None:
 
 
 def _median(values: Iterable[float | None]) -> float | None:
+    import statistics
+
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
 

@@ -11,16 +11,18 @@ import functools
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .vocab import (  # noqa: F401  (EP_STATES, MAPPED_STATES: their long-standing home)
+from .vocab import (  # noqa: F401  (EP_STATES, MAPPED_STATES, MODES, disable_flag: their long-standing home)
     DISABLE_FLAGS,
     EP_STATES,
     MAPPED_STATES,
+    MODES,
     EpState,
     Mode,
     PageCache,
     PathTaken,
     PeakPhase,
     Start,
+    disable_flag,
 )
 
 #: The format version of the run folders this harness writes (metadata.json's
@@ -30,14 +32,6 @@ from .vocab import (  # noqa: F401  (EP_STATES, MAPPED_STATES: their long-standi
 FORMAT_VERSION = 3
 #: The oldest format version this harness reads (and migrates when it loads a run folder).
 OLDEST_FORMAT_VERSION = 1
-
-#: The modes, mapped first (the order tables and charts show them in).
-MODES: tuple[Mode, ...] = tuple(Mode)
-
-
-def disable_flag(mode: str) -> str:
-    """``disable_file_mapped_weights`` for a mode: "0" (mapped) or "1" (heap); KeyError otherwise."""
-    return DISABLE_FLAGS[mode]
 
 
 def col(dtype: str, unit: str, doc: str, default: Any = None, *, since: int = 1) -> Any:

@@ -17,6 +17,7 @@ from .composition import composition
 from .passes import SEQUENTIAL, is_time_column, memory_view, start_of, timing_view
 from .physics import bounded, heap_overhead, weight_copies
 from .schema import ResultRow, SummaryRow
+from .slack import short_of
 from .vocab import EpState, Mode, PathTaken
 
 #: Headline metric -> SummaryRow column whose mapped/heap ratio it is.
@@ -75,18 +76,6 @@ def row_sampled(row: ResultRow) -> bool:
         and (row.uss_bytes is not None or row.private_bytes is not None)
         and memory_physical(row)
     )
-
-
-#: Figures of one sample are read a few milliseconds apart and rounded to pages: a check
-#: allows this much (plus `SLACK_SHARE` of the figure it needs) before it calls a sample
-#: implausible (the runner's checks at the barrier and the report's alike).
-SLACK_BYTES = 1024**2
-SLACK_SHARE = 0.02
-
-
-def short_of(have: int, need: int) -> bool:
-    """``have`` is below ``need`` by more than the sampling slack."""
-    return have + SLACK_BYTES + SLACK_SHARE * need < need
 
 
 def memory_physical(row: ResultRow) -> bool:

@@ -43,6 +43,13 @@ class Mode(StrEnum):
 
 #: The provider option ``disable_file_mapped_weights`` each mode passes: "1" turns mapping off.
 DISABLE_FLAGS: dict[Mode, str] = {Mode.MAPPED: "0", Mode.HEAP: "1"}
+#: The modes, mapped first (the order tables and charts show them in).
+MODES: tuple[Mode, ...] = tuple(Mode)
+
+
+def disable_flag(mode: str) -> str:
+    """``disable_file_mapped_weights`` for a mode: "0" (mapped) or "1" (heap); KeyError otherwise."""
+    return DISABLE_FLAGS[mode]
 
 
 class PathTaken(StrEnum):

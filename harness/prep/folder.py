@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from harness.cache import cached_build
 from harness.core.errors import CorruptEntry, InputError
 from harness.core.files import write_json_atomic
 
@@ -231,6 +230,7 @@ def cached_model(folder: Path, build, *, outside: tuple[str, ...] = ()) -> Prepa
     """The prepared model cached in ``folder``, built by ``build(scratch) -> PreparedModel``
     on a miss (see `harness.cache`). ``outside``: the ONNX file outside the entry its manifest
     may name (the user's own model, measured where it is); any other is a corrupt entry."""
+    from harness.cache import cached_build  # the parent's: a worker only loads its prepared models
 
     def build_into(scratch: Path) -> None:
         model = build(scratch)

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 
 # the sampling slack of every check: one rule for the runner at the barrier and the report
-from harness.core.summary import short_of as _short
+from harness.core.slack import short_of as _short
 
 
 @dataclass

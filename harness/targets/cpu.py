@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from harness.contract import phases
-from harness.contract.options import RunOptions
 from harness.core.argtypes import int_at_least, positive_int
-from harness.core.schema import disable_flag
-from harness.core.vocab import Mode, PathTaken
+from harness.core.vocab import Mode, PathTaken, disable_flag
 from harness.prep.folder import PreparedModel
-from harness.prep.models import prepare_cpu_models
 from harness.prep.sessions import SessionSettings, cpu_session_options
 from harness.prep.tensors import ortvalues_over
 
@@ -38,6 +36,9 @@ from .cpu_faults import (
     pipeline_options,
     silent_copy,
 )
+
+if TYPE_CHECKING:
+    from harness.contract.options import RunOptions
 
 __all__ = ["TARGET", "CpuTarget", "fault_plan"]
 
@@ -200,6 +201,8 @@ class CpuTarget(Target):
     )
 
     def prepare(self, opts, progress) -> Prepared:
+        from harness.prep.models import prepare_cpu_models  # the parent's: workers never prepare
+
         return prepared_cpu_models(prepare_cpu_models(opts, progress, target=self.name), opts)
 
     def mapped_may_copy(self, opts) -> bool:

@@ -12,7 +12,6 @@ import time
 
 from harness.core.vocab import Mode, PathTaken
 from harness.prep.folder import PreparedModel
-from harness.prep.models import prepare_cpu_models
 from harness.prep.sessions import cpu_session_options
 
 from .base import LiveSessions, Prepared, Target
@@ -24,6 +23,8 @@ class OrtNativeTarget(Target):
     has_control = True
 
     def prepare(self, opts, progress) -> Prepared:
+        from harness.prep.models import prepare_cpu_models
+
         from .cpu import prepared_cpu_models
 
         return prepared_cpu_models(prepare_cpu_models(opts, progress, target=self.name), opts)

@@ -17,7 +17,13 @@ import sys
 
 import pytest
 
-from harness.contract.spawn import harness_identity, measured_process_env, worker_interpreter, worker_pid_in_tree
+from harness.contract.spawn import (
+    harness_identity,
+    measured_process_env,
+    python_child,
+    worker_interpreter,
+    worker_pid_in_tree,
+)
 
 
 def test_windows_venv_starts_the_base_interpreter_with_the_launcher_variable():
@@ -120,6 +126,31 @@ def test_measured_processes_return_a_freed_copy_to_the_kernel():
     assert kept_by_glibc > 3 * 1024**2, kept_by_glibc
     assert measured_process_env({"MALLOC_MMAP_THRESHOLD_": "65536"})["MALLOC_MMAP_THRESHOLD_"] == "65536"
     assert measured_process_env({}, platform="win32") == {}
+
+
+_THREADS_AFTER_NUMPY = "import os, numpy; print(len(os.listdir('/proc/self/task')))"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="threads counted in /proc: Linux only")
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="numpy's BLAS starts no pool thread on one core")
+def test_children_import_numpy_without_a_blas_thread_pool():
+    """Every child's environment (`python_child`) keeps numpy's BLAS on one thread: importing
+    numpy starts no pool thread there, where the same import with the caller's environment
+    does (the negative control); a value the user set is kept."""
+    base = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+
+    def threads(env: dict[str, str]) -> int:
+        out = subprocess.run([sys.executable, "-c", _THREADS_AFTER_NUMPY], env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+        _, child_env = python_child("harness.runner.worker")
+        assert threads(child_env) == 1
+        patch.setenv("OPENBLAS_NUM_THREADS", "2")
+        assert python_child("harness.runner.worker")[1]["OPENBLAS_NUM_THREADS"] == "2"
+    assert threads(base) > 1
 
 
 @pytest.mark.skipif(sys.platform != "win32", reason="job objects: Windows (and the Wine lane)")

@@ -53,9 +53,9 @@ KNOWN_WINE_DEVIATIONS = {
 
 
 @pytest.fixture(scope="session")
-def jobmem(mingw, tmp_path_factory):
+def jobmem(mingw, request):
     """``run(*args)``: the compiled probe under Wine, its JSON lines."""
-    return _wine_fixtures._probe(mingw, tmp_path_factory, SOURCE)[0]
+    return _wine_fixtures._probe(mingw, request, SOURCE)[0]
 
 
 def test_structures_have_the_layout_windows_headers_give(jobmem):

@@ -94,7 +94,7 @@ def test_a_timeout_kills_the_run_as_subprocess_run_does(server, tmp_path):
         " time.sleep(600)"
     )
     with pytest.raises(subprocess.TimeoutExpired) as raised:
-        _run(server, ["-c", code], tmp_path, timeout=10)
+        _run(server, ["-c", code], tmp_path, timeout=3)
     # the output so far comes with the error; the run is gone (a run too slow to start on a
     # very busy machine has no pid file yet: then only the error is asserted)
     if pid_file.exists():
