@@ -154,6 +154,7 @@ def write_bench_json(out: Path, judgement) -> Path:
                     "value": g.value,
                     "interval": list(g.interval) if g.interval else None,
                     "repeats": g.repeats,
+                    "repeats_to_decide": g.repeats_to_decide,
                     "reason": g.reason,
                 }
                 for g in judgement.gates

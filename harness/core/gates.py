@@ -25,7 +25,7 @@ from pathlib import Path
 from harness.core.errors import InputError
 from harness.core.schema import MODES, SummaryRow
 from harness.core.summary import OTHER_METRICS, PAIR_METRICS, RATIO_COLUMNS, headline, headline_with_reasons
-from harness.core.timing import interval_status, is_timing
+from harness.core.timing import interval_status, is_timing, projected_repeats
 from harness.core.units import parse_size
 from harness.core.vocab import PASSED_GATE_STATUSES, UNDECIDED_GATE_STATUSES, GateStatus
 
@@ -80,6 +80,9 @@ class GateResult:
     reason: str
     interval: tuple[float, float] | None = None  # a timing gate's 95 % interval of the ratio
     repeats: int | None = None  # the repeats a timing gate was judged on
+    #: an inconclusive timing gate: about how many repeats would decide it at its spread (a
+    #: projection, `harness.core.timing.projected_repeats`); None otherwise or beyond reach
+    repeats_to_decide: int | None = None
     default: bool = False  # one of the target's default gates (not asked for by the user)
 
     @property
@@ -264,7 +267,10 @@ def _timing_result(gate: Gate, value: float | int, repeats: list[float]) -> Gate
     limit = f"{gate.check.op} {gate.check.text or gate.check.threshold}"
     reason = f"{gate.check.metric} = {_fmt(gate.check.metric, value)} (median), {words}; required {limit}"
     bounds = (interval.low, interval.high) if interval is not None else None
-    return GateResult(gate, status, value, reason, interval=bounds, repeats=len(repeats))
+    projected = (
+        projected_repeats(gate.check.op, gate.check.threshold, repeats) if status == GateStatus.INCONCLUSIVE else None
+    )
+    return GateResult(gate, status, value, reason, interval=bounds, repeats=len(repeats), repeats_to_decide=projected)
 
 
 def contended(gate: Gate, value: float | int | None, values: dict[str, float | int | None]) -> GateResult | None:

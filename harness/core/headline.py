@@ -395,6 +395,7 @@ def headline_document(judgement: Any, *, kind: str = "run") -> dict[str, Any]:
                 "value": g.value,
                 "interval": list(g.interval) if g.interval else None,
                 "repeats": g.repeats,
+                "repeats_to_decide": g.repeats_to_decide,
                 "reason": g.reason,
                 "why": g.gate.why or None,
             }

@@ -155,3 +155,37 @@ def ratio_interval(values: Sequence[float], level: float = INTERVAL_LEVEL) -> In
     centre = statistics.fmean(logs)
     half = t_quantile(0.5 + level / 2.0, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
     return Interval(math.exp(centre - half), math.exp(centre + half), math.exp(centre), len(values), level)
+
+
+#: The most repeats `repeats_to_decide` projects: beyond it a run would last days, and the
+#: honest answer is that the ratio sits at its threshold.
+MAX_PROJECTED_REPEATS = 10_000
+
+
+def repeats_to_decide(values: Sequence[float], bound: float, level: float = INTERVAL_LEVEL) -> int | None:
+    """How many repeats the `ratio_interval` of ``values`` would need to lie wholly on one side
+    of ``bound``, if its centre and its spread (the standard deviation of the log values) held:
+    the least n with t(n-1) x sd / sqrt(n) below the centre's distance from the bound, on the
+    log scale. A projection, never a measurement: a reader of an undecided interval learns what
+    would decide it. None when no count up to `MAX_PROJECTED_REPEATS` would (the centre sits on
+    the bound), when the values have no spread or no interval (below 2, not positive)."""
+    if len(values) < 2 or any(not v > 0 or not math.isfinite(v) for v in values) or not bound > 0:
+        return None
+    logs = [math.log(v) for v in values]
+    spread, distance = statistics.stdev(logs), abs(statistics.fmean(logs) - math.log(bound))
+    if spread == 0.0 or distance == 0.0:
+        return None
+    t = 0.5 + level / 2.0
+
+    def decides(n: int) -> bool:
+        return t_quantile(t, n - 1) * spread / math.sqrt(n) < distance
+
+    if not decides(MAX_PROJECTED_REPEATS):
+        return None
+    lo, hi = 1, 2  # decides(lo) is false (one repeat has no interval); find a hi that decides
+    while not decides(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:  # the half-width falls as n grows: bisect for the least n that decides
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if decides(mid) else (mid, hi)
+    return hi

@@ -35,7 +35,7 @@ from typing import Any
 
 from .passes import timing_view
 from .schema import ResultRow, SummaryRow
-from .stats import MIN_TIME_EFFECT, Interval, ratio_interval
+from .stats import MAX_PROJECTED_REPEATS, MIN_TIME_EFFECT, Interval, ratio_interval, repeats_to_decide
 from .summary import RATIO_COLUMNS, complete_pair, median, pair_ratio, primary_target, ratio, timing_pairs
 from .vocab import GateStatus, Mode, Start
 
@@ -172,8 +172,36 @@ def interval_status(
     status = GateStatus.PASS if holds else GateStatus.FAIL if fails else GateStatus.INCONCLUSIVE
     words = interval.text()
     if status == GateStatus.INCONCLUSIVE:
-        return status, interval, f"inconclusive: {words} straddles {within}"
+        projection = projection_text(op, threshold, values, margin)
+        return status, interval, f"inconclusive: {words} straddles {within}{projection}"
     return status, interval, f"{words}, judged against {within}"
+
+
+def projected_repeats(op: str, threshold: float, values: Sequence[float], margin: float = TIMING_MARGIN) -> int | None:
+    """For an inconclusive one-sided timing gate: about how many repeats would decide it at
+    the spread of ``values``, if their centre held (`stats.repeats_to_decide` against the
+    threshold moved by the margin); None for ``==``/``!=`` (two edges) and when no count up to
+    `stats.MAX_PROJECTED_REPEATS` would."""
+    if op not in _OPS:
+        return None
+    below, above = margin_band(threshold, margin)
+    return repeats_to_decide(values, above if op in ("<=", "<") else below)
+
+
+def projection_text(op: str, threshold: float, values: Sequence[float], margin: float = TIMING_MARGIN) -> str:
+    """`projected_repeats` in words, for the reason of an inconclusive gate ("" for ==/!=):
+    what would decide it, labelled a projection (no repeat was run to see it)."""
+    if op not in _OPS or len(values) < 2:
+        return ""
+    n = projected_repeats(op, threshold, values, margin)
+    interval = ratio_interval(values)
+    centre = f"{interval.centre:.3g}" if interval is not None else "?"
+    if n is None:
+        return (
+            f"; projected from this spread: no repeat count up to {MAX_PROJECTED_REPEATS} decides it,"
+            f" the centre {centre} sits at the threshold"
+        )
+    return f"; projected from this spread: about {n} repeats would decide it, if the centre {centre} held"
 
 
 def timing_spread(summary: Iterable[SummaryRow], rounds: Rounds | None = None) -> dict[str, dict]:

@@ -99,6 +99,12 @@ def test_three_repeats_decide_and_headline_json_carries_the_interval(tmp_path):
     gate = next(g for g in doc["gates"] if g["expr"] == "init_ratio<=0.2")
     low, high = gate["interval"]
     assert low < gate["value"] < high and gate["repeats"] == 3 and gate["status"] == "pass"
+    assert gate["repeats_to_decide"] is None  # decided: nothing projected
+    from harness.core.stats import ratio_interval
+
+    near = f"init_ratio<={ratio_interval(repeats['init_ratio']).centre * 1.02 / 1.05:.4f}"  # its bound 2 % above
+    undecided = next(g for g in headline_document(judge(run, [parse_gate(near)]))["gates"] if g["expr"] == near)
+    assert undecided["status"] == "inconclusive" and undecided["repeats_to_decide"] > 3, undecided
     memory = next(g for g in doc["gates"] if g["expr"].startswith("mapped_pss_ratio"))
     assert memory["interval"] is None and memory["status"] == "pass"  # memory gates stay on the median
 
@@ -205,3 +211,44 @@ def test_per_repeat_timing_ratios_are_paired_by_round_in_an_interleaved_run():
     grouped = SimpleNamespace(run={"timing_pass": "grouped"}, results=rows)
     assert timing_rounds(grouped) is None
     assert timing_repeats(summary, timing_rounds(grouped)) == timing_repeats(summary)
+
+
+def _with_log_moments(n: int, centre: float, spread: float, seed: int = 5) -> list[float]:
+    """``n`` positive ratios whose logs have exactly mean ``log(centre)`` and sample standard
+    deviation ``spread``: what a run of n repeats would give if the centre and spread held."""
+    import math
+    import statistics
+
+    rng = random.Random(seed)
+    raw = [rng.gauss(0, 1) for _ in range(n)]
+    mean, sd = statistics.fmean(raw), statistics.stdev(raw)
+    return [centre * math.exp((x - mean) / sd * spread) for x in raw]
+
+
+@pytest.mark.parametrize(("centre", "spread"), [(1.019, 0.19), (0.97, 0.1), (1.12, 0.25)])
+def test_an_undecided_timing_gate_projects_the_repeats_that_would_decide_it(centre, spread):
+    """The projection is what the interval needs: a run of that many repeats with the same centre
+    and spread decides the gate, one repeat fewer does not; the reason and the result carry it."""
+    gate = parse_gate("peer_init_ratio<=1")
+    values = _with_log_moments(8, centre, spread)
+    result = evaluate_gate(gate, {"peer_init_ratio": centre}, repeats={"peer_init_ratio": values})
+    n = result.repeats_to_decide
+    assert result.status == "inconclusive" and n is not None and n > 8, result.reason
+    assert f"projected from this spread: about {n} repeats would decide it" in result.reason
+    decided = interval_status("<=", 1.0, _with_log_moments(n, centre, spread))[0]
+    assert decided == ("pass" if centre < 1.05 else "fail")
+    assert interval_status("<=", 1.0, _with_log_moments(n - 1, centre, spread))[0] == "inconclusive"
+
+
+def test_a_centre_on_the_bound_is_never_projected_to_be_decided():
+    """A ratio whose centre sits on its bound (1 x 1.05) is undecided at any count: said so, and
+    no count is given; a decided gate and a two-edged one carry no projection."""
+    values = _with_log_moments(8, 1.05, 0.2)
+    gate, peer = parse_gate("peer_init_ratio<=1"), "peer_init_ratio"
+    result = evaluate_gate(gate, {peer: 1.05}, repeats={peer: values})
+    assert result.status == "inconclusive" and result.repeats_to_decide is None
+    assert "no repeat count up to 10000 decides it, the centre 1.05 sits at the threshold" in result.reason
+    decided = evaluate_gate(parse_gate("init_ratio<=0.5"), {"init_ratio": 0.05}, repeats={"init_ratio": [0.05, 0.06]})
+    assert decided.status == "pass" and decided.repeats_to_decide is None and "projected" not in decided.reason
+    band = interval_status("==", 1.0, _with_log_moments(8, 1.05, 0.2))
+    assert band[0] == "inconclusive" and "projected" not in band[2]
