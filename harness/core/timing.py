@@ -197,11 +197,12 @@ def projection_text(op: str, threshold: float, values: Sequence[float], margin: 
     interval = ratio_interval(values)
     centre = f"{interval.centre:.3g}" if interval is not None else "?"
     if n is None:
+        bound = margin_band(threshold, margin)[1 if op in ("<=", "<") else 0]
         return (
             f"; projected from this spread: no repeat count up to {MAX_PROJECTED_REPEATS} decides it,"
-            f" the centre {centre} sits at the threshold"
+            f" the interval's centre {centre} sits at its bound {bound:.3g}"
         )
-    return f"; projected from this spread: about {n} repeats would decide it, if the centre {centre} held"
+    return f"; projected from this spread: about {n} repeats would decide it, if the interval's centre {centre} held"
 
 
 def timing_spread(summary: Iterable[SummaryRow], rounds: Rounds | None = None) -> dict[str, dict]:

@@ -247,8 +247,19 @@ def test_a_centre_on_the_bound_is_never_projected_to_be_decided():
     gate, peer = parse_gate("peer_init_ratio<=1"), "peer_init_ratio"
     result = evaluate_gate(gate, {peer: 1.05}, repeats={peer: values})
     assert result.status == "inconclusive" and result.repeats_to_decide is None
-    assert "no repeat count up to 10000 decides it, the centre 1.05 sits at the threshold" in result.reason
+    assert "no repeat count up to 10000 decides it, the interval's centre 1.05 sits at its bound 1.05" in result.reason
     decided = evaluate_gate(parse_gate("init_ratio<=0.5"), {"init_ratio": 0.05}, repeats={"init_ratio": [0.05, 0.06]})
     assert decided.status == "pass" and decided.repeats_to_decide is None and "projected" not in decided.reason
     band = interval_status("==", 1.0, _with_log_moments(8, 1.05, 0.2))
     assert band[0] == "inconclusive" and "projected" not in band[2]
+
+
+def test_a_lower_bound_gate_is_projected_against_threshold_over_the_margin():
+    """``X>=T`` is decided against T / 1.05: a centre of 0.97 (above 1 / 1.05) projects a count
+    at which it passes, and one repeat fewer stays undecided."""
+    values = _with_log_moments(8, 0.97, 0.1)
+    result = evaluate_gate(parse_gate("create_ratio>=1"), {"create_ratio": 0.97}, repeats={"create_ratio": values})
+    n = result.repeats_to_decide
+    assert result.status == "inconclusive" and n is not None and n > 8, result.reason
+    assert interval_status(">=", 1.0, _with_log_moments(n, 0.97, 0.1))[0] == "pass"
+    assert interval_status(">=", 1.0, _with_log_moments(n - 1, 0.97, 0.1))[0] == "inconclusive"
