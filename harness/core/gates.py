@@ -25,7 +25,7 @@ from pathlib import Path
 from harness.core.errors import InputError
 from harness.core.schema import MODES, SummaryRow
 from harness.core.summary import OTHER_METRICS, PAIR_METRICS, RATIO_COLUMNS, headline, headline_with_reasons
-from harness.core.timing import interval_status, is_timing, projected_repeats
+from harness.core.timing import is_timing, judge_interval
 from harness.core.units import parse_size
 from harness.core.vocab import PASSED_GATE_STATUSES, UNDECIDED_GATE_STATUSES, GateStatus
 
@@ -81,7 +81,7 @@ class GateResult:
     interval: tuple[float, float] | None = None  # a timing gate's 95 % interval of the ratio
     repeats: int | None = None  # the repeats a timing gate was judged on
     #: an inconclusive timing gate: about how many repeats would decide it at its spread (a
-    #: projection, `harness.core.timing.projected_repeats`); None otherwise or beyond reach
+    #: projection, `harness.core.timing.judge_interval`); None otherwise or beyond reach
     repeats_to_decide: int | None = None
     default: bool = False  # one of the target's default gates (not asked for by the user)
 
@@ -263,14 +263,20 @@ def evaluate_gate(
 
 def _timing_result(gate: Gate, value: float | int, repeats: list[float]) -> GateResult:
     """A timing gate judged on the 95 % interval of its per-repeat ratios."""
-    status, interval, words = interval_status(gate.check.op, gate.check.threshold, repeats)
+    verdict = judge_interval(gate.check.op, gate.check.threshold, repeats)
     limit = f"{gate.check.op} {gate.check.text or gate.check.threshold}"
-    reason = f"{gate.check.metric} = {_fmt(gate.check.metric, value)} (median), {words}; required {limit}"
+    reason = f"{gate.check.metric} = {_fmt(gate.check.metric, value)} (median), {verdict.words}; required {limit}"
+    interval = verdict.interval
     bounds = (interval.low, interval.high) if interval is not None else None
-    projected = (
-        projected_repeats(gate.check.op, gate.check.threshold, repeats) if status == GateStatus.INCONCLUSIVE else None
+    return GateResult(
+        gate,
+        verdict.status,
+        value,
+        reason,
+        interval=bounds,
+        repeats=len(repeats),
+        repeats_to_decide=verdict.repeats_to_decide,
     )
-    return GateResult(gate, status, value, reason, interval=bounds, repeats=len(repeats), repeats_to_decide=projected)
 
 
 def contended(gate: Gate, value: float | int | None, values: dict[str, float | int | None]) -> GateResult | None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .passes import timing_view
@@ -145,20 +146,44 @@ def margin_band(threshold: float, margin: float = TIMING_MARGIN) -> tuple[float,
     return threshold / (1 + margin), threshold * (1 + margin)
 
 
+@dataclass(frozen=True)
+class IntervalVerdict:
+    """A timing gate judged on its interval (`judge_interval`)."""
+
+    status: str  # pass | fail | inconclusive
+    interval: Interval | None
+    words: str
+    #: inconclusive and one-sided: about how many repeats would decide it (a projection), else None
+    repeats_to_decide: int | None = None
+
+
 def interval_status(
     op: str, threshold: float, values: Sequence[float], margin: float = TIMING_MARGIN
 ) -> tuple[str, Interval | None, str]:
-    """(pass | fail | inconclusive, the interval, the words) for ``METRIC op threshold`` over
-    per-repeat ``values``, the threshold read within ``margin`` (module doc): pass when the
-    condition holds over the whole interval, fail when it fails over the whole interval."""
+    """(status, interval, words) of `judge_interval`."""
+    verdict = judge_interval(op, threshold, values, margin)
+    return verdict.status, verdict.interval, verdict.words
+
+
+def judge_interval(
+    op: str, threshold: float, values: Sequence[float], margin: float = TIMING_MARGIN
+) -> IntervalVerdict:
+    """``METRIC op threshold`` over per-repeat ``values``, the threshold read within ``margin``
+    (module doc): pass when the condition holds over the whole interval, fail when it fails over
+    the whole interval, else inconclusive, then with the repeats that would decide a one-sided
+    gate at this spread (`stats.repeats_to_decide`; none for ``==``/``!=``: two edges)."""
     if len(values) < 2:
-        return GateStatus.INCONCLUSIVE, None, f"inconclusive: {len(values)} repeat{'' if len(values) == 1 else 's'}"
+        words = f"inconclusive: {len(values)} repeat{'' if len(values) == 1 else 's'}"
+        return IntervalVerdict(GateStatus.INCONCLUSIVE, None, words)
     interval = ratio_interval(values)
     if interval is None:
-        return GateStatus.INCONCLUSIVE, None, "inconclusive: a ratio that is not positive has no interval"
+        return IntervalVerdict(
+            GateStatus.INCONCLUSIVE, None, "inconclusive: a ratio that is not positive has no interval"
+        )
     lo, hi = interval.low, interval.high
     below, above = margin_band(threshold, margin)
     factor = f"{1 + margin:g}"
+    bound = None
     if op in ("==", "!="):
         inside, outside = below <= lo and hi <= above, hi < below or lo > above
         holds, fails = (inside, outside) if op == "==" else (outside, inside)
@@ -171,38 +196,25 @@ def interval_status(
     within += f": the {margin:.0%} timing margin)"
     status = GateStatus.PASS if holds else GateStatus.FAIL if fails else GateStatus.INCONCLUSIVE
     words = interval.text()
-    if status == GateStatus.INCONCLUSIVE:
-        projection = projection_text(op, threshold, values, margin)
-        return status, interval, f"inconclusive: {words} straddles {within}{projection}"
-    return status, interval, f"{words}, judged against {within}"
+    if status != GateStatus.INCONCLUSIVE:
+        return IntervalVerdict(status, interval, f"{words}, judged against {within}")
+    if bound is None:
+        return IntervalVerdict(status, interval, f"inconclusive: {words} straddles {within}")
+    n = repeats_to_decide(values, bound)
+    projection = _projection_text(n, interval.centre, bound)
+    return IntervalVerdict(status, interval, f"inconclusive: {words} straddles {within}{projection}", n)
 
 
-def projected_repeats(op: str, threshold: float, values: Sequence[float], margin: float = TIMING_MARGIN) -> int | None:
-    """For an inconclusive one-sided timing gate: about how many repeats would decide it at
-    the spread of ``values``, if their centre held (`stats.repeats_to_decide` against the
-    threshold moved by the margin); None for ``==``/``!=`` (two edges) and when no count up to
-    `stats.MAX_PROJECTED_REPEATS` would."""
-    if op not in _OPS:
-        return None
-    below, above = margin_band(threshold, margin)
-    return repeats_to_decide(values, above if op in ("<=", "<") else below)
-
-
-def projection_text(op: str, threshold: float, values: Sequence[float], margin: float = TIMING_MARGIN) -> str:
-    """`projected_repeats` in words, for the reason of an inconclusive gate ("" for ==/!=):
-    what would decide it, labelled a projection (no repeat was run to see it)."""
-    if op not in _OPS or len(values) < 2:
-        return ""
-    n = projected_repeats(op, threshold, values, margin)
-    interval = ratio_interval(values)
-    centre = f"{interval.centre:.3g}" if interval is not None else "?"
+def _projection_text(n: int | None, centre: float, bound: float) -> str:
+    """The projection in words, labelled one (no repeat was run to see it)."""
     if n is None:
-        bound = margin_band(threshold, margin)[1 if op in ("<=", "<") else 0]
         return (
             f"; projected from this spread: no repeat count up to {MAX_PROJECTED_REPEATS} decides it,"
-            f" the interval's centre {centre} sits at its bound {bound:.3g}"
+            f" the interval's centre {centre:.3g} sits at its bound {bound:.3g}"
         )
-    return f"; projected from this spread: about {n} repeats would decide it, if the interval's centre {centre} held"
+    return (
+        f"; projected from this spread: about {n} repeats would decide it, if the interval's centre {centre:.3g} held"
+    )
 
 
 def timing_spread(summary: Iterable[SummaryRow], rounds: Rounds | None = None) -> dict[str, dict]:
