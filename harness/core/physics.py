@@ -1,12 +1,7 @@
-"""Physical ranges of the derived figures: a figure outside its range is no measurement.
-
-Why: a formula over noisy or surprising inputs can produce numbers physics forbids (-2.79
-mapped copies of the weights, seen on an ort-native run whose heap workers held 2.9 copies
-each), and a gate like ``mapped_weight_copies<=1.25`` then "passes" on nonsense. Each metric's
-range is a lower (or upper) bound every sound measurement meets with margin; a value outside
-it becomes None with the reason "implausible: ...", so its gate reads "not measured" (a
-failure, never a pass) and the reason says why. A figure the run's noise cannot resolve at
-all (copies of weights smaller than that noise) is None with "not measurable: ..." instead.
+"""Physical ranges of the derived figures: a figure outside its range is no measurement (a
+gate on -2.79 mapped copies must not pass). Its `Refusal` says why, as an enum the verdict reads
+and words the gates show: implausible (missing evidence, never a pass) or not measurable
+(below the run's noise). docs/gates.md ("Physics first") has the cases.
 """
 
 from __future__ import annotations
@@ -19,19 +14,14 @@ from .metrics import BY_RATIO, fair_bytes
 from .schema import SummaryRow
 from .vocab import Doubt
 
-#: How far below a bound a figure may sit before it is implausible (sampling noise, pages the
-#: kernel reclaimed in between): a tenth of a copy, plus, in copies of the weights,
-#: `NOISE_BYTES` per process of the pair and `OVERHEAD_NOISE` of the heap run's non-weight
-#: overhead (a worker's own memory moves by several MiB between groups, which is many "copies"
-#: of a small model: a 92 KiB QNN context measured -105 copies from 9.5 MiB of PSS noise).
+#: How far below a bound a figure may be before it is implausible: a tenth of a copy plus, in
+#: copies of the weights, `NOISE_BYTES` per process of the pair and `OVERHEAD_NOISE` of the heap
+#: run's overhead (a worker's own memory moves by MiB between groups: docs/gates.md).
 COPIES_SLACK = 0.1
 NOISE_BYTES = 4 * 1024**2
 OVERHEAD_NOISE = 0.1
-#: The figures counted in copies of the weights. When that noise is a whole copy or more (a
-#: model of a few hundred KiB), they cannot tell one copy from none: "not measurable", which is
-#: no measurement (a gate on them fails as not measured) but no sign of a broken sample either,
-#: so it does not make the run incomplete. Seen: a 88 KiB QNN model whose two workers, on the
-#: same heap path, differed by 24.7 MiB of PSS (-286 "copies").
+#: The figures counted in copies of the weights: with noise of a whole copy or more they are
+#: "not measurable" (no measurement, but no broken sample: the run is not made incomplete).
 COPY_METRICS = ("mapped_weight_copies", "heap_copies_per_session")
 
 
