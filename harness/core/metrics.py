@@ -60,13 +60,18 @@ class Figure:
     def name(self) -> str:
         return self.short or self.label
 
+    def worker_value(self, row: ResultRow) -> Any:
+        """One worker's figure behind the group's (None: the figure has no worker `source`)."""
+        if self.source is None:
+            return None
+        return self.source(row) if callable(self.source) else getattr(row, self.source)
+
     def group_value(self, members: Sequence[ResultRow], ok: Sequence[ResultRow], complete: bool) -> Any:
         """The group's figure from its worker rows (sums: every member, complete groups only)."""
-        get = self.source if callable(self.source) else (lambda r, c=self.source: getattr(r, c))
         if self.aggregate == Aggregate.SUM:
-            values = [get(r) for r in members]
+            values = [self.worker_value(r) for r in members]
             return int(sum(values)) if complete and values and None not in values else None
-        present = [v for v in map(get, ok) if v is not None]
+        present = [v for v in map(self.worker_value, ok) if v is not None]
         if not present:
             return None
         import statistics  # not at import: the worker imports the registry (`latency`) before its timed runs

@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .metrics import RATIO_COLUMNS, is_timing
+from .metrics import BY_COLUMN, RATIO_COLUMNS, is_timing
 from .passes import timing_view
 from .schema import ResultRow, SummaryRow
 from .stats import MAX_PROJECTED_REPEATS, MIN_TIME_EFFECT, Interval, ratio_interval, repeats_to_decide
 from .summary import complete_pair, median, pair_ratio, primary_target, ratio, timing_pairs
-from .vocab import GateStatus, Mode, Start
+from .vocab import Aggregate, GateStatus, Mode, Start
 
 #: How a timing gate reads its threshold: within the minimum time effect (see the module doc).
 TIMING_MARGIN = MIN_TIME_EFFECT
@@ -68,10 +68,9 @@ def _repeat_values(summary: Iterable[SummaryRow], rounds: Rounds | None) -> dict
 
 
 def _worker_value(row: ResultRow, column: str) -> float | None:
-    """A worker's own figure behind a summary column of medians (None: no per-worker figure)."""
-    if column == "startup_s_median":
-        return row.init_s + row.first_run_s if row.first_run_s is not None else None
-    return getattr(row, column.removesuffix("_median"), None) if column.endswith("_s_median") else None
+    """A worker's own time behind a group's median (None: the group's figure is no such median)."""
+    figure = BY_COLUMN[column]
+    return figure.worker_value(row) if figure.aggregate == Aggregate.MEDIAN and figure.unit == "s" else None
 
 
 def _repeat_ratio(a: SummaryRow, b: SummaryRow, column: str, rounds: Rounds | None) -> tuple[float | None, bool]:
