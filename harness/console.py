@@ -15,7 +15,7 @@ from harness.core.metrics import FIGURES
 from harness.core.passes import SEQUENTIAL, memory_view, start_of
 from harness.core.schema import ResultRow, SummaryRow
 from harness.core.summary import complete_pair, pair_ratio, paired, timing_pairs
-from harness.core.units import fmt_bytes, fmt_ratio, fmt_seconds
+from harness.core.units import fmt_bytes, fmt_ratio, fmt_seconds, fmt_value
 from harness.core.vocab import EpState, PathTaken
 
 #: The figures of the table (`metrics.Figure.terminal`).
@@ -48,7 +48,7 @@ def summary_table(summary: list[SummaryRow]) -> Any:
     for mapped, heap in pairs:
         first, who = True, _who(mapped)
         for figure in TABLE_FIGURES:
-            column, fmt = figure.column, fmt_bytes if figure.unit == "bytes" else fmt_seconds
+            column = figure.column
             m, h = getattr(mapped, column), getattr(heap, column)
             shown = pair_ratio(mapped, heap, column)
             why = "incomplete" if not complete_pair(mapped, heap) else "noise" if column == "system_delta_bytes" else ""
@@ -57,8 +57,8 @@ def summary_table(summary: list[SummaryRow]) -> Any:
                 f"{mapped.processes} x {mapped.sessions_per_process}" if first else "",
                 str(mapped.repeat) if first else "",
                 figure.terminal,
-                fmt(m),
-                fmt(h),
+                fmt_value(m, figure.unit),
+                fmt_value(h, figure.unit),
                 fmt_ratio(shown) if shown is not None or not why else why,
                 end_section=figure is TABLE_FIGURES[-1],
             )
