@@ -164,9 +164,11 @@ def startup_lines(run: Any) -> list[str]:
 def note_lines(judgement: Any) -> list[str]:
     """Errors and warnings with their text and first details, other notes by title (the report
     has their text)."""
+    from harness.core.notes import RSS_NOTE
+
     lines = []
     for note in judgement.notes:
-        if note.title.startswith("Why RSS"):
+        if note == RSS_NOTE:
             continue  # always true, explained in the report
         full = note.kind in ("error", "warn") or note.terminal
         lines.append(f"note: {note.title}: {note.text}" if full else f"note: {note.title}")

@@ -639,9 +639,15 @@ def test_the_bindings_checker_sees_every_way_to_declare():
 
 #: Fields and names that hold words for people: a decision never reads them (issue 41: the
 #: verdict once asked ``why.startswith("implausible")``, the notes ``"system delta" in s.note``).
-PROSE = {"note", "memory_note", "reason", "why", "error", "sentence", "ep_reason", "hint", "label"}
+PROSE = {"note", "memory_note", "reason", "why", "error", "sentence", "ep_reason", "hint", "label", "title"}
 #: Where verdicts, notes, summaries and row states are decided.
-DECIDERS = ("harness/core", "harness/runner/rowrules.py", "harness/targets/qnn/eplog.py")
+DECIDERS = (
+    "harness/core",
+    "harness/runner/rowrules.py",
+    "harness/targets/qnn/eplog.py",
+    "harness/console.py",
+    "reports",
+)
 
 
 def _prose(node: ast.AST) -> str | None:
