@@ -181,7 +181,7 @@ def prepare_cpu_models(opts: Any, progress: Any = None, *, target: str = "cpu") 
             )
         ]
     paths = resolve_models(opts.models).paths
-    request = opts.input_request()
+    request = InputRequest.of(opts)
     check_pipeline_request(paths, request)
     models = []
     for path in paths:
