@@ -744,3 +744,16 @@ def test_no_constant_is_declared_twice():
             seen.setdefault((name, value), []).append(path.relative_to(ROOT).as_posix())
     twice = {f"{name} = {value}": where for (name, value), where in seen.items() if len(where) > 1}
     assert not twice, twice
+
+
+def test_the_command_line_reads_only_declared_target_attributes():
+    """``cli.py`` once read ``getattr(target, "probe_summary", "")``, an attribute only the qnn
+    target had: what a command reads of a target is declared on `Target`."""
+    from harness.targets.base import Target
+
+    found = []
+    for node in ast.walk(ast.parse((ROOT / "harness" / "cli.py").read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("getattr", "hasattr") and node.args:
+            if getattr(node.args[0], "id", "") == "target" and not hasattr(Target, node.args[1].value):
+                found.append(f"cli.py:{node.lineno}: {node.args[1].value}")
+    assert not found, found
