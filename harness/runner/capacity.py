@@ -32,7 +32,15 @@ from harness.runner.container import COUNTS_PAGE_CACHE, session
 from harness.runner.group import run_group
 from harness.runner.outdir import RunFolder
 from harness.runner.resources import describe
-from harness.runner.sweep import _metadata, claim_folder, page_cache_before, plan_groups, prepare_all, write_outputs
+from harness.runner.sweep import (
+    _metadata,
+    claim_folder,
+    page_cache_before,
+    plan_groups,
+    prepare_all,
+    ran_with,
+    write_outputs,
+)
 from harness.targets.base import Prepared
 
 
@@ -149,6 +157,7 @@ def run_capacity(opts: RunOptions, progress, json_path: Path | None = None) -> C
             progress.note(f"memory limit: removed {name}, left behind by a run that was killed")
         progress.note(f"capacity: each probe runs in a container of {_limit(opts)} ({container_kind()})")
         prepared = prepare_all(replace(opts, peer=None), progress)
+        opts = ran_with(opts, prepared)
         folder = claim_folder(opts, progress)
         try:
             return _search_all(opts, prepared, folder, progress, json_path)

@@ -18,7 +18,7 @@ import shlex
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.contract.options import RunOptions
@@ -227,6 +227,12 @@ def prepare_all(opts: RunOptions, progress) -> dict[str, Prepared]:
     return prepared
 
 
+def ran_with(opts: RunOptions, prepared: dict[str, Prepared]) -> RunOptions:
+    """The run's options as its target prepared them (a provider option it chose itself)."""
+    chosen = prepared[opts.target].provider_options
+    return opts if chosen is None else replace(opts, provider_options=chosen)
+
+
 def keep_logs(out: Path, prepared: dict[str, Prepared]) -> None:
     """The preparation's logs (the QNN compiler's own output) into the run folder, ``logs/``:
     they belong with the run, not on the user's terminal. Each is a new file (no link followed)
@@ -288,6 +294,7 @@ def _execute(opts: RunOptions, progress) -> RunOutcome:
     for name in check_before_work(opts):
         progress.note(f"memory limit: removed {name}, left behind by a run that was killed")
     prepared = prepare_all(opts, progress)
+    opts = ran_with(opts, prepared)
     check_memory_budget(opts, prepared[opts.target].weights_bytes, system_available_bytes())
     check_address_space(prepared[opts.target].weights_bytes, copies_per_worker(opts))
     folder = claim_folder(opts, progress)

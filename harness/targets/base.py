@@ -69,6 +69,8 @@ class Prepared:
     #: Bytes of the weights read as indexed tables (embeddings, `prep.models.gathered_initializers`):
     #: a mapped worker keeps only the rows its inputs index resident.
     gathered_bytes: int = 0
+    #: The provider options the target ran with when it chose some itself (None: the run's own).
+    provider_options: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not self.models:

@@ -166,3 +166,23 @@ def test_doctor_says_what_it_does_before_the_probe(demo, capsys, monkeypatch):
         "doctor: probing --target demo in a child process: it lists onnxruntime's providers (at most 30 s)\n"
     ]
     assert "about 10 s" in get_target("qnn").probe_summary  # the real probe says it too
+
+
+def test_a_provider_option_a_target_chooses_is_returned_not_written_into_the_run_s_options(demo):
+    """The qnn target once added soc_model=60 to the run's options in ``prepare`` (a caller's
+    options changed under it, and a second run with them inherited the choice): a target
+    returns what it chose (`Prepared.provider_options`) and the runner runs with it."""
+    from harness.contract.options import RunOptions
+    from harness.runner.sweep import ran_with
+    from harness.targets.base import Prepared
+    from harness.targets.qnn.simulator import SIMULATOR_SOC_MODEL, default_soc_model, is_simulator
+
+    opts = RunOptions(target="demo", provider_options={"level": "3"})
+    chosen = Prepared(None, 1, [], provider_options={"level": "3", "extra": "1"})  # type: ignore[arg-type]
+    assert ran_with(opts, {"demo": chosen}).provider_options == {"level": "3", "extra": "1"}
+    assert ran_with(opts, {"demo": Prepared(None, 1, [])}) is opts  # type: ignore[arg-type]
+    assert opts.provider_options == {"level": "3"}
+    qnn = RunOptions(target="qnn")
+    found = default_soc_model(qnn)
+    assert qnn.provider_options == {}
+    assert (found[0] if found else None) == ({"soc_model": SIMULATOR_SOC_MODEL} if is_simulator() else None)

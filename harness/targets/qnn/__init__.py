@@ -10,6 +10,7 @@ On Linux x86_64 the HTP backend runs in a simulator and the EP reports the featu
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from harness.core.schema import disable_flag
 from harness.core.vocab import EpState, PathTaken
@@ -96,9 +97,11 @@ class QnnTarget(Target):
     def prepare(self, opts, progress) -> Prepared:
         from .partitions import load_level, load_note
         from .prepare import prepare_qnn
-        from .simulator import apply_default_soc_model
+        from .simulator import default_soc_model
 
-        soc_note = apply_default_soc_model(opts)
+        chosen = default_soc_model(opts)
+        if chosen is not None:
+            opts = replace(opts, provider_options=chosen[0])
         parts = prepare_qnn(opts, progress)
         bins = list(dict.fromkeys(b for p in parts for b in p.bins))
         embedded = sum(p.context_bytes - sum(b.stat().st_size for b in p.bins) for p in parts)
@@ -106,7 +109,7 @@ class QnnTarget(Target):
             any(p.shares_context for p in parts) or len(bins) < sum(len(p.bins) for p in parts)
         )
         options = {"onnx": [str(p.onnx_path) for p in parts], "partitions": [p.partitions for p in parts]}
-        notes = [soc_note] if soc_note else []
+        notes = [chosen[1]] if chosen else []
         notes += [f"{p.model.source}: {load_note(p.partitions)}" for p in parts if load_level(p.partitions)]
         if shared and not opts.target_options.get("share_ep_contexts"):
             options["share_ep_contexts"] = True
@@ -145,6 +148,7 @@ class QnnTarget(Target):
             models=models,
             notes=notes,
             logs=[p.log for p in parts if p.log is not None],
+            provider_options=chosen[0] if chosen else None,
         )
 
     def notes(self, opts) -> list[str]:

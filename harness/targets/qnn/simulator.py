@@ -25,15 +25,15 @@ def is_simulator() -> bool:
     return sys.platform.startswith("linux") and platform.machine().lower() in ("x86_64", "amd64")
 
 
-def apply_default_soc_model(opts: Any) -> str | None:
-    """Add ``soc_model=60`` to the run's provider options on the simulator when the user named
-    no SoC (nor an HTP architecture); the note that says so, or None when nothing was added."""
+def default_soc_model(opts: Any) -> tuple[dict[str, str], str] | None:
+    """On the simulator, when the user named no SoC (nor an HTP architecture): the run's provider
+    options with ``soc_model=60``, and the note that says so; None otherwise. The run's own
+    options are left as they are (the runner applies the returned ones: `Prepared.provider_options`)."""
     options = opts.provider_options
     backend = opts.target_options.get("backend_type", "htp")
     if not is_simulator() or backend != "htp" or "soc_model" in options or "htp_arch" in options:
         return None
-    options["soc_model"] = SIMULATOR_SOC_MODEL
-    return (
+    return {**options, "soc_model": SIMULATOR_SOC_MODEL}, (
         f"The simulated HTP compiles for soc_model={SIMULATOR_SOC_MODEL} (SC8380XP, Snapdragon X Elite, "
         "HTP v73), the SoC of the laptops this harness is for, because no --provider-option soc_model "
         "was given; without a SoC the simulator fails many float graphs with MEM_ALLOC. "
