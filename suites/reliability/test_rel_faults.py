@@ -99,6 +99,7 @@ def test_register_at_k_leaves_a_stale_registration_in_every_repeat(run_harness):
     assert errors.count("Failed to register DMA data mapping to RPCMEM") == 1 and "left behind, stale" in errors
     for row in rows:
         assert "teardown left dma_stale_registrations=1" in row.error and row.exit_code == 1, row
+        assert row.output_ok, "the worker's outputs were right: the failure is in error, not output_ok"
     assert "stale registration(s) were left behind" in outcome.headline()["sentence"]
     assert "2 stale registration(s) left behind" not in outcome.stdout  # counted per run: 4 of them
     assert "4 stale registration(s) left behind" in outcome.stdout
