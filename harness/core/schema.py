@@ -145,7 +145,7 @@ class ResultRow:
         since=2,
     )
     weights_bytes: int = col("Int64", "bytes", "size of the weights file the sessions use")
-    output_ok: bool = col("boolean", "", "first inference matched the reference (as recorded: a later failure is in error)")
+    output_ok: bool = col("boolean", "", "first inference matched the reference (later failures: error)")
     error: str = col("string", "", "why the worker failed or fell back (empty when clean)")
     memory_note: str = col("string", "", "why a memory figure is empty (e.g. AccessDenied) or implausible")
     exit_code: int = col("Int64", "", "worker exit code (negative: killed by that signal)")
