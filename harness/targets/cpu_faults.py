@@ -119,5 +119,8 @@ def not_upstream(options: dict) -> list[str]:
             "the file once per backend manager, i.e. per session)"
         )
     if (options.get("max_attempts") or 1) > 1:
-        out.append("--max-attempts: the mapping is retried (not upstream behaviour: the EP never retries it)")
+        out.append(
+            f"--max-attempts {options['max_attempts']}: a failed map step (that step only; map_attempts counts the "
+            "tries) is tried again before the direct read (not upstream behaviour: the EP never retries it)"
+        )
     return out

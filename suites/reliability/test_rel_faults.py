@@ -55,6 +55,7 @@ def test_a_failed_creation_is_followed_by_exactly_one_direct_read(run_harness):
     assert summary["mapped"].fallback_workers == WORKERS and summary["heap"].fallback_workers == 0
     table = [line for line in outcome.stdout.splitlines() if "fallback" in line and " create " in line]
     assert table, outcome.stdout  # the outcome table shows the stage per repeat
+    assert "despite the mapping" not in outcome.stdout, "a fallback's copy is the fault's, not made despite a mapping"
 
 
 def test_a_failed_mapping_step_fails_the_mapped_sessions(run_harness):
@@ -198,6 +199,15 @@ def test_opt_in_retry_falls_back_after_max_attempts(run_harness):
     (summary,) = outcome.summary()
     assert (summary.ok_workers, summary.failed_workers, summary.fallback_workers) == (WORKERS, 0, WORKERS)
     assert "fell back to the heap" in outcome.stdout
+
+
+def test_max_attempts_covers_the_map_step_only(run_harness):
+    """`--max-attempts 2 --fault create=1` (issue 43 item 3): the option retries the map step only,
+    so nothing is retried here (map_attempts 1) and no line says "the mapping is retried"."""
+    outcome, rows = _run(run_harness, "--fault", "create=1", "--max-attempts", "2")
+    assert {(r.path_taken, r.map_attempts, r.fallback_stage) for r in rows} == {("fallback", 1, "create")}
+    assert "the mapping is retried" not in outcome.stdout
+    assert "--max-attempts 2: a failed map step (that step only" in outcome.stdout
 
 
 def test_recovery_is_deterministic_across_repeats(run_harness):
