@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .capacity import is_capacity
 from .faultnotes import fault_notes
 from .figurenotes import figure_notes
 from .passes import memory_view
@@ -167,7 +168,11 @@ def _worker_notes(run: RunData) -> list[Note]:
 
 def _failure_notes(run: RunData) -> list[Note]:
     notes = []
-    failed = [r for r in run.results if not row_ok(r)]
+    probes = [r for r in run.results if not row_ok(r) and is_capacity(run) and r.oom_killed]  # as the verdict
+    failed = [r for r in run.results if not row_ok(r) and r not in probes]
+    if probes:
+        why = "The capacity search's probes above what fits: its answer, not a failure (left out of the sums)."
+        notes.append(Note("info", f"{len(probes)} probe(s) ended by the limit", why, _counted(r.error for r in probes)))
     if failed:
         notes.append(
             Note(

@@ -71,6 +71,10 @@ def test_a_failed_mapping_step_fails_the_mapped_sessions(run_harness):
         assert "direct" not in row.error, "no direct read follows a failed mapping step"
     assert all(r.output_ok and not r.error for r in rows if r.mode == "heap")
     assert "verdict: FAIL" in outcome.stdout
+    # issue 43 item 8: the sentence and the table say what happened, not "- vs -" and "None"
+    sentence = outcome.headline()["sentence"]
+    assert "no repeat measured both modes completely" in sentence and "- vs -" not in sentence, sentence
+    assert not re.search(r"│ None\s*│", outcome.stdout) and "no path recorded: 2" in outcome.stdout
 
 
 def test_lenient_fallback_stages_fall_back_at_the_mapping_step_labelled_not_upstream(run_harness):
