@@ -193,6 +193,7 @@ class Comparison:
     versions: list[tuple[str, str, str]] = field(default_factory=list)  # (name, baseline, current)
     warnings: list[str] = field(default_factory=list)
     min_effect: MinEffect = field(default_factory=MinEffect)
+    differences: list[str] = field(default_factory=list)  # what the two runs measured differently
 
     @property
     def regressions(self) -> list[Change]:
@@ -233,8 +234,10 @@ def compare(current: RunData, baseline: RunData, min_effect: MinEffect | None = 
     min_effect = min_effect or MinEffect()
     mine, theirs = _own_pairs(current), _own_pairs(baseline)
     at_current, at_baseline, at, not_comparable = _where(mine, theirs)
-    warnings = []
-    if not_comparable and at_current and at_baseline:
+    differences = differences_between(current, baseline)  # named first; no change is called across them
+    not_comparable = "; ".join(differences + ([not_comparable] if not_comparable else []))
+    warnings = list(differences)
+    if not_comparable and at_current and at_baseline and not differences:
         warnings.append(
             "the runs share no N x M measured in both modes: figures are shown at different sizes and no "
             "change is called"
@@ -242,17 +245,6 @@ def compare(current: RunData, baseline: RunData, min_effect: MinEffect | None = 
     cur_pairs, base_pairs = mine.get(at_current, []), theirs.get(at_baseline, [])
     if not cur_pairs or not base_pairs:
         warnings.append("a run has no mapped/heap pair: nothing to compare")
-    if current.target != baseline.target:
-        warnings.append(f"different targets: current {current.target}, baseline {baseline.target}")
-    if _model(current) != _model(baseline):
-        warnings.append(
-            f"different models: current {_model_text(current)}, baseline {_model_text(baseline)}: "
-            "a change comes from the model as much as from the code"
-        )
-    mine_o, theirs_o = current.target_options, baseline.target_options
-    differ = sorted(k for k in mine_o.keys() | theirs_o.keys() if mine_o.get(k) != theirs_o.get(k))
-    if differ and current.target == baseline.target:
-        warnings.append(f"different {current.target} options ({', '.join(differ)}): a change comes from them first")
     rows = [s for pair in cur_pairs + base_pairs for s in pair]
     changes = []
     # figures older runs (or runs without --runs, or targets without a control worker) lack
@@ -265,7 +257,27 @@ def compare(current: RunData, baseline: RunData, min_effect: MinEffect | None = 
             changes.append(change)
     cur_v, base_v = versions(current.env), versions(baseline.env)
     version_rows = [(k, str(base_v.get(k) or "-"), str(cur_v.get(k) or "-")) for k in cur_v]
-    return Comparison(baseline, current, at, changes, version_rows, warnings, min_effect)
+    return Comparison(baseline, current, at, changes, version_rows, warnings, min_effect, differences)
+
+
+#: What a run's workload is besides its model and target (metadata ``run`` keys): any of them moves every figure.
+WORKLOAD_KEYS = ("session", "inputs", "runs", "warmup", "concurrency", "page_cache")
+
+
+def differences_between(current: RunData, baseline: RunData) -> list[str]:
+    """What makes two runs measure different things (target, model content, workload), in words."""
+    out = []
+    if current.target != baseline.target:
+        out.append(f"different targets: current {current.target}, baseline {baseline.target}")
+    prints = (current.run.get("model_fingerprint"), baseline.run.get("model_fingerprint"))
+    if (prints[0] != prints[1]) if all(prints) else _model(current) != _model(baseline):
+        out.append(f"different models: current {_model_text(current)}, baseline {_model_text(baseline)}")
+    mine_o, theirs_o = current.target_options, baseline.target_options
+    differ = sorted(k for k in mine_o.keys() | theirs_o.keys() if mine_o.get(k) != theirs_o.get(k))
+    if differ and current.target == baseline.target:
+        out.append(f"different {current.target} options ({', '.join(differ)})")
+    workload = [k for k in WORKLOAD_KEYS if current.run.get(k) != baseline.run.get(k)]
+    return out + ([f"different workload ({', '.join(workload)})"] if workload else [])
 
 
 def _size(nm: tuple[int, int] | None) -> str:

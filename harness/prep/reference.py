@@ -160,6 +160,23 @@ def check_reference_archive(path: Path) -> None:
             raise ValueError(f"arrays of more than {REFERENCE_MAX_BYTES} bytes")
 
 
+def content_fingerprint(models: list[Any]) -> str:
+    """What a baseline compares as "the same model": each model's I/O, tensor table and weights,
+    and its reference outputs (they follow from the weights' values, wherever the file is)."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.blake2b(digest_size=12)
+    for m in models:
+        table = [(t.name, t.dtype, t.shape, t.length) for t in m.tensors]
+        h.update(repr((m.inputs, m.outputs, table, m.weights_bytes)).encode())
+        for name, array in sorted(load_reference(m)[1].items()):
+            if name not in m.nondeterministic and array.dtype.kind != "O":
+                h.update(name.encode() + np.ascontiguousarray(array).tobytes())
+    return h.hexdigest()
+
+
 def load_reference(model: Any) -> tuple[dict, dict]:
     import numpy as np
 

@@ -209,4 +209,4 @@ def test_runs_with_other_target_options_are_warned_about(tmp_path):
     meta["run"]["target_options"] = dict(meta["run"]["target_options"], fault={"create": 1})
     faulty = write_run(tmp_path / "fault", fake_results(processes=(2,), repeats=3), meta)
     warnings = compare(load_run(faulty), load_run(base)).warnings
-    assert "different cpu options (fault): a change comes from them first" in warnings, warnings
+    assert "different cpu options (fault)" in warnings, warnings

@@ -204,7 +204,43 @@ def test_baseline_of_another_model_or_of_nothing_says_so(tmp_path, capsys):
     comparison = compare(load_run(base), load_run(killed))
     assert comparison.at == "each run's largest size (current N=2 x M=1, baseline nothing measured in both modes)"
     assert report_main([str(other), "--baseline", str(base), "--no-default-gates"]) == 0
-    assert "warning: different models:" in capsys.readouterr().out
+    assert "NOT THE SAME THING: different models:" in capsys.readouterr().out
+
+
+def test_a_baseline_of_another_model_target_or_workload_calls_no_regression(tmp_path, capsys):
+    """Issue 43 item 7: a voice embedder against the generated chain was called "larger
+    (REGRESSION)" and --fail-on-regression exited 1. Another model's content (its fingerprint,
+    whatever its name), target or workload: the difference is named first and no change is called."""
+    base = _three_repeats(tmp_path, "base", {0: 0.98, 1: 1.0, 2: 1.02})
+    cases = {
+        "content": {"model_fingerprint": "b" * 24},
+        "target-options": {"target_options": {"fault": {"create": 1}}},
+        "workload": {"inputs": {"shapes": {"x": [4, 16]}, "free_dims": {}, "values": {}}},
+    }
+    base_meta = load_run(base).meta
+    base_meta["run"]["model_fingerprint"] = "a" * 24
+    (base / "metadata.json").write_text(json.dumps(base_meta))
+    for name, run_keys in cases.items():
+        rows = scaled(fake_results(processes=(2,), repeats=3), {0: 1.20, 1: 1.22, 2: 1.25})
+        meta = metadata(processes=[2], repeat=3)
+        meta["run"].update({"model_fingerprint": "a" * 24} | run_keys)
+        if name == "target-options":
+            meta["run"]["target_options"] = dict(base_meta["run"]["target_options"], fault={"create": 1})
+        other = write_run(tmp_path / name, rows, meta)
+        comparison = compare(load_run(other), load_run(base))
+        assert comparison.differences and not comparison.regressions, (name, comparison.differences)
+        assert all(c.call.startswith("not called: different") for c in comparison.changes if c.delta is not None)
+        args = [str(other), "--baseline", str(base), "--no-default-gates", "--fail-on-regression"]
+        assert report_main(args) == 0, name
+        out = capsys.readouterr().out
+        first = out.index("NOT THE SAME THING: different")
+        assert first < out.index("baseline: base"), out
+    same = write_run(tmp_path / "same", scaled(fake_results(processes=(2,), repeats=3), {0: 1.2, 1: 1.22, 2: 1.25}))
+    renamed = load_run(same).meta
+    renamed["run"].update(model="/elsewhere/same.onnx", model_fingerprint="a" * 24)
+    (same / "metadata.json").write_text(json.dumps(renamed))
+    comparison = compare(load_run(same), load_run(base))  # the same content under another name compares
+    assert not comparison.differences and comparison.regressions
 
 
 def test_baseline_errors_are_one_line(tmp_path, capsys):
