@@ -6,6 +6,7 @@ with the right --shape run with every worker checking its output against the ref
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,8 @@ def test_a_relative_model_path_runs_on_a_fresh_cache(tmp_path, target):
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stdout + stderr
     assert "File doesn't exist" not in stdout + stderr and "verdict: PASS" in stdout
+    meta = json.loads((tmp_path / "out" / "metadata.json").read_text())
+    assert len(meta["run"]["model_fingerprint"]) == 24  # what --baseline compares as the model's content
 
 
 def test_relative_model_paths_are_absolute_in_the_options():
