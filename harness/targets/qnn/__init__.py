@@ -94,6 +94,10 @@ class QnnTarget(Target):
     )
 
     def prepare(self, opts, progress) -> Prepared:
+        from harness.core.units import fmt_bytes
+        from harness.prep.externalise import mappable_bytes
+        from harness.prep.onnxfile import load_onnx
+
         from .partitions import load_level, load_note
         from .prepare import prepare_qnn
         from .simulator import apply_default_soc_model
@@ -136,9 +140,16 @@ class QnnTarget(Target):
                     "reference itself (non-deterministic): checked by shape only."
                 )
         models = [p.model for p in parts]
+        contexts = sum(b.stat().st_size for b in bins) + embedded
+        cpu = sum(mappable_bytes(load_onnx(p.onnx_path, external_data=False)) for p in parts)  # QNN took none of it
+        if cpu:
+            notes.append(
+                f"Weights: {fmt_bytes(contexts)} in QNN context binaries (what file mapping maps) and "
+                f"{fmt_bytes(cpu)} in the nodes left to ORT's CPU EP, which loads them itself in both modes."
+            )
         return Prepared(
             models[0],
-            sum(b.stat().st_size for b in bins) + embedded,
+            contexts + cpu,
             list(dict.fromkeys([*(p.onnx_path for p in parts), *bins])),
             worker_options=options,
             source=" + ".join(m.source for m in models),
