@@ -174,10 +174,26 @@ class CpuTarget(Target):
             "mapping_scope",
             "--mapping-scope",
             "session",
-            "who shares one mapping: session (upstream: one file mapper per backend manager, i.e. per "
-            "session) or process (one mapping per file per process: our extension)",
+            "who shares one mapping: session (upstream's single path: one file mapper per backend manager, "
+            "i.e. per session) or process (one per file per process, as the list path's one backend manager)",
             parse=str,
             choices=("session", "process"),
+        ),
+        TargetOption(
+            "share_backend_manager",
+            "--share-backend-manager",
+            False,
+            "the worker's sessions share one backend manager, as sessions sharing EP contexts "
+            "(ep.share_ep_contexts) do: the file mapped once per process, the faults counted once",
+        ),
+        TargetOption(
+            "disable_after_failure",
+            "--disable-after-failure",
+            "model",
+            "what a failed mapped attempt switches off: model (upstream since microsoft/onnxruntime #27871) or "
+            "backend-manager (before it: every later load of that backend manager; not upstream behaviour now)",
+            parse=str,
+            choices=("model", "backend-manager"),
         ),
         TargetOption(
             "sweep_deregistrations",
@@ -290,13 +306,15 @@ def _pipeline_options(spec) -> dict:
     pipeline's: heap mode, option "1", never runs it), which failed stages fall back and what
     becomes of a failed registration (upstream's unless opted out), the opt-in mapping retry,
     the mapping scope and the opt-in deregistration sweep."""
-    from mapper_impl import RetryPolicy
+    from mapper_impl import MappingScope, RetryPolicy
 
-    attempts = spec.options.get("max_attempts", 1)
+    attempts, scope = spec.options.get("max_attempts", 1), spec.options.get("mapping_scope", "session")
+    if spec.options.get("share_backend_manager"):  # one object for every load of the worker
+        scope = MappingScope(disables=spec.options.get("disable_after_failure") or "model", sessions=True)
     return {
         "faults": fault_plan(spec.options) if spec.mode == Mode.MAPPED else None,
         "retry": RetryPolicy(attempts) if attempts > 1 else None,
-        "scope": spec.options.get("mapping_scope", "session"),
+        "scope": scope,
         "sweep_deregistrations": bool(spec.options.get("sweep_deregistrations")),
         **pipeline_options(spec.options),
     }

@@ -214,6 +214,22 @@ def test_max_attempts_covers_the_map_step_only(run_harness):
     assert "--max-attempts 2: a failed map step (that step only" in outcome.stdout
 
 
+@pytest.mark.parametrize("disables", ["model", "backend-manager"])
+def test_a_shared_backend_manager_shows_the_old_and_the_new_disable(run_harness, disables):
+    """Issue 43 item 9 (microsoft/onnxruntime #27871): two sessions of one backend manager, the
+    first creation failing: the second maps again (per model, upstream) or, as before #27871, is
+    refused ABORTED and falls back at register (labelled not upstream behaviour)."""
+    args = ("--sessions-per-process", "2", "--share-backend-manager", "--disable-after-failure", disables)
+    outcome = run_harness(*run_args(*args, "--fault", "create=1", modes="mapped"), check_exit=0, timeout=180)
+    (row,) = outcome.results()
+    assert (row.path_taken, row.fallback_stage) == ("fallback", "create"), row
+    errors = row.map_errors.split("; ")
+    assert "injected by FaultPlan" in errors[0]
+    refused = [e for e in errors if "file mapping has been disabled" in e]
+    assert (len(errors) == 1, bool(refused)) == ((True, False) if disables == "model" else (False, True)), errors
+    assert ("Not upstream behaviour" in outcome.stdout) is (disables == "backend-manager")
+
+
 def test_recovery_is_deterministic_across_repeats(run_harness):
     """The user report this answers: "recovery was not deterministic across tries". With
     upstream's failures (a stale registration each) every repeat ends the same."""
