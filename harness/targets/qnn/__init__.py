@@ -187,7 +187,7 @@ class QnnTarget(Target):
         import onnxruntime as ort
 
         from .ep import qnn_session_options, qnn_versions
-        from .eplog import LogSegment, aggregate, classify_session, echo_style
+        from .eplog import LogSegment, aggregate, classify_session, echo_style, log_level
         from .partitions import apply_load_level
 
         options = spec.options
@@ -197,7 +197,8 @@ class QnnTarget(Target):
         flag = disable_flag(spec.mode)
         echo = echo_style(qnn_versions()["onnxruntime_qnn"])  # how this EP echoes the option (None: a note)
         sharing = sharing_provider_options(options.get("resource_sharing", "none"))
-        ort.set_default_logger_severity(1)  # some EP lines go through ORT's default logger
+        level = log_level(echo)  # a readable build's echo is VERBOSE only
+        ort.set_default_logger_severity(level)  # some EP lines go through ORT's default logger
         live = LiveSessions()
         verdicts = []
         from harness.contract import phases
@@ -212,6 +213,7 @@ class QnnTarget(Target):
                     share_ep_contexts=bool(options.get("share_ep_contexts")),
                     backend_type=options.get("backend_type", "htp"),
                     provider_options={**settings.provider_options, **sharing},
+                    log_severity=level,
                 )
                 apply_load_level(so, parts)
                 segment = LogSegment(spec.log_path)

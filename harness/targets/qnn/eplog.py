@@ -92,6 +92,7 @@ from .eplog_patterns import (  # noqa: E402, F401
     WORST_ORDER,
     LogPattern,
     echo_style,
+    log_level,
 )
 
 # Where a session's lines are in the worker's log; re-exported here (one import for users).

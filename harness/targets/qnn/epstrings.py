@@ -31,7 +31,7 @@ from pathlib import Path
 
 from harness.core.errors import RegistryUnreachable, StringsError
 from harness.targets.qnn.eplog import IGNORED, LINUX, PATTERNS, WIN, WIN_X64, LogPattern
-from harness.targets.qnn.epselect import MIN_LEN, SELECT_TERMS, select, strings_at
+from harness.targets.qnn.epselect import MIN_LEN, SELECT_TERMS, select, select_library, strings_at
 
 __all__ = ["MIN_LEN", "SELECT_TERMS", "select", "strings_at"]  # re-exported: the selection rule lives in epselect
 
@@ -102,7 +102,7 @@ def extract(path: Path) -> StringsList:
         "library": path.name,
         "library-sha256": _sha256(raw),
     }
-    return StringsList(platform, select(strings_at(raw)), header)
+    return StringsList(platform, select_library(raw), header)
 
 
 def _from_wheel(path: Path, raw: bytes) -> StringsList:
@@ -126,7 +126,7 @@ def _from_wheel(path: Path, raw: bytes) -> StringsList:
         "library": members[0],
         "library-sha256": _sha256(lib),
     }
-    return StringsList(platform, select(strings_at(lib)), header)
+    return StringsList(platform, select_library(lib), header)
 
 
 def _qnn_sdk(build_info: str) -> str:
@@ -207,8 +207,8 @@ def render_fixture(lst: StringsList) -> str:
         f"# File-mapping strings of {lib} ({lst.header.get('source', '?')}).",
         *(f"# {k}: {lst.header[k]}" for k in PROVENANCE_KEYS if k in lst.header),
         f"# selection: printable ASCII runs of >= {MIN_LEN} characters (strings -a -n {MIN_LEN}) containing, "
-        f"case-insensitively, any of: {', '.join(repr(t) for t in SELECT_TERMS)}; plus the literal pools of "
-        "the mapper and DMA functions by position (harness/targets/qnn/epselect.py)",
+        f"case-insensitively, any of: {', '.join(repr(t) for t in SELECT_TERMS)}; plus, in a Windows DLL, the "
+        "literal pools of the mapper and DMA functions by position (harness/targets/qnn/epselect.py)",
         *(f"# reproduce: {cmd}" for cmd in _reproduce(lst)),
         "# Every line after this header is one string, verbatim (leading/trailing spaces included).",
     ]
