@@ -11,7 +11,7 @@ States (`EP_STATES`), each from evidence the EP printed (texts of onnxruntime-qn
   a mapping line ("Creating context bin file mapping for <path>", or its verbose siblings) AND at
   least one "Created DMA data mapping with address: ..." (a weight region handed to QNN from the
   mapping and registered with RPCMem). The mapping line alone is printed *before* the attempt
-  (and again on a per-process cache hit), so it proves an attempt, not a success; a DMA line alone
+  (and again on a cache hit of its backend manager), so it proves an attempt, not a success; a DMA line alone
   could belong to another session's mapping. A context that asks for no weight region at all
   gets the mapping line and no DMA line: nothing was served from the mapping, so it is
   ``unknown`` (reason says so), not ``active``.
