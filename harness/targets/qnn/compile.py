@@ -119,10 +119,10 @@ def _failure(
         )
     if result.get("stage") == "crash":
         return InputError(f"{label}: the QNN compiler crashed: {error}{where}")
-    if result.get("stage") == "load" and any(e in error for e in UPSTREAM_ERRORS):
-        parts = partitions_of(out_onnx) if out_onnx.is_file() else 0
+    parts = partitions_of(out_onnx) if result.get("stage") == "load" and out_onnx.is_file() else 0
+    if parts > 1 and any(e in error for e in UPSTREAM_ERRORS):  # one partition: the plain load failure below
         return InputError(
-            f"{label}: compiled into {parts or 'several'} QNN partitions; onnxruntime-qnn "
+            f"{label}: compiled into {parts} QNN partitions; onnxruntime-qnn "
             f"{qnn_versions()['onnxruntime_qnn']} on this platform cannot load this multi-partition "
             f"EPContext model even with ORT's graph optimizations disabled: {ort_reason(error)}{where}"
         )
