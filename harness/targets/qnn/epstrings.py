@@ -1,18 +1,6 @@
-"""The file-mapping strings of onnxruntime-qnn's provider library, to check `eplog.PATTERNS`
-against the real binaries: every pattern's literal parts must be strings of the binary, and
-every file-mapping string of the binary must be read by a pattern or listed in `eplog.IGNORED`.
-
-Why the binary: the EP's messages are the only evidence of what it did, and a release that
-rewords one would silently turn a verdict into "unknown" (or worse, miss a retry). The check is
-one step per onnxruntime-qnn release: a fixture per version and platform is committed under
-harness/targets/qnn/data with its provenance; a version without one fails the offline test, with the
-command below in the message.
-
-    python -m harness.targets.qnn.epstrings --fetch --out-dir harness/targets/qnn/data
-        downloads the installed version's win_arm64 and win_amd64 wheels, reads their DLLs and
-        the installed library (Linux x86_64), writes the three fixtures
-    python -m harness.targets.qnn.epstrings --extract-strings WHEEL_OR_LIBRARY [--out FILE]
-        one fixture from a wheel or a provider library file
+"""The file-mapping strings of onnxruntime-qnn's provider library, one fixture per release and
+platform (`harness/targets/qnn/data`), so `eplog.PATTERNS` cannot drift from the real messages
+unnoticed: a release that rewords one would turn a verdict into "unknown". Refresh: ``--fetch``.
 """
 
 from __future__ import annotations
@@ -249,11 +237,8 @@ def _ignored(s: str) -> str | None:
 
 
 def check(lst: StringsList, patterns: Sequence[LogPattern] = PATTERNS) -> list[str]:
-    """Problems of eplog against one library's strings (empty list: all good).
-
-    - each pattern meant for this platform: every literal part is one of the strings;
-    - each string: a literal part of some pattern, or listed in IGNORED.
-    """
+    """Problems of eplog against one library's strings: a pattern's literal part that is not one
+    of them, a string no pattern reads and IGNORED does not list (empty list: all good)."""
     have = set(lst.strings)
     problems = [
         f"pattern {p.name!r}: {frag!r} is not a string of {lst.platform} {lst.header.get('source', '')}"
@@ -304,23 +289,9 @@ def installed_library() -> Path | None:
 
 
 def download_command(version: str, dest: Path, platform: str = WIN) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--platform",
-        WHEEL_PLATFORMS[platform],
-        "--python-version",
-        "3.11",
-        f"onnxruntime-qnn=={version}",
-        "-d",
-        str(dest),
-        "--disable-pip-version-check",
-        "--quiet",
-    ]
+    options = f"--no-deps --only-binary=:all: --platform {WHEEL_PLATFORMS[platform]} --python-version 3.11"
+    pip = [sys.executable, "-m", "pip", "download", *options.split(), f"onnxruntime-qnn=={version}"]
+    return [*pip, "-d", str(dest), "--disable-pip-version-check", "--quiet"]
 
 
 def download_wheel(version: str, dest: Path, *, timeout_s: float = 300.0, platform: str = WIN) -> Path:
