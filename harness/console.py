@@ -170,17 +170,17 @@ def startup_lines(run: Any) -> list[str]:
 
 
 def note_lines(judgement: Any) -> list[str]:
-    """Errors and warnings with their text and first details, other notes with their first
-    sentence (the report has the rest); a line a note carries (an EP log's) stays indented."""
+    """Errors and warnings with their text and first details, the rest with a sentence (the report
+    has their text)."""
     lines = []
     for note in judgement.notes:
         if note.title.startswith("Why RSS"):
             continue  # always true, explained in the report
         full = note.kind in ("error", "warn") or note.terminal
-        text = note.text if full else re.split(r"(?<=\.)\s+(?=[A-Z])", note.text)[0]
+        text = note.text if full else re.split(r"(?<=\.)\s+(?=[A-Z])", note.text)[0]  # its first sentence
         lines.append(f"note: {note.title}: {text}".replace("\n", "\n    ").removesuffix(": "))
         if note.kind in ("error", "warn"):  # a warning's text may end "for these reasons:"
-            lines += ["    " + str(detail).replace("\n", "\n    ") for detail in note.details[:3]]
+            lines += ["    " + str(detail).replace("\n", "\n    ") for detail in note.details[:3]]  # EP lines
     return lines
 
 

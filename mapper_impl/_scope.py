@@ -31,7 +31,12 @@ class MappingScope:
     """One file mapper's path -> mapping table (one backend manager's ``file_mapper_``)."""
 
     def __init__(
-        self, kind: str = "session", registry: MappingRegistry | None = None, *, disables: str = "model", sessions=False
+        self,
+        kind: str = "session",
+        registry: MappingRegistry | None = None,
+        *,
+        disables: str = "model",
+        sessions: bool = False,
     ) -> None:
         if kind not in SCOPES:
             raise ValueError(f"mapping scope must be one of {', '.join(SCOPES)}, got {kind!r}")

@@ -1,29 +1,13 @@
 """A run against a baseline run (``harness report RUN --baseline RUN0``): both values, the
 delta, and a change *called* only when it is both significant and large enough.
 
-Where: both runs are compared at the largest (N, M) that both measured in both modes; when they
-share none, each at its own headline N x M, and no change is called (figures of different
-sizes differ by construction).
-
-Values: each figure is taken per repeat (summed memory of the group, median init of its
-workers, mapped/heap ratio of the repeat's pair) for the test; a run's value is defined as the
-headline defines it, so the same run never shows two figures: a median over repeats, a saving
-the difference of the two medians (heap - mapped), a ratio the ratio of the two medians
-(`summary.median_ratio`).
-
-The call (`harness.core.stats` says why this test): a change is called when Welch's t-test on
-the two runs' per-repeat values (times and ratios on the log scale, see `Change.scale`) gives
-p < 0.01 AND the change of the value is at least the figure's minimum effect (memory: 1 % of
-the baseline and 1 MiB; time: 5 %; ``--min-effect``). With fewer than 3 repeats in either run
-no change is called. Words: "no significant change", "smaller"/"larger" (memory, ratios),
-"faster"/"slower" (times); never better/worse. A
-*regression* is a called change in the bad direction of a figure that judges the feature: the
-mapped mode's memory, the saving, init and latency (``--fail-on-regression``).
-
-Memory changes are called only on figures other processes cannot move (USS, the split against
-the control worker, start-up peaks; Windows: private bytes): PSS, which processes sharing ORT's
-pages move by up to 10 MiB between identical runs, stays in the table, not called. Those runs
-moved the called figures by at most 0.37 MiB, under the 1 MiB floor (docs/reports.md).
+Where: the largest (N, M) both runs measured in both modes (none shared: each at its own, and
+nothing called); two runs of another target, model content, target options or workload call
+nothing either, their differences named first. Values per repeat, a run's value as the headline
+defines it. The call: Welch's t-test (times and ratios on the log scale) p < 0.01 AND at least
+the figure's minimum effect (``--min-effect``), with at least 3 repeats a side; a *regression*
+is a called change for the worse of a figure that judges the feature. Memory is called only on
+figures other processes cannot move (not PSS). docs/reports.md has the rule and its figures.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""Notes on what the memory figures are made of and on the conditions timings were taken in.
-
-Why a module of its own: these read the columns measured against the control worker and the
-contention figures (issue 18), which `harness.core.notes` only gathers.
-"""
+"""Notes on what the memory figures are made of and the conditions timings were taken in."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Plain-language notes that tell a reader what a run's numbers can and cannot show.
-
-Numbers alone mislead here: RSS looks like "no saving", a platform without the EP feature
-looks like "the feature does nothing", a single N looks like a trend. Each rule below looks
-at the rows and metadata and, when it applies, says so in words a non-specialist can act on.
-"""
+"""Plain-language notes on what a run's numbers can and cannot show (RSS looks like "no saving",
+a platform without the feature like "it does nothing", a single N like a trend)."""
 
 from __future__ import annotations
 

@@ -85,7 +85,9 @@ def reference_in_process(job: dict) -> dict:
         run_path = Path(job["run_path"])
         loaded = session is not None and "cannot load" not in str(err)  # a load error is no feed's fault
         hint = f" ({run_hint(str(err), session, shape, feeds, run_path)})" if loaded else ""
-        raise InputError(f"{label}: ONNX Runtime cannot {'run' if loaded else 'load'} it: {ort_reason(err)}{hint}") from None
+        raise InputError(
+            f"{label}: ONNX Runtime cannot {'run' if loaded else 'load'} it: {ort_reason(err)}{hint}"
+        ) from None
     unstable = nondeterministic_outputs(runs[0], runs[1])
     refuse_unverifiable(feeds, runs[0], unstable, label)
     save_reference(Path(job["reference"]), feeds, runs[0])

@@ -134,7 +134,9 @@ def test_a_relative_model_path_runs_on_a_fresh_cache(tmp_path, target):
     here.mkdir()
     onnx.save(_matmul_model(batch=1), str(here / "tiny.onnx"))
     args = ["run", "--target", target, "--model", "tiny.onnx", "--processes", "1", "--quiet", "--no-report"]
-    proc = start_harness([*args, "--cache-dir", str(tmp_path / "fresh"), "--out", str(tmp_path / "out")], tmp_path, cwd=here)
+    proc = start_harness(
+        [*args, "--cache-dir", str(tmp_path / "fresh"), "--out", str(tmp_path / "out")], tmp_path, cwd=here
+    )
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stdout + stderr
     assert "File doesn't exist" not in stdout + stderr and "verdict: PASS" in stdout
@@ -152,8 +154,8 @@ def test_relative_model_paths_are_absolute_in_the_options():
 
 def test_a_model_onnx_runtime_cannot_load_gets_no_input_hint(tmp_path):
     """A load failure in the reference job is no feed's fault: "cannot load it", no --input hint."""
-    from harness.prep.reference import reference_in_process, save_reference
     from harness.core.errors import InputError
+    from harness.prep.reference import reference_in_process, save_reference
 
     save_reference(tmp_path / "feeds.npz", {}, {})
     job = {"run_path": str(tmp_path / "gone.onnx"), "feeds": str(tmp_path / "feeds.npz"), "settings": {}}
