@@ -245,7 +245,7 @@ def compare(current: RunData, baseline: RunData, min_effect: MinEffect | None = 
 
 
 #: What a run's workload is besides its model and target (metadata ``run`` keys): any of them moves every figure.
-WORKLOAD_KEYS = ("session", "inputs", "runs", "warmup", "concurrency", "page_cache")
+WORKLOAD_KEYS = ("session", "inputs", "runs", "warmup", "concurrency", "page_cache", "memory_limit_bytes")
 
 
 def differences_between(current: RunData, baseline: RunData) -> list[str]:

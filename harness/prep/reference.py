@@ -163,19 +163,21 @@ def check_reference_archive(path: Path) -> None:
 
 
 def content_fingerprint(models: list[Any]) -> str:
-    """What a baseline compares as "the same model": each model's I/O, tensor table and weights,
-    and its reference outputs (they follow from the weights' values, wherever the file is)."""
+    """What a baseline compares as "the same model": each model's I/O, tensor table, weights bytes
+    and 64 evenly spaced 4 KiB samples of the file holding its weights (not its outputs: ORT's
+    kernels round differently by CPU and version, so a reference is no identity)."""
     import hashlib
-
-    import numpy as np
+    import os
 
     h = hashlib.blake2b(digest_size=12)
     for m in models:
         table = [(t.name, t.dtype, t.shape, t.length) for t in m.tensors]
         h.update(repr((m.inputs, m.outputs, table, m.weights_bytes)).encode())
-        for name, array in sorted(load_reference(m)[1].items()):
-            if name not in m.nondeterministic and array.dtype.kind != "O":
-                h.update(name.encode() + np.ascontiguousarray(array).tobytes())
+        with open(m.weights_path if m.tensors else m.onnx_path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            for i in range(64):
+                f.seek(size * i // 64)
+                h.update(f.read(4096))
     return h.hexdigest()
 
 
