@@ -8,6 +8,7 @@ as plain text, never as rich markup: "[run-1]" must not vanish and an error that
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -131,7 +132,7 @@ def outcome_table(rows: list[ResultRow]) -> Any | None:
         for r in rows
     )
     for (rep, mode, n, path, stage, attempts, ep, stale, late, err), count in sorted(counts.items(), key=str):
-        cells = (str(rep), mode, str(n), str(path), stage, str(attempts), str(ep), stale, late, str(count))
+        cells = (str(rep), mode, str(n), path or "-", stage, str(attempts), str(ep), stale, late, str(count))
         table.add_row(*cells, "yes" if err else "")
     return table
 
@@ -162,7 +163,7 @@ def startup_lines(run: Any) -> list[str]:
 
 
 def note_lines(judgement: Any) -> list[str]:
-    """Errors and warnings with their text and first details, other notes by title (the report
+    """Errors and warnings with their text and first details, the rest with a sentence (the report
     has their text)."""
     from harness.core.notes import RSS_NOTE
 
@@ -171,9 +172,10 @@ def note_lines(judgement: Any) -> list[str]:
         if note == RSS_NOTE:
             continue  # always true, explained in the report
         full = note.kind in ("error", "warn") or note.terminal
-        lines.append(f"note: {note.title}: {note.text}" if full else f"note: {note.title}")
+        text = note.text if full else re.split(r"(?<=\.)\s+(?=[A-Z])", note.text)[0]  # its first sentence
+        lines.append(f"note: {note.title}: {text}".replace("\n", "\n    ").removesuffix(": "))
         if note.kind in ("error", "warn"):  # a warning's text may end "for these reasons:"
-            lines += [f"    {detail}" for detail in note.details[:3]]
+            lines += ["    " + str(detail).replace("\n", "\n    ") for detail in note.details[:3]]  # EP lines
     return lines
 
 

@@ -132,6 +132,8 @@ def mapped_attempt(
     load.errors += [StageError("mapped", "map", e) for e in map_errors]
     if weights is None:
         return None, "map", None
+    if load.scope.disabled:  # an earlier failure switched its backend manager off (before #27871)
+        weights.disable()
     dma = DmaRegistrations(load.path, backend, load.cursor, sweep=load.sweep, failed=load.failed_registration)
     views: list[memoryview] = []
     stage = "register"
@@ -143,6 +145,7 @@ def mapped_attempt(
         if isinstance(err, Exception) and not isinstance(err, RequestsFailed):
             load.errors.append(StageError("mapped", stage, describe(err)))
         weights.disable()  # this context only (a per-model disable: microsoft/onnxruntime #27871)
+        load.scope.disabled = load.scope.disabled or load.scope.disables == "backend-manager"
         if load.late_release and isinstance(err, Exception):
             load.late.append((dma, dma.handed_out()))  # QNN's callbacks come later; their views pin the mapping
         else:  # QNN calls the release callbacks before the retry begins

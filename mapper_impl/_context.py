@@ -174,8 +174,9 @@ def load_context(
     requests = _requests(regions)
     stages = _fallback_stages(fallback_stages)
     backend = get_backend(dma_backend)
-    cursor = check_faults(faults)
     sweep, scope = bool(sweep_deregistrations), resolve_scope(scope)
+    shared = scope.cursors  # sessions sharing EP contexts: one backend manager counts the faults
+    cursor = check_faults(faults) if shared is None else shared.setdefault(id(faults), check_faults(faults))
     path = path if type(path) is str else os.fspath(path)
     load = Load(path, requests, create, cursor, [], scope, sweep, read_copy, failed_registration)
     if disabled:

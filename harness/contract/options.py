@@ -306,12 +306,11 @@ class RunOptions:
     )
 
     def __post_init__(self) -> None:
-        if self.cache_dir is not None:  # the compiler's child and the workers run in other folders
+        # absolute before any child (ORT's offline job runs in a temporary folder) or cache key sees them
+        if self.cache_dir is not None:
             self.cache_dir = Path(self.cache_dir).absolute()
-        if self.models:
-            self.model = self.models[0]
-        elif self.model is not None:
-            self.models = [self.model]
+        self.models = [Path(m).absolute() for m in self.models or ([self.model] if self.model is not None else [])]
+        self.model = self.models[0] if self.models else None
 
     @classmethod
     def from_arguments(cls, ns: argparse.Namespace, **given: Any) -> RunOptions:

@@ -1,29 +1,13 @@
 """A run against a baseline run (``harness report RUN --baseline RUN0``): both values, the
 delta, and a change *called* only when it is both significant and large enough.
 
-Where: both runs are compared at the largest (N, M) that both measured in both modes; when they
-share none, each at its own headline N x M, and no change is called (figures of different
-sizes differ by construction).
-
-Values: each figure is taken per repeat (summed memory of the group, median init of its
-workers, mapped/heap ratio of the repeat's pair) for the test; a run's value is defined as the
-headline defines it, so the same run never shows two figures: a median over repeats, a saving
-the difference of the two medians (heap - mapped), a ratio the ratio of the two medians
-(`summary.median_ratio`).
-
-The call (`harness.core.stats` says why this test): a change is called when Welch's t-test on
-the two runs' per-repeat values (times and ratios on the log scale, see `Change.scale`) gives
-p < 0.01 AND the change of the value is at least the figure's minimum effect (memory: 1 % of
-the baseline and 1 MiB; time: 5 %; ``--min-effect``). With fewer than 3 repeats in either run
-no change is called. Words: "no significant change", "smaller"/"larger" (memory, ratios),
-"faster"/"slower" (times); never better/worse. A
-*regression* is a called change in the bad direction of a figure that judges the feature: the
-mapped mode's memory, the saving, init and latency (``--fail-on-regression``).
-
-Memory changes are called only on figures other processes cannot move (USS, the split against
-the control worker, start-up peaks; Windows: private bytes): PSS, which processes sharing ORT's
-pages move by up to 10 MiB between identical runs, stays in the table, not called. Those runs
-moved the called figures by at most 0.37 MiB, under the 1 MiB floor (docs/reports.md).
+Where: the largest (N, M) both runs measured in both modes (none shared: each at its own, and
+nothing called); two runs of another target, model content, target options or workload call
+nothing either, their differences named first. Values per repeat, a run's value as the headline
+defines it. The call: Welch's t-test (times and ratios on the log scale) p < 0.01 AND at least
+the figure's minimum effect (``--min-effect``), with at least 3 repeats a side; a *regression*
+is a called change for the worse of a figure that judges the feature. Memory is called only on
+figures other processes cannot move (not PSS). docs/reports.md has the rule and its figures.
 """
 
 from __future__ import annotations
@@ -194,6 +178,7 @@ class Comparison:
     versions: list[tuple[str, str, str]] = field(default_factory=list)  # (name, baseline, current)
     warnings: list[str] = field(default_factory=list)
     min_effect: MinEffect = field(default_factory=MinEffect)
+    differences: list[str] = field(default_factory=list)  # what the two runs measured differently
 
     @property
     def regressions(self) -> list[Change]:
@@ -234,8 +219,10 @@ def compare(current: RunData, baseline: RunData, min_effect: MinEffect | None = 
     min_effect = min_effect or MinEffect()
     mine, theirs = _own_pairs(current), _own_pairs(baseline)
     at_current, at_baseline, at, not_comparable = _where(mine, theirs)
-    warnings = []
-    if not_comparable and at_current and at_baseline:
+    differences = differences_between(current, baseline)  # named first; no change is called across them
+    not_comparable = "; ".join(differences + ([not_comparable] if not_comparable else []))
+    warnings = list(differences)
+    if not_comparable and at_current and at_baseline and not differences:
         warnings.append(
             "the runs share no N x M measured in both modes: figures are shown at different sizes and no "
             "change is called"
@@ -243,17 +230,6 @@ def compare(current: RunData, baseline: RunData, min_effect: MinEffect | None = 
     cur_pairs, base_pairs = mine.get(at_current, []), theirs.get(at_baseline, [])
     if not cur_pairs or not base_pairs:
         warnings.append("a run has no mapped/heap pair: nothing to compare")
-    if current.target != baseline.target:
-        warnings.append(f"different targets: current {current.target}, baseline {baseline.target}")
-    if _model(current) != _model(baseline):
-        warnings.append(
-            f"different models: current {_model_text(current)}, baseline {_model_text(baseline)}: "
-            "a change comes from the model as much as from the code"
-        )
-    mine_o, theirs_o = current.target_options, baseline.target_options
-    differ = sorted(k for k in mine_o.keys() | theirs_o.keys() if mine_o.get(k) != theirs_o.get(k))
-    if differ and current.target == baseline.target:
-        warnings.append(f"different {current.target} options ({', '.join(differ)}): a change comes from them first")
     rows = [s for pair in cur_pairs + base_pairs for s in pair]
     changes = []
     for metric in metrics_for(fair_figure(rows)):
@@ -264,7 +240,27 @@ def compare(current: RunData, baseline: RunData, min_effect: MinEffect | None = 
             changes.append(change)
     cur_v, base_v = versions(current.env), versions(baseline.env)
     version_rows = [(k, str(base_v.get(k) or "-"), str(cur_v.get(k) or "-")) for k in cur_v]
-    return Comparison(baseline, current, at, changes, version_rows, warnings, min_effect)
+    return Comparison(baseline, current, at, changes, version_rows, warnings, min_effect, differences)
+
+
+#: What a run's workload is besides its model and target (metadata ``run`` keys): any of them moves every figure.
+WORKLOAD_KEYS = ("session", "inputs", "runs", "warmup", "concurrency", "page_cache", "memory_limit_bytes")
+
+
+def differences_between(current: RunData, baseline: RunData) -> list[str]:
+    """What makes two runs measure different things (target, model content, workload), in words."""
+    out = []
+    if current.target != baseline.target:
+        out.append(f"different targets: current {current.target}, baseline {baseline.target}")
+    prints = (current.run.get("model_fingerprint"), baseline.run.get("model_fingerprint"))
+    if (prints[0] != prints[1]) if all(prints) else _model(current) != _model(baseline):
+        out.append(f"different models: current {_model_text(current)}, baseline {_model_text(baseline)}")
+    mine_o, theirs_o = current.target_options, baseline.target_options
+    differ = sorted(k for k in mine_o.keys() | theirs_o.keys() if mine_o.get(k) != theirs_o.get(k))
+    if differ and current.target == baseline.target:
+        out.append(f"different {current.target} options ({', '.join(differ)})")
+    workload = [k for k in WORKLOAD_KEYS if current.run.get(k) != baseline.run.get(k)]
+    return out + ([f"different workload ({', '.join(workload)})"] if workload else [])
 
 
 def _size(nm: tuple[int, int] | None) -> str:

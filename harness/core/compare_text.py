@@ -115,6 +115,7 @@ def comparison_lines(comparison: Comparison) -> list[str]:
 
     base, cur = comparison.baseline, comparison.current
     out = [
+        *(f"NOT THE SAME THING: {d}: no change is called" for d in comparison.differences),
         f"baseline: {base.run_id} ({base.target}); current: {cur.run_id} ({cur.target}); compared at {comparison.at}",
         line(head),
         *(line(r) for r in rows),
@@ -125,7 +126,7 @@ def comparison_lines(comparison: Comparison) -> list[str]:
         out.append(cause)
     elif differing:
         out.append("versions that differ: " + "; ".join(f"{k} {b} -> {c}" for k, b, c in differing))
-    out += [f"warning: {w}" for w in comparison.warnings]
+    out += [f"warning: {w}" for w in comparison.warnings if w not in comparison.differences]
     out.append(f"rule: {rule_text(comparison.min_effect)}")
     return out
 

@@ -1,8 +1,4 @@
-"""Notes on what the memory figures are made of and on the conditions timings were taken in.
-
-Why a module of its own: these read the columns measured against the control worker and the
-contention figures (issue 18), which `harness.core.notes` only gathers.
-"""
+"""Notes on what the memory figures are made of and the conditions timings were taken in."""
 
 from __future__ import annotations
 
@@ -11,7 +7,7 @@ from .passes import SEQUENTIAL, memory_view, timing_start, timing_view
 from .rundata import RunData
 from .summary import row_ok
 from .units import fmt_bytes, fmt_percent
-from .vocab import Mode
+from .vocab import PathTaken
 
 #: Mapped workers' copied_bytes above this share of the weights (plus 1 MiB) are named.
 COPY_SHARE = 0.05
@@ -23,11 +19,8 @@ def figure_notes(run: RunData) -> list[tuple[str, str, str]]:
     """(kind, title, text) of each note that applies (`harness.core.notes` makes them Notes)."""
     notes = []
     weights = run.weights_bytes or 0
-    copying = [
-        r
-        for r in run.results
-        if r.mode == Mode.MAPPED and row_ok(r) and r.copied_bytes and r.copied_bytes > COPY_SHARE * weights + 1024**2
-    ]
+    cap = COPY_SHARE * weights + 1024**2  # a fallback's copy is in its own note: not "despite the mapping"
+    copying = [r for r in run.results if r.path_taken == PathTaken.MAPPED and row_ok(r) and (r.copied_bytes or 0) > cap]
     if copying and weights:
         worst = max(r.copied_bytes or 0 for r in copying)
         notes.append(

@@ -181,15 +181,19 @@ def headline_sentence(judgement: Any) -> str:
     if not entries:
         none = f"No mapped/heap pair was measured for target {run.target}, so there is no saving to state."
         return f"{none}{fault_sentence(judgement)} {tail}"
-    top = max(entries, key=lambda e: (e["sessions"], e["processes"]))
+    top = max(entries, key=lambda e: (e["repeats"] > 0, e["sessions"], e["processes"]))  # a compared size first
     saving = top["saving"]
     weights = fmt_bytes(run.weights_bytes) if run.weights_bytes else "?"
     files = " of weights"
     if run.weights_file_bytes:  # what the heap baseline copies: the files, padding included
         files = f" of tensors in {fmt_bytes(run.weights_file_bytes)} of weights files, which the heap path copies"
-    size = f"{top['processes']} process(es) x {top['sessions_per_process']} session(s)"
+    models, m = run.run.get("models"), top["sessions_per_process"]
+    k = len(models) if isinstance(models, list) else 0  # a pipeline: each session group loads k models
+    size = f"{top['processes']} process(es) x {m} " + (f"session group(s) of {k} models" if k > 1 else "session(s)")
     where = f"With {size} ({run.target}, {weights}{files})"
     busy = contention_text(judgement) + fault_sentence(judgement)
+    if not top["repeats"]:  # every pair lost a worker or a sample: no figure of either mode compares
+        return f"{where}, no repeat measured both modes completely (see the notes): nothing compares.{busy} {tail}"
     fair = FAIR_BY_KEY.get(saving["metric"], FAIR[-1])
     label, column = fair.short, fair.column
     timed, started = timing_entry(run.summary, run.target, top)
@@ -210,7 +214,8 @@ def headline_sentence(judgement: Any) -> str:
             f"no measurement of its saving.{busy} {verdict}."
         )
     memory = _saving_text(top, run.weights_bytes, label, column, run.gathered_weights_bytes)
-    init = started + _init_text(timed, times, timing_spread(run.summary, timing_rounds(run)).get("init_ratio"))
+    quoted = [s for s in run.summary if (s.processes, s.sessions_per_process) == (top["processes"], m)]
+    init = started + _init_text(timed, times, timing_spread(quoted, timing_rounds(run)).get("init_ratio"))
     if contention_text(judgement):  # memory leads; a factor timed on a contended machine is only indicative
         init = f"indicatively (timed on a contended machine), {init}"
     return f"{where}, {memory}, and {init}.{busy} {tail}"

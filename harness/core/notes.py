@@ -1,9 +1,5 @@
-"""Plain-language notes that tell a reader what a run's numbers can and cannot show.
-
-Numbers alone mislead here: RSS looks like "no saving", a platform without the EP feature
-looks like "the feature does nothing", a single N looks like a trend. Each rule below looks
-at the rows and metadata and, when it applies, says so in words a non-specialist can act on.
-"""
+"""Plain-language notes on what a run's numbers can and cannot show (RSS looks like "no saving",
+a platform without the feature like "it does nothing", a single N like a trend)."""
 
 from __future__ import annotations
 
@@ -11,6 +7,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .capacity import is_capacity
 from .faultnotes import fault_notes
 from .figurenotes import figure_notes
 from .passes import memory_view
@@ -167,7 +164,11 @@ def _worker_notes(run: RunData) -> list[Note]:
 
 def _failure_notes(run: RunData) -> list[Note]:
     notes = []
-    failed = [r for r in run.results if not row_ok(r)]
+    probes = [r for r in run.results if not row_ok(r) and is_capacity(run) and r.oom_killed]  # as the verdict
+    failed = [r for r in run.results if not row_ok(r) and r not in probes]
+    if probes:
+        why = "The capacity search's probes above what fits: its answer, not a failure (left out of the sums)."
+        notes.append(Note("info", f"{len(probes)} probe(s) ended by the limit", why, _counted(r.error for r in probes)))
     if failed:
         notes.append(
             Note(

@@ -77,6 +77,7 @@ RUN: dict[str, Any] = {
     "concurrency": int,
     "weights_bytes": int,
     "weights_file_bytes": int,
+    "model_fingerprint": str,
     "gathered_weights_bytes": int,
     "duration_s": float,
     "project_to": {"sessions": int, "weights_bytes": int},

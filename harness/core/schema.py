@@ -1,9 +1,5 @@
-"""The one schema for result rows and summary rows: workers, CSV, HTML and tests all use it.
-
-Data flows one way: spec -> workers -> `ResultRow` -> `SummaryRow` -> report. Columns are
-declared once here, with their dtype and unit, and the CSV writers/readers, docs/results.md's
-column table and the report's tables are all derived from these declarations.
-"""
+"""The one schema for result and summary rows: every column declared once, with its dtype and
+unit; the CSV readers and writers, docs/results.md's tables and the report derive from it."""
 
 from __future__ import annotations
 
@@ -145,7 +141,7 @@ class ResultRow:
         since=2,
     )
     weights_bytes: int = col("Int64", "bytes", "size of the weights file the sessions use")
-    output_ok: bool = col("boolean", "", "first inference matched the reference output")
+    output_ok: bool = col("boolean", "", "first inference matched the reference (later failures: error)")
     error: str = col("string", "", "why the worker failed or fell back (empty when clean)")
     memory_note: str = col("string", "", "why a memory figure is empty (e.g. AccessDenied) or implausible")
     exit_code: int = col("Int64", "", "worker exit code (negative: killed by that signal)")

@@ -209,7 +209,7 @@ def spread_text(entry: dict | None) -> str:
     "per repeat paired by round" when each repeat's value is the median of its rounds' ratios
     (then the median before it, the ratio of the printed medians, may lie outside the range)."""
     if not entry:
-        return "not measured"
+        return "spread not measured"
     if entry["repeats"] < 2:
         return "1 repeat: no spread"
     paired = " (per repeat paired by round)" if entry.get("paired") else ""

@@ -136,7 +136,7 @@ def feature_state(run: RunData) -> FeatureState:
     if not mapped:
         return FeatureState(FeatureStatus.NOT_MEASURED, "not measured (no mapped-mode worker)")
     ep = Counter(EpState.of(r.ep_file_mapping) for r in mapped)
-    paths = Counter(r.path_taken or "none" for r in mapped)
+    paths = Counter(r.path_taken or "no path recorded" for r in mapped)
     n = len(mapped)
     failing = (EpState.OPTION_IGNORED, EpState.EP_ERROR, EpState.COPIED)
     failed = {s: ep[s] for s in failing if ep.get(s)}

@@ -83,8 +83,11 @@ def reference_in_process(job: dict) -> dict:
 
         shape = SimpleNamespace(outputs=outputs, **types)  # what run_hint reads of the model
         run_path = Path(job["run_path"])
-        hint = "" if "cannot load" in str(err) else f" ({run_hint(str(err), session, shape, feeds, run_path)})"
-        raise InputError(f"{label}: ONNX Runtime cannot run it: {ort_reason(err)}{hint}") from None
+        loaded = session is not None and "cannot load" not in str(err)  # a load error is no feed's fault
+        hint = f" ({run_hint(str(err), session, shape, feeds, run_path)})" if loaded else ""
+        raise InputError(
+            f"{label}: ONNX Runtime cannot {'run' if loaded else 'load'} it: {ort_reason(err)}{hint}"
+        ) from None
     unstable = nondeterministic_outputs(runs[0], runs[1])
     refuse_unverifiable(feeds, runs[0], unstable, label)
     save_reference(Path(job["reference"]), feeds, runs[0])
@@ -157,6 +160,25 @@ def check_reference_archive(path: Path) -> None:
             raise ValueError("a member that is not a .npy array")
         if sum(m.file_size for m in members) > REFERENCE_MAX_BYTES:
             raise ValueError(f"arrays of more than {REFERENCE_MAX_BYTES} bytes")
+
+
+def content_fingerprint(models: list[Any]) -> str:
+    """What a baseline compares as "the same model": each model's I/O, tensor table, weights bytes
+    and 64 evenly spaced 4 KiB samples of the file holding its weights (not its outputs: ORT's
+    kernels round differently by CPU and version, so a reference is no identity)."""
+    import hashlib
+    import os
+
+    h = hashlib.blake2b(digest_size=12)
+    for m in models:
+        table = [(t.name, t.dtype, t.shape, t.length) for t in m.tensors]
+        h.update(repr((m.inputs, m.outputs, table, m.weights_bytes)).encode())
+        with open(m.weights_path if m.tensors else m.onnx_path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            for i in range(64):
+                f.seek(size * i // 64)
+                h.update(f.read(4096))
+    return h.hexdigest()
 
 
 def load_reference(model: Any) -> tuple[dict, dict]:

@@ -23,6 +23,7 @@ import os
 import time
 from typing import Any
 
+from harness.targets import get_target
 from harness.targets.base import LiveSessions, Target
 
 
@@ -74,6 +75,7 @@ class ControlTarget(Target):
                 group.append(ort.InferenceSession(str(model.onnx_path), so, providers=["CPUExecutionProvider"]))
                 record.create_s += time.perf_counter() - t0
             live.add_group(group)
+        get_target(spec.target).weightless_work(spec, models)
         record.path_taken = ""
         record.weights_bytes = 0
         return live

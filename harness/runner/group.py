@@ -1,11 +1,5 @@
-"""Run one group of N worker processes and read back one record per worker.
-
-A group is (target, mode, N, repeat). The parent spawns N workers with an explicit spec,
-waits until each is ready (sessions created, output checked) or has died, samples every
-live worker's memory and the system's available memory while all are alive, releases them,
-and turns what each did into a `ResultRow`. A worker's failure (exit code, signal, timeout,
-exception) is data in its row: it never aborts the run, and no child outlives the group.
-"""
+"""One group (target, mode, N, repeat) of worker processes: spawn, barrier, sample, release,
+one `ResultRow` each. A worker's failure is data in its row; no child outlives the group."""
 
 from __future__ import annotations
 
@@ -277,9 +271,7 @@ def kill_all(workers: list[_Worker]) -> None:
 
 
 def _start_control(group: GroupSpec, job: KillOnCloseJob, limit: Any = None) -> tuple[_Worker | None, str]:
-    """(the control worker once ready, or None and why it could not start). A control that
-    cannot start (no file descriptor left, ...) is data, as a worker's failure is: the workers'
-    figures of this group stay, only their split against the control is missing."""
+    """(the control worker once ready, or None and why it could not start: data, not a failure)."""
     try:
         control = _spawn(group, group.processes, job, control=True, limit=limit)
     except SpawnError as err:
@@ -301,8 +293,7 @@ def _control_figure(control: _Worker | None, start_error: str = "") -> tuple[int
 
 
 def _exit_error(group: GroupSpec, w: _Worker, final: WorkerRecord | None, record: WorkerRecord) -> str:
-    """The row's error: the worker's own, else how it ended when that was no clean release
-    (an exit code, a signal, a timeout, an exit before the release, code 0 included)."""
+    """The row's error: the worker's own, else how it ended when that was no clean release."""
     code = w.proc.returncode
     error = record.error
     how = f"worker {w.index} {describe_exit(code, w.timed_out, group.worker_timeout_s)}"
@@ -357,7 +348,7 @@ def _row(group: GroupSpec, w: _Worker, seen: Observed | None = None) -> ResultRo
         private_bytes=w.memory.private_bytes,
         peak_bytes=record.peak_bytes,
         weights_bytes=record.weights_bytes,
-        output_ok=bool(record.output_ok) and not error,
+        output_ok=bool(record.output_ok),  # what the worker measured: a failure is in error
         error=error,
         memory_note=memory_note,
         exit_code=code,
@@ -377,8 +368,7 @@ def _row(group: GroupSpec, w: _Worker, seen: Observed | None = None) -> ResultRo
 
 
 def _peak_watch(group: GroupSpec) -> PeakWatch | None:
-    """The parent's watch of the workers' start-up peaks, on a phase board in the group's
-    folder (None if the board cannot be made: the workers' own samples still give a peak)."""
+    """The parent's watch of the start-up peaks (None: the workers' own samples give a peak)."""
     try:
         return PeakWatch(PhaseBoard(group.workdir / "phases.bin", group.processes), PHASES)
     except (OSError, ValueError):

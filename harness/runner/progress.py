@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.core.summary import row_ok
 from harness.core.units import fmt_bytes, fmt_seconds
 from harness.core.vocab import Start
 
@@ -269,7 +270,7 @@ class Progress:
             self.group_finished(index, total, step[0], results[0])
             return
         rows = [row for result in results for row in result.rows]
-        ok = sum(1 for r in rows if r.output_ok)
+        ok = sum(1 for r in rows if row_ok(r))
         took = fmt_seconds(time.monotonic() - self._t0)
         with self._lock:
             self._group = None
@@ -296,7 +297,7 @@ class Progress:
             self.note(f"    {who} {state} after {fmt_seconds(elapsed)}{extra}")
 
     def group_finished(self, index: int, total: int, group, result) -> None:
-        ok = sum(1 for r in result.rows if r.output_ok)
+        ok = sum(1 for r in result.rows if row_ok(r))
         failed = len(result.rows) - ok
         took = fmt_seconds(time.monotonic() - self._t0)
         status = f"{ok} ok" + (f", {failed} failed" if failed else "")

@@ -32,6 +32,7 @@ from harness.core.tables import write_run_tables
 from harness.core.timing import INTERLEAVED
 from harness.core.vocab import PageCache, RunStatus, Start
 from harness.prep.configkeys import unread_keys
+from harness.prep.reference import content_fingerprint
 from harness.runner.control import has_control
 from harness.runner.group import GroupResult, GroupSpec
 from harness.runner.outdir import RunFolder, claim
@@ -130,6 +131,7 @@ def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, sta
             "peer": opts.peer,
             "model": own.source if own else (str(opts.model) if opts.model else "generated"),
             "models": [str(m.source) for m in own.models] if own else [str(m) for m in opts.models],
+            "model_fingerprint": content_fingerprint(own.models) if own else None,
             "weights_bytes": own.weights_bytes if own else None,
             "weights_file_bytes": (own.file_bytes or None) if own else None,
             "gathered_weights_bytes": (own.gathered_bytes or None) if own else None,

@@ -175,6 +175,10 @@ class Target(ABC):
         """Create spec.sessions session groups, each one session per model, timed into
         ``record`` (load_s, create_s, path_taken...)."""
 
+    def weightless_work(self, spec: WorkerSpec, models: list[PreparedModel]) -> None:  # noqa: B027 - optional hook
+        """What a worker of this target does beyond its sessions (e.g. reading its own memory
+        maps): the control worker does it too, so its cost is never called a weight copy."""
+
     def run(self, session: Any, model: PreparedModel, feeds: dict) -> list:
         """One inference of ``model`` in ``session``: its outputs, in ``model.outputs`` order."""
         from harness.prep.sessions import run_session

@@ -1,15 +1,6 @@
-"""The cpu target (the default): weights loaded by `mapper_impl` and handed to ORT's CPU EP in
-place.
-
-Mapped mode maps the weights file once per session (`disable_file_mapped_weights=0`), as the
-EP's one file mapper per backend manager does (``--mapping-scope process``: once per process,
-our extension); the sessions get OrtValues that point into the mapping
-(`SessionOptions.add_initializer`), so the figures measure the mapping, not a copy ORT makes.
-Heap mode (`=1`) follows the EP's direct read: the file is read into a local copy, the runtime
-makes its own copy from it (QNN keeps one) and the read copy is freed once the session exists,
-so a heap session peaks at two copies and keeps one. Weight prepacking is off: it would copy
-every weight.
-"""
+"""The cpu target (the default): the EP's pipeline in `mapper_impl`, ORT's CPU EP created over
+OrtValues into the mapping (mapped) or into the runtime's own copy of a direct read (heap); see
+docs/running.md ("Targets")."""
 
 from __future__ import annotations
 
@@ -174,10 +165,26 @@ class CpuTarget(Target):
             "mapping_scope",
             "--mapping-scope",
             "session",
-            "who shares one mapping: session (upstream: one file mapper per backend manager, i.e. per "
-            "session) or process (one mapping per file per process: our extension)",
+            "who shares one mapping: session (upstream's single path: one file mapper per backend manager, "
+            "i.e. per session) or process (one per file per process, as the list path's one backend manager)",
             parse=str,
             choices=("session", "process"),
+        ),
+        TargetOption(
+            "share_backend_manager",
+            "--share-backend-manager",
+            False,
+            "the worker's sessions share one backend manager, as sessions sharing EP contexts "
+            "(ep.share_ep_contexts) do: the file mapped once per process, the faults counted once",
+        ),
+        TargetOption(
+            "disable_after_failure",
+            "--disable-after-failure",
+            "model",
+            "what a failed mapped attempt switches off: model (upstream since microsoft/onnxruntime #27871) or "
+            "backend-manager (before it: every later load of that backend manager; not upstream behaviour now)",
+            parse=str,
+            choices=("model", "backend-manager"),
         ),
         TargetOption(
             "sweep_deregistrations",
@@ -227,11 +234,8 @@ class CpuTarget(Target):
         return list(DEFAULT_GATES)
 
     def create_sessions(self, spec, models: list[PreparedModel], record) -> LiveSessions:
-        """One `mapper_impl.load_context` per session, as the EP loads one context: map (shared
-        by every session of the process) -> register each weight region -> create the ORT
-        session over OrtValues pointing into the regions; a failed stage falls back to exactly
-        one direct read. init = load (map, register, fallback) + create (sessions). A pipeline
-        (several models) gets one session per model in each of the M session groups."""
+        """One `mapper_impl.load_context` per session (per model of a pipeline, in each of the M
+        groups): map -> register -> create, one direct read on a failed stage."""
         import numpy  # noqa: F401 - imported before the clock starts: an import is not a load
         import onnxruntime  # noqa: F401
 
@@ -286,17 +290,16 @@ class CpuTarget(Target):
 
 
 def _pipeline_options(spec) -> dict:
-    """`load_context` arguments from the worker's options: the injected faults (the mapping
-    pipeline's: heap mode, option "1", never runs it), which failed stages fall back and what
-    becomes of a failed registration (upstream's unless opted out), the opt-in mapping retry,
-    the mapping scope and the opt-in deregistration sweep."""
-    from mapper_impl import RetryPolicy
+    """`load_context` arguments from the worker's options (faults only in mapped mode)."""
+    from mapper_impl import MappingScope, RetryPolicy
 
-    attempts = spec.options.get("max_attempts", 1)
+    attempts, scope = spec.options.get("max_attempts", 1), spec.options.get("mapping_scope", "session")
+    if spec.options.get("share_backend_manager"):  # one object for every load of the worker
+        scope = MappingScope(disables=spec.options.get("disable_after_failure") or "model", sessions=True)
     return {
         "faults": fault_plan(spec.options) if spec.mode == Mode.MAPPED else None,
         "retry": RetryPolicy(attempts) if attempts > 1 else None,
-        "scope": spec.options.get("mapping_scope", "session"),
+        "scope": scope,
         "sweep_deregistrations": bool(spec.options.get("sweep_deregistrations")),
         **pipeline_options(spec.options),
     }
@@ -318,16 +321,14 @@ def _account(record, ctx, create_s: float, total_s: float) -> None:
 
 
 def _record_failure(record, err) -> None:
-    """A load that failed (a mapping step's failure, or the direct read's too): the mapping
-    attempts it made and every stage's error, for the row."""
+    """A failed load's mapping attempts and every stage's error, for the row."""
     record.map_errors.extend(str(e) for e in err.errors)
     attempts = sum(1 for e in err.errors if (e.attempt, e.stage) == ("mapped", "map"))
     record.map_attempts = max(record.map_attempts or 0, attempts or 1)
 
 
 def _closer(ctx, record):
-    """The teardown of one load, then its late release callbacks counted into the worker's
-    record (those planned for teardown arrive during it: the final record has them all)."""
+    """The teardown of one load, then its late release callbacks counted into the record."""
 
     def close() -> None:
         ctx.close()
@@ -337,19 +338,9 @@ def _closer(ctx, record):
 
 
 class _SessionFactory:
-    """The ``create`` stage: an ORT CPU session whose initializers are OrtValues over the region
-    views (in place: no copy, no page read), of whatever element type (bfloat16, float8, packed
-    int4...), timed (a create fault may call it twice: an injected failure first reads every
-    page of the regions, mapper_impl's model of QNN failing late, after this returns, so in the
-    load time; the failed attempt's mapping stays mapped until the fallback session exists).
-    On a direct read (heap, fallback) the runtime
-    first makes its own copy of the read buffer, as QNN keeps its own copy of the context
-    binary, and the OrtValues point into that: the read copy is freed after creation. With
-    ``silent_copy`` a mapped session does the same (onnxruntime-qnn #677: SSR recovery went back
-    to a direct read without a log line).
-
-    The session options are made before the clock, as the peer target makes its own (a second
-    call, after a failed create, makes fresh ones: a handed-over initializer is added once)."""
+    """The ``create`` stage, timed: an ORT CPU session over OrtValues into the region views (in
+    place), or, on a direct read (and with ``silent_copy``, #677), into the runtime's own copy of
+    the read buffer, as QNN keeps its own. Session options are made before the clock."""
 
     def __init__(self, model: PreparedModel, settings: SessionSettings, *, silent_copy: bool = False) -> None:
         self.model = model

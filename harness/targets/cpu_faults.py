@@ -115,9 +115,17 @@ def not_upstream(options: dict) -> list[str]:
         )
     if (options.get("mapping_scope") or "session") == "process":
         out.append(
-            "--mapping-scope process: one mapping per file per process (not upstream behaviour: the EP maps "
-            "the file once per backend manager, i.e. per session)"
+            "--mapping-scope process: one mapping per file per process (not upstream behaviour on the single "
+            "path: one per backend manager, i.e. per session; the list path's one backend manager maps it once)"
+        )
+    if options.get("disable_after_failure") == "backend-manager":
+        out.append(
+            "--disable-after-failure backend-manager: a failed mapped attempt switches mapping off for every later "
+            "load of its backend manager (not upstream behaviour since microsoft/onnxruntime #27871: per model)"
         )
     if (options.get("max_attempts") or 1) > 1:
-        out.append("--max-attempts: the mapping is retried (not upstream behaviour: the EP never retries it)")
+        out.append(
+            f"--max-attempts {options['max_attempts']}: a failed map step (that step only; map_attempts counts the "
+            "tries) is tried again before the direct read (not upstream behaviour: the EP never retries it)"
+        )
     return out

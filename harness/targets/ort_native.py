@@ -70,6 +70,10 @@ class OrtNativeTarget(Target):
         record.weights_bytes = sum(m.weights_bytes for m in models)
         return live
 
+    def weightless_work(self, spec, models: list[PreparedModel]) -> None:
+        if spec.mode != Mode.HEAP:
+            mapped_by_ort([m.weights_path for m in models])
+
 
 def mapped_by_ort(paths: list) -> str:
     """ "mapped" only when this process's own memory maps show every weights file mapped (ORT
@@ -78,13 +82,24 @@ def mapped_by_ort(paths: list) -> str:
     import os
 
     try:
-        import psutil
-
-        seen = {os.path.normcase(m.path) for m in psutil.Process().memory_maps(grouped=True)}
-    except Exception:  # psutil cannot read the maps here: no evidence either way
+        seen = _mapped_paths()
+    except Exception:  # the maps cannot be read here: no evidence either way
         return PathTaken.UNKNOWN
     wanted = {os.path.normcase(str(p.resolve())) for p in paths}
     return PathTaken.MAPPED if wanted <= seen else PathTaken.UNKNOWN
+
+
+def _mapped_paths() -> set[str]:
+    """The files this process maps: /proc/self/maps where it exists (psutil parses smaps, whose
+    text keeps ~1-2 MiB of the worker's heap: it showed as a weight copy), else psutil."""
+    import os
+
+    if os.path.exists("/proc/self/maps"):
+        with open("/proc/self/maps", encoding="utf-8", errors="surrogateescape") as f:
+            return {parts[5].rstrip("\n") for parts in (line.split(None, 5) for line in f) if len(parts) == 6}
+    import psutil
+
+    return {os.path.normcase(m.path) for m in psutil.Process().memory_maps(grouped=True)}
 
 
 TARGET = OrtNativeTarget()

@@ -59,6 +59,20 @@ def test_the_page_dates_its_sources() -> None:
     assert "`qnn_windows_file_mapper.cc` 51" in PAGE
 
 
+def test_the_page_says_what_issue_43_read_again() -> None:
+    """Issue 43 item 9: 2.7.0 is an October 2026 build; its fatal mapping step is shown by the
+    DLL's code; the list path maps once per process; #839 is the list path's and injected on the
+    single path only; #1124's tie to a stale registration is an inference (1002 vs 1003)."""
+    sources = PAGE[PAGE.index("## Sources") : PAGE.index("## mapper_impl")]
+    assert "PE date is 2026-10-08" in sources and "July 2026" not in PAGE
+    assert "inferred (no string shows it)" not in PAGE and "the win_arm64 DLL's code shows it" in PAGE
+    assert "the file is mapped once per process there" in PAGE
+    assert "asynchronous list path" in PAGE and "injects them on the single path only" in PAGE
+    assert "is an inference, a failed registration's own code being 1003" in PAGE
+    eplog = (ROOT / "harness" / "targets" / "qnn" / "eplog.py").read_text(encoding="utf-8")
+    assert "per-process cache hit" not in eplog and "cache hit of its backend manager" in eplog
+
+
 def test_the_installed_270_library_has_the_symbols_the_page_names() -> None:
     """The Linux build of 2.7.0 (installed with the test extras) really holds the SSR reload and
     the longer CreateContextHandleFromBinary that cc7ec9e lacks."""

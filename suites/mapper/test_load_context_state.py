@@ -228,3 +228,34 @@ def test_m_contexts_share_one_mapping_in_process_scope(weights_file):
         assert stats().dma_registrations == 3 * (5 - i)
         assert stats().live_mappings == (1 if i < 5 else 0)
     assert_clean()
+
+
+@pytest.mark.parametrize(("disables", "second"), [("model", "mapped"), ("backend-manager", "fallback")])
+def test_a_shared_backend_manager_shows_the_per_model_disable(weights_file, disables, second):
+    """Issue 43 item 9 (microsoft/onnxruntime #27871): with one backend manager per session, a
+    failed creation's disable cannot be told from the old disable-everything (each session fails
+    its own attempt). Sessions sharing one backend manager (ep.share_ep_contexts) count the fault
+    plan together: the first creation fails; the second context maps again (per model, upstream)
+    or, before #27871, is refused ABORTED and falls back. The file is mapped once for both."""
+    from mapper_impl import MappingScope
+
+    path, data = weights_file
+    manager = MappingScope(disables=disables, sessions=True)
+    plan = FaultPlan(create_failures=1)
+    with _mapped(path, faults=plan, scope=manager) as first, _mapped(path, faults=plan, scope=manager) as again:
+        assert (first.path_taken, first.fallback_stage) == ("fallback", "create")
+        assert again.path_taken == second, again.errors
+        if second == "mapped":
+            assert [bytes(v) for v in again.views] == expected_bytes(data) and not again.errors
+        else:
+            assert again.fallback_stage == "register" and "has been disabled" in str(again.errors[0])
+    separate = [_mapped(path, faults=plan) for _ in range(2)]  # one backend manager each: both fail
+    assert [c.path_taken for c in separate] == ["fallback", "fallback"]
+    for ctx in separate:
+        ctx.close()
+    one = MappingScope(sessions=True)  # the list path's and shared contexts' sharing: one view per manager
+    with _mapped(path, scope=one), _mapped(path, scope=one):
+        assert stats().live_mappings == 1
+    with _mapped(path), _mapped(path):  # the single path: one per session
+        assert stats().live_mappings == 2
+    assert_clean()

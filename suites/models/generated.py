@@ -560,3 +560,29 @@ def lstm_model(path: Path, steps: int = 8, width: int = 16, hidden: int = 32) ->
         [w, r],
     )
     return _save(graph, path, opset=17, ir_version=9)
+
+
+def partly_qnn_model(path: Path) -> Path:
+    """A float MatMul (64x64 fp32: QNN takes it) beside a bfloat16 table read by Gather (8 KiB:
+    QNN cannot map bf16 data, so the compile leaves it, and its weights, to ORT's CPU EP)."""
+    import ml_dtypes
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array((rng.standard_normal((64, 64)) * 0.1).astype(np.float32), "W")
+    values = (rng.standard_normal((256, 16)) * 0.5).astype(ml_dtypes.bfloat16)
+    table = helper.make_tensor("T", TensorProto.BFLOAT16, [256, 16], values.tobytes(), raw=True)
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["y"]),
+        helper.make_node("Gather", ["T", "idx"], ["g"]),
+        helper.make_node("Cast", ["g"], ["z"], to=TensorProto.FLOAT),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64]),
+        helper.make_tensor_value_info("idx", TensorProto.INT64, [1, 4]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64]),
+        helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 16]),
+    ]
+    return _save(helper.make_graph(nodes, "partly_qnn", inputs, outputs, [w, table]), path, opset=17, ir_version=9)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import generated
 import pytest
@@ -258,3 +259,18 @@ def test_a_model_the_htp_takes_nothing_of_names_the_first_op_it_refuses(run_harn
         "Operators of type `Acos` are not supported by QNN EP",
         "(EP log: ",
     )
+
+
+def test_weights_left_to_the_cpu_ep_are_counted_and_named(run_harness, tmp_path):
+    """Issue 43 item 4: qnn counted only the context binaries as weights (a 4-partition model
+    reported 1.1 MiB while 6 MiB stayed in CPU nodes). Both are counted; the run's notes say which
+    part file mapping maps."""
+    path = generated.partly_qnn_model(tmp_path / "partly.onnx")
+    outcome = run_harness("run", "--target", "qnn", "--model", str(path), *ONE)
+    rows = assert_all_ok(outcome, workers=2)
+    meta = json.loads((outcome.out / "metadata.json").read_text())
+    spec = json.loads(next((outcome.out / "workers").rglob("*.spec.json")).read_text())
+    context = sum(b.stat().st_size for b in Path(spec["options"]["onnx"][0]).parent.glob("*.bin"))
+    assert {r.weights_bytes for r in rows} == {context + 256 * 16 * 2} == {meta["run"]["weights_bytes"]}
+    note = next(n for n in meta["target_notes"] if n.startswith("Weights: "))
+    assert "in QNN context binaries (what file mapping maps) and 8.0 KiB in the nodes left to ORT's CPU EP" in note

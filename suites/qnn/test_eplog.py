@@ -509,3 +509,23 @@ def test_read_log_segment_reads_between_offsets(tmp_path: Path) -> None:
     log.write_bytes(b"a\nbb\nccc\n")
     assert read_log_segment(log, 2, 5) == "bb\n" and read_log_segment(log, 5) == "ccc\n"
     assert read_log_segment(tmp_path / "missing.log", 0) == ""
+
+
+@pytest.mark.parametrize(("version", "level"), [("2.7.0", 1), ("1.24.1", 0), ("1.24.0", 0), ("9.9.9", 1), (None, 1)])
+def test_sessions_log_at_the_level_that_shows_their_builds_echo(version, level) -> None:
+    """Issue 43 item 9: the readable builds echo the option at VERBOSE only; at INFO a "1" on a
+    1.24.x build always read `unknown`. Their sessions log at VERBOSE; the others at INFO (the
+    mapping evidence), never above it."""
+    from harness.targets.qnn.eplog import echo_style, log_level
+
+    assert log_level(echo_style(version)) == level
+
+
+@pytest.mark.parametrize(
+    "line", ["Context binary does not exist: C:\\m\\model_qnn.bin", "File is empty: C:\\m\\model_qnn.bin"]
+)
+def test_a_missing_or_empty_binary_is_read_as_2_7_0_names_it(line: str) -> None:
+    """Issue 43 item 9: 2.7.0's GetFileSizeIfValid names a missing or empty context binary
+    before the mapping step could ("Context bin has a size of 0 bytes" is not reached)."""
+    v = verdict(MAP, ort("E", "qnn_backend_manager.cc:1 GetFileSizeIfValid", line))
+    assert v.state == "retried" and line in v.reason, v

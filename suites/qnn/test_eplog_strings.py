@@ -260,3 +260,15 @@ def test_the_fixtures_ship_inside_the_package():
     fixtures = sorted(FIXTURE_DIR.glob("*-ep-strings.txt"))
     assert fixtures
     assert all(any(f.relative_to(package).match(g) for g in globs) for f in fixtures)
+
+
+def test_a_library_without_msvc_literal_pools_is_selected_by_terms_only() -> None:
+    """Issue 43 item 9: GCC's .rodata (the Linux wheels) packs strings with no function-name
+    strings between them, so the position rule's pool around the RPCMem anchor ran across 3 304
+    strings of the Linux aarch64 library. Pools are taken in a PE image (MSVC) only."""
+    from harness.targets.qnn.epselect import ANCHOR_LITERALS, select_library
+
+    dense = b"".join(f"unrelated string number {i}\0".encode() for i in range(500))
+    body = dense + ANCHOR_LITERALS[0].encode() + b"\0" + dense + b"Failed to register DMA data mapping to RPCMEM\0"
+    assert select_library(b"\x7fELF" + body) == [ANCHOR_LITERALS[0], "Failed to register DMA data mapping to RPCMEM"]
+    assert len(select_library(b"MZ" + body)) > 100  # MSVC's layout: the pool rule applies

@@ -59,3 +59,27 @@ def test_a_users_multi_partition_epcontext_model_is_measured_as_it_is(run_harnes
     assert all(r.output_ok and not r.error for r in outcome.results())
     spec = json.loads(next((outcome.out / "workers").rglob("*.spec.json")).read_text())
     assert spec["options"]["onnx"] == [str(model)] and spec["options"]["partitions"] == [2]
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+def test_a_load_failure_is_called_multi_partition_only_with_several_partitions(tmp_path, parts):
+    """Issue 43 item 6: a compiled model of ONE EPContext node that fails to load with the
+    multi-partition error's words was called "compiled into 1 QNN partitions ... multi-partition"."""
+    from onnx import TensorProto, helper, save
+
+    from harness.targets.qnn.compile import _failure
+    from harness.targets.qnn.partitions import UPSTREAM_ERRORS
+
+    nodes = [
+        helper.make_node("EPContext", [f"x{i}"], [f"x{i + 1}"], domain="com.microsoft", name=f"ctx{i}")
+        for i in range(parts)
+    ]
+    io = [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [1]) for i in (0, parts)]
+    onnx_path = tmp_path / "m_ctx.onnx"
+    save(helper.make_model(helper.make_graph(nodes, "g", io[:1], io[1:])), str(onnx_path))
+    result = {"stage": "load", "error": f"[ONNXRuntimeError] : 1 : FAIL : {UPSTREAM_ERRORS[1]}: x"}
+    text = str(_failure(result, "--model m.onnx", onnx_path, "htp", None, tmp_path / "ep.log"))
+    assert ("multi-partition" in text) is (parts > 1), text
+    assert (f"compiled into {parts} QNN partitions" in text) is (parts > 1), text
+    if parts == 1:
+        assert "compiled for QNN, but the compiled model does not load" in text, text

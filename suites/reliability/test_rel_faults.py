@@ -55,6 +55,7 @@ def test_a_failed_creation_is_followed_by_exactly_one_direct_read(run_harness):
     assert summary["mapped"].fallback_workers == WORKERS and summary["heap"].fallback_workers == 0
     table = [line for line in outcome.stdout.splitlines() if "fallback" in line and " create " in line]
     assert table, outcome.stdout  # the outcome table shows the stage per repeat
+    assert "despite the mapping" not in outcome.stdout, "a fallback's copy is the fault's, not made despite a mapping"
 
 
 def test_a_failed_mapping_step_fails_the_mapped_sessions(run_harness):
@@ -70,6 +71,10 @@ def test_a_failed_mapping_step_fails_the_mapped_sessions(run_harness):
         assert "direct" not in row.error, "no direct read follows a failed mapping step"
     assert all(r.output_ok and not r.error for r in rows if r.mode == "heap")
     assert "verdict: FAIL" in outcome.stdout
+    # issue 43 item 8: the sentence and the table say what happened, not "- vs -" and "None"
+    sentence = outcome.headline()["sentence"]
+    assert "no repeat measured both modes completely" in sentence and "- vs -" not in sentence, sentence
+    assert not re.search(r"│ None\s*│", outcome.stdout) and "no path recorded: 2" in outcome.stdout
 
 
 def test_lenient_fallback_stages_fall_back_at_the_mapping_step_labelled_not_upstream(run_harness):
@@ -99,6 +104,7 @@ def test_register_at_k_leaves_a_stale_registration_in_every_repeat(run_harness):
     assert errors.count("Failed to register DMA data mapping to RPCMEM") == 1 and "left behind, stale" in errors
     for row in rows:
         assert "teardown left dma_stale_registrations=1" in row.error and row.exit_code == 1, row
+        assert row.output_ok, "the worker's outputs were right: the failure is in error, not output_ok"
     assert "stale registration(s) were left behind" in outcome.headline()["sentence"]
     assert "2 stale registration(s) left behind" not in outcome.stdout  # counted per run: 4 of them
     assert "4 stale registration(s) left behind" in outcome.stdout
@@ -197,6 +203,31 @@ def test_opt_in_retry_falls_back_after_max_attempts(run_harness):
     (summary,) = outcome.summary()
     assert (summary.ok_workers, summary.failed_workers, summary.fallback_workers) == (WORKERS, 0, WORKERS)
     assert "fell back to the heap" in outcome.stdout
+
+
+def test_max_attempts_covers_the_map_step_only(run_harness):
+    """`--max-attempts 2 --fault create=1` (issue 43 item 3): the option retries the map step only,
+    so nothing is retried here (map_attempts 1) and no line says "the mapping is retried"."""
+    outcome, rows = _run(run_harness, "--fault", "create=1", "--max-attempts", "2")
+    assert {(r.path_taken, r.map_attempts, r.fallback_stage) for r in rows} == {("fallback", 1, "create")}
+    assert "the mapping is retried" not in outcome.stdout
+    assert "--max-attempts 2: a failed map step (that step only" in outcome.stdout
+
+
+@pytest.mark.parametrize("disables", ["model", "backend-manager"])
+def test_a_shared_backend_manager_shows_the_old_and_the_new_disable(run_harness, disables):
+    """Issue 43 item 9 (microsoft/onnxruntime #27871): two sessions of one backend manager, the
+    first creation failing: the second maps again (per model, upstream) or, as before #27871, is
+    refused ABORTED and falls back at register (labelled not upstream behaviour)."""
+    args = ("--sessions-per-process", "2", "--share-backend-manager", "--disable-after-failure", disables)
+    outcome = run_harness(*run_args(*args, "--fault", "create=1", modes="mapped"), check_exit=0, timeout=180)
+    (row,) = outcome.results()
+    assert (row.path_taken, row.fallback_stage) == ("fallback", "create"), row
+    errors = row.map_errors.split("; ")
+    assert "injected by FaultPlan" in errors[0]
+    refused = [e for e in errors if "file mapping has been disabled" in e]
+    assert (len(errors) == 1, bool(refused)) == ((True, False) if disables == "model" else (False, True)), errors
+    assert ("Not upstream behaviour" in outcome.stdout) is (disables == "backend-manager")
 
 
 def test_recovery_is_deterministic_across_repeats(run_harness):

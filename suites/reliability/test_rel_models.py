@@ -6,6 +6,7 @@ with the right --shape run with every worker checking its output against the ref
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,49 @@ def test_dynamic_model_with_shape_runs(run_harness, models, model):
     assert sorted(r.path_taken for r in rows) == ["heap", "mapped"]
     assert all(r.output_ok and not r.error for r in rows), [r.error for r in rows]
     assert {r.weights_bytes for r in rows} == {16 * 32 * 4}
+
+
+@pytest.mark.parametrize("target", ["cpu", "qnn"])
+def test_a_relative_model_path_runs_on_a_fresh_cache(tmp_path, target):
+    """Issue 43 item 5: ``--model tiny.onnx`` from the model's folder with an empty cache failed
+    ("File doesn't exist": ORT's offline job runs in a temporary folder), on qnn with a wrong
+    "give them with --input" hint; every model path is made absolute before a child sees it."""
+    import onnx
+    from rel_support import start_harness
+
+    here = tmp_path / "here"
+    here.mkdir()
+    onnx.save(_matmul_model(batch=1), str(here / "tiny.onnx"))
+    args = ["run", "--target", target, "--model", "tiny.onnx", "--processes", "1", "--quiet", "--no-report"]
+    proc = start_harness(
+        [*args, "--cache-dir", str(tmp_path / "fresh"), "--out", str(tmp_path / "out")], tmp_path, cwd=here
+    )
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stdout + stderr
+    assert "File doesn't exist" not in stdout + stderr and "verdict: PASS" in stdout
+    meta = json.loads((tmp_path / "out" / "metadata.json").read_text())
+    assert len(meta["run"]["model_fingerprint"]) == 24  # what --baseline compares as the model's content
+
+
+def test_relative_model_paths_are_absolute_in_the_options():
+    from harness.contract.options import RunOptions
+
+    opts = RunOptions(models=[Path("a.onnx"), Path("pipeline")])
+    assert opts.models == [Path.cwd() / "a.onnx", Path.cwd() / "pipeline"] and opts.model == opts.models[0]
+    assert RunOptions(model=Path("b.onnx")).models == [Path.cwd() / "b.onnx"]
+
+
+def test_a_model_onnx_runtime_cannot_load_gets_no_input_hint(tmp_path):
+    """A load failure in the reference job is no feed's fault: "cannot load it", no --input hint."""
+    from harness.core.errors import InputError
+    from harness.prep.reference import reference_in_process, save_reference
+
+    save_reference(tmp_path / "feeds.npz", {}, {})
+    job = {"run_path": str(tmp_path / "gone.onnx"), "feeds": str(tmp_path / "feeds.npz"), "settings": {}}
+    job |= {"level": "all", "label": "--model gone.onnx", "outputs": ["y"], "input_types": {}, "output_types": {}}
+    with pytest.raises(InputError) as caught:
+        reference_in_process(job)
+    assert "cannot load it" in str(caught.value) and "--input" not in str(caught.value), caught.value
 
 
 def _silero_model() -> Path | None:

@@ -49,7 +49,8 @@ def test_one_failing_worker_is_recorded_and_the_run_completes(run_harness, tmp_p
     failed, ok = rows[0], rows[1:]
     assert failed.exit_code == exit_code
     assert error_text in failed.error
-    assert failed.output_ok is False
+    # what the worker recorded stays (issue 43 item 1): exit-after-ready checked its outputs first
+    assert failed.output_ok is (fault == "exit-after-ready")
     for row in ok:
         assert row.exit_code == 0 and not row.error and row.output_ok, row
         assert row.path_taken == "mapped" and row.map_attempts == 1

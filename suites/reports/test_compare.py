@@ -210,4 +210,31 @@ def test_runs_with_other_target_options_are_warned_about(tmp_path):
     meta["run"]["target_options"] = dict(meta["run"]["target_options"], fault={"create": 1})
     faulty = write_run(tmp_path / "fault", fake_results(processes=(2,), repeats=3), meta)
     warnings = compare(load_run(faulty), load_run(base)).warnings
-    assert "different cpu options (fault): a change comes from them first" in warnings, warnings
+    assert "different cpu options (fault)" in warnings, warnings
+
+
+def test_the_model_fingerprint_follows_the_weights_not_the_place_or_the_outputs(tmp_path):
+    """Issue 43 item 7: `--baseline` compares model content by `model_fingerprint`: a copy of the
+    model elsewhere is the same model, one changed weight byte is another; its reference outputs
+    do not enter (ORT rounds them differently by CPU and version)."""
+    import shutil
+
+    from harness.prep.folder import PreparedModel, TensorEntry
+    from harness.prep.reference import content_fingerprint
+
+    def model(folder):
+        folder.mkdir()
+        (folder / "weights.bin").write_bytes(bytes(range(256)) * 1024)
+        (folder / "reference.npz").write_bytes(b"outputs of one machine")
+        tensor = TensorEntry("w", "float32", [256, 256], 0, 256 * 1024)
+        return PreparedModel(folder, "m.onnx", [tensor], {"x": [1, 256]}, {"x": 1}, ["y"], 256 * 1024)
+
+    a = model(tmp_path / "a")
+    moved = PreparedModel(**{**a.__dict__, "folder": tmp_path / "moved"})
+    shutil.copytree(a.folder, moved.folder)
+    (moved.folder / "reference.npz").write_bytes(b"outputs of another machine")
+    assert content_fingerprint([a]) == content_fingerprint([moved])
+    data = bytearray((moved.folder / "weights.bin").read_bytes())
+    data[0] ^= 1
+    (moved.folder / "weights.bin").write_bytes(bytes(data))
+    assert content_fingerprint([a]) != content_fingerprint([moved])

@@ -82,11 +82,57 @@ def test_per_n_and_the_sentence_use_complete_groups_only(tmp_path):
     assert entry["mapped"]["init_s_median"] is None and entry["saving"]["bytes"] is None
     assert judgement.values["init_ratio"] is None
     assert "faster" not in doc["sentence"] and "SLOWER" not in doc["sentence"], doc["sentence"]
-    assert "init time was not measured" in doc["sentence"]
+    assert "no repeat measured both modes completely" in doc["sentence"], doc["sentence"]
+    assert "- vs -" not in doc["sentence"] and "not measured" not in doc["sentence"]
     complete = write_run(tmp_path / "ok", fake_results(processes=(2,)))
     (entry,) = headline_document(judge(load_run(complete)))["per_n"]
     assert entry["repeats"] == 1 and entry["incomplete_repeats"] == 0
     assert entry["ratios"]["init_ratio"] == pytest.approx(judge(load_run(complete)).values["init_ratio"])
+
+
+def test_the_sentence_quotes_the_largest_size_that_compared(tmp_path):
+    """Issue 43 item 8: a capacity run's largest N lost a worker to the limit; the sentence said
+    "init time was not measured" beside a table showing the init times of the smaller N."""
+    rows = fail_worker(fake_results(processes=(1, 2, 4)), index=-1)  # heap N=4, its last worker died
+    doc = headline_document(judge(load_run(write_run(tmp_path / "run", rows))))
+    assert doc["sentence"].startswith("With 2 process(es) x 1 session(s)"), doc["sentence"]
+    assert "faster" in doc["sentence"] and "not measured" not in doc["sentence"], doc["sentence"]
+
+
+def test_a_pipeline_sentence_counts_its_models(tmp_path):
+    """Issue 43 item 8: a 2-model pipeline read "x 1 session(s)": each session group loads 2 models."""
+    rows = fake_results(processes=(2,))
+    meta = metadata(processes=[2], models=["encoder.onnx", "decoder.onnx"])
+    doc = headline_document(judge(load_run(write_run(tmp_path / "run", rows, meta))))
+    assert "With 2 process(es) x 1 session group(s) of 2 models" in doc["sentence"], doc["sentence"]
+
+
+def test_a_capacity_probe_ended_by_the_limit_is_no_failed_worker(tmp_path):
+    """Issue 43 item 8: a capacity run passed beside "1 worker(s) failed": the probe the limit
+    ended is the search's answer, and the notes say so as the verdict counts it."""
+    from harness.console import note_lines
+
+    rows = fail_worker(fake_results(processes=(1, 2)), index=-1, error="out of memory at the limit (400.0 MiB)")
+    rows[-1] = replace(rows[-1], oom_killed=True)
+    meta = metadata(processes=[1, 2]) | {"kind": "capacity"}
+    judgement = judge(load_run(write_run(tmp_path / "run", rows, meta)))
+    lines = "\n".join(note_lines(judgement))
+    assert "worker(s) failed" not in lines and "1 probe(s) ended by the limit" in lines, lines
+
+
+def test_every_terminal_note_says_more_than_its_title(tmp_path):
+    """Issue 43 item 8: info notes were printed as bare titles ("note: How the cpu target
+    measures"); a note's line carried from an EP log stays indented under it."""
+    from harness.console import note_lines
+
+    judgement = judge(load_run(write_run(tmp_path / "run", fake_results(processes=(1,)))))
+    shown = [n for n in judgement.notes if not n.title.startswith("Why RSS")]
+    assert shown and any(n.kind == "info" for n in shown)
+    text = "\n".join(note_lines(judgement))
+    assert all(f"note: {n.title}: {n.text[:20]}" in text for n in shown), text
+    shown[0].kind, shown[0].details = "warn", ["first EP line\n[W:onnxruntime:, QnnEp] second EP line"]
+    lines = "\n".join(note_lines(judgement)).splitlines()
+    assert all(line.startswith(("note: ", "    ")) for line in lines), lines
 
 
 def _three_repeats(tmp_path, name, mapped_factors, meta_overrides=None):
@@ -158,7 +204,43 @@ def test_baseline_of_another_model_or_of_nothing_says_so(tmp_path, capsys):
     comparison = compare(load_run(base), load_run(killed))
     assert comparison.at == "each run's largest size (current N=2 x M=1, baseline nothing measured in both modes)"
     assert report_main([str(other), "--baseline", str(base), "--no-default-gates"]) == 0
-    assert "warning: different models:" in capsys.readouterr().out
+    assert "NOT THE SAME THING: different models:" in capsys.readouterr().out
+
+
+def test_a_baseline_of_another_model_target_or_workload_calls_no_regression(tmp_path, capsys):
+    """Issue 43 item 7: a voice embedder against the generated chain was called "larger
+    (REGRESSION)" and --fail-on-regression exited 1. Another model's content (its fingerprint,
+    whatever its name), target or workload: the difference is named first and no change is called."""
+    base = _three_repeats(tmp_path, "base", {0: 0.98, 1: 1.0, 2: 1.02})
+    cases = {
+        "content": {"model_fingerprint": "b" * 24},
+        "target-options": {"target_options": {"fault": {"create": 1}}},
+        "workload": {"inputs": {"shapes": {"x": [4, 16]}, "free_dims": {}, "values": {}}},
+    }
+    base_meta = load_run(base).meta
+    base_meta["run"]["model_fingerprint"] = "a" * 24
+    (base / "metadata.json").write_text(json.dumps(base_meta))
+    for name, run_keys in cases.items():
+        rows = scaled(fake_results(processes=(2,), repeats=3), {0: 1.20, 1: 1.22, 2: 1.25})
+        meta = metadata(processes=[2], repeat=3)
+        meta["run"].update({"model_fingerprint": "a" * 24} | run_keys)
+        if name == "target-options":
+            meta["run"]["target_options"] = dict(base_meta["run"]["target_options"], fault={"create": 1})
+        other = write_run(tmp_path / name, rows, meta)
+        comparison = compare(load_run(other), load_run(base))
+        assert comparison.differences and not comparison.regressions, (name, comparison.differences)
+        assert all(c.call.startswith("not called: different") for c in comparison.changes if c.delta is not None)
+        args = [str(other), "--baseline", str(base), "--no-default-gates", "--fail-on-regression"]
+        assert report_main(args) == 0, name
+        out = capsys.readouterr().out
+        first = out.index("NOT THE SAME THING: different")
+        assert first < out.index("baseline: base"), out
+    same = write_run(tmp_path / "same", scaled(fake_results(processes=(2,), repeats=3), {0: 1.2, 1: 1.22, 2: 1.25}))
+    renamed = load_run(same).meta
+    renamed["run"].update(model="/elsewhere/same.onnx", model_fingerprint="a" * 24)
+    (same / "metadata.json").write_text(json.dumps(renamed))
+    comparison = compare(load_run(same), load_run(base))  # the same content under another name compares
+    assert not comparison.differences and comparison.regressions
 
 
 def test_baseline_errors_are_one_line(tmp_path, capsys):

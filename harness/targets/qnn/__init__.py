@@ -95,6 +95,10 @@ class QnnTarget(Target):
     )
 
     def prepare(self, opts, progress) -> Prepared:
+        from harness.core.units import fmt_bytes
+        from harness.prep.externalise import mappable_bytes
+        from harness.prep.onnxfile import load_onnx
+
         from .partitions import load_level, load_note
         from .prepare import prepare_qnn
         from .simulator import default_soc_model
@@ -139,9 +143,16 @@ class QnnTarget(Target):
                     "reference itself (non-deterministic): checked by shape only."
                 )
         models = [p.model for p in parts]
+        contexts = sum(b.stat().st_size for b in bins) + embedded
+        cpu = sum(mappable_bytes(load_onnx(p.onnx_path, external_data=False)) for p in parts)  # QNN took none of it
+        if cpu:
+            notes.append(
+                f"Weights: {fmt_bytes(contexts)} in QNN context binaries (what file mapping maps) and "
+                f"{fmt_bytes(cpu)} in the nodes left to ORT's CPU EP, which loads them itself in both modes."
+            )
         return Prepared(
             models[0],
-            sum(b.stat().st_size for b in bins) + embedded,
+            contexts + cpu,
             list(dict.fromkeys([*(p.onnx_path for p in parts), *bins])),
             worker_options=options,
             source=" + ".join(m.source for m in models),
@@ -180,7 +191,7 @@ class QnnTarget(Target):
         import onnxruntime as ort
 
         from .ep import qnn_session_options, qnn_versions
-        from .eplog import LogSegment, aggregate, classify_session, echo_style
+        from .eplog import LogSegment, aggregate, classify_session, echo_style, log_level
         from .partitions import apply_load_level
 
         options = spec.options
@@ -190,7 +201,8 @@ class QnnTarget(Target):
         flag = disable_flag(spec.mode)
         echo = echo_style(qnn_versions()["onnxruntime_qnn"])  # how this EP echoes the option (None: a note)
         sharing = sharing_provider_options(options.get("resource_sharing", "none"))
-        ort.set_default_logger_severity(1)  # some EP lines go through ORT's default logger
+        level = log_level(echo)  # a readable build's echo is VERBOSE only
+        ort.set_default_logger_severity(level)  # some EP lines go through ORT's default logger
         live = LiveSessions()
         verdicts = []
         from harness.contract import phases
@@ -205,6 +217,7 @@ class QnnTarget(Target):
                     share_ep_contexts=bool(options.get("share_ep_contexts")),
                     backend_type=options.get("backend_type", "htp"),
                     provider_options={**settings.provider_options, **sharing},
+                    log_severity=level,
                 )
                 apply_load_level(so, parts)
                 segment = LogSegment(spec.log_path)

@@ -1,10 +1,5 @@
-"""Compiling a model for the qnn target: once, by the real QNN EP, to an EPContext model
-(``*_ctx.onnx`` + ``*_qnn.bin``), cached by content (the models themselves: `prepare`).
-
-Compilation runs in a child process (`child`): the QNN compiler can crash, and the EP's own
-log goes to a file named in every error. The compiled model must also load and run once, or
-it is refused: a partial compile the EP cannot load is found once, not in every worker.
-"""
+"""Compiling a model for the qnn target once, by the real QNN EP in a child process (it can
+crash), to a cached EPContext model that must also load and run once before any worker does."""
 
 from __future__ import annotations
 
@@ -76,9 +71,7 @@ def _compile(
     log_path: Path,
     on_status: StatusCallback | None = None,
 ) -> dict:
-    """Compile in a child process (see `child`); returns its result (``compile_s``, the CPU
-    times...). Every failure is one InputError naming the user's model (``label``), the EP's
-    reason and the log file."""
+    """The child's result (``compile_s``, CPU times); a failure is one InputError (`_failure`)."""
     result = run_child(
         {
             "kind": "compile",
@@ -101,8 +94,7 @@ def _compile(
 def _failure(
     result: dict, label: str, out_onnx: Path, backend_type: str, provider_options: dict | None, log_path: Path
 ) -> InputError:
-    """The one-line InputError of a failed compile job: the EP's reason, the fix where it is
-    known, the EP's log file."""
+    """The one-line InputError of a failed compile: the EP's reason, a known fix, its log."""
     error = str(result.get("error") or "")
     where = f" (EP log: {log_path})"
     log = ""
@@ -119,10 +111,10 @@ def _failure(
         )
     if result.get("stage") == "crash":
         return InputError(f"{label}: the QNN compiler crashed: {error}{where}")
-    if result.get("stage") == "load" and any(e in error for e in UPSTREAM_ERRORS):
-        parts = partitions_of(out_onnx) if out_onnx.is_file() else 0
+    parts = partitions_of(out_onnx) if result.get("stage") == "load" and out_onnx.is_file() else 0
+    if parts > 1 and any(e in error for e in UPSTREAM_ERRORS):  # one partition: the plain load failure below
         return InputError(
-            f"{label}: compiled into {parts or 'several'} QNN partitions; onnxruntime-qnn "
+            f"{label}: compiled into {parts} QNN partitions; onnxruntime-qnn "
             f"{qnn_versions()['onnxruntime_qnn']} on this platform cannot load this multi-partition "
             f"EPContext model even with ORT's graph optimizations disabled: {ort_reason(error)}{where}"
         )
@@ -219,15 +211,9 @@ def compile_epcontext(
     on_status: StatusCallback | None = None,
     plan: CompilePlan | None = None,
 ) -> CompiledModel:
-    """Compile `src` for QNN into an EPContext model under `out_dir`, reusing an earlier result.
-
-    The entry is ``out_dir/<stem>_em<mode>-<backend>-<key>/``: ``<stem>_em<mode>_ctx.onnx``
-    (+ the ``..._qnn.bin`` the EP names, for embed_mode 0), ``compile.log`` (the EP's own log)
-    and ``manifest.json``, published by the model cache (`harness.cache.cached_build`), keyed by
-    the source's files and the options. The compiler runs in a child process (`child`); with
-    ``check_folder`` (a prepared model with its reference) the result must also load and run
-    once, right. ``label`` names the user's file in errors (default: ``src``). With ``plan``, a
-    long compile is announced first and its CPU times recorded (`estimate`)."""
+    """`src` compiled into a cache entry ``out_dir/<stem>_em<mode>-<backend>-<key>/`` (keyed by
+    the source's files and the options), reused when it exists; with ``check_folder`` it must
+    also load and run right once; with ``plan`` a long compile is announced (`estimate`)."""
     if embed_mode not in (0, 1):
         raise ValueError(f"embed_mode must be 0 (context in a .bin) or 1 (in the onnx), got {embed_mode!r}")
     src, out_dir = Path(src), Path(out_dir)
@@ -275,9 +261,7 @@ def _entry_key(src: Path, model: Any, provider_options: dict | None, session_con
 
 
 def _announce(src: Path, plan: CompilePlan, label: str) -> GraphCost | None:
-    """Say what the compile and the inferences after it will take, when that is long (the
-    graph's cost at this machine's rates); the cost, for `record_timings` (None: the graph
-    could not be costed, which costs the run nothing)."""
+    """Announce a long compile (the graph's cost at this machine's rates); the cost, or None."""
     try:
         cost = graph_cost(src)
     except Exception:  # onnx's shape inference can refuse a graph the compiler still takes

@@ -1,56 +1,11 @@
 """How the QNN EP treated file mapping, read from its own log: one verdict per session.
 
-Why the log: the EP decides per session (and per EPContext node) whether the context binary's
-weights come from a file mapping or from a copy in memory, and it says so only in its log. The
-harness must report what the EP did, never what it was asked to do.
-
-States (`EP_STATES`), each from evidence the EP printed (texts of onnxruntime-qnn 2.7.0, see
-`PATTERNS`; every one is checked against the strings of the shipped binaries, see epstrings.py):
-
-- ``active``: positive evidence that weights were served from the mapping. BOTH are required:
-  a mapping line ("Creating context bin file mapping for <path>", or its verbose siblings) AND at
-  least one "Created DMA data mapping with address: ..." (a weight region handed to QNN from the
-  mapping and registered with RPCMem). The mapping line alone is printed *before* the attempt
-  (and again on a per-process cache hit), so it proves an attempt, not a success; a DMA line alone
-  could belong to another session's mapping. A context that asks for no weight region at all
-  gets the mapping line and no DMA line: nothing was served from the mapping, so it is
-  ``unknown`` (reason says so), not ``active``.
-- ``retried``: a mapping attempt failed and the EP read the .bin instead: the 2.7.0 single-context
-  retry ("contextCreateFromBinaryWithCallback failed (<err>). Retrying with direct read."), the
-  shared-resource retry ("Failed to create context with file mapping enabled. Error: <e>, Code:
-  <n>. Retrying with feature disabled."), or a failure line of the mapping attempt itself
-  (DMA registration, out-of-range request, ...) in a session that was created anyway.
-- ``disabled``: the EP confirmed the option, as its build echoes it (`ECHO_STYLES`): 2.7.0's
-  "User specified disable_file_mapped_weights: 1", or a readable build's enable flag ": 0".
-- ``option-ignored`` (a failure): a session run with "1" whose log shows the EP working on a
-  mapping (`MAPPING_ACTIVITY`: mapping, DMA, a failed attempt, a retry), whatever was echoed;
-  or an echo that, read as the EP's known version echoes, says the EP read another value than
-  the harness passed. The echo of a version not in `ECHO_BY_VERSION` is a note, not evidence.
-- ``ep-error`` (a failure): "RPCMem Library is required for file mapping but is
-  uninitialized.", a hard error of ``SetupBackend``, not a deliberate disable.
-- ``mixed``: some nodes of the session were mapped, others disabled per node (embedded
-  context, old binary): `EpVerdict.nodes_mapped` / ``nodes_disabled`` count them.
-- ``ep-disabled``: the EP turned mapping off itself; `EpVerdict.reason` names why (one of
-  `EP_DISABLED_REASONS`: embedded context, context binary version < 3.3.3, read callback
-  registered, RPCMem unavailable).
-- ``unavailable``: the platform gate ("File mapped weights feature is only available on Windows
-  arm64 devices ..."), printed by the Linux x86_64 and the Windows x64 (win_amd64) builds.
-- ``unknown``: no evidence, or contradictory evidence. Never counted as mapped (`MAPPED_STATES`).
-
-Precedence inside one session's log segment (`PRECEDENCE`, first wins), in the order the EP
-makes its decisions: an ignored option and a setup error are failures whatever follows; the
-platform gate and the option are global and taken when the EP is constructed, before any
-context is loaded, so nothing after them can be a real attempt (``unavailable`` >
-``disabled``). Then per-context outcomes: a failed attempt is worse than a deliberate policy
-decision and must not hide behind one, and either means the weights did not all come from the
-mapping, so ``retried`` > ``mixed`` > ``ep-disabled`` > ``active``. A typical on-device
-failure prints the mapping line, DMA lines, then the failure and the retry: ``retried``.
-Contradictions (mapping evidence after the gate or after a confirmed "1") are ``unknown``: a
-log that contradicts itself is no evidence.
-
-A worker with M sessions logs M segments in sequence: `LogSegment` records a session's offsets
-in the worker's log file, `classify_session` gives its verdict, `aggregate` counts the verdicts
-per state and picks the worst (`WORST_ORDER`). `classify_log` is the whole-log entry point.
+The EP says only in its log whether a session's weights came from the mapping; the states, their
+evidence and their precedence are in docs/upstream.md ("The qnn target's verdicts"). ``active``
+needs BOTH a mapping line and a "Created DMA data mapping" line: the mapping line alone is printed
+before the attempt (and again on a cache hit of its backend manager), a DMA line alone could be
+another session's. `LogSegment` is a session's slice of the worker's log, `classify_session` its
+verdict, `aggregate` the worker's (the worst, `WORST_ORDER`); `classify_log` reads a whole log.
 """
 
 from __future__ import annotations
@@ -92,6 +47,7 @@ from .eplog_patterns import (  # noqa: E402, F401
     WORST_ORDER,
     LogPattern,
     echo_style,
+    log_level,
 )
 
 # Where a session's lines are in the worker's log; re-exported here (one import for users).

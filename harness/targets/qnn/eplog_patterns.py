@@ -44,6 +44,12 @@ def echo_style(version: str | None) -> str | None:
     return ECHO_BY_VERSION.get((version or "").strip())
 
 
+def log_level(echo: str | None) -> int:
+    """The session log severity that shows the mapping evidence (INFO) and this build's echo:
+    VERBOSE (0) for the readable builds, whose echo is VERBOSE only; INFO (1) otherwise."""
+    return 0 if echo == ECHO_ENABLE_FLAG else 1
+
+
 #: inside one session's segment: the first state whose evidence is present wins
 PRECEDENCE = (
     EpState.OPTION_IGNORED,
@@ -262,6 +268,10 @@ PATTERNS: tuple[LogPattern, ...] = (
     # the mapping step's own failures (windows_file_mapper.cc): a non-ASCII path or a sharing
     # violation gives the file-handle one
     LogPattern("map-file-failed", "Failed to create file handle for context bin{}", "map-failed", level="E"),
+    # GetFileSizeIfValid checks the binary first: a missing or empty one is named here, so the
+    # mapping step's own "size of 0 bytes" is not reached in practice
+    LogPattern("bin-missing", "Context binary does not exist: {}", "map-failed", (WIN, WIN_X64, LINUX), level="E"),
+    LogPattern("bin-empty", "File is empty: {}", "map-failed", (WIN, WIN_X64, LINUX), level="E"),
     LogPattern("map-empty", "Context bin has a size of 0 bytes: {}", "map-failed", level="E"),
     LogPattern("map-no-path", "Context bin file path is empty", "map-failed", level="E"),
     LogPattern("map-handle-failed", "Failed to create file mapping handle for context bin{}", "map-failed"),

@@ -43,6 +43,8 @@ EXTRA_TERMS = (
     "context binary version",
     "Creating QNN EP",
     "Context bin ",  # the mapping step's own checks ("Context bin has a size of 0 bytes: ")
+    "Context binary does not exist",  # GetFileSizeIfValid's two checks, made before the mapping step's
+    "File is empty: ",
 )
 SELECT_TERMS = REFERENCE_TERMS + EXTRA_TERMS
 MIN_LEN = 8  # strings -n 8
@@ -104,3 +106,11 @@ def select(found: Iterable[tuple[int, str]] | Iterable[str], terms: Sequence[str
     if items and isinstance(items[0], tuple):
         return sorted(by_terms([t for _, t in items], terms) | by_position(items))
     return sorted(by_terms(items, terms))
+
+
+def select_library(data: bytes) -> list[str]:
+    """A provider library's file-mapping strings: by terms, and by position in a PE image only
+    (MSVC's literal pools, where the rule was proven): GCC's .rodata has no such pools, and a
+    pool there ran across 3 304 strings of the Linux aarch64 library."""
+    found = strings_at(data)
+    return select(found if data[:2] == b"MZ" else [t for _, t in found])

@@ -1,18 +1,6 @@
-"""The file-mapping strings of onnxruntime-qnn's provider library, to check `eplog.PATTERNS`
-against the real binaries: every pattern's literal parts must be strings of the binary, and
-every file-mapping string of the binary must be read by a pattern or listed in `eplog.IGNORED`.
-
-Why the binary: the EP's messages are the only evidence of what it did, and a release that
-rewords one would silently turn a verdict into "unknown" (or worse, miss a retry). The check is
-one step per onnxruntime-qnn release: a fixture per version and platform is committed under
-harness/targets/qnn/data with its provenance; a version without one fails the offline test, with the
-command below in the message.
-
-    python -m harness.targets.qnn.epstrings --fetch --out-dir harness/targets/qnn/data
-        downloads the installed version's win_arm64 and win_amd64 wheels, reads their DLLs and
-        the installed library (Linux x86_64), writes the three fixtures
-    python -m harness.targets.qnn.epstrings --extract-strings WHEEL_OR_LIBRARY [--out FILE]
-        one fixture from a wheel or a provider library file
+"""The file-mapping strings of onnxruntime-qnn's provider library, one fixture per release and
+platform (`harness/targets/qnn/data`), so `eplog.PATTERNS` cannot drift from the real messages
+unnoticed: a release that rewords one would turn a verdict into "unknown". Refresh: ``--fetch``.
 """
 
 from __future__ import annotations
@@ -31,7 +19,7 @@ from pathlib import Path
 
 from harness.core.errors import RegistryUnreachable, StringsError
 from harness.targets.qnn.eplog import IGNORED, LINUX, PATTERNS, WIN, WIN_X64, LogPattern
-from harness.targets.qnn.epselect import MIN_LEN, SELECT_TERMS, select, strings_at
+from harness.targets.qnn.epselect import MIN_LEN, SELECT_TERMS, select, select_library, strings_at
 
 __all__ = ["MIN_LEN", "SELECT_TERMS", "select", "strings_at"]  # re-exported: the selection rule lives in epselect
 
@@ -102,7 +90,7 @@ def extract(path: Path) -> StringsList:
         "library": path.name,
         "library-sha256": _sha256(raw),
     }
-    return StringsList(platform, select(strings_at(raw)), header)
+    return StringsList(platform, select_library(raw), header)
 
 
 def _from_wheel(path: Path, raw: bytes) -> StringsList:
@@ -126,7 +114,7 @@ def _from_wheel(path: Path, raw: bytes) -> StringsList:
         "library": members[0],
         "library-sha256": _sha256(lib),
     }
-    return StringsList(platform, select(strings_at(lib)), header)
+    return StringsList(platform, select_library(lib), header)
 
 
 def _qnn_sdk(build_info: str) -> str:
@@ -207,8 +195,8 @@ def render_fixture(lst: StringsList) -> str:
         f"# File-mapping strings of {lib} ({lst.header.get('source', '?')}).",
         *(f"# {k}: {lst.header[k]}" for k in PROVENANCE_KEYS if k in lst.header),
         f"# selection: printable ASCII runs of >= {MIN_LEN} characters (strings -a -n {MIN_LEN}) containing, "
-        f"case-insensitively, any of: {', '.join(repr(t) for t in SELECT_TERMS)}; plus the literal pools of "
-        "the mapper and DMA functions by position (harness/targets/qnn/epselect.py)",
+        f"case-insensitively, any of: {', '.join(repr(t) for t in SELECT_TERMS)}; plus, in a Windows DLL, the "
+        "literal pools of the mapper and DMA functions by position (harness/targets/qnn/epselect.py)",
         *(f"# reproduce: {cmd}" for cmd in _reproduce(lst)),
         "# Every line after this header is one string, verbatim (leading/trailing spaces included).",
     ]
@@ -249,11 +237,8 @@ def _ignored(s: str) -> str | None:
 
 
 def check(lst: StringsList, patterns: Sequence[LogPattern] = PATTERNS) -> list[str]:
-    """Problems of eplog against one library's strings (empty list: all good).
-
-    - each pattern meant for this platform: every literal part is one of the strings;
-    - each string: a literal part of some pattern, or listed in IGNORED.
-    """
+    """Problems of eplog against one library's strings: a pattern's literal part that is not one
+    of them, a string no pattern reads and IGNORED does not list (empty list: all good)."""
     have = set(lst.strings)
     problems = [
         f"pattern {p.name!r}: {frag!r} is not a string of {lst.platform} {lst.header.get('source', '')}"
@@ -304,23 +289,9 @@ def installed_library() -> Path | None:
 
 
 def download_command(version: str, dest: Path, platform: str = WIN) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--platform",
-        WHEEL_PLATFORMS[platform],
-        "--python-version",
-        "3.11",
-        f"onnxruntime-qnn=={version}",
-        "-d",
-        str(dest),
-        "--disable-pip-version-check",
-        "--quiet",
-    ]
+    options = f"--no-deps --only-binary=:all: --platform {WHEEL_PLATFORMS[platform]} --python-version 3.11"
+    pip = [sys.executable, "-m", "pip", "download", *options.split(), f"onnxruntime-qnn=={version}"]
+    return [*pip, "-d", str(dest), "--disable-pip-version-check", "--quiet"]
 
 
 def download_wheel(version: str, dest: Path, *, timeout_s: float = 300.0, platform: str = WIN) -> Path:
