@@ -152,3 +152,87 @@ def test_an_empty_past_is_a_dimension_one_may_name():
     from harness.prep.modelargs import parse_free_dims
 
     assert parse_free_dims(["past_sequence_length=0"]) == {"past_sequence_length": 0}
+
+
+def _gqa_decoder(folder, layers=2, heads=4, kv_heads=2, head=8, vocab=50):
+    """A decoder in onnxruntime-genai's model-builder layout: ORT's GroupQueryAttention, fed
+    ``seqlens_k`` and ``total_sequence_length`` beside ``input_ids`` and the KV cache; weights
+    in model.onnx.data."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    hidden = heads * head
+    inits, nodes = [], []
+
+    def weight(name, *shape):
+        inits.append(numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.5, name))
+        return name
+
+    nodes.append(helper.make_node("Gather", [weight("embed", vocab, hidden), "input_ids"], ["h0"]))
+    inputs = [
+        helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+        helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["batch"]),
+        helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, []),
+    ]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", vocab])]
+    for i in range(layers):
+        qkv = [f"{p}{i}" for p in "qkv"]
+        for name, width in zip(qkv, (hidden, kv_heads * head, kv_heads * head), strict=True):
+            nodes.append(helper.make_node("MatMul", [f"h{i}", weight(f"w{name}", hidden, width)], [name]))
+        past = [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
+        present = [f"present.{i}.key", f"present.{i}.value"]
+        nodes.append(
+            helper.make_node(
+                "GroupQueryAttention",
+                [*qkv, *past, "seqlens_k", "total_sequence_length"],
+                [f"a{i}", *present],
+                domain="com.microsoft",
+                num_heads=heads,
+                kv_num_heads=kv_heads,
+            )
+        )
+        nodes.append(helper.make_node("MatMul", [f"a{i}", weight(f"wo{i}", hidden, hidden)], [f"o{i}"]))
+        nodes.append(helper.make_node("Add", [f"h{i}", f"o{i}"], [f"h{i + 1}"]))
+        for p, q in zip(past, present, strict=True):
+            inputs.append(helper.make_tensor_value_info(p, TensorProto.FLOAT, ["batch", kv_heads, "past", head]))
+            outputs.append(helper.make_tensor_value_info(q, TensorProto.FLOAT, ["batch", kv_heads, "total", head]))
+    nodes.append(helper.make_node("MatMul", [f"h{layers}", weight("lm_head", hidden, vocab)], ["logits"]))
+    graph = helper.make_graph(nodes, "gqa", inputs, outputs, inits)
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    folder.mkdir()
+    onnx.save(model, str(folder / "model.onnx"), save_as_external_data=True, location="model.onnx.data")
+    return folder / "model.onnx", layers * 2 * kv_heads * head * 4
+
+
+def test_a_group_query_attention_decoder_gets_its_sequence_lengths(harness_runner, request, tmp_path):
+    """seqlens_k and total_sequence_length are fed where the model has them: its ids are those of a
+    plain onnxruntime loop recomputing the whole sequence each step (no cache)."""
+    import onnxruntime as ort
+
+    path, per_token = _gqa_decoder(tmp_path / "gqa")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ids = [3, 1, 4, 1, 5]
+    empty = {n: np.zeros((1, 2, 0, 8), np.float32) for n in [i.name for i in session.get_inputs()] if "past" in n}
+    for _ in range(6):
+        feeds = {"input_ids": np.array([ids]), "seqlens_k": np.array([len(ids) - 1], np.int32)}
+        feeds["total_sequence_length"] = np.array(len(ids), np.int32)
+        ids.append(int(np.argmax(session.run(["logits"], {**feeds, **empty})[0][0, -1])))
+    args = ["run", "--workload", "generate", "--model", str(path), "--prompt-ids", "3,1,4,1,5", "--new-tokens", "6"]
+    outcome = harness_runner.run(
+        *args,
+        "--processes",
+        "1",
+        "--modes",
+        "mapped",
+        "--quiet",
+        "--no-report",
+        owner=request.node.nodeid,
+        scratch=tmp_path,
+    )
+    assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+    (row,) = outcome.results()
+    assert row.tokens_ok and row.generated_tokens == " ".join(map(str, ids[5:]))
+    assert row.kv_cache_bytes == per_token * (5 + 6 - 1)
