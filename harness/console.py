@@ -18,8 +18,9 @@ from harness.core.summary import complete_pair, pair_ratio, paired, timing_pairs
 from harness.core.units import fmt_bytes, fmt_ratio, fmt_seconds
 from harness.core.vocab import EpState, PathTaken
 
-#: The figures of the table (`metrics.Figure.terminal`).
+#: The figures of the table (`metrics.Figure.terminal`), and how each unit is shown.
 TABLE_FIGURES = [f for f in FIGURES if f.terminal]
+FORMATS = {"bytes": fmt_bytes, "count/s": lambda v: "-" if v is None else f"{v:.3g}/s"}
 
 
 #: Width of tables when the output is not a terminal (CI logs, pipes): rich's default of 80
@@ -47,8 +48,11 @@ def summary_table(summary: list[SummaryRow]) -> Any:
     pairs = paired(summary)
     for mapped, heap in pairs:
         first, who = True, _who(mapped)
-        for figure in TABLE_FIGURES:
-            column, fmt = figure.column, fmt_bytes if figure.unit == "bytes" else fmt_seconds
+        shown_figures = [
+            f for f in TABLE_FIGURES if (getattr(mapped, f.column), getattr(heap, f.column)) != (None, None)
+        ]
+        for figure in shown_figures:  # a figure neither mode measured (TTFT of an infer run) is left out
+            column, fmt = figure.column, FORMATS.get(figure.unit, fmt_seconds)
             m, h = getattr(mapped, column), getattr(heap, column)
             shown = pair_ratio(mapped, heap, column)
             why = "incomplete" if not complete_pair(mapped, heap) else "noise" if column == "system_delta_bytes" else ""
@@ -60,7 +64,7 @@ def summary_table(summary: list[SummaryRow]) -> Any:
                 fmt(m),
                 fmt(h),
                 fmt_ratio(shown) if shown is not None or not why else why,
-                end_section=figure is TABLE_FIGURES[-1],
+                end_section=figure is shown_figures[-1],
             )
             first = False
     in_pairs = {id(s) for pair in pairs for s in pair}
