@@ -157,6 +157,8 @@ class WorkerRecord:
     token_latency_p90_s: float | None = None
     token_latency_p99_s: float | None = None
     kv_cache_bytes: int | None = None
+    prefill_private_bytes: int | None = None
+    last_token_private_bytes: int | None = None
     generated_tokens: str = ""
     tokens_ok: bool | None = None
     #: The start-up peak as the worker saw it at its phase changes (harness.runner.peak); the

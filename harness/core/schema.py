@@ -267,6 +267,15 @@ class ResultRow:
         "the memory sample; the control holds as many, so runtime_bytes includes them)",
         since=4,
     )
+    prefill_private_bytes: int = col(
+        "Int64",
+        "bytes",
+        "the worker's private memory (Linux: anonymous pages) after its first session's prefill",
+        since=4,
+    )
+    last_token_private_bytes: int = col(
+        "Int64", "bytes", "the same figure after the last token of its last session: the decode's growth", since=4
+    )
     generated_tokens: str = col("string", "", "the greedy token ids of the first session, space-separated", since=4)
     tokens_ok: bool = col(
         "boolean", "", "every session generated the reference run's ids (a mismatch fails the worker)", since=4
@@ -281,6 +290,8 @@ GENERATE_COLUMNS = (
     "token_latency_p90_s",
     "token_latency_p99_s",
     "kv_cache_bytes",
+    "prefill_private_bytes",
+    "last_token_private_bytes",
     "generated_tokens",
     "tokens_ok",
 )

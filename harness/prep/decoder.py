@@ -145,10 +145,12 @@ class Generation:
 Run = Callable[[dict], dict]
 
 
-def generate(run: Run, io: DecoderIO, kv_types: dict[str, Any], prompt_ids: list[int], new_tokens: int) -> Generation:
+def generate(
+    run: Run, io: DecoderIO, kv_types: dict, prompt_ids: list[int], new_tokens: int, after_prefill: Any = None
+) -> Generation:
     """Greedy: prefill ``prompt_ids``, then ``new_tokens - 1`` decode steps, each feeding the
     last token and the previous step's present as past; ``kv_types`` is each past input's
-    (dtype, empty shape)."""
+    (dtype, empty shape); ``after_prefill()`` is called once the first token is out (untimed)."""
     import numpy as np
 
     out = Generation(kv={name: np.zeros(shape, dtype) for name, (dtype, shape) in kv_types.items()})
@@ -164,6 +166,8 @@ def generate(run: Run, io: DecoderIO, kv_types: dict[str, Any], prompt_ids: list
             out.step_s.append(elapsed)
         else:
             out.ttft_s = elapsed
+            if after_prefill is not None:
+                after_prefill()
         out.kv = {past: results[present] for past, present in zip(io.past, io.present, strict=True)}
         done += len(tokens)
         out.ids.append(token)
@@ -205,10 +209,11 @@ def session_runner(target: Any, session: Any, model: Any) -> Run:
     return run
 
 
-def generate_in_model(target: Any, session: Any, model: Any, prompt_ids: list[int], new_tokens: int) -> Generation:
-    """The loop over one prepared model's session (a worker's)."""
+def generate_in_model(target: Any, session: Any, model: Any, settings: Any, after_prefill: Any = None) -> Generation:
+    """The loop over one prepared model's session (a worker's), as ``settings`` (`WorkerSettings`) say."""
     io = DecoderIO.find(model.inputs, model.outputs, model.source)
-    return generate(session_runner(target, session, model), io, kv_types(io, model), prompt_ids, new_tokens)
+    run = session_runner(target, session, model)
+    return generate(run, io, kv_types(io, model), settings.prompt_ids, settings.new_tokens, after_prefill)
 
 
 def reference_ids(

@@ -178,9 +178,10 @@ def run_generate(target, live, model, record: WorkerRecord, settings: WorkerSett
     from harness.runner.control import ControlTarget
 
     phases.mark("first_run")
-    runs = [
-        generate_in_model(target, group[0], model, settings.prompt_ids, settings.new_tokens) for group in live.groups
-    ]
+    reader = _own_memory()
+    prefilled: list = []
+    runs = [generate_in_model(target, g[0], model, settings, lambda: prefilled.append(reader())) for g in live.groups]
+    record.prefill_private_bytes, record.last_token_private_bytes = prefilled[0], reader()
     record_peak(record, peak.stop())
     live.keepalive.extend(r.kv for r in runs)
     record.first_run_s, record.ttft_s = runs[0].ttft_s, median(r.ttft_s for r in runs)
@@ -192,6 +193,17 @@ def run_generate(target, live, model, record: WorkerRecord, settings: WorkerSett
         shown = " ".join(map(str, settings.expected_ids))
         record.error = f"wrong tokens: {' '.join(map(str, wrong[0]))} where the reference generated {shown}"
     return [s for r in runs for s in r.step_s]
+
+
+def _own_memory():
+    """A reader of this process's private memory (anonymous pages; Windows: private bytes)."""
+    from harness.runner.procmem import open_reader
+
+    try:
+        reader = open_reader()
+    except OSError:
+        return lambda: None
+    return lambda: reader.read_split()[0]
 
 
 def _checked(target, got: list, feeds: dict, reference: dict, model) -> tuple[bool, str]:
