@@ -104,20 +104,30 @@ def prompt(opts: Any, vocab: int) -> list[int]:
     return [int(i) for i in np.random.default_rng(PROMPT_SEED).integers(1, max(vocab, 2), prompt_length(opts))]
 
 
+def graph_vocab(graph: Any) -> int | None:
+    """The vocabulary of a decoder's graph: its logits' last dimension, None when not static."""
+    dims = next((o.type.tensor_type.shape.dim for o in graph.graph.output if o.name == "logits"), [])
+    return (dims[len(dims) - 1].dim_value or None) if len(dims) else None
+
+
+def check_prompt(opts: Any, vocab: int | None, positions: int | None = None) -> None:
+    """InputError for a prompt id outside the vocabulary, or a prompt and G beyond the positions."""
+    if vocab and max(opts.prompt_ids, default=0) >= vocab:
+        raise InputError(f"--prompt-ids: id {max(opts.prompt_ids)} is not below the model's vocabulary of {vocab}")
+    if positions and prompt_length(opts) + (opts.new_tokens or DEFAULT_NEW_TOKENS) > positions:
+        raise InputError(f"the prompt and --new-tokens need more than the model's {positions} positions")
+
+
 def vocab_size(model: Any) -> int:
     """The decoder's vocabulary: the prepared model's record of it, else its logits' last dimension."""
-    if model.extra.get("vocab_size"):
-        return int(model.extra["vocab_size"])
     from harness.prep.onnxfile import load_onnx
 
-    graph = load_onnx(model.onnx_path, external_data=False)
-    dims = next(o.type.tensor_type.shape.dim for o in graph.graph.output if o.name == "logits")
-    last = dims[len(dims) - 1].dim_value if len(dims) else 0
-    if not last:
+    found = model.extra.get("vocab_size") or graph_vocab(load_onnx(model.onnx_path, external_data=False))
+    if not found:
         raise InputError(
             f"{model.source}: its logits' vocabulary size is not static: give the prompt with --prompt-ids"
         )
-    return last
+    return int(found)
 
 
 def generation(opts: Any, model: Any, on_status: Any = None) -> dict:

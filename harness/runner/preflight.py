@@ -176,15 +176,12 @@ def check_workload(opts: RunOptions) -> None:
             raise InputError(
                 f"{flag} does not apply to --workload generate: its loop feeds the decoder and times tokens"
             )
-    from harness.prep.decoder import decoder_request, prompt_length
+    from harness.prep.decoder import check_prompt, decoder_request, graph_vocab
 
     if not opts.models:
         from harness.prep.llama import CONTEXT, VOCAB
 
-        if max(opts.prompt_ids, default=0) >= VOCAB or prompt_length(opts) + (opts.new_tokens or 0) > CONTEXT:
-            raise InputError(
-                f"the generated decoder has {VOCAB} token ids and {CONTEXT} positions: prompt or --new-tokens too large"
-            )
+        check_prompt(opts, VOCAB, CONTEXT)
         return
     from harness.prep.onnxfile import load_onnx
     from harness.prep.pipeline import resolve_models
@@ -192,7 +189,9 @@ def check_workload(opts: RunOptions) -> None:
     paths = resolve_models(opts.models).paths
     if len(paths) != 1:
         raise InputError(f"--workload generate runs one decoder; --model names {len(paths)} models")
-    decoder_request(load_onnx(paths[0], external_data=False), f"--model {paths[0]}")
+    graph = load_onnx(paths[0], external_data=False)
+    decoder_request(graph, f"--model {paths[0]}")
+    check_prompt(opts, graph_vocab(graph))
 
 
 def check_memory_limit(opts: RunOptions, available: int) -> list[str]:

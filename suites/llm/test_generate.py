@@ -130,6 +130,7 @@ def test_a_model_that_is_no_decoder_is_refused_in_one_line(capsys, tmp_path):
     path = tmp_path / "plain.onnx"
     onnx.save(helper.make_model(graph), str(path))
     line = _error_of(capsys, ["run", "--workload", "generate", "--model", str(path), "--out", str(tmp_path / "o")])
+    assert line.startswith(f"error: --model {path}: not a decoder")
     assert "not a decoder" in line and "input input_ids" in line and "output logits" in line
     assert "past_key_values" in line and "x" in line
     assert not (tmp_path / "o").exists()
@@ -142,7 +143,8 @@ def test_a_model_that_is_no_decoder_is_refused_in_one_line(capsys, tmp_path):
         (["--new-tokens", "4"], "--new-tokens applies to --workload generate only"),
         (["--workload", "generate", "--runs", "5"], "--runs does not apply to --workload generate"),
         (["--workload", "generate", "--prompt-ids", "3,-1"], "token ids"),
-        (["--workload", "generate", "--prompt-ids", "99999"], "token ids"),
+        (["--workload", "generate", "--prompt-ids", "99999"], "id 99999 is not below the model's vocabulary of 2048"),
+        (["--workload", "generate", "--prompt-tokens", "500", "--new-tokens", "13"], "the model's 512 positions"),
     ],
 )
 def test_contradictions_are_refused_before_any_work(capsys, tmp_path, argv, words):
@@ -277,3 +279,10 @@ def test_the_terminal_table_leaves_out_what_neither_mode_measured():
 
     assert "TTFT" not in text(infer) and "decode tokens/s" not in text(infer) and "median init" in text(infer)
     assert "median TTFT" in text(generate) and "12.5/s" in text(generate)
+
+
+def test_a_prompt_id_beyond_your_decoders_vocabulary_is_refused_before_any_work(capsys, tmp_path):
+    path, _ = _gqa_decoder(tmp_path / "gqa")
+    argv = ["run", "--workload", "generate", "--model", str(path), "--prompt-ids", "3,50", "--out", str(tmp_path / "o")]
+    assert "id 50 is not below the model's vocabulary of 50" in _error_of(capsys, argv)
+    assert not (tmp_path / "o").exists()
