@@ -130,11 +130,11 @@ def vocab_size(model: Any) -> int:
     return int(found)
 
 
-def generation(opts: Any, model: Any, on_status: Any = None) -> dict:
+def generation(opts: Any, models: list, on_status: Any = None) -> dict:
     """The generate workload's `WorkerSettings` fields: the prompt, G, and the reference's ids."""
-    ids = prompt(opts, vocab_size(model))
+    ids = prompt(opts, vocab_size(models[0]))
     new_tokens = opts.new_tokens or DEFAULT_NEW_TOKENS
-    expected = reference_ids(model, ids, new_tokens, opts.session_settings(), on_status)
+    expected = reference_ids(models, ids, new_tokens, opts.session_settings(), on_status)
     return {"prompt_ids": ids, "new_tokens": new_tokens, "expected_ids": expected}
 
 
@@ -156,11 +156,12 @@ Run = Callable[[dict], dict]
 
 
 def generate(
-    run: Run, io: DecoderIO, kv_types: dict, prompt_ids: list[int], new_tokens: int, after_prefill: Any = None
+    runs: list[Run], io: DecoderIO, kv_types: dict, prompt_ids: list[int], new_tokens: int, after_prefill: Any = None
 ) -> Generation:
-    """Greedy: prefill ``prompt_ids``, then ``new_tokens - 1`` decode steps, each feeding the
-    last token and the previous step's present as past; ``kv_types`` is each past input's
-    (dtype, empty shape); ``after_prefill()`` is called once the first token is out (untimed)."""
+    """Greedy: prefill ``prompt_ids`` (``runs[0]``), then ``new_tokens - 1`` decode steps
+    (``runs[-1]``), each feeding the last token and the previous step's present as past;
+    ``kv_types`` is each past input's (dtype, empty shape); ``after_prefill()`` is called once
+    the first token is out (untimed)."""
     import numpy as np
 
     out = Generation(kv={name: np.zeros(shape, dtype) for name, (dtype, shape) in kv_types.items()})
@@ -169,7 +170,7 @@ def generate(
         t0 = time.perf_counter()
         feeds = _feeds(io, tokens, done)
         feeds.update(out.kv)
-        results = run(feeds)
+        results = runs[-1 if out.ids else 0](feeds)
         token = int(np.argmax(results[io.logits][0, -1]))
         elapsed = time.perf_counter() - t0
         if out.ids:
@@ -219,43 +220,43 @@ def session_runner(target: Any, session: Any, model: Any) -> Run:
     return run
 
 
-def generate_in_model(target: Any, session: Any, model: Any, settings: Any, after_prefill: Any = None) -> Generation:
-    """The loop over one prepared model's session (a worker's), as ``settings`` (`WorkerSettings`) say."""
-    io = DecoderIO.find(model.inputs, model.outputs, model.source)
-    run = session_runner(target, session, model)
-    return generate(run, io, kv_types(io, model), settings.prompt_ids, settings.new_tokens, after_prefill)
+def generate_in_models(
+    target: Any, sessions: list, models: list, settings: Any, after_prefill: Any = None
+) -> Generation:
+    """The loop over one session group as ``settings`` (`WorkerSettings`) say: its first model
+    prefills, its last decodes (a pipeline of a prefill and a decode graph; one model does both)."""
+    io = DecoderIO.find(models[0].inputs, models[0].outputs, models[0].source)
+    runs = [session_runner(target, s, m) for s, m in zip(sessions, models, strict=True)]
+    return generate(runs, io, kv_types(io, models[0]), settings.prompt_ids, settings.new_tokens, after_prefill)
 
 
-def reference_ids(
-    model: Any, prompt_ids: list[int], new_tokens: int, settings: Any, on_status: Any = None
-) -> list[int]:
-    """The ids ORT's CPU EP generates loading the model's weights itself, in a child process."""
+def reference_ids(models: list, prompt_ids: list[int], new_tokens: int, settings: Any, on_status: Any = None) -> list:
+    """The ids ORT's CPU EP generates loading the models' weights itself, in a child process."""
     from .ortjob import run_ort_job
 
-    job = {"kind": "generate", "model": str(model.folder), "prompt": prompt_ids, "new_tokens": new_tokens}
-    job.update(settings=settings.to_dict(), label=f"model {model.source}", level=model.session_level)
+    job = {"kind": "generate", "models": [str(m.folder) for m in models], "prompt": prompt_ids}
+    job.update(new_tokens=new_tokens, settings=settings.to_dict(), label=f"model {models[0].source}")
     return run_ort_job(job, job["label"], on_status)["ids"]
 
 
 def generate_in_process(job: dict) -> dict:
     """The child's side of `reference_ids`."""
     from pathlib import Path
+    from types import SimpleNamespace
 
     import onnxruntime as ort
 
     from harness.prep.folder import PreparedModel
     from harness.prep.sessions import SessionSettings, cpu_session_options, run_session
 
-    model = PreparedModel.load(Path(job["model"]), check_files=False)
-    so = cpu_session_options(SessionSettings.from_dict(job["settings"]), level=job["level"])
-    session = ort.InferenceSession(str(model.onnx_path), so, providers=["CPUExecutionProvider"])
-    io = DecoderIO.find(model.inputs, model.outputs, job["label"])
-
-    def run(feeds: dict) -> dict:
-        values = run_session(session, model.outputs, feeds, model.input_types, model.output_types)
-        return dict(zip(model.outputs, values, strict=True))
-
-    return {"ids": generate(run, io, kv_types(io, model), job["prompt"], job["new_tokens"]).ids}
+    models = [PreparedModel.load(Path(folder), check_files=False) for folder in job["models"]]
+    settings = SessionSettings.from_dict(job["settings"])
+    sessions = [
+        ort.InferenceSession(str(m.onnx_path), cpu_session_options(settings, level=m.session_level)) for m in models
+    ]
+    plain = SimpleNamespace(run=lambda s, m, f: run_session(s, m.outputs, f, m.input_types, m.output_types))
+    given = SimpleNamespace(prompt_ids=job["prompt"], new_tokens=job["new_tokens"])
+    return {"ids": generate_in_models(plain, sessions, models, given).ids}
 
 
 def token_stats(steps: list[float]) -> dict[str, float | None]:

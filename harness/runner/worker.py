@@ -137,7 +137,7 @@ def run_and_check(target, live, models, record: WorkerRecord, settings: WorkerSe
     from harness.runner import peak
 
     if settings.new_tokens:
-        return run_generate(target, live, models[0], record, settings)
+        return run_generate(target, live, models, record, settings)
     references = [load_reference(m) for m in models]
     sessions = live.first_group()
     phases.mark("first_run")
@@ -168,19 +168,19 @@ def run_and_check(target, live, models, record: WorkerRecord, settings: WorkerSe
     return timed_runs(one_pass, settings.runs, record.concurrency) if settings.runs else None
 
 
-def run_generate(target, live, model, record: WorkerRecord, settings: WorkerSettings) -> list[float]:
+def run_generate(target, live, models, record: WorkerRecord, settings: WorkerSettings) -> list[float]:
     """Every session's greedy loop, checked against the reference ids; the KV caches stay alive
     until after the memory sample. Returns the decode steps' times (statistics after the release)."""
     from statistics import median
 
-    from harness.prep.decoder import generate_in_model
+    from harness.prep.decoder import generate_in_models
     from harness.runner import peak
     from harness.runner.control import ControlTarget
 
     phases.mark("first_run")
     reader = _own_memory()
     prefilled: list = []
-    runs = [generate_in_model(target, g[0], model, settings, lambda: prefilled.append(reader())) for g in live.groups]
+    runs = [generate_in_models(target, g, models, settings, lambda: prefilled.append(reader())) for g in live.groups]
     record.prefill_private_bytes, record.last_token_private_bytes = prefilled[0], reader()
     record_peak(record, peak.stop())
     live.keepalive.extend(r.kv for r in runs)

@@ -84,7 +84,7 @@ def test_the_loop_with_its_cache_is_the_loop_without_one(model_cache):
         feeds = {"input_ids": np.array([ids]), "attention_mask": np.ones((1, len(ids)), np.int64)}
         feeds["position_ids"] = np.arange(len(ids))[None]
         ids.append(int(np.argmax(run({**feeds, **empty})["logits"][0, -1])))
-    assert generate(run, io, kv_types(io, model), [5, 9, 2, 7], 6).ids == ids[4:]
+    assert generate([run], io, kv_types(io, model), [5, 9, 2, 7], 6).ids == ids[4:]
 
 
 def test_a_worker_with_other_tokens_fails(model_cache):
@@ -102,7 +102,7 @@ def test_a_worker_with_other_tokens_fails(model_cache):
     live.add_group([ort.InferenceSession(str(model.onnx_path), providers=["CPUExecutionProvider"])])
     record = WorkerRecord()
     settings = WorkerSettings(new_tokens=3, prompt_ids=[1, 2, 3], expected_ids=[0, 0, 0])
-    steps = run_generate(get_target("cpu"), live, model, record, settings)
+    steps = run_generate(get_target("cpu"), live, [model], record, settings)
     assert len(steps) == 2 and record.tokens_ok is False and record.output_ok is False
     assert record.error.startswith("wrong tokens: ") and record.error.endswith("where the reference generated 0 0 0")
     assert live.keepalive, "the KV cache stays alive for the memory sample"
@@ -157,10 +157,11 @@ def test_an_empty_past_is_a_dimension_one_may_name():
     assert parse_free_dims(["past_sequence_length=0"]) == {"past_sequence_length": 0}
 
 
-def _gqa_decoder(folder, layers=2, heads=4, kv_heads=2, head=8, vocab=50):
+def _gqa_decoder(folder, layers=2, heads=4, kv_heads=2, head=8, vocab=50, iterator=False):
     """A decoder in onnxruntime-genai's model-builder layout: ORT's GroupQueryAttention, fed
     ``seqlens_k`` and ``total_sequence_length`` beside ``input_ids`` and the KV cache; weights
-    in model.onnx.data."""
+    in model.onnx.data. ``iterator``: also a decode graph over the same file, whose lm_head is
+    another tensor of it, and a genai_config.json naming the pair as a pipeline."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -201,12 +202,20 @@ def _gqa_decoder(folder, layers=2, heads=4, kv_heads=2, head=8, vocab=50):
             inputs.append(helper.make_tensor_value_info(p, TensorProto.FLOAT, ["batch", kv_heads, "past", head]))
             outputs.append(helper.make_tensor_value_info(q, TensorProto.FLOAT, ["batch", kv_heads, "total", head]))
     nodes.append(helper.make_node("MatMul", [f"h{layers}", weight("lm_head", hidden, vocab)], ["logits"]))
+    if iterator:
+        weight("lm_head_decode", hidden, vocab)
     graph = helper.make_graph(nodes, "gqa", inputs, outputs, inits)
     model = helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
     )
     folder.mkdir()
     onnx.save(model, str(folder / "model.onnx"), save_as_external_data=True, location="model.onnx.data")
+    if iterator:
+        decode = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+        decode.graph.node[-1].input[1] = "lm_head_decode"
+        onnx.save(decode, str(folder / "decode.onnx"))
+        pipeline = [{"context": {"filename": "model.onnx"}}, {"iterator": {"filename": "decode.onnx"}}]
+        (folder / "genai_config.json").write_text(json.dumps({"model": {"decoder": {"pipeline": pipeline}}}))
     return folder / "model.onnx", layers * 2 * kv_heads * head * 4
 
 
@@ -286,3 +295,43 @@ def test_a_prompt_id_beyond_your_decoders_vocabulary_is_refused_before_any_work(
     argv = ["run", "--workload", "generate", "--model", str(path), "--prompt-ids", "3,50", "--out", str(tmp_path / "o")]
     assert "id 50 is not below the model's vocabulary of 50" in _error_of(capsys, argv)
     assert not (tmp_path / "o").exists()
+
+
+def _plain_loop(prefill, decode, prompt, new_tokens):
+    """A plain onnxruntime loop over GroupQueryAttention graphs: ``prefill`` for the prompt, ``decode`` after."""
+    ids = list(prompt)
+    names = [i.name for i in prefill.get_inputs() if i.name.startswith("past")]
+    kv = {n: np.zeros((1, 2, 0, 8), np.float32) for n in names}
+    for step in range(new_tokens):
+        session = prefill if step == 0 else decode
+        fed = ids if step == 0 else ids[-1:]
+        feeds = {"input_ids": np.array([fed]), "seqlens_k": np.array([len(ids) - 1], np.int32)}
+        feeds["total_sequence_length"] = np.array(len(ids), np.int32)
+        out = dict(zip([o.name for o in session.get_outputs()], session.run(None, {**feeds, **kv}), strict=True))
+        ids.append(int(np.argmax(out["logits"][0, -1])))
+        kv = {n: out[n.replace("past_key_values", "present")] for n in names}
+    return ids[len(prompt) :]
+
+
+def test_a_prefill_and_a_decode_graph_over_one_weights_file_run_as_one_pipeline(harness_runner, request, tmp_path):
+    """A genai_config.json naming a context and an iterator graph: the first prefills, the second
+    decodes (its own lm_head: ids a single graph would not give), as a plain onnxruntime loop does."""
+    import onnxruntime as ort
+
+    path, _ = _gqa_decoder(tmp_path / "pair", iterator=True)
+    prefill, decode = (ort.InferenceSession(str(path.parent / n)) for n in ("model.onnx", "decode.onnx"))
+    want = _plain_loop(prefill, decode, [3, 1, 4, 1, 5], 6)
+    assert want != _plain_loop(prefill, prefill, [3, 1, 4, 1, 5], 6), "the decode graph must matter"
+    args = ["run", "--workload", "generate", "--model", str(path.parent), "--prompt-ids", "3,1,4,1,5"]
+    args += ["--new-tokens", "6", "--processes", "1", "--quiet", "--no-report"]
+    outcome = harness_runner.run(*args, owner=request.node.nodeid, scratch=tmp_path)
+    assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+    rows = outcome.results()
+    assert len(rows) == 2 and all(r.tokens_ok and r.generated_tokens == " ".join(map(str, want)) for r in rows)
+
+
+def test_a_decode_graph_that_differs_from_its_prefill_graph_is_refused(capsys, tmp_path):
+    first, _ = _gqa_decoder(tmp_path / "a")
+    other, _ = _gqa_decoder(tmp_path / "b", layers=1)
+    argv = ["run", "--workload", "generate", "--model", str(first), "--model", str(other), "--out", str(tmp_path / "o")]
+    assert "the decode graph's inputs and KV cache differ from model.onnx's" in _error_of(capsys, argv)
