@@ -49,9 +49,10 @@ class DecoderIO:
         missing += [f"output {k[1]} of layer {k[0]} (present.N.key/value)" for k in past if k not in present]
         missing += ["output logits"] if "logits" not in outputs else []
         other = [n for n in inputs if n not in FED and n not in past.values()]
-        missing += [f"a way to feed input {n}" for n in other]
-        if missing:
-            raise InputError(f"{label}: not a decoder the generate workload can run: no {', no '.join(missing)}")
+        if missing or other:
+            said = [f"no {', no '.join(missing)}"] if missing else []
+            said += [f"input(s) the loop cannot feed: {', '.join(other)}"] if other else []
+            raise InputError(f"{label}: not a decoder the generate workload can run: {'; '.join(said)}")
         order = sorted(past)
         axis = _sequence_axis(inputs[past[order[0]]])
         return cls(
