@@ -335,3 +335,16 @@ def test_a_decode_graph_that_differs_from_its_prefill_graph_is_refused(capsys, t
     other, _ = _gqa_decoder(tmp_path / "b", layers=1)
     argv = ["run", "--workload", "generate", "--model", str(first), "--model", str(other), "--out", str(tmp_path / "o")]
     assert "the decode graph's inputs and KV cache differ from model.onnx's" in _error_of(capsys, argv)
+
+
+def test_every_session_and_every_target_runs_the_loop(harness_runner, request, tmp_path):
+    """M sessions per worker each hold a cache (summed), and the peer target fills the same columns."""
+    path, per_token = _gqa_decoder(tmp_path / "gqa")
+    args = ["run", "--workload", "generate", "--model", str(path), "--prompt-tokens", "4", "--new-tokens", "3"]
+    args += ["--processes", "1", "--sessions-per-process", "2", "--modes", "mapped", "--peer", "ort-native"]
+    outcome = harness_runner.run(*args, "--quiet", "--no-report", owner=request.node.nodeid, scratch=tmp_path)
+    assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+    rows = outcome.results()
+    assert sorted(r.target for r in rows) == ["cpu", "ort-native"]
+    assert all(r.tokens_ok and r.kv_cache_bytes == 2 * per_token * (4 + 3 - 1) for r in rows)
+    assert len({r.generated_tokens for r in rows}) == 1
