@@ -116,6 +116,8 @@ class Target(ABC):
     #: Its models list their external tensors, so each group can run a weightless control
     #: worker beside the workers (`harness.runner.control`).
     has_control: bool = False
+    #: Its prepare step builds decoders for ``--workload generate`` (`harness.prep.decoder`).
+    generates: bool = False
 
     # -- parent side -------------------------------------------------------------------
     def options_for(self, opts: RunOptions) -> dict[str, Any]:

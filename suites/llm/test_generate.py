@@ -348,3 +348,13 @@ def test_every_session_and_every_target_runs_the_loop(harness_runner, request, t
     assert sorted(r.target for r in rows) == ["cpu", "ort-native"]
     assert all(r.tokens_ok and r.kv_cache_bytes == 2 * per_token * (4 + 3 - 1) for r in rows)
     assert len({r.generated_tokens for r in rows}) == 1
+
+
+def test_a_target_without_a_generate_workload_is_refused_before_any_work(capsys, tmp_path):
+    from harness.targets import all_targets
+
+    lacking = [t.name for t in all_targets() if not t.generates]
+    if not lacking:
+        pytest.skip("every target generates")
+    argv = ["run", "--workload", "generate", "--target", lacking[0], "--out", str(tmp_path / "o")]
+    assert f"target {lacking[0]} has no generate workload" in _error_of(capsys, argv)
