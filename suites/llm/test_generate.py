@@ -40,7 +40,6 @@ def test_every_worker_generates_the_reference_tokens(generate_run):
         assert all(getattr(r, name) is not None for name in GENERATE_COLUMNS), r
         assert r.ttft_s > 0 and r.decode_tokens_per_s > 0
         assert r.token_latency_p50_s <= r.token_latency_p90_s <= r.token_latency_p99_s
-        assert r.decode_tokens_per_s * r.token_latency_p50_s == pytest.approx(1, rel=0.9)
 
 
 @pytest.mark.memory
