@@ -357,3 +357,26 @@ def test_a_target_without_a_generate_workload_is_refused_before_any_work(capsys,
         pytest.skip("every target generates")
     argv = ["run", "--workload", "generate", "--target", lacking[0], "--out", str(tmp_path / "o")]
     assert f"target {lacking[0]} has no generate workload" in _error_of(capsys, argv)
+
+
+def test_the_infer_workload_takes_a_decoder_with_an_empty_past(harness_runner, request, tmp_path, model_cache):
+    """``--free-dim past_sequence_length=0``: one inference over an empty KV cache (refused before)."""
+    from harness.prep.llama import generated_decoder
+
+    model = generated_decoder(1024**2, cache_dir=model_cache)
+    dims = ["batch_size=1", "sequence_length=4", "past_sequence_length=0", "total_sequence_length=4"]
+    args = ["run", "--model", str(model.onnx_path), *(a for d in dims for a in ("--free-dim", d))]
+    outcome = harness_runner.run(
+        *args,
+        "--processes",
+        "1",
+        "--modes",
+        "mapped",
+        "--quiet",
+        "--no-report",
+        owner=request.node.nodeid,
+        scratch=tmp_path,
+    )
+    assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+    (row,) = outcome.results()
+    assert row.output_ok and row.ttft_s is None and row.kv_cache_bytes is None
