@@ -55,9 +55,19 @@ class DecoderIO:
             raise InputError(f"{label}: not a decoder the generate workload can run: {'; '.join(said)}")
         order = sorted(past)
         axis = _sequence_axis(inputs[past[order[0]]])
+        fixed = [n for n in past.values() if len(inputs[n]) > axis and _is_positive(inputs[n][axis])]
+        if fixed:
+            raise InputError(
+                f"{label}: a KV cache of fixed length ({fixed[0]}{inputs[fixed[0]]}): a static-cache export the "
+                "generate loop cannot grow; give the decoder with a dynamic past sequence length"
+            )
         return cls(
             [n for n in FED if n in inputs], [past[k] for k in order], [present[k] for k in order], "logits", axis
         )
+
+
+def _is_positive(dim: Any) -> bool:
+    return isinstance(dim, int) and dim > 0
 
 
 def _sequence_axis(dims: list) -> int:

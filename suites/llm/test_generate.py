@@ -156,7 +156,7 @@ def test_an_empty_past_is_a_dimension_one_may_name():
     assert parse_free_dims(["past_sequence_length=0"]) == {"past_sequence_length": 0}
 
 
-def _gqa_decoder(folder, layers=2, heads=4, kv_heads=2, head=8, vocab=50, iterator=False):
+def _gqa_decoder(folder, layers=2, heads=4, kv_heads=2, head=8, vocab=50, iterator=False, past_len="past"):
     """A decoder in onnxruntime-genai's model-builder layout: ORT's GroupQueryAttention, fed
     ``seqlens_k`` and ``total_sequence_length`` beside ``input_ids`` and the KV cache; weights
     in model.onnx.data. ``iterator``: also a decode graph over the same file, whose lm_head is
@@ -198,7 +198,7 @@ def _gqa_decoder(folder, layers=2, heads=4, kv_heads=2, head=8, vocab=50, iterat
         nodes.append(helper.make_node("MatMul", [f"a{i}", weight(f"wo{i}", hidden, hidden)], [f"o{i}"]))
         nodes.append(helper.make_node("Add", [f"h{i}", f"o{i}"], [f"h{i + 1}"]))
         for p, q in zip(past, present, strict=True):
-            inputs.append(helper.make_tensor_value_info(p, TensorProto.FLOAT, ["batch", kv_heads, "past", head]))
+            inputs.append(helper.make_tensor_value_info(p, TensorProto.FLOAT, ["batch", kv_heads, past_len, head]))
             outputs.append(helper.make_tensor_value_info(q, TensorProto.FLOAT, ["batch", kv_heads, "total", head]))
     nodes.append(helper.make_node("MatMul", [f"h{layers}", weight("lm_head", hidden, vocab)], ["logits"]))
     if iterator:
@@ -380,3 +380,9 @@ def test_the_infer_workload_takes_a_decoder_with_an_empty_past(harness_runner, r
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr
     (row,) = outcome.results()
     assert row.output_ok and row.ttft_s is None and row.kv_cache_bytes is None
+
+
+def test_a_decoder_whose_cache_has_a_fixed_length_is_refused_in_one_line(capsys, tmp_path):
+    path, _ = _gqa_decoder(tmp_path / "static", past_len=16)
+    line = _error_of(capsys, ["run", "--workload", "generate", "--model", str(path), "--out", str(tmp_path / "o")])
+    assert "a KV cache of fixed length (past_key_values.0.key['batch', 2, 16, 8])" in line
