@@ -18,6 +18,7 @@ thread checks the parent named in the spec as a second line of defence.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
@@ -178,10 +179,10 @@ def run_generate(target, live, models, record: WorkerRecord, settings: WorkerSet
     from harness.runner.control import ControlTarget
 
     phases.mark("first_run")
-    reader = _own_memory()
-    prefilled: list = []
-    runs = [generate_in_models(target, g, models, settings, lambda: prefilled.append(reader())) for g in live.groups]
-    record.prefill_private_bytes, record.last_token_private_bytes = prefilled[0], reader()
+    with _own_memory() as read:
+        prefilled: list = []
+        runs = [generate_in_models(target, g, models, settings, lambda: prefilled.append(read())) for g in live.groups]
+        record.prefill_private_bytes, record.last_token_private_bytes = prefilled[0], read()
     record_peak(record, peak.stop())
     live.keepalive.extend(r.kv for r in runs)
     record.first_run_s, record.ttft_s = runs[0].ttft_s, median(r.ttft_s for r in runs)
@@ -195,15 +196,20 @@ def run_generate(target, live, models, record: WorkerRecord, settings: WorkerSet
     return [s for r in runs for s in r.step_s]
 
 
+@contextlib.contextmanager
 def _own_memory():
-    """A reader of this process's private memory (anonymous pages; Windows: private bytes)."""
+    """Reads of this process's private memory (anonymous pages; Windows: private bytes), None where unreadable."""
     from harness.runner.procmem import open_reader
 
     try:
         reader = open_reader()
     except OSError:
-        return lambda: None
-    return lambda: reader.read_split()[0]
+        yield lambda: None
+        return
+    try:
+        yield lambda: reader.read_split()[0]
+    finally:
+        reader.close()
 
 
 def _checked(target, got: list, feeds: dict, reference: dict, model) -> tuple[bool, str]:
