@@ -143,6 +143,7 @@ def vocab_size(model: Any) -> int:
 
 def generation(opts: Any, models: list, on_status: Any = None) -> dict:
     """The generate workload's `WorkerSettings` fields: the prompt, G, and the reference's ids."""
+    DecoderIO.find(models[0].inputs, models[0].outputs, models[0].source)  # a target that built no decoder
     ids = prompt(opts, vocab_size(models[0]))
     new_tokens = opts.new_tokens or DEFAULT_NEW_TOKENS
     expected = reference_ids(models, ids, new_tokens, opts.session_settings(), on_status)

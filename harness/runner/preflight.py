@@ -167,9 +167,6 @@ def check_workload(opts: RunOptions) -> None:
         if any(given.values()):
             raise InputError(f"{next(k for k, v in given.items() if v)} applies to --workload generate only")
         return
-    lacking = [name for name in (opts.target, opts.peer) if name and not get_target(name).generates]
-    if lacking:
-        raise InputError(f"--workload generate: target {lacking[0]} has no generate workload")
     if opts.prompt_ids and opts.prompt_tokens:
         raise InputError("--prompt-ids and --prompt-tokens both set the prompt: give one of them")
     loop = {"--shape": opts.shapes, "--free-dim": opts.free_dims, "--input": opts.input_values, "--runs": opts.runs}

@@ -174,14 +174,13 @@ def run_generate(target, live, models, record: WorkerRecord, settings: WorkerSet
     until after the memory sample. Returns the decode steps' times (statistics after the release)."""
     from statistics import median
 
-    from harness.prep.decoder import generate_in_models
     from harness.runner import peak
     from harness.runner.control import ControlTarget
 
     phases.mark("first_run")
     with _own_memory() as read:
         prefilled: list = []
-        runs = [generate_in_models(target, g, models, settings, lambda: prefilled.append(read())) for g in live.groups]
+        runs = [target.generate(g, models, settings, lambda: prefilled.append(read())) for g in live.groups]
         record.prefill_private_bytes, record.last_token_private_bytes = prefilled[0], read()
     record_peak(record, peak.stop())
     live.keepalive.extend(r.kv for r in runs)

@@ -116,8 +116,6 @@ class Target(ABC):
     #: Its models list their external tensors, so each group can run a weightless control
     #: worker beside the workers (`harness.runner.control`).
     has_control: bool = False
-    #: Its prepare step builds decoders for ``--workload generate`` (`harness.prep.decoder`).
-    generates: bool = False
 
     # -- parent side -------------------------------------------------------------------
     def options_for(self, opts: RunOptions) -> dict[str, Any]:
@@ -180,6 +178,12 @@ class Target(ABC):
         from harness.prep.sessions import run_session
 
         return run_session(session, model.outputs, feeds, model.input_types, model.output_types)
+
+    def generate(self, group: list, models: list[PreparedModel], settings: Any, after_prefill: Any = None) -> Any:
+        """One greedy loop of the generate workload in one session group (a `prep.decoder.Generation`)."""
+        from harness.prep.decoder import generate_in_models
+
+        return generate_in_models(self, group, models, settings, after_prefill)
 
     def check_output(self, outputs: list, reference: dict, model: PreparedModel) -> tuple[bool, str]:
         """Compare the first inference with the reference: (ok, detail). Tolerances follow each

@@ -154,7 +154,6 @@ class CpuTarget(Target):
     name = "cpu"
     summary = "mapper_impl + ORT CPU EP, weights handed over in place (default)"
     has_control = True
-    generates = True
     options = (
         TargetOption("fault", "--fault", {}, FAULT_HELP, parse=parse_fault, metavar="STAGE[=K]", repeat=True),
         TargetOption(

@@ -21,7 +21,6 @@ class OrtNativeTarget(Target):
     name = "ort-native"
     summary = "ORT maps the external data itself (the peer baseline)"
     has_control = True
-    generates = True
 
     def prepare(self, opts, progress) -> Prepared:
         from harness.prep.models import prepare_cpu_models

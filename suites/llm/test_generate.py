@@ -349,14 +349,18 @@ def test_every_session_and_every_target_runs_the_loop(harness_runner, request, t
     assert len({r.generated_tokens for r in rows}) == 1
 
 
-def test_a_target_without_a_generate_workload_is_refused_before_any_work(capsys, tmp_path):
-    from harness.targets import all_targets
+def test_a_target_whose_model_is_no_decoder_fails_in_one_line(model_cache):
+    """A target that prepared no decoder (the qnn target before its generate workload): one line."""
+    from types import SimpleNamespace
 
-    lacking = [t.name for t in all_targets() if not t.generates]
-    if not lacking:
-        pytest.skip("every target generates")
-    argv = ["run", "--workload", "generate", "--target", lacking[0], "--out", str(tmp_path / "o")]
-    assert f"target {lacking[0]} has no generate workload" in _error_of(capsys, argv)
+    from harness.core.errors import InputError
+    from harness.prep.decoder import generation
+    from harness.prep.generated import generated_matmul_chain
+
+    chain = generated_matmul_chain(1024**2, cache_dir=model_cache)
+    opts = SimpleNamespace(prompt_ids=[], prompt_tokens=None, new_tokens=None)
+    with pytest.raises(InputError, match=r"^generated:matmul-chain:.*: not a decoder .* no input input_ids"):
+        generation(opts, [chain])
 
 
 def test_the_infer_workload_takes_a_decoder_with_an_empty_past(harness_runner, request, tmp_path, model_cache):
