@@ -116,6 +116,8 @@ class Target(ABC):
     #: Its models list their external tensors, so each group can run a weightless control
     #: worker beside the workers (`harness.runner.control`).
     has_control: bool = False
+    #: What ``doctor`` says it will do before its probe ("": nothing beyond the target's name).
+    probe_summary: str = ""
 
     # -- parent side -------------------------------------------------------------------
     def options_for(self, opts: RunOptions) -> dict[str, Any]:

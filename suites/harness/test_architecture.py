@@ -169,12 +169,42 @@ def test_no_import_circles():
     assert not cycles, "import circles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
 
 
+def package_of(module: str) -> str:
+    """The package a module belongs to: ``harness.<sub>`` (a subpackage, or a top-level module of
+    its own, as ``harness.cache``), ``reports``, ``mapper_impl``."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "harness" and len(parts) > 1 else parts[0]
+
+
+def package_graph(modules: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph between packages (`package_of`); ``harness`` itself (its ``__init__``) is
+    left out: every module of it is imported through it."""
+    graph: dict[str, set[str]] = {}
+    for module, reached in modules.items():
+        mine = package_of(module)
+        graph.setdefault(mine, set()).update(package_of(n) for n in reached if package_of(n) not in (mine, "harness"))
+    return graph
+
+
+def test_no_package_circles():
+    """A circle between packages through imports inside functions is a circle still (issue 41:
+    ``contract`` <-> ``prep``, ``cache`` <-> ``prep``): each package reaches the others one way."""
+    cycles = find_cycles(package_graph(import_graph()))
+    assert not cycles, "package circles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
 def test_the_circle_finder_finds_circles():
     """The test above would pass vacuously if the finder missed circles."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_cycles(graph) == [["a", "b", "c", "a"]]
     assert find_cycles({"a": {"b"}, "b": set()}) == []
     assert "harness.runner.sweep" in import_graph()["harness.cli"]
+    modules = {
+        "harness.prep.a": {"harness.contract.b"},
+        "harness.contract.b": {"harness.prep.c"},
+        "harness.prep.c": set(),
+    }
+    assert find_cycles(package_graph(modules)) == [["harness.contract", "harness.prep", "harness.contract"]]
 
 
 @pytest.mark.parametrize("name", __import__("harness.targets", fromlist=["NAMES"]).NAMES)
@@ -714,3 +744,16 @@ def test_no_constant_is_declared_twice():
             seen.setdefault((name, value), []).append(path.relative_to(ROOT).as_posix())
     twice = {f"{name} = {value}": where for (name, value), where in seen.items() if len(where) > 1}
     assert not twice, twice
+
+
+def test_the_command_line_reads_only_declared_target_attributes():
+    """``cli.py`` once read ``getattr(target, "probe_summary", "")``, an attribute only the qnn
+    target had: what a command reads of a target is declared on `Target`."""
+    from harness.targets.base import Target
+
+    found = []
+    for node in ast.walk(ast.parse((ROOT / "harness" / "cli.py").read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("getattr", "hasattr") and node.args:
+            if getattr(node.args[0], "id", "") == "target" and not hasattr(Target, node.args[1].value):
+                found.append(f"cli.py:{node.lineno}: {node.args[1].value}")
+    assert not found, found

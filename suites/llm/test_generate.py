@@ -151,7 +151,7 @@ def test_contradictions_are_refused_before_any_work(capsys, tmp_path, argv, word
 
 
 def test_an_empty_past_is_a_dimension_one_may_name():
-    from harness.prep.modelargs import parse_free_dims
+    from harness.contract.modelargs import parse_free_dims
 
     assert parse_free_dims(["past_sequence_length=0"]) == {"past_sequence_length": 0}
 
