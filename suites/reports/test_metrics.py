@@ -188,9 +188,9 @@ def test_the_docs_table_of_gate_metrics_is_the_registry():
 def test_the_terminal_shows_a_figure_in_its_unit(tmp_path, monkeypatch):
     """A rate declared for the terminal table reads as a rate (tokens/s of the LLM workload,
     here inferences/s), not as seconds."""
-    import harness.console  # noqa: F401  (its table is derived at import)
     from rich.console import Console
 
+    import harness.console  # noqa: F401  (its table is derived at import)
     from harness.console import print_judgement
 
     _declare(monkeypatch, replace(metrics.BY_COLUMN["inferences_per_s"], terminal="inferences/s"))
