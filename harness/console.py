@@ -48,7 +48,10 @@ def summary_table(summary: list[SummaryRow]) -> Any:
     pairs = paired(summary)
     for mapped, heap in pairs:
         first, who = True, _who(mapped)
-        for figure in TABLE_FIGURES:
+        shown_figures = [
+            f for f in TABLE_FIGURES if (getattr(mapped, f.column), getattr(heap, f.column)) != (None, None)
+        ]
+        for figure in shown_figures:  # a figure neither mode measured (TTFT of an infer run) is left out
             column = figure.column
             m, h = getattr(mapped, column), getattr(heap, column)
             shown = pair_ratio(mapped, heap, column)
@@ -61,7 +64,7 @@ def summary_table(summary: list[SummaryRow]) -> Any:
                 fmt_value(m, figure.unit),
                 fmt_value(h, figure.unit),
                 fmt_ratio(shown) if shown is not None or not why else why,
-                end_section=figure is TABLE_FIGURES[-1],
+                end_section=figure is shown_figures[-1],
             )
             first = False
     in_pairs = {id(s) for pair in pairs for s in pair}

@@ -162,6 +162,27 @@ FIGURES: tuple[Figure, ...] = (
         "runtime_bytes", "control worker (runtime)", compare="runtime", once=True,
         hint="same runtime, sessions and inputs, no weights: the floor",
     ),
+    Figure(
+        "ttft_s_median", "median time to first token", "TTFT", "ttft_s", ratio="ttft_ratio", terminal="median TTFT",
+        hint="prefill and its token (--workload generate)", compare="ttft", compare_ratio=True, ratio_regression=True,
+    ),
+    Figure(
+        "decode_tokens_per_s_median", "decode tokens/s", source="decode_tokens_per_s", ratio="decode_throughput_ratio",
+        terminal="decode tokens/s", hint="tokens after the first over their decode steps' time",
+        higher_is_better=True, compare="decode_tokens_per_s", compare_ratio=True,
+    ),
+    Figure(
+        "token_latency_p50_s_median", "token latency p50", source="token_latency_p50_s",
+        ratio="token_latency_p50_ratio", compare="token_latency_p50",
+    ),
+    Figure(
+        "token_latency_p99_s_median", "token latency p99", source="token_latency_p99_s",
+        ratio="token_latency_p99_ratio", compare="token_latency_p99",
+    ),
+    Figure(
+        "sum_kv_cache_bytes", "summed KV cache", "KV cache", "kv_cache_bytes", **_SUM, terminal="sum KV cache",
+        hint="the KV tensors at the last token, from their shapes: alive in the memory figures", compare="kv_cache",
+    ),
 )  # fmt: skip
 BY_COLUMN = {f.column: f for f in FIGURES}
 #: The latency statistics (`Figure.stat`) -> their SummaryRow column.

@@ -8,7 +8,7 @@ import math
 from harness.contract.options import PAGE_CACHE_MODES, RunOptions
 from harness.core.argtypes import MIN_GENERATED_BYTES
 from harness.core.errors import InputError
-from harness.core.vocab import Mode, PageCache
+from harness.core.vocab import Mode, PageCache, Workload
 from harness.runner.outdir import check_out
 from harness.runner.resources import check_address_space, check_fd_limit
 from harness.targets import get_target
@@ -151,12 +151,51 @@ def check_options(opts: RunOptions) -> None:
 
         check_cold_supported()
     check_gates_fit_modes(opts)
+    check_workload(opts)
     if opts.peer is not None:
         if opts.peer == opts.target:
             raise InputError(f"--peer {opts.peer}: the peer must be another target than --target")
         if Mode.MAPPED not in opts.modes:
             raise InputError("--peer is compared with the mapped mode: keep mapped in --modes")
     get_target(opts.target).check(opts)
+
+
+def check_workload(opts: RunOptions) -> None:
+    """The generate workload's options, and a decoder to run them on (its graph only)."""
+    given = {"--prompt-tokens": opts.prompt_tokens, "--prompt-ids": opts.prompt_ids, "--new-tokens": opts.new_tokens}
+    if opts.workload != Workload.GENERATE:
+        if any(given.values()):
+            raise InputError(f"{next(k for k, v in given.items() if v)} applies to --workload generate only")
+        return
+    if opts.prompt_ids and opts.prompt_tokens:
+        raise InputError("--prompt-ids and --prompt-tokens both set the prompt: give one of them")
+    loop = {"--shape": opts.shapes, "--free-dim": opts.free_dims, "--input": opts.input_values, "--runs": opts.runs}
+    loop.update({"--warmup": opts.warmup, "--concurrency": opts.concurrency > 1})
+    for flag, value in loop.items():
+        if value:
+            raise InputError(
+                f"{flag} does not apply to --workload generate: its loop feeds the decoder and times tokens"
+            )
+    from harness.prep.decoder import DecoderIO, check_prompt, graph_io, graph_vocab
+
+    if not opts.models:
+        from harness.prep.llama import CONTEXT, VOCAB
+
+        check_prompt(opts, VOCAB, CONTEXT)
+        return
+    from harness.prep.onnxfile import load_onnx
+    from harness.prep.pipeline import resolve_models
+
+    paths = resolve_models(opts.models).paths
+    if len(paths) > 2:
+        raise InputError(
+            f"--workload generate runs a decoder, or its prefill and decode graphs; --model names {len(paths)}"
+        )
+    graphs = [load_onnx(path, external_data=False) for path in paths]
+    ios = [DecoderIO.find(*graph_io(g), f"--model {p}") for p, g in zip(paths, graphs, strict=True)]
+    if ios[0] != ios[-1]:
+        raise InputError(f"--model {paths[-1]}: the decode graph's inputs and KV cache differ from {paths[0].name}'s")
+    check_prompt(opts, graph_vocab(graphs[0]))
 
 
 def check_memory_limit(opts: RunOptions, available: int) -> list[str]:

@@ -71,6 +71,8 @@ class Prepared:
     gathered_bytes: int = 0
     #: The provider options the target ran with when it chose some itself (None: the run's own).
     provider_options: dict[str, str] | None = None
+    #: The generate workload's prompt, G and reference ids (`WorkerSettings` fields; {}: infer).
+    generation: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -184,6 +186,12 @@ class Target(ABC):
         from harness.prep.sessions import run_session
 
         return run_session(session, model.outputs, feeds, model.input_types, model.output_types)
+
+    def generate(self, group: list, models: list[PreparedModel], settings: Any, after_prefill: Any = None) -> Any:
+        """One greedy loop of the generate workload in one session group (a `prep.decoder.Generation`)."""
+        from harness.prep.decoder import generate_in_models
+
+        return generate_in_models(self, group, models, settings, after_prefill)
 
     def check_output(self, outputs: list, reference: dict, model: PreparedModel) -> tuple[bool, str]:
         """Compare the first inference with the reference: (ok, detail). Tolerances follow each

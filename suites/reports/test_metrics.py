@@ -50,6 +50,8 @@ def _judged(tmp_path, **kw):
         r.latency_min_s, r.latency_max_s, r.latency_stdev_s = 0.009, 0.03, 0.001
         r.peak_private_bytes, r.peak_sample_hz = r.uss_bytes + 1024, 1000.0
         r.copied_bytes, r.runtime_bytes, r.mapped_resident_bytes = 1024, 1024**2, 4096
+        r.ttft_s, r.decode_tokens_per_s, r.kv_cache_bytes = 0.05, 40.0, 8192
+        r.token_latency_p50_s = r.token_latency_p99_s = 0.025
     return judge(load_run(write_run(tmp_path / "run", rows, metadata(repeat=3))))
 
 
