@@ -17,6 +17,7 @@ import argparse
 import errno
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from harness.cli_parser import PROG, build_parser, commands_overview
@@ -131,6 +132,16 @@ def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
     return judgement.exit_code
 
 
+def _check_json(path: Path, runs: list[Path]) -> None:
+    """--json checked as every output is, and writable, before any work."""
+    from harness.core.files import check_creatable, check_writable
+    from harness.core.runfiles import check_output
+
+    check_creatable(path, "--json", folder=False)
+    check_output(path, "--json", runs=runs)
+    check_writable(path, "--json", folder=False)
+
+
 def cmd_capacity(ns: argparse.Namespace, argv: list[str]) -> int:
     """Search the largest N per mode under --memory-limit; print it beside the projection."""
     from harness.contract.options import RunOptions
@@ -140,11 +151,7 @@ def cmd_capacity(ns: argparse.Namespace, argv: list[str]) -> int:
     from harness.runner.sweep import command_line
 
     if ns.json is not None:  # checked before the search: a mistake costs no probe
-        from harness.core.files import check_creatable, check_writable, replaceable_path
-
-        check_creatable(ns.json, "--json", folder=False)
-        replaceable_path(ns.json, "--json")
-        check_writable(ns.json, "--json", folder=False)
+        _check_json(ns.json, [ns.out] if ns.out is not None else [])
     base = RunOptions.from_arguments(ns, command=command_line(argv))
     opts = capacity_options(base, ns.max_processes)
     _interrupt_on_sigterm()
@@ -201,11 +208,7 @@ def cmd_doctor(ns: argparse.Namespace) -> int:
     from harness.targets import get_target
 
     if ns.json is not None:  # checked before the probe: a mistake costs no probe
-        from harness.core.files import check_creatable, check_writable, replaceable_path
-
-        check_creatable(ns.json, "--json", folder=False)
-        replaceable_path(ns.json, "--json")
-        check_writable(ns.json, "--json", folder=False)
+        _check_json(ns.json, [])
     target = get_target(ns.target)
     what = f": {target.probe_summary}" if getattr(target, "probe_summary", "") else ""
     print(f"doctor: probing --target {ns.target} in a child process{what} (at most {ns.timeout:g} s)", file=sys.stderr)
