@@ -18,9 +18,9 @@ the limit".
   cgroup.procs && exec python ...'``, so the pid we measure is the worker's and every page it
   charges is inside (a parent that moves the child after ``Popen`` races the child's start-up,
   and v2 never moves charges made before the move).
-- **Names.** ``qnn-fmw-<owner pid>-<owner start time>-g<k>``: the owner's start time (clock
-  ticks since boot, ``/proc/<pid>/stat``) tells a reused pid apart, so a live run's cgroup is
-  never taken for a stale one.
+- **Names.** ``qnn-fmw-<owner pid namespace>-<owner pid>-<owner start time>-g<k>``: pid and start
+  time (clock ticks since boot) mean something only in the owner's PID namespace, so only a
+  harness in that namespace may judge the owner dead; any other cgroup is never touched.
 - **Removal.** After the group whatever happened: every process left in it is killed (they are
   this run's workers), then the cgroup is removed. A killed harness cannot do that itself: a
   reaper (`harness.runner._reaper`), started with the first cgroup in a session of its own,
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass
@@ -59,15 +60,24 @@ class Hierarchy:
         return f"cgroup v{self.version} at {self.parent}"
 
 
+def _unescape(field: str) -> str:
+    """mountinfo's octal escapes (space, tab, newline, backslash) decoded."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
 def _mounts(mountinfo: str) -> list[tuple[str, Path, str, str]]:
-    """(mount root, mount point, fs type, super options) of every cgroup mount."""
-    out = []
+    """(mount root, mount point, fs type, super options) of every cgroup mount in sight: of
+    mounts on one point, the last (a bind mount over it hides the one below)."""
+    out: dict[Path, tuple[str, Path, str, str]] = {}
     for line in mountinfo.splitlines():
         left, _, right = line.partition(" - ")
         fields, tail = left.split(), right.split()
-        if len(fields) >= 5 and len(tail) >= 3 and tail[0] in ("cgroup", "cgroup2"):
-            out.append((fields[3], Path(fields[4].replace("\\040", " ")), tail[0], tail[2]))
-    return out
+        if len(fields) >= 5 and len(tail) >= 3:
+            point = Path(_unescape(fields[4]))
+            out.pop(point, None)
+            if tail[0] in ("cgroup", "cgroup2"):
+                out[point] = (_unescape(fields[3]), point, tail[0], tail[2])
+    return list(out.values())
 
 
 def _own_paths(proc_cgroup: str) -> dict[str, str]:
@@ -81,8 +91,14 @@ def _own_paths(proc_cgroup: str) -> dict[str, str]:
 
 
 def _inside(root: str, point: Path, path: str) -> Path:
-    """Where the cgroup ``path`` (as /proc/self/cgroup names it) is under a mount of ``root``."""
+    """Where the cgroup ``path`` (as /proc/self/cgroup names it) is under a mount of ``root``;
+    `Unavailable` when it is not below it (a bind-mounted sub-cgroup, as containers have)."""
     rel = os.path.relpath(path, root) if root != "/" else path.lstrip("/")
+    if rel == ".." or rel.startswith("../"):
+        raise Unavailable(
+            f"this process's cgroup {path} is not below the memory mount's root {root} at {point} "
+            "(a bind-mounted sub-cgroup): no limit can be applied from here"
+        )
     return point if rel in (".", "") else point / rel
 
 
@@ -129,8 +145,12 @@ def _read(path: Path) -> str:
 
 
 def _write(path: Path, value: str) -> None:
-    with open(path, "w") as handle:
-        handle.write(value)
+    """Write a control file the kernel made (never creates one: a plain folder has none)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
 
 
 def start_ticks(pid: int) -> int | None:
@@ -143,27 +163,41 @@ def start_ticks(pid: int) -> int | None:
     return int(stat.rpartition(")")[2].split()[19])
 
 
+def pid_namespace(pid: int | str = "self") -> int | None:
+    """The inode of the process's PID namespace: what its pid means is this namespace's."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/pid").st_ino
+    except OSError:
+        return None
+
+
 def owner_tag(pid: int | None = None) -> str:
     pid = os.getpid() if pid is None else pid
-    return f"{PREFIX}{pid}-{start_ticks(pid)}-"
+    return f"{PREFIX}{pid_namespace(pid)}-{pid}-{start_ticks(pid)}-"
 
 
 def _owner_alive(name: str) -> bool:
-    """Is the process that made the cgroup ``name`` still running (same pid, same start)?"""
+    """May the run that made the cgroup ``name`` still be running? False only when it is
+    proven dead: made in this PID namespace, and its pid is gone or started at another time."""
     try:
-        pid, ticks = name.removeprefix(PREFIX).split("-")[:2]
+        namespace, pid, ticks, _ = name.removeprefix(PREFIX).split("-", 3)
+        if int(namespace) != pid_namespace():
+            return True  # another namespace's (or not our naming): its pid means nothing here
         return start_ticks(int(pid)) == int(ticks)
-    except (ValueError, IndexError):
+    except ValueError:
         return True  # not a name we made: never ours to remove
 
 
 def create(hierarchy: Hierarchy, name: str, limit_bytes: int) -> Path:
     """Make the cgroup and set its limit; `Unavailable` (the OS error in words) when it cannot."""
     path = hierarchy.parent / name
+    if not (hierarchy.parent / "cgroup.procs").is_file():
+        raise Unavailable(f"{hierarchy.parent} is not a cgroup of the memory controller (no cgroup.procs)")
     try:
         path.mkdir()
     except OSError as err:
-        raise Unavailable(f"cannot create a cgroup in {hierarchy.parent}: {err.strerror} (root is needed)") from err
+        why = "root is needed" if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else "the controller refused"
+        raise Unavailable(f"cannot create a cgroup in {hierarchy.parent}: {err.strerror} ({why})") from err
     try:
         _set_limit(hierarchy.version, path, limit_bytes)
     except OSError as err:
@@ -211,24 +245,34 @@ def _pids(path: Path) -> list[int]:
     return [int(p) for p in _read(path / "cgroup.procs").split() if p.isdigit()]
 
 
+def _children(path: Path) -> list[Path]:
+    try:
+        return [p for p in path.iterdir() if p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return []
+
+
 def remove(path: Path, wait_s: float = EMPTY_WAIT_S) -> bool:
-    """Kill every process left in the cgroup (this run's workers, or a dead run's), wait until
-    it is empty, remove it. True when it is gone."""
-    deadline = time.monotonic() + wait_s
+    """Kill every process left in the cgroup and its child cgroups (this run's workers, or a
+    dead run's), remove the children, then it. Waits only while processes are seen leaving
+    (an EBUSY when none was ever seen ends at once). True when it is gone."""
+    deadline, killed = time.monotonic() + wait_s, False
     while True:
         pids = _pids(path)
+        killed = killed or bool(pids)
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass  # already gone
+        children = [child for child in _children(path) if not remove(child, max(0.0, deadline - time.monotonic()))]
         try:
             path.rmdir()
             return True
         except FileNotFoundError:
             return True
         except OSError as err:
-            if err.errno != errno.EBUSY or time.monotonic() > deadline:
+            if err.errno != errno.EBUSY or time.monotonic() > deadline or not killed or children:
                 return False
         time.sleep(POLL_S)
 

@@ -116,7 +116,7 @@ def test_no_memory_controller_says_what_is_missing():
 
 def test_a_live_owner_cgroup_is_never_stale(tmp_path):
     mine = tmp_path / f"{_cgroup.owner_tag()}g1"
-    dead = tmp_path / f"{_cgroup.PREFIX}999999999-12345-g1"  # no such pid
+    dead = tmp_path / f"{_cgroup.PREFIX}{_cgroup.pid_namespace()}-999999999-12345-g1"  # no such pid
     foreign = tmp_path / f"{_cgroup.PREFIX}not-ours"
     for path in (mine, dead, foreign):
         path.mkdir()

@@ -58,7 +58,7 @@ def _start(args: list[str], cwd: Path, model_cache: Path, **popen) -> subprocess
 
 def _theirs(hierarchy: _cgroup.Hierarchy, pid: int) -> list[Path]:
     """The cgroups a harness of this pid made (its tag starts with its pid)."""
-    return _cgroup.ours(hierarchy.parent, f"{_cgroup.PREFIX}{pid}-")
+    return _cgroup.ours(hierarchy.parent, f"{_cgroup.PREFIX}{_cgroup.pid_namespace()}-{pid}-")
 
 
 def _rows(out: Path) -> list[dict[str, str]]:
@@ -73,7 +73,7 @@ def limited_run(model_cache, tmp_path_factory):
     start time another: not us), a process still in it."""
     hierarchy = _hierarchy()
     folder = tmp_path_factory.mktemp("limited")
-    stale = hierarchy.parent / f"{_cgroup.PREFIX}{os.getpid()}-1-g1"
+    stale = hierarchy.parent / f"{_cgroup.PREFIX}{_cgroup.pid_namespace()}-{os.getpid()}-1-g1"
     stale.mkdir()
     sleeper = subprocess.Popen(["sleep", "600"])
     try:
