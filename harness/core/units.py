@@ -11,6 +11,7 @@ Units are case-insensitive (``256mib`` = ``256MiB``).
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 from harness.core.errors import InputError
 
@@ -18,6 +19,8 @@ BINARY_UNITS = {"kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
 DECIMAL_UNITS = {"kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
 _UNITS = {"": 1, "b": 1, **BINARY_UNITS, **DECIMAL_UNITS}
 _AMBIGUOUS = {"k": "K", "m": "M", "g": "G", "t": "T"}
+#: The largest size taken: what a signed 64-bit byte count (a file, a memory limit) holds.
+MAX_SIZE_BYTES = 2**63 - 1
 #: One line for --help texts.
 SIZE_HELP = "sizes: KiB MiB GiB TiB = powers of 1024, KB MB GB TB = powers of 1000"
 
@@ -54,9 +57,12 @@ def parse_size(text: str) -> int:
         )
     if not match or unit not in _UNITS:
         raise InputError(f"size {text!r}: expected a number with a unit, e.g. 256MiB or 1GiB ({SIZE_HELP})")
-    value = int(float(match.group(1)) * _UNITS[unit])
+    digits = match.group(1)
+    value = int(Decimal(digits) * _UNITS[unit]) if len(digits) <= 40 else MAX_SIZE_BYTES + 1  # exact, never a float
     if value <= 0:
-        raise InputError(f"size {text!r} must be positive")
+        raise InputError(f"size {text[:40]!r} must be positive")
+    if value > MAX_SIZE_BYTES:
+        raise InputError(f"size {text[:40]!r}{'...' if len(text) > 40 else ''} is absurd: more than 8 EiB")
     return value
 
 
@@ -109,6 +115,6 @@ def fmt_percent(value: float | None, *, signed: bool = False) -> str:
 def parse_projection(text: str) -> tuple[int, int]:
     """``"8x4GiB"`` -> (8 sessions, 4 GiB of weights): the deployment a report projects to."""
     sessions, sep, size = text.strip().partition("x")
-    if not sep or not re.fullmatch(r"[0-9]+", sessions.strip()) or int(sessions) < 1:
-        raise InputError(f"{text!r}: expected SESSIONSxSIZE, e.g. 8x4GiB")
+    if not sep or not re.fullmatch(r"[0-9]{1,7}", sessions.strip()) or not 1 <= int(sessions) <= 1_000_000:
+        raise InputError(f"{text[:40]!r}: expected SESSIONSxSIZE with 1 to 1000000 sessions, e.g. 8x4GiB")
     return int(sessions), parse_size(size)

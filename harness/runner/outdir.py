@@ -99,7 +99,9 @@ def check_out(out: Path | None, cache_dir: Path, *, replace: bool = False) -> No
             )
         if entries and not replace:
             _refuse_earlier_run(out, entries)
-        _lock(out).release()  # a run writing there is said as such, not as its files
+        if entries:
+            check_writable(out, "--out")
+            _lock(out).release()  # a run writing there is said as such, not as its files
         _check_previous_run(out)
     check_writable(out, "--out")
 

@@ -265,8 +265,9 @@ def test_report_dir_never_empties_a_runs_folder_it_did_not_write(project, tmp_pa
         ("--fmw-processes", "2000", "--fmw-processes 2000: at most 1024"),
         ("--fmw-processes", "1,x", "--fmw-processes '1,x': expected a list like 1,2,4,8"),
         ("--fmw-target", "gpu", "--fmw-target gpu: choose from cpu, ort-native, qnn"),
+        ("--fmw-model-size", "9" * 400 + "MiB", "is absurd: more than 8 EiB"),
     ],
-    ids=["below-one-layer", "above-the-bound", "too-many-processes", "not-a-list", "unknown-target"],
+    ids=["below-one-layer", "above-the-bound", "too-many-processes", "not-a-list", "unknown-target", "400-digits"],
 )
 def test_options_are_checked_as_run_checks_them(project, option, value, expected):
     """The plugin parses its run options with ``run``'s own types and bounds (one declaration):
