@@ -61,6 +61,18 @@ def parse_fault(text: str) -> tuple[str, int | str | bool]:
     return stage, int(count)
 
 
+def refuse_two_ways(given: dict) -> None:
+    """--map-failures K is --fault map=K: both given is a mistake, never "the last one wins"."""
+    from harness.core.errors import InputError
+
+    faults = given.get("fault") or {}
+    if given.get("map_failures") is not None and "map" in faults:
+        raise InputError(
+            f"--map-failures {given['map_failures']} and --fault map={faults['map']}: one fault given two ways; "
+            "give it once"
+        )
+
+
 def fault_plan(options: dict):
     """The FaultPlan the options ask for (``--fault`` and its shorthand ``--map-failures``), or None."""
     from mapper_impl import FaultPlan
