@@ -42,6 +42,9 @@ RECOMPUTED = (
     "init_s_median",
     "create_s_median",
     "first_run_s_median",
+    "memory_limit_bytes",
+    "oom_workers",
+    "container_peak_bytes",
 )
 
 
@@ -262,6 +265,22 @@ def _check_against_metadata(folder: Path, meta: dict[str, Any], results: list[Re
                 )
 
 
+def _check_limit_columns(folder: Path, meta: dict[str, Any], results: list[ResultRow]) -> None:
+    """InputError for a row whose memory-limit columns contradict its exit or the run's limit."""
+    limit = (meta.get("run") or {}).get("memory_limit_bytes")
+    for row in results:
+        why = ""
+        if row.memory_limit_bytes is not None and row.memory_limit_bytes != limit:
+            why = f"memory_limit_bytes={row.memory_limit_bytes}, the run's limit is {limit}"
+        elif row.oom_killed and row.memory_limit_bytes is None:
+            why = "oom_killed=True without a memory limit"
+        elif row.oom_killed and (row.exit_code in (0, None) or not row.error):
+            why = f"oom_killed=True, yet exit_code={row.exit_code} and {'an' if row.error else 'no'} error"
+        if why:
+            where = f"worker {row.worker}" if isinstance(row.worker, int) else "a worker row"
+            raise InputError(f"{folder}: {RESULTS_CSV} contradicts itself or {METADATA_JSON}: {where} has {why}")
+
+
 def _check_headline(folder: Path, meta: dict[str, Any], summary: list[SummaryRow]) -> None:
     """InputError when headline.json states figures or a status the run's own rows and
     metadata do not give (a headline.json of another version is left alone: a note)."""
@@ -338,6 +357,7 @@ def load_run(folder: Path | str) -> RunData:
         tables, version, migrated = _read_tables(folder, meta)
         results = parse_rows(tables[ResultRow], ResultRow)
         _check_against_metadata(folder, meta, results)
+        _check_limit_columns(folder, meta, results)
         current = True  # tables of this harness's own judging rules (an older one's lack `complete`)
         if SummaryRow in tables:
             stated = parse_rows(tables[SummaryRow], SummaryRow)
