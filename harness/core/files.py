@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -173,12 +174,35 @@ def check_writable(path: Path | str, option: str, *, folder: bool = True) -> Non
     probe = path if folder else path.parent  # an atomic write makes its temp file beside the file
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
+    for where in (probe, *([] if folder else [path])):
+        if _unreplaceable(where):
+            raise InputError(f"{option} {path}: {where} is immutable or append-only (chattr); cannot write there")
     try:
         fd, name = tempfile.mkstemp(prefix=".harness-write-test-", dir=probe)
+        os.close(fd)
+        os.unlink(name)
     except OSError as err:
         raise InputError(f"{option} {path}: cannot write in {probe} ({err.strerror or err})") from None
-    os.close(fd)
-    os.unlink(name)
+
+
+def _unreplaceable(path: Path) -> bool:
+    """Linux inode flags immutable or append-only: even root cannot replace or remove a name there."""
+    if not sys.platform.startswith("linux") or not os.path.lexists(path) or os.path.islink(path):
+        return False
+    import fcntl
+    import struct
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        flags = struct.unpack("l", fcntl.ioctl(fd, 0x80086601, b"\0" * 8))[0]  # FS_IOC_GETFLAGS
+    except OSError:
+        return False  # a file system without inode flags
+    finally:
+        os.close(fd)
+    return bool(flags & 0x30)  # FS_IMMUTABLE_FL | FS_APPEND_FL
 
 
 @contextmanager

@@ -138,3 +138,36 @@ def test_a_planted_capacity_json_is_not_believed(a_run, tmp_path):
     doc = {"format_version": 1, "memory_limit_bytes": 256 << 20, "modes": {"mapped": mode, "heap": mode}}
     (out / "capacity.json").write_text(json.dumps(doc))
     assert load_run(out).capacity is None
+
+
+def _chattr(flag: str, path: Path) -> bool:
+    import subprocess
+
+    return shutil.which("chattr") is not None and subprocess.run(["chattr", flag, str(path)]).returncode == 0
+
+
+@pytest.mark.parametrize("case", ["missing-folder", "append-only-file", "append-only-folder", "immutable-file"])
+def test_capacity_json_that_cannot_be_written_is_refused_before_the_search(model_cache, tmp_path, case):
+    """Before: a --json in a folder that does not exist (or an append-only file, which even root
+    cannot replace) passed the check and failed after the whole search."""
+    folder = tmp_path / "jsons"
+    folder.mkdir()
+    target = folder / ("missing" if case == "missing-folder" else "") / "cap.json"
+    flagged = None
+    if case.endswith("-file"):
+        target.write_text("{}\n")
+        flagged = target
+    elif case == "append-only-folder":
+        flagged = folder
+    flag = "+i" if case == "immutable-file" else "+a"
+    if flagged is not None and not _chattr(flag, flagged):
+        pytest.skip("needs chattr and a file system with inode flags (root)")
+    out = tmp_path / "cap"
+    try:
+        args = ["capacity", "--model-size", "8MiB", "--memory-limit", "1GiB", "--out", str(out), "--json", str(target)]
+        proc = run_quick(args, model_cache, timeout=120)
+        one_line_error(proc, 2, "--json")
+        assert not out.exists()
+    finally:
+        if flagged is not None:
+            _chattr(flag.replace("+", "-"), flagged)
