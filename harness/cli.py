@@ -54,14 +54,17 @@ def _interrupt_on_sigterm() -> None:
     import threading
 
     def interrupt(signum: int, frame: object) -> None:
+        for sig in caught:  # the run is ending: a second signal must not cut its final writes
+            signal.signal(sig, lambda *_: None)
         raise KeyboardInterrupt
+
+    caught = [s for s in (getattr(signal, n, None) for n in ("SIGTERM", "SIGHUP")) if s is not None]
 
     if threading.current_thread() is not threading.main_thread():
         return  # only the main thread may set handlers (main() called from a test thread)
-    for name in ("SIGTERM", "SIGHUP"):
-        sig = getattr(signal, name, None)
-        if sig is not None and signal.getsignal(sig) == signal.SIG_DFL:
-            signal.signal(sig, interrupt)
+    caught = [sig for sig in caught if signal.getsignal(sig) == signal.SIG_DFL]
+    for sig in caught:
+        signal.signal(sig, interrupt)
 
 
 def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:

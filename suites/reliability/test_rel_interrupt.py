@@ -200,3 +200,25 @@ def test_long_ort_work_of_the_preparation_is_interruptible(model_cache, tmp_path
         assert not alive, "the ORT child outlived the harness"
     finally:
         stop(proc)
+
+
+@pytest.mark.parametrize("gap_s", [0.0, 0.02, 0.05], ids=["together", "20ms", "50ms"])
+def test_two_sigterms_still_end_the_run_interrupted(model_cache, tmp_path, gap_s):
+    """A second SIGTERM (a supervisor that insists) lands while the first one's interruption
+    writes the run's files: ignored, so metadata.json still says "interrupted" (issue 42:
+    50 ms apart it was left "running"). One that lands once the interpreter is finalizing ends
+    it by SIGTERM: its files are written by then."""
+    out = tmp_path / "run"
+    proc = _start(out, model_cache, "300")
+    try:
+        wait_for((out / "workers" / "cpu-mapped-n2-r0" / "w1.ready.json").exists, 60, "worker 1 ready", proc)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(gap_s)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        stop(proc)
+    assert proc.returncode in (130, -signal.SIGTERM), stderr
+    assert "Traceback" not in stderr
+    assert metadata(out)["status"] == "interrupted"
+    assert_no_survivors(out)
