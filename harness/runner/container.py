@@ -121,8 +121,8 @@ def outcome(container: Any) -> LimitOutcome:
 def _ended_by_limit(row: Any, found: LimitOutcome, ours: set[int]) -> bool:
     if found.oom_pids is not None:  # Windows: the kernel named the process that hit the limit
         return bool(row.error) and row.pid in found.oom_pids
-    killed = getattr(signal, "SIGKILL", None)
-    return killed is not None and row.exit_code == -killed and row.worker not in ours
+    killed = getattr(signal, "SIGKILL", None)  # the kernel counted no OOM kill: none was the limit's
+    return killed is not None and row.exit_code == -killed and row.worker not in ours and found.oom_kills != 0
 
 
 def mark_limited(rows: list[Any], found: LimitOutcome, ours: set[int]) -> None:

@@ -171,3 +171,20 @@ def test_capacity_json_that_cannot_be_written_is_refused_before_the_search(model
     finally:
         if flagged is not None:
             _chattr(flag.replace("+", "-"), flagged)
+
+
+@pytest.mark.parametrize("claimed, believed", [(4, True), (10**30, False), (9, False)])
+def test_a_capacity_past_the_runs_cap_is_not_believed(a_run, tmp_path, claimed, believed):
+    """In a capacity run (kind, limit and cap 8 in metadata.json), a capacity.json claiming more
+    sessions than the search could probe (10^30) is forged: not shown as measured."""
+    from harness.core.rundata import load_run
+
+    out = _copy(a_run, tmp_path / "run")
+    meta = json.loads((out / "metadata.json").read_text())
+    meta["kind"] = "capacity"
+    meta["run"].update(memory_limit_bytes=256 << 20, max_processes=8)
+    (out / "metadata.json").write_text(json.dumps(meta))
+    mode = {"max_processes": claimed, "projected_processes": 4, "capped": False, "probes": []}
+    doc = {"format_version": 1, "memory_limit_bytes": 256 << 20, "modes": {"mapped": mode}}
+    (out / "capacity.json").write_text(json.dumps(doc))
+    assert (load_run(out).capacity is not None) is believed
