@@ -278,3 +278,21 @@ def test_options_are_checked_as_run_checks_them(project, option, value, expected
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
     assert len(errors) == 1 and expected in errors[0], result.stderr.str()
     assert "Traceback" not in result.stderr.str() and "passed" not in result.stdout.str()
+
+
+@pytest.mark.parametrize("where", ["root", "cache", "inside-cache", "cache-under-runs"])
+def test_report_dir_is_never_the_root_or_the_model_cache(project, monkeypatch, tmp_path, where):
+    """The plugin empties DIR/runs/: `/`, the model cache, a folder inside it, or a DIR whose
+    runs/ holds the cache are refused before the session (issue 42: they were accepted)."""
+    cache = tmp_path / "cache"
+    if where == "cache-under-runs":
+        cache = tmp_path / "dir" / "runs"
+    cache.mkdir(parents=True)
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(cache))
+    chosen = {"root": Path("/"), "cache": cache, "inside-cache": cache / "x", "cache-under-runs": tmp_path / "dir"}
+    project.makepyfile(test_ok="def test_ok():\n    pass\n")
+    result = run_pytest(project, "--fmw-report-dir", str(chosen[where]))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
+    errors = [line for line in result.stderr.str().splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1 and "--fmw-report-dir" in errors[0], result.stderr.str()
+    assert "passed" not in result.stdout.str() and list(cache.iterdir()) == []
