@@ -38,6 +38,7 @@ from typing import Any
 from harness.contract.spawn import KillOnCloseJob
 from harness.core.passes import CONCURRENT, SEQUENTIAL
 from harness.core.vocab import Mode
+from harness.runner.container import close_limit, mark_limited, open_limit
 from harness.runner.group import (
     EventCallback,
     GroupResult,
@@ -167,15 +168,23 @@ def run_interleaved(groups: list[GroupSpec], on_event: StepEventCallback = None)
         group.workdir.mkdir(parents=True, exist_ok=True)
     job = KillOnCloseJob()
     timed = [_Timed() for _ in groups]
-    try:
+    limits: list[Any] = []
+    try:  # under the group's memory limit too: a pass outside it would time another deployment
+        limits += [open_limit(g.memory_limit_bytes) for g in groups]
         for round_index in range(max(g.processes for g in groups)):
             for k in round_order(groups, round_index):
                 if round_index < groups[k].processes:
-                    _time_one(groups[k], round_index, job, timed[k], _group_events(groups[k], on_event))
+                    events = _group_events(groups[k], on_event)
+                    _time_one(groups[k], round_index, job, timed[k], events, limits[k])
     finally:
         kill_all([w for t in timed for w in t.workers])
         job.close()
-    return [_result(group, t) for group, t in zip(groups, timed, strict=True)]
+        found = [close_limit(c) for c in limits]
+    results = [_result(group, t) for group, t in zip(groups, timed, strict=True)]
+    for result, outcome, t in zip(results, found, timed, strict=True):
+        if outcome is not None:
+            mark_limited(result.rows, outcome, {w.index for w in t.workers if w.timed_out})
+    return results
 
 
 @dataclass
@@ -187,11 +196,13 @@ class _Timed:
     seen: dict[int, Any] = field(default_factory=dict)
 
 
-def _time_one(group: GroupSpec, index: int, job: KillOnCloseJob, timed: _Timed, on_event: EventCallback) -> None:
-    """Worker ``index`` of ``group``, alone: spawn, ready, other processes' CPU over its life,
-    release, reap."""
+def _time_one(
+    group: GroupSpec, index: int, job: KillOnCloseJob, timed: _Timed, on_event: EventCallback, limit: Any = None
+) -> None:
+    """Worker ``index`` of ``group``, alone (in ``limit``, its container): spawn, ready, other
+    processes' CPU over its life, release, reap."""
     before = (machine_busy_s(), time.monotonic(), process_cpu_s_self())
-    w = _spawn(group, index, job)
+    w = _spawn(group, index, job, limit=limit)
     timed.workers.append(w)
     on_event(index, "starting", "")
     _wait_until_ready([w], group.worker_timeout_s, on_event)
