@@ -28,16 +28,20 @@ def decode_log(data: bytes) -> str:
     pos = 0
     while (nul := data.find(b"\x00", pos)) != -1:
         start = max(pos, nul - 1)
-        end = start
-        while end + 1 < len(data):
-            unit = data[end : end + 2]
-            end += 2
-            if unit == _WIDE_NEWLINE:
-                break
-        else:
-            end = len(data)
+        end = _wide_end(data, start)
         parts.append(data[pos:start].decode("utf-8", errors="replace"))
         parts.append(data[start:end].decode("utf-16-le", errors="replace"))
         pos = end
     parts.append(data[pos:].decode("utf-8", errors="replace"))
     return "".join(parts)
+
+
+def _wide_end(data: bytes, start: int) -> int:
+    """Just past the first ``L"\\n"`` on a code-unit boundary from ``start`` (searched, not
+    stepped unit by unit: that took 0.45 s per MiB), or the end of ``data``."""
+    at = start
+    while (hit := data.find(_WIDE_NEWLINE, at)) != -1:
+        if (hit - start) % 2 == 0:
+            return hit + 2
+        at = hit + 1
+    return len(data)
