@@ -22,7 +22,7 @@ from typing import Any
 
 from harness.cli_parser import PROG, build_parser, commands_overview
 from harness.core.argtypes import attach_dash_values
-from harness.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError
+from harness.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, INTERRUPT_REQUESTED, InputError
 from harness.core.limits import check_bounds, check_text_arguments, refuse_repeated
 from harness.publish import check_history_path, report_run
 
@@ -54,6 +54,7 @@ def _interrupt_on_sigterm() -> None:
     import threading
 
     def interrupt(signum: int, frame: object) -> None:
+        INTERRUPT_REQUESTED.set()
         for sig in caught:  # the run is ending: a second signal must not cut its final writes
             signal.signal(sig, lambda *_: None)
         raise KeyboardInterrupt

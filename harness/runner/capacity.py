@@ -23,7 +23,7 @@ from typing import Any
 
 from harness.contract.options import RunOptions
 from harness.core import capacity as cap
-from harness.core.errors import InputError, RunFailed, SpawnError
+from harness.core.errors import InputError, RunFailed, SpawnError, raise_if_interrupted
 from harness.core.files import write_json_atomic
 from harness.core.schema import ResultRow
 from harness.core.summary import group_key, summarize
@@ -85,6 +85,7 @@ class _Search:
 
     def probe(self, mode: str, n: int) -> cap.Probe:
         """One group of ``n`` workers of ``mode`` under the limit."""
+        raise_if_interrupted()
         opts = replace(self.opts, processes=[n], modes=[mode])
         group = plan_groups(opts, self.prepared, self.out, self.identity)[0]
         group.control = False
@@ -166,6 +167,7 @@ def _search_all(opts: RunOptions, prepared, folder: RunFolder, progress, json_pa
         for mode in (Mode.HEAP, Mode.MAPPED):
             if mode in opts.modes:
                 found.append(search.mode(mode))
+        raise_if_interrupted()
         status = RunStatus.COMPLETE
     except KeyboardInterrupt:
         status = RunStatus.INTERRUPTED

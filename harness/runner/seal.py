@@ -74,7 +74,9 @@ def broken(before: list[Seal]) -> list[str]:
     for old in before:
         new = seal(old.path)
         name = Path(old.path).name
-        if new.size < 0 and old.size >= 0:
+        if old.size < 0:
+            reasons.append(f"{name} could not be read before the group: whether it changed cannot be told")
+        elif new.size < 0:
             reasons.append(f"{name} is gone or unreadable")
         elif (new.device, new.inode) != (old.device, old.inode):
             reasons.append(f"{name} was replaced by another file")

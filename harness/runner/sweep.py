@@ -23,7 +23,7 @@ from pathlib import Path
 
 from harness.contract.options import RunOptions
 from harness.contract.spec import WorkerSettings
-from harness.core.errors import InputError, RunFailed, SpawnError
+from harness.core.errors import InputError, RunFailed, SpawnError, raise_if_interrupted
 from harness.core.files import write_json_atomic
 from harness.core.rundata import METADATA_JSON
 from harness.core.schema import FORMAT_VERSION, ResultRow, SummaryRow
@@ -350,6 +350,7 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
         # a group, or one repeat's interleaved timing pass (a cold group is evicted before it
         # starts: interleaved groups could not all start cold, so a cold run times them one by one)
         for step in plan_steps(groups, interleave=starts_warm(opts)):
+            raise_if_interrupted()
             progress.step_started(done, len(groups), step)
             results = _run_step(opts, prepared, step, progress)
             for group, result in zip(step, results, strict=True):
@@ -358,6 +359,7 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
             progress.step_finished(done, len(groups), step, results)
             done += len(step)
             write_outputs(out, rows, system, meta(RunStatus.RUNNING))
+        raise_if_interrupted()
         status = RunStatus.COMPLETE
     except KeyboardInterrupt:
         status = RunStatus.INTERRUPTED
