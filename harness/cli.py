@@ -45,11 +45,8 @@ def _options(ns: argparse.Namespace, argv: list[str]):
 
 
 def _interrupt_on_sigterm() -> None:
-    """SIGTERM (a CI timeout, ``kill``, a container stop) and SIGHUP (the terminal or SSH
-    session closed) end the run like Ctrl-C: workers are killed, what was measured is written
-    and metadata.json says "interrupted". By default either would end this process on the spot
-    with the run left "running". A disposition someone chose deliberately (ignored, e.g. under
-    nohup, or a handler) is left alone."""
+    """SIGTERM and SIGHUP end the run like Ctrl-C (metadata.json "interrupted", not "running"),
+    once; a disposition someone chose (ignored under nohup, a handler) is left alone."""
     import signal
     import threading
 

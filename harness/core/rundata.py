@@ -1,9 +1,5 @@
-"""One run folder, loaded and checked: metadata, result rows, summary rows, headline.
-
-The report, the gates and the history all start from a `RunData`, so the input checks (folder
-exists, results.csv exists, format_version is one we understand) live here, once, and raise
-`InputError` with a one-line message the command line prints as is.
-"""
+"""One run folder, loaded and checked (metadata, result rows, summary rows, headline): every
+report, gate and history starts from a `RunData`, so its checks raise one-line `InputError`s here, once."""
 
 from __future__ import annotations
 

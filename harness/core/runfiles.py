@@ -56,8 +56,7 @@ def is_run_folder(folder: Path) -> bool:
 
 
 def files_below(folder: Path) -> tuple[list[str], list[str]]:
-    """(files, folders) under ``folder``'s RUN_FOLDERS as ``workers/g/x`` names, links not followed;
-    folders deepest first."""
+    """(files, folders deepest first) below ``folder``'s RUN_FOLDERS, as ``workers/g/x``; no link followed."""
     files: list[str] = []
     folders: list[str] = []
     for top in RUN_FOLDERS:
@@ -98,7 +97,9 @@ def check_output(
     if not path.parent.is_dir():
         raise InputError(f"{option} {path}: output folder does not exist ({path.parent})")
     if any(resolved == real_path(p) for p in inputs):
-        raise InputError(f"{option} {path}: is one of the input files (or the report itself); refusing to write over it")
+        raise InputError(
+            f"{option} {path}: is one of the input files (or the report itself); refusing to write over it"
+        )
     replaceable_path(path, option)
     return path
 

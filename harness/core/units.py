@@ -1,12 +1,5 @@
-"""Parsing and printing sizes and durations for people.
-
-Sizes: binary units are KiB, MiB, GiB, TiB (powers of 1024, what memory and file sizes are
-counted in); decimal units are KB, MB, GB, TB (powers of 1000, what disk vendors print). A bare
-number is bytes (``B`` may be written). The one-letter forms ``K``, ``M``, ``G``, ``T`` are
-refused: ``256M`` means 256 x 1024**2 to some tools (dd, Docker) and 256 x 1000**2 to others
-(Kubernetes, SI), and a 5 % error in the weights size would silently shift every ratio gate.
-Units are case-insensitive (``256mib`` = ``256MiB``).
-"""
+"""Parsing and printing sizes and durations for people. Binary units KiB..TiB (1024), decimal
+KB..TB (1000), a bare number is bytes; ``256M`` is refused (1024- or 1000-based depends on the tool)."""
 
 from __future__ import annotations
 

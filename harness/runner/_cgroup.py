@@ -1,32 +1,8 @@
-"""The Linux memory container: one cgroup per group of workers (`harness.runner.container`).
-
-Why a cgroup: the question "how many sessions fit in 16 GB" is only answered by a machine that
-runs out of memory, and the kernel's memory controller makes one of any size around a process
-tree. Past the limit the kernel reclaims what it can (clean page cache, the mapped weights'
-pages included: they can be read again), and when nothing is left the OOM killer ends a process
-of the cgroup and counts it (v1 ``memory.oom_control`` ``oom_kill``, v2 ``memory.events``
-``oom_kill``): that count, the kernel's own, is what makes a worker's death "out of memory at
-the limit".
-
-- **Where.** cgroup v2 when its hierarchy has the memory controller (``memory.max``,
-  ``memory.swap.max`` 0), else v1 (``memory.limit_in_bytes``, and ``memory.memsw.limit_in_bytes``
-  at the same value where swap accounting exists, so swap is no way around the limit). v1: below
-  the harness's own memory cgroup (an outer limit still holds). v2: beside it, in the nearest
-  ancestor that delegates the memory controller (v2 lets no cgroup with processes have children
-  with controllers).
-- **Joining.** A worker joins before its interpreter starts: it is started as ``sh -c 'echo $$ >
-  cgroup.procs && exec python ...'``, so the pid we measure is the worker's and every page it
-  charges is inside (a parent that moves the child after ``Popen`` races the child's start-up,
-  and v2 never moves charges made before the move).
-- **Names.** ``qnn-fmw-<owner pid namespace>-<owner pid>-<owner start time>-g<k>``: pid and start
-  time (clock ticks since boot) mean something only in the owner's PID namespace, so only a
-  harness in that namespace may judge the owner dead; any other cgroup is never touched.
-- **Removal.** After the group whatever happened: every process left in it is killed (they are
-  this run's workers), then the cgroup is removed. A killed harness cannot do that itself: a
-  reaper (`harness.runner._reaper`), started with the first cgroup in a session of its own,
-  waits for the harness's end (its stdin closes) and removes what is left; one left anyway (the
-  machine stopped) is removed at the next start (`remove_stale`).
-"""
+"""The Linux memory container: one cgroup per group of workers (`harness.runner.container`),
+whose kernel OOM-kill count says which worker the limit ended. v2 where its hierarchy has the
+memory controller, else v1 below our own memory cgroup; a worker joins before its interpreter
+starts (`join_command`); names carry the owner's PID namespace, pid and start time, so only a
+harness of that namespace judges a cgroup stale (docs/running.md, "Capacity under a memory limit")."""
 
 from __future__ import annotations
 
@@ -41,8 +17,7 @@ from pathlib import Path
 from harness.core.errors import ContainerUnavailable
 
 PREFIX = "qnn-fmw-"
-#: How long removal waits for killed processes to leave the cgroup (the kernel frees a killed
-#: process's memory before it goes; a few ms normally, more for GiBs of anonymous memory).
+#: How long removal waits for killed processes to leave the cgroup (more for GiBs of memory).
 EMPTY_WAIT_S = 20.0
 POLL_S = 0.01
 
@@ -123,8 +98,7 @@ def find(mountinfo: str | None = None, proc_cgroup: str | None = None) -> Hierar
 
 
 def _v2_parent(own: Path, mount: Path) -> Hierarchy:
-    """The nearest cgroup at or above ``own``'s parent that delegates the memory controller to
-    its children (the root always may hold processes and children at once)."""
+    """The nearest cgroup at or above ``own``'s parent that delegates the memory controller."""
     here = own if own == mount else own.parent
     while True:
         if "memory" in _read(here / "cgroup.subtree_control").split():
@@ -154,8 +128,7 @@ def _write(path: Path, value: str) -> None:
 
 
 def start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22):
-    with the pid, an identity a reused pid does not share. None when it is gone."""
+    """The process's start in clock ticks since boot (``/proc/<pid>/stat`` field 22); None: gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -324,8 +297,7 @@ class Container:
 
 
 class Session:
-    """This process's cgroups: where they go, their names, the reaper that outlives a killed
-    harness. Made once, at the first container; `close` at the run's end."""
+    """This process's cgroups: where they go, their names, the reaper that outlives a killed harness."""
 
     def __init__(self) -> None:
         self.hierarchy = find()

@@ -75,8 +75,7 @@ def _refuse_earlier_run(out: Path, entries: list[str]) -> None:
 
 
 def check_out(out: Path | None, cache_dir: Path, *, replace: bool = False) -> None:
-    """Everything that can be refused about ``--out`` before work starts: a folder holding an
-    earlier run unless ``replace``. Creates nothing (the probe file is removed at once)."""
+    """Everything about ``--out`` refused before work (an earlier run unless ``replace``); creates nothing."""
     if out is None:
         check_writable(Path("results"), "results folder")
         return
@@ -178,9 +177,8 @@ def _clean(folder: Path) -> tuple[str, ...]:
 
 
 def claim(out: Path | None, prefix: str = "run", *, replace: bool = False) -> RunFolder:
-    """Create (or take) the run folder, lock it, and (``replace``) clean a previous run's files
-    out of it; `RunFolder.cleaned` names what went. Checked again under the lock: the folder
-    may have changed since `check_out`."""
+    """Create (or take) the run folder, lock it, check it again, mark it ours and (``replace``)
+    clean the previous run's files out of it (`RunFolder.cleaned`)."""
     if out is None:
         path = _unique_default(prefix)
     else:

@@ -228,9 +228,7 @@ def prepare_all(opts: RunOptions, progress) -> dict[str, Prepared]:
 
 
 def keep_logs(out: Path, prepared: dict[str, Prepared]) -> None:
-    """The preparation's logs (the QNN compiler's own output) into the run folder, ``logs/``:
-    they belong with the run, not on the user's terminal. Each is a new file (no link followed)
-    copied from a regular file (a log in the cache replaced by a FIFO is skipped, not waited on)."""
+    """The preparation's logs (the QNN compiler's) copied into ``logs/``: they belong with the run."""
     from harness.core.files import copy_file, make_folder
 
     for ready in prepared.values():

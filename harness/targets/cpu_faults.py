@@ -1,11 +1,5 @@
-"""The cpu target's faults (`--fault`) and its opt-ins that are not upstream behaviour.
-
-Why a module of its own: the faults are the cpu target's model of what the QNN EP really does
-when a stage fails (onnxruntime-qnn cc7ec9e and 2.7.0, see docs/upstream.md), and the opt-ins
-are where the harness deliberately does better than the EP; both are read by the target (to
-build each session's `FaultPlan` and `load_context` arguments) and by its notes (to label
-figures that are not upstream behaviour), so they are defined once, here.
-"""
+"""The cpu target's faults (`--fault`: its model of what the QNN EP does when a stage fails,
+docs/upstream.md) and its opt-ins that are not upstream behaviour, read by the target and its notes."""
 
 from __future__ import annotations
 

@@ -68,7 +68,10 @@ def _stepped(data: bytes) -> str:
                 break
         else:
             end = len(data)
-        parts += [data[pos:start].decode("utf-8", errors="replace"), data[start:end].decode("utf-16-le", errors="replace")]
+        parts += [
+            data[pos:start].decode("utf-8", errors="replace"),
+            data[start:end].decode("utf-16-le", errors="replace"),
+        ]
         pos = end
     return "".join([*parts, data[pos:].decode("utf-8", errors="replace")])
 

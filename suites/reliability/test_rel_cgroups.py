@@ -157,7 +157,6 @@ def test_a_limit_that_cannot_be_applied_is_refused_and_nothing_is_made_outside(m
         _cgroup.remove(sub)
 
 
-
 def test_an_own_cgroup_outside_the_mount_root_is_refused(tmp_path):
     """As /proc says it in a container: the mount's root is /docker/abc, this process's cgroup
     /other (before: the parent became the mount point's ../other, a plain folder)."""

@@ -55,8 +55,16 @@ def _report(run: Path, model_cache: Path, tmp_path: Path):
 TAMPER = {
     "oom row that exited 0": ("results.csv", lambda i, r: i == 0 and r.update(oom_killed="True"), "oom_killed=True"),
     "row limit not the run's": ("results.csv", lambda i, r: i == 0 and r.update(memory_limit_bytes="1048576"), "limit"),
-    "summary oom_workers without oom rows": ("summary.csv", lambda i, r: i == 0 and r.update(oom_workers="1"), "oom_workers"),
-    "summary limit not the rows'": ("summary.csv", lambda i, r: i == 0 and r.update(memory_limit_bytes=""), "memory_limit"),
+    "summary oom_workers without oom rows": (
+        "summary.csv",
+        lambda i, r: i == 0 and r.update(oom_workers="1"),
+        "oom_workers",
+    ),
+    "summary limit not the rows'": (
+        "summary.csv",
+        lambda i, r: i == 0 and r.update(memory_limit_bytes=""),
+        "memory_limit",
+    ),
 }
 
 
