@@ -100,8 +100,8 @@ def check_shapes_allocatable(shapes: dict[str, list[int]], available: int) -> No
             from harness.core.units import fmt_bytes
 
             raise InputError(
-                f"--shape {name}={'x'.join(map(str, dims))}: an input of {elements:.4g} elements needs "
-                f"at least {fmt_bytes(elements)} (1 byte each) but {fmt_bytes(available)} is available"
+                f"--shape {name}={'x'.join(map(str, dims))}: an input of {min(elements, 10**300):.4g} elements needs "
+                f"at least {fmt_bytes(min(elements, 10**300))} (1 byte each) but {fmt_bytes(available)} is available"
             )
 
 

@@ -43,3 +43,29 @@ def test_parse_size_is_exact():
     assert parse_size("1.5GiB") == 3 * 2**29
     assert parse_size("0.1KB") == 100
     assert parse_projection("1000000x1TiB") == (1_000_000, 2**40)
+
+
+@pytest.fixture(scope="module")
+def dynamic_model(tmp_path_factory):
+    import numpy as np
+    from rel_support import matmul_model
+
+    return matmul_model(tmp_path_factory.mktemp("dyn") / "m.onnx", np.ones((64, 64), np.float32), batch="b")
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (["--free-dim", f"b={BIG}"], "VALUE 1 to 2^48"),
+        (["--shape", f"x={BIG}x64"], "1 to 2^48 each"),
+        (["--shape", "x=" + "x".join(["281474976710656"] * 30)], "elements needs"),
+    ],
+    ids=["free-dim", "shape-dim", "shape-product"],
+)
+def test_a_400_digit_input_dimension_is_refused_in_one_line(model_cache, tmp_path, dynamic_model, extra, expected):
+    """Before: an OverflowError traceback (a float of the element count) or numpy's
+    "Maximum allowed dimension exceeded" after the model was prepared."""
+    args = ["run", "--model", str(dynamic_model), "--processes", "1", "--no-report", "--cache-dir", str(tmp_path / "c")]
+    proc = run_quick([*args, *extra], model_cache, cwd=tmp_path, timeout=120)
+    one_line_error(proc, 2, expected)
+    assert not (tmp_path / "c").exists()
