@@ -49,6 +49,24 @@ def probe_outcome(rows: list[Any]) -> tuple[str, str]:
     return "fit", ""
 
 
+def agrees_with_rows(measured: Any, rows: list[Any], top: int) -> bool:
+    """Each mode's answer n is what the run's probes show: n fit (unless 0) and, below the cap,
+    n + 1 did not; nothing above the cap ``top``."""
+    probes: dict[tuple, list[Any]] = {}
+    for row in rows:
+        probes.setdefault((row.mode, row.processes), []).append(row)
+
+    def fit(mode: str, n: int) -> bool | None:
+        found = probes.get((mode, n))
+        return None if not found else probe_outcome(found)[0] == "fit"
+
+    for m in measured.modes.values():
+        n = m.max_processes
+        if n is not None and (n > top or (n and not fit(m.mode, n)) or (n < top and fit(m.mode, n + 1) is not False)):
+            return False
+    return True
+
+
 def search(probe: Callable[[int], bool], cap: int) -> int:
     """The largest N in 1..cap for which ``probe(N)`` holds (0: not even 1), it holding below any
     N that holds: N = 1, 2, 4, ... until one fails or the cap, then bisection."""

@@ -131,15 +131,15 @@ class RunData:
     @cached_property
     def capacity(self) -> Any:
         """The measured capacity of a ``capacity`` run (its capacity.json, checked), or None:
-        another run's, a planted one, or one past this run's limit or cap is not believed."""
-        from .capacity import is_capacity, load
+        another run's, a planted one, or one its limit, cap or probe rows contradict is not believed."""
+        from .capacity import agrees_with_rows, is_capacity, load
 
         found = load(self.folder, read_run_json) if is_capacity(self) else None
         run = self.meta.get("run") or {}
         top = run.get("max_processes")
         if found is None or found.limit_bytes != run.get("memory_limit_bytes") or not isinstance(top, int):
             return None
-        return found if all((m.max_processes or 0) <= top for m in found.modes.values()) else None
+        return found if agrees_with_rows(found, self.results, top) else None
 
 
 def read_run_json(path: Path) -> Any:

@@ -173,18 +173,22 @@ def test_capacity_json_that_cannot_be_written_is_refused_before_the_search(model
             _chattr(flag.replace("+", "-"), flagged)
 
 
-@pytest.mark.parametrize("claimed, believed", [(4, True), (10**30, False), (9, False)])
-def test_a_capacity_past_the_runs_cap_is_not_believed(a_run, tmp_path, claimed, believed):
-    """In a capacity run (kind, limit and cap 8 in metadata.json), a capacity.json claiming more
-    sessions than the search could probe (10^30) is forged: not shown as measured."""
+@pytest.mark.parametrize(
+    "cap, claimed, believed", [(1, 1, True), (1, 10**30, False), (1, 2, False), (8, 1, False), (1, 0, False)]
+)
+def test_a_capacity_its_run_does_not_show_is_not_believed(a_run, tmp_path, cap, claimed, believed):
+    """In a capacity run (kind, limit and cap in metadata.json; its one probe: mapped N=1, fit),
+    a capacity.json is believed only when the probes show it: N fit, N + 1 did not (or N is the
+    cap). 10^30 sessions, more than the cap, 1 of 8 without a failed N=2 probe, 0 where N=1 fit:
+    forged, not shown as measured."""
     from harness.core.rundata import load_run
 
     out = _copy(a_run, tmp_path / "run")
     meta = json.loads((out / "metadata.json").read_text())
     meta["kind"] = "capacity"
-    meta["run"].update(memory_limit_bytes=256 << 20, max_processes=8)
+    meta["run"].update(memory_limit_bytes=256 << 20, max_processes=cap)
     (out / "metadata.json").write_text(json.dumps(meta))
-    mode = {"max_processes": claimed, "projected_processes": 4, "capped": False, "probes": []}
+    mode = {"max_processes": claimed, "projected_processes": 4, "capped": claimed == cap, "probes": []}
     doc = {"format_version": 1, "memory_limit_bytes": 256 << 20, "modes": {"mapped": mode}}
     (out / "capacity.json").write_text(json.dumps(doc))
     assert (load_run(out).capacity is not None) is believed
