@@ -24,7 +24,9 @@ def parse_shapes(specs: list[str]) -> dict[str, list[int]]:
             if any(not 0 < d <= MAX_DIM for d in shapes[name]):
                 raise ValueError
         except ValueError:
-            raise InputError(f"--shape {spec!r}: expected NAME=DIMxDIM... (1 to 2^48 each), e.g. x=1x3x224x224") from None
+            raise InputError(
+                f"--shape {spec!r}: expected NAME=DIMxDIM... (1 to 2^48 each), e.g. x=1x3x224x224"
+            ) from None
     return shapes
 
 

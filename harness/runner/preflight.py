@@ -91,9 +91,8 @@ MAX_SHAPE_ELEMENTS = 2**48
 
 
 def check_shapes_allocatable(shapes: dict[str, list[int]], available: int) -> None:
-    """A --shape whose input cannot be allocated is refused now, not after the model was
-    externalised: each input takes at least one byte per element (and every worker holds its
-    own), so more elements than the available memory can never run."""
+    """A --shape whose input (a byte per element at least) cannot fit the available memory is
+    refused now, not after the model was externalised."""
     for name, dims in shapes.items():
         elements = math.prod(dims)
         if elements > MAX_SHAPE_ELEMENTS or elements > available * MEMORY_BUDGET_SHARE:
@@ -160,9 +159,8 @@ def check_options(opts: RunOptions) -> None:
 
 
 def check_memory_limit(opts: RunOptions, available: int) -> list[str]:
-    """--memory-limit: a size between one worker's runtime floor and the machine's available
-    memory, and a container this OS and this user can make (`harness.runner.container`).
-    Returns the containers a killed run left behind, removed now."""
+    """--memory-limit between a worker's runtime floor and the available memory, in a container
+    this OS and user can make; returns the stale containers removed now."""
     if opts.memory_limit is None:
         return []
     from harness.core.units import fmt_bytes

@@ -1,12 +1,6 @@
-"""`harness run`: plan the groups, run them, write results, summary and metadata.
-
-Data flows one way: options -> prepared model -> groups of workers -> `ResultRow`s ->
-`SummaryRow`s -> CSV files. The runner records facts only; what they mean (notes, gates,
-verdicts) is `harness.core`'s job, and the report is rendered by the command line after the
-run. results.csv and summary.csv are rewritten (atomically) after every group, and
-metadata.json says whether the run is "running", "complete" or "interrupted", so a partial run
-never looks complete.
-"""
+"""`harness run`: plan the groups, run them, write results, summary and metadata. The runner
+records facts only (`harness.core` says what they mean); the tables are rewritten atomically
+after every group and metadata.json says "running" until the end: a partial run never looks complete."""
 
 from __future__ import annotations
 
