@@ -56,15 +56,17 @@ def parse_fault(text: str) -> tuple[str, int | str | bool]:
 
 
 def refuse_two_ways(given: dict) -> None:
-    """--map-failures K is --fault map=K: both given is a mistake, never "the last one wins"."""
+    """--map-failures K is --fault map=K, register=K and register@K both say which registrations
+    fail: both ways given is a mistake, never "the last one wins"."""
     from harness.core.errors import InputError
 
     faults = given.get("fault") or {}
-    if given.get("map_failures") is not None and "map" in faults:
-        raise InputError(
-            f"--map-failures {given['map_failures']} and --fault map={faults['map']}: one fault given two ways; "
-            "give it once"
-        )
+    pairs = [(given.get("map_failures"), "map", "--map-failures {}", "--fault map={}")]
+    pairs.append((faults.get("register_at"), "register", "--fault register@{}", "--fault register={}"))
+    for value, stage, one, other in pairs:
+        if value is not None and stage in faults:
+            what = f"{one.format(value)} and {other.format(faults[stage])}"
+            raise InputError(f"{what}: one fault given two ways; give it once")
 
 
 def fault_plan(options: dict):

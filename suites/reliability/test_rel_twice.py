@@ -12,6 +12,7 @@ CASES = {
     "map-failures after fault": (["--fault", "map=2", "--map-failures", "3"], "one fault given two ways"),
     "fault after map-failures": (["--map-failures", "1", "--fault", "map"], "one fault given two ways"),
     "map-failures 0 and fault map": (["--map-failures", "0", "--fault", "map=1"], "one fault given two ways"),
+    "register two ways": (["--fault", "register=1", "--fault", "register@2"], "one fault given two ways"),
     "fallback-stages twice": (["--fallback-stages", "all", "--fallback-stages", "upstream"], "given twice"),
     "failed-registration twice": (["--failed-registration", "undo", "--failed-registration=stale"], "given twice"),
     "max-attempts twice": (["--max-attempts", "2", "--max-attempts", "2"], "given twice"),
