@@ -176,6 +176,10 @@ def create(hierarchy: Hierarchy, name: str, limit_bytes: int) -> Path:
     except OSError as err:
         remove(path)
         raise Unavailable(f"cannot set the memory limit of {path}: {err.strerror}") from err
+    found = _read(path / ("memory.max" if hierarchy.version == 2 else "memory.limit_in_bytes")).strip()
+    if not (found.isdigit() and 0 < int(found) <= limit_bytes):  # the kernel's own word that it holds
+        remove(path)
+        raise Unavailable(f"{path}: the limit reads back as {found[:40]!r}, not {limit_bytes}: not a memory cgroup")
     return path
 
 

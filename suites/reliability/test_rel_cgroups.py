@@ -173,3 +173,17 @@ def test_mountinfo_escapes_are_decoded(tmp_path):
     escaped = str(point).replace("\\", "\\134").replace("\t", "\\011")
     mountinfo = f"35 31 0:32 / {escaped} rw,relatime - cgroup cgroup rw,memory\n"
     assert _cgroup.find(mountinfo, "4:memory:/\n").parent == point
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_plain_folder_is_never_taken_for_a_cgroup(tmp_path, version):
+    """Where the hierarchy resolves to plain folders (no controller behind them), nothing is
+    made that looks like a limit: before, `memory.limit_in_bytes` and `cgroup.procs` were
+    created as plain files and the run went unlimited."""
+    hierarchy = _cgroup.Hierarchy(version, tmp_path)
+    with pytest.raises(_cgroup.Unavailable, match="no cgroup.procs"):
+        _cgroup.create(hierarchy, f"{_cgroup.owner_tag()}g1", 64 * MIB)
+    (tmp_path / "cgroup.procs").write_text("")  # a look-alike parent: the child has no control files
+    with pytest.raises(_cgroup.Unavailable, match="cannot set the memory limit"):
+        _cgroup.create(hierarchy, f"{_cgroup.owner_tag()}g1", 64 * MIB)
+    assert [p.name for p in tmp_path.iterdir()] == ["cgroup.procs"]
