@@ -151,7 +151,7 @@ def check_writable(path: Path | str, option: str, *, folder: bool = True) -> Non
         probe = probe.parent
     for where in (probe, *([] if folder else [path])):
         if _unreplaceable(where):
-            raise InputError(f"{option} {path}: {where} is immutable or append-only (chattr); cannot write there")
+            raise InputError(f"{option} {path}: cannot write in {where} (immutable or append-only: chattr)")
     try:
         fd, name = tempfile.mkstemp(prefix=".harness-write-test-", dir=probe)
         os.close(fd)
