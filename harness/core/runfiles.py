@@ -28,7 +28,7 @@ LOCK_NAME = ".harness.lock"
 #: Written only by the harness when it claims a folder; lists at release what the run wrote below RUN_FOLDERS.
 MARKER_NAME = ".harness-run.json"
 MARKER_ID = "qnn-fmw-harness run folder"
-MARKER_MAX_BYTES = 4 << 20
+MARKER_MAX_BYTES = 64 << 20  # a record of about a million files
 
 
 def recorded_files(folder: Path) -> set[str] | None:
