@@ -25,7 +25,9 @@ RUN_FILES = (
 #: Folders a run writes: workers/ (one per group) and logs/ (the qnn target's compiler logs).
 RUN_FOLDERS = ("workers", "logs")
 LOCK_NAME = ".harness.lock"
-#: Written only by the harness when it claims a folder; lists at release what the run wrote below RUN_FOLDERS.
+#: What `report` writes into a run folder (it changes none of the run's files, the marker neither).
+REPORT_FILES = ("report.html", "headline.json")
+#: Written only by the harness when it claims a folder; lists at release every file the run wrote.
 MARKER_NAME = ".harness-run.json"
 MARKER_ID = "qnn-fmw-harness run folder"
 MARKER_MAX_BYTES = 64 << 20  # a record of about a million files
@@ -40,14 +42,15 @@ def recorded_files(folder: Path) -> set[str] | None:
     except (InputError, OSError):
         return None
     files = data.get("files") if isinstance(data, dict) and data.get("harness") == MARKER_ID else None
-    if not isinstance(files, list) or not all(isinstance(f, str) and _below_run_folder(f) for f in files):
+    if not isinstance(files, list) or not all(isinstance(f, str) and _ours_by_name(f) for f in files):
         return None
     return set(files)
 
 
-def _below_run_folder(name: str) -> bool:
+def _ours_by_name(name: str) -> bool:
     parts = name.split("/")
-    return len(parts) > 1 and parts[0] in RUN_FOLDERS and all(p not in ("", ".", "..") for p in parts)
+    below = len(parts) > 1 and parts[0] in RUN_FOLDERS and all(p not in ("", ".", "..") for p in parts)
+    return below or name in RUN_FILES
 
 
 def is_run_folder(folder: Path) -> bool:
@@ -68,6 +71,11 @@ def files_below(folder: Path) -> tuple[list[str], list[str]]:
             files += [f"{rel}/{d}" for d in dirs if os.path.islink(os.path.join(root, d))]
             folders.append(rel)
     return files, folders
+
+
+def written_files(folder: Path) -> list[str]:
+    """What a run leaves to record: its run files present and every file below its folders."""
+    return [n for n in RUN_FILES if os.path.lexists(folder / n)] + files_below(folder)[0]
 
 
 def write_marker(folder: Path, files: Iterable[str] = ()) -> None:

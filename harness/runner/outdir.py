@@ -2,10 +2,10 @@
 held under a lock while the run writes it, and cleaned of a previous run's files.
 
 - A folder is a run folder only when it holds the marker only the harness writes
-  (`MARKER_NAME`, made at claim, listing at release every file the run wrote under its
-  folders); a look-alike ``metadata.json`` or ``results.csv`` does not make one.
-- ``--replace`` removes only the run files and the recorded files; a folder holding anything
-  else under ``workers/`` or ``logs/`` is refused whole, so nothing the harness did not write goes.
+  (`MARKER_NAME`, made at claim, listing at release every file the run wrote); a look-alike
+  ``metadata.json`` or ``results.csv`` does not make one.
+- ``--replace`` removes only the recorded files (and `report`'s); a folder holding a run file
+  it did not record is refused whole, so nothing the harness did not write goes.
 - The run holds an OS lock (``.harness.lock``) until its report is written; a second run is refused.
 """
 
@@ -22,6 +22,7 @@ from harness.core.errors import InputError
 from harness.core.files import check_creatable, check_writable, real_path
 from harness.core.runfiles import (
     LOCK_NAME,
+    REPORT_FILES,
     RUN_FILES,
     RUN_FOLDERS,
     files_below,
@@ -29,13 +30,14 @@ from harness.core.runfiles import (
     kind_of,
     recorded_files,
     write_marker,
+    written_files,
 )
 
 
 def _unrecorded(folder: Path) -> list[str]:
-    """What lies under the run's folders that the marker does not list (someone else's files)."""
+    """The run's files the marker does not list (someone else's), `report`'s own outputs aside."""
     recorded = recorded_files(folder) or set()
-    return [name for name in files_below(folder)[0] if name not in recorded]
+    return [name for name in written_files(folder) if name not in recorded and name not in REPORT_FILES]
 
 
 def _check_previous_run(out: Path) -> None:
@@ -118,7 +120,7 @@ class RunFolder:
         lock, self.lock = self.lock, None
         if lock is not None:
             try:
-                write_marker(self.path, files_below(self.path)[0])
+                write_marker(self.path, written_files(self.path))
             except (OSError, InputError):
                 pass  # unrecorded files are refused by --replace, never removed
             lock.release()
@@ -160,15 +162,14 @@ def _lock(folder: Path) -> Any:
 
 
 def _clean(folder: Path) -> tuple[str, ...]:
-    """Remove the previous run's files: its run files and what its marker records, nothing else."""
-    recorded = recorded_files(folder) or set()
-    files, folders = files_below(folder)
+    """Remove the previous run's files (those its marker records, and `report`'s), nothing else."""
+    recorded = (recorded_files(folder) or set()) | set(REPORT_FILES)
     removed = []
     try:
-        for name in [n for n in RUN_FILES if os.path.lexists(folder / n)] + [f for f in files if f in recorded]:
+        for name in [f for f in written_files(folder) if f in recorded]:
             os.unlink(folder / name)
             removed.append(name.partition("/")[0])
-        for name in folders:
+        for name in files_below(folder)[1]:
             os.rmdir(folder / name)
     except OSError as err:
         what = f"--out {folder}: cannot remove the previous run's {err.filename}"

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from rel_support import one_line_error, run_args, run_quick
+from rel_support import one_line_error, record_as_written, run_args, run_quick
 
 from harness.core.errors import InputError
 from harness.core.runfiles import MARKER_NAME, check_output, is_run_folder
@@ -74,16 +74,34 @@ def test_replace_refuses_a_run_folder_holding_files_the_harness_did_not_write(a_
 
 
 def test_replace_removes_the_previous_run_and_its_capacity_json(a_run, model_cache, tmp_path):
-    """A run folder of ours: --replace takes every file it wrote, a capacity.json too (a kept one
-    would be read as this run's)."""
+    """A run folder of ours: --replace takes every file it wrote and recorded, a capacity run's
+    capacity.json too (a kept one would be read as this run's)."""
     out = _copy(a_run, tmp_path / "run")
     (out / "capacity.json").write_text("{}\n")
+    record_as_written(out, "capacity.json")
     proc = run_quick(run_args("--replace", modes="mapped", out=out), model_cache, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert not (out / "capacity.json").exists()
     assert is_run_folder(out)
     recorded = json.loads((out / MARKER_NAME).read_text())["files"]
-    assert recorded and all(name.startswith("workers/") for name in recorded)
+    assert {"results.csv", "metadata.json"} <= set(recorded) and any(n.startswith("workers/") for n in recorded)
+
+
+@pytest.mark.parametrize("name", ["capacity.json", "bench.json", "results_long.csv"])
+def test_replace_refuses_a_run_file_the_run_did_not_record(a_run, tmp_path, name):
+    """A run file the marker does not list (someone's bench.json beside a run's tables) is not
+    the harness's to remove: refused, kept."""
+    out = _copy(a_run, tmp_path / "run")
+    if name == "results_long.csv" and (out / name).exists():
+        marker = json.loads((out / MARKER_NAME).read_text())
+        marker["files"].remove(name)
+        (out / MARKER_NAME).write_text(json.dumps(marker))
+    else:
+        (out / name).write_text("someone's\n")
+    before = (out / name).read_bytes()
+    with pytest.raises(InputError, match=f"holds files the harness did not write \\({name}"):
+        check_out(out, tmp_path / "cache", replace=True)
+    assert (out / name).read_bytes() == before
 
 
 def test_a_forged_marker_is_not_a_run_folder(tmp_path):
