@@ -67,9 +67,7 @@ def limit_figures(members: Sequence[Any]) -> dict[str, Any]:
 
 
 def stated_system(row: Any) -> Any:
-    """The system figures a summary row states (summary.csv), in the shape of the runner's
-    SystemPeak: what a re-read run passes back to `group_figures` (measured outside the workers,
-    so results.csv cannot recompute them)."""
+    """A summary row's system figures in the shape of the runner's SystemPeak (for `group_figures`)."""
     from types import SimpleNamespace
 
     return SimpleNamespace(**{attr: getattr(row, column, None) for column, attr in SYSTEM_FIELDS.items()})

@@ -143,9 +143,7 @@ class RunData:
 
 
 def read_run_json(path: Path) -> Any:
-    """A JSON file of a run folder, bounded: a regular file (a FIFO is never waited on) of at
-    most `MAX_JSON_BYTES`, UTF-8 text without NUL bytes, nested at most `MAX_JSON_DEPTH` deep,
-    no NaN or Infinity; InputError (one line, never quoting the file) otherwise."""
+    """A run folder's JSON file, bounded (size, depth, a regular UTF-8 file, no NaN); InputError otherwise."""
     from .inputfiles import json_nesting, parse_json_bounded, read_text_bounded
 
     text = read_text_bounded(path, "", MAX_JSON_BYTES)
@@ -155,9 +153,7 @@ def read_run_json(path: Path) -> Any:
 
 
 def format_version(path: Path, meta: dict[str, Any]) -> int:
-    """The format version metadata.json says its folder was written in: InputError unless it
-    is one this harness reads (`OLDEST_FORMAT_VERSION`..`FORMAT_VERSION`; older ones are
-    migrated when loaded, `harness.core.migrate`)."""
+    """The format version metadata.json states; InputError unless this harness reads (or migrates) it."""
     version = meta.get("format_version")
     known = f"this harness reads {OLDEST_FORMAT_VERSION}..{FORMAT_VERSION}"
     if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
@@ -204,10 +200,8 @@ def _where(key: tuple) -> str:
 
 
 def _recomputed_summary(folder: Path, stated: list[SummaryRow], results: list[ResultRow]) -> list[SummaryRow]:
-    """The summary recomputed from results.csv (sums, medians, completeness); only what the
-    runner measured outside the workers (the system memory delta and its noise) comes from
-    summary.csv. InputError when summary.csv contradicts results.csv: a report believes the
-    workers' own rows, never a summary of them."""
+    """The summary recomputed from results.csv (only the system figures come from summary.csv);
+    InputError when summary.csv contradicts the workers' own rows."""
     if any(s.complete is None for s in stated):  # an older harness: no completeness to compare
         return with_completeness(stated, results)
     system = {group_key(s): (s.system_delta_bytes, s.system_noise_bytes, stated_system(s)) for s in stated}
@@ -337,10 +331,8 @@ def _read_tables(folder: Path, meta: dict[str, Any]) -> tuple[dict[type, TextTab
 
 
 def load_run(folder: Path | str) -> RunData:
-    """Load and check one run folder, migrated to the current format version when it is older
-    (in memory: the folder is never rewritten); `InputError` (one line) for what stops a
-    report: a missing or malformed file, a cell out of its range, files that contradict each
-    other."""
+    """Load, check and migrate (in memory) one run folder; `InputError` (one line) for a missing or
+    malformed file, a cell out of range, or files that contradict each other."""
     folder = Path(folder)
     if not folder.is_dir():
         raise InputError(f"{folder}: no such run folder")

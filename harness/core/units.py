@@ -19,9 +19,7 @@ SIZE_HELP = "sizes: KiB MiB GiB TiB = powers of 1024, KB MB GB TB = powers of 10
 
 
 def ascii_int(text: str) -> int:
-    """``int(text)`` for ASCII digits only: Python's own ``int`` also takes fullwidth digits
-    (``"１２"``), Arabic-Indic digits and underscores, none of which a size or count typed on a
-    command line should silently become. ValueError otherwise."""
+    """``int(text)`` for ASCII digits only (``int`` also takes ``"１２"`` and underscores); ValueError otherwise."""
     if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", text, re.ASCII):
         raise ValueError(f"{text!r} is not a whole number in ASCII digits")
     return int(text)
