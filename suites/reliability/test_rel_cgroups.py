@@ -26,7 +26,9 @@ from conftest import ROOT, harness_env
 from harness.runner import _cgroup
 
 MIB = 1024**2
-pytestmark = pytest.mark.xdist_group("rel_cgroups")
+#: The tests that make cgroups share the memory xdist group with test_memory_limit.py: a harness
+#: starting there removes stale cgroups, these plant some (and remove others' at a start).
+needs_cgroups = pytest.mark.memory
 
 
 def _hierarchy() -> _cgroup.Hierarchy:
@@ -57,6 +59,7 @@ OWNER = textwrap.dedent(
 )
 
 
+@needs_cgroups
 def test_a_live_run_in_another_pid_namespace_is_never_taken_for_dead():
     """Its cgroup is left alone by a harness starting here: no process of it killed, nothing removed."""
     hierarchy = _hierarchy()
@@ -85,6 +88,7 @@ def test_a_live_run_in_another_pid_namespace_is_never_taken_for_dead():
             _cgroup.remove(path)
 
 
+@needs_cgroups
 def test_a_namespaced_harness_never_judges_a_host_runs_cgroup():
     """The reverse: from another PID namespace a live host run's cgroup is not "left behind"."""
     hierarchy = _hierarchy()
@@ -108,6 +112,7 @@ def test_a_namespaced_harness_never_judges_a_host_runs_cgroup():
         _cgroup.remove(path)
 
 
+@needs_cgroups
 def test_a_stale_cgroup_with_a_child_is_removed_child_first():
     """A dead run's cgroup (its owner's pid gone) holding a child cgroup with a process: both go,
     the process killed (before: rmdir's EBUSY waited 20 s and left it)."""
@@ -127,6 +132,7 @@ def test_a_stale_cgroup_with_a_child_is_removed_child_first():
             _cgroup.remove(stale)
 
 
+@needs_cgroups
 def test_a_limit_that_cannot_be_applied_is_refused_and_nothing_is_made_outside(model_cache, tmp_path):
     """The memory mount is a bind-mounted sub-cgroup the harness's own cgroup is not below (as
     in a container): one line, exit 2, before work, and no folder made beside the mount."""
