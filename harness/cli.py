@@ -60,6 +60,7 @@ def _interrupt_on_sigterm() -> None:
 
     if threading.current_thread() is not threading.main_thread():
         return  # only the main thread may set handlers (main() called from a test thread)
+    INTERRUPT_REQUESTED.clear()  # a request of an earlier command in this process is not this one's
     caught = [sig for sig in caught if signal.getsignal(sig) == signal.SIG_DFL]
     for sig in caught:
         signal.signal(sig, interrupt)
