@@ -17,11 +17,12 @@ import argparse
 import errno
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from harness.cli_parser import PROG, build_parser, commands_overview
 from harness.core.argtypes import attach_dash_values
-from harness.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InputError
+from harness.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, INTERRUPT_REQUESTED, InputError
 from harness.core.limits import check_bounds, check_text_arguments, refuse_repeated
 from harness.publish import check_history_path, report_run
 
@@ -44,23 +45,25 @@ def _options(ns: argparse.Namespace, argv: list[str]):
 
 
 def _interrupt_on_sigterm() -> None:
-    """SIGTERM (a CI timeout, ``kill``, a container stop) and SIGHUP (the terminal or SSH
-    session closed) end the run like Ctrl-C: workers are killed, what was measured is written
-    and metadata.json says "interrupted". By default either would end this process on the spot
-    with the run left "running". A disposition someone chose deliberately (ignored, e.g. under
-    nohup, or a handler) is left alone."""
+    """SIGTERM and SIGHUP end the run like Ctrl-C (metadata.json "interrupted", not "running"),
+    once; a disposition someone chose (ignored under nohup, a handler) is left alone."""
     import signal
     import threading
 
     def interrupt(signum: int, frame: object) -> None:
+        INTERRUPT_REQUESTED.set()
+        for sig in caught:  # the run is ending: a second signal must not cut its final writes
+            signal.signal(sig, lambda *_: None)
         raise KeyboardInterrupt
+
+    caught = [s for s in (getattr(signal, n, None) for n in ("SIGTERM", "SIGHUP")) if s is not None]
 
     if threading.current_thread() is not threading.main_thread():
         return  # only the main thread may set handlers (main() called from a test thread)
-    for name in ("SIGTERM", "SIGHUP"):
-        sig = getattr(signal, name, None)
-        if sig is not None and signal.getsignal(sig) == signal.SIG_DFL:
-            signal.signal(sig, interrupt)
+    INTERRUPT_REQUESTED.clear()  # a request of an earlier command in this process is not this one's
+    caught = [sig for sig in caught if signal.getsignal(sig) == signal.SIG_DFL]
+    for sig in caught:
+        signal.signal(sig, interrupt)
 
 
 def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
@@ -131,6 +134,16 @@ def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
     return judgement.exit_code
 
 
+def _check_json(path: Path, runs: list[Path]) -> None:
+    """--json checked as every output is, and writable, before any work."""
+    from harness.core.files import check_creatable, check_writable
+    from harness.core.runfiles import check_output
+
+    check_creatable(path, "--json", folder=False)
+    check_output(path, "--json", runs=runs)
+    check_writable(path, "--json", folder=False)
+
+
 def cmd_capacity(ns: argparse.Namespace, argv: list[str]) -> int:
     """Search the largest N per mode under --memory-limit; print it beside the projection."""
     from harness.contract.options import RunOptions
@@ -140,11 +153,7 @@ def cmd_capacity(ns: argparse.Namespace, argv: list[str]) -> int:
     from harness.runner.sweep import command_line
 
     if ns.json is not None:  # checked before the search: a mistake costs no probe
-        from harness.core.files import check_creatable, check_writable, replaceable_path
-
-        check_creatable(ns.json, "--json", folder=False)
-        replaceable_path(ns.json, "--json")
-        check_writable(ns.json, "--json", folder=False)
+        _check_json(ns.json, [ns.out] if ns.out is not None else [])
     base = RunOptions.from_arguments(ns, command=command_line(argv))
     opts = capacity_options(base, ns.max_processes)
     _interrupt_on_sigterm()
@@ -201,11 +210,7 @@ def cmd_doctor(ns: argparse.Namespace) -> int:
     from harness.targets import get_target
 
     if ns.json is not None:  # checked before the probe: a mistake costs no probe
-        from harness.core.files import check_creatable, check_writable, replaceable_path
-
-        check_creatable(ns.json, "--json", folder=False)
-        replaceable_path(ns.json, "--json")
-        check_writable(ns.json, "--json", folder=False)
+        _check_json(ns.json, [])
     target = get_target(ns.target)
     what = f": {target.probe_summary}" if target.probe_summary else ""
     print(f"doctor: probing --target {ns.target} in a child process{what} (at most {ns.timeout:g} s)", file=sys.stderr)

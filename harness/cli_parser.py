@@ -94,6 +94,16 @@ def _target_option_type(option: Any):
     return parse
 
 
+class _Once(argparse.Action):
+    """A single-valued target option: given twice is refused, never "the last one wins"."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        earlier = getattr(namespace, self.dest)
+        if earlier is not None:
+            raise argparse.ArgumentError(self, f"given twice ({earlier!r} and {values!r}); give it once")
+        setattr(namespace, self.dest, values)
+
+
 def _add_target_options(parser: argparse.ArgumentParser) -> None:
     """Every registered target's own options; each records None unless given, so giving one to
     another target is caught (see `target_options`)."""
@@ -126,6 +136,7 @@ def _add_target_options(parser: argparse.ArgumentParser) -> None:
                     option.flag,
                     dest=dest,
                     type=_target_option_type(option),
+                    action=_Once,
                     default=None,
                     choices=option.choices,
                     metavar=option.metavar,

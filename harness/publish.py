@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import InputError
-from harness.core.files import real_path
 
 
 def report_run(out: Path, *, history: Path | None, render: bool, outcomes: bool, kind: str = "run") -> Any:
@@ -53,19 +52,11 @@ def report_run(out: Path, *, history: Path | None, render: bool, outcomes: bool,
 def check_history_path(history: Path, out: Path | None) -> None:
     """--history is checked before any work: appendable, a history CSV, and not one of the
     files the run itself writes (appending to its own results.csv would corrupt both)."""
-    from harness.runner.outdir import RUN_FILES, RUN_FOLDERS
+    from harness.core.runfiles import check_output
     from reports import check_history
 
     check_history(history)
-    if out is not None:
-        own = {real_path(out / name) for name in RUN_FILES}
-        inside = [real_path(out / name) for name in RUN_FOLDERS]
-        target = real_path(history)
-        if target in own or any(folder == target or folder in target.parents for folder in inside):
-            raise InputError(
-                f"--history {history}: is one of the files this run writes in --out {out}; "
-                "keep the history outside the run folder's own files"
-            )
+    check_output(history, "--history", runs=[out] if out is not None else [])
 
 
 def test_record(nodeid: str, outcome: str, folder: str) -> Any:

@@ -207,10 +207,24 @@ def check_options(config: pytest.Config) -> None:
             if Path(report_dir).exists() and not Path(report_dir).is_dir():
                 raise InputError(f"{REPORT_DIR} {report_dir}: is a file, not a folder")
             check_writable(report_dir, REPORT_DIR)
+            _check_apart(Path(report_dir))
     except InputError as err:
         raise pytest.UsageError(str(err)) from None
     except OSError as err:  # a name too long, a folder that cannot be looked at: still a usage error
         raise pytest.UsageError(f"{REPORT_DIR} {report_dir}: {err.strerror or err}") from None
+
+
+def _check_apart(report_dir: Path) -> None:
+    """Not the file system's root, and apart from the model cache: the plugin empties DIR/runs/."""
+    from harness.cache import default_cache_dir
+    from harness.core.errors import InputError
+    from harness.core.files import real_path
+
+    folder, cache = real_path(report_dir), real_path(default_cache_dir())
+    if folder == Path(folder.anchor):
+        raise InputError(f"{REPORT_DIR} {report_dir}: the file system's root; choose a folder of the session's own")
+    if folder == cache or cache in folder.parents or real_path(folder / "runs") in (cache, *cache.parents):
+        raise InputError(f"{REPORT_DIR} {report_dir} and the model cache {cache} overlap: keep them apart")
 
 
 def start_recorder(config: pytest.Config, token: str | None) -> SessionRecorder | None:

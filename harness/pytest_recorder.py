@@ -169,7 +169,7 @@ class SessionRecorder:
 def _check_ours(folder: Path, report_dir: Path) -> None:
     """UsageError unless ``folder`` is absent, or a folder holding only what this plugin writes
     there: run folders of this harness (or empty ones) in runs/, ``*.jsonl`` in the index."""
-    from harness.runner.outdir import is_run_folder
+    from harness.core.runfiles import is_run_folder
 
     if not os.path.lexists(folder):
         return

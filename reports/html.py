@@ -17,9 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import InputError
-from harness.core.files import real_path, replaceable_path, write_text_atomic
-from harness.core.rundata import METADATA_JSON
-from harness.core.tables import LONG_CSV, RESULTS_CSV, SUMMARY_CSV
+from harness.core.files import real_path, write_text_atomic
 from harness.core.units import fmt_bytes, fmt_ratio
 from harness.core.verdict import Judgement, badge_tones, gate_tones, runs_badge, session_badge
 from harness.core.vocab import Verdict
@@ -187,15 +185,6 @@ def _tests_summary(tests: Sequence[TestRecord], counts: dict[str, int] | None) -
     return {"records": list(tests), "text": text, "failed": failed, "badge": session_badge(counts).css}
 
 
-def _run_files(folders: Sequence[Path]) -> set[Path]:
-    """Files the runs are made of: a report must never be written over one of them."""
-    files = set()
-    for folder in folders:
-        for name in (RESULTS_CSV, SUMMARY_CSV, LONG_CSV, METADATA_JSON):
-            files.add(real_path(folder / name))
-    return files
-
-
 def check_report_path(
     out: Path,
     judgements: Sequence[Judgement],
@@ -204,24 +193,12 @@ def check_report_path(
     inputs: Sequence[Path] = (),
     option: str = "--out",
 ) -> Path:
-    """The report's path, refused (InputError) when its folder is missing, when something other
-    than a regular file is there, or when it is one of the report's inputs: the runs' own files,
-    the baseline run's, or an input file such as the gates file."""
-    out = Path(out)
-    if not out.parent.is_dir():
-        raise InputError(f"{out.parent}: output folder does not exist")
-    resolved = real_path(out)
+    """The report's path, checked as every output is (`check_output`): never a file of the runs,
+    the baseline's or any run folder (but a report.html), nor an input."""
+    from harness.core.runfiles import check_output
+
     folders = [j.run.folder for j in judgements] + ([Path(baseline)] if baseline is not None else [])
-    inside_workers = any(real_path(folder / "workers") in resolved.parents for folder in folders)
-    if resolved in _run_files(folders) or inside_workers:
-        whose = "the baseline run's" if baseline is not None and resolved.parent == real_path(baseline) else "the run's"
-        raise InputError(f"{option} {out}: is one of {whose} own files; refusing to write the report over it")
-    if any(resolved == real_path(p) for p in inputs):
-        raise InputError(
-            f"{option} {out}: is one of the report's input files (or the report itself); refusing to write over it"
-        )
-    replaceable_path(out, option)
-    return out
+    return check_output(out, option, runs=folders, inputs=inputs, may_be=REPORT_HTML if option == "--out" else "")
 
 
 def render_html(

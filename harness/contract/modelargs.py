@@ -6,6 +6,9 @@ from __future__ import annotations
 from harness.core.errors import InputError
 from harness.core.units import ascii_int
 
+#: The largest dimension taken (what a --shape's element count is bounded by, `MAX_SHAPE_ELEMENTS`).
+MAX_DIM = 2**48
+
 
 def parse_shapes(specs: list[str]) -> dict[str, list[int]]:
     """``["x=1x3x224x224"]`` -> ``{"x": [1, 3, 224, 224]}``; InputError on a bad spec."""
@@ -18,10 +21,12 @@ def parse_shapes(specs: list[str]) -> dict[str, list[int]]:
             if not sep or not name:
                 raise ValueError
             shapes[name] = [ascii_int(d) for d in dims.lower().split("x")]
-            if any(d <= 0 for d in shapes[name]):
+            if any(not 0 < d <= MAX_DIM for d in shapes[name]):
                 raise ValueError
         except ValueError:
-            raise InputError(f"--shape {spec!r}: expected NAME=DIMxDIM..., e.g. x=1x3x224x224") from None
+            raise InputError(
+                f"--shape {spec!r}: expected NAME=DIMxDIM... (1 to 2^48 each), e.g. x=1x3x224x224"
+            ) from None
     return shapes
 
 
@@ -34,10 +39,10 @@ def parse_free_dims(specs: list[str]) -> dict[str, int]:
             if not sep or not name.strip():
                 raise ValueError
             dims[name.strip()] = ascii_int(value)
-            if dims[name.strip()] < 0:  # 0: an empty KV cache (past_sequence_length=0)
+            if not 0 <= dims[name.strip()] <= MAX_DIM:  # 0: an empty KV cache (past_sequence_length=0)
                 raise ValueError
         except ValueError:
-            raise InputError(f"--free-dim {spec!r}: expected NAME=VALUE with VALUE >= 0, e.g. batch=1") from None
+            raise InputError(f"--free-dim {spec!r}: expected NAME=VALUE with VALUE 0 to 2^48, e.g. batch=1") from None
     return dims
 
 

@@ -99,8 +99,7 @@ MIN_GENERATED_BYTES = 64 * 1024
 
 
 def generated_size(text: str) -> int:
-    """A --model-size: a size of at least one layer of the generated chain, the error echoing
-    what the user typed (``'10KiB'``, not ``10240``)."""
+    """A --model-size of at least one layer of the generated chain, the error echoing what was typed."""
     value = size(text)
     if value < MIN_GENERATED_BYTES:
         raise argparse.ArgumentTypeError(
@@ -145,9 +144,7 @@ def labels(pairs: list[tuple[str, str]]) -> dict[str, str]:
 
 
 def attach_dash_values(argv: list[str]) -> list[str]:
-    """argparse reads ``--model-size -5MiB`` as two options ("expected one argument"): a value
-    starting with a dash and a digit is attached to the flag before it (``--model-size=-5MiB``),
-    so the option's own type says what is wrong with it."""
+    """``--model-size -5MiB`` as ``--model-size=-5MiB``, so the option's own type says what is wrong."""
     out: list[str] = []
     for item in argv:
         if out and re.fullmatch(r"-\d.*", item) and out[-1].startswith("--") and "=" not in out[-1]:

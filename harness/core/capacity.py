@@ -1,18 +1,8 @@
-"""Measured capacity: how many sessions of a model really fit under a memory limit, beside
-what the start-up peak projects (``python -m harness capacity``).
-
-Why: the "fits" figure (`harness.core.fits`) divides a headroom by one worker's start-up peak,
-assuming every worker peaks at once. Nothing checked it against a machine that runs out. The
-capacity command does: per mode, each probe is a group of N workers in a memory container of
-the limit (`harness.runner.container`), and the answer is the largest N whose workers all
-start, answer correctly and stay alive, found by doubling then bisection (`search`). This
-module holds what the answer means: a probe's outcome, the search, the projection for the same
-limit, the sentence, and ``capacity.json`` (written by the runner, read back with checks).
-
-A probe that failed for another reason than the limit (a timeout, a wrong output, a crash the
-kernel did not count) does not show where the limit is: a search whose boundary is such a probe
-is inconclusive, and says so.
-"""
+"""Measured capacity (``python -m harness capacity``): per mode, the largest N whose workers all
+start, answer correctly and stay alive under a memory limit, beside what the start-up peak
+projects. Here: a probe's outcome, the search (doubling, then bisection), the projection, the
+sentence and ``capacity.json``. A boundary probe that failed for another reason than the
+limit leaves the answer inconclusive, said so."""
 
 from __future__ import annotations
 
@@ -59,10 +49,27 @@ def probe_outcome(rows: list[Any]) -> tuple[str, str]:
     return "fit", ""
 
 
+def agrees_with_rows(measured: Any, rows: list[Any], top: int) -> bool:
+    """Each mode's answer n is what the run's probes show: n fit (unless 0) and, below the cap,
+    n + 1 did not; nothing above the cap ``top``."""
+    probes: dict[tuple, list[Any]] = {}
+    for row in rows:
+        probes.setdefault((row.mode, row.processes), []).append(row)
+
+    def fit(mode: str, n: int) -> bool | None:
+        found = probes.get((mode, n))
+        return None if not found else probe_outcome(found)[0] == "fit"
+
+    for m in measured.modes.values():
+        n = m.max_processes
+        if n is not None and (n > top or (n and not fit(m.mode, n)) or (n < top and fit(m.mode, n + 1) is not False)):
+            return False
+    return True
+
+
 def search(probe: Callable[[int], bool], cap: int) -> int:
-    """The largest N in 1..cap for which ``probe(N)`` holds (0 if not even 1), assuming it holds
-    for every N below one that holds: N = 1, 2, 4, ... until one fails or the cap, then
-    bisection between the last that held and the first that failed."""
+    """The largest N in 1..cap for which ``probe(N)`` holds (0: not even 1), it holding below any
+    N that holds: N = 1, 2, 4, ... until one fails or the cap, then bisection."""
     good, bad, n = 0, None, 1
     while n <= cap:
         if not probe(n):
@@ -251,9 +258,8 @@ def limit_room(mode: str, limit: int, weights: int, counts_file_pages: bool) -> 
 
 
 def cost_range(found: ModeCapacity, room: int) -> tuple[float | None, float | None]:
-    """(more than, at most) bytes one worker cost under the limit, from the measured answer:
-    n workers fit in ``room`` and n + 1 did not, so room / (n + 1) < cost <= room / n (a capped
-    answer gives the upper bound only; 0 workers the lower bound only)."""
+    """(more than, at most) bytes one worker cost: n fit in ``room`` and n + 1 did not, so
+    room / (n + 1) < cost <= room / n (capped: the upper bound only; 0 workers: the lower only)."""
     n = found.max_processes
     if n is None:
         return None, None

@@ -17,9 +17,18 @@ As in `mapper_impl._common`, OS errors become these at the boundary (``raise ...
 from __future__ import annotations
 
 import argparse
+import threading
 from pathlib import Path
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: Set by the SIGTERM/SIGHUP handler: an interruption raised where it is swallowed (a ``__del__``)
+#: is raised again at the next step (`raise_if_interrupted`).
+INTERRUPT_REQUESTED = threading.Event()
+
+
+def raise_if_interrupted() -> None:
+    if INTERRUPT_REQUESTED.is_set():
+        raise KeyboardInterrupt
 
 
 class HarnessError(Exception):

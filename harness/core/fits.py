@@ -1,18 +1,7 @@
-"""Start-up peaks per group and what they mean for a machine: how many sessions fit.
-
-Why: a load fails at its transient peak (the heap path holds the read copy and the runtime's
-copy at once; a fallback holds the mapping and the copy), against the machine's commit limit
-(Windows) or its available memory (Linux, unless strict overcommit), not at the steady state
-the barrier samples. So the group figures here are the workers' start-up peaks
-(`peak_private_bytes`, sampled from outside each worker by the parent) and the system's side
-while they started (minimum available memory, maximum commit charge), and the "fits" figure
-divides the machine's headroom by the peak of one worker:
-
-    "with heap, 2 sessions of this model fit this machine's commit limit; mapped, 11 fit"
-
-with its assumptions stated next to it (`ASSUMPTIONS`). `peak_projection` scales the peaks to
-another model for ``--project-to``.
-"""
+"""Start-up peaks per group and how many sessions fit a machine: a load fails at its transient
+peak (the heap path holds two copies at once), against the commit limit (Windows) or available
+memory (Linux), so "fits" divides the headroom by one worker's start-up peak, its assumptions
+stated beside it (`ASSUMPTIONS`); `peak_projection` scales the peaks for ``--project-to``."""
 
 from __future__ import annotations
 
@@ -76,9 +65,7 @@ def limit_figures(members: Sequence[Any]) -> dict[str, Any]:
 
 
 def stated_system(row: Any) -> Any:
-    """The system figures a summary row states (summary.csv), in the shape of the runner's
-    SystemPeak: what a re-read run passes back to `group_figures` (measured outside the workers,
-    so results.csv cannot recompute them)."""
+    """A summary row's system figures in the shape of the runner's SystemPeak (for `group_figures`)."""
     from types import SimpleNamespace
 
     return SimpleNamespace(**{attr: getattr(row, column, None) for column, attr in SYSTEM_FIELDS.items()})

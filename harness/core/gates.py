@@ -131,8 +131,8 @@ def _number(text: str, expr: str, metric: str) -> float:
     if metric.endswith("_bytes"):
         try:
             return float(parse_size(text))
-        except InputError:
-            pass
+        except InputError as err:
+            raise _bad(expr, str(err)) from None
     units = "KiB..TiB, KB..TB" if metric.endswith("_bytes") else "none"
     raise _bad(expr, f"{text!r} is not a number for {metric} (units allowed: {units})")
 

@@ -1,15 +1,7 @@
-"""Upper bounds of every numeric option, and the rule that a key given twice is a mistake.
-
-Why bounds: a number the harness turns into processes, threads, sessions, repeats, sleeps or
-allocations must be one the machine can honour. Without a bound ``--intra-op-threads 100000``
-grew the parent past 2 GiB (the reference session's thread pool) and ignored SIGTERM while
-doing so. Each bound is far above any real use and is checked once, right after the command
-line is parsed, before a model is built or a process started (one line, exit 2). docs/what-happens-when.md
-lists them.
-
-Why no repeated keys: ``--session-config k=1 --session-config k=2`` used to keep the last value
-silently; the user meant one of them, and only they know which.
-"""
+"""Upper bounds of every numeric option, checked once after parsing, before any work (one line,
+exit 2): a number the harness turns into processes, threads or allocations must be one the
+machine can honour (``--intra-op-threads 100000`` grew the parent past 2 GiB). And a key given
+twice is a mistake, never "the last one wins"."""
 
 from __future__ import annotations
 

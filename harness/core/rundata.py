@@ -1,9 +1,5 @@
-"""One run folder, loaded and checked: metadata, result rows, summary rows, headline.
-
-The report, the gates and the history all start from a `RunData`, so the input checks (folder
-exists, results.csv exists, format_version is one we understand) live here, once, and raise
-`InputError` with a one-line message the command line prints as is.
-"""
+"""One run folder, loaded and checked (metadata, result rows, summary rows, headline): every
+report, gate and history starts from a `RunData`, so its checks raise one-line `InputError`s here, once."""
 
 from __future__ import annotations
 
@@ -42,6 +38,9 @@ RECOMPUTED = (
     "init_s_median",
     "create_s_median",
     "first_run_s_median",
+    "memory_limit_bytes",
+    "oom_workers",
+    "container_peak_bytes",
 )
 
 
@@ -131,16 +130,20 @@ class RunData:
 
     @cached_property
     def capacity(self) -> Any:
-        """The measured capacity of a ``capacity`` run (its capacity.json, checked), or None."""
-        from .capacity import load
+        """The measured capacity of a ``capacity`` run (its capacity.json, checked), or None:
+        another run's, a planted one, or one its limit, cap or probe rows contradict is not believed."""
+        from .capacity import agrees_with_rows, is_capacity, load
 
-        return load(self.folder, read_run_json)
+        found = load(self.folder, read_run_json) if is_capacity(self) else None
+        run = self.meta.get("run") or {}
+        top = run.get("max_processes")
+        if found is None or found.limit_bytes != run.get("memory_limit_bytes") or not isinstance(top, int):
+            return None
+        return found if agrees_with_rows(found, self.results, top) else None
 
 
 def read_run_json(path: Path) -> Any:
-    """A JSON file of a run folder, bounded: a regular file (a FIFO is never waited on) of at
-    most `MAX_JSON_BYTES`, UTF-8 text without NUL bytes, nested at most `MAX_JSON_DEPTH` deep,
-    no NaN or Infinity; InputError (one line, never quoting the file) otherwise."""
+    """A run folder's JSON file, bounded (size, depth, a regular UTF-8 file, no NaN); InputError otherwise."""
     from .inputfiles import json_nesting, parse_json_bounded, read_text_bounded
 
     text = read_text_bounded(path, "", MAX_JSON_BYTES)
@@ -150,9 +153,7 @@ def read_run_json(path: Path) -> Any:
 
 
 def format_version(path: Path, meta: dict[str, Any]) -> int:
-    """The format version metadata.json says its folder was written in: InputError unless it
-    is one this harness reads (`OLDEST_FORMAT_VERSION`..`FORMAT_VERSION`; older ones are
-    migrated when loaded, `harness.core.migrate`)."""
+    """The format version metadata.json states; InputError unless this harness reads (or migrates) it."""
     version = meta.get("format_version")
     known = f"this harness reads {OLDEST_FORMAT_VERSION}..{FORMAT_VERSION}"
     if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
@@ -199,10 +200,8 @@ def _where(key: tuple) -> str:
 
 
 def _recomputed_summary(folder: Path, stated: list[SummaryRow], results: list[ResultRow]) -> list[SummaryRow]:
-    """The summary recomputed from results.csv (sums, medians, completeness); only what the
-    runner measured outside the workers (the system memory delta and its noise) comes from
-    summary.csv. InputError when summary.csv contradicts results.csv: a report believes the
-    workers' own rows, never a summary of them."""
+    """The summary recomputed from results.csv (only the system figures come from summary.csv);
+    InputError when summary.csv contradicts the workers' own rows."""
     if any(s.complete is None for s in stated):  # an older harness: no completeness to compare
         return with_completeness(stated, results)
     system = {group_key(s): (s.system_delta_bytes, s.system_noise_bytes, stated_system(s)) for s in stated}
@@ -254,6 +253,22 @@ def _check_against_metadata(folder: Path, meta: dict[str, Any], results: list[Re
                     f"{folder}: {RESULTS_CSV} contradicts {METADATA_JSON}: a worker row has {column}={value}, "
                     f"the run measured {', '.join(map(str, sorted(allowed, key=str)))}"
                 )
+
+
+def _check_limit_columns(folder: Path, meta: dict[str, Any], results: list[ResultRow]) -> None:
+    """InputError for a row whose memory-limit columns contradict its exit or the run's limit."""
+    limit = (meta.get("run") or {}).get("memory_limit_bytes")
+    for row in results:
+        why = ""
+        if row.memory_limit_bytes is not None and row.memory_limit_bytes != limit:
+            why = f"memory_limit_bytes={row.memory_limit_bytes}, the run's limit is {limit}"
+        elif row.oom_killed and row.memory_limit_bytes is None:
+            why = "oom_killed=True without a memory limit"
+        elif row.oom_killed and (row.exit_code in (0, None) or not row.error):
+            why = f"oom_killed=True, yet exit_code={row.exit_code} and {'an' if row.error else 'no'} error"
+        if why:
+            where = f"worker {row.worker}" if isinstance(row.worker, int) else "a worker row"
+            raise InputError(f"{folder}: {RESULTS_CSV} contradicts itself or {METADATA_JSON}: {where} has {why}")
 
 
 def _check_headline(folder: Path, meta: dict[str, Any], summary: list[SummaryRow]) -> None:
@@ -316,10 +331,8 @@ def _read_tables(folder: Path, meta: dict[str, Any]) -> tuple[dict[type, TextTab
 
 
 def load_run(folder: Path | str) -> RunData:
-    """Load and check one run folder, migrated to the current format version when it is older
-    (in memory: the folder is never rewritten); `InputError` (one line) for what stops a
-    report: a missing or malformed file, a cell out of its range, files that contradict each
-    other."""
+    """Load, check and migrate (in memory) one run folder; `InputError` (one line) for a missing or
+    malformed file, a cell out of range, or files that contradict each other."""
     folder = Path(folder)
     if not folder.is_dir():
         raise InputError(f"{folder}: no such run folder")
@@ -332,6 +345,7 @@ def load_run(folder: Path | str) -> RunData:
         tables, version, migrated = _read_tables(folder, meta)
         results = parse_rows(tables[ResultRow], ResultRow)
         _check_against_metadata(folder, meta, results)
+        _check_limit_columns(folder, meta, results)
         current = True  # tables of this harness's own judging rules (an older one's lack `complete`)
         if SummaryRow in tables:
             stated = parse_rows(tables[SummaryRow], SummaryRow)

@@ -1,16 +1,10 @@
-"""Parsing and printing sizes and durations for people.
-
-Sizes: binary units are KiB, MiB, GiB, TiB (powers of 1024, what memory and file sizes are
-counted in); decimal units are KB, MB, GB, TB (powers of 1000, what disk vendors print). A bare
-number is bytes (``B`` may be written). The one-letter forms ``K``, ``M``, ``G``, ``T`` are
-refused: ``256M`` means 256 x 1024**2 to some tools (dd, Docker) and 256 x 1000**2 to others
-(Kubernetes, SI), and a 5 % error in the weights size would silently shift every ratio gate.
-Units are case-insensitive (``256mib`` = ``256MiB``).
-"""
+"""Parsing and printing sizes and durations for people. Binary units KiB..TiB (1024), decimal
+KB..TB (1000), a bare number is bytes; ``256M`` is refused (1024- or 1000-based depends on the tool)."""
 
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 from harness.core.errors import InputError
 
@@ -18,14 +12,14 @@ BINARY_UNITS = {"kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
 DECIMAL_UNITS = {"kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
 _UNITS = {"": 1, "b": 1, **BINARY_UNITS, **DECIMAL_UNITS}
 _AMBIGUOUS = {"k": "K", "m": "M", "g": "G", "t": "T"}
+#: The largest size taken: what a signed 64-bit byte count (a file, a memory limit) holds.
+MAX_SIZE_BYTES = 2**63 - 1
 #: One line for --help texts.
 SIZE_HELP = "sizes: KiB MiB GiB TiB = powers of 1024, KB MB GB TB = powers of 1000"
 
 
 def ascii_int(text: str) -> int:
-    """``int(text)`` for ASCII digits only: Python's own ``int`` also takes fullwidth digits
-    (``"１２"``), Arabic-Indic digits and underscores, none of which a size or count typed on a
-    command line should silently become. ValueError otherwise."""
+    """``int(text)`` for ASCII digits only (``int`` also takes ``"１２"`` and underscores); ValueError otherwise."""
     if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", text, re.ASCII):
         raise ValueError(f"{text!r} is not a whole number in ASCII digits")
     return int(text)
@@ -54,9 +48,12 @@ def parse_size(text: str) -> int:
         )
     if not match or unit not in _UNITS:
         raise InputError(f"size {text!r}: expected a number with a unit, e.g. 256MiB or 1GiB ({SIZE_HELP})")
-    value = int(float(match.group(1)) * _UNITS[unit])
+    digits = match.group(1)
+    value = int(Decimal(digits) * _UNITS[unit]) if len(digits) <= 40 else MAX_SIZE_BYTES + 1  # exact, never a float
     if value <= 0:
-        raise InputError(f"size {text!r} must be positive")
+        raise InputError(f"size {text[:40]!r} must be positive")
+    if value > MAX_SIZE_BYTES:
+        raise InputError(f"size {text[:40]!r}{'...' if len(text) > 40 else ''} is absurd: more than 8 EiB")
     return value
 
 
@@ -123,6 +120,6 @@ def fmt_value(value: float | None, unit: str, *, signed: bool = False) -> str:
 def parse_projection(text: str) -> tuple[int, int]:
     """``"8x4GiB"`` -> (8 sessions, 4 GiB of weights): the deployment a report projects to."""
     sessions, sep, size = text.strip().partition("x")
-    if not sep or not re.fullmatch(r"[0-9]+", sessions.strip()) or int(sessions) < 1:
-        raise InputError(f"{text!r}: expected SESSIONSxSIZE, e.g. 8x4GiB")
+    if not sep or not re.fullmatch(r"[0-9]{1,400}", sessions.strip()) or int(sessions) < 1:
+        raise InputError(f"{text[:40]!r}: expected SESSIONSxSIZE, e.g. 8x4GiB")
     return int(sessions), parse_size(size)

@@ -1,19 +1,9 @@
-"""The one interpretation of a run: its gate results, its notes, the state of the feature and
-the overall verdict. The terminal, the HTML report, `harness report`, `harness bench` and the
-tests all call `judge`, so they cannot disagree about what a run means.
-
-Verdicts come only from evidence: "fail" when a worker or a gate failed (a failure is evidence
-too, and it outranks missing evidence); otherwise a run that did not complete, that holds no
-worker with a correct output, or whose groups lack complete evidence (a worker not sampled, a
-sample physics does not allow) is "incomplete" (never "pass"), whatever its gates say; "pass"
-needs all of it.
-
-An *inconclusive* timing gate (its 95 % interval straddles the threshold, or one repeat) is
-never a pass. One the user asked for (``--gate``, a gates file, bench's criteria) makes the run
-"incomplete": the question asked was not answered. One of the target's default gates leaves the
-verdict to the other gates and is named in the verdict line as not judged: the default run has
-one repeat, which decides no timing gate, and its memory gates are the feature's claim.
-"""
+"""The one interpretation of a run (gate results, notes, the feature's state, the verdict): the
+terminal, the report, `report`, `bench` and the tests all call `judge`, so they cannot disagree.
+Verdicts come only from evidence: "fail" when a worker or a gate failed; else "incomplete" for a
+run not complete, without a correct output, or with a group lacking evidence; "pass" needs all
+of it. An inconclusive timing gate is never a pass: one the user asked for makes the run
+incomplete; a default one is named as not judged and leaves the verdict to the others."""
 
 from __future__ import annotations
 

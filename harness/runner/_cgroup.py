@@ -1,37 +1,14 @@
-"""The Linux memory container: one cgroup per group of workers (`harness.runner.container`).
-
-Why a cgroup: the question "how many sessions fit in 16 GB" is only answered by a machine that
-runs out of memory, and the kernel's memory controller makes one of any size around a process
-tree. Past the limit the kernel reclaims what it can (clean page cache, the mapped weights'
-pages included: they can be read again), and when nothing is left the OOM killer ends a process
-of the cgroup and counts it (v1 ``memory.oom_control`` ``oom_kill``, v2 ``memory.events``
-``oom_kill``): that count, the kernel's own, is what makes a worker's death "out of memory at
-the limit".
-
-- **Where.** cgroup v2 when its hierarchy has the memory controller (``memory.max``,
-  ``memory.swap.max`` 0), else v1 (``memory.limit_in_bytes``, and ``memory.memsw.limit_in_bytes``
-  at the same value where swap accounting exists, so swap is no way around the limit). v1: below
-  the harness's own memory cgroup (an outer limit still holds). v2: beside it, in the nearest
-  ancestor that delegates the memory controller (v2 lets no cgroup with processes have children
-  with controllers).
-- **Joining.** A worker joins before its interpreter starts: it is started as ``sh -c 'echo $$ >
-  cgroup.procs && exec python ...'``, so the pid we measure is the worker's and every page it
-  charges is inside (a parent that moves the child after ``Popen`` races the child's start-up,
-  and v2 never moves charges made before the move).
-- **Names.** ``qnn-fmw-<owner pid>-<owner start time>-g<k>``: the owner's start time (clock
-  ticks since boot, ``/proc/<pid>/stat``) tells a reused pid apart, so a live run's cgroup is
-  never taken for a stale one.
-- **Removal.** After the group whatever happened: every process left in it is killed (they are
-  this run's workers), then the cgroup is removed. A killed harness cannot do that itself: a
-  reaper (`harness.runner._reaper`), started with the first cgroup in a session of its own,
-  waits for the harness's end (its stdin closes) and removes what is left; one left anyway (the
-  machine stopped) is removed at the next start (`remove_stale`).
-"""
+"""The Linux memory container: one cgroup per group of workers (`harness.runner.container`),
+whose kernel OOM-kill count says which worker the limit ended. v2 where its hierarchy has the
+memory controller, else v1 below our own memory cgroup; a worker joins before its interpreter
+starts (`join_command`); names carry the owner's PID namespace, pid and start time, so only a
+harness of that namespace judges a cgroup stale (docs/running.md, "Capacity under a memory limit")."""
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass
@@ -40,8 +17,7 @@ from pathlib import Path
 from harness.core.errors import ContainerUnavailable
 
 PREFIX = "qnn-fmw-"
-#: How long removal waits for killed processes to leave the cgroup (the kernel frees a killed
-#: process's memory before it goes; a few ms normally, more for GiBs of anonymous memory).
+#: How long removal waits for killed processes to leave the cgroup (more for GiBs of memory).
 EMPTY_WAIT_S = 20.0
 POLL_S = 0.01
 
@@ -59,15 +35,24 @@ class Hierarchy:
         return f"cgroup v{self.version} at {self.parent}"
 
 
+def _unescape(field: str) -> str:
+    """mountinfo's octal escapes (space, tab, newline, backslash) decoded."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
 def _mounts(mountinfo: str) -> list[tuple[str, Path, str, str]]:
-    """(mount root, mount point, fs type, super options) of every cgroup mount."""
-    out = []
+    """(mount root, mount point, fs type, super options) of every cgroup mount in sight: of
+    mounts on one point, the last (a bind mount over it hides the one below)."""
+    out: dict[Path, tuple[str, Path, str, str]] = {}
     for line in mountinfo.splitlines():
         left, _, right = line.partition(" - ")
         fields, tail = left.split(), right.split()
-        if len(fields) >= 5 and len(tail) >= 3 and tail[0] in ("cgroup", "cgroup2"):
-            out.append((fields[3], Path(fields[4].replace("\\040", " ")), tail[0], tail[2]))
-    return out
+        if len(fields) >= 5 and len(tail) >= 3:
+            point = Path(_unescape(fields[4]))
+            out.pop(point, None)
+            if tail[0] in ("cgroup", "cgroup2"):
+                out[point] = (_unescape(fields[3]), point, tail[0], tail[2])
+    return list(out.values())
 
 
 def _own_paths(proc_cgroup: str) -> dict[str, str]:
@@ -81,8 +66,14 @@ def _own_paths(proc_cgroup: str) -> dict[str, str]:
 
 
 def _inside(root: str, point: Path, path: str) -> Path:
-    """Where the cgroup ``path`` (as /proc/self/cgroup names it) is under a mount of ``root``."""
+    """Where the cgroup ``path`` (as /proc/self/cgroup names it) is under a mount of ``root``;
+    `Unavailable` when it is not below it (a bind-mounted sub-cgroup, as containers have)."""
     rel = os.path.relpath(path, root) if root != "/" else path.lstrip("/")
+    if rel == ".." or rel.startswith("../"):
+        raise Unavailable(
+            f"this process's cgroup {path} is not below the memory mount's root {root} at {point} "
+            "(a bind-mounted sub-cgroup): no limit can be applied from here"
+        )
     return point if rel in (".", "") else point / rel
 
 
@@ -107,8 +98,7 @@ def find(mountinfo: str | None = None, proc_cgroup: str | None = None) -> Hierar
 
 
 def _v2_parent(own: Path, mount: Path) -> Hierarchy:
-    """The nearest cgroup at or above ``own``'s parent that delegates the memory controller to
-    its children (the root always may hold processes and children at once)."""
+    """The nearest cgroup at or above ``own``'s parent that delegates the memory controller."""
     here = own if own == mount else own.parent
     while True:
         if "memory" in _read(here / "cgroup.subtree_control").split():
@@ -129,13 +119,16 @@ def _read(path: Path) -> str:
 
 
 def _write(path: Path, value: str) -> None:
-    with open(path, "w") as handle:
-        handle.write(value)
+    """Write a control file the kernel made (never creates one: a plain folder has none)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
 
 
 def start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22):
-    with the pid, an identity a reused pid does not share. None when it is gone."""
+    """The process's start in clock ticks since boot (``/proc/<pid>/stat`` field 22); None: gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -143,32 +136,50 @@ def start_ticks(pid: int) -> int | None:
     return int(stat.rpartition(")")[2].split()[19])
 
 
+def pid_namespace(pid: int | str = "self") -> int | None:
+    """The inode of the process's PID namespace: what its pid means is this namespace's."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/pid").st_ino
+    except OSError:
+        return None
+
+
 def owner_tag(pid: int | None = None) -> str:
     pid = os.getpid() if pid is None else pid
-    return f"{PREFIX}{pid}-{start_ticks(pid)}-"
+    return f"{PREFIX}{pid_namespace(pid)}-{pid}-{start_ticks(pid)}-"
 
 
 def _owner_alive(name: str) -> bool:
-    """Is the process that made the cgroup ``name`` still running (same pid, same start)?"""
+    """May the run that made the cgroup ``name`` still be running? False only when it is
+    proven dead: made in this PID namespace, and its pid is gone or started at another time."""
     try:
-        pid, ticks = name.removeprefix(PREFIX).split("-")[:2]
+        namespace, pid, ticks, _ = name.removeprefix(PREFIX).split("-", 3)
+        if int(namespace) != pid_namespace():
+            return True  # another namespace's (or not our naming): its pid means nothing here
         return start_ticks(int(pid)) == int(ticks)
-    except (ValueError, IndexError):
+    except ValueError:
         return True  # not a name we made: never ours to remove
 
 
 def create(hierarchy: Hierarchy, name: str, limit_bytes: int) -> Path:
     """Make the cgroup and set its limit; `Unavailable` (the OS error in words) when it cannot."""
     path = hierarchy.parent / name
+    if not (hierarchy.parent / "cgroup.procs").is_file():
+        raise Unavailable(f"{hierarchy.parent} is not a cgroup of the memory controller (no cgroup.procs)")
     try:
         path.mkdir()
     except OSError as err:
-        raise Unavailable(f"cannot create a cgroup in {hierarchy.parent}: {err.strerror} (root is needed)") from err
+        why = "root is needed" if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else "the controller refused"
+        raise Unavailable(f"cannot create a cgroup in {hierarchy.parent}: {err.strerror} ({why})") from err
     try:
         _set_limit(hierarchy.version, path, limit_bytes)
     except OSError as err:
         remove(path)
         raise Unavailable(f"cannot set the memory limit of {path}: {err.strerror}") from err
+    found = _read(path / ("memory.max" if hierarchy.version == 2 else "memory.limit_in_bytes")).strip()
+    if not (found.isdigit() and 0 < int(found) <= limit_bytes):  # the kernel's own word that it holds
+        remove(path)
+        raise Unavailable(f"{path}: the limit reads back as {found[:40]!r}, not {limit_bytes}: not a memory cgroup")
     return path
 
 
@@ -211,24 +222,34 @@ def _pids(path: Path) -> list[int]:
     return [int(p) for p in _read(path / "cgroup.procs").split() if p.isdigit()]
 
 
+def _children(path: Path) -> list[Path]:
+    try:
+        return [p for p in path.iterdir() if p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return []
+
+
 def remove(path: Path, wait_s: float = EMPTY_WAIT_S) -> bool:
-    """Kill every process left in the cgroup (this run's workers, or a dead run's), wait until
-    it is empty, remove it. True when it is gone."""
-    deadline = time.monotonic() + wait_s
+    """Kill every process left in the cgroup and its child cgroups (this run's workers, or a
+    dead run's), remove the children, then it. Waits only while processes are seen leaving
+    (an EBUSY when none was ever seen ends at once). True when it is gone."""
+    deadline, killed = time.monotonic() + wait_s, False
     while True:
         pids = _pids(path)
+        killed = killed or bool(pids)
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass  # already gone
+        children = [child for child in _children(path) if not remove(child, max(0.0, deadline - time.monotonic()))]
         try:
             path.rmdir()
             return True
         except FileNotFoundError:
             return True
         except OSError as err:
-            if err.errno != errno.EBUSY or time.monotonic() > deadline:
+            if err.errno != errno.EBUSY or time.monotonic() > deadline or not killed or children:
                 return False
         time.sleep(POLL_S)
 
@@ -280,8 +301,7 @@ class Container:
 
 
 class Session:
-    """This process's cgroups: where they go, their names, the reaper that outlives a killed
-    harness. Made once, at the first container; `close` at the run's end."""
+    """This process's cgroups: where they go, their names, the reaper that outlives a killed harness."""
 
     def __init__(self) -> None:
         self.hierarchy = find()

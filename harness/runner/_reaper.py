@@ -1,14 +1,5 @@
-"""``python -m harness.runner._reaper PARENT TAG``: removes a harness's memory cgroups once the
-harness is gone, however it went.
-
-Why a process of its own: a harness killed with SIGKILL (or by the OOM killer) runs no cleanup,
-and its group's cgroup would stay behind. The reaper is started with the run's first cgroup, in
-a session of its own (Ctrl-C on the terminal and signals to the harness's process group do not
-reach it), with its stdin the read end of a pipe only the harness holds. It blocks on that pipe;
-EOF comes when the harness closes it (its normal end, having removed its cgroups itself) or when
-the kernel closes it (the harness died). Then it removes every cgroup under PARENT whose name
-starts with TAG (killing what is left in them: the dead harness's workers) and exits.
-"""
+"""``python -m harness.runner._reaper PARENT TAG``: removes a harness's cgroups once it is gone,
+SIGKILL included: in a session of its own, it waits for EOF on a pipe only the harness holds."""
 
 from __future__ import annotations
 

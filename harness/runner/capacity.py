@@ -1,17 +1,7 @@
 """``python -m harness capacity``: per mode, the largest N whose workers all start, answer
-correctly and stay alive under a memory limit, each probe a group run in a container.
-
-The search is `harness.core.capacity.search` (doubling, then bisection); a probe is a group of
-N workers of one mode in a memory container of the limit (`harness.runner.container`), with the
-weights' pages evicted first (Linux: a cgroup charges the page cache its processes fault in, as
-a device's memory holds it). A probe runs no control worker: the control exists to split memory,
-and inside the limit it would take one runtime floor the deployment does not have.
-
-The capacity run is a run folder like any other: every probe's rows in results.csv (groups
-``<target>-<mode>-n<N>-r0``), summary.csv, metadata.json (``kind``: capacity), and
-``capacity.json`` with the answer, the projection and the probes; report.html shows N against
-survived for both modes.
-"""
+correctly and stay alive under a memory limit (`harness.core.capacity.search`: doubling, then
+bisection), each probe a group without a control in a container, the weights' pages evicted
+first. Its run folder is a run's plus ``capacity.json``."""
 
 from __future__ import annotations
 
@@ -23,7 +13,7 @@ from typing import Any
 
 from harness.contract.options import RunOptions
 from harness.core import capacity as cap
-from harness.core.errors import InputError, RunFailed, SpawnError
+from harness.core.errors import InputError, RunFailed, SpawnError, raise_if_interrupted
 from harness.core.files import write_json_atomic
 from harness.core.schema import ResultRow
 from harness.core.summary import group_key, summarize
@@ -93,6 +83,7 @@ class _Search:
 
     def probe(self, mode: str, n: int) -> cap.Probe:
         """One group of ``n`` workers of ``mode`` under the limit."""
+        raise_if_interrupted()
         opts = replace(self.opts, processes=[n], modes=[mode])
         group = plan_groups(opts, self.prepared, self.out, self.identity)[0]
         group.control = False
@@ -175,6 +166,7 @@ def _search_all(opts: RunOptions, prepared, folder: RunFolder, progress, json_pa
         for mode in (Mode.HEAP, Mode.MAPPED):
             if mode in opts.modes:
                 found.append(search.mode(mode))
+        raise_if_interrupted()
         status = RunStatus.COMPLETE
     except KeyboardInterrupt:
         status = RunStatus.INTERRUPTED

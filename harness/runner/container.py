@@ -1,16 +1,6 @@
-"""Memory containers (``run --memory-limit``, ``capacity``): every group of workers inside a
-memory limit of its own, and a worker the limit ended recorded as data.
-
-One API, one implementation per OS picked once at import, as psutil does: Linux a cgroup
-(`harness.runner._cgroup`), Windows a job object with a job memory limit
-(`harness.runner._jobmem`). A group opens a container (`open_container`), starts each worker
-through it (`Container.wrap` the command, `Container.add` the process), reads the kernel's own
-count of what the limit ended after the group, and closes it whatever happened. `mark_limited`
-turns that count into the rows' words: "out of memory at the limit (768.0 MiB)".
-
-Where a limit cannot be had (no controller, no privilege, another OS), `check` says what is
-missing in one line, before any work (exit 2).
-"""
+"""Memory containers (``run --memory-limit``, ``capacity``): each group in a limit of its own, one
+implementation per OS (Linux `_cgroup`, Windows `_jobmem`); `mark_limited` turns the kernel's
+count of what the limit ended into the rows' words. What cannot be had is refused before work."""
 
 from __future__ import annotations
 
@@ -55,9 +45,7 @@ def _current() -> Any:
 
 
 def check(limit_bytes: int) -> list[str]:
-    """Make (and remove) one container with this limit, before any work: InputError naming
-    what is missing otherwise. Returns the names of containers an earlier, killed run left
-    behind and that were removed now."""
+    """Make and remove one container with this limit before any work; the stale ones removed."""
     session = _current()
     try:
         session.check(limit_bytes)
@@ -121,15 +109,13 @@ def outcome(container: Any) -> LimitOutcome:
 def _ended_by_limit(row: Any, found: LimitOutcome, ours: set[int]) -> bool:
     if found.oom_pids is not None:  # Windows: the kernel named the process that hit the limit
         return bool(row.error) and row.pid in found.oom_pids
-    killed = getattr(signal, "SIGKILL", None)
-    return killed is not None and row.exit_code == -killed and row.worker not in ours
+    killed = getattr(signal, "SIGKILL", None)  # the kernel counted no OOM kill: none was the limit's
+    return killed is not None and row.exit_code == -killed and row.worker not in ours and found.oom_kills != 0
 
 
 def mark_limited(rows: list[Any], found: LimitOutcome, ours: set[int]) -> None:
-    """Every row gets the group's limit and container peak; a worker the limit ended (the
-    kernel's own count: a cgroup's oom_kill covers every SIGKILL the harness did not send, a
-    job names the process) gets "out of memory at the limit (SIZE)" before its error, and
-    ``oom_killed``. ``ours``: workers the harness killed itself (timeouts)."""
+    """The group's limit and peak on every row; a worker the kernel's count says the limit ended
+    gets ``oom_killed`` and "out of memory at the limit (SIZE)". ``ours``: the harness's own kills."""
     suspects = [r for r in rows if _ended_by_limit(r, found, ours)]
     explained = found.oom_pids is not None or (found.oom_kills or 0) >= len(suspects)
     for row in rows:
@@ -160,8 +146,7 @@ def wrap(container: Any, command: list[str]) -> list[str]:
 
 
 def join(container: Any, proc: Any, log_file: Any) -> None:
-    """Put a started worker in the container (Windows; a cgroup's workers joined themselves):
-    a worker that cannot be limited is not run unlimited, it is stopped and the run fails."""
+    """Put a started worker in the container (Windows); one that cannot be limited is stopped."""
     from harness.core.errors import SpawnError
 
     if container is None:
@@ -176,8 +161,7 @@ def join(container: Any, proc: Any, log_file: Any) -> None:
 
 
 def close_limit(container: Any) -> LimitOutcome | None:
-    """What the limit did (read first), then the container removed; never raises (a container
-    that cannot be removed now is removed at the session's end, or by the reaper)."""
+    """What the limit did (read first), then the container removed; never raises."""
     if container is None:
         return None
     try:

@@ -44,8 +44,7 @@ def git_commit(cwd: Path | None = None) -> str | None:
 
 
 def target_versions() -> dict[str, str | None]:
-    """Versions every target reports (onnxruntime-qnn, the QNN SDK...): in every run's
-    metadata whatever its target, so runs of different targets compare side by side."""
+    """Versions every target reports (onnxruntime-qnn, the QNN SDK...), whatever the run's target."""
     from harness.targets import all_targets
 
     versions: dict[str, str | None] = {}
@@ -59,8 +58,7 @@ def target_versions() -> dict[str, str | None]:
 
 
 def target_version_env() -> dict:
-    """Every target's versions (None where unknown) and ``version_labels``, what reports call
-    them (`Target.version_keys`): core and reports read the keys from here, never the targets."""
+    """Every target's versions (None where unknown) and ``version_labels``, what reports call them."""
     from harness.targets import version_labels
 
     labels = version_labels()
@@ -88,8 +86,7 @@ def environment() -> dict:
 
 
 def wine_env() -> dict:
-    """``{"wine": version}`` when this Windows is Wine (the Wine lane): its figures are Wine's,
-    not Windows' (docs/ci.md lists what Wine does not give); nothing elsewhere."""
+    """``{"wine": version}`` when this Windows is Wine (its figures are Wine's: docs/ci.md)."""
     if sys.platform != "win32":
         return {}
     from mapper_impl._winapi import wine_version

@@ -1,29 +1,18 @@
 """The run folder (``--out``): checked before any work, created atomically with a unique name,
 held under a lock while the run writes it, and cleaned of a previous run's files.
 
-Why each rule:
-
-- A typo'd or unusable ``--out`` must cost seconds, not a sweep: it is checked (creatable,
-  writable, not the model cache) before the model is built.
-- Two runs started in the same second without ``--out`` must not share a folder: the default
-  folder is made with ``mkdir`` (atomic: exactly one caller creates a name) and a numbered
-  suffix when the name is taken.
-- An earlier run is never lost without a word: an ``--out`` that holds one is refused in one
-  line (exit 2) unless ``--replace`` is given; then its files are removed before the new run
-  writes anything (the old ``report.html`` beside new results would mix two runs), and stderr
-  says what was removed. Only a folder that IS a run folder of this harness is cleaned, and
-  only of the files a run writes; any other non-empty folder is refused, so a mistyped
-  ``--out ~/Documents`` deletes nothing, ``--replace`` or not.
-- Two runs writing one folder at once would interleave their tables: the run holds an OS lock
-  (``.harness.lock`` in the folder) from the moment it claims the folder until its report is
-  written; a second run is refused.
+- A folder is a run folder only when it holds the marker only the harness writes
+  (`MARKER_NAME`, made at claim, listing at release every file the run wrote); a look-alike
+  ``metadata.json`` or ``results.csv`` does not make one.
+- ``--replace`` removes only the recorded files (and `report`'s); a folder holding a run file
+  it did not record is refused whole, so nothing the harness did not write goes.
+- The run holds an OS lock (``.harness.lock``) until its report is written; a second run is refused.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
-import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,84 +20,24 @@ from typing import Any
 
 from harness.core.errors import InputError
 from harness.core.files import check_creatable, check_writable, real_path
-
-#: Files a run (or `harness report` / `harness bench` on it) writes into its folder.
-RUN_FILES = (
-    "results.csv",
-    "summary.csv",
-    "results_long.csv",
-    "metadata.json",
-    "report.html",
-    "bench.json",
-    "headline.json",
+from harness.core.runfiles import (
+    LOCK_NAME,
+    REPORT_FILES,
+    RUN_FILES,
+    RUN_FOLDERS,
+    files_below,
+    is_run_folder,
+    kind_of,
+    recorded_files,
+    write_marker,
+    written_files,
 )
-#: Folders a run writes: workers/ (one folder per group: the workers' specs, records and logs)
-#: and logs/ (the qnn target's compiler logs).
-RUN_FOLDERS = ("workers", "logs")
-LOCK_NAME = ".harness.lock"
-#: Keys every metadata.json this harness writes holds (`sweep._metadata`).
-METADATA_KEYS = ("format_version", "status", "run")
-#: A marker file larger than this is not one of ours (metadata.json is a few KiB).
-MARKER_MAX_BYTES = 4 << 20
 
 
-def is_run_folder(folder: Path) -> bool:
-    """A folder a run of this harness wrote: its metadata.json is this harness's (a JSON object
-    with `METADATA_KEYS`), or its results.csv has this harness's header. A file merely NAMED
-    metadata.json or results.csv (a dataset's, another tool's) does not make one: cleaning the
-    folder would delete it, and its ``workers/`` with it."""
-    return _our_metadata(folder / "metadata.json") or _our_results(folder / "results.csv")
-
-
-def _regular_text(path: Path, limit: int) -> str | None:
-    """The start of ``path`` when it is a regular text file (a FIFO is never waited on: opened
-    without blocking and checked with fstat), else None."""
-    from harness.core.inputfiles import open_regular
-
-    try:
-        with open_regular(path, "") as handle:
-            data = handle.read(limit)
-        return None if b"\0" in data else data.decode("utf-8")
-    except (OSError, UnicodeDecodeError, InputError):
-        return None
-
-
-def _our_metadata(path: Path) -> bool:
-    from harness.core.inputfiles import parse_json_bounded
-
-    text = _regular_text(path, MARKER_MAX_BYTES + 1)
-    if text is None or len(text) > MARKER_MAX_BYTES:
-        return False
-    try:
-        data = parse_json_bounded(text, str(path), 32)
-    except InputError:
-        return False
-    return isinstance(data, dict) and all(k in data for k in METADATA_KEYS) and isinstance(data["run"], dict)
-
-
-def _our_results(path: Path) -> bool:
-    import csv
-
-    from harness.core.schema import ResultRow
-    from harness.core.tables import check_header
-
-    text = _regular_text(path, 64 << 10)
-    if not text:
-        return False
-    try:
-        header = next(csv.reader([text.splitlines()[0]]))
-        check_header(path, header, ResultRow)
-    except (InputError, csv.Error, StopIteration):
-        return False
-    return True
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISLNK(mode):
-        return "a symlink"
-    return "not a regular file (a device, FIFO or socket)"
+def _unrecorded(folder: Path) -> list[str]:
+    """The run's files the marker does not list (someone else's), `report`'s own outputs aside."""
+    recorded = recorded_files(folder) or set()
+    return [name for name in written_files(folder) if name not in recorded and name not in REPORT_FILES]
 
 
 def _check_previous_run(out: Path) -> None:
@@ -124,8 +53,15 @@ def _check_previous_run(out: Path) -> None:
         wanted = stat.S_ISDIR if name in RUN_FOLDERS else stat.S_ISREG
         if not wanted(mode):
             raise InputError(
-                f"--out {out}: its {name} is {_kind(mode)}, not what a run leaves there; refusing to replace it"
+                f"--out {out}: its {name} is {kind_of(mode)}, not what a run leaves there; refusing to replace it"
             )
+    foreign = _unrecorded(out)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise InputError(
+            f"--out {out}: holds files the harness did not write ({shown}); refusing to replace it "
+            "(move them, or choose another folder)"
+        )
 
 
 def _overlaps(a: Path, b: Path) -> bool:
@@ -141,8 +77,7 @@ def _refuse_earlier_run(out: Path, entries: list[str]) -> None:
 
 
 def check_out(out: Path | None, cache_dir: Path, *, replace: bool = False) -> None:
-    """Everything that can be refused about ``--out`` before work starts: a folder holding an
-    earlier run unless ``replace``. Creates nothing (the probe file is removed at once)."""
+    """Everything about ``--out`` refused before work (an earlier run unless ``replace``); creates nothing."""
     if out is None:
         check_writable(Path("results"), "results folder")
         return
@@ -165,6 +100,9 @@ def check_out(out: Path | None, cache_dir: Path, *, replace: bool = False) -> No
             )
         if entries and not replace:
             _refuse_earlier_run(out, entries)
+        if entries:
+            check_writable(out, "--out")
+            _lock(out).release()  # a run writing there is said as such, not as its files
         _check_previous_run(out)
     check_writable(out, "--out")
 
@@ -178,8 +116,13 @@ class RunFolder:
     cleaned: tuple[str, ...] = ()
 
     def release(self) -> None:
+        """Record what the run wrote below its folders (what a later --replace may remove), unlock."""
         lock, self.lock = self.lock, None
         if lock is not None:
+            try:
+                write_marker(self.path, written_files(self.path))
+            except (OSError, InputError):
+                pass  # unrecorded files are refused by --replace, never removed
             lock.release()
 
 
@@ -219,30 +162,24 @@ def _lock(folder: Path) -> Any:
 
 
 def _clean(folder: Path) -> tuple[str, ...]:
-    """Remove what the previous run left (its files only), so nothing of it can be mistaken
-    for this run's results."""
+    """Remove the previous run's files (those its marker records, and `report`'s), nothing else."""
+    recorded = (recorded_files(folder) or set()) | set(REPORT_FILES)
     removed = []
-    for name in (*RUN_FILES, *RUN_FOLDERS):
-        path = folder / name
-        if not os.path.lexists(path):
-            continue
-        try:
-            if name in RUN_FOLDERS:
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-        except OSError as err:
-            raise InputError(
-                f"--out {folder}: cannot remove the previous run's {name} ({err.strerror or err})"
-            ) from None
-        removed.append(name)
-    return tuple(removed)
+    try:
+        for name in [f for f in written_files(folder) if f in recorded]:
+            os.unlink(folder / name)
+            removed.append(name.partition("/")[0])
+        for name in files_below(folder)[1]:
+            os.rmdir(folder / name)
+    except OSError as err:
+        what = f"--out {folder}: cannot remove the previous run's {err.filename}"
+        raise InputError(f"{what} ({err.strerror or err})") from None
+    return tuple(dict.fromkeys(removed))
 
 
 def claim(out: Path | None, prefix: str = "run", *, replace: bool = False) -> RunFolder:
-    """Create (or take) the run folder, lock it, and (``replace``) clean a previous run's files
-    out of it; `RunFolder.cleaned` names what went. Checked again under the lock: the folder
-    may have changed since `check_out`."""
+    """Create (or take) the run folder, lock it, check it again, mark it ours and (``replace``)
+    clean the previous run's files out of it (`RunFolder.cleaned`)."""
     if out is None:
         path = _unique_default(prefix)
     else:
@@ -260,6 +197,7 @@ def claim(out: Path | None, prefix: str = "run", *, replace: bool = False) -> Ru
             _refuse_earlier_run(path, sorted(entries))
         _check_previous_run(path)
         cleaned = _clean(path) if entries else ()
+        write_marker(path)
     except BaseException:
         lock.release()
         raise

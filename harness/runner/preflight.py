@@ -91,17 +91,16 @@ MAX_SHAPE_ELEMENTS = 2**48
 
 
 def check_shapes_allocatable(shapes: dict[str, list[int]], available: int) -> None:
-    """A --shape whose input cannot be allocated is refused now, not after the model was
-    externalised: each input takes at least one byte per element (and every worker holds its
-    own), so more elements than the available memory can never run."""
+    """A --shape whose input (a byte per element at least) cannot fit the available memory is
+    refused now, not after the model was externalised."""
     for name, dims in shapes.items():
         elements = math.prod(dims)
         if elements > MAX_SHAPE_ELEMENTS or elements > available * MEMORY_BUDGET_SHARE:
             from harness.core.units import fmt_bytes
 
             raise InputError(
-                f"--shape {name}={'x'.join(map(str, dims))}: an input of {elements:.4g} elements needs "
-                f"at least {fmt_bytes(elements)} (1 byte each) but {fmt_bytes(available)} is available"
+                f"--shape {name}={'x'.join(map(str, dims))}: an input of {min(elements, 10**300):.4g} elements needs "
+                f"at least {fmt_bytes(min(elements, 10**300))} (1 byte each) but {fmt_bytes(available)} is available"
             )
 
 
@@ -199,9 +198,8 @@ def check_workload(opts: RunOptions) -> None:
 
 
 def check_memory_limit(opts: RunOptions, available: int) -> list[str]:
-    """--memory-limit: a size between one worker's runtime floor and the machine's available
-    memory, and a container this OS and this user can make (`harness.runner.container`).
-    Returns the containers a killed run left behind, removed now."""
+    """--memory-limit between a worker's runtime floor and the available memory, in a container
+    this OS and user can make; returns the stale containers removed now."""
     if opts.memory_limit is None:
         return []
     from harness.core.units import fmt_bytes

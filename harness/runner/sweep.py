@@ -1,12 +1,6 @@
-"""`harness run`: plan the groups, run them, write results, summary and metadata.
-
-Data flows one way: options -> prepared model -> groups of workers -> `ResultRow`s ->
-`SummaryRow`s -> CSV files. The runner records facts only; what they mean (notes, gates,
-verdicts) is `harness.core`'s job, and the report is rendered by the command line after the
-run. results.csv and summary.csv are rewritten (atomically) after every group, and
-metadata.json says whether the run is "running", "complete" or "interrupted", so a partial run
-never looks complete.
-"""
+"""`harness run`: plan the groups, run them, write results, summary and metadata. The runner
+records facts only (`harness.core` says what they mean); the tables are rewritten atomically
+after every group and metadata.json says "running" until the end: a partial run never looks complete."""
 
 from __future__ import annotations
 
@@ -23,7 +17,7 @@ from pathlib import Path
 
 from harness.contract.options import RunOptions
 from harness.contract.spec import WorkerSettings
-from harness.core.errors import InputError, RunFailed, SpawnError
+from harness.core.errors import InputError, RunFailed, SpawnError, raise_if_interrupted
 from harness.core.files import write_json_atomic
 from harness.core.rundata import METADATA_JSON
 from harness.core.schema import FORMAT_VERSION, ResultRow, SummaryRow
@@ -245,9 +239,7 @@ def ran_with(opts: RunOptions, prepared: dict[str, Prepared]) -> RunOptions:
 
 
 def keep_logs(out: Path, prepared: dict[str, Prepared]) -> None:
-    """The preparation's logs (the QNN compiler's own output) into the run folder, ``logs/``:
-    they belong with the run, not on the user's terminal. Each is a new file (no link followed)
-    copied from a regular file (a log in the cache replaced by a FIFO is skipped, not waited on)."""
+    """The preparation's logs (the QNN compiler's) copied into ``logs/``: they belong with the run."""
     from harness.core.files import copy_file, make_folder
 
     for ready in prepared.values():
@@ -368,6 +360,7 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
         # a group, or one repeat's interleaved timing pass (a cold group is evicted before it
         # starts: interleaved groups could not all start cold, so a cold run times them one by one)
         for step in plan_steps(groups, interleave=starts_warm(opts)):
+            raise_if_interrupted()
             progress.step_started(done, len(groups), step)
             results = _run_step(opts, prepared, step, progress)
             for group, result in zip(step, results, strict=True):
@@ -376,6 +369,7 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
             progress.step_finished(done, len(groups), step, results)
             done += len(step)
             write_outputs(out, rows, system, meta(RunStatus.RUNNING))
+        raise_if_interrupted()
         status = RunStatus.COMPLETE
     except KeyboardInterrupt:
         status = RunStatus.INTERRUPTED

@@ -1,31 +1,10 @@
 """The timing pass (`run --sequential-timing`, always in `bench`): a group's N workers started
-one after another, each alone on the machine (issue 32).
-
-Why: with more workers than cores, the concurrent pass's workers wait for each other (4 on 2
-cores: each gets half a CPU), so its timings are contended by the harness's own rule and no
-timing gate can be judged there. Here worker i+1 is spawned only once worker i has reported
-ready (sessions created, first inference checked, ``--runs`` done), been released and been
-reaped: each starts with the machine to itself, the page cache as warm as in the concurrent
-pass. Nothing else runs: no control worker, no start-up peak watch, no system watch, no memory
-sample (memory is measured in the concurrent pass, with all N alive at the barrier).
-
-Contention stays measured, per worker, over its own life (spawn to ready): `foreign_cpus` is
-the CPU time the whole machine spent (every CPU's busy time, steal included) minus this
-worker's and this harness's own, per second of wall time. Other work on the machine shows
-there; the harness's previous groups do not (the 1-minute load average still counts them for a
-minute). `harness.core.composition.contention` calls a worker with less than one CPU to itself
-contended, as it calls one with under half a CPU of its measured work.
-
-Interleaved (issue 32): the timing-pass groups of one repeat and N (the target's mapped and
-heap groups, the peer's mapped group) run together, in rounds: round i starts worker i of each
-group, one after another, the mapped groups first and next to each other, swapped every other
-round (M P H, P M H, M P H, ...), the heap group last. The two figures a timing gate compares
-are then taken seconds apart, in the same state of the machine: a drift (the CPU's clock, a
-neighbour's load, what the previous group left behind) moves both, and their ratio, paired by
-round (`harness.core.timing`), cancels it. Run group after group, the peer's workers started
-some 8 s after the mapped ones, behind the heap group: per-repeat ratios spread 0.80..1.32 on
-a quiet 2-core machine.
-"""
+one after another, each alone (spawned once the previous one is ready, released and reaped), so
+timing gates are judged without the harness's own contention; no control, peak watch, system
+watch or memory sample, but under the group's memory limit. `foreign_cpus` is the machine's CPU
+time beyond this worker's and the harness's, per second of its life. The groups of one repeat
+and N run interleaved, round by round (mapped groups first, swapped every other round, heap
+last), so a drift moves both figures of a ratio alike (docs/running.md)."""
 
 from __future__ import annotations
 
@@ -38,6 +17,7 @@ from typing import Any
 from harness.contract.spawn import KillOnCloseJob
 from harness.core.passes import CONCURRENT, SEQUENTIAL
 from harness.core.vocab import Mode
+from harness.runner.container import close_limit, mark_limited, open_limit
 from harness.runner.group import (
     EventCallback,
     GroupResult,
@@ -167,15 +147,23 @@ def run_interleaved(groups: list[GroupSpec], on_event: StepEventCallback = None)
         group.workdir.mkdir(parents=True, exist_ok=True)
     job = KillOnCloseJob()
     timed = [_Timed() for _ in groups]
-    try:
+    limits: list[Any] = []
+    try:  # under the group's memory limit too: a pass outside it would time another deployment
+        limits += [open_limit(g.memory_limit_bytes) for g in groups]
         for round_index in range(max(g.processes for g in groups)):
             for k in round_order(groups, round_index):
                 if round_index < groups[k].processes:
-                    _time_one(groups[k], round_index, job, timed[k], _group_events(groups[k], on_event))
+                    events = _group_events(groups[k], on_event)
+                    _time_one(groups[k], round_index, job, timed[k], events, limits[k])
     finally:
         kill_all([w for t in timed for w in t.workers])
         job.close()
-    return [_result(group, t) for group, t in zip(groups, timed, strict=True)]
+        found = [close_limit(c) for c in limits]
+    results = [_result(group, t) for group, t in zip(groups, timed, strict=True)]
+    for result, outcome, t in zip(results, found, timed, strict=True):
+        if outcome is not None:
+            mark_limited(result.rows, outcome, {w.index for w in t.workers if w.timed_out})
+    return results
 
 
 @dataclass
@@ -187,11 +175,13 @@ class _Timed:
     seen: dict[int, Any] = field(default_factory=dict)
 
 
-def _time_one(group: GroupSpec, index: int, job: KillOnCloseJob, timed: _Timed, on_event: EventCallback) -> None:
-    """Worker ``index`` of ``group``, alone: spawn, ready, other processes' CPU over its life,
-    release, reap."""
+def _time_one(
+    group: GroupSpec, index: int, job: KillOnCloseJob, timed: _Timed, on_event: EventCallback, limit: Any = None
+) -> None:
+    """Worker ``index`` of ``group``, alone (in ``limit``, its container): spawn, ready, other
+    processes' CPU over its life, release, reap."""
     before = (machine_busy_s(), time.monotonic(), process_cpu_s_self())
-    w = _spawn(group, index, job)
+    w = _spawn(group, index, job, limit=limit)
     timed.workers.append(w)
     on_event(index, "starting", "")
     _wait_until_ready([w], group.worker_timeout_s, on_event)

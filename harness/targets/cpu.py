@@ -25,6 +25,7 @@ from .cpu_faults import (
     not_upstream,
     parse_fault,
     pipeline_options,
+    refuse_two_ways,
     silent_copy,
 )
 
@@ -212,6 +213,9 @@ class CpuTarget(Target):
             metavar="N",
         ),
     )
+
+    def check(self, opts) -> None:
+        refuse_two_ways(opts.target_options)
 
     def prepare(self, opts, progress) -> Prepared:
         from harness.prep.models import prepare_cpu_models  # the parent's: workers never prepare

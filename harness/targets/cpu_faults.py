@@ -1,11 +1,5 @@
-"""The cpu target's faults (`--fault`) and its opt-ins that are not upstream behaviour.
-
-Why a module of its own: the faults are the cpu target's model of what the QNN EP really does
-when a stage fails (onnxruntime-qnn cc7ec9e and 2.7.0, see docs/upstream.md), and the opt-ins
-are where the harness deliberately does better than the EP; both are read by the target (to
-build each session's `FaultPlan` and `load_context` arguments) and by its notes (to label
-figures that are not upstream behaviour), so they are defined once, here.
-"""
+"""The cpu target's faults (`--fault`: its model of what the QNN EP does when a stage fails,
+docs/upstream.md) and its opt-ins that are not upstream behaviour, read by the target and its notes."""
 
 from __future__ import annotations
 
@@ -59,6 +53,20 @@ def parse_fault(text: str) -> tuple[str, int | str | bool]:
     if not (count.isascii() and count.isdigit()):
         raise ValueError("K must be a whole number >= 0")
     return stage, int(count)
+
+
+def refuse_two_ways(given: dict) -> None:
+    """--map-failures K is --fault map=K, register=K and register@K both say which registrations
+    fail: both ways given is a mistake, never "the last one wins"."""
+    from harness.core.errors import InputError
+
+    faults = given.get("fault") or {}
+    pairs = [(given.get("map_failures"), "map", "--map-failures {}", "--fault map={}")]
+    pairs.append((faults.get("register_at"), "register", "--fault register@{}", "--fault register={}"))
+    for value, stage, one, other in pairs:
+        if value is not None and stage in faults:
+            what = f"{one.format(value)} and {other.format(faults[stage])}"
+            raise InputError(f"{what}: one fault given two ways; give it once")
 
 
 def fault_plan(options: dict):

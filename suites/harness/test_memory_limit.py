@@ -58,7 +58,7 @@ def _start(args: list[str], cwd: Path, model_cache: Path, **popen) -> subprocess
 
 def _theirs(hierarchy: _cgroup.Hierarchy, pid: int) -> list[Path]:
     """The cgroups a harness of this pid made (its tag starts with its pid)."""
-    return _cgroup.ours(hierarchy.parent, f"{_cgroup.PREFIX}{pid}-")
+    return _cgroup.ours(hierarchy.parent, f"{_cgroup.PREFIX}{_cgroup.pid_namespace()}-{pid}-")
 
 
 def _rows(out: Path) -> list[dict[str, str]]:
@@ -73,12 +73,13 @@ def limited_run(model_cache, tmp_path_factory):
     start time another: not us), a process still in it."""
     hierarchy = _hierarchy()
     folder = tmp_path_factory.mktemp("limited")
-    stale = hierarchy.parent / f"{_cgroup.PREFIX}{os.getpid()}-1-g1"
+    stale = hierarchy.parent / f"{_cgroup.PREFIX}{_cgroup.pid_namespace()}-{os.getpid()}-1-g1"
     stale.mkdir()
     sleeper = subprocess.Popen(["sleep", "600"])
     try:
         (stale / "cgroup.procs").write_text(str(sleeper.pid))
         args = ["run", "--model-size", WEIGHTS, "--processes", "3", "--memory-limit", LIMIT, "--no-report"]
+        args.append("--sequential-timing")  # its workers, one at a time, under the limit too
         proc = _start([*args, "--out", str(folder / "run")], folder, model_cache)
         code = proc.wait(timeout=600)
         sleeper_code = sleeper.wait(timeout=WAIT_S)
@@ -103,7 +104,8 @@ def test_heap_workers_ended_by_the_limit_mapped_workers_pass(limited_run):
         assert row["error"].startswith("out of memory at the limit (256.0 MiB): "), row["error"]
         assert row["exit_code"] == str(-signal.SIGKILL)
     assert all(r["output_ok"] == "True" and r["oom_killed"] == "False" for r in mapped), mapped
-    assert {r["memory_limit_bytes"] for r in rows} == {str(256 * MIB)}
+    assert {r["start"] for r in rows} == {"concurrent", "sequential"}
+    assert {r["memory_limit_bytes"] for r in rows} == {str(256 * MIB)}  # the timing pass's rows too
     assert all(0 < int(r["container_peak_bytes"]) <= 256 * MIB for r in rows)
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["run"]["memory_limit_bytes"] == 256 * MIB

@@ -265,8 +265,9 @@ def test_report_dir_never_empties_a_runs_folder_it_did_not_write(project, tmp_pa
         ("--fmw-processes", "2000", "--fmw-processes 2000: at most 1024"),
         ("--fmw-processes", "1,x", "--fmw-processes '1,x': expected a list like 1,2,4,8"),
         ("--fmw-target", "gpu", "--fmw-target gpu: choose from cpu, ort-native, qnn"),
+        ("--fmw-model-size", "9" * 400 + "MiB", "is absurd: more than 8 EiB"),
     ],
-    ids=["below-one-layer", "above-the-bound", "too-many-processes", "not-a-list", "unknown-target"],
+    ids=["below-one-layer", "above-the-bound", "too-many-processes", "not-a-list", "unknown-target", "400-digits"],
 )
 def test_options_are_checked_as_run_checks_them(project, option, value, expected):
     """The plugin parses its run options with ``run``'s own types and bounds (one declaration):
@@ -277,3 +278,21 @@ def test_options_are_checked_as_run_checks_them(project, option, value, expected
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
     assert len(errors) == 1 and expected in errors[0], result.stderr.str()
     assert "Traceback" not in result.stderr.str() and "passed" not in result.stdout.str()
+
+
+@pytest.mark.parametrize("where", ["root", "cache", "inside-cache", "cache-under-runs"])
+def test_report_dir_is_never_the_root_or_the_model_cache(project, monkeypatch, tmp_path, where):
+    """The plugin empties DIR/runs/: `/`, the model cache, a folder inside it, or a DIR whose
+    runs/ holds the cache are refused before the session (issue 42: they were accepted)."""
+    cache = tmp_path / "cache"
+    if where == "cache-under-runs":
+        cache = tmp_path / "dir" / "runs"
+    cache.mkdir(parents=True)
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(cache))
+    chosen = {"root": Path("/"), "cache": cache, "inside-cache": cache / "x", "cache-under-runs": tmp_path / "dir"}
+    project.makepyfile(test_ok="def test_ok():\n    pass\n")
+    result = run_pytest(project, "--fmw-report-dir", str(chosen[where]))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
+    errors = [line for line in result.stderr.str().splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1 and "--fmw-report-dir" in errors[0], result.stderr.str()
+    assert "passed" not in result.stdout.str() and list(cache.iterdir()) == []

@@ -114,6 +114,10 @@ def test_a_seal_sees_each_kind_of_change(tmp_path):
         change()
         (reason,) = broken(sealed)
         assert expected in reason, reason
+    path.unlink()
+    unsealed = seals([path])  # a file that could not be read before the group is not called "replaced"
+    path.write_bytes(b"back")
+    assert broken(unsealed) == ["w.bin could not be read before the group: whether it changed cannot be told"]
 
 
 def _same_size_same_mtime(path: Path) -> None:

@@ -200,3 +200,57 @@ def test_long_ort_work_of_the_preparation_is_interruptible(model_cache, tmp_path
         assert not alive, "the ORT child outlived the harness"
     finally:
         stop(proc)
+
+
+@pytest.mark.parametrize("gap_s", [0.0, 0.02, 0.05], ids=["together", "20ms", "50ms"])
+def test_two_sigterms_still_end_the_run_interrupted(model_cache, tmp_path, gap_s):
+    """A second SIGTERM (a supervisor that insists) lands while the first one's interruption
+    writes the run's files: ignored, so metadata.json still says "interrupted" (issue 42:
+    50 ms apart it was left "running"). One that lands once the interpreter is finalizing ends
+    it by SIGTERM: its files are written by then."""
+    out = tmp_path / "run"
+    proc = _start(out, model_cache, "300")
+    try:
+        wait_for((out / "workers" / "cpu-mapped-n2-r0" / "w1.ready.json").exists, 60, "worker 1 ready", proc)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(gap_s)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        stop(proc)
+    assert proc.returncode in (130, -signal.SIGTERM), stderr
+    assert "Traceback" not in stderr
+    assert metadata(out)["status"] == "interrupted"
+    assert_no_survivors(out)
+
+
+SWALLOWED = """
+import os, signal, time
+from harness.cli import _interrupt_on_sigterm
+from harness.core.errors import raise_if_interrupted
+_interrupt_on_sigterm()
+class Slow:
+    def __del__(self):  # the handler runs in here: its KeyboardInterrupt is printed and dropped
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)
+Slow()
+print("survived", flush=True)
+try:
+    raise_if_interrupted()
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def test_a_sigterm_swallowed_where_it_landed_is_raised_again_at_the_next_step():
+    """A SIGTERM whose KeyboardInterrupt lands in a ``__del__`` is dropped by Python ("Exception
+    ignored"): the request is kept and the run's next step raises it (issue 42: a SIGTERM at a
+    group's start was lost once and the run completed)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    proc = subprocess.run([sys.executable, "-c", SWALLOWED], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["survived", "interrupted"], proc.stdout + proc.stderr
+    assert "Exception ignored" in proc.stderr

@@ -17,7 +17,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from rel_support import char_device_like_dev_null, one_line_error, run_args, run_quick
+from rel_support import char_device_like_dev_null, one_line_error, record_as_written, run_args, run_quick
 
 #: One xdist worker runs this module: its module fixtures (a run, a cache, an install) are made
 #: once, not once on each worker (docs/testing.md).
@@ -191,6 +191,7 @@ def test_reused_out_drops_the_previous_runs_logs_and_never_writes_through_a_syml
     shutil.copytree(a_run, out, ignore=shutil.ignore_patterns(".harness.lock"))
     (out / "logs").mkdir()
     (out / "logs" / "old-compile.log").write_text("a previous run's log\n")
+    record_as_written(out, "logs/old-compile.log")
     args = run_args("--replace", modes="mapped", out=out)
     proc = run_quick(args, model_cache, timeout=120)
     assert proc.returncode == 0, proc.stderr

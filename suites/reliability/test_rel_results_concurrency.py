@@ -23,7 +23,16 @@ import textwrap
 import time
 
 import pytest
-from rel_support import metadata, run_args, run_quick, start_harness, start_hung_run, stop, wait_for
+from rel_support import (
+    metadata,
+    record_as_written,
+    run_args,
+    run_quick,
+    start_harness,
+    start_hung_run,
+    stop,
+    wait_for,
+)
 
 from conftest import ROOT, harness_env
 
@@ -132,6 +141,7 @@ def test_reused_out_holds_only_the_new_runs_files(model_cache, tmp_path):
     # what a previous qnn run leaves: its compiler's log, copied into logs/
     (out / "logs").mkdir()
     (out / "logs" / "model-htp-compile.log").write_text("a previous run's QNN compile log")
+    record_as_written(out, "logs/model-htp-compile.log")
     started = metadata(out)["run"]["started"]
     time.sleep(1.1)  # a different start second, so the metadata tells the runs apart
     second = run_quick(run_args("--replace", modes="mapped", out=out), model_cache)

@@ -136,7 +136,7 @@ def test_history_that_is_one_of_the_runs_own_files_is_refused(run_harness, tmp_p
         tmp_path,
         "--history",
         str(out / "results.csv"),
-        expected=["--history", "is one of the files this run writes"],
+        expected=["--history", "is one of the run's own files"],
     )
 
 
