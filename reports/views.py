@@ -14,6 +14,7 @@ from harness.core.gates import GateResult
 from harness.core.headline import headline_sentence, per_n, target_version_labels, versions
 from harness.core.metrics import FAIR, FAIR_BY_KEY, FIGURES
 from harness.core.notes import Note
+from harness.core.passes import memory_view
 from harness.core.rundata import RunData
 from harness.core.schema import ResultRow, SummaryRow, column_docs
 from harness.core.summary import headline_pairs, largest_groups, median, row_ok, sessions_of, system_delta_reliable
@@ -323,6 +324,10 @@ def build_run_view(
         charts.per_worker_bars(run.results),
         peak_vs_steady(run.results),
     ]
+    if any(r.ttft_s is not None for r in run.results):
+        own = [s for s in memory_view(run.summary) if s.target == run.target]
+        pair = next((p for p in headline_pairs(own) if p[0].complete and p[1].complete), ())
+        chart_list.append(charts.token_latency(run.folder, pair))
     if trend_points is not None:
         chart_list.append(charts.ratio_trend(trend_points))
     weights, sessions = projection_for(run, project_to)

@@ -97,6 +97,7 @@ def ratio_metric(figure: Figure, foreign: str = "") -> Metric:
         "ratio",
         lambda m, h: ratio(getattr(m, column), getattr(h, column)),
         _kind(figure),
+        not figure.higher_is_better,  # a rate's ratio (tokens/s): higher is better
         regression=figure.ratio_regression,
         summary=lambda pairs: median_ratio(pairs, column),
         foreign=foreign,

@@ -64,7 +64,7 @@ from .passes import LABELS, SEQUENTIAL, contention, contention_text, memory_view
 from .schema import SummaryRow
 from .summary import complete_pair, median, median_ratio, pair_ratio, paired, sessions_of, timing_pairs
 from .timing import spread_text, timing_rounds, timing_spread
-from .units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
+from .units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds, fmt_value
 from .vocab import FeatureStatus, Mode
 
 HEADLINE_JSON = "headline.json"
@@ -198,7 +198,10 @@ def headline_sentence(judgement: Any) -> str:
     start_m, start_h = timed[Mode.MAPPED]["startup_s_median"], timed[Mode.HEAP]["startup_s_median"]
     if start_m is not None and start_h is not None:  # mapped pages are faulted in by the first run
         times += f", {fmt_seconds(start_m)} vs {fmt_seconds(start_h)} init + first inference"
+    spreads = timing_spread(run.summary, timing_rounds(run))
+    tokens = _tokens_text(timed, spreads)
     if feature.state not in (FeatureStatus.ACTIVE, FeatureStatus.PARTIAL):
+        times += tokens
         memory = (
             f"mapped and heap mode measured {fmt_bytes(top[Mode.MAPPED][column])} vs "
             f"{fmt_bytes(top[Mode.HEAP][column])} summed {label}"
@@ -210,7 +213,7 @@ def headline_sentence(judgement: Any) -> str:
             f"no measurement of its saving.{busy} {verdict}."
         )
     memory = _saving_text(top, run.weights_bytes, label, column, run.gathered_weights_bytes)
-    init = started + _init_text(timed, times, timing_spread(run.summary, timing_rounds(run)).get("init_ratio"))
+    init = started + _init_text(timed, times, spreads.get("init_ratio")) + tokens
     if contention_text(judgement):  # memory leads; a factor timed on a contended machine is only indicative
         init = f"indicatively (timed on a contended machine), {init}"
     return f"{where}, {memory}, and {init}.{busy} {tail}"
@@ -283,6 +286,17 @@ def _saving_text(
             f"{fmt_bytes(explained)}): {beyond_sharing(top, weights_bytes, gathered)}"
         )
     return memory + still_copied(top, weights_bytes)
+
+
+def _tokens_text(top: dict[str, Any], spreads: dict[str, Any]) -> str:
+    """The generate workload's clause: each `Figure.sentence` figure mapped vs heap, its ratio and spread."""
+    parts = [
+        f"{f.name} {fmt_value(top[Mode.MAPPED][f.column], f.unit)} vs {fmt_value(top[Mode.HEAP][f.column], f.unit)}"
+        f" (ratio {fmt_ratio(top['ratios'][f.ratio])}, {spread_text(spreads.get(f.ratio))})"
+        for f in FIGURES
+        if f.sentence and top["ratios"].get(f.ratio) is not None
+    ]
+    return f"; mapped vs heap, {', '.join(parts)}" if parts else ""
 
 
 def _init_text(top: dict[str, Any], times: str, spread: dict | None = None) -> str:

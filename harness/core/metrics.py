@@ -45,6 +45,7 @@ class Figure:
     ratio_regression: bool = False  # a worse ratio is a regression (the mapped figure's always is)
     once: bool = False  # the same in both modes (the control worker): compared once, by its stem
     always: bool = False  # every run measures it: --baseline lists it even when neither run has it
+    sentence: bool = False  # the run's sentence names it mapped vs heap, with its ratio's spread, when measured
     systems: frozenset[str] = ALL_SYSTEMS  # the systems that can measure it
 
     @property
@@ -165,11 +166,13 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "ttft_s_median", "median time to first token", "TTFT", "ttft_s", ratio="ttft_ratio", terminal="median TTFT",
         hint="prefill and its token (--workload generate)", compare="ttft", compare_ratio=True, ratio_regression=True,
+        sentence=True,
     ),
     Figure(
         "decode_tokens_per_s_median", "decode tokens/s", source="decode_tokens_per_s", ratio="decode_throughput_ratio",
         terminal="decode tokens/s", hint="tokens after the first over their decode steps' time",
-        higher_is_better=True, compare="decode_tokens_per_s", compare_ratio=True,
+        higher_is_better=True, compare="decode_tokens_per_s", compare_ratio=True, ratio_regression=True,
+        sentence=True,
     ),
     Figure(
         "token_latency_p50_s_median", "token latency p50", source="token_latency_p50_s",

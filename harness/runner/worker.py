@@ -186,6 +186,7 @@ def run_generate(target, live, models, record: WorkerRecord, settings: WorkerSet
     live.keepalive.extend(r.kv for r in runs)
     record.first_run_s, record.ttft_s = runs[0].ttft_s, median(r.ttft_s for r in runs)
     record.kv_cache_bytes = sum(r.kv_bytes for r in runs)
+    record.token_latencies_s = [r.step_s for r in runs]
     record.generated_tokens = " ".join(map(str, runs[0].ids))
     wrong = [r.ids for r in runs if r.ids != settings.expected_ids]
     record.tokens_ok = record.output_ok = isinstance(target, ControlTarget) or not wrong
