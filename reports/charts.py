@@ -1,4 +1,4 @@
-"""The report's four charts as inline SVG strings, built from schema rows.
+"""The report's charts as inline SVG strings, built from schema rows (and the workers' records).
 
 Each builder returns a `Chart`: the SVG, a caption saying how to read it, or — when the run
 cannot support the chart (one N, one mode, no history) — the reason it is absent, so the
@@ -54,6 +54,10 @@ def _mode_order(modes: Iterable[str]) -> list[str]:
     return sorted(set(modes), key=lambda m: (MODES.index(m) if m in MODES else 9, m))
 
 
+def _mode_legend(canvas: Canvas, x: float, y: float, modes: list[str]) -> None:
+    legend(canvas, x, y, [(m, mode_style(m)["color"], mode_style(m)["dash"], mode_style(m)["marker"]) for m in modes])
+
+
 def _overlap(a: dict[int, list[int]] | None, b: dict[int, list[int]] | None) -> bool:
     """True when two series agree within 3% at every common N (one line hides the other)."""
     common = sorted(set(a or {}) & set(b or {}))
@@ -93,12 +97,7 @@ def memory_vs_n(summary: Sequence[SummaryRow]) -> Chart:
     panel = _Panel(canvas, yscale, ticks, xs, div, unit, top_px, bottom, panel_w)
     for index, (metric, label) in enumerate(MEMORY_METRICS):
         _memory_panel(panel, left + index * (panel_w + gap), index, metric, label, series, modes)
-    legend(
-        canvas,
-        left,
-        height - 12,
-        [(m, mode_style(m)["color"], mode_style(m)["dash"], mode_style(m)["marker"]) for m in modes],
-    )
+    _mode_legend(canvas, left, height - 12, modes)
     caption = (
         f"Median over repeats; {unit}. With mapped weights USS and PSS grow by the "
         "per-process overhead only, heap grows by a full copy of the weights per process; "
@@ -379,8 +378,7 @@ def ratio_trend(points: Sequence[dict]) -> Chart:
 
 
 def token_steps(folder: Path, row: SummaryRow) -> list[list[float]]:
-    """Each session's decode-step times as the group's workers recorded them (their result
-    files, read bounded and only inside ``folder``); [] where absent or not a list of times."""
+    """Each session's decode-step times from its group's worker records (bounded, inside ``folder`` only)."""
     from harness.core.errors import InputError
     from harness.core.files import contained_file
     from harness.core.rundata import read_run_json
@@ -389,9 +387,8 @@ def token_steps(folder: Path, row: SummaryRow) -> list[list[float]]:
     sessions: list[list[float]] = []
     for index in range(min(int(row.processes or 0), 1024)):
         try:
-            record = read_run_json(
-                contained_file(folder, f"{group}/w{index}.result.json", str(folder), "a worker file")
-            )
+            path = contained_file(folder, f"{group}/w{index}.result.json", str(folder), "a worker file")
+            record = read_run_json(path)
         except InputError:
             continue
         steps = record.get("token_latencies_s") if isinstance(record, dict) else None
@@ -413,8 +410,9 @@ def token_latency(folder: Path, pair: Sequence[SummaryRow]) -> Chart:
     if len(series) < 2:
         return Chart(title, None, missing="needs the decode steps of a mapped and a heap group (--workload generate)")
     modes = _mode_order(series)
-    div, unit = time_unit(max(max(v) for v in series.values()))
-    ticks = nice_ticks(0, max(max(v) for v in series.values()) / div)
+    top = max(max(v) for v in series.values())
+    div, unit = time_unit(top)
+    ticks = nice_ticks(0, top / div)
     width, height, left, top_px, bottom = 980, 330, 70, 30, 250
     count = max(map(len, series.values()))
     canvas = Canvas(width, height, title, "Lines: one per mode; x: the decode step (token 2 onwards).")
@@ -425,22 +423,11 @@ def token_latency(folder: Path, pair: Sequence[SummaryRow]) -> Chart:
         style = mode_style(mode)
         points = [(xscale(i + 2), yscale(v / div)) for i, v in enumerate(series[mode])]
         canvas.polyline(points, color=style["color"], dash=style["dash"])
-        for i, (x, y) in enumerate(points):
-            canvas.marker(
-                x,
-                y,
-                style["marker"],
-                style["color"],
-                tip=f"{mode} token {i + 2}: {fmt_tick(series[mode][i] / div)} {unit}",
-            )
+        for i, ((x, y), v) in enumerate(zip(points, series[mode], strict=True)):
+            canvas.marker(x, y, style["marker"], style["color"], tip=f"{mode} token {i + 2}: {v / div:.4g} {unit}")
     for i in range(count):
         canvas.text(xscale(i + 2), bottom + 16, str(i + 2), anchor="middle", size=10)
-    legend(
-        canvas,
-        left,
-        height - 12,
-        [(m, mode_style(m)["color"], mode_style(m)["dash"], mode_style(m)["marker"]) for m in modes],
-    )
+    _mode_legend(canvas, left, height - 12, modes)
     row = pair[0]
     caption = (
         f"N={row.processes} x M={row.sessions_per_process}, repeat {row.repeat}: each point is the median over every "

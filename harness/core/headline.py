@@ -7,46 +7,7 @@ measured with. `headline_document` builds it from the run's one `Judgement`, so 
 disagree with the terminal or report.html. The command line writes it next to the run's
 tables (``harness run``, ``harness bench``).
 
-Format (``format_version`` 1; keys are only ever added within a version):
-
-- ``format_version`` (int), ``kind`` ("run" | "bench"), ``run_id``, ``target``, ``peer``,
-  ``status`` (complete | running | interrupted | unknown), ``started``, ``duration_s``;
-- ``verdict`` (pass | fail | incomplete), ``reasons`` (why not pass), ``feature``
-  ({``state``: active | partial | unavailable | disabled | option-ignored | ep-error | unknown |
-  not-measured, ``text``}),
-  ``sentence`` (the plain-language summary the report opens with);
-- ``model``, ``weights_bytes`` (tensor bytes), ``weights_file_bytes`` (the files the heap path
-  copies: tensors plus alignment padding), ``labels`` ({KEY: VALUE} given with --label);
-- ``contention``: {``contended_groups``, ``groups``, ``load_avg_max``, ``cpu_share_min``}: how
-  busy the machine was while the timings were taken (timing gates read "contended" then);
-- ``headline``: the gate metrics at the largest N x M measured in both modes (medians over
-  repeats), e.g. ``mapped_pss_ratio``, ``init_ratio``, ``processes``, ``sessions``;
-- ``per_n``: one entry per (N, M) measured in both modes, in N order: ``processes``,
-  ``sessions_per_process``, ``sessions``, ``repeats`` (complete pairs: the only ones the
-  figures come from), ``incomplete_repeats``, ``mapped`` and ``heap`` ({SummaryRow
-  figure: median over repeats}, bytes and seconds, incl. ``copied_bytes_median``,
-  ``mapped_resident_bytes_median``, ``runtime_bytes``), ``ratios`` ({metric: the ratio of the
-  two medians, `median_ratio`: the factor the sentence prints}), ``ratio_range`` ({metric:
-  [min, max] of the per-repeat ratios: their spread}),
-  ``saving`` ({``metric``: "pss" | "private", ``bytes``: heap - mapped, ``fraction``:
-  1 - mapped/heap});
-- ``timing_spread``: {timing metric: {``repeats``, ``min``, ``max``, ``interval`` ([low, high],
-  the 95 % interval of the ratio over repeats; null below 2)}} at the headline's N x M: no
-  timing figure goes without its spread;
-- ``latency``: at the headline's first complete pair: ``processes``, ``sessions_per_process``,
-  ``repeat``, ``runs``, ``warmup``, ``concurrency``, ``page_cache``, and per mode (``mapped``,
-  ``heap``) ``mean``, ``stdev``, ``min``, ``p50``, ``p90``, ``p95``, ``p99``, ``max`` (s),
-  ``inferences_per_s``, ``init_s``, ``first_run_s``, ``init_plus_first_run_s`` and
-  ``first_run_penalty_s`` (first inference minus the steady p50); null without a pair;
-- ``fits``: ``sentence`` ("with heap, 2 sessions of this model fit this machine's commit
-  limit; mapped, 11 fit"), ``modes`` ({mode: ``bound``, ``headroom_bytes``,
-  ``peak_per_worker_bytes``, ``sessions_fit``}) and ``assumptions``; null without a pair;
-- ``gates``: [{``expr``, ``status`` (pass | fail | skip | inconclusive), ``value``, ``interval``
-  ([low, high]: a timing gate's 95 % interval over its repeats, else null), ``repeats`` (the
-  repeats a timing gate was judged on, else null), ``reason``, ``why``};
-- ``versions``: {``onnxruntime``, each target's own keys (``Target.version_keys``: the qnn
-  target's ``onnxruntime_qnn``, ``qnn_sdk``), ``python``, ``os``, ``cpu``, ``commit``} (null
-  where unknown), plus ``system``, ``arch``, ``hostname``.
+Its format (``format_version`` 1; keys are only ever added within a version): docs/results.md.
 """
 
 from __future__ import annotations
@@ -89,11 +50,8 @@ COPIED_SLACK_SHARE = 0.05
 
 
 def per_n(summary: Sequence[SummaryRow], target: str, view=memory_view) -> list[dict[str, Any]]:
-    """Mapped and heap side by side at every (N, M) ``target`` measured in both modes, from its
-    complete pairs only (a group with a dead or unsampled worker has no figures that compare;
-    ``incomplete_repeats`` counts those left out), as the gates see them; a system delta within
-    its noise has no ratio. ``view``: the pass (`passes`): the concurrent one by default, whose
-    memory figures these are; `timing_view` for the timing pass's times."""
+    """Mapped and heap at every (N, M) measured in both, from complete pairs only, as the gates
+    see them; ``view``: the pass (`passes`; `timing_view` for the timing pass's times)."""
     by_size: dict[tuple[int, int], list[tuple[SummaryRow, SummaryRow]]] = defaultdict(list)
     for mapped, heap in paired(s for s in view(summary) if s.target == target):
         by_size[(mapped.processes, mapped.sessions_per_process)].append((mapped, heap))
@@ -143,10 +101,8 @@ MAX_TARGET_VERSION_KEYS = 32
 
 
 def target_version_labels(env: dict[str, Any]) -> dict[str, str]:
-    """A run's target version keys and what reports call them, as its metadata recorded them
-    (``env["version_labels"]``: every target's `Target.version_keys`, written by the runner), so
-    core and reports never import the targets. A run recorded before that: its other env keys,
-    each its own label. Untrusted: identifier keys only, a bounded number, short labels."""
+    """A run's target version keys -> labels from its metadata (no target import); untrusted:
+    identifier keys only, a bounded number, short labels (an older run: its other env keys)."""
     recorded = env.get("version_labels")
     if isinstance(recorded, dict):
         pairs = [(str(k), str(v)[:60]) for k, v in recorded.items()]
@@ -167,9 +123,8 @@ def versions(env: dict[str, Any]) -> dict[str, Any]:
 
 
 def headline_sentence(judgement: Any) -> str:
-    """One plain sentence: the saving at the largest N (absolute and %), the init speed-up, the
-    verdict and whether file mapping was really exercised (when it was not, the figures are
-    stated as measurements of one path, never as a saving)."""
+    """One plain sentence: the saving at the largest N, the speed-ups, the verdict, and whether
+    file mapping was exercised (if not, no saving is claimed)."""
     run = judgement.run
     entries = per_n(run.summary, run.target)
     feature = judgement.feature
@@ -220,8 +175,7 @@ def headline_sentence(judgement: Any) -> str:
 
 
 def timing_entry(summary: Sequence[SummaryRow], target: str, top: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """(the `per_n` entry the init times are quoted from, the words naming its pass): the
-    timing pass's at the headline's N x M when the run has one, else ``top`` itself."""
+    """(the `per_n` entry the times are quoted from: the timing pass's if any, else ``top``; its pass in words)."""
     if timing_start(summary) != SEQUENTIAL:
         return top, ""
     size = (top["processes"], top["sessions_per_process"])
@@ -234,10 +188,8 @@ def timing_entry(summary: Sequence[SummaryRow], target: str, top: dict[str, Any]
 
 
 def beyond_sharing(top: dict[str, Any], weights: int, gathered: int | None = None) -> str:
-    """Why a saving exceeds what sharing explains, from the memory split: the heap path copies
-    every byte, a mapped worker has only the pages its inferences touched; when the untouched
-    part can be embedding tables (``gathered``: bytes read through Gather), that the inputs
-    index few of their rows."""
+    """Why a saving exceeds what sharing explains: mapped workers hold only the pages they
+    touched (``gathered``: embedding bytes read through Gather, whose rows the inputs index)."""
     resident = top[Mode.MAPPED].get("mapped_resident_bytes_median")
     if resident is None or not weights:
         return "the rest is other memory the two modes use differently"
@@ -300,9 +252,7 @@ def _tokens_text(top: dict[str, Any], spreads: dict[str, Any]) -> str:
 
 
 def _init_text(top: dict[str, Any], times: str, spread: dict | None = None) -> str:
-    """The init clause: the ratio of the two median times it prints (`median_ratio`, as the
-    init_ratio gates judge it), with its spread over repeats (``spread``: `timing_spread`'s
-    entry for init_ratio)."""
+    """The init clause: the ratio of the two medians it prints, with its spread over repeats."""
     init_ratio = top["ratios"].get("init_ratio")
     if not init_ratio:
         return "init time was not measured"
@@ -316,9 +266,7 @@ def _init_text(top: dict[str, Any], times: str, spread: dict | None = None) -> s
 
 
 def startup_documents(run: Any) -> dict[str, Any]:
-    """headline.json's ``latency`` (percentiles, inferences/s, init, first inference and init +
-    first inference per mode) and ``fits`` (how many sessions fit this machine at the start-up
-    peak) keys, from the headline's first complete pair (None: no complete pair)."""
+    """headline.json's ``latency`` and ``fits`` keys, from the headline's first complete pair."""
     from .capacity import measured_for
     from .fits import fits, fits_document
     from .latency import headline_latency
@@ -410,9 +358,7 @@ def _bounds(number: str, unit: str) -> tuple[float, float]:
 
 
 def factor_problem(sentence: str) -> str:
-    """Why the speed-up factor of ``sentence`` is not the ratio of the two times it prints
-    ("" when it is, or states none): one definition of every factor, checked on every run the
-    test suites make (`harness.pytest_plugin`)."""
+    """Why the factor of ``sentence`` is not the ratio of the times it prints ("": it is)."""
     match = _FACTOR.search(sentence)
     if not match:
         return ""

@@ -1,10 +1,5 @@
-"""Every figure of a group declared once: the terminal table, summary.csv, headline.json, the
-gates, the report, the history, ``--baseline`` and docs/gates.md's table are derived from it.
-
-A `Figure` is a `SummaryRow` column (its dtype, unit and meaning stay in `schema`) plus all a
-reader of it needs: how a group aggregates it from worker rows, its mapped/heap ratio (a gate
-metric), its labels, whether physics keeps it above 0, how ``--baseline`` compares it and which
-systems measure it. A new figure: its columns in `schema`, one `Figure` in `FIGURES`.
+"""Every figure of a group declared once (a `Figure`): the terminal table, summary.csv,
+headline.json, the sentence, gates, report, history, ``--baseline`` and docs/gates.md derive from it.
 """
 
 from __future__ import annotations

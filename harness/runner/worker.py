@@ -54,9 +54,7 @@ def parent_alive(pid: int, create_time: float) -> bool:
 
 
 def exit_with_parent(spec: WorkerSpec, poll_s: float = PARENT_POLL_S) -> None:
-    """End this worker as soon as the harness named in the spec is gone (SIGKILL, the OOM
-    killer, a crash): the parent's cleanup never runs then, and a worker would otherwise hold
-    its memory forever. If the parent died before we got here, exit now."""
+    """End this worker once its parent is gone (killed, crashed): else it holds its memory forever."""
     if not spec.parent_pid:
         return  # started by hand (debugging): nobody to watch
     set_parent_death_signal()
@@ -127,12 +125,8 @@ def _error_text(err: BaseException) -> str:
 
 
 def run_and_check(target, live, models, record: WorkerRecord, settings: WorkerSettings) -> tuple | None:
-    """First inference of every model in session group 0 (timed, checked against each model's
-    reference), then ``warmup`` untimed and ``runs`` timed passes over all of them (on
-    ``concurrency`` threads) for the latency figures (`harness.core.latency`). The start-up
-    peak's sampling stops after the first inference: the timed runs are steady state. Returns
-    the timed runs raw (samples, wall): their statistics are computed after the sample
-    (`record_latency`), so the observer leaves no trace."""
+    """First inference (timed, checked), then the warm-up and timed runs; returns the timed runs
+    raw: their statistics come after the memory sample (`record_latency`), leaving no trace."""
     from harness.core.latency import timed_runs
     from harness.prep.reference import load_reference
     from harness.runner import peak
@@ -213,9 +207,7 @@ def _own_memory():
 
 
 def _checked(target, got: list, feeds: dict, reference: dict, model) -> tuple[bool, str]:
-    """The target's output check, unless the reference cannot verify the weights at all (NaN
-    or infinite feeds, an output with no finite value: a cache entry changed since it was
-    made, which the preparation would have refused): then "inconclusive", never a pass."""
+    """The target's output check; "inconclusive", never a pass, when non-finite feeds or outputs cannot verify it."""
     from harness.prep.outputs import nonfinite_problem
     from harness.runner.control import ControlTarget
 
@@ -261,10 +253,8 @@ def mapped_resident_bytes(folder: Path) -> int | None:
 
 
 def drop_weight_pages(live) -> None:
-    """Reliability suites only ("drop-weight-pages"): hand every page of the sessions' weights
-    back to the kernel (MADV_DONTNEED), after the worker measured what it holds and before it
-    reports ready: the parent then samples a process whose memory really lacks what its mode
-    must hold, and must call the sample implausible."""
+    """Reliability suites only: MADV_DONTNEED the weights before ready, so the parent's sample
+    lacks what the mode must hold and must be called implausible."""
     import ctypes
     import mmap
 
@@ -286,12 +276,8 @@ def drop_weight_pages(live) -> None:
 
 
 def quiet_collector() -> None:
-    """Collect the worker's own start-up garbage (interpreter, imports, spec) and freeze what
-    survives, before any target's clock starts: otherwise a collection of it lands inside a
-    timed load when that load's allocations cross the collector's threshold, in one target's
-    clock and not another's (the cpu target's mapped load got a 0.15 ms generation-0 pass in
-    every worker, the peer's none), a cost of the harness's imports that the EP, in C++, never
-    pays. What the load itself allocates is still collected as usual."""
+    """Collect and freeze the worker's start-up garbage before any clock starts: else its
+    collection lands inside one target's timed load and not another's (0.15 ms seen)."""
     gc.collect()
     gc.freeze()
 
@@ -351,9 +337,7 @@ def run_worker(spec: WorkerSpec) -> int:
 
 
 def _teardown_leftovers() -> str:
-    """What mapper_impl still holds after every session is closed (mappings, heap copies, DMA
-    registrations, failed deregistrations): a worker must end with nothing, whatever faults
-    were injected ("" when clean)."""
+    """What mapper_impl still holds after every session closed ("" when clean: it must be)."""
     import gc
 
     from mapper_impl import stats
