@@ -24,6 +24,7 @@ from harness.core.verdict import Judgement
 from harness.core.vocab import FeatureStatus, Mode, Verdict
 from reports import charts
 from reports.capacity import CapacityView, capacity_projection, capacity_view
+from reports.generate import generate_table
 from reports.peakchart import peak_vs_steady
 from reports.projection import (
     consecutive_marginals,
@@ -109,6 +110,7 @@ class RunView:
     worker_table: Table
     verdict: str = Verdict.INCOMPLETE
     startup: StartupView | None = None
+    generate: dict[str, Any] | None = None  # `reports.generate.generate_table`
     feature: str = ""
     feature_state: str = FeatureStatus.UNKNOWN
     values: dict[str, Any] = field(default_factory=dict)
@@ -354,6 +356,7 @@ def build_run_view(
         summary_table=_table(run.summary, SummaryRow, failed=lambda s: (s.failed_workers or 0) > 0),
         worker_table=_table(run.results, ResultRow, failed=lambda r: not row_ok(r)),
         startup=startup_view(run),
+        generate=generate_table(run),
         values=dict(judgement.values),
         sentence=headline_sentence(judgement),
         badge_class=judgement.badge.css,

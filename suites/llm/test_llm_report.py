@@ -12,7 +12,7 @@ import pytest
 from harness.core.compare import Change, metrics_for
 from harness.core.metrics import FAIR
 from harness.core.schema import SummaryRow
-from harness.core.units import fmt_value
+from harness.core.units import fmt_bytes, fmt_value
 from reports.charts import token_steps
 
 PROMPT, NEW = 16, 8
@@ -20,8 +20,8 @@ PROMPT, NEW = 16, 8
 
 @pytest.fixture(scope="module")
 def generate_run(harness_runner, request, tmp_path_factory):
-    """The issue's first Done-when command, with its report."""
-    args = ["run", "--workload", "generate", "--processes", "2", "--prompt-tokens", str(PROMPT)]
+    """The issue's first Done-when command at two N, with its report."""
+    args = ["run", "--workload", "generate", "--processes", "1,2", "--prompt-tokens", str(PROMPT)]
     args += ["--new-tokens", str(NEW), "--quiet"]
     outcome = harness_runner.run(*args, owner=request.module.__name__, scratch=tmp_path_factory.mktemp("genrep"))
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr
@@ -29,7 +29,8 @@ def generate_run(harness_runner, request, tmp_path_factory):
 
 
 def _steps(out, row) -> list[list[float]]:
-    record = json.loads((out / "workers" / f"cpu-{row.mode}-n2-r0" / f"w{row.worker}.result.json").read_text())
+    group = f"cpu-{row.mode}-n{row.processes}-r0"
+    record = json.loads((out / "workers" / group / f"w{row.worker}.result.json").read_text())
     return record["token_latencies_s"]
 
 
@@ -52,7 +53,8 @@ def test_the_report_draws_each_mode_s_median_step_time(generate_run):
     assert svg, "no per-token latency chart"
     assert svg.group(0).count("<polyline") == 2
     for mode in ("mapped", "heap"):
-        sessions = [s for r in generate_run.results() if r.mode == mode for s in _steps(generate_run.out, r)]
+        rows = [r for r in generate_run.results() if r.mode == mode and r.processes == 2]
+        sessions = [s for r in rows for s in _steps(generate_run.out, r)]
         tips = re.findall(rf"<title>{mode} token (\d+): ([\d.]+) (ms|s)</title>", svg.group(0))
         assert [int(t[0]) for t in tips] == list(range(2, NEW + 1))
         for (token, shown, unit), values in zip(tips, zip(*sessions, strict=True), strict=True):
@@ -73,6 +75,29 @@ def test_the_sentence_names_ttft_and_tokens_per_s_mapped_vs_heap(generate_run):
     assert f"ratio {entry['ratios']['ttft_ratio']:.3f}, 1 repeat: no spread" in sentence
     if headline["contention"]["contended_groups"]:
         assert "indicatively (timed on a contended machine)" in sentence.split(ttft)[0]
+
+
+@pytest.mark.memory
+def test_the_report_tables_tokens_and_the_kv_split_per_mode_and_n(generate_run):
+    """Each (N, mode): TTFT and tokens/s as the worker rows' medians, each worker's KV cache as its
+    row's, its runtime the control's private memory less that cache; no --runs advice."""
+    import statistics
+
+    html = (generate_run.out / "report.html").read_text(encoding="utf-8")
+    table = re.search(r'<table class="data generate">.*?</table>', html, re.S)
+    assert table, "no generate table"
+    cells = [re.findall(r"<td[^>]*>([^<]*)</td>", tr) for tr in re.findall(r"<tr>(.*?)</tr>", table.group(0), re.S)]
+    shown = {(c[0], c[1]): c[2:] for c in cells if c}
+    rows = generate_run.results()
+    assert set(shown) == {(f"{n} x 1", m) for n in (1, 2) for m in ("mapped", "heap")}
+    for (size, mode), values in shown.items():
+        group = [r for r in rows if r.mode == mode and f"{r.processes} x 1" == size]
+        ttft = fmt_value(statistics.median(r.ttft_s for r in group), "s")
+        rate = fmt_value(statistics.median(r.decode_tokens_per_s for r in group), "count/s")
+        kv = group[0].kv_cache_bytes
+        assert values[0] == ttft and values[1] == rate and values[4] == fmt_bytes(kv * len(group)), values
+        assert values[7] == fmt_bytes(kv) and values[8] == fmt_bytes(group[0].runtime_bytes - kv), values
+    assert "run with --runs" not in html
 
 
 def _metric(key: str):
