@@ -1,9 +1,5 @@
-"""The report's charts as inline SVG strings, built from schema rows (and the workers' records).
-
-Each builder returns a `Chart`: the SVG, a caption saying how to read it, or — when the run
-cannot support the chart (one N, one mode, no history) — the reason it is absent, so the
-report explains a gap instead of drawing an empty frame.
-"""
+"""The report's charts as inline SVG, from schema rows and the workers' records: each a `Chart`,
+or the reason the run cannot support it (one N, one mode, no history), never an empty frame."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Display-ready view of one run: the formatted tables the HTML template walks over.
-
-Keeping the formatting here (not in the template) makes it testable and keeps the template a
-layout file; every column name, unit and meaning still comes from `harness.core.schema`, and
-every judgement (gates, notes, verdict) from `harness.core.verdict`.
-"""
+"""Display-ready view of one run: the formatted tables the template walks over (testable here;
+meanings from `harness.core.schema`, judgements from `harness.core.verdict`)."""
 
 from __future__ import annotations
 
@@ -38,8 +34,7 @@ _MACHINE_KEYS = ("os", "system", "arch", "cpu", "cpu_count", "ram_bytes", "pytho
 
 
 def env_keys(env: dict[str, Any]) -> tuple[str, ...]:
-    """The metadata ``env`` keys the report lists: the machine's, onnxruntime, the targets' own
-    versions as the run recorded them (`Target.version_keys`), host and commit."""
+    """The metadata ``env`` keys the report lists: machine, onnxruntime, the targets' own, host, commit."""
     return (*_MACHINE_KEYS, "onnxruntime", *target_version_labels(env), "hostname", "git_commit")
 
 
@@ -50,8 +45,7 @@ _MACHINE_LABELS = {"python": "Python", "os": "OS", "cpu": "CPU", "commit": "comm
 
 
 def version_labels(*envs: dict[str, Any]) -> dict[str, str]:
-    """headline.json version key -> what the report calls it: onnxruntime, the targets' own as
-    the runs (``envs``) recorded them (`Target.version_keys`), the machine's."""
+    """headline.json version key -> its report label: onnxruntime, the targets' own, the machine's."""
     targets: dict[str, str] = {}
     for env in envs:
         targets.update(target_version_labels(env))
@@ -298,8 +292,7 @@ def _versions(run: RunData) -> list[tuple[str, str]]:
 
 
 def projection_for(run: RunData, override: tuple[int, int] | None = None) -> tuple[int, int]:
-    """(weights bytes, sessions) to project to: --project-to given to report, else the one the
-    run recorded, else relative to the measured model (`default_projection`)."""
+    """(weights bytes, sessions) to project to: --project-to, else the run's, else the default."""
     if override is not None:
         sessions, weights = override
         return weights, sessions

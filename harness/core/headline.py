@@ -1,14 +1,5 @@
-"""``headline.json``: a judged run in a form a machine can compare, defined once here.
-
-Why a file of its own: results.csv and summary.csv hold every figure but need this project's
-rules (which N, which metric, medians over repeats) to mean anything; a nightly job that asks
-"did ORT 1.33 regress the saving?" wants the answer those rules give, with the versions it was
-measured with. `headline_document` builds it from the run's one `Judgement`, so it can never
-disagree with the terminal or report.html. The command line writes it next to the run's
-tables (``harness run``, ``harness bench``).
-
-Its format (``format_version`` 1; keys are only ever added within a version): docs/results.md.
-"""
+"""``headline.json``: a judged run as a machine compares it (the project's rules applied, with
+versions), from the run's one `Judgement`; its format (version 1, keys only added): docs/results.md."""
 
 from __future__ import annotations
 
@@ -30,8 +21,7 @@ from .vocab import FeatureStatus, Mode
 
 HEADLINE_JSON = "headline.json"
 HEADLINE_FORMAT_VERSION = 1
-#: headline.json version key -> metadata.json ``env`` key, besides the targets' own keys
-#: (`Target.version_keys`, which go after onnxruntime: see `version_keys`).
+#: headline.json version key -> metadata.json ``env`` key, besides the targets' own (`version_keys`).
 MACHINE_VERSION_KEYS = {
     "python": "python",
     "os": "os",
@@ -50,8 +40,7 @@ COPIED_SLACK_SHARE = 0.05
 
 
 def per_n(summary: Sequence[SummaryRow], target: str, view=memory_view) -> list[dict[str, Any]]:
-    """Mapped and heap at every (N, M) measured in both, from complete pairs only, as the gates
-    see them; ``view``: the pass (`passes`; `timing_view` for the timing pass's times)."""
+    """Mapped and heap at every (N, M) measured in both, complete pairs only; ``view``: the pass."""
     by_size: dict[tuple[int, int], list[tuple[SummaryRow, SummaryRow]]] = defaultdict(list)
     for mapped, heap in paired(s for s in view(summary) if s.target == target):
         by_size[(mapped.processes, mapped.sessions_per_process)].append((mapped, heap))
@@ -101,8 +90,7 @@ MAX_TARGET_VERSION_KEYS = 32
 
 
 def target_version_labels(env: dict[str, Any]) -> dict[str, str]:
-    """A run's target version keys -> labels from its metadata (no target import); untrusted:
-    identifier keys only, a bounded number, short labels (an older run: its other env keys)."""
+    """A run's target version keys -> labels, from its untrusted metadata (identifier keys, bounded)."""
     recorded = env.get("version_labels")
     if isinstance(recorded, dict):
         pairs = [(str(k), str(v)[:60]) for k, v in recorded.items()]
@@ -112,8 +100,7 @@ def target_version_labels(env: dict[str, Any]) -> dict[str, str]:
 
 
 def version_keys(env: dict[str, Any]) -> dict[str, str]:
-    """headline.json version key -> metadata.json ``env`` key: onnxruntime, the targets' own
-    versions (same key in both), then the machine's."""
+    """headline.json version key -> ``env`` key: onnxruntime, the targets' own, the machine's."""
     targets = {key: key for key in target_version_labels(env)}
     return {"onnxruntime": "onnxruntime", **targets, **MACHINE_VERSION_KEYS}
 
@@ -123,8 +110,7 @@ def versions(env: dict[str, Any]) -> dict[str, Any]:
 
 
 def headline_sentence(judgement: Any) -> str:
-    """One plain sentence: the saving at the largest N, the speed-ups, the verdict, and whether
-    file mapping was exercised (if not, no saving is claimed)."""
+    """One plain sentence: the saving, the speed-ups, the verdict; no saving claimed when not mapped."""
     run = judgement.run
     entries = per_n(run.summary, run.target)
     feature = judgement.feature
@@ -188,8 +174,7 @@ def timing_entry(summary: Sequence[SummaryRow], target: str, top: dict[str, Any]
 
 
 def beyond_sharing(top: dict[str, Any], weights: int, gathered: int | None = None) -> str:
-    """Why a saving exceeds what sharing explains: mapped workers hold only the pages they
-    touched (``gathered``: embedding bytes read through Gather, whose rows the inputs index)."""
+    """Why a saving exceeds sharing: mapped workers hold only the pages (Gather rows) they touched."""
     resident = top[Mode.MAPPED].get("mapped_resident_bytes_median")
     if resident is None or not weights:
         return "the rest is other memory the two modes use differently"
@@ -217,8 +202,7 @@ def still_copied(top: dict[str, Any], weights: int | None) -> str:
 def _saving_text(
     top: dict[str, Any], weights_bytes: int | None, label: str, column: str, gathered: int | None = None
 ) -> str:
-    """The memory clause of `headline_sentence` when mapping was exercised: the saving, and
-    when it exceeds what sharing the weights can explain, that it does."""
+    """The memory clause: the saving, and whether it exceeds what sharing the weights explains."""
     saving = top["saving"]
     if saving["bytes"] is None:
         return "no fair memory figure (PSS or private bytes) was measured"
@@ -228,8 +212,7 @@ def _saving_text(
         f"{label} than heap ({fmt_bytes(top[Mode.MAPPED][column])} vs {fmt_bytes(top[Mode.HEAP][column])}, "
         f"{fmt_percent(abs(saving['fraction'] or 0))} {'saved' if less else 'extra'})"
     )
-    # PSS counts the one shared copy once: sharing saves N - 1 copies. Private bytes (Windows)
-    # count a mapped view of a file in no process: sharing saves all N.
+    # PSS counts the shared copy once (N - 1 saved); private bytes count a mapped view nowhere (N saved).
     copies = top["sessions"] - (1 if saving["metric"] == "pss" else 0)
     explained = copies * (weights_bytes or 0)
     if less and weights_bytes and saving["bytes"] > 1.1 * explained + SAVING_SLACK_BYTES:

@@ -22,8 +22,7 @@ class Figure:
     column: str  # the SummaryRow column
     label: str  # what people call it: the report (capitalised) and --baseline ("mapped " + label)
     short: str = ""  # the name inside longer labels ("PSS ratio mapped/heap"); default: label
-    #: the worker's figure a group aggregates (a ResultRow column, or how to compute it from a
-    #: row); None: its own module computes it (`latency`, `fits`, `composition`, the runner)
+    #: the worker's figure a group aggregates (a ResultRow column or a function); None: computed elsewhere
     source: str | Callable[[ResultRow], float | None] | None = None
     aggregate: Aggregate = Aggregate.MEDIAN
     ratio: str = ""  # the headline/gate metric mapped/heap of it ("": none)
@@ -188,8 +187,7 @@ LATENCY_STATS = {f.stat: f.column for f in FIGURES if f.stat}
 #: Headline metric -> the SummaryRow column whose mapped/heap ratio it is.
 RATIO_COLUMNS = {f.ratio: f.column for f in FIGURES if f.ratio}
 BY_RATIO = {f.ratio: f for f in FIGURES if f.ratio}
-#: The fair memory figures, preferred first: PSS charges a shared page to its sharers; private
-#: bytes (Windows; USS on Linux) charge it to nobody.
+#: The fair memory figures, preferred first: PSS splits a shared page; private bytes charge it to nobody.
 FAIR = (BY_COLUMN["sum_pss_bytes"], BY_COLUMN["sum_private_bytes"])
 
 #: Headline metrics that are no figure's ratio: (name, what it means, compares mapped with heap).

@@ -41,8 +41,7 @@ PARENT_POLL_S = 0.1
 
 
 def parent_alive(pid: int, create_time: float) -> bool:
-    """Is the process ``pid`` that was created at ``create_time`` still running? (pids are
-    reused, so the creation time is part of the identity.)"""
+    """Is ``pid``, created at ``create_time``, still running? (pids are reused.)"""
     if os.name == "posix" and pid:
         return os.getppid() == pid  # a dead parent's children are re-parented at once
     import psutil
@@ -71,8 +70,7 @@ def exit_with_parent(spec: WorkerSpec, poll_s: float = PARENT_POLL_S) -> None:
 
 
 def wait_for_release(timeout_s: float) -> bool:
-    """The barrier: block until the parent writes a line (or closes stdin), at most
-    ``timeout_s``. A thread does the read so the wait itself has a deadline on every OS."""
+    """The barrier: wait for the parent's line (or EOF), at most ``timeout_s`` (a thread: a deadline on every OS)."""
     released = threading.Event()
 
     def read() -> None:
@@ -107,8 +105,7 @@ PAUSE_POINTS = {"pause-start": 0.5, "pause-imports": 10**6}
 
 
 def pause_point(spec: WorkerSpec, name: str) -> None:
-    """Reliability suites only: stop at the named moment of the start-up, after leaving a
-    marker file the test waits for, so it can kill the harness exactly then."""
+    """Reliability suites only: stop at a named start-up moment, leaving a marker file, to be killed."""
     if spec.fault_action != name:
         return
     Path(f"{spec.log_path}.{name}").touch()
@@ -125,8 +122,7 @@ def _error_text(err: BaseException) -> str:
 
 
 def run_and_check(target, live, models, record: WorkerRecord, settings: WorkerSettings) -> tuple | None:
-    """First inference (timed, checked), then the warm-up and timed runs; returns the timed runs
-    raw: their statistics come after the memory sample (`record_latency`), leaving no trace."""
+    """First inference (timed, checked), then warm-up and timed runs, returned raw (stats after the sample)."""
     from harness.core.latency import timed_runs
     from harness.prep.reference import load_reference
     from harness.runner import peak
@@ -164,8 +160,7 @@ def run_and_check(target, live, models, record: WorkerRecord, settings: WorkerSe
 
 
 def run_generate(target, live, models, record: WorkerRecord, settings: WorkerSettings) -> list[float]:
-    """Every session's greedy loop, checked against the reference ids; the KV caches stay alive
-    until after the memory sample. Returns the decode steps' times (statistics after the release)."""
+    """Every session's greedy loop, checked; KV caches kept past the sample; returns the step times."""
     from statistics import median
 
     from harness.runner import peak
@@ -239,8 +234,7 @@ def record_peak(record: WorkerRecord, found) -> None:
 
 
 def mapped_resident_bytes(folder: Path) -> int | None:
-    """Resident bytes of every file under the model folder mapped into this process (its own
-    memory maps): what the parent's sample of this process must at least show as RSS."""
+    """Resident bytes of the model folder's files mapped here: the least RSS the parent must see."""
     try:
         import psutil
 
@@ -253,8 +247,7 @@ def mapped_resident_bytes(folder: Path) -> int | None:
 
 
 def drop_weight_pages(live) -> None:
-    """Reliability suites only: MADV_DONTNEED the weights before ready, so the parent's sample
-    lacks what the mode must hold and must be called implausible."""
+    """Reliability suites only: MADV_DONTNEED the weights, so the sample must be called implausible."""
     import ctypes
     import mmap
 
@@ -276,8 +269,7 @@ def drop_weight_pages(live) -> None:
 
 
 def quiet_collector() -> None:
-    """Collect and freeze the worker's start-up garbage before any clock starts: else its
-    collection lands inside one target's timed load and not another's (0.15 ms seen)."""
+    """Collect and freeze start-up garbage before any clock: else it lands in one target's load only."""
     gc.collect()
     gc.freeze()
 
