@@ -131,3 +131,24 @@ def test_decode_steps_are_read_only_inside_the_run_folder(tmp_path):
     ]
     assert token_steps(run, row) == []
     assert token_steps(run, SummaryRow(target="cpu", mode="mapped", processes=1, repeat=0)) == []
+
+
+@pytest.mark.memory
+def test_the_history_line_carries_the_generate_figures(generate_run, tmp_path):
+    """The history file's headline line holds the run's TTFT and tokens/s ratios, its summary lines the figures."""
+    import csv
+
+    from reports import report_main
+
+    history = tmp_path / "history.csv"
+    assert report_main([str(generate_run.out), "--history", str(history), "--out", str(tmp_path / "r.html")]) == 0
+    lines = list(csv.DictReader(history.open(encoding="utf-8")))
+    headline = json.loads((generate_run.out / "headline.json").read_text())["headline"]
+    top = next(x for x in lines if x["record"] == "headline")
+    for key in ("ttft_ratio", "decode_throughput_ratio"):
+        assert float(top[key]) == pytest.approx(headline[key], rel=1e-6), key
+    summary = {(x["mode"], x["processes"]): x for x in lines if x["record"] == "summary"}
+    for row in generate_run.results():
+        line = summary[(row.mode, str(row.processes))]
+        assert int(line["sum_kv_cache_bytes"]) == row.kv_cache_bytes * row.processes
+        assert float(line["ttft_s_median"]) > 0 and float(line["decode_tokens_per_s_median"]) > 0
