@@ -1,9 +1,5 @@
-"""The report's four charts as inline SVG strings, built from schema rows.
-
-Each builder returns a `Chart`: the SVG, a caption saying how to read it, or — when the run
-cannot support the chart (one N, one mode, no history) — the reason it is absent, so the
-report explains a gap instead of drawing an empty frame.
-"""
+"""The report's charts as inline SVG, from schema rows and the workers' records: each a `Chart`,
+or the reason the run cannot support it (one N, one mode, no history), never an empty frame."""
 
 from __future__ import annotations
 
@@ -11,6 +7,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness.core.schema import MODES, ResultRow, SummaryRow
 from harness.core.summary import row_ok
@@ -53,6 +50,10 @@ def _mode_order(modes: Iterable[str]) -> list[str]:
     return sorted(set(modes), key=lambda m: (MODES.index(m) if m in MODES else 9, m))
 
 
+def _mode_legend(canvas: Canvas, x: float, y: float, modes: list[str]) -> None:
+    legend(canvas, x, y, [(m, mode_style(m)["color"], mode_style(m)["dash"], mode_style(m)["marker"]) for m in modes])
+
+
 def _overlap(a: dict[int, list[int]] | None, b: dict[int, list[int]] | None) -> bool:
     """True when two series agree within 3% at every common N (one line hides the other)."""
     common = sorted(set(a or {}) & set(b or {}))
@@ -92,12 +93,7 @@ def memory_vs_n(summary: Sequence[SummaryRow]) -> Chart:
     panel = _Panel(canvas, yscale, ticks, xs, div, unit, top_px, bottom, panel_w)
     for index, (metric, label) in enumerate(MEMORY_METRICS):
         _memory_panel(panel, left + index * (panel_w + gap), index, metric, label, series, modes)
-    legend(
-        canvas,
-        left,
-        height - 12,
-        [(m, mode_style(m)["color"], mode_style(m)["dash"], mode_style(m)["marker"]) for m in modes],
-    )
+    _mode_legend(canvas, left, height - 12, modes)
     caption = (
         f"Median over repeats; {unit}. With mapped weights USS and PSS grow by the "
         "per-process overhead only, heap grows by a full copy of the weights per process; "
@@ -374,4 +370,63 @@ def ratio_trend(points: Sequence[dict]) -> Chart:
             canvas.marker(x, y, "circle", color, size=3.5, tip=f"{p.get('label', '')}: {label} {p[key]:.3f}")
     legend(canvas, left, height - 12, [(label, METRIC_COLOR[c], "", "circle") for _, label, c in present])
     caption = "Each point is one run's headline ratio at its largest N (oldest left)."
+    return Chart(title, canvas.render(), caption)
+
+
+def token_steps(folder: Path, row: SummaryRow) -> list[list[float]]:
+    """Each session's decode-step times from its group's worker records (bounded, inside ``folder`` only)."""
+    from harness.core.errors import InputError
+    from harness.core.files import contained_file
+    from harness.core.rundata import read_run_json
+
+    group = f"workers/{row.target}-{row.mode}-n{row.processes}-r{row.repeat}"
+    sessions: list[list[float]] = []
+    for index in range(min(int(row.processes or 0), 1024)):
+        try:
+            path = contained_file(folder, f"{group}/w{index}.result.json", str(folder), "a worker file")
+            record = read_run_json(path)
+        except InputError:
+            continue
+        steps = record.get("token_latencies_s") if isinstance(record, dict) else None
+        for session in steps if isinstance(steps, list) else []:
+            if isinstance(session, list) and all(type(v) is float and v > 0 for v in session):
+                sessions.append(session)
+    return sessions
+
+
+def token_latency(folder: Path, pair: Sequence[SummaryRow]) -> Chart:
+    """The time of each decode step (token 2..G), median over every session, one line per mode."""
+    title = "Per-token decode latency: mapped vs heap"
+    series = {}
+    for row in pair:
+        sessions = token_steps(folder, row)
+        steps = min(map(len, sessions), default=0)
+        if steps:
+            series[row.mode] = [statistics.median(s[i] for s in sessions) for i in range(steps)]
+    if len(series) < 2:
+        return Chart(title, None, missing="needs the decode steps of a mapped and a heap group (--workload generate)")
+    modes = _mode_order(series)
+    top = max(max(v) for v in series.values())
+    div, unit = time_unit(top)
+    ticks = nice_ticks(0, top / div)
+    width, height, left, top_px, bottom = 980, 330, 70, 30, 250
+    count = max(map(len, series.values()))
+    canvas = Canvas(width, height, title, "Lines: one per mode; x: the decode step (token 2 onwards).")
+    yscale, xscale = Scale(0, ticks[-1], bottom, top_px), Scale(1.5, count + 1.5, left, width - 20)
+    y_axis(canvas, yscale, ticks, left=left, right=width - 20, label=f"step time ({unit})", fmt=fmt_tick)
+    canvas.line(left, bottom, width - 20, bottom)
+    for mode in modes:
+        style = mode_style(mode)
+        points = [(xscale(i + 2), yscale(v / div)) for i, v in enumerate(series[mode])]
+        canvas.polyline(points, color=style["color"], dash=style["dash"])
+        for i, ((x, y), v) in enumerate(zip(points, series[mode], strict=True)):
+            canvas.marker(x, y, style["marker"], style["color"], tip=f"{mode} token {i + 2}: {v / div:.4g} {unit}")
+    for i in range(count):
+        canvas.text(xscale(i + 2), bottom + 16, str(i + 2), anchor="middle", size=10)
+    _mode_legend(canvas, left, height - 12, modes)
+    row = pair[0]
+    caption = (
+        f"N={row.processes} x M={row.sessions_per_process}, repeat {row.repeat}: each point is the median over every "
+        f"session of that step's time, in {unit}."
+    )
     return Chart(title, canvas.render(), caption)

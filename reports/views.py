@@ -1,9 +1,5 @@
-"""Display-ready view of one run: the formatted tables the HTML template walks over.
-
-Keeping the formatting here (not in the template) makes it testable and keeps the template a
-layout file; every column name, unit and meaning still comes from `harness.core.schema`, and
-every judgement (gates, notes, verdict) from `harness.core.verdict`.
-"""
+"""Display-ready view of one run: the formatted tables the template walks over (testable here;
+meanings from `harness.core.schema`, judgements from `harness.core.verdict`)."""
 
 from __future__ import annotations
 
@@ -14,6 +10,7 @@ from harness.core.gates import GateResult
 from harness.core.headline import headline_sentence, per_n, target_version_labels, versions
 from harness.core.metrics import FAIR, FAIR_BY_KEY, FIGURES
 from harness.core.notes import Note
+from harness.core.passes import memory_view
 from harness.core.rundata import RunData
 from harness.core.schema import ResultRow, SummaryRow, column_docs
 from harness.core.summary import headline_pairs, largest_groups, median, row_ok, sessions_of, system_delta_reliable
@@ -23,6 +20,7 @@ from harness.core.verdict import Judgement
 from harness.core.vocab import FeatureStatus, Mode, Verdict
 from reports import charts
 from reports.capacity import CapacityView, capacity_projection, capacity_view
+from reports.generate import generate_table
 from reports.peakchart import peak_vs_steady
 from reports.projection import (
     consecutive_marginals,
@@ -36,8 +34,7 @@ _MACHINE_KEYS = ("os", "system", "arch", "cpu", "cpu_count", "ram_bytes", "pytho
 
 
 def env_keys(env: dict[str, Any]) -> tuple[str, ...]:
-    """The metadata ``env`` keys the report lists: the machine's, onnxruntime, the targets' own
-    versions as the run recorded them (`Target.version_keys`), host and commit."""
+    """The metadata ``env`` keys the report lists: machine, onnxruntime, the targets' own, host, commit."""
     return (*_MACHINE_KEYS, "onnxruntime", *target_version_labels(env), "hostname", "git_commit")
 
 
@@ -48,8 +45,7 @@ _MACHINE_LABELS = {"python": "Python", "os": "OS", "cpu": "CPU", "commit": "comm
 
 
 def version_labels(*envs: dict[str, Any]) -> dict[str, str]:
-    """headline.json version key -> what the report calls it: onnxruntime, the targets' own as
-    the runs (``envs``) recorded them (`Target.version_keys`), the machine's."""
+    """headline.json version key -> its report label: onnxruntime, the targets' own, the machine's."""
     targets: dict[str, str] = {}
     for env in envs:
         targets.update(target_version_labels(env))
@@ -108,6 +104,7 @@ class RunView:
     worker_table: Table
     verdict: str = Verdict.INCOMPLETE
     startup: StartupView | None = None
+    generate: dict[str, Any] | None = None  # `reports.generate.generate_table`
     feature: str = ""
     feature_state: str = FeatureStatus.UNKNOWN
     values: dict[str, Any] = field(default_factory=dict)
@@ -295,8 +292,7 @@ def _versions(run: RunData) -> list[tuple[str, str]]:
 
 
 def projection_for(run: RunData, override: tuple[int, int] | None = None) -> tuple[int, int]:
-    """(weights bytes, sessions) to project to: --project-to given to report, else the one the
-    run recorded, else relative to the measured model (`default_projection`)."""
+    """(weights bytes, sessions) to project to: --project-to, else the run's, else the default."""
     if override is not None:
         sessions, weights = override
         return weights, sessions
@@ -323,6 +319,10 @@ def build_run_view(
         charts.per_worker_bars(run.results),
         peak_vs_steady(run.results),
     ]
+    if any(r.ttft_s is not None for r in run.results):
+        own = [s for s in memory_view(run.summary) if s.target == run.target]
+        pair = next((p for p in headline_pairs(own) if p[0].complete and p[1].complete), ())
+        chart_list.append(charts.token_latency(run.folder, pair))
     if trend_points is not None:
         chart_list.append(charts.ratio_trend(trend_points))
     weights, sessions = projection_for(run, project_to)
@@ -349,6 +349,7 @@ def build_run_view(
         summary_table=_table(run.summary, SummaryRow, failed=lambda s: (s.failed_workers or 0) > 0),
         worker_table=_table(run.results, ResultRow, failed=lambda r: not row_ok(r)),
         startup=startup_view(run),
+        generate=generate_table(run),
         values=dict(judgement.values),
         sentence=headline_sentence(judgement),
         badge_class=judgement.badge.css,

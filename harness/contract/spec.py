@@ -187,6 +187,7 @@ class WorkerRecord:
     last_token_private_bytes: int | None = None
     generated_tokens: str = ""
     tokens_ok: bool | None = None
+    token_latencies_s: list = field(default_factory=list)  # each session's decode steps (the report's chart)
     #: The start-up peak as the worker saw it at its phase changes (harness.runner.peak); the
     #: parent merges its own 1 kHz samples into the row (harness.runner.peakwatch).
     peak_private_bytes: int | None = None

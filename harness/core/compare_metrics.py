@@ -17,9 +17,7 @@ Pair = tuple[SummaryRow, SummaryRow]
 
 @dataclass(frozen=True)
 class Metric:
-    """One compared figure: how to read it off a (mapped, heap) pair, its unit, its kind
-    (memory or time: which minimum effect), which direction is better and whether a change for
-    the worse is a regression of the feature."""
+    """One compared figure: its value off a (mapped, heap) pair, kind, better direction, regression."""
 
     key: str
     label: str
@@ -97,6 +95,7 @@ def ratio_metric(figure: Figure, foreign: str = "") -> Metric:
         "ratio",
         lambda m, h: ratio(getattr(m, column), getattr(h, column)),
         _kind(figure),
+        not figure.higher_is_better,  # a rate's ratio (tokens/s): higher is better
         regression=figure.ratio_regression,
         summary=lambda pairs: median_ratio(pairs, column),
         foreign=foreign,

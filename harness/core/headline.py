@@ -1,53 +1,5 @@
-"""``headline.json``: a judged run in a form a machine can compare, defined once here.
-
-Why a file of its own: results.csv and summary.csv hold every figure but need this project's
-rules (which N, which metric, medians over repeats) to mean anything; a nightly job that asks
-"did ORT 1.33 regress the saving?" wants the answer those rules give, with the versions it was
-measured with. `headline_document` builds it from the run's one `Judgement`, so it can never
-disagree with the terminal or report.html. The command line writes it next to the run's
-tables (``harness run``, ``harness bench``).
-
-Format (``format_version`` 1; keys are only ever added within a version):
-
-- ``format_version`` (int), ``kind`` ("run" | "bench"), ``run_id``, ``target``, ``peer``,
-  ``status`` (complete | running | interrupted | unknown), ``started``, ``duration_s``;
-- ``verdict`` (pass | fail | incomplete), ``reasons`` (why not pass), ``feature``
-  ({``state``: active | partial | unavailable | disabled | option-ignored | ep-error | unknown |
-  not-measured, ``text``}),
-  ``sentence`` (the plain-language summary the report opens with);
-- ``model``, ``weights_bytes`` (tensor bytes), ``weights_file_bytes`` (the files the heap path
-  copies: tensors plus alignment padding), ``labels`` ({KEY: VALUE} given with --label);
-- ``contention``: {``contended_groups``, ``groups``, ``load_avg_max``, ``cpu_share_min``}: how
-  busy the machine was while the timings were taken (timing gates read "contended" then);
-- ``headline``: the gate metrics at the largest N x M measured in both modes (medians over
-  repeats), e.g. ``mapped_pss_ratio``, ``init_ratio``, ``processes``, ``sessions``;
-- ``per_n``: one entry per (N, M) measured in both modes, in N order: ``processes``,
-  ``sessions_per_process``, ``sessions``, ``repeats`` (complete pairs: the only ones the
-  figures come from), ``incomplete_repeats``, ``mapped`` and ``heap`` ({SummaryRow
-  figure: median over repeats}, bytes and seconds, incl. ``copied_bytes_median``,
-  ``mapped_resident_bytes_median``, ``runtime_bytes``), ``ratios`` ({metric: the ratio of the
-  two medians, `median_ratio`: the factor the sentence prints}), ``ratio_range`` ({metric:
-  [min, max] of the per-repeat ratios: their spread}),
-  ``saving`` ({``metric``: "pss" | "private", ``bytes``: heap - mapped, ``fraction``:
-  1 - mapped/heap});
-- ``timing_spread``: {timing metric: {``repeats``, ``min``, ``max``, ``interval`` ([low, high],
-  the 95 % interval of the ratio over repeats; null below 2)}} at the headline's N x M: no
-  timing figure goes without its spread;
-- ``latency``: at the headline's first complete pair: ``processes``, ``sessions_per_process``,
-  ``repeat``, ``runs``, ``warmup``, ``concurrency``, ``page_cache``, and per mode (``mapped``,
-  ``heap``) ``mean``, ``stdev``, ``min``, ``p50``, ``p90``, ``p95``, ``p99``, ``max`` (s),
-  ``inferences_per_s``, ``init_s``, ``first_run_s``, ``init_plus_first_run_s`` and
-  ``first_run_penalty_s`` (first inference minus the steady p50); null without a pair;
-- ``fits``: ``sentence`` ("with heap, 2 sessions of this model fit this machine's commit
-  limit; mapped, 11 fit"), ``modes`` ({mode: ``bound``, ``headroom_bytes``,
-  ``peak_per_worker_bytes``, ``sessions_fit``}) and ``assumptions``; null without a pair;
-- ``gates``: [{``expr``, ``status`` (pass | fail | skip | inconclusive), ``value``, ``interval``
-  ([low, high]: a timing gate's 95 % interval over its repeats, else null), ``repeats`` (the
-  repeats a timing gate was judged on, else null), ``reason``, ``why``};
-- ``versions``: {``onnxruntime``, each target's own keys (``Target.version_keys``: the qnn
-  target's ``onnxruntime_qnn``, ``qnn_sdk``), ``python``, ``os``, ``cpu``, ``commit``} (null
-  where unknown), plus ``system``, ``arch``, ``hostname``.
-"""
+"""``headline.json``: a judged run as a machine compares it (the project's rules applied, with
+versions), from the run's one `Judgement`; its format (version 1, keys only added): docs/results.md."""
 
 from __future__ import annotations
 
@@ -64,13 +16,12 @@ from .passes import LABELS, SEQUENTIAL, contention, contention_text, memory_view
 from .schema import SummaryRow
 from .summary import complete_pair, median, median_ratio, pair_ratio, paired, sessions_of, timing_pairs
 from .timing import spread_text, timing_rounds, timing_spread
-from .units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
+from .units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds, fmt_value
 from .vocab import FeatureStatus, Mode
 
 HEADLINE_JSON = "headline.json"
 HEADLINE_FORMAT_VERSION = 1
-#: headline.json version key -> metadata.json ``env`` key, besides the targets' own keys
-#: (`Target.version_keys`, which go after onnxruntime: see `version_keys`).
+#: headline.json version key -> metadata.json ``env`` key, besides the targets' own (`version_keys`).
 MACHINE_VERSION_KEYS = {
     "python": "python",
     "os": "os",
@@ -89,11 +40,7 @@ COPIED_SLACK_SHARE = 0.05
 
 
 def per_n(summary: Sequence[SummaryRow], target: str, view=memory_view) -> list[dict[str, Any]]:
-    """Mapped and heap side by side at every (N, M) ``target`` measured in both modes, from its
-    complete pairs only (a group with a dead or unsampled worker has no figures that compare;
-    ``incomplete_repeats`` counts those left out), as the gates see them; a system delta within
-    its noise has no ratio. ``view``: the pass (`passes`): the concurrent one by default, whose
-    memory figures these are; `timing_view` for the timing pass's times."""
+    """Mapped and heap at every (N, M) measured in both, complete pairs only; ``view``: the pass."""
     by_size: dict[tuple[int, int], list[tuple[SummaryRow, SummaryRow]]] = defaultdict(list)
     for mapped, heap in paired(s for s in view(summary) if s.target == target):
         by_size[(mapped.processes, mapped.sessions_per_process)].append((mapped, heap))
@@ -143,10 +90,7 @@ MAX_TARGET_VERSION_KEYS = 32
 
 
 def target_version_labels(env: dict[str, Any]) -> dict[str, str]:
-    """A run's target version keys and what reports call them, as its metadata recorded them
-    (``env["version_labels"]``: every target's `Target.version_keys`, written by the runner), so
-    core and reports never import the targets. A run recorded before that: its other env keys,
-    each its own label. Untrusted: identifier keys only, a bounded number, short labels."""
+    """A run's target version keys -> labels, from its untrusted metadata (identifier keys, bounded)."""
     recorded = env.get("version_labels")
     if isinstance(recorded, dict):
         pairs = [(str(k), str(v)[:60]) for k, v in recorded.items()]
@@ -156,8 +100,7 @@ def target_version_labels(env: dict[str, Any]) -> dict[str, str]:
 
 
 def version_keys(env: dict[str, Any]) -> dict[str, str]:
-    """headline.json version key -> metadata.json ``env`` key: onnxruntime, the targets' own
-    versions (same key in both), then the machine's."""
+    """headline.json version key -> ``env`` key: onnxruntime, the targets' own, the machine's."""
     targets = {key: key for key in target_version_labels(env)}
     return {"onnxruntime": "onnxruntime", **targets, **MACHINE_VERSION_KEYS}
 
@@ -167,9 +110,7 @@ def versions(env: dict[str, Any]) -> dict[str, Any]:
 
 
 def headline_sentence(judgement: Any) -> str:
-    """One plain sentence: the saving at the largest N (absolute and %), the init speed-up, the
-    verdict and whether file mapping was really exercised (when it was not, the figures are
-    stated as measurements of one path, never as a saving)."""
+    """One plain sentence: the saving, the speed-ups, the verdict; no saving claimed when not mapped."""
     run = judgement.run
     entries = per_n(run.summary, run.target)
     feature = judgement.feature
@@ -202,7 +143,11 @@ def headline_sentence(judgement: Any) -> str:
     start_m, start_h = timed[Mode.MAPPED]["startup_s_median"], timed[Mode.HEAP]["startup_s_median"]
     if start_m is not None and start_h is not None:  # mapped pages are faulted in by the first run
         times += f", {fmt_seconds(start_m)} vs {fmt_seconds(start_h)} init + first inference"
+    quoted = [s for s in run.summary if (s.processes, s.sessions_per_process) == (top["processes"], m)]
+    spreads = timing_spread(quoted, timing_rounds(run))  # the spread of the size the sentence quotes
+    tokens = _tokens_text(timed, spreads)
     if feature.state not in (FeatureStatus.ACTIVE, FeatureStatus.PARTIAL):
+        times += tokens
         memory = (
             f"mapped and heap mode measured {fmt_bytes(top[Mode.MAPPED][column])} vs "
             f"{fmt_bytes(top[Mode.HEAP][column])} summed {label}"
@@ -214,16 +159,14 @@ def headline_sentence(judgement: Any) -> str:
             f"no measurement of its saving.{busy} {verdict}."
         )
     memory = _saving_text(top, run.weights_bytes, label, column, run.gathered_weights_bytes)
-    quoted = [s for s in run.summary if (s.processes, s.sessions_per_process) == (top["processes"], m)]
-    init = started + _init_text(timed, times, timing_spread(quoted, timing_rounds(run)).get("init_ratio"))
+    init = started + _init_text(timed, times, spreads.get("init_ratio")) + tokens
     if contention_text(judgement):  # memory leads; a factor timed on a contended machine is only indicative
         init = f"indicatively (timed on a contended machine), {init}"
     return f"{where}, {memory}, and {init}.{busy} {tail}"
 
 
 def timing_entry(summary: Sequence[SummaryRow], target: str, top: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """(the `per_n` entry the init times are quoted from, the words naming its pass): the
-    timing pass's at the headline's N x M when the run has one, else ``top`` itself."""
+    """(the `per_n` entry the times are quoted from: the timing pass's if any, else ``top``; its pass in words)."""
     if timing_start(summary) != SEQUENTIAL:
         return top, ""
     size = (top["processes"], top["sessions_per_process"])
@@ -236,10 +179,7 @@ def timing_entry(summary: Sequence[SummaryRow], target: str, top: dict[str, Any]
 
 
 def beyond_sharing(top: dict[str, Any], weights: int, gathered: int | None = None) -> str:
-    """Why a saving exceeds what sharing explains, from the memory split: the heap path copies
-    every byte, a mapped worker has only the pages its inferences touched; when the untouched
-    part can be embedding tables (``gathered``: bytes read through Gather), that the inputs
-    index few of their rows."""
+    """Why a saving exceeds sharing: mapped workers hold only the pages (Gather rows) they touched."""
     resident = top[Mode.MAPPED].get("mapped_resident_bytes_median")
     if resident is None or not weights:
         return "the rest is other memory the two modes use differently"
@@ -267,8 +207,7 @@ def still_copied(top: dict[str, Any], weights: int | None) -> str:
 def _saving_text(
     top: dict[str, Any], weights_bytes: int | None, label: str, column: str, gathered: int | None = None
 ) -> str:
-    """The memory clause of `headline_sentence` when mapping was exercised: the saving, and
-    when it exceeds what sharing the weights can explain, that it does."""
+    """The memory clause: the saving, and whether it exceeds what sharing the weights explains."""
     saving = top["saving"]
     if saving["bytes"] is None:
         return "no fair memory figure (PSS or private bytes) was measured"
@@ -278,8 +217,7 @@ def _saving_text(
         f"{label} than heap ({fmt_bytes(top[Mode.MAPPED][column])} vs {fmt_bytes(top[Mode.HEAP][column])}, "
         f"{fmt_percent(abs(saving['fraction'] or 0))} {'saved' if less else 'extra'})"
     )
-    # PSS counts the one shared copy once: sharing saves N - 1 copies. Private bytes (Windows)
-    # count a mapped view of a file in no process: sharing saves all N.
+    # PSS counts the shared copy once (N - 1 saved); private bytes count a mapped view nowhere (N saved).
     copies = top["sessions"] - (1 if saving["metric"] == "pss" else 0)
     explained = copies * (weights_bytes or 0)
     if less and weights_bytes and saving["bytes"] > 1.1 * explained + SAVING_SLACK_BYTES:
@@ -290,10 +228,19 @@ def _saving_text(
     return memory + still_copied(top, weights_bytes)
 
 
+def _tokens_text(top: dict[str, Any], spreads: dict[str, Any]) -> str:
+    """The generate workload's clause: each `Figure.sentence` figure mapped vs heap, its ratio and spread."""
+    parts = [
+        f"{f.name} {fmt_value(top[Mode.MAPPED][f.column], f.unit)} vs {fmt_value(top[Mode.HEAP][f.column], f.unit)}"
+        f" (ratio {fmt_ratio(top['ratios'][f.ratio])}, {spread_text(spreads.get(f.ratio))})"
+        for f in FIGURES
+        if f.sentence and top["ratios"].get(f.ratio) is not None
+    ]
+    return f"; mapped vs heap, {', '.join(parts)}" if parts else ""
+
+
 def _init_text(top: dict[str, Any], times: str, spread: dict | None = None) -> str:
-    """The init clause: the ratio of the two median times it prints (`median_ratio`, as the
-    init_ratio gates judge it), with its spread over repeats (``spread``: `timing_spread`'s
-    entry for init_ratio)."""
+    """The init clause: the ratio of the two medians it prints, with its spread over repeats."""
     init_ratio = top["ratios"].get("init_ratio")
     if not init_ratio:
         return "init time was not measured"
@@ -307,9 +254,7 @@ def _init_text(top: dict[str, Any], times: str, spread: dict | None = None) -> s
 
 
 def startup_documents(run: Any) -> dict[str, Any]:
-    """headline.json's ``latency`` (percentiles, inferences/s, init, first inference and init +
-    first inference per mode) and ``fits`` (how many sessions fit this machine at the start-up
-    peak) keys, from the headline's first complete pair (None: no complete pair)."""
+    """headline.json's ``latency`` and ``fits`` keys, from the headline's first complete pair."""
     from .capacity import measured_for
     from .fits import fits, fits_document
     from .latency import headline_latency
@@ -401,9 +346,7 @@ def _bounds(number: str, unit: str) -> tuple[float, float]:
 
 
 def factor_problem(sentence: str) -> str:
-    """Why the speed-up factor of ``sentence`` is not the ratio of the two times it prints
-    ("" when it is, or states none): one definition of every factor, checked on every run the
-    test suites make (`harness.pytest_plugin`)."""
+    """Why the factor of ``sentence`` is not the ratio of the times it prints ("": it is)."""
     match = _FACTOR.search(sentence)
     if not match:
         return ""

@@ -1,10 +1,5 @@
-"""Every figure of a group declared once: the terminal table, summary.csv, headline.json, the
-gates, the report, the history, ``--baseline`` and docs/gates.md's table are derived from it.
-
-A `Figure` is a `SummaryRow` column (its dtype, unit and meaning stay in `schema`) plus all a
-reader of it needs: how a group aggregates it from worker rows, its mapped/heap ratio (a gate
-metric), its labels, whether physics keeps it above 0, how ``--baseline`` compares it and which
-systems measure it. A new figure: its columns in `schema`, one `Figure` in `FIGURES`.
+"""Every figure of a group declared once (a `Figure`): the terminal table, summary.csv,
+headline.json, the sentence, gates, report, history, ``--baseline`` and docs/gates.md derive from it.
 """
 
 from __future__ import annotations
@@ -27,8 +22,7 @@ class Figure:
     column: str  # the SummaryRow column
     label: str  # what people call it: the report (capitalised) and --baseline ("mapped " + label)
     short: str = ""  # the name inside longer labels ("PSS ratio mapped/heap"); default: label
-    #: the worker's figure a group aggregates (a ResultRow column, or how to compute it from a
-    #: row); None: its own module computes it (`latency`, `fits`, `composition`, the runner)
+    #: the worker's figure a group aggregates (a ResultRow column or a function); None: computed elsewhere
     source: str | Callable[[ResultRow], float | None] | None = None
     aggregate: Aggregate = Aggregate.MEDIAN
     ratio: str = ""  # the headline/gate metric mapped/heap of it ("": none)
@@ -45,6 +39,7 @@ class Figure:
     ratio_regression: bool = False  # a worse ratio is a regression (the mapped figure's always is)
     once: bool = False  # the same in both modes (the control worker): compared once, by its stem
     always: bool = False  # every run measures it: --baseline lists it even when neither run has it
+    sentence: bool = False  # the run's sentence names it mapped vs heap, with its ratio's spread, when measured
     systems: frozenset[str] = ALL_SYSTEMS  # the systems that can measure it
 
     @property
@@ -165,11 +160,13 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "ttft_s_median", "median time to first token", "TTFT", "ttft_s", ratio="ttft_ratio", terminal="median TTFT",
         hint="prefill and its token (--workload generate)", compare="ttft", compare_ratio=True, ratio_regression=True,
+        sentence=True,
     ),
     Figure(
         "decode_tokens_per_s_median", "decode tokens/s", source="decode_tokens_per_s", ratio="decode_throughput_ratio",
         terminal="decode tokens/s", hint="tokens after the first over their decode steps' time",
-        higher_is_better=True, compare="decode_tokens_per_s", compare_ratio=True,
+        higher_is_better=True, compare="decode_tokens_per_s", compare_ratio=True, ratio_regression=True,
+        sentence=True,
     ),
     Figure(
         "token_latency_p50_s_median", "token latency p50", source="token_latency_p50_s",
@@ -190,8 +187,7 @@ LATENCY_STATS = {f.stat: f.column for f in FIGURES if f.stat}
 #: Headline metric -> the SummaryRow column whose mapped/heap ratio it is.
 RATIO_COLUMNS = {f.ratio: f.column for f in FIGURES if f.ratio}
 BY_RATIO = {f.ratio: f for f in FIGURES if f.ratio}
-#: The fair memory figures, preferred first: PSS charges a shared page to its sharers; private
-#: bytes (Windows; USS on Linux) charge it to nobody.
+#: The fair memory figures, preferred first: PSS splits a shared page; private bytes charge it to nobody.
 FAIR = (BY_COLUMN["sum_pss_bytes"], BY_COLUMN["sum_private_bytes"])
 
 #: Headline metrics that are no figure's ratio: (name, what it means, compares mapped with heap).

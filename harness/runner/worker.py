@@ -41,8 +41,7 @@ PARENT_POLL_S = 0.1
 
 
 def parent_alive(pid: int, create_time: float) -> bool:
-    """Is the process ``pid`` that was created at ``create_time`` still running? (pids are
-    reused, so the creation time is part of the identity.)"""
+    """Is ``pid``, created at ``create_time``, still running? (pids are reused.)"""
     if os.name == "posix" and pid:
         return os.getppid() == pid  # a dead parent's children are re-parented at once
     import psutil
@@ -54,9 +53,7 @@ def parent_alive(pid: int, create_time: float) -> bool:
 
 
 def exit_with_parent(spec: WorkerSpec, poll_s: float = PARENT_POLL_S) -> None:
-    """End this worker as soon as the harness named in the spec is gone (SIGKILL, the OOM
-    killer, a crash): the parent's cleanup never runs then, and a worker would otherwise hold
-    its memory forever. If the parent died before we got here, exit now."""
+    """End this worker once its parent is gone (killed, crashed): else it holds its memory forever."""
     if not spec.parent_pid:
         return  # started by hand (debugging): nobody to watch
     set_parent_death_signal()
@@ -73,8 +70,7 @@ def exit_with_parent(spec: WorkerSpec, poll_s: float = PARENT_POLL_S) -> None:
 
 
 def wait_for_release(timeout_s: float) -> bool:
-    """The barrier: block until the parent writes a line (or closes stdin), at most
-    ``timeout_s``. A thread does the read so the wait itself has a deadline on every OS."""
+    """The barrier: wait for the parent's line (or EOF), at most ``timeout_s`` (a thread: a deadline on every OS)."""
     released = threading.Event()
 
     def read() -> None:
@@ -109,8 +105,7 @@ PAUSE_POINTS = {"pause-start": 0.5, "pause-imports": 10**6}
 
 
 def pause_point(spec: WorkerSpec, name: str) -> None:
-    """Reliability suites only: stop at the named moment of the start-up, after leaving a
-    marker file the test waits for, so it can kill the harness exactly then."""
+    """Reliability suites only: stop at a named start-up moment, leaving a marker file, to be killed."""
     if spec.fault_action != name:
         return
     Path(f"{spec.log_path}.{name}").touch()
@@ -127,12 +122,7 @@ def _error_text(err: BaseException) -> str:
 
 
 def run_and_check(target, live, models, record: WorkerRecord, settings: WorkerSettings) -> tuple | None:
-    """First inference of every model in session group 0 (timed, checked against each model's
-    reference), then ``warmup`` untimed and ``runs`` timed passes over all of them (on
-    ``concurrency`` threads) for the latency figures (`harness.core.latency`). The start-up
-    peak's sampling stops after the first inference: the timed runs are steady state. Returns
-    the timed runs raw (samples, wall): their statistics are computed after the sample
-    (`record_latency`), so the observer leaves no trace."""
+    """First inference (timed, checked), then warm-up and timed runs, returned raw (stats after the sample)."""
     from harness.core.latency import timed_runs
     from harness.prep.reference import load_reference
     from harness.runner import peak
@@ -170,8 +160,7 @@ def run_and_check(target, live, models, record: WorkerRecord, settings: WorkerSe
 
 
 def run_generate(target, live, models, record: WorkerRecord, settings: WorkerSettings) -> list[float]:
-    """Every session's greedy loop, checked against the reference ids; the KV caches stay alive
-    until after the memory sample. Returns the decode steps' times (statistics after the release)."""
+    """Every session's greedy loop, checked; KV caches kept past the sample; returns the step times."""
     from statistics import median
 
     from harness.runner import peak
@@ -186,6 +175,7 @@ def run_generate(target, live, models, record: WorkerRecord, settings: WorkerSet
     live.keepalive.extend(r.kv for r in runs)
     record.first_run_s, record.ttft_s = runs[0].ttft_s, median(r.ttft_s for r in runs)
     record.kv_cache_bytes = sum(r.kv_bytes for r in runs)
+    record.token_latencies_s = [r.step_s for r in runs]
     record.generated_tokens = " ".join(map(str, runs[0].ids))
     wrong = [r.ids for r in runs if r.ids != settings.expected_ids]
     record.tokens_ok = record.output_ok = isinstance(target, ControlTarget) or not wrong
@@ -212,9 +202,7 @@ def _own_memory():
 
 
 def _checked(target, got: list, feeds: dict, reference: dict, model) -> tuple[bool, str]:
-    """The target's output check, unless the reference cannot verify the weights at all (NaN
-    or infinite feeds, an output with no finite value: a cache entry changed since it was
-    made, which the preparation would have refused): then "inconclusive", never a pass."""
+    """The target's output check; "inconclusive", never a pass, when non-finite feeds or outputs cannot verify it."""
     from harness.prep.outputs import nonfinite_problem
     from harness.runner.control import ControlTarget
 
@@ -246,8 +234,7 @@ def record_peak(record: WorkerRecord, found) -> None:
 
 
 def mapped_resident_bytes(folder: Path) -> int | None:
-    """Resident bytes of every file under the model folder mapped into this process (its own
-    memory maps): what the parent's sample of this process must at least show as RSS."""
+    """Resident bytes of the model folder's files mapped here: the least RSS the parent must see."""
     try:
         import psutil
 
@@ -260,10 +247,7 @@ def mapped_resident_bytes(folder: Path) -> int | None:
 
 
 def drop_weight_pages(live) -> None:
-    """Reliability suites only ("drop-weight-pages"): hand every page of the sessions' weights
-    back to the kernel (MADV_DONTNEED), after the worker measured what it holds and before it
-    reports ready: the parent then samples a process whose memory really lacks what its mode
-    must hold, and must call the sample implausible."""
+    """Reliability suites only: MADV_DONTNEED the weights, so the sample must be called implausible."""
     import ctypes
     import mmap
 
@@ -285,12 +269,7 @@ def drop_weight_pages(live) -> None:
 
 
 def quiet_collector() -> None:
-    """Collect the worker's own start-up garbage (interpreter, imports, spec) and freeze what
-    survives, before any target's clock starts: otherwise a collection of it lands inside a
-    timed load when that load's allocations cross the collector's threshold, in one target's
-    clock and not another's (the cpu target's mapped load got a 0.15 ms generation-0 pass in
-    every worker, the peer's none), a cost of the harness's imports that the EP, in C++, never
-    pays. What the load itself allocates is still collected as usual."""
+    """Collect and freeze start-up garbage before any clock: else it lands in one target's load only."""
     gc.collect()
     gc.freeze()
 
@@ -350,9 +329,7 @@ def run_worker(spec: WorkerSpec) -> int:
 
 
 def _teardown_leftovers() -> str:
-    """What mapper_impl still holds after every session is closed (mappings, heap copies, DMA
-    registrations, failed deregistrations): a worker must end with nothing, whatever faults
-    were injected ("" when clean)."""
+    """What mapper_impl still holds after every session closed ("" when clean: it must be)."""
     import gc
 
     from mapper_impl import stats
