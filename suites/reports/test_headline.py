@@ -113,8 +113,11 @@ def test_a_capacity_probe_ended_by_the_limit_is_no_failed_worker(tmp_path):
     from harness.console import note_lines
 
     rows = fail_worker(fake_results(processes=(1, 2)), index=-1, error="out of memory at the limit (400.0 MiB)")
+    limit = 400 * 2**20
+    rows = [replace(r, memory_limit_bytes=limit) for r in rows]
     rows[-1] = replace(rows[-1], oom_killed=True)
     meta = metadata(processes=[1, 2]) | {"kind": "capacity"}
+    meta["run"]["memory_limit_bytes"] = limit
     judgement = judge(load_run(write_run(tmp_path / "run", rows, meta)))
     lines = "\n".join(note_lines(judgement))
     assert "worker(s) failed" not in lines and "1 probe(s) ended by the limit" in lines, lines
