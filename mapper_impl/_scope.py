@@ -1,21 +1,5 @@
 """Mapping scope: who shares one mapping of a context-bin file.
-
-Upstream keeps one file mapper per backend manager (``QnnBackendManager::file_mapper_``,
-created in ``SetupBackend``), and there is one backend manager per EP instance, i.e. per
-session, unless the sessions share their EP contexts (``ep.share_ep_contexts``). So M sessions
-of one model in one process map the file M times: M views, M times the file's size of address
-space, while the page cache still holds each page once. That is the default here:
-
-- ``"session"`` (default): a fresh `MappingScope` per `load_context` call, i.e. one mapper per
-  session, as upstream. Loads that share EP contexts pass ONE `MappingScope` object to each
-  other's `load_context` (``scope=shared``), as sessions sharing a backend manager do.
-- ``"process"`` (opt-in extension, not upstream): one table for the whole process, so every
-  load of a file shares one view (what this project did before the readable source showed the
-  per-backend-manager member).
-
-Either way the physical pages are shared by the OS page cache: the scope changes views,
-address space and mapping handles per process, not resident memory.
-"""
+"session" (default): one per load, as upstream's per-backend-manager file mapper; "process": our opt-in."""
 
 from __future__ import annotations
 
@@ -33,9 +17,8 @@ class MappingScope:
             raise ValueError(f"mapping scope must be one of {', '.join(SCOPES)}, got {kind!r}")
         self.kind = kind
         self.registry = registry if registry is not None else MappingRegistry()
-        #: Where a failed mapped attempt that does not fall back on its own leaves its mapping,
-        #: still mapped, for its caller's retry (the list path's attempt scope: upstream's file
-        #: mapper keeps the view while the list is retried); None: released when it fails.
+        #: Where a failed attempt leaves its mapping, still mapped, for its caller's retry (the list path); None:
+        #: released.
         self.failed_mappings: list | None = None
 
     def __repr__(self) -> str:
