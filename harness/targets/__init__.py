@@ -1,10 +1,6 @@
 """The targets the harness measures, one module each behind the `Target` interface.
-
-Adding a target is one new module defining ``TARGET = MyTarget()`` (a `harness.targets.base.Target`)
-plus one line in `_MODULES` below: the command line, the runner, the worker, the pytest plugin
-and the reports pick it up from here. Modules are imported only when their target is used, so
-listing the targets stays cheap.
-"""
+Adding one is a module defining ``TARGET = MyTarget()`` plus one line in `_MODULES`; modules import only when
+used."""
 
 from __future__ import annotations
 
@@ -32,8 +28,7 @@ def all_targets() -> list[Target]:
 
 
 def version_labels() -> dict[str, str]:
-    """Every target's own version keys (metadata ``env`` key -> what reports call it), in the
-    order of `NAMES`: the generic layers list onnxruntime, then these, then the machine's."""
+    """Every target's own version keys (metadata ``env`` key -> report label), in the order of `NAMES`."""
     labels: dict[str, str] = {}
     for target in all_targets():
         labels.update(target.version_keys())

@@ -1,26 +1,6 @@
-"""QNN work the harness does in a child process: ``python -m harness.targets.qnn.child JOB.json``.
-
-Why a child: the QNN compiler is native code that can crash the process it runs in (a real
-int8 MiniLM segfaults in QNN's FinalizeGraphs on the HTP simulator, 3 times out of 3), and
-the EP and the QNN libraries print their own log lines on stdout/stderr. In a child, a crash is
-an exit status the parent turns into one line, and the log goes to a file, not the terminal.
-
-Jobs (JSON, written by `run_child`):
-- ``compile``: compile ``src`` into the EPContext model ``out`` (ORT's ModelCompiler with the QNN
-  device), then, when ``check_folder`` names a prepared model, load the result with file mapping
-  disabled, run it once on that model's reference input and check its output as every worker
-  will (`outputs.check_compiled_outputs`): a partially compiled model that compiles but cannot
-  load or run, or runs wrong, is found here, once, instead of in every worker;
-- ``reference``: run the pre-compiled EPContext model of the prepared model ``folder`` twice
-  with file mapping disabled, and store its first output as the reference (outputs that differ
-  between the two runs are recorded as non-deterministic).
-
-The result (``ok``, ``stage``, ``error``, timings) goes to the job's ``result`` JSON file.
-
-Test hook: ``HARNESS_TEST_QNN_CHILD_FAULT=segv`` makes the child die by SIGSEGV (SIGABRT where
-there is none) before it starts, as the QNN compiler does on some models; never set by the
-harness itself.
-"""
+"""QNN work in a child process (``python -m harness.targets.qnn.child JOB.json``): the compiler can crash.
+Jobs: ``compile`` (and check the result once) and ``reference``; ``HARNESS_TEST_QNN_CHILD_FAULT=segv`` is a test
+hook."""
 
 from __future__ import annotations
 
@@ -36,26 +16,21 @@ from typing import Any
 #: What `run_child` tells about the child's work (a `Progress.step`).
 StatusCallback = Callable[[str], None]
 
-#: Test hook (see the module docstring).
+#: Test hook: "segv" makes the child die by SIGSEGV (SIGABRT where none) before it starts.
 FAULT_ENV = "HARNESS_TEST_QNN_CHILD_FAULT"
 #: ORT's error when the EP took no node (ERROR_IF_NO_NODES_COMPILED).
 NOTHING_COMPILED = "Unable to compile any nodes"
 
 
-# ----------------------------------------------------------------------------- the parent's side
-
-#: A compile (or reference run) in the child taking longer than this is killed: QNN compiles of
-#: LLM-sized graphs take minutes, never hours.
+#: A child job past this is killed: QNN compiles of LLM-sized graphs take minutes, never hours.
 CHILD_TIMEOUT_S = 3600.0
 
 
 def run_child(
     job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S, on_status: StatusCallback | None = None
 ) -> dict:
-    """Run one `child` job in a child process whose stdout and stderr (the EP's and the QNN
-    libraries' own log) go to ``log_path``; returns its result. A child killed by a signal or
-    past ``timeout_s`` gives ``{"ok": False, "stage": "crash", ...}``; no child is left behind.
-    ``on_status`` hears what the child says it is doing (compiling, loading, running once)."""
+    """Run one `child` job with its output in ``log_path``; a crash or timeout is ``{"ok": False, "stage":
+    "crash"}``."""
     import subprocess
     import tempfile
 
@@ -129,9 +104,6 @@ def _describe_exit(code: int) -> str:
         except ValueError:
             return f"the process was killed by signal {-code}"
     return f"the process exited with code {code} without a result"
-
-
-# ----------------------------------------------------------------------------- the child's side
 
 
 def _session_options(job: dict, *, disable: str, onnx_path: str | Path) -> Any:

@@ -1,10 +1,5 @@
-"""The device probe's child process (`device.probe_device` runs it): registers the QNN EP,
-lists its EP devices, compiles a tiny QDQ model for HTP, loads it with file mapping enabled at
-log level VERBOSE and runs it once, writing what it learned to ``probe.json`` after every step
-(a crash of a backend leaves what was learned so far).
-
-    python -m harness.targets.qnn.device_child WORKDIR
-"""
+"""The device probe's child: register the EP, list devices, compile and run a tiny QDQ model, ``probe.json`` per
+step."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""The SoC the simulated HTP compiles for when the user names none.
-
-onnxruntime-qnn's Linux x86_64 wheel runs the HTP backend in a simulator. With no ``soc_model``
-provider option the simulator sizes the graph for an unknown SoC, and many float graphs fail to
-finalize with ``QNN_COMMON_ERROR_MEM_ALLOC`` (4 of 10 real models outside the suite did, all of
-which compile with ``soc_model=60``). The devices this harness is for are Snapdragon X laptops,
-whose SoC is ``QNN_SOC_MODEL_SC8380XP`` = 60 (Snapdragon X Elite, HTP v73) in QNN's SoC table, so
-on the simulator the qnn target compiles for that SoC unless the user names one
-(``--provider-option soc_model=N``; ``soc_model=0`` restores the EP's own default, unknown SoC).
-On a device the EP detects its SoC itself and nothing is added.
-"""
+"""The SoC the simulated HTP compiles for when the user names none: 60 (Snapdragon X Elite).
+Without ``soc_model`` many float graphs fail to finalize (MEM_ALLOC); ``soc_model=0`` restores the EP's default."""
 
 from __future__ import annotations
 
@@ -26,8 +17,7 @@ def is_simulator() -> bool:
 
 
 def apply_default_soc_model(opts: Any) -> str | None:
-    """Add ``soc_model=60`` to the run's provider options on the simulator when the user named
-    no SoC (nor an HTP architecture); the note that says so, or None when nothing was added."""
+    """Add ``soc_model=60`` on the simulator when the user named no SoC; the note saying so, or None."""
     options = opts.provider_options
     backend = opts.target_options.get("backend_type", "htp")
     if not is_simulator() or backend != "htp" or "soc_model" in options or "htp_arch" in options:
