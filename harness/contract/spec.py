@@ -1,8 +1,4 @@
-"""The small explicit spec the parent hands each worker, and the record a worker hands back.
-
-Both are JSON files (not stdout: ORT and QNN log there). A worker's record carries its own
-timings and output check; memory is sampled by the parent while every worker is alive.
-"""
+"""The spec the parent hands each worker and the record it hands back: JSON files (ORT and QNN log on stdout)."""
 
 from __future__ import annotations
 
@@ -14,19 +10,15 @@ from typing import Any
 from harness.core.files import write_json_atomic
 from harness.core.vocab import EpState
 
-#: 5: the run's settings every worker applies are typed fields (`WorkerSpec.models`,
-#: `WorkerSpec.settings`), no longer keys of ``options``, which keeps a target's own options only.
+#: Bumped when the spec's shape changes: a worker only reads the version its harness wrote.
 SPEC_VERSION = 5
 
 
 @dataclass
 class WorkerSettings:
-    """The run's settings every worker applies, whatever its target: typed, so a worker (and a
-    target) reads ``spec.settings.runs``, never ``int(spec.options.get("runs") or 0)``."""
+    """The run's settings every worker applies, typed (``spec.settings.runs``)."""
 
-    #: The ORT session knobs of every session, both modes and the reference
-    #: (`harness.prep.sessions.SessionSettings` as a dict: config, intra_op_threads,
-    #: provider_options); read it with `session_settings`.
+    #: The ORT session knobs of every session (`SessionSettings` as a dict; read it with `session_settings`).
     session: dict[str, Any] = field(default_factory=dict)
     runs: int = 0  # timed inferences after the first (--runs)
     warmup: int = 0  # untimed inferences before the timed ones (--warmup)
@@ -41,8 +33,7 @@ class WorkerSettings:
                 raise ValueError(f"settings.{name} must be a whole number >= {least}, not {value!r}")
 
     def session_settings(self):
-        """The session knobs as `SessionSettings` (imported here: the worker imports the spec
-        before anything heavy)."""
+        """The session knobs as `SessionSettings` (imported here: the worker imports the spec before anything heavy)."""
         from harness.prep.sessions import SessionSettings
 
         return SessionSettings.from_dict(self.session)
@@ -61,26 +52,19 @@ class WorkerSpec:
     #: Every model folder of the run, in order (a pipeline loads several; []: ``model_folder``).
     models: list[str] = field(default_factory=list)
     settings: WorkerSettings = field(default_factory=WorkerSettings)
-    #: The target's own options (its `TargetOption`s) and what its prepare step hands its
-    #: workers (e.g. the qnn target's compiled "onnx" paths): nothing every worker needs.
+    #: The target's own options and what its prepare step hands its workers.
     options: dict[str, Any] = field(default_factory=dict)
-    #: The harness that started this worker (pid + creation time, as psutil reports it): the
-    #: worker watches THIS process, not whatever ``getppid()`` says when it starts (if the
-    #: harness died first, that is already init).
+    #: The harness that started this worker (pid + creation time): the worker watches it, not ``getppid()``.
     parent_pid: int = 0
     parent_create_time: float = 0.0
     #: How long the worker waits at the barrier for its release before giving up.
     release_timeout_s: float = 3600.0
-    #: Test hook of the reliability suites, never set by a normal run: "crash", "signal", "hang",
-    #: "raise", "drop-weight-pages", "exit-after-ready" (a background exit with code 0 once the
-    #: ready record is written, as onnxruntime-qnn #337's TerminateProcess(0)), or "pause-start" /
-    #: "pause-imports" / "pause-session" (stop at that moment of the worker's start-up so a test
-    #: can kill the harness right there).
+    #: Test hook of the reliability suites: "crash", "signal", "hang", "raise", "drop-weight-pages",
+    #: "exit-after-ready", "pause-start", "pause-imports", "pause-session"; never set by a normal run.
     fault_action: str = ""
     #: The group's control worker: the same sessions over no weights (`harness.runner.control`).
     control: bool = False
-    #: The group's phase board and this worker's slot on it (`harness.runner.phaseboard`):
-    #: how the parent's peak watch learns the worker's pid and phases ("": not watched).
+    #: The group's phase board and this worker's slot on it ("": not watched).
     phase_board: str = ""
     phase_slot: int = -1
     spec_version: int = SPEC_VERSION
@@ -104,8 +88,7 @@ class WorkerSpec:
 
     @classmethod
     def read(cls, path: Path) -> WorkerSpec:
-        """The spec at ``path``; ValueError / TypeError for one of another version or shape (a
-        worker is always started by the harness that wrote its spec: nothing to migrate)."""
+        """The spec at ``path``; ValueError / TypeError for another version or shape."""
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         if not isinstance(data, dict) or data.get("spec_version") != SPEC_VERSION:
             version = data.get("spec_version") if isinstance(data, dict) else None
@@ -145,8 +128,7 @@ class WorkerRecord:
     latency_p95_s: float | None = None
     latency_max_s: float | None = None
     inferences_per_s: float | None = None
-    #: The start-up peak as the worker saw it at its phase changes (harness.runner.peak); the
-    #: parent merges its own 1 kHz samples into the row (harness.runner.peakwatch).
+    #: The start-up peak the worker saw at its phase changes; the parent merges its 1 kHz samples.
     peak_private_bytes: int | None = None
     peak_phase: str | None = None
     peak_shared_bytes: int | None = None
@@ -155,28 +137,21 @@ class WorkerRecord:
     output_detail: str = ""
     weights_bytes: int | None = None
     peak_bytes: int | None = None
-    #: Bytes of weight copies the target holds in this process's private memory, every page
-    #: written (heap and fallback loads): its USS / private bytes cannot be below this.
+    #: Bytes of weight copies held privately (heap and fallback loads): a floor of USS / private bytes.
     private_copy_bytes: int | None = None
-    #: Resident bytes of the model's mapped files in this process's page tables, read from its
-    #: own memory maps just before it reported ready, only under the "drop-weight-pages" test
-    #: hook (the parent reads the maps of every other worker itself): its RSS cannot be below this.
+    #: Resident bytes of the mapped files, read by the worker only under the "drop-weight-pages" hook.
     mapped_resident_bytes: int | None = None
-    #: CPU time (every thread) and wall time of the measured work (sessions, first inference,
-    #: timed runs): a share well below 1 means the worker waited for a CPU (contention).
+    #: CPU and wall time of the measured work: a share well below 1 means the worker waited (contention).
     cpu_s: float | None = None
     busy_s: float | None = None
     #: Seconds to map the weights file(s) and touch nothing, before the load (`harness.runner.floor`).
     floor_s: float | None = None
-    #: Failed DMA registrations left behind, stale, by the worker's loads (cpu target: upstream
-    #: never undoes one; `--failed-registration undo` does), None when not counted.
+    #: Failed DMA registrations left stale by the worker's loads (None when not counted).
     stale_registrations: int | None = None
-    #: Release callbacks of failed attempts that arrived late (during or after the direct read, or
-    #: at teardown: counted once the sessions were closed), None when not counted.
+    #: Release callbacks of failed attempts that arrived late (None when not counted).
     late_releases: int | None = None
     teardown: str = ""  # what the worker's teardown left behind (mapper_impl stats), empty when clean
-    #: True once the parent's release reached the worker: a final record without it (or none
-    #: at all) from a worker that exited means it ended before the harness let it go.
+    #: True once the parent's release reached the worker.
     released: bool = False
     error: str = ""
 
