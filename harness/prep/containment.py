@@ -1,22 +1,6 @@
-"""The one rule for every path a model names: inside the model's own folder, checked first.
-
-A model is untrusted input. Its external-data ``location``, an EPContext node's
-``ep_cache_context`` (``embed_mode`` 0), the ``filename`` values of a ``genai_config.json``:
-each is a path the model's author chose. Before the harness opens, stats, hashes, links or
-copies anything they name, `contained` applies ONNX Runtime's own external-data rule:
-
-- the name is relative (no ``/etc/passwd``, no ``C:\\...``, no ``\\\\server\\share``);
-- resolved against the model's folder, symbolic links followed, it stays inside that folder
-  (no ``../`` climbing out, no link pointing out);
-- what it names is a regular file (no FIFO, device or folder: see `harness.core.inputfiles`).
-
-`external_refs` also checks each external tensor's ``offset`` and ``length`` (integers, not
-negative, inside the file) so no later step reads past an end or seeks to ``-4096``. A model
-breaking any rule is refused with one `InputError` line before any work, and so nothing a
-model names can make the preparation write outside the cache, the run folder or the system
-temp folder: every file the preparation writes is under a folder of ours, at a name that
-`contained` has checked against that folder.
-"""
+"""The one rule for every path a model names (ORT's external-data rule): relative, inside its folder, a regular
+file.
+A model breaking it is refused in one InputError line before any work; nothing is written outside our folders."""
 
 from __future__ import annotations
 
@@ -31,9 +15,8 @@ from harness.core.inputfiles import check_regular
 
 
 def contained(base_dir: Path, name: str, label: str, what: str) -> Path:
-    """``base_dir / name`` resolved, if ``name`` is a relative path that stays inside
-    ``base_dir`` (links followed); InputError naming ``what`` (which names ``name``, e.g.
-    "external data file 'w.bin' (of tensor 'W0')")."""
+    """``base_dir / name`` resolved if it stays inside ``base_dir`` (links followed); else InputError naming
+    ``what``."""
     if not name or "\0" in name:
         raise InputError(f"{label}: {what} is an empty or invalid path")
     if PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute() or PureWindowsPath(name).drive:
@@ -55,9 +38,7 @@ def contained_file(base_dir: Path, name: str, label: str, what: str) -> Path:
 
 
 def inside(folder: Path, path: Path) -> Path:
-    """``path`` if, resolved, it is inside ``folder`` (a target we are about to write); a
-    RuntimeError otherwise: the preparation never writes elsewhere, and reaching here with
-    such a path is a bug, not a user mistake."""
+    """``path`` if inside ``folder`` once resolved; RuntimeError otherwise (a bug, not a user mistake)."""
     base, resolved = real_path(folder), real_path(path)
     if base not in resolved.parents:
         raise RuntimeError(f"refusing to write {path}: outside {folder}")
@@ -66,8 +47,7 @@ def inside(folder: Path, path: Path) -> Path:
 
 @dataclass(frozen=True)
 class ExternalRef:
-    """One tensor's external data, checked: a file inside the model's folder and a byte range
-    inside that file."""
+    """One tensor's external data, checked: a file inside the model's folder and a byte range inside it."""
 
     tensor: str
     location: str  # as the model wrote it (relative to the model's folder)
@@ -122,8 +102,7 @@ def tensor_ref(base_dir: Path, proto: Any, label: str, sizes: dict[Path, int] | 
 
 
 def external_refs(model_path: Path, model: Any, label: str) -> list[ExternalRef]:
-    """Every external tensor of ``model`` (subgraphs included), checked against the rules of
-    the module docstring; InputError, one line, for the first that breaks one."""
+    """Every external tensor of ``model`` (subgraphs too), checked; InputError for the first that breaks a rule."""
     from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
     base, sizes = Path(model_path).parent, {}

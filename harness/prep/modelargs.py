@@ -1,5 +1,4 @@
-"""The command line's model arguments (--shape, --free-dim, --input) parsed into mappings;
-InputError, one line, for a bad spec."""
+"""The command line's --shape, --free-dim and --input parsed; InputError, one line, for a bad spec."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The child of `harness.prep.ortjob`: ``python -m harness.prep.ortchild JOB.json`` runs one job
-(``optimize`` or ``reference``) and writes its result JSON. Nothing imports this module: it is
-only ever run as a program, so the jobs' modules may import `harness.prep.ortjob` freely."""
+"""The child of `harness.prep.ortjob` (``python -m harness.prep.ortchild JOB.json``): only ever run as a program."""
 
 from __future__ import annotations
 

@@ -1,21 +1,5 @@
-"""Long ONNX Runtime work of the preparation, in a child process (``python -m harness.prep.ortchild
-JOB.json``): the parent's side, and the status the child reports.
-
-Why a child: ORT's offline optimisation of a large model (100 000 initializers took minutes) and
-the reference runs are one long native call each. In the harness's own process Python runs no
-signal handler until that call returns, so Ctrl-C and SIGTERM (a CI timeout, ``kill``) were
-ignored for minutes. In a child the parent only waits, in short steps: a Ctrl-C or SIGTERM
-interrupts the wait at once and the child is killed (and dies with the parent in any case:
-``PR_SET_PDEATHSIG``). The child says what it is doing in a status file the parent passes to the
-progress display; ORT's own log lines go to a log file, not the terminal. The same pattern as
-the QNN compile child (`harness.targets.qnn.child`).
-
-Jobs (run by `harness.prep.ortchild`):
-- ``optimize``: `harness.prep.optimize.optimize_in_process` (ORT's optimized model saved);
-- ``reference``: `harness.prep.reference.reference_in_process` (the reference runs and archive).
-
-The result (``ok``, ``error`` or the job's own fields) goes to the job's ``result`` JSON file.
-"""
+"""Long ORT work of the preparation in a child process, so Ctrl-C and SIGTERM stop it at once.
+Jobs: ``optimize`` and ``reference``; the result goes to the job's ``result`` JSON file."""
 
 from __future__ import annotations
 
@@ -31,15 +15,12 @@ from harness.core.errors import InputError
 ORT_JOB_TIMEOUT_S = 3 * 3600.0
 #: How often the waiting parent looks at the child (and can be interrupted).
 POLL_S = 0.2
-#: Test hook: the child sleeps this many seconds before its work (an interruptible stand-in for
-#: a long native call); never set by the harness itself.
+#: Test hook: the child sleeps this many seconds before its work.
 SLOW_ENV = "HARNESS_TEST_ORT_JOB_SLOW_S"
 
 
 def run_ort_job(job: dict, label: str, on_status: Callable[[str], None] | None = None) -> dict:
-    """Run ``job`` in a child and return its result; InputError (one line naming ``label``) for
-    a job that failed, crashed or ran past `ORT_JOB_TIMEOUT_S`. KeyboardInterrupt (Ctrl-C, or
-    SIGTERM turned into one by the command line) kills the child and propagates."""
+    """Run ``job`` in a child; InputError for a failure, crash or timeout; Ctrl-C kills the child."""
     import subprocess
     import tempfile
 
@@ -106,9 +87,6 @@ def _exit_text(code: int) -> str:
             else ""
         )
     return f"ONNX Runtime's process exited with code {code} without a result"
-
-
-# ----------------------------------------------------------------------------- the child's side
 
 
 def status(job: dict, text: str) -> None:

@@ -1,14 +1,5 @@
-"""The ORT session settings every session of a run shares, mapped and heap alike, and the
-reference run with them; plus running a session on feeds of any element type.
-
-Why one place: a reference computed with other options than the workers' sessions is a
-different computation. Weight prepacking on in the reference and off in the workers made
-MLAS take another SGEMM kernel (packed B vs the M=1 path), whose summation order differs in
-the last bits; over a 256-layer fp32 chain those bits grew to 2.8e-05 and every worker was
-called wrong. Thread counts change the summation order of parallel reductions the same way.
-So the reference gets exactly the workers' settings, and the user's knobs
-(``--session-config``, ``--intra-op-threads``) apply to both.
-"""
+"""The ORT session settings every session and the reference share, and running a session on any element type.
+A reference computed with other settings is a different computation (prepacking changed MLAS's kernel)."""
 
 from __future__ import annotations
 
@@ -42,8 +33,7 @@ class SessionSettings:
         )
 
     def apply(self, so: Any) -> Any:
-        """Put the user's session knobs on ``so`` (after the harness's own entries: a user entry
-        of the same key wins, deliberately)."""
+        """Put the user's session knobs on ``so`` (after the harness's own: a user entry wins)."""
         for key, value in self.config.items():
             so.add_session_config_entry(key, value)
         if self.intra_op_threads is not None:
@@ -91,10 +81,7 @@ def ort_level(name: str) -> Any:
 
 
 def cpu_session_options(settings: SessionSettings | None = None, *, level: str = "all") -> Any:
-    """ORT CPU EP session options of every cpu/ort-native session AND of the reference run:
-    prepacking off (it would copy every weight, and the mapping would buy nothing), then the
-    user's settings. ``level`` is the graph optimization level: "disabled" for a model the
-    harness already optimized offline (see `harness.prep.optimize`)."""
+    """CPU EP session options of every cpu/ort-native session and the reference: prepacking off, then the user's."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -104,10 +91,7 @@ def cpu_session_options(settings: SessionSettings | None = None, *, level: str =
     return (settings or SessionSettings()).apply(so)
 
 
-# -- running a session on any element type -------------------------------------------------------
-
-#: Element types ORT's Python binding converts to and from numpy itself (float8 comes back as
-#: uint8 and is re-viewed).
+#: Element types ORT's binding converts to numpy itself (float8 comes back as uint8).
 _NATIVE = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}
 _FLOAT8 = {17, 18, 19, 20}
 
@@ -119,8 +103,7 @@ def run_session(
     input_types: dict[str, int],
     output_types: dict[str, int],
 ) -> list[Any]:
-    """Outputs of one run as numpy (or ml_dtypes) arrays, for inputs and outputs of any element
-    type ORT supports: bfloat16, float8 and 4-bit values go through OrtValues."""
+    """Outputs of one run as numpy arrays, for any element type (bfloat16, float8, 4-bit via OrtValues)."""
     import numpy as np
 
     from .tensors import from_ortvalue, numpy_dtype, to_ortvalue
