@@ -1,8 +1,4 @@
-"""How a worker ended, in words: its exit (code, signal, timeout) and the tail of its log.
-
-Why a module of its own: a worker's failure is data in its row (asv's rule), and these two
-functions are the words of that data, shared by the group runner and its tests.
-"""
+"""How a worker ended, in words: its exit (code, signal, timeout) and the tail of its log."""
 
 from __future__ import annotations
 

@@ -1,19 +1,5 @@
-"""Did the weights a group loaded stay the same until its end? A seal taken before the group
-and checked after it.
-
-Why: a worker checks its output at its first inference only. Weights overwritten in place while
-the group runs (someone's editor, a copy into the shared cache, a hostile process) would change
-what the later figures measured, or what the next group maps, and nothing would say so. So the
-parent seals every file the group's sessions load before the group and checks the seal when the
-workers are gone; a change fails every worker of the group with the reason.
-
-The seal is cheap (no full read: a group may be short and the file 4 GiB): the file's identity
-(device, inode), size, modification and status-change times (``st_ctime`` moves on every write
-and every ``utime``, and cannot be set back by a user), and a BLAKE2b hash of `SAMPLES` blocks
-of `BLOCK` bytes spread evenly over the file plus its first and last `EDGE` bytes. The full
-content hash of the cache's record (`harness.cache`) is checked once per run, before the first
-group.
-"""
+"""Did the weights a group loaded stay the same until its end? A cheap seal taken before and checked after.
+Identity, size, mtime, ctime and a BLAKE2b of `SAMPLES` blocks and the edges; a change fails the group."""
 
 from __future__ import annotations
 

@@ -1,18 +1,5 @@
-"""The system's side of the start-up peak, watched by the parent while a group's workers start.
-
-Why: the barrier sample shows the machine after every worker settled; a load fails at the
-moment the system runs out, which is during start-up. A `SystemWatch` thread in the parent
-samples, from the first spawn until every worker is ready (or dead), the system's available
-memory (its minimum is kept) and its commit charge (its maximum), with the commit limit:
-
-- Linux: ``MemAvailable``, ``Committed_AS`` and ``CommitLimit`` of ``/proc/meminfo``, read into
-  one preallocated buffer. Linux enforces ``CommitLimit`` only in strict overcommit mode
-  (``vm.overcommit_memory=2``); the mode is recorded so a "fits" figure can say which bound
-  bites.
-- Windows: ``GetPerformanceInfo`` (commit total, commit limit, physical available): Windows
-  always enforces its commit limit.
-- elsewhere: psutil's available memory only.
-"""
+"""The system's side of the start-up peak: available memory (minimum) and commit charge (maximum) with its limit,
+sampled by the parent while a group's workers start."""
 
 from __future__ import annotations
 
@@ -36,8 +23,7 @@ class SystemPeak:
     #: The first sample, before any worker existed: the headroom a "fits" figure divides.
     start_available_bytes: int | None = None
     start_committed_bytes: int | None = None
-    #: Linux vm.overcommit_memory (0 heuristic, 1 always, 2 strict: only 2 enforces the limit);
-    #: None elsewhere (Windows always enforces it).
+    #: Linux vm.overcommit_memory (only 2 enforces the commit limit); None elsewhere.
     overcommit_mode: int | None = None
     samples: int = 0
 

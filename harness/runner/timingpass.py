@@ -1,31 +1,5 @@
-"""The timing pass (`run --sequential-timing`, always in `bench`): a group's N workers started
-one after another, each alone on the machine (issue 32).
-
-Why: with more workers than cores, the concurrent pass's workers wait for each other (4 on 2
-cores: each gets half a CPU), so its timings are contended by the harness's own rule and no
-timing gate can be judged there. Here worker i+1 is spawned only once worker i has reported
-ready (sessions created, first inference checked, ``--runs`` done), been released and been
-reaped: each starts with the machine to itself, the page cache as warm as in the concurrent
-pass. Nothing else runs: no control worker, no start-up peak watch, no system watch, no memory
-sample (memory is measured in the concurrent pass, with all N alive at the barrier).
-
-Contention stays measured, per worker, over its own life (spawn to ready): `foreign_cpus` is
-the CPU time the whole machine spent (every CPU's busy time, steal included) minus this
-worker's and this harness's own, per second of wall time. Other work on the machine shows
-there; the harness's previous groups do not (the 1-minute load average still counts them for a
-minute). `harness.core.composition.contention` calls a worker with less than one CPU to itself
-contended, as it calls one with under half a CPU of its measured work.
-
-Interleaved (issue 32): the timing-pass groups of one repeat and N (the target's mapped and
-heap groups, the peer's mapped group) run together, in rounds: round i starts worker i of each
-group, one after another, the mapped groups first and next to each other, swapped every other
-round (M P H, P M H, M P H, ...), the heap group last. The two figures a timing gate compares
-are then taken seconds apart, in the same state of the machine: a drift (the CPU's clock, a
-neighbour's load, what the previous group left behind) moves both, and their ratio, paired by
-round (`harness.core.timing`), cancels it. Run group after group, the peer's workers started
-some 8 s after the mapped ones, behind the heap group: per-repeat ratios spread 0.80..1.32 on
-a quiet 2-core machine.
-"""
+"""The timing pass (``--sequential-timing``, always in bench): each worker alone on the machine (issue 32).
+Interleaved by round (mapped groups first, swapped every other round), so the paired ratios cancel drift."""
 
 from __future__ import annotations
 
@@ -54,8 +28,7 @@ from harness.runner.group import (
 from harness.runner.memory import machine_load
 from harness.runner.split import Observed
 
-#: on_event(group or None for a step of one group, worker index, state, detail): the progress
-#: display's view of a step (`run_step`).
+#: on_event(group or None, worker index, state, detail): the progress display's view of a step.
 StepEventCallback = Callable[[GroupSpec | None, int, str, str], None] | None
 #: Why a timing-pass row has no memory figures (its memory_note).
 NOT_SAMPLED = "not sampled: timing pass (memory is measured in the concurrent pass, with all N workers alive)"
@@ -72,9 +45,7 @@ def run_any_group(group: GroupSpec, on_event: EventCallback = _no_event) -> Grou
 
 
 def plan_steps(groups: list[GroupSpec], *, interleave: bool = True) -> list[list[GroupSpec]]:
-    """The run's groups as steps, in plan order: each concurrent group alone, and the timing-
-    pass groups of one repeat and N together (`run_interleaved`) unless ``interleave`` is off
-    (then each alone too)."""
+    """The run's groups as steps: each concurrent group alone, one repeat's timing-pass groups together."""
     steps: list[list[GroupSpec]] = []
     for group in groups:
         last = steps[-1][-1] if steps else None
@@ -94,10 +65,7 @@ def plan_steps(groups: list[GroupSpec], *, interleave: bool = True) -> list[list
 
 
 def round_order(groups: list[GroupSpec], round_index: int) -> list[int]:
-    """The order of the groups (indexes into ``groups``) in one round of an interleaved timing
-    pass: the mapped groups first, side by side (the target's then the peers', as planned),
-    then the others (heap); the first two swapped on odd rounds, so that over two rounds each
-    of them goes first once and neither always follows the heap worker of the round before."""
+    """The groups' order in one round: mapped first (swapped on odd rounds), the heap group last."""
     order = sorted(range(len(groups)), key=lambda i: (groups[i].mode != Mode.MAPPED, i))
     if round_index % 2 and len(order) > 1:
         order[0], order[1] = order[1], order[0]
@@ -112,8 +80,7 @@ def run_step(step: list[GroupSpec], on_event: StepEventCallback = None) -> list[
 
 
 def machine_busy_s() -> float | None:
-    """CPU time every CPU of the machine has spent busy so far (everything but idle and I/O
-    wait; steal counts: a hypervisor that gave the CPU away is contention), or None."""
+    """CPU time every CPU has spent busy so far (steal included), or None."""
     try:
         import psutil
 
@@ -139,8 +106,7 @@ def process_cpu_s(pid: int) -> float | None:
 
 
 def foreign_cpus(before: tuple[float | None, float, float | None], w: _Worker) -> float | None:
-    """CPUs' worth of other processes' work over the worker's life: machine busy time minus the
-    worker's and the harness's own, over the wall time (None when a figure is missing)."""
+    """CPUs' worth of other processes' work over the worker's life (None when a figure is missing)."""
     busy0, wall0, own0 = before
     busy1, own1, worker = machine_busy_s(), process_cpu_s_self(), process_cpu_s(w.proc.pid)
     wall = time.monotonic() - wall0
@@ -159,10 +125,7 @@ def run_sequential_group(group: GroupSpec, on_event: EventCallback = _no_event) 
 
 
 def run_interleaved(groups: list[GroupSpec], on_event: StepEventCallback = None) -> list[GroupResult]:
-    """The timing pass of ``groups`` (one repeat and N): in round i, worker i of each group in
-    `round_order`, each spawned, waited for until ready, measured, released and reaped before
-    the next one starts. Never raises for a worker's failure: its row says what happened, and
-    the next worker still runs. One result per group, in the order given."""
+    """The timing pass of ``groups``: round by round, each worker alone; one result per group, never raising."""
     for group in groups:
         group.workdir.mkdir(parents=True, exist_ok=True)
     job = KillOnCloseJob()
@@ -188,8 +151,7 @@ class _Timed:
 
 
 def _time_one(group: GroupSpec, index: int, job: KillOnCloseJob, timed: _Timed, on_event: EventCallback) -> None:
-    """Worker ``index`` of ``group``, alone: spawn, ready, other processes' CPU over its life,
-    release, reap."""
+    """Worker ``index`` of ``group``, alone: spawn, ready, foreign CPU, release, reap."""
     before = (machine_busy_s(), time.monotonic(), process_cpu_s_self())
     w = _spawn(group, index, job)
     timed.workers.append(w)
@@ -207,7 +169,6 @@ def _result(group: GroupSpec, timed: _Timed) -> GroupResult:
         row = _row(group, w, Observed(load=timed.seen.get(w.index)))
         row.start, row.foreign_cpus = SEQUENTIAL, timed.foreign.get(w.index)
         row.memory_ok, row.memory_note = None, NOT_SAMPLED
-        # the start-up peak is the concurrent pass's figure (watched by the parent at 1 kHz)
         row.peak_private_bytes = row.peak_phase = row.peak_shared_bytes = row.peak_rss_bytes = None
         rows.append(row)
     return GroupResult(rows, None)
