@@ -1,6 +1,4 @@
-"""Which values a cell of a run's tables may hold: the one range and choice check every
-reader of a run folder applies (`harness.core.tables`), so a hostile or corrupt CSV cannot pass
-a figure no machine could have measured, or a word outside its column's vocabulary."""
+"""Which values a cell of a run's tables may hold: the one range and choice check every reader applies."""
 
 from __future__ import annotations
 
@@ -11,11 +9,9 @@ from typing import Any
 from .schema import SummaryRow
 from .vocab import DISABLE_FLAGS, EpState, Mode, PageCache, PathTaken, PeakPhase, Start
 
-#: The largest byte figure any cell may hold: 1 PiB (2**50). No machine this harness measures
-#: has that much memory or disk, so a larger figure is corruption or forgery, not a measurement.
+#: The largest byte figure a cell may hold (1 PiB): a larger one is corruption or forgery.
 MAX_BYTES = 2**50
-#: The longest time a cell may hold: one week. A worker is killed long before (--worker-timeout
-#: is bounded), so a longer time is no measurement.
+#: The longest time a cell may hold (one week): workers are killed long before.
 MAX_SECONDS = 7 * 24 * 3600.0
 #: The largest count or index a cell may hold (processes, sessions, repeats, runs, pids).
 MAX_COUNT = 2**31
@@ -56,14 +52,12 @@ def _number_problem(name: str, unit: str, value: float | int) -> str | None:
 
 @functools.cache
 def _column_meta(row_type: type) -> dict[str, Any]:
-    """name -> metadata of every column of ``row_type``, built once (`cell_problem` runs per
-    cell: rebuilding it each time made a 100 000-row results.csv take minutes to read)."""
+    """name -> metadata of every column of ``row_type``, built once (per cell it took minutes on 100 000 rows)."""
     return {f.name: f.metadata for f in fields(row_type)}
 
 
 def cell_problem(row_type: type, name: str, value: Any) -> str | None:
-    """Why ``value`` cannot be the ``name`` cell of a ``row_type`` row (None: it can): the
-    one range and choice check every reader of a run folder applies (empty is always fine)."""
+    """Why ``value`` cannot be the ``name`` cell of a ``row_type`` row (None: it can; empty always can)."""
     meta = _column_meta(row_type).get(name)
     if meta is None or value is None:
         return None

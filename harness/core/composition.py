@@ -1,9 +1,4 @@
-"""What a group's memory is made of and how busy the machine was while it was measured.
-
-Kept apart from `harness.core.summary` (which calls it per group): the split of a worker's
-memory into weight copies, mapped weight pages and the control worker's runtime, and the
-contention rule that makes a group's timings "contended" (issue 18).
-"""
+"""What a group's memory is made of and how busy the machine was while it was measured (issue 18)."""
 
 from __future__ import annotations
 
@@ -25,15 +20,8 @@ MIN_CPU_SHARE = 0.5
 
 
 def contention(members: list[ResultRow]) -> dict[str, Any]:
-    """Highest load average, lowest CPU share and whether the group's timings were contended:
-    load above the CPU count, or a worker with under `MIN_CPU_SHARE` of a CPU. Memory figures
-    do not depend on it; only timing verdicts do.
-
-    The sequential (timing) pass replaces the load average, which lags a minute behind (right
-    after a concurrent group of 4 workers it still reads 3 on a machine now idle), by what the
-    rest of the machine used over each worker's own life (`foreign_cpus`): a worker that had
-    less than one CPU to itself (foreign work above cpu_count - 1) was contended. A worker
-    without that figure is judged by the load average, as a concurrent one."""
+    """Highest load, lowest CPU share, and whether the group's timings were contended (load above the CPUs,
+    a worker under `MIN_CPU_SHARE`, or in the timing pass under one CPU to itself by `foreign_cpus`)."""
     loads = [r.load_avg for r in members if r.load_avg is not None]
     shares = [r.cpu_s / r.busy_s for r in members if r.cpu_s is not None and r.busy_s]
     counts = [r.cpu_count for r in members if r.cpu_count]
@@ -53,8 +41,7 @@ def contention(members: list[ResultRow]) -> dict[str, Any]:
 
 
 def composition(ok: list[ResultRow]) -> dict[str, Any]:
-    """The summary's split of the ok workers' memory (copies, mapped pages, the control) and
-    its contention figures."""
+    """The summary's split of the ok workers' memory and its contention figures."""
     runtime = {r.runtime_bytes for r in ok if r.runtime_bytes is not None}
     copied = _median(r.copied_bytes for r in ok)
     resident = _median(r.mapped_resident_bytes for r in ok)

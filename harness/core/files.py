@@ -1,18 +1,5 @@
-"""Writing the harness's own files: one atomic writer, and the rule that we only ever replace
-regular files, and never write through a link.
-
-Why atomic: a reader (a report, a CI step, a second harness), a crash or a Ctrl-C must never
-see half a CSV or half a JSON record that looks complete. Why the regular-file rule: an atomic
-replace swaps whatever sits at the path for a new regular file, so pointed at ``/dev/null``, a
-FIFO or a folder it would destroy something that is not ours (``--history /dev/null`` run as
-root once replaced the system's ``/dev/null``). Why no links: a run folder, a cache or a
-report folder may have been made by someone else, and a ``report.html`` planted there as a
-symlink to ``~/.bashrc`` would have `report` write its page over that file. So a symlink where
-the harness is about to write is refused (one line, exit 2: remove it, or name the file it
-points to), and every write is made so that a link planted after the check is not followed
-either: atomic writes replace the NAME (``os.replace`` never follows a link at its target),
-appends and new files are opened with ``O_NOFOLLOW`` (`open_append`, `create_file`).
-"""
+"""Writing the harness's own files: atomic, only ever replacing regular files, never through a link.
+A symlink where we write is refused (exit 2); appends and new files use ``O_NOFOLLOW``."""
 
 from __future__ import annotations
 
@@ -33,9 +20,7 @@ os.umask(_UMASK)
 
 
 def real_path(path: Path | str) -> Path:
-    """``path`` absolute, links resolved, as far as they resolve: `os.path.realpath`, which a
-    symlink loop (a ``workers -> workers`` planted in a run folder) does not stop, where
-    ``Path.resolve`` raises RuntimeError on Python < 3.13."""
+    """``path`` absolute with links resolved as far as they resolve (a link loop does not raise)."""
     return Path(os.path.realpath(path))
 
 
@@ -47,9 +32,7 @@ def _symlink_refusal(label: str) -> InputError:
 
 
 def replaceable_path(path: Path | str, what: str = "") -> Path:
-    """``path``, when an atomic write may replace what is there: nothing, or a regular file.
-    InputError for a symlink (whatever it points to: the harness never writes through a link),
-    a folder, a device, a FIFO or a socket."""
+    """``path`` when an atomic write may replace what is there (nothing or a regular file); else InputError."""
     path = Path(path)
     label = f"{what} {path}".strip()
     try:
@@ -66,8 +49,7 @@ def replaceable_path(path: Path | str, what: str = "") -> Path:
     return path
 
 
-#: Flags of every file the harness opens to write in place: never through a link, never
-#: blocking on a FIFO (a FIFO is then refused by the fstat check).
+#: Flags of every in-place write: never through a link, never blocking on a FIFO.
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
 
 
@@ -91,8 +73,7 @@ def _opened_regular(path: Path, flags: int, label: str) -> int:
 
 
 def open_append(path: Path | str, what: str = "", *, create: bool = True) -> IO[str]:
-    """A text handle appending to ``path`` (created when missing), opened without following a
-    link: a symlink planted at ``path`` is refused (InputError), never written through."""
+    """A text handle appending to ``path``, opened without following a link."""
     path = Path(path)
     flags = os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0)
     fd = _opened_regular(path, flags, f"{what} {path}".strip())
@@ -100,10 +81,7 @@ def open_append(path: Path | str, what: str = "", *, create: bool = True) -> IO[
 
 
 def create_file(path: Path | str, what: str = "") -> IO[bytes]:
-    """A new, empty binary file at ``path``, replacing the NAME when something is there (a
-    stale log, a planted symlink: the link itself goes, its target is never touched); created
-    with ``O_EXCL | O_NOFOLLOW``, so a link planted in between is refused, not followed. A
-    folder at ``path`` is an InputError."""
+    """A new empty binary file at ``path`` (the name replaced, ``O_EXCL | O_NOFOLLOW``)."""
     path = Path(path)
     label = f"{what} {path}".strip()
     with suppress(FileNotFoundError):
@@ -115,10 +93,7 @@ def create_file(path: Path | str, what: str = "") -> IO[bytes]:
 
 
 def make_folder(path: Path | str, what: str = "", *, within: Path | str | None = None) -> Path:
-    """``path`` as a folder (made, with its parents, when missing), checked to be a real folder
-    and not a symlink, and so is every folder between ``within`` (a folder of ours, say the run
-    folder) and it: a ``workers`` or ``logs`` link planted there would send the files written
-    into it elsewhere. InputError naming the first that is not."""
+    """``path`` as a real folder, and every folder between ``within`` and it; InputError for the first that is not."""
     path = Path(path)
     base = Path(within) if within is not None else path.parent
     base.mkdir(parents=True, exist_ok=True)
@@ -134,9 +109,7 @@ def make_folder(path: Path | str, what: str = "", *, within: Path | str | None =
 
 
 def copy_file(src: Path | str, dst: Path | str, what: str = "") -> None:
-    """Copy the regular file ``src`` to a new file ``dst`` (`create_file`: the name is replaced,
-    no link followed). ``src`` is opened without blocking and must be a regular file too (a
-    log named in a cache may have been replaced by a FIFO or ``/dev/zero``)."""
+    """Copy the regular file ``src`` to a new file ``dst`` (``src`` opened without blocking)."""
     import shutil
 
     from .inputfiles import open_regular
@@ -146,9 +119,7 @@ def copy_file(src: Path | str, dst: Path | str, what: str = "") -> None:
 
 
 def check_creatable(path: Path, option: str, *, folder: bool) -> None:
-    """Refuse, before anything is built or measured, a path the run could never write: a
-    file on its way, or (``folder``) a file where the folder should be, or (not ``folder``)
-    a folder where the file should be. Creates nothing."""
+    """Refuse a path the run could never write (a file or folder in the way); creates nothing."""
     if path.exists() and path.is_dir() != folder:
         found, wanted = ("file", "folder") if folder else ("folder", "file")
         raise InputError(f"{option} {path}: is a {found}, not a {wanted}")
@@ -160,10 +131,7 @@ def check_creatable(path: Path, option: str, *, folder: bool) -> None:
 
 
 def check_writable(path: Path | str, option: str, *, folder: bool = True) -> None:
-    """Refuse (InputError) a path the run could not write, before any work. A folder (or the
-    nearest parent that exists) must take a new file: a temp file is created there and removed,
-    the one test that answers for permissions, ACLs, read-only mounts and immutable folders
-    alike. An existing file (``folder`` False) must open for appending (nothing is written)."""
+    """Refuse a path the run could not write, by creating and removing a temp file (or opening to append)."""
     path = Path(path)
     if not folder and path.is_file() and not path.is_symlink():
         try:
@@ -183,12 +151,7 @@ def check_writable(path: Path | str, option: str, *, folder: bool = True) -> Non
 
 @contextmanager
 def atomic_writer(path: Path | str, newline: str | None = None, what: str = "") -> Iterator[IO[str]]:
-    """Open a temp file next to ``path``; on success fsync it and rename it over ``path``.
-
-    The temp file lives in the same folder so ``os.replace`` is a same-filesystem rename, which
-    is atomic on POSIX and Windows. On any error the temp file is removed and ``path`` keeps
-    its previous content (or stays absent). The rename replaces the name ``path``: a symlink
-    (refused by `replaceable_path` first, or planted since) is replaced, never followed."""
+    """A temp file next to ``path``, fsynced and renamed over it on success (removed on error)."""
     target = replaceable_path(path, what)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:

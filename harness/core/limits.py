@@ -1,15 +1,5 @@
-"""Upper bounds of every numeric option, and the rule that a key given twice is a mistake.
-
-Why bounds: a number the harness turns into processes, threads, sessions, repeats, sleeps or
-allocations must be one the machine can honour. Without a bound ``--intra-op-threads 100000``
-grew the parent past 2 GiB (the reference session's thread pool) and ignored SIGTERM while
-doing so. Each bound is far above any real use and is checked once, right after the command
-line is parsed, before a model is built or a process started (one line, exit 2). docs/what-happens-when.md
-lists them.
-
-Why no repeated keys: ``--session-config k=1 --session-config k=2`` used to keep the last value
-silently; the user meant one of them, and only they know which.
-"""
+"""Upper bounds of every numeric option (docs/what-happens-when.md), checked before any work,
+and the rule that a key given twice is a mistake."""
 
 from __future__ import annotations
 
@@ -84,8 +74,7 @@ def _check(flag: str, value: Any, maximum: float, unit: str = "", why: str = "")
 
 
 def check_bounds(ns: Any, prefix: str = "") -> None:
-    """InputError (one line) for any option of the parsed command line ``ns`` above its bound;
-    ``prefix``: the flags' namespace in messages (the pytest plugin's ``fmw-``)."""
+    """InputError for any option of ``ns`` above its bound (``prefix``: the plugin's ``fmw-``)."""
     for bound in BOUNDS:
         _check(f"--{prefix}{bound.flag[2:]}", getattr(ns, bound.dest, None), bound.maximum, bound.unit)
     processes = getattr(ns, "processes", None)
@@ -105,9 +94,7 @@ def check_bounds(ns: Any, prefix: str = "") -> None:
 
 
 def refuse_repeated(items: Iterable[str | tuple], flag: str) -> None:
-    """InputError when two ``KEY=VALUE`` items (or parsed (key, value) pairs) of a repeatable
-    option name the same key: which one was meant is the user's to say, never "the last one
-    wins"."""
+    """InputError when two ``KEY=VALUE`` items name the same key: never "the last one wins"."""
     seen: dict[str, Any] = {}
     for item in items:
         key = str(item[0]) if isinstance(item, tuple) else item.partition("=")[0].strip()
@@ -118,10 +105,7 @@ def refuse_repeated(items: Iterable[str | tuple], flag: str) -> None:
 
 
 def check_text_arguments(argv: Iterable[str]) -> None:
-    """InputError for an argument this locale cannot hold as text. Under ``LC_ALL=C`` without
-    Python's UTF-8 mode a non-ASCII path (``modèle.onnx``) arrives with its bytes escaped
-    (surrogates), and the first hash, JSON record or worker spec of it fails deep in the run:
-    refuse it before any work, with the cure."""
+    """InputError for an argument this locale cannot hold as text (surrogate-escaped under ``LC_ALL=C``)."""
     import sys
 
     for arg in argv:
@@ -136,8 +120,7 @@ def check_text_arguments(argv: Iterable[str]) -> None:
 
 
 def parse_process_list(text: str) -> list[int]:
-    """``"1,2,4"`` -> [1, 2, 4] (sorted, once each): the --processes of ``run`` and of the
-    pytest plugin. InputError (without the option's name: argparse and pytest add it)."""
+    """``"1,2,4"`` -> [1, 2, 4] (sorted, once each); InputError without the option's name."""
     try:
         values = [ascii_int(p) for p in text.split(",") if p.strip()]
     except ValueError:

@@ -1,17 +1,5 @@
-"""The two passes of a group's start-up, and which figures each one answers for (issue 32).
-
-- ``concurrent``: the N workers of a group start together and wait at the barrier, where every
-  worker's memory is sampled with all N alive. Its timings are those of N sessions starting at
-  once: with more workers than cores they wait for each other, and the contention rule says so.
-- ``sequential`` (the timing pass, `run --sequential-timing`, always in `bench`): the same N
-  workers started one after another, each alone (released and reaped before the next starts),
-  no memory sampled. Its timings are judged on any machine with a core to spare: 4 workers on
-  2 cores still give an uncontended init time.
-
-Memory figures (sums, copies, peaks) come from the concurrent pass only; timing figures (init,
-create, latency and the peer's init) from the sequential pass when the run has one, else from
-the concurrent pass. Both passes' rows, summaries and times are kept and shown, labelled.
-"""
+"""The two passes of a group (issue 32): ``concurrent`` gives the memory figures, ``sequential`` (the timing
+pass) the timings when the run has one."""
 
 from __future__ import annotations
 
@@ -59,9 +47,7 @@ def is_time_column(column: str) -> bool:
 
 
 def contention(summary: Sequence[SummaryRow], target: str) -> dict[str, Any]:
-    """How busy the machine was over ``target``'s groups whose timings are judged (headline.json
-    ``contention``: the timing pass's when the run has one, ``start`` says which), and over the
-    concurrent pass's (``concurrent_contended_groups``: 4 workers on 2 cores wait for each other)."""
+    """How busy the machine was over ``target``'s judged groups, and over the concurrent pass's."""
     rows = [s for s in timing_view(summary) if s.target == target]
     loads = [s.load_avg for s in rows if s.load_avg is not None]
     shares = [s.cpu_share_min for s in rows if s.cpu_share_min is not None]

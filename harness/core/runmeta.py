@@ -1,15 +1,5 @@
 """The shape of a run folder's ``metadata.json``, checked whole before any of it is used.
-
-Why: a run folder may have been made (or edited) by someone else, and the report, the gates,
-the history and the comparison read dozens of its entries (``run.processes`` as a set of
-integers, ``gates`` as gate expressions, ``run.project_to.sessions`` as a count...). A value of
-the wrong type anywhere (a gate that is a number, a ``project_to`` that is a string, a label
-that is a list) used to surface as a traceback deep inside the report. So every entry the
-harness reads is declared here with its type, lists and mappings with their longest length, and
-`check_metadata` refuses a file that breaks the declaration, in one line naming the entry and
-what it is (never its value). ``None`` is always allowed (an entry not recorded), and entries
-not declared here are never read, so they are left alone (a newer harness may add some).
-"""
+Each entry read is declared with its type; None is allowed, undeclared entries are never read."""
 
 from __future__ import annotations
 
@@ -137,8 +127,7 @@ def _scalar_ok(value: Any, spec: Any) -> bool:
 
 
 def check_value(path: Path | str, where: str, value: Any, spec: Any) -> None:
-    """InputError unless ``value`` has the shape ``spec`` declares (None passes, unless the
-    spec is `Required` or it is an item of a list)."""
+    """InputError unless ``value`` has the shape ``spec`` declares."""
     if isinstance(spec, Required):
         if value is None:
             raise InputError(f"{path}: {where} is missing or null, expected {_expected(spec.spec)}")
@@ -170,8 +159,7 @@ def check_value(path: Path | str, where: str, value: Any, spec: Any) -> None:
 
 
 def check_metadata(path: Path | str, meta: Any) -> None:
-    """InputError unless ``meta`` (a parsed metadata.json) is an object whose every declared
-    entry has its declared shape."""
+    """InputError unless ``meta`` is an object whose every declared entry has its declared shape."""
     if not isinstance(meta, dict):
         raise InputError(f"{path}: is {_kind(meta)}, expected a JSON object")
     check_value(path, "", meta, METADATA)

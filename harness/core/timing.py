@@ -1,31 +1,5 @@
-"""Timing gates judged on their repeats, not on one median: a gate on a timing ratio (init,
-create, latency, the peer's init) is judged on the 95 % interval of the ratio's geometric mean
-over the repeats (`harness.core.stats.ratio_interval`: the noise of a ratio is multiplicative),
-with a margin: it passes when the whole interval is on the right side of its threshold moved
-by the 5 % minimum time effect (`stats.MIN_TIME_EFFECT`, what ``report --baseline`` needs to
-call a time change), fails when the whole interval is on the wrong side of it, and is
-*inconclusive* otherwise, which is never a pass. With one repeat there is no interval:
-"inconclusive: 1 repeat".
-
-Why an interval: one ms-scale init time on a shared 2-core machine is noise.
-``peer_init_ratio<=2`` came out 0.91, 1.86 and 1.79 in three benches of the same code (per
-repeat 0.42 to 3.90): a median gate flips on that noise, an interval gate says it cannot decide.
-
-Why a margin (issue 32: "passes at 1.0 (its interval's upper bound at most 1.05)"): a ratio
-of two equal start-ups is 1.0, and the interval of a quantity that really is 1.0 lies on both
-sides of 1.0 however many repeats are taken: a gate ``<=1`` without a margin could never pass
-two equally quick loads. A difference smaller than 5 % is no difference the harness calls
-anywhere else, so a timing gate reads its threshold within that margin: ``X<=T`` passes when
-the upper bound is at most T x 1.05 and fails when the lower bound is above T x 1.05;
-``X>=T`` passes when the lower bound is at least T / 1.05 and fails when the upper bound is
-below it; ``==`` and ``!=`` compare the interval with the band T / 1.05 .. T x 1.05.
-
-Each repeat's value: where the run's timing pass was interleaved (`harness.runner.timingpass`:
-worker i of each group started one after another in round i), the median over the rounds of
-the ratio of the two workers of one round (paired in time: a drift moves both); otherwise, and
-for figures no worker row carries (latency means, throughput), the ratio of the two groups'
-medians.
-"""
+"""Timing gates judged on the 95 % interval of a ratio over repeats, its threshold read within 5 %
+(`TIMING_MARGIN`): pass or fail when the whole interval is on one side, else inconclusive (docs/gates.md)."""
 
 from __future__ import annotations
 
@@ -40,7 +14,7 @@ from .stats import MAX_PROJECTED_REPEATS, MIN_TIME_EFFECT, Interval, ratio_inter
 from .summary import RATIO_COLUMNS, complete_pair, median, pair_ratio, primary_target, ratio, timing_pairs
 from .vocab import GateStatus, Mode, Start
 
-#: How a timing gate reads its threshold: within the minimum time effect (see the module doc).
+#: How a timing gate reads its threshold: within the minimum time effect.
 TIMING_MARGIN = MIN_TIME_EFFECT
 #: The metadata value (``run.timing_pass``) of a run whose timing pass was interleaved.
 INTERLEAVED = "interleaved"
@@ -58,15 +32,12 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
 
 
 def is_timing(metric: str) -> bool:
-    """True for a gate metric measured in time: the peer ratio and every mapped/heap ratio of a
-    column in seconds or per second (``*_s``, ``*_s_median``, ``inferences_per_s``), so ratios
-    added later are picked up."""
+    """True for a gate metric measured in time (the peer ratio and ratios of time or rate columns)."""
     return metric in PEER_TIMING or RATIO_COLUMNS.get(metric, "").endswith(("_s", "_s_median"))
 
 
 def timing_rounds(run: Any) -> Rounds | None:
-    """The timing pass's worker rows of a run whose timing pass was interleaved, by group and
-    round (`Rounds`); None for any other run (its per-repeat values stay group medians)."""
+    """The timing pass's worker rows by group and round when it was interleaved, else None."""
     if (run.run.get("timing_pass") or "") != INTERLEAVED:
         return None
     rounds: Rounds = {}
@@ -78,9 +49,7 @@ def timing_rounds(run: Any) -> Rounds | None:
 
 
 def timing_repeats(summary: Iterable[SummaryRow], rounds: Rounds | None = None) -> dict[str, list[float]]:
-    """Per-repeat values of every timing metric at the headline's N x M, from complete pairs
-    of the timing pass (`passes`): paired by round where ``rounds`` (`timing_rounds`) has both
-    groups' workers, else the ratio of the two groups' medians."""
+    """Per-repeat values of every timing metric at the headline's N x M (paired by round where possible)."""
     return {name: [v for v, _ in values] for name, values in _repeat_values(summary, rounds).items()}
 
 
@@ -106,9 +75,7 @@ def _worker_value(row: ResultRow, column: str) -> float | None:
 
 
 def _repeat_ratio(a: SummaryRow, b: SummaryRow, column: str, rounds: Rounds | None) -> tuple[float | None, bool]:
-    """One repeat's ``a`` / ``b`` of ``column``, and whether it is paired: the median of the
-    rounds' ratios when both groups' workers are known round by round, else the ratio of the
-    groups' medians."""
+    """One repeat's ``a`` / ``b`` of ``column``, and whether it is paired by round."""
     if rounds is not None:
         ours, theirs = rounds.get(_key(a), {}), rounds.get(_key(b), {})
         both = sorted(set(ours) & set(theirs))
@@ -153,7 +120,7 @@ class IntervalVerdict:
     status: str  # pass | fail | inconclusive
     interval: Interval | None
     words: str
-    #: inconclusive and one-sided: about how many repeats would decide it (a projection), else None
+    #: Inconclusive and one-sided: about how many repeats would decide it (a projection), else None.
     repeats_to_decide: int | None = None
 
 
@@ -168,10 +135,8 @@ def interval_status(
 def judge_interval(
     op: str, threshold: float, values: Sequence[float], margin: float = TIMING_MARGIN
 ) -> IntervalVerdict:
-    """``METRIC op threshold`` over per-repeat ``values``, the threshold read within ``margin``
-    (module doc): pass when the condition holds over the whole interval, fail when it fails over
-    the whole interval, else inconclusive, then with the repeats that would decide a one-sided
-    gate at this spread (`stats.repeats_to_decide`; none for ``==``/``!=``: two edges)."""
+    """``METRIC op threshold`` over ``values`` within ``margin``: pass, fail or inconclusive (with
+    repeats_to_decide)."""
     if len(values) < 2:
         words = f"inconclusive: {len(values)} repeat{'' if len(values) == 1 else 's'}"
         return IntervalVerdict(GateStatus.INCONCLUSIVE, None, words)
@@ -218,9 +183,7 @@ def _projection_text(n: int | None, centre: float, bound: float) -> str:
 
 
 def timing_spread(summary: Iterable[SummaryRow], rounds: Rounds | None = None) -> dict[str, dict]:
-    """{metric: {repeats, min, max, interval, paired}} for every timing ratio measured at the
-    headline's N x M: the spread that goes beside a timing figure wherever it is shown
-    (``rounds``: see `timing_repeats`; ``paired``: every repeat's value paired by round)."""
+    """{metric: {repeats, min, max, interval, paired}} of every timing ratio at the headline's N x M."""
     out = {}
     for name, pairs in _repeat_values(summary, rounds).items():
         values = [v for v, _ in pairs]
@@ -237,9 +200,7 @@ def timing_spread(summary: Iterable[SummaryRow], rounds: Rounds | None = None) -
 
 
 def spread_text(entry: dict | None) -> str:
-    """ "0.031..0.062 over 3 repeats, 95% interval 0.024..0.081", or "1 repeat: no spread";
-    "per repeat paired by round" when each repeat's value is the median of its rounds' ratios
-    (then the median before it, the ratio of the printed medians, may lie outside the range)."""
+    """ "0.031..0.062 over 3 repeats, 95% interval 0.024..0.081", or "1 repeat: no spread"."""
     if not entry:
         return "not measured"
     if entry["repeats"] < 2:
