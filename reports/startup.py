@@ -1,10 +1,4 @@
-"""Start-up and latency, mapped vs heap: what a user of the feature asks after memory.
-
-Mapped weights are not read while the session is created; their pages are faulted in by the
-first inferences instead. So init alone flatters mapping, most of all from a cold page cache:
-the honest start-up comparison is init + first inference, side by side. Once the pages are
-resident, steady-state latency should not differ between the modes; ``--runs R`` measures it.
-"""
+"""Start-up and latency, mapped vs heap: init + first inference side by side (mapped pages fault in there)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Tiny SVG drawing kit for the report's charts: scales, ticks, units, axes, legends.
-
-Hand-written SVG keeps report.html self-contained (no JS library, no network, no matplotlib)
-and printable: everything is vector, sized by a viewBox, with text large enough to read on
-paper. Colours are the Okabe-Ito palette (safe for colour-blind readers) and each series also
-differs by marker shape or dash, so a grey-scale print stays legible.
-"""
+"""Tiny SVG kit for the report's charts: self-contained, printable, Okabe-Ito colours and distinct markers."""
 
 from __future__ import annotations
 
@@ -195,10 +189,7 @@ def y_axis(
 def legend(
     canvas: Canvas, x: float, y: float, entries: Sequence[tuple[str, str, str, str]], *, gap: float = 26
 ) -> float:
-    """A legend of (label, color, dash, marker) entries from (x, y), in a ``<g class="legend">``,
-    wrapped onto another row (below) where the next entry would pass the canvas's right edge
-    (labels are measured at `CHAR_WIDTH`, a generous width for the 12 px sans-serif text).
-    Returns the y of its last row."""
+    """A legend of (label, color, dash, marker) entries, wrapped onto rows; returns the y of its last row."""
     left, right = x, canvas.width - 8
     canvas.add('<g class="legend">')
     for label, color, dash, marker in entries:
