@@ -1,7 +1,4 @@
-"""harness: launches N ONNX Runtime sessions in worker processes and measures memory and
-start-up time with and without file-mapped weights (``python -m harness run``).
-
-Importing it is cheap: onnxruntime, numpy, onnx and pandas load only where used.
-"""
+"""harness: N ONNX Runtime sessions in worker processes, memory and start-up measured with and without
+file-mapped weights (``python -m harness run``); importing it is cheap (heavy packages load where used)."""
 
 __version__ = "0.1.0"
