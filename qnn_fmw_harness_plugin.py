@@ -1,6 +1,4 @@
-"""The pytest plugin of qnn-fmw-harness (``pytest11`` entry point ``qnn_fmw_harness``): options, markers, fixtures.
-Leaves nothing of ``harness``/``reports`` imported and swaps ours in per call when a project shadows them
-(docs/testing.md, "Import names"); the logic is `harness.pytest_plugin`."""
+"""The pytest plugin (``pytest11`` ``qnn_fmw_harness``); swaps our package in per call when a project shadows it."""
 
 from __future__ import annotations
 
@@ -50,8 +48,7 @@ def _shadow_in(folder: str | Path) -> str | None:
 
 
 def find_shadows(extra_folders: Iterable[str | Path] = ()) -> list[str]:
-    """What would shadow our packages: a foreign module imported, one earlier on ``sys.path``, or in
-    ``extra_folders``."""
+    """What would shadow our packages: a foreign module imported, one earlier on ``sys.path`` or in a folder."""
     found = []
     for name in SHADOWABLE:
         module = sys.modules.get(name)
@@ -105,8 +102,7 @@ class _Package:
             sys.modules.update(theirs)
 
     def borrow(self, name: str) -> Any:
-        """``harness.pytest_plugin.<name>()`` before shadows are known: imported for the call, removed after (text
-        only)."""
+        """``harness.pytest_plugin.<name>()`` before shadows are known: imported for the call, removed after."""
         if self.isolated is not None or any(_is_ours(m) for n, m in list(sys.modules.items()) if _owned(n)):
             return self.call(name)
         theirs = {n: sys.modules.pop(n) for n in [n for n in sys.modules if _owned(n)]}

@@ -1,5 +1,4 @@
-"""`harness bench`: the headline benchmark is a run (cpu mapped and heap, ort-native peer, repeated, with a
-timing pass) plus the gates of ``bench.gates``, and the start-up limits table (floor, peer, mapped, heap)."""
+"""`harness bench`: the headline run (cpu mapped/heap, ort-native peer, repeated, timed) judged by ``bench.gates``."""
 
 from __future__ import annotations
 

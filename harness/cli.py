@@ -1,7 +1,4 @@
-"""Command line of the harness (``python -m harness``): ``run``, ``bench``, ``capacity``, ``report``, ``cache``,
-``doctor``.
-The composition root (with `harness.publish`); exit codes: 0 ok, 1 failed or incomplete, 2 usage, 130
-interrupted."""
+"""Command line of the harness (``python -m harness``); exits 0 ok, 1 failed or incomplete, 2 usage, 130 interrupted."""
 
 from __future__ import annotations
 

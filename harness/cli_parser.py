@@ -1,5 +1,4 @@
-"""The parser of ``python -m harness``: the run options come from `RunOptions`, the targets' from their
-`TargetOption`s."""
+"""The parser of ``python -m harness``: run options from `RunOptions`, the targets' from their `TargetOption`s."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""A fork server for suites that run ``python -m harness`` hundreds of times (``--fmw-fork-server``, POSIX):
-one pre-imported interpreter forks each run as a process of its own (docs/testing.md: costs and gains).
-Protocol per run: a 4-byte length, a JSON request (argv, cwd, env) and SCM_RIGHTS stdout/stderr; replies ``pid
-N`` and ``exit CODE``."""
+"""A fork server for suites running ``python -m harness`` hundreds of times (``--fmw-fork-server``, POSIX;
+docs/testing.md): per run a JSON request and SCM_RIGHTS stdout/stderr in, ``pid N`` and ``exit CODE`` out."""
 
 from __future__ import annotations
 
@@ -46,11 +44,9 @@ PRELOAD = (
 STARTUP_PREFIXES = ("PYTHON", "LD_", "LC_", "LANG", "OPENBLAS", "OMP_", "MKL_", "MALLOC_", "GLIBC_", "NUMPY")
 #: The server's own environment over the caller's: BLAS with one thread (no pool thread to fork past).
 SERVER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-#: Longest AF_UNIX path (108 bytes on Linux, with the terminating NUL).
-MAX_SOCKET_PATH = 100
+MAX_SOCKET_PATH = 100  #: Longest AF_UNIX path (108 bytes on Linux, with the terminating NUL).
 MAX_REQUEST = 4 << 20
-#: How long the server may take to preload and say "ready".
-START_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 120.0  #: How long the server may take to preload and say "ready".
 _LENGTH = struct.Struct("!I")
 
 
@@ -98,8 +94,7 @@ class ForkServer:
     def run(
         self, args: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float
     ) -> subprocess.CompletedProcess:
-        """``python *args`` through the server, as ``subprocess.run(capture_output=True, text=True, timeout=...)``
-        would."""
+        """``python *args`` through the server, as ``subprocess.run(capture_output=True, text=True)`` would."""
         import tempfile
 
         argv = [sys.executable, *args]

@@ -1,5 +1,4 @@
-"""Publishing judged runs (printed judgement, ``headline.json``, ``report.html``, history) for the command
-line and the pytest plugin: with `harness.cli`, the only modules of `harness` that import `reports`."""
+"""Publishing judged runs (judgement, ``headline.json``, ``report.html``, history): with cli, imports `reports`."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ from harness.core.files import real_path
 
 
 def report_run(out: Path, *, history: Path | None, render: bool, outcomes: bool, kind: str = "run") -> Any:
-    """Judge a finished run folder, print, render its report and history, then write headline.json (last).
-    A file that cannot be written raises `ReportFailed`; metadata.json stays what the runner recorded."""
+    """Judge a run folder, print, render report and history, write headline.json last; `ReportFailed` if one fails."""
     from harness.console import make_console, print_judgement
     from harness.core.errors import ReportFailed
     from harness.core.headline import write_headline

@@ -1,5 +1,4 @@
-"""What the pytest plugin does behind the hooks and fixtures `qnn_fmw_harness_plugin` declares (docs/testing.md).
---fmw-report-dir under xdist: each process appends run lines to ``DIR/.harness-session/<token>-<worker>.jsonl``."""
+"""The pytest plugin's logic behind the hooks and fixtures `qnn_fmw_harness_plugin` declares (docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ from harness.pytest_runner import (  # noqa: F401 - the plugin's fixtures and th
 
 #: An install made before the entry point moved still names this module: pytest then loads the real one.
 pytest_plugins = ["qnn_fmw_harness_plugin"]
-#: The run options the plugin takes under this prefix, with their declared flags, types and choices.
-PREFIX = "fmw-"
+PREFIX = "fmw-"  #: The run options the plugin takes under this prefix, with their declared flags, types and choices.
 RUN_OPTIONS = {
     "target": Variant(help="target for the measurement tests: {target_names} (default: {default})"),
     "processes": Variant(default="2", help="N for the measurement tests, e.g. 2 or 1,2,4 (default: {default})"),
@@ -38,10 +36,8 @@ RUN_OPTIONS = {
     ),
     "models": Variant(single=True, help="bring-your-own ONNX model for the measurement tests"),
 }
-#: The plugin's own option (no run option): where the session's runs and report go.
-REPORT_DIR = "--fmw-report-dir"
-#: The parsed options, once per session.
-OPTIONS_KEY = pytest.StashKey["HarnessOptions"]()
+REPORT_DIR = "--fmw-report-dir"  #: The plugin's own option (no run option): where the session's runs and report go.
+OPTIONS_KEY = pytest.StashKey["HarnessOptions"]()  #: The parsed options, once per session.
 
 
 def run_option_arguments() -> list[tuple[str, str, dict[str, Any]]]:

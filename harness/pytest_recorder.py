@@ -66,8 +66,7 @@ class SessionRecorder:
         raise RuntimeError(f"{self.runs}: no free run folder name for {name}")
 
     def keep(self, owner: str, out: Path, fresh_out) -> Path | None:
-        """Record that ``owner`` produced ``out`` (copied under runs/ when elsewhere); None when nothing was
-        measured."""
+        """Record that ``owner`` produced ``out`` (copied under runs/); None when nothing was measured."""
         results = out / "results.csv"
         try:
             measured = False

@@ -1,5 +1,4 @@
-"""Running ``python -m harness`` from a pytest session as a user would: the runner behind the fixtures,
-its outcome, its subprocesses' environment and its fork server (``--fmw-fork-server``)."""
+"""Running ``python -m harness`` from a pytest session as a user would (the fixtures' runner, the fork server)."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ from harness.pytest_recorder import SessionRecorder, shown_id
 if TYPE_CHECKING:
     from harness.forkserver import ForkServer
 
-#: The plugin's own option: run_harness through `harness.forkserver`.
-FORK_SERVER = "--fmw-fork-server"
+FORK_SERVER = "--fmw-fork-server"  #: The plugin's own option: run_harness through `harness.forkserver`.
 #: Where the session recorder lives between the hooks (pytest's per-config stash).
 RECORDER_KEY = pytest.StashKey[SessionRecorder]()
 #: The live session runners of this process (one per pytest session; pytester may nest one).

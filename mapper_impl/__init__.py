@@ -1,5 +1,4 @@
-"""mapper_impl: the QNN EP "file mapped weights" behaviour, portable, in Python (API: ``__all__``, docs/mapper.md).
-The platform mapper is picked once, at import: `WindowsFileMapper` on Windows, `PosixFileMapper` elsewhere."""
+"""mapper_impl: the QNN EP "file mapped weights" behaviour, portable, in Python (docs/mapper.md)."""
 
 from __future__ import annotations
 

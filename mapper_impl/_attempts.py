@@ -1,5 +1,4 @@
-"""The two attempts of `load_context`: the mapped one and the one direct read that may follow it.
-Every request is made and each failure recorded (cc7ec9e 846-903 disables nothing); "undo" is PR #337's proposal."""
+"""The two attempts of `load_context`: mapped (every request made: cc7ec9e 846-903), then one direct read."""
 
 from __future__ import annotations
 

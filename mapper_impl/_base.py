@@ -1,5 +1,4 @@
-"""The file-mapping interface every platform implements: one read-only whole-file view, regions are ``base + offset``.
-close() only drops our references: the OS view unmaps when the last user goes (`stats().deferred_unmaps`)."""
+"""The file-mapping interface: one read-only whole-file view per file; regions are ``base + offset`` slices."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ from ._stats import COUNTERS
 class FileMapper(ABC):
     """One implementation per OS: `PosixFileMapper`, `WindowsFileMapper`."""
 
-    #: The OS's mapping granularity (64 KiB on Windows, the page size on POSIX).
-    allocation_granularity: int
+    allocation_granularity: int  #: The OS's mapping granularity (64 KiB on Windows, the page size on POSIX).
     name: str
 
     def identity_of_path(self, path: str) -> FileIdentity:

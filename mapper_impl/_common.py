@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 #: Bytes kept at each end of a mapped file for its identity: same-size rewrites in one mtime tick are common.
 IDENTITY_EDGE_BYTES = 4 * 1024
 
-#: Largest size a mapping can have on this interpreter (upstream: "size fits in size_t").
-MAX_MAPPABLE = sys.maxsize
+MAX_MAPPABLE = sys.maxsize  #: Largest size a mapping can have on this interpreter (upstream: "size fits in size_t").
 
 U64_MAX = (1 << 64) - 1
 

@@ -1,5 +1,4 @@
-"""`load_context`: the QNN EP's single-context pipeline (map, register each region, create; one direct read).
-A failed mapping step is fatal by default (cc7ec9e 1416-1422); opt-ins of ours are documented in docs/mapper.md."""
+"""`load_context`: the QNN EP's single-context pipeline; a failed mapping step is fatal (cc7ec9e 1416-1422)."""
 
 from __future__ import annotations
 
@@ -32,8 +31,7 @@ __all__ = [
 STAGES = ("map", "register", "create")
 #: Upstream's single-context path: a failed mapping step does not fall back; ``STAGES`` is the opt-in.
 UPSTREAM_FALLBACK_STAGES = frozenset({"register", "create"})
-#: Upstream's policy (one mapping attempt), made once rather than per load.
-ONE_ATTEMPT = RetryPolicy()
+ONE_ATTEMPT = RetryPolicy()  #: Upstream's policy (one mapping attempt), made once rather than per load.
 #: ``read_copy``: how long the direct read's copy lives ("transient": upstream's local, freed once the context exists).
 READ_COPIES = ("kept", "transient")
 
@@ -105,8 +103,7 @@ def load_context(
     sweep_deregistrations: bool = False,
     read_copy: str = "kept",
 ) -> LoadedContext:
-    """Create one context over the weights file at ``path`` the way the QNN EP does (docs/mapper.md: the options).
-    FileCheckError for an unusable file, ContextLoadError when every allowed path failed, TypeError/ValueError first."""
+    """Create one context over ``path`` the way the QNN EP does (docs/mapper.md describes the options)."""
     disabled = parse_disable_flag(disable_file_mapped_weights)
     _check_choices(read_copy, failed_registration, create, retry)
     requests = _requests(regions)

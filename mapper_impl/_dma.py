@@ -1,5 +1,4 @@
-"""DMA registration of weight regions (RPCMem upstream), per context, counted in `stats()`.
-Failed registrations stay stale and failed deregistrations leak, as cc7ec9e 886-893; "undo" and sweeps are opt-ins."""
+"""DMA registration of weight regions per context; failures stay stale or leak as cc7ec9e 886-893 unless opted."""
 
 from __future__ import annotations
 
@@ -345,8 +344,7 @@ class DmaRegistrations:
         return errors + self.sweep() if self.sweeps else errors
 
 
-# Contexts gone but still holding failed deregistrations (opt-in sweep).
-_unswept: list[DmaRegistrations] = []
+_unswept: list[DmaRegistrations] = []  # Contexts gone but still holding failed deregistrations (opt-in sweep).
 _unswept_lock = threading.Lock()
 
 

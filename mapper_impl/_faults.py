@@ -1,5 +1,4 @@
-"""Deterministic fault injection at every stage of a load (map, register, create, deregister, heap read).
-A `FaultPlan` is frozen configuration; a fresh `FaultCursor` counts per load; errors look like the real ones."""
+"""Deterministic fault injection at every stage of a load: a frozen `FaultPlan`, a fresh `FaultCursor` per load."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Lifecycle safety nets: a dropped load is released and counted, a forked child gets fresh locks, errors pin
-nothing."""
+"""Safety nets: a dropped load is released and counted, a forked child gets fresh locks, errors pin nothing."""
 
 from __future__ import annotations
 
@@ -14,10 +13,8 @@ from typing import Any
 
 from ._stats import COUNTERS
 
-#: The longest backoff a RetryPolicy may wait per attempt: a retry is for a transient failure.
-MAX_BACKOFF_S = 60.0
-#: The most mapping attempts a RetryPolicy may make.
-MAX_ATTEMPTS = 1000
+MAX_BACKOFF_S = 60.0  #: The longest backoff a RetryPolicy may wait per attempt: a retry is for a transient failure.
+MAX_ATTEMPTS = 1000  #: The most mapping attempts a RetryPolicy may make.
 
 
 def _leaked(release: Callable[..., Any], *args: Any) -> None:

@@ -1,5 +1,4 @@
-"""`load_context_list`: the EP's shared-resource (list) path (2.7.0 ``CreateContextVtcmBackupBufferSharingEnabled``).
-Any failure, the mapping step's included, retries the whole list once from direct reads."""
+"""`load_context_list`: the shared-resource path; any failure retries the whole list once from direct reads."""
 
 from __future__ import annotations
 

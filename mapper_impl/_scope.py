@@ -1,12 +1,10 @@
-"""Mapping scope: who shares one mapping of a context-bin file.
-"session" (default): one per load, as upstream's per-backend-manager file mapper; "process": our opt-in."""
+"""Who shares one mapping: "session" (default, upstream's per-backend-manager mapper) or "process" (opt-in)."""
 
 from __future__ import annotations
 
 from ._registry import REGISTRY, MappingRegistry
 
-#: The names `load_context(scope=...)` and the cpu target's ``--mapping-scope`` accept.
-SCOPES = ("session", "process")
+SCOPES = ("session", "process")  #: The names `load_context(scope=...)` and the cpu target's ``--mapping-scope`` accept.
 
 
 class MappingScope:
@@ -30,8 +28,7 @@ PROCESS_SCOPE = MappingScope("process", REGISTRY)
 
 
 def resolve_scope(scope: str | MappingScope | None) -> MappingScope:
-    """A scope object for a load: a new one per call for "session" (or None), the process's
-    for "process", the caller's own object when loads share EP contexts."""
+    """A scope for a load: new per "session" call (or None), the process's, or the caller's shared object."""
     if isinstance(scope, MappingScope):
         return scope
     if scope is None or scope == "session":

@@ -45,8 +45,7 @@ class RetryPolicy:
 
 
 class Weights:
-    """A loaded weights file: ``buffer`` is a read-only view of all of it; `disable()` switches mapping off for it
-    alone."""
+    """A loaded weights file: ``buffer`` views all of it; `disable()` switches mapping off for it alone."""
 
     def __init__(
         self,
@@ -186,8 +185,7 @@ def map_stage(
     policy: RetryPolicy,
     registry: MappingRegistry = REGISTRY,
 ) -> tuple[Weights | None, int, list[str], MappingError | None]:
-    """Acquire the mapping from ``registry``, retried as ``policy`` allows: (Weights or None, attempts, errors,
-    last)."""
+    """Acquire the mapping, retried as ``policy`` allows: (Weights or None, attempts, errors, last)."""
     errors: list[str] = []
     attempts = 0
     while True:

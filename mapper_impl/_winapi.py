@@ -1,5 +1,4 @@
-"""The project's one set of Windows bindings (types, constants, structures, signatures; importable on every OS).
-Fixed-width types only, so a fake kernel32 sees what Windows gets; mingw's headers check them (test_wine_flags.py)."""
+"""The project's one set of Windows bindings, fixed-width so a fake kernel32 sees what Windows gets."""
 
 from __future__ import annotations
 
@@ -43,8 +42,7 @@ ERROR_INVALID_PARAMETER = 87
 ERROR_FILE_INVALID = 1006
 ERROR_USER_MAPPED_FILE = 1224
 
-#: 100 ns ticks between 1601-01-01 (FILETIME) and 1970-01-01 (Unix epoch).
-_EPOCH_AS_FILETIME = 116_444_736_000_000_000
+_EPOCH_AS_FILETIME = 116_444_736_000_000_000  #: 100 ns ticks between 1601-01-01 (FILETIME) and 1970-01-01 (Unix epoch).
 
 
 class FILETIME(ctypes.Structure):

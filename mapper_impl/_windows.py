@@ -1,5 +1,4 @@
-"""Windows file mapper over kernel32: upstream's `WindowsFileMapper` with wide paths and a NULL check fixed.
-CreateFileW, CreateFileMappingW, one whole-file MapViewOfFile, handles closed after."""
+"""Windows file mapper: upstream's `WindowsFileMapper` (one whole-file view, handles closed) with two fixes."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""reports: one self-contained HTML page per judged run(s), the history CSV, projections and ``report``.
-It presents what `harness.core.verdict` decided, depends only on `harness.core`, and imports pandas/jinja2
-lazily."""
+"""reports: the HTML page of judged runs, the history, projections and ``report``; pandas/jinja2 loaded lazily."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The report's view of a measured capacity: per probe N, which mode's workers survived, beside the projection.
-They differ because peaks do not coincide, the limit holds page cache, and a runtime floor (docs/running.md)."""
+"""The report's view of a capacity run: per probe N which mode's workers survived, beside the projection."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""``python -m harness report RUN_DIR ... [--baseline RUN0]``: judge run folders, write report.html, compare.
-Exit 0 all pass, 1 failed, incomplete or (``--fail-on-regression``) regressed, 2 usage or input error."""
+"""``python -m harness report RUN_DIR ... [--baseline RUN0]``: judge, render, compare; exit 0, 1 or 2."""
 
 from __future__ import annotations
 

@@ -16,8 +16,7 @@ MODE_STYLE = {
 METRIC_COLOR = {"uss": "#0072B2", "pss": "#009E73", "rss": "#E69F00", "init": "#CC79A7", "private": "#56B4E9"}
 FAIL_COLOR = "#C0392B"
 GRID = "#d9d9d9"
-#: Width a legend label's character is given (12 px system sans-serif averages ~6.5 px).
-CHAR_WIDTH = 7.0
+CHAR_WIDTH = 7.0  #: Width a legend label's character is given (12 px system sans-serif averages ~6.5 px).
 INK = "#222222"
 MIB = 1024**2
 GIB = 1024**3

@@ -1,6 +1,4 @@
-"""The options of one run (`RunOptions`), each declared once as a field with its flag in the metadata.
-Every parser derives its arguments from these (`add_run_options`), and `RunOptions.from_arguments` copies them
-back."""
+"""The options of one run (`RunOptions`), each declared once as a field; every parser derives its flags from them."""
 
 from __future__ import annotations
 

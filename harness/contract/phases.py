@@ -6,8 +6,7 @@ from collections.abc import Callable
 
 from harness.core.vocab import PeakPhase
 
-#: Phases in start-up order (the `peak_phase` column's values).
-PHASES: tuple[PeakPhase, ...] = tuple(PeakPhase)
+PHASES: tuple[PeakPhase, ...] = tuple(PeakPhase)  #: Phases in start-up order (the `peak_phase` column's values).
 
 PhaseHook = Callable[[str], None]
 _hook: PhaseHook | None = None

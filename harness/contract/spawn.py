@@ -1,6 +1,4 @@
-"""Starting the harness's children so that the measured process is the worker and none outlives the harness.
-Windows venvs: the base interpreter with ``__PYVENV_LAUNCHER__`` (bpo-35797); a kill-on-close job; Linux:
-PDEATHSIG."""
+"""Starting the harness's children so that the measured process is the worker and none outlives the harness."""
 
 from __future__ import annotations
 

@@ -10,8 +10,7 @@ from typing import Any
 from harness.core.files import write_json_atomic
 from harness.core.vocab import EpState
 
-#: Bumped when the spec's shape changes: a worker only reads the version its harness wrote.
-SPEC_VERSION = 5
+SPEC_VERSION = 5  #: Bumped when the spec's shape changes: a worker only reads the version its harness wrote.
 
 
 @dataclass
@@ -57,15 +56,12 @@ class WorkerSpec:
     #: The harness that started this worker (pid + creation time): the worker watches it, not ``getppid()``.
     parent_pid: int = 0
     parent_create_time: float = 0.0
-    #: How long the worker waits at the barrier for its release before giving up.
-    release_timeout_s: float = 3600.0
+    release_timeout_s: float = 3600.0  #: How long the worker waits at the barrier for its release before giving up.
     #: Test hook of the reliability suites: "crash", "signal", "hang", "raise", "drop-weight-pages",
     #: "exit-after-ready", "pause-start", "pause-imports", "pause-session"; never set by a normal run.
     fault_action: str = ""
-    #: The group's control worker: the same sessions over no weights (`harness.runner.control`).
-    control: bool = False
-    #: The group's phase board and this worker's slot on it ("": not watched).
-    phase_board: str = ""
+    control: bool = False  #: The group's control worker: the same sessions over no weights (`harness.runner.control`).
+    phase_board: str = ""  #: The group's phase board and this worker's slot on it ("": not watched).
     phase_slot: int = -1
     spec_version: int = SPEC_VERSION
 
@@ -148,11 +144,9 @@ class WorkerRecord:
     floor_s: float | None = None
     #: Failed DMA registrations left stale by the worker's loads (None when not counted).
     stale_registrations: int | None = None
-    #: Release callbacks of failed attempts that arrived late (None when not counted).
-    late_releases: int | None = None
+    late_releases: int | None = None  #: Release callbacks of failed attempts that arrived late (None when not counted).
     teardown: str = ""  # what the worker's teardown left behind (mapper_impl stats), empty when clean
-    #: True once the parent's release reached the worker.
-    released: bool = False
+    released: bool = False  #: True once the parent's release reached the worker.
     error: str = ""
 
     @classmethod

@@ -9,12 +9,9 @@ from typing import Any
 from .schema import SummaryRow
 from .vocab import DISABLE_FLAGS, EpState, Mode, PageCache, PathTaken, PeakPhase, Start
 
-#: The largest byte figure a cell may hold (1 PiB): a larger one is corruption or forgery.
-MAX_BYTES = 2**50
-#: The longest time a cell may hold (one week): workers are killed long before.
-MAX_SECONDS = 7 * 24 * 3600.0
-#: The largest count or index a cell may hold (processes, sessions, repeats, runs, pids).
-MAX_COUNT = 2**31
+MAX_BYTES = 2**50  #: The largest byte figure a cell may hold (1 PiB): a larger one is corruption or forgery.
+MAX_SECONDS = 7 * 24 * 3600.0  #: The longest time a cell may hold (one week): workers are killed long before.
+MAX_COUNT = 2**31  #: The largest count or index a cell may hold (processes, sessions, repeats, runs, pids).
 #: Columns whose figures may be negative: a change of available memory, a signal's exit code.
 SIGNED_COLUMNS = frozenset({"system_delta_bytes", "system_noise_bytes", "exit_code"})
 #: Columns that must be at least 1 (a group of zero processes measures nothing).

@@ -1,5 +1,4 @@
-"""A `Comparison` shown three ways: display cells, plain-text lines and the ``--json`` document
-(``format_version`` 1, ``kind: "comparison"``: docs/results.md), plus one line per regression."""
+"""A `Comparison` as display cells, plain lines, the ``--json`` document (docs/results.md) and regression lines."""
 
 from __future__ import annotations
 

@@ -15,13 +15,11 @@ def _median(values: Iterable[float | int | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-#: A worker whose CPU time is below this share of its wall time waited for a CPU (issue 18).
-MIN_CPU_SHARE = 0.5
+MIN_CPU_SHARE = 0.5  #: A worker whose CPU time is below this share of its wall time waited for a CPU (issue 18).
 
 
 def contention(members: list[ResultRow]) -> dict[str, Any]:
-    """Highest load, lowest CPU share, and whether the group's timings were contended (load above the CPUs,
-    a worker under `MIN_CPU_SHARE`, or in the timing pass under one CPU to itself by `foreign_cpus`)."""
+    """Highest load, lowest CPU share and whether the group's timings were contended (issue 18's rule)."""
     loads = [r.load_avg for r in members if r.load_avg is not None]
     shares = [r.cpu_s / r.busy_s for r in members if r.cpu_s is not None and r.busy_s]
     counts = [r.cpu_count for r in members if r.cpu_count]

@@ -1,5 +1,4 @@
-"""The harness's error tree and the exit code of each branch (`harness.cli` maps them): InputError exits 2,
-RunFailed and ReportFailed 1; OS errors become these at the boundary (``raise ... from err``)."""
+"""The harness's error tree and each branch's exit code (InputError 2, RunFailed 1), mapped by `harness.cli`."""
 
 from __future__ import annotations
 

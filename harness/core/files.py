@@ -1,5 +1,4 @@
-"""Writing the harness's own files: atomic, only ever replacing regular files, never through a link.
-A symlink where we write is refused (exit 2); appends and new files use ``O_NOFOLLOW``."""
+"""Writing the harness's own files: atomic, only ever replacing regular files, never through a link."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ from typing import IO, Any
 
 from .errors import InputError
 
-#: The process umask, read once: temp files are created 0600 and get umask-normal modes back.
-_UMASK = os.umask(0o022)
+_UMASK = os.umask(0o022)  #: The process umask, read once: temp files are created 0600 and get umask-normal modes back.
 os.umask(_UMASK)
 
 

@@ -1,5 +1,4 @@
-"""Reading a file the user (or a model) names: regular files only, never more than a stated size.
-Opened non-blocking and fstat-checked; bounds in docs/running.md; refusals never quote the file's content."""
+"""Reading a file the user or a model names: regular files only, bounded (docs/running.md), content never quoted."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Latency per worker and group, as `onnxruntime_perf_test` reports it (mean, stdev, min, p50-p99, max,
-inferences/s); a group's percentiles and rate are medians over its workers."""
+"""Latency per worker and group as `onnxruntime_perf_test` reports it; a group's percentiles are worker medians."""
 
 from __future__ import annotations
 

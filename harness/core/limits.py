@@ -1,5 +1,4 @@
-"""Upper bounds of every numeric option (docs/what-happens-when.md), checked before any work,
-and the rule that a key given twice is a mistake."""
+"""Upper bounds of every numeric option, checked before any work, and no key given twice."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ from typing import Any
 from .errors import InputError
 from .units import ascii_int
 
-#: At most this many threads per CPU for --intra-op-threads (never above `MAX_THREADS`).
-THREADS_PER_CPU = 4
+THREADS_PER_CPU = 4  #: At most this many threads per CPU for --intra-op-threads (never above `MAX_THREADS`).
 MAX_THREADS = 1024
 
 
@@ -47,11 +45,9 @@ BOUNDS = (
     Bound("--map-failures", "target_option_map_failures", 1000),
     Bound("--max-attempts", "target_option_max_attempts", 100),
 )
-#: Values per list option (--processes 1,2,4,...) and K of --fault STAGE=K.
-MAX_LIST = 64
+MAX_LIST = 64  #: Values per list option (--processes 1,2,4,...) and K of --fault STAGE=K.
 MAX_FAULTS = 1000
-#: Longest --label value, in characters.
-MAX_LABEL = 256
+MAX_LABEL = 256  #: Longest --label value, in characters.
 #: --project-to: at most this many sessions of at most `MAX_PROJECTED_BYTES` of weights.
 MAX_PROJECTED_SESSIONS = 1_000_000
 MAX_PROJECTED_BYTES = 2**50

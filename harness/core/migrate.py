@@ -1,5 +1,4 @@
-"""Run folders of older format versions brought up to this harness's when loaded, in memory (never rewritten).
-The versions are in docs/results.md, "Format versions"; each bump adds an ``update_to_N`` step."""
+"""Older run folders brought up to this format in memory, never rewritten (docs/results.md, "Format versions")."""
 
 from __future__ import annotations
 

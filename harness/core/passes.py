@@ -1,5 +1,4 @@
-"""The two passes of a group (issue 32): ``concurrent`` gives the memory figures, ``sequential`` (the timing
-pass) the timings when the run has one."""
+"""A group's two passes (issue 32): concurrent for the memory figures, sequential (the timing pass) for timings."""
 
 from __future__ import annotations
 

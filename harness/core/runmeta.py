@@ -1,5 +1,4 @@
-"""The shape of a run folder's ``metadata.json``, checked whole before any of it is used.
-Each entry read is declared with its type; None is allowed, undeclared entries are never read."""
+"""The declared shape of ``metadata.json``, checked whole before use (None allowed; undeclared entries unread)."""
 
 from __future__ import annotations
 
@@ -9,10 +8,8 @@ from typing import Any
 
 from .errors import InputError
 
-#: A scalar JSON value: what the free-form entries (env, target options...) may hold.
-SCALAR = (str, int, float, bool)
-#: The longest list or mapping any entry may hold (64 process counts, some hundred gates).
-MAX_ITEMS = 4096
+SCALAR = (str, int, float, bool)  #: A scalar JSON value: what the free-form entries (env, target options...) may hold.
+MAX_ITEMS = 4096  #: The longest list or mapping any entry may hold (64 process counts, some hundred gates).
 
 
 class ListOf:
@@ -36,12 +33,9 @@ class Required:
         self.spec = spec
 
 
-#: In a record (a dict spec), the shape of every key it does not declare.
-OTHERS = "*"
-#: Any JSON value nested at most a few levels (the run folder's JSON depth is bounded on read).
-ANY = object()
-#: A scalar, or a list/mapping of scalars (target options such as ``--fault``'s counts).
-OPTION = object()
+OTHERS = "*"  #: In a record (a dict spec), the shape of every key it does not declare.
+ANY = object()  #: Any JSON value nested at most a few levels (the run folder's JSON depth is bounded on read).
+OPTION = object()  #: A scalar, or a list/mapping of scalars (target options such as ``--fault``'s counts).
 
 RUN: dict[str, Any] = {
     "run_id": str,

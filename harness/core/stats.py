@@ -1,5 +1,4 @@
-"""Welch's t-test with a minimum effect (did a figure change) and the 95 % interval of a timing ratio; no scipy.
-Mann-Whitney cannot call p < 0.01 with 3 repeats a side; the t CDF is Lentz's continued fraction."""
+"""Welch's t-test with a minimum effect, and the 95 % interval of a timing ratio; no scipy (t CDF by Lentz)."""
 
 from __future__ import annotations
 
@@ -8,14 +7,11 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-#: A change is significant when Welch's two-sided p-value is below this.
-ALPHA = 0.01
-#: Below this many repeats in either run no change is called.
-MIN_REPEATS = 3
+ALPHA = 0.01  #: A change is significant when Welch's two-sided p-value is below this.
+MIN_REPEATS = 3  #: Below this many repeats in either run no change is called.
 #: The smallest time change worth calling (5 %, as pytest-benchmark's ``mean:5%``); also the timing gates' margin.
 MIN_TIME_EFFECT = 0.05
-#: Confidence level of the interval a timing gate is judged on.
-INTERVAL_LEVEL = 0.95
+INTERVAL_LEVEL = 0.95  #: Confidence level of the interval a timing gate is judged on.
 
 _EPS = 1e-15
 _TINY = 1e-300
@@ -141,8 +137,7 @@ MAX_PROJECTED_REPEATS = 10_000
 
 
 def repeats_to_decide(values: Sequence[float], bound: float, level: float = INTERVAL_LEVEL) -> int | None:
-    """Repeats the interval would need to clear ``bound`` if its centre and spread held (a projection);
-    None when none up to `MAX_PROJECTED_REPEATS` would, or there is no spread."""
+    """Repeats the interval would need to clear ``bound`` if centre and spread held (a projection); else None."""
     if len(values) < 2 or any(not v > 0 or not math.isfinite(v) for v in values) or not bound > 0:
         return None
     logs = [math.log(v) for v in values]

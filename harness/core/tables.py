@@ -26,15 +26,12 @@ from .schema import (
 )
 
 RESULTS_CSV = "results.csv"
-#: The largest run table read: a bigger file is not one run's table.
-TABLE_MAX_BYTES = 128 * 1024**2
-#: The most rows read from one table (about 0.2 ms a row).
-TABLE_MAX_ROWS = 65_536
+TABLE_MAX_BYTES = 128 * 1024**2  #: The largest run table read: a bigger file is not one run's table.
+TABLE_MAX_ROWS = 65_536  #: The most rows read from one table (about 0.2 ms a row).
 SUMMARY_CSV = "summary.csv"
 LONG_CSV = "results_long.csv"
 
-#: What a table of each row type is called in messages.
-TABLE_KINDS = {ResultRow: "results", SummaryRow: "summary"}
+TABLE_KINDS = {ResultRow: "results", SummaryRow: "summary"}  #: What a table of each row type is called in messages.
 #: Columns that say *which* measurement a long-format line belongs to.
 LONG_ID_COLUMNS = ("target", "mode", "processes", "sessions_per_process", "repeat", "worker", "pid")
 #: Long-format columns and the pandas dtypes to read them with.
@@ -55,8 +52,7 @@ _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no"}
 #: First characters that make a spreadsheet read a cell as a formula (OWASP "CSV injection").
 FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
-#: Its prefix; a text starting with it is prefixed too, so reading back strips exactly one.
-NEUTRAL_PREFIX = "'"
+NEUTRAL_PREFIX = "'"  #: Its prefix; a text starting with it is prefixed too, so reading back strips exactly one.
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
 
 

@@ -1,5 +1,4 @@
-"""Timing gates judged on the 95 % interval of a ratio over repeats, its threshold read within 5 %
-(`TIMING_MARGIN`): pass or fail when the whole interval is on one side, else inconclusive (docs/gates.md)."""
+"""Timing gates judged on the 95 % interval of a ratio over repeats, read within 5 % (docs/gates.md)."""
 
 from __future__ import annotations
 
@@ -14,10 +13,8 @@ from .stats import MAX_PROJECTED_REPEATS, MIN_TIME_EFFECT, Interval, ratio_inter
 from .summary import RATIO_COLUMNS, complete_pair, median, pair_ratio, primary_target, ratio, timing_pairs
 from .vocab import GateStatus, Mode, Start
 
-#: How a timing gate reads its threshold: within the minimum time effect.
-TIMING_MARGIN = MIN_TIME_EFFECT
-#: The metadata value (``run.timing_pass``) of a run whose timing pass was interleaved.
-INTERLEAVED = "interleaved"
+TIMING_MARGIN = MIN_TIME_EFFECT  #: How a timing gate reads its threshold: within the minimum time effect.
+INTERLEAVED = "interleaved"  #: The metadata value (``run.timing_pass``) of a run whose timing pass was interleaved.
 #: A group's workers of the timing pass by round: {(target, mode, N, M, repeat): {worker: row}}.
 Rounds = dict[tuple, dict[int, ResultRow]]
 
@@ -135,8 +132,7 @@ def interval_status(
 def judge_interval(
     op: str, threshold: float, values: Sequence[float], margin: float = TIMING_MARGIN
 ) -> IntervalVerdict:
-    """``METRIC op threshold`` over ``values`` within ``margin``: pass, fail or inconclusive (with
-    repeats_to_decide)."""
+    """``METRIC op threshold`` over ``values`` within ``margin``: pass, fail or inconclusive."""
     if len(values) < 2:
         words = f"inconclusive: {len(values)} repeat{'' if len(values) == 1 else 's'}"
         return IntervalVerdict(GateStatus.INCONCLUSIVE, None, words)

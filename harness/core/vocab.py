@@ -1,6 +1,4 @@
-"""Every closed vocabulary of a run, once: one string enum each, whose members are their strings.
-test_architecture refuses compared vocabulary literals elsewhere; `StrEnum` is ours (3.10); ask membership with
-`values`."""
+"""Every closed vocabulary of a run, once: string enums whose members are their strings (3.10: our `StrEnum`)."""
 
 from __future__ import annotations
 
@@ -29,8 +27,7 @@ class Mode(StrEnum):
 
 #: The provider option ``disable_file_mapped_weights`` each mode passes: "1" turns mapping off.
 DISABLE_FLAGS: dict[Mode, str] = {Mode.MAPPED: "0", Mode.HEAP: "1"}
-#: The modes, mapped first (the order tables and charts show them in).
-MODES: tuple[Mode, ...] = tuple(Mode)
+MODES: tuple[Mode, ...] = tuple(Mode)  #: The modes, mapped first (the order tables and charts show them in).
 
 
 def disable_flag(mode: str) -> str:
@@ -129,8 +126,7 @@ class RunStatus(StrEnum):
         return f"{FAILED_PREFIX}{what}"
 
 
-#: How the status of a run that could not go on starts.
-FAILED_PREFIX = "failed: "
+FAILED_PREFIX = "failed: "  #: How the status of a run that could not go on starts.
 
 
 class PageCache(StrEnum):
@@ -141,8 +137,7 @@ class PageCache(StrEnum):
     COLD_UNVERIFIED = "cold-unverified"  # evicted, but the OS could not confirm it
 
 
-#: What ``--page-cache`` may ask for.
-PAGE_CACHE_CHOICES = (PageCache.WARM, PageCache.COLD)
+PAGE_CACHE_CHOICES = (PageCache.WARM, PageCache.COLD)  #: What ``--page-cache`` may ask for.
 
 
 class PeakPhase(StrEnum):

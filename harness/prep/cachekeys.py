@@ -13,8 +13,7 @@ from harness.core.files import real_path
 from .onnxfile import external_data_files
 from .sessions import SessionSettings
 
-#: Bumped when the preparation of user models changes what it writes (a new cache key).
-PREP_VERSION = 2
+PREP_VERSION = 2  #: Bumped when the preparation of user models changes what it writes (a new cache key).
 
 
 def settings_tag(settings: SessionSettings) -> str:

@@ -1,5 +1,4 @@
-"""Which ``--session-config`` keys this ONNX Runtime can read: a key in no library's strings cannot be read.
-ORT accepts any key and ignores the unknown, so a typo would be recorded as applied."""
+"""Which ``--session-config`` keys this ORT can read: one in no library's strings cannot be (ORT accepts any key)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The one rule for every path a model names (ORT's external-data rule): relative, inside its folder, a regular
-file.
-A model breaking it is refused in one InputError line before any work; nothing is written outside our folders."""
+"""The one rule for every path a model names (ORT's): relative, inside its folder, a regular file; else InputError."""
 
 from __future__ import annotations
 
@@ -15,8 +13,7 @@ from harness.core.inputfiles import check_regular
 
 
 def contained(base_dir: Path, name: str, label: str, what: str) -> Path:
-    """``base_dir / name`` resolved if it stays inside ``base_dir`` (links followed); else InputError naming
-    ``what``."""
+    """``base_dir / name`` resolved if it stays inside ``base_dir``; else InputError naming ``what``."""
     if not name or "\0" in name:
         raise InputError(f"{label}: {what} is an empty or invalid path")
     if PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute() or PureWindowsPath(name).drive:

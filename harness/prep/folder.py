@@ -1,5 +1,4 @@
-"""The model folder the workers load: ``model.onnx``, one aligned ``weights.bin``, ``manifest.json``,
-``reference.npz``."""
+"""The model folder: ``model.onnx``, one aligned ``weights.bin``, ``manifest.json`` and ``reference.npz``."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ ALIGNMENT = 64
 #: Tensors smaller than this stay in the ONNX file: ORT may need them, and mapping them buys nothing.
 EXTERNAL_THRESHOLD = 1024
 
-#: 3: tensors at 64-byte offsets (2 had 64 KiB): an older folder is rebuilt.
-MANIFEST_VERSION = 3
+MANIFEST_VERSION = 3  #: 3: tensors at 64-byte offsets (2 had 64 KiB): an older folder is rebuilt.
 
 #: Bounds of a manifest.json read from the (untrusted) cache: a manifest past any is a corrupt entry.
 MANIFEST_MAX_BYTES = 64 * 1024**2
@@ -114,10 +112,8 @@ class PreparedModel:
     outputs: list[str]
     weights_bytes: int
     output_types: dict[str, int] = field(default_factory=dict)
-    #: The ONNX file sessions load when it is not ``folder/model.onnx``.
-    onnx_file: str = ""
-    #: Graph optimization level of the sessions: "disabled" for a model optimized offline.
-    session_level: str = "all"
+    onnx_file: str = ""  #: The ONNX file sessions load when it is not ``folder/model.onnx``.
+    session_level: str = "all"  #: Graph optimization level of the sessions: "disabled" for a model optimized offline.
     extra: dict = field(default_factory=dict)
 
     @property
@@ -146,8 +142,7 @@ class PreparedModel:
 
     @classmethod
     def load(cls, folder: Path, *, check_files: bool = True, outside: tuple[str, ...] = ()) -> PreparedModel:
-        """The model described by ``folder/manifest.json``; `CorruptEntry` for anything wrong (the cache rebuilds
-        it)."""
+        """The model of ``folder/manifest.json``; `CorruptEntry` for anything wrong (the cache rebuilds it)."""
         try:
             data = _read_manifest(Path(folder))
             data["folder"] = Path(folder)

@@ -1,13 +1,11 @@
-"""A model's graphs and subgraphs: walking them, lifting Constant nodes, unique initializer names.
-ORT binds an ``add_initializer`` OrtValue to every initializer of that name, subgraphs included."""
+"""A model's graphs: walking them, lifting Constant nodes, unique initializer names (ORT binds by name)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
-#: Constant attributes holding something other than one dense tensor: small, left as they are.
-_DENSE_VALUE = "value"
+_DENSE_VALUE = "value"  #: Constant attributes holding something other than one dense tensor: small, left as they are.
 
 
 def subgraphs(node: Any) -> Iterator[Any]:

@@ -1,5 +1,4 @@
-"""A model's inputs: what they are, the shape each is fed with, and the feed.
-Shapes: the model, --free-dim, --input, --shape; every input still unknown is named in ONE error."""
+"""A model's inputs, their shapes and feeds; every input still unknown is named in ONE error."""
 
 from __future__ import annotations
 

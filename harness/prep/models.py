@@ -1,5 +1,4 @@
-"""Models the cpu targets load: the generated chain or a user's model, prepared into a model folder.
-Constants lifted, optimized offline once, optimized initializers externalised, reference run twice."""
+"""The cpu targets' models (generated or the user's): lifted, optimized offline, externalised, referenced."""
 
 from __future__ import annotations
 

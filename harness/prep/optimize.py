@@ -1,6 +1,4 @@
-"""ORT's graph optimizations applied once, offline, before the weights are externalised.
-ORT binds add_initializer values by name after optimizing, so a rewritten initializer would be replaced by the
-stale original."""
+"""ORT's graph optimizations once, offline, before externalising (so no add_initializer value is stale)."""
 
 from __future__ import annotations
 
@@ -11,8 +9,7 @@ from harness.core.errors import InputError
 
 from .sessions import SessionSettings, cpu_session_options
 
-#: Level the offline pass runs at (the sessions' default), and the one the sessions then use.
-OFFLINE_LEVEL = "all"
+OFFLINE_LEVEL = "all"  #: Level the offline pass runs at (the sessions' default), and the one the sessions then use.
 SESSION_LEVEL_AFTER = "disabled"
 
 

@@ -1,5 +1,4 @@
-"""Long ORT work of the preparation in a child process, so Ctrl-C and SIGTERM stop it at once.
-Jobs: ``optimize`` and ``reference``; the result goes to the job's ``result`` JSON file."""
+"""Long ORT work of the preparation in a child process, so Ctrl-C and SIGTERM stop it at once."""
 
 from __future__ import annotations
 
@@ -13,10 +12,8 @@ from harness.core.errors import InputError
 
 #: A job still running after this long is killed: minutes for the largest models, never hours.
 ORT_JOB_TIMEOUT_S = 3 * 3600.0
-#: How often the waiting parent looks at the child (and can be interrupted).
-POLL_S = 0.2
-#: Test hook: the child sleeps this many seconds before its work.
-SLOW_ENV = "HARNESS_TEST_ORT_JOB_SLOW_S"
+POLL_S = 0.2  #: How often the waiting parent looks at the child (and can be interrupted).
+SLOW_ENV = "HARNESS_TEST_ORT_JOB_SLOW_S"  #: Test hook: the child sleeps this many seconds before its work.
 
 
 def run_ort_job(job: dict, label: str, on_status: Callable[[str], None] | None = None) -> dict:

@@ -1,5 +1,4 @@
-"""Several models measured together (LLM pipelines share context binaries): repeated --model, a folder or
-genai_config.json; each model gets its own feeds and reference."""
+"""Several models measured together (repeated --model, a folder or genai_config.json), each with its reference."""
 
 from __future__ import annotations
 
@@ -13,16 +12,14 @@ from harness.core.inputfiles import read_json_bounded
 from harness.prep.containment import contained_file
 
 GENAI_CONFIG = "genai_config.json"
-#: The most models one run loads: a folder of thousands of .onnx files is not a pipeline.
-MAX_PIPELINE_MODELS = 64
+MAX_PIPELINE_MODELS = 64  #: The most models one run loads: a folder of thousands of .onnx files is not a pipeline.
 
 
 @dataclass
 class ModelSet:
     paths: list[Path]
     origin: str  # "files" | "folder" | "genai_config"
-    #: onnxruntime-genai always runs QNN pipelines with ep.share_ep_contexts=1.
-    genai_qnn: bool = False
+    genai_qnn: bool = False  #: onnxruntime-genai always runs QNN pipelines with ep.share_ep_contexts=1.
 
 
 def _filenames(node: Any) -> list[str]:

@@ -128,8 +128,7 @@ def save_reference(path: Path, feeds: dict, outputs: dict) -> None:
         )
 
 
-#: Bounds of a reference archive, from its own directory: no zip bomb from a forged entry.
-REFERENCE_MAX_ARRAYS = 8192
+REFERENCE_MAX_ARRAYS = 8192  #: Bounds of a reference archive, from its own directory: no zip bomb from a forged entry.
 REFERENCE_MAX_BYTES = 4 * 1024**3
 
 

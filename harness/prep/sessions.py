@@ -1,5 +1,4 @@
-"""The ORT session settings every session and the reference share, and running a session on any element type.
-A reference computed with other settings is a different computation (prepacking changed MLAS's kernel)."""
+"""The ORT session settings every session and the reference share, and running a session on any element type."""
 
 from __future__ import annotations
 

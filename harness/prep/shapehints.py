@@ -1,5 +1,4 @@
-"""Values the dynamic-shape error suggests, chosen so they can work, or called placeholders.
-Batch 1; spatial sizes its windows take, checked by ONNX's strict inference; anything else a placeholder."""
+"""Values the dynamic-shape error suggests: ones that can work (checked by ONNX's inference), or placeholders."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ from typing import Any
 WINDOW_OPS = ("Conv", "MaxPool", "AveragePool", "LpPool", "ConvInteger", "QLinearConv")
 #: Ops after which a tensor has no spatial size that depends on the input's any more.
 STOP_OPS = ("GlobalAveragePool", "GlobalMaxPool", "Reshape", "Flatten", "Gemm", "MatMul", "Shape", "Size")
-#: Multiples of the total stride tried when the first suggestion does not pass the check.
-TRIES = 4
+TRIES = 4  #: Multiples of the total stride tried when the first suggestion does not pass the check.
 
 
 @dataclass(frozen=True)

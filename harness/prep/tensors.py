@@ -1,5 +1,4 @@
-"""ONNX element types as raw bytes: sizes, data, and OrtValues made over a buffer in place.
-numpy has no bfloat16, float8 or 4-bit types: ``raw_data`` is what ORT reads, copied, never re-encoded."""
+"""ONNX element types as raw bytes (``raw_data``, never re-encoded) and OrtValues over a buffer in place."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The Windows memory container (`harness.runner.container`): a job object with a job memory limit.
-It limits the commit of all its processes (what fails a load on Windows) and records who hit it (`oom_pids`)."""
+"""The Windows memory container: a job object whose limit bounds its processes' commit, recording who hit it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The control worker: a group's runtime, session options and inputs with no weights (zero pages, no memory).
-Its private memory is ``runtime_bytes``; a worker's minus it (and its private file pages) is ``copied_bytes``."""
+"""The control worker: a group's sessions over weights that cost no memory, so ``copied_bytes`` is attributable."""
 
 from __future__ import annotations
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from harness.core.logtext import decode_log
 
 STDERR_TAIL_LINES = 5
-#: How much of the end of a worker's log is read for those lines.
-STDERR_TAIL_BYTES = 64 * 1024
+STDERR_TAIL_BYTES = 64 * 1024  #: How much of the end of a worker's log is read for those lines.
 
 
 def stderr_tail(path: str, lines: int = STDERR_TAIL_LINES) -> str:

@@ -1,5 +1,4 @@
-"""Memory figures of a process and the system, never raising: USS/PSS (Linux) or private bytes (Windows),
-since RSS and the working set count shared file pages in every process."""
+"""Memory figures never raising: USS/PSS or private bytes (RSS counts shared file pages in every process)."""
 
 from __future__ import annotations
 

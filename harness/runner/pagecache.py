@@ -1,5 +1,4 @@
-"""The page cache of the weights files: warm, evict (``posix_fadvise``) and verify (``mincore``).
-A group whose weights stayed resident is "cold-unverified"; cold is refused where eviction is impossible."""
+"""The page cache of the weights files: warm, evict (``posix_fadvise``) and verify (``mincore``)."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ from pathlib import Path
 from harness.core.errors import InputError
 from harness.core.vocab import PageCache
 
-#: A group counts as cold when at most this share of its weights stayed resident.
-COLD_RESIDENT_SHARE = 0.01
+COLD_RESIDENT_SHARE = 0.01  #: A group counts as cold when at most this share of its weights stayed resident.
 _PROT_READ = 0x1
 _MAP_SHARED = 0x01
 

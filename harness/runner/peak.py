@@ -1,5 +1,4 @@
-"""Peak private memory of a worker during start-up, the worker's side: phases on the board, a sample per
-phase change, and the kernel's own peaks at the end (the 1 kHz sampling is the parent's, `peakwatch`)."""
+"""A worker's start-up peak, its own side: phases on the board, a sample per phase change, the kernel's peaks."""
 
 from __future__ import annotations
 
@@ -97,8 +96,7 @@ class PeakSampler:
         )
 
 
-#: The worker's sampler (one per process), whose `mark` is the installed phase hook.
-_ACTIVE: PeakSampler | None = None
+_ACTIVE: PeakSampler | None = None  #: The worker's sampler (one per process), whose `mark` is the installed phase hook.
 
 
 def start(board: str = "", slot: int = -1) -> PeakSampler:

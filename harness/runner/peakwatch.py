@@ -1,5 +1,4 @@
-"""The start-up peak of every worker of a group, sampled by the parent at 1 kHz or faster.
-A sampler in the worker shares its GIL (100-650 Hz measured); the rate and the longest gap are recorded."""
+"""The start-up peak of every worker of a group, sampled by the parent at 1 kHz or faster (outside their GIL)."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ from dataclasses import dataclass
 from harness.runner.phaseboard import DONE, PhaseBoard, state_phase
 from harness.runner.procmem import open_reader
 
-#: 0.5 ms asks for 2 kHz, so 1 kHz survives a loaded machine.
-INTERVAL_S = 0.0005
+INTERVAL_S = 0.0005  #: 0.5 ms asks for 2 kHz, so 1 kHz survives a loaded machine.
 
 
 @dataclass
@@ -20,8 +18,7 @@ class WatchedPeak:
 
     peak_private_bytes: int | None = None
     peak_phase: str | None = None
-    #: The shared resident bytes in the sample where the private figure peaked.
-    peak_shared_bytes: int | None = None
+    peak_shared_bytes: int | None = None  #: The shared resident bytes in the sample where the private figure peaked.
     samples: int = 0
     peak_sample_hz: float | None = None
     peak_sample_max_gap_s: float | None = None
@@ -47,8 +44,7 @@ class _Slot:
 class PeakWatch:
     """``with PeakWatch(board, phases) as watch: spawn, watch.expect(slot, pid), wait``."""
 
-    #: How often a slot's reported pid is checked against the spawned process before giving up.
-    MAX_PID_CHECKS = 50
+    MAX_PID_CHECKS = 50  #: How often a slot's reported pid is checked against the spawned process before giving up.
 
     def __init__(self, board: PhaseBoard, phases: tuple[str, ...], interval_s: float = INTERVAL_S) -> None:
         self.board = board

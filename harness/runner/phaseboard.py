@@ -1,5 +1,4 @@
-"""The phase board: a shared file where each worker stores its pid and its phase in its slot, one byte a change.
-Byte 8 is ``count << 3 | phase`` (count 1..31), so the parent sees a change during a sample."""
+"""The phase board: a shared file where each worker stores its pid and phase in its slot (``count << 3 | phase``)."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ from pathlib import Path
 
 SLOT_BYTES = 16
 STATE_OFFSET = 8
-#: The state's phase field once the worker's start-up is over (ready, or failed).
-DONE = 7
+DONE = 7  #: The state's phase field once the worker's start-up is over (ready, or failed).
 _PID = struct.Struct("<Q")
 
 

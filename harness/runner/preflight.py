@@ -16,8 +16,7 @@ from harness.targets import get_target
 WORKER_OVERHEAD_BYTES = 200 * 1024**2
 #: One worker's memory with no weights (measured 29.6-29.8 MiB: docs/running.md, "Capacity under a memory limit").
 RUNTIME_FLOOR_BYTES = 30 * 1024**2
-#: Share of the available memory a run may plan to use before it is refused.
-MEMORY_BUDGET_SHARE = 0.85
+MEMORY_BUDGET_SHARE = 0.85  #: Share of the available memory a run may plan to use before it is refused.
 #: Weight copies a heap session holds at its start-up peak: the read copy and the runtime's (docs/running.md).
 PEAK_COPIES_PER_HEAP_SESSION = 2
 
@@ -72,8 +71,7 @@ def check_memory_budget(opts: RunOptions, weights_bytes: int, available: int) ->
         )
 
 
-#: Largest input tensor a --shape may ask for, in elements (numpy's own ceiling is 2**63).
-MAX_SHAPE_ELEMENTS = 2**48
+MAX_SHAPE_ELEMENTS = 2**48  #: Largest input tensor a --shape may ask for, in elements (numpy's own ceiling is 2**63).
 
 
 def check_shapes_allocatable(shapes: dict[str, list[int]], available: int) -> None:
@@ -143,8 +141,7 @@ def check_options(opts: RunOptions) -> None:
 
 
 def check_memory_limit(opts: RunOptions, available: int) -> list[str]:
-    """--memory-limit between the runtime floor and available memory, in a container this OS can make.
-    Returns the containers a killed run left behind, removed now."""
+    """--memory-limit checked; returns the containers a killed run left behind, removed now."""
     if opts.memory_limit is None:
         return []
     from harness.core.units import fmt_bytes

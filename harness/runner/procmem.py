@@ -1,5 +1,4 @@
-"""One process's memory read without allocating: ``read_split()``, ``kernel_peaks()``, ``close()``.
-Linux: `StatmReader` over ``/proc/<pid>/statm``; Windows: `winmem.ProcessCounters`."""
+"""One process's memory read without allocating (Linux ``/proc/<pid>/statm``; Windows `winmem`)."""
 
 from __future__ import annotations
 

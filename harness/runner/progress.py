@@ -1,5 +1,4 @@
-"""Progress of a long run on stderr (stdout carries the summary): a rich live area, or plain lines with a heartbeat.
-Text from data is printed with markup off: "[/path]" must print as it is."""
+"""Progress on stderr: a rich live area or plain lines with a heartbeat; text from data printed with markup off."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ from harness.core.units import fmt_bytes, fmt_seconds
 from harness.core.vocab import Start
 
 HEARTBEAT_S = 10.0
-#: Plain mode prints a byte-progress line when this share more is done.
-PLAIN_STEP = 0.25
+PLAIN_STEP = 0.25  #: Plain mode prints a byte-progress line when this share more is done.
 WORKER_STATES = ("starting", "ready", "exited", "timed out", "sampled", "done")
 
 

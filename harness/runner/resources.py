@@ -1,5 +1,4 @@
-"""The machine's limits (descriptors, address space, disk), checked before work (lower bounds: exit 2),
-and one-line words for running out of them mid-run."""
+"""The machine's limits (descriptors, address space, disk) checked before work, and words for running out."""
 
 from __future__ import annotations
 
@@ -10,12 +9,9 @@ import sys
 from harness.core.errors import InputError
 from harness.core.units import fmt_bytes
 
-#: Descriptors the harness holds per live worker: its log file and the write end of its stdin.
-FDS_PER_WORKER = 2
-#: Descriptors a run opens besides (temp files, records, /proc reads, spawn pipes).
-SPARE_FDS = 16
-#: A worker process needs at least this many for itself (Python, ORT, its files: ~10 measured).
-WORKER_MIN_FDS = 16
+FDS_PER_WORKER = 2  #: Descriptors the harness holds per live worker: its log file and the write end of its stdin.
+SPARE_FDS = 16  #: Descriptors a run opens besides (temp files, records, /proc reads, spawn pipes).
+WORKER_MIN_FDS = 16  #: A worker process needs at least this many for itself (Python, ORT, its files: ~10 measured).
 
 DISK_FULL = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
 NO_FDS = {errno.EMFILE, errno.ENFILE}

@@ -1,5 +1,4 @@
-"""Did the weights a group loaded stay the same until its end? A cheap seal taken before and checked after.
-Identity, size, mtime, ctime and a BLAKE2b of `SAMPLES` blocks and the edges; a change fails the group."""
+"""A cheap seal of the weights (identity, times, sampled BLAKE2b) taken before a group and checked after."""
 
 from __future__ import annotations
 
@@ -8,8 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Blocks sampled over the file, their size, and the size of each edge hashed whole.
-SAMPLES = 256
+SAMPLES = 256  #: Blocks sampled over the file, their size, and the size of each edge hashed whole.
 BLOCK = 4096
 EDGE = 64 * 1024
 

@@ -1,6 +1,4 @@
-"""`harness run`: plan the groups, run them, write results, summary and metadata.
-Tables are rewritten atomically after every group; metadata.json's status keeps a partial run from looking
-complete."""
+"""`harness run`: plan the groups, run them, rewrite the tables atomically after each, keep metadata's status."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The system's side of the start-up peak: available memory (minimum) and commit charge (maximum) with its limit,
-sampled by the parent while a group's workers start."""
+"""The system's side of the start-up peak: minimum available memory, maximum commit charge and its limit."""
 
 from __future__ import annotations
 
@@ -8,8 +7,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-#: Time between two system samples (the parent has little else to do while workers start).
-INTERVAL_S = 0.002
+INTERVAL_S = 0.002  #: Time between two system samples (the parent has little else to do while workers start).
 _KEYS = (b"MemAvailable:", b"Committed_AS:", b"CommitLimit:")
 
 

@@ -1,5 +1,4 @@
-"""The timing pass (``--sequential-timing``, always in bench): each worker alone on the machine (issue 32).
-Interleaved by round (mapped groups first, swapped every other round), so the paired ratios cancel drift."""
+"""The timing pass (issue 32): each worker alone, groups interleaved by round so paired ratios cancel drift."""
 
 from __future__ import annotations
 

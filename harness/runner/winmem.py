@@ -1,5 +1,4 @@
-"""Windows memory figures through ctypes without allocating per read (psutil builds a tuple each time).
-Declarations in `mapper_impl._winapi`; checked under Wine by suites/mapper/test_wine_winmem.py."""
+"""Windows memory figures through ctypes without allocating per read (declarations: `mapper_impl._winapi`)."""
 
 from __future__ import annotations
 

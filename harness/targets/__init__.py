@@ -1,6 +1,4 @@
-"""The targets the harness measures, one module each behind the `Target` interface.
-Adding one is a module defining ``TARGET = MyTarget()`` plus one line in `_MODULES`; modules import only when
-used."""
+"""The targets, one module each behind `Target`: a new one is a module with ``TARGET`` plus a line in `_MODULES`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The interface every target implements (parent side: options, preparation, notes, gates; worker side: sessions).
-Target options travel as one generic mapping (``WorkerSpec.options``), never as target-named fields."""
+"""The interface every target implements; target options travel as one generic mapping, never named fields."""
 
 from __future__ import annotations
 
@@ -89,8 +88,7 @@ class Target(ABC):
     name: str
     summary: str  # one line for --help
     options: tuple[TargetOption, ...] = ()
-    #: The EP whose provider options ``--provider-option`` sets ("": this target takes none).
-    provider_ep: str = ""
+    provider_ep: str = ""  #: The EP whose provider options ``--provider-option`` sets ("": this target takes none).
     #: Its models list their external tensors, so each group can run a weightless control worker.
     has_control: bool = False
 
@@ -125,13 +123,11 @@ class Target(ABC):
         return {}
 
     def version_keys(self) -> dict[str, str]:
-        """The keys `versions` reports with their labels (``{"qnn_sdk": "QNN SDK"}``); declarative: no import, no
-        probe."""
+        """The keys `versions` reports with their labels (``{"qnn_sdk": "QNN SDK"}``); declarative."""
         return {}
 
     def probe(self, timeout_s: float) -> Any | None:
-        """This machine's device as the target's EP reports it (``lines()``, ``to_dict()``), or None: nothing to
-        probe."""
+        """This machine's device as the target's EP reports it, or None: nothing to probe."""
         return None
 
     @property

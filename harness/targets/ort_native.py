@@ -1,5 +1,4 @@
-"""The ort-native target, the peer baseline: ORT maps the external-data file itself (prepacking off).
-Heap mode hands ORT the file's bytes (`add_external_initializers_from_files_in_memory`), which it copies."""
+"""The ort-native peer: ORT maps the external data itself; heap mode hands it the bytes, which it copies."""
 
 from __future__ import annotations
 

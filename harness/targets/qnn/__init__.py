@@ -1,6 +1,4 @@
-"""The qnn target: the real QNN EP loading a compiled EPContext model, ``disable_file_mapped_weights`` "0"/"1".
-On Linux x86_64 the HTP simulator and the platform gate keep the feature off: the EP's log says so, and every
-row."""
+"""The qnn target: the real QNN EP loading an EPContext model with ``disable_file_mapped_weights`` "0" or "1"."""
 
 from __future__ import annotations
 

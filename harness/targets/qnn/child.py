@@ -1,6 +1,4 @@
-"""QNN work in a child process (``python -m harness.targets.qnn.child JOB.json``): the compiler can crash.
-Jobs: ``compile`` (and check the result once) and ``reference``; ``HARNESS_TEST_QNN_CHILD_FAULT=segv`` is a test
-hook."""
+"""QNN work (``compile``, ``reference``) in a child process: the compiler can crash, and logs on stdout."""
 
 from __future__ import annotations
 
@@ -13,13 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-#: What `run_child` tells about the child's work (a `Progress.step`).
-StatusCallback = Callable[[str], None]
+StatusCallback = Callable[[str], None]  #: What `run_child` tells about the child's work (a `Progress.step`).
 
 #: Test hook: "segv" makes the child die by SIGSEGV (SIGABRT where none) before it starts.
 FAULT_ENV = "HARNESS_TEST_QNN_CHILD_FAULT"
-#: ORT's error when the EP took no node (ERROR_IF_NO_NODES_COMPILED).
-NOTHING_COMPILED = "Unable to compile any nodes"
+NOTHING_COMPILED = "Unable to compile any nodes"  #: ORT's error when the EP took no node (ERROR_IF_NO_NODES_COMPILED).
 
 
 #: A child job past this is killed: QNN compiles of LLM-sized graphs take minutes, never hours.
@@ -29,8 +25,7 @@ CHILD_TIMEOUT_S = 3600.0
 def run_child(
     job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S, on_status: StatusCallback | None = None
 ) -> dict:
-    """Run one `child` job with its output in ``log_path``; a crash or timeout is ``{"ok": False, "stage":
-    "crash"}``."""
+    """Run one `child` job logging to ``log_path``; a crash or timeout is ``{"ok": False, "stage": "crash"}``."""
     import subprocess
     import tempfile
 
@@ -71,8 +66,7 @@ def run_child(
             return {"ok": False, "stage": "crash", "error": _describe_exit(code)}
 
 
-#: How often the parent looks at what the child says it is doing.
-STATUS_POLL_S = 1.0
+STATUS_POLL_S = 1.0  #: How often the parent looks at what the child says it is doing.
 
 
 def _wait_reporting(proc: Any, status: Path, timeout_s: float, on_status: StatusCallback | None) -> int:

@@ -1,5 +1,4 @@
-"""Is this machine a QNN device? Asked of the QNN EP itself, in a child process (``python -m ... [--json]``).
-``is_device`` = an NPU-typed EP device, HTP usable and RPCMem loaded; every problem becomes data."""
+"""Is this machine a QNN device (NPU-typed EP device, HTP usable, RPCMem loaded)? Asked of the EP in a child."""
 
 from __future__ import annotations
 

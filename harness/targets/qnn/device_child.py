@@ -1,5 +1,4 @@
-"""The device probe's child: register the EP, list devices, compile and run a tiny QDQ model, ``probe.json`` per
-step."""
+"""The device probe's child: register the EP, compile and run a tiny QDQ model, ``probe.json`` per step."""
 
 from __future__ import annotations
 

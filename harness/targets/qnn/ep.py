@@ -21,8 +21,7 @@ _register_lock = threading.Lock()
 
 
 def qnn_platform_supported() -> tuple[bool, str]:
-    """Wheels exist for Linux x86_64 and Windows x64 (simulator, feature off) and Windows ARM64 (the feature's
-    platform)."""
+    """Wheels exist for Linux x86_64 and Windows x64 (simulator, feature off) and Windows ARM64."""
     machine = platform.machine().lower()
     if sys.platform.startswith("linux") and machine in ("x86_64", "amd64"):
         return True, "Linux x86_64 (HTP simulator, platform gate)"

@@ -1,5 +1,4 @@
-"""The EP's file-mapping messages (onnxruntime-qnn 2.7.0), what each means for a verdict, and `IGNORED` strings.
-`epstrings.check` keeps every pattern's literals in the binaries and every selected string read or ignored."""
+"""The EP's file-mapping messages (2.7.0), their meaning, and `IGNORED` strings (`epstrings.check` keeps both)."""
 
 from __future__ import annotations
 
@@ -69,8 +68,7 @@ EVIDENCE_LINES = 5
 
 @dataclass(frozen=True)
 class LogPattern:
-    """One EP message: ``template`` with ``{}`` where the EP inserts a value; its literals are strings of
-    ``platforms``."""
+    """One EP message: ``template`` with ``{}`` for values; its literals are strings of ``platforms``."""
 
     name: str
     template: str

@@ -1,6 +1,4 @@
-"""Which strings of a provider library are file-mapping messages: `SELECT_TERMS`, plus position.
-Position: the MSVC literal pools of the anchored functions (`ANCHOR_FUNCTIONS`, `ANCHOR_LITERALS`), up to
-`MAX_GAP`."""
+"""Which strings of a provider library are file-mapping messages: `SELECT_TERMS`, plus MSVC literal pools."""
 
 from __future__ import annotations
 
@@ -23,8 +21,7 @@ EXTRA_TERMS = (
 )
 SELECT_TERMS = REFERENCE_TERMS + EXTRA_TERMS
 MIN_LEN = 8  # strings -n 8
-#: a ``__FUNCTION__`` string of the EP
-FUNCTION_NAME = re.compile(r"onnxruntime::[\w:`'<>\-]+")
+FUNCTION_NAME = re.compile(r"onnxruntime::[\w:`'<>\-]+")  #: a ``__FUNCTION__`` string of the EP
 #: the functions whose literal pools are selected by position
 ANCHOR_FUNCTIONS = re.compile(
     r"onnxruntime::qnn::(\w+::)*(MapDmaDataCallback|ReleaseDmaDataCallback|MapDmaData|ReleaseDmaData|UnmapFile)"
@@ -32,8 +29,7 @@ ANCHOR_FUNCTIONS = re.compile(
 )
 #: literal anchors of files without a function-name string (the RPCMem library loader)
 ANCHOR_LITERALS = ("Failed to initialize RPCMEM dynamic library handle: ",)
-#: more bytes than this between two strings: another object file's data
-MAX_GAP = 320
+MAX_GAP = 320  #: more bytes than this between two strings: another object file's data
 _PRINTABLE = re.compile(rb"[\t\x20-\x7e]{%d,}" % MIN_LEN)
 
 

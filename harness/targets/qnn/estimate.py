@@ -1,5 +1,4 @@
-"""How long a qnn preparation will take on the simulated HTP, said before it starts (docs/models-and-cache.md).
-Sums over the static-shape graph (`graph_cost`) at `DEFAULT_RATES`, scaled by this machine's recorded compiles."""
+"""How long a qnn preparation will take on the simulated HTP, said before it starts (docs/models-and-cache.md)."""
 
 from __future__ import annotations
 
@@ -16,11 +15,9 @@ from typing import Any
 OPS_PER_STEP = {"LSTM": 12, "GRU": 10, "RNN": 3}
 #: Recurrent ops: their MACs per step per direction are gates x H x (I + H) (R's rows are gates x H).
 RECURRENT = ("LSTM", "GRU", "RNN")
-#: Recorded timings kept per machine (the last ones; older lines are dropped).
-KEEP_TIMINGS = 50
+KEEP_TIMINGS = 50  #: Recorded timings kept per machine (the last ones; older lines are dropped).
 TIMINGS_FILE = "qnn-timings.jsonl"
-#: Below this (seconds on this machine) the preparation is not long: nothing is said.
-LONG_S = 30.0
+LONG_S = 30.0  #: Below this (seconds on this machine) the preparation is not long: nothing is said.
 
 
 @dataclass(frozen=True)
@@ -112,8 +109,7 @@ def _node_macs(node: Any, ins: list, outs: list) -> tuple[int, int]:
 
 
 def load_rates(cache_dir: Path) -> Rates:
-    """`DEFAULT_RATES` scaled by the median ratio of this machine's recorded compiles (at least 3), else the
-    defaults."""
+    """`DEFAULT_RATES` scaled by this machine's recorded compiles (median ratio of 3+), else the defaults."""
     records = [_parsed(line) for line in _recorded(cache_dir)[-KEEP_TIMINGS:]]
     compile_ratios, run_ratios = [], []
     for r in records:
@@ -134,8 +130,7 @@ def load_rates(cache_dir: Path) -> Rates:
     )
 
 
-#: The record is a few KiB; anything larger is not ours and is not read.
-MAX_TIMINGS_BYTES = 1 << 20
+MAX_TIMINGS_BYTES = 1 << 20  #: The record is a few KiB; anything larger is not ours and is not read.
 
 
 def _recorded(cache_dir: Path) -> list[str]:

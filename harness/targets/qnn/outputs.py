@@ -1,5 +1,4 @@
-"""Is a QNN output right? One check for the compile child and every worker (element type, cosine, or shape).
-Non-deterministic outputs (RandomNormalLike) compare by shape only: by cosine they falsely failed."""
+"""Is a QNN output right? One check for the compile child and every worker (by type, cosine or shape)."""
 
 from __future__ import annotations
 
@@ -7,8 +6,7 @@ from typing import Any
 
 #: Agreement relative to max(1, |reference|) of an output with no direction: HTP's fp16 resolves ~1e-3.
 FP16_RESOLUTION = 1e-3
-#: The cosine bound of a compiled float or QDQ model (a --quantize qdq model: `quantize.MIN_COSINE`).
-MIN_COSINE = 0.99
+MIN_COSINE = 0.99  #: The cosine bound of a compiled float or QDQ model (a --quantize qdq model: `quantize.MIN_COSINE`).
 
 
 def describe(name: str, result: dict) -> str:

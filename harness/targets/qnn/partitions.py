@@ -1,6 +1,5 @@
-"""Multi-partition EPContext models: ORT's optimizers rewrite the CPU nodes between partitions on load,
-and 2.7.0 refuses the node (`make_shape_between_model` reproduces it); the workaround loads them with
-``ORT_DISABLE_ALL``."""
+"""Multi-partition EPContext models: ORT rewrites the CPU nodes between partitions and 2.7.0 refuses them,
+so they load with ``ORT_DISABLE_ALL`` (`make_shape_between_model` reproduces it)."""
 
 from __future__ import annotations
 

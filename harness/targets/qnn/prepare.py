@@ -1,5 +1,4 @@
-"""The qnn target's models: a generated QDQ chain or the user's model compiled as it is, or an EPContext model.
-A pre-compiled model's reference is its own first inference with mapping disabled (`child`)."""
+"""The qnn target's models: the generated QDQ chain or a user's model compiled as it is, or an EPContext model."""
 
 from __future__ import annotations
 

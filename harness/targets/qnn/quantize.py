@@ -1,5 +1,4 @@
-"""``--quantize qdq``: ``qnn_preprocess_model`` then ``quantize_static`` (uint8, MinMax), as ORT's QNN docs do.
-Calibrated without the reference input, so the check against the float output (`MIN_COSINE`) is fair."""
+"""``--quantize qdq``: ``qnn_preprocess_model`` then ``quantize_static`` (uint8, MinMax), as ORT's QNN docs do."""
 
 from __future__ import annotations
 
@@ -11,10 +10,8 @@ from harness.core.argtypes import positive_int
 from harness.core.errors import InputError
 
 QUANTIZE_CHOICES = ("none", "qdq")
-#: Calibration inputs made by default (each one inference of the float model on the CPU EP).
-CALIBRATION_SIZE = 8
-#: Cosine similarity a quantized model's output must reach against the float reference.
-MIN_COSINE = 0.95
+CALIBRATION_SIZE = 8  #: Calibration inputs made by default (each one inference of the float model on the CPU EP).
+MIN_COSINE = 0.95  #: Cosine similarity a quantized model's output must reach against the float reference.
 
 
 @dataclass(frozen=True)
@@ -32,8 +29,7 @@ class QuantizeSpec:
         return {"quantize": self.method, "calibration": self.calibration_size} if self.enabled else {}
 
 
-#: --calibration-size: a whole number >= 1 (the command line's own integer type).
-parse_calibration_size = positive_int
+parse_calibration_size = positive_int  #: --calibration-size: a whole number >= 1 (the command line's own integer type).
 
 
 def parse_quantize(text: str) -> str:

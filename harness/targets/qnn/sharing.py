@@ -1,5 +1,4 @@
-"""The shared-resource (list) path's provider options (``--resource-sharing``), modelled by `load_context_list`.
-The Linux HTP simulator refuses them (SetupBackend: QNN_COMMON_ERROR_NOT_SUPPORTED)."""
+"""The list path's provider options (``--resource-sharing``); the Linux simulator refuses them (NOT_SUPPORTED)."""
 
 from __future__ import annotations
 

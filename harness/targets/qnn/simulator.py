@@ -1,5 +1,4 @@
-"""The SoC the simulated HTP compiles for when the user names none: 60 (Snapdragon X Elite).
-Without ``soc_model`` many float graphs fail to finalize (MEM_ALLOC); ``soc_model=0`` restores the EP's default."""
+"""The SoC the simulated HTP compiles for when none is named: 60 (Snapdragon X Elite; else MEM_ALLOC often)."""
 
 from __future__ import annotations
 
@@ -7,8 +6,7 @@ import platform
 import sys
 from typing import Any
 
-#: QNN_SOC_MODEL_SC8380XP: the Snapdragon X Elite of the Windows-on-ARM laptops.
-SIMULATOR_SOC_MODEL = "60"
+SIMULATOR_SOC_MODEL = "60"  #: QNN_SOC_MODEL_SC8380XP: the Snapdragon X Elite of the Windows-on-ARM laptops.
 
 
 def is_simulator() -> bool:
