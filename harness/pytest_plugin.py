@@ -31,8 +31,7 @@ RUN_OPTIONS = {
     "target": Variant(help="target for the measurement tests: {target_names} (default: {default})"),
     "processes": Variant(default="2", help="N for the measurement tests, e.g. 2 or 1,2,4 (default: {default})"),
     "model_size": Variant(
-        default="128MiB",
-        help="generated model size; {size_help} (default: {default}, the size the saving gates need)",
+        default="128MiB", help="generated model size; {size_help} (default: {default}, the size the saving gates need)"
     ),
     "models": Variant(single=True, help="bring-your-own ONNX model for the measurement tests"),
 }

@@ -6,14 +6,7 @@ import threading
 import weakref
 from abc import ABC, abstractmethod
 
-from ._common import (
-    ClosedError,
-    FileIdentity,
-    MapperError,
-    StaleFileError,
-    identity_of_path,
-    validate_region,
-)
+from ._common import ClosedError, FileIdentity, MapperError, StaleFileError, identity_of_path, validate_region
 from ._faults import FaultCursor
 from ._stats import COUNTERS
 
@@ -47,7 +40,6 @@ class MappedFile(ABC):
         self._buffer: memoryview | None = memoryview(owner).cast("B").toreadonly()
         self._track_view(owner)
 
-    # -- platform primitives ------------------------------------------------------------
     @abstractmethod
     def _map_whole_file(self) -> tuple[object, int]:
         """Map the whole file read-only: (a buffer exporter that unmaps when collected, base address)."""
@@ -64,7 +56,6 @@ class MappedFile(ABC):
     def _release_handles(self) -> None:
         """Drop this object's own OS handles, if it kept any (the view keeps what it needs)."""
 
-    # -- shared behaviour ---------------------------------------------------------------
     @property
     def closed(self) -> bool:
         return self._closed

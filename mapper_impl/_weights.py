@@ -179,11 +179,7 @@ def check_faults(faults: object) -> FaultCursor | None:
 
 
 def map_stage(
-    path: str,
-    mapper: FileMapper,
-    cursor: FaultCursor | None,
-    policy: RetryPolicy,
-    registry: MappingRegistry = REGISTRY,
+    path: str, mapper: FileMapper, cursor: FaultCursor | None, policy: RetryPolicy, registry: MappingRegistry = REGISTRY
 ) -> tuple[Weights | None, int, list[str], MappingError | None]:
     """Acquire the mapping, retried as ``policy`` allows: (Weights or None, attempts, errors, last)."""
     errors: list[str] = []

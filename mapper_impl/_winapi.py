@@ -109,7 +109,6 @@ SIGNATURES: dict[str, tuple[tuple[type, ...], type | None]] = {
     "GetSystemInfo": ((ctypes.POINTER(SYSTEM_INFO),), None),
 }
 
-# --- processes, jobs and their memory: the harness (spawn.py, winmem.py) --------------------
 
 #: OpenProcess rights psutil asks for to read another process's memory counters.
 PROCESS_QUERY_LIMITED_INFORMATION = 0x1000

@@ -57,8 +57,7 @@ class WorkerSpec:
     parent_pid: int = 0
     parent_create_time: float = 0.0
     release_timeout_s: float = 3600.0  #: How long the worker waits at the barrier for its release before giving up.
-    #: Test hook of the reliability suites: "crash", "signal", "hang", "raise", "drop-weight-pages",
-    #: "exit-after-ready", "pause-start", "pause-imports", "pause-session"; never set by a normal run.
+    #: Test hook of the reliability suites (crash, signal, hang, raise, drop-weight-pages, exit-after-ready, pause-*).
     fault_action: str = ""
     control: bool = False  #: The group's control worker: the same sessions over no weights (`harness.runner.control`).
     phase_board: str = ""  #: The group's phase board and this worker's slot on it ("": not watched).

@@ -15,15 +15,7 @@ from typing import Any
 from .cells import cell_problem
 from .errors import InputError
 from .files import write_text_atomic
-from .schema import (
-    OLDEST_FORMAT_VERSION,
-    ResultRow,
-    SummaryRow,
-    columns,
-    dtypes,
-    required_columns,
-    row_from_dict,
-)
+from .schema import OLDEST_FORMAT_VERSION, ResultRow, SummaryRow, columns, dtypes, required_columns, row_from_dict
 
 RESULTS_CSV = "results.csv"
 TABLE_MAX_BYTES = 128 * 1024**2  #: The largest run table read: a bigger file is not one run's table.

@@ -7,11 +7,7 @@ import importlib
 from .base import Target, TargetOption
 
 #: target name -> module defining ``TARGET``.
-_MODULES = {
-    "cpu": "harness.targets.cpu",
-    "ort-native": "harness.targets.ort_native",
-    "qnn": "harness.targets.qnn",
-}
+_MODULES = {"cpu": "harness.targets.cpu", "ort-native": "harness.targets.ort_native", "qnn": "harness.targets.qnn"}
 NAMES: tuple[str, ...] = tuple(_MODULES)
 DEFAULT = "cpu"
 

@@ -48,8 +48,7 @@ class Prepared:
     logs: list[Path] = field(default_factory=list)  # logs of the preparation (the QNN compiler's): copied into the run
     #: Bytes of the files the heap path reads whole (0: not a prepared weights file, e.g. a QNN context binary).
     file_bytes: int = 0
-    #: Bytes of the weights read as indexed tables (embeddings): a mapped worker keeps only the rows it reads
-    #: resident.
+    #: Bytes of the weights read as indexed tables (embeddings): a mapped worker keeps only rows it reads resident.
     gathered_bytes: int = 0
 
     def __post_init__(self) -> None:

@@ -37,14 +37,7 @@ def reproduce(folder: Path) -> dict[str, tuple[int, str]]:
     out = {}
     for level in ("default", MULTI_PARTITION_LEVEL):
         argv, env = python_child("harness.targets.qnn.partitions_repro", "--load", str(compiled.onnx_path), level)
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=600,
-            stdin=subprocess.DEVNULL,
-        )
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL)
         lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
         last = next((line for line in reversed(lines) if any(e in line for e in UPSTREAM_ERRORS)), "")
         out[level] = (proc.returncode, last or (lines[-1] if lines else ""))
