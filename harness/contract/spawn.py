@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import IO, Any
 
 
 def _path_eq(a: str, b: str, platform: str) -> bool:
@@ -50,6 +52,66 @@ def python_child(module: str, *args: str) -> tuple[list[str], dict[str, str]]:
     for name, value in CHILD_BLAS_THREADS.items():
         env.setdefault(name, value)
     return [interpreter, "-m", module, *args], env
+
+
+def run_job(
+    module: str, job: dict, log: IO[bytes], folder: Path, *, timeout_s: float, poll_s: float, on_status=None
+) -> tuple[int | None, dict | None]:
+    """``python -m module JOB.json`` in ``folder``, its output in ``log``, each new status line to ``on_status``:
+    (exit code, or None past ``timeout_s``; its result, or None). Killed when interrupted or past the deadline."""
+    import json
+    import subprocess
+
+    job = dict(job, result=str(folder / "result.json"), status=str(folder / "status.txt"))
+    (folder / "job.json").write_text(json.dumps(job), encoding="utf-8")
+    command, env = python_child(module, str(folder / "job.json"))
+    # cwd: what native libraries write beside them (QNN's saver_output/) stays with the job
+    proc = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=folder, env=env
+    )
+    try:
+        code = _wait_reporting(proc, Path(job["status"]), timeout_s, poll_s, on_status)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    try:
+        return code, json.loads(Path(job["result"]).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return code, None
+
+
+def _wait_reporting(proc: Any, status: Path, timeout_s: float, poll_s: float, on_status) -> int | None:
+    import subprocess
+    import time
+
+    deadline, said = time.monotonic() + timeout_s, ""
+    while True:
+        try:
+            return proc.wait(timeout=max(0.0, min(poll_s, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                return None
+        if on_status is not None:
+            with contextlib.suppress(OSError):
+                text = status.read_text(encoding="utf-8", errors="replace").strip()[:200]
+                if text and text != said:
+                    said = text
+                    on_status(text)
+
+
+def tell_status(job: dict, text: str) -> None:
+    """In a `run_job` child: what it is doing now, for the parent's progress line (best effort)."""
+    with contextlib.suppress(OSError, KeyError, TypeError):
+        Path(job["status"]).write_text(text, encoding="utf-8")
+
+
+def signal_name(code: int) -> str:
+    """The signal that ended a child whose exit code is ``code`` (< 0): "SIGKILL", or "signal N"."""
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
 
 
 _PR_SET_PDEATHSIG = 1

@@ -68,10 +68,9 @@ def optimize_in_process(job: dict) -> dict:
     """The child's side of `save_optimized` (`harness.prep.ortchild`)."""
     import onnxruntime as ort
 
+    from harness.contract.spawn import tell_status as status
     from harness.prep.onnxfile import ort_reason
     from harness.prep.sessions import ort_level
-
-    from .ortjob import status
 
     if job.get("settings") is not None:
         so = cpu_session_options(SessionSettings.from_dict(job["settings"]), level=job["level"])

@@ -8,8 +8,9 @@ import sys
 import time
 from pathlib import Path
 
+from harness.contract.spawn import tell_status as status
 from harness.core.errors import InputError
-from harness.prep.ortjob import SLOW_ENV, status
+from harness.prep.ortjob import SLOW_ENV
 
 
 def _run(job: dict) -> dict:

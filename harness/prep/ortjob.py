@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from harness.contract.spawn import run_job, signal_name
 from harness.core.errors import InputError
 
 #: A job still running after this long is killed: minutes for the largest models, never hours.
@@ -18,77 +16,32 @@ SLOW_ENV = "HARNESS_TEST_ORT_JOB_SLOW_S"  #: Test hook: the child sleeps this ma
 
 def run_ort_job(job: dict, label: str, on_status: Callable[[str], None] | None = None) -> dict:
     """Run ``job`` in a child; InputError for a failure, crash or timeout; Ctrl-C kills the child."""
-    import subprocess
     import tempfile
 
-    from harness.contract.spawn import python_child
-
-    with tempfile.TemporaryDirectory(prefix="ort-job-") as tmp:
-        job = dict(job, result=str(Path(tmp) / "result.json"), status=str(Path(tmp) / "status.txt"))
-        job_path = Path(tmp) / "job.json"
-        job_path.write_text(json.dumps(job), encoding="utf-8")
-        command, env = python_child("harness.prep.ortchild", str(job_path))
-        with open(Path(tmp) / "ort.log", "wb") as log:
-            proc = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=tmp, env=env
-            )
-            try:
-                code = _wait(proc, Path(job["status"]), on_status)
-            finally:
-                if proc.poll() is None:  # interrupted (or past the deadline): the child goes too
-                    proc.kill()
-                    proc.wait()
-        if code is None:
-            raise InputError(f"{label}: ONNX Runtime did not finish in {ORT_JOB_TIMEOUT_S:g} s (killed)")
-        try:
-            result = json.loads(Path(job["result"]).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            result = {"ok": False, "error": _exit_text(code)}
+    with tempfile.TemporaryDirectory(prefix="ort-job-") as tmp, open(Path(tmp) / "ort.log", "wb") as log:
+        code, result = run_job(
+            "harness.prep.ortchild",
+            job,
+            log,
+            Path(tmp),
+            timeout_s=ORT_JOB_TIMEOUT_S,
+            poll_s=POLL_S,
+            on_status=on_status,
+        )
+    if code is None:
+        raise InputError(f"{label}: ONNX Runtime did not finish in {ORT_JOB_TIMEOUT_S:g} s (killed)")
+    result = result if result is not None else {"ok": False, "error": _exit_text(code)}
     if not result.get("ok"):
         raise InputError(str(result.get("error") or f"{label}: ONNX Runtime failed"))
     return result
 
 
-def _wait(proc: Any, status: Path, on_status: Callable[[str], None] | None) -> int | None:
-    """The child's exit code, passing each new status line on; None past the deadline."""
-    import subprocess
-
-    deadline, said = time.monotonic() + ORT_JOB_TIMEOUT_S, ""
-    while time.monotonic() < deadline:
-        try:
-            return proc.wait(timeout=POLL_S)
-        except subprocess.TimeoutExpired:
-            pass
-        if on_status is not None:
-            try:
-                text = status.read_text(encoding="utf-8", errors="replace").strip()[:200]
-            except OSError:
-                continue
-            if text and text != said:
-                said = text
-                on_status(text)
-    return None
-
-
 def _exit_text(code: int) -> str:
     if code < 0:
-        import signal
-
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
+        name = signal_name(code)
         return f"ONNX Runtime's process was killed by {name}" + (
             " (out of memory? the model, its input shapes or --processes may need more than there is)"
             if name == "SIGKILL"
             else ""
         )
     return f"ONNX Runtime's process exited with code {code} without a result"
-
-
-def status(job: dict, text: str) -> None:
-    """Tell the parent what this child is doing now (its progress line shows it)."""
-    try:
-        Path(job["status"]).write_text(text, encoding="utf-8")
-    except (OSError, KeyError):
-        pass  # progress only

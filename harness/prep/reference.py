@@ -53,10 +53,9 @@ def reference_in_process(job: dict) -> dict:
 
     import onnxruntime as ort
 
+    from harness.contract.spawn import tell_status as status
     from harness.prep.outputs import nondeterministic_outputs
     from harness.prep.sessions import cpu_session_options, run_session
-
-    from .ortjob import status
 
     types = {"input_types": job["input_types"], "output_types": job["output_types"]}
     feeds, _ = load_reference(SimpleNamespace(reference_path=Path(job["feeds"]), **types))

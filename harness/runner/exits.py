@@ -25,11 +25,7 @@ def describe_exit(code: int | None, timed_out: bool, timeout_s: float) -> str:
     if code is None:
         return "still running"
     if code < 0:
-        import signal
+        from harness.contract.spawn import signal_name
 
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"killed by {name}"
+        return f"killed by {signal_name(code)}"
     return f"exited with code {code}"

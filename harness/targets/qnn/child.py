@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.contract.spawn import tell_status
+
 StatusCallback = Callable[[str], None]  #: What `run_child` tells about the child's work (a `Progress.step`).
 
 #: Test hook: "segv" makes the child die by SIGSEGV (SIGABRT where none) before it starts.
@@ -26,77 +28,36 @@ def run_child(
     job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S, on_status: StatusCallback | None = None
 ) -> dict:
     """Run one `child` job logging to ``log_path``; a crash or timeout is ``{"ok": False, "stage": "crash"}``."""
-    import subprocess
     import tempfile
 
-    from harness.core.files import make_folder
+    from harness.contract.spawn import run_job
+    from harness.core.files import create_file, make_folder
 
     make_folder(log_path.parent, "QNN log folder")
-    with tempfile.TemporaryDirectory(prefix="qnn-job-") as tmp:
-        job = dict(job, result=str(Path(tmp) / "result.json"), status=str(Path(tmp) / "status.txt"))
-        job_path = Path(tmp) / "job.json"
-        job_path.write_text(json.dumps(job), encoding="utf-8")
-        from harness.contract.spawn import python_child
-
-        command, env = python_child("harness.targets.qnn.child", str(job_path))
-        from harness.core.files import create_file
-
-        with create_file(log_path, "QNN log") as log:  # a log in the cache: a new file, no link followed
-            proc = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=tmp,  # what the QNN libraries write beside them (the saver backend's saver_output/) goes
-                env=env,  # with the job, never into the harness's own folder (PYTHONPATH finds the package)
-            )
-            try:
-                code = _wait_reporting(proc, Path(job["status"]), timeout_s, on_status)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                return {"ok": False, "stage": "crash", "error": f"no result after {timeout_s:g} s (killed)"}
-            finally:
-                if proc.poll() is None:  # Ctrl-C while waiting
-                    proc.kill()
-                    proc.wait()
-        try:
-            return json.loads(Path(job["result"]).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {"ok": False, "stage": "crash", "error": _describe_exit(code)}
+    with tempfile.TemporaryDirectory(prefix="qnn-job-") as tmp, create_file(log_path, "QNN log") as log:
+        code, result = run_job(
+            "harness.targets.qnn.child",
+            job,
+            log,
+            Path(tmp),
+            timeout_s=timeout_s,
+            poll_s=STATUS_POLL_S,
+            on_status=on_status,
+        )
+    if code is None:
+        return {"ok": False, "stage": "crash", "error": f"no result after {timeout_s:g} s (killed)"}
+    return result if result is not None else {"ok": False, "stage": "crash", "error": _describe_exit(code)}
 
 
 STATUS_POLL_S = 1.0  #: How often the parent looks at what the child says it is doing.
 
 
-def _wait_reporting(proc: Any, status: Path, timeout_s: float, on_status: StatusCallback | None) -> int:
-    """``proc.wait(timeout_s)``, passing each new line of the child's status file to ``on_status``."""
-    import contextlib
-    import subprocess
-
-    deadline, said = time.monotonic() + timeout_s, ""
-    while True:
-        try:
-            return proc.wait(timeout=max(0.0, min(STATUS_POLL_S, deadline - time.monotonic())))
-        except subprocess.TimeoutExpired:
-            if time.monotonic() >= deadline:
-                raise
-        if on_status is not None:
-            with contextlib.suppress(OSError):
-                text = status.read_text(encoding="utf-8", errors="replace").strip()[:200]
-                if text and text != said:
-                    said = text
-                    on_status(text)
-
-
 def _describe_exit(code: int) -> str:
     if code < 0:
-        import signal
+        from harness.contract.spawn import signal_name
 
-        try:
-            return f"the process crashed ({signal.Signals(-code).name})"
-        except ValueError:
-            return f"the process was killed by signal {-code}"
+        name = signal_name(code)
+        return f"the process was killed by {name}" if name.startswith("signal ") else f"the process crashed ({name})"
     return f"the process exited with code {code} without a result"
 
 
@@ -115,15 +76,6 @@ def _session_options(job: dict, *, disable: str, onnx_path: str | Path) -> Any:
     )
     apply_load_level(so, partitions_of(Path(onnx_path)))
     return SessionSettings(dict(job.get("session_config") or {}), job.get("intra_op_threads")).apply(so)
-
-
-def _status(job: dict, text: str) -> None:
-    """Tell the parent what this child is doing now (its progress line shows it)."""
-    if job.get("status"):
-        try:
-            Path(job["status"]).write_text(text, encoding="utf-8")
-        except OSError:
-            pass  # progress only
 
 
 def _first_line(err: BaseException) -> str:
@@ -149,7 +101,7 @@ def compile_job(job: dict) -> dict:
 
     so = options()
     t0, cpu0 = time.perf_counter(), time.process_time()
-    _status(job, f"compiling {Path(job['src']).name} for QNN")
+    tell_status(job, f"compiling {Path(job['src']).name} for QNN")
     try:
         ort.ModelCompiler(
             so, job["src"], bool(job.get("embed_mode")), flags=ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED
@@ -159,7 +111,7 @@ def compile_job(job: dict) -> dict:
         if NOTHING_COMPILED in error:
             from .support import log_node_support
 
-            _status(job, "asking the EP which op it refuses (verbose log)")
+            tell_status(job, "asking the EP which op it refuses (verbose log)")
             log_node_support(options, job["src"])
         return {"ok": False, "stage": "compile", "error": error}
     result = {
@@ -184,7 +136,7 @@ def _check_loads(job: dict) -> dict:
 
     model = PreparedModel.load(Path(job["check_folder"]), check_files=False)
     feeds, reference = load_reference(model)
-    _status(job, "loading the compiled model and running it once (the first inference)")
+    tell_status(job, "loading the compiled model and running it once (the first inference)")
     t0, cpu0 = time.perf_counter(), time.process_time()
     try:
         session = ort.InferenceSession(job["out"], _session_options(job, disable="1", onnx_path=job["out"]))
@@ -218,7 +170,7 @@ def reference_job(job: dict) -> dict:
 
     model = PreparedModel.load(Path(job["folder"]), check_files=False)
     feeds, _ = load_reference(model)
-    _status(job, f"loading {model.onnx_path.name} and running it twice for the reference")
+    tell_status(job, f"loading {model.onnx_path.name} and running it twice for the reference")
     try:
         session = ort.InferenceSession(
             str(model.onnx_path), _session_options(job, disable="1", onnx_path=model.onnx_path)
