@@ -6,7 +6,6 @@ import argparse
 import functools
 import json
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -84,34 +83,22 @@ class DeviceReport:
 
 def _run_child(workdir: Path, timeout_s: float) -> tuple[dict, str, str]:
     """(child's JSON record, its whole log, what went wrong with the process itself)."""
-    from harness.contract.spawn import python_child
+    from harness.contract.spawn import run_job
 
-    cmd, env = python_child("harness.targets.qnn.device_child")
     log = workdir / "probe.log"
-    problem = ""
     try:
         with open(log, "wb") as out:
-            proc = subprocess.run(
-                [*cmd, str(workdir)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                cwd=str(workdir),
-                timeout=timeout_s,
+            code, record = run_job(
+                "harness.targets.qnn.device_child", {}, out, workdir, timeout_s=timeout_s, poll_s=0.1
             )
-        if proc.returncode != 0:
-            problem = f"probe process exited with code {proc.returncode}"
-    except subprocess.TimeoutExpired:  # subprocess.run killed it
-        problem = f"probe process did not finish in {timeout_s:g} s (killed)"
     except OSError as err:
-        problem = f"cannot start the probe process: {err}"
-    try:
-        record = json.loads((workdir / "probe.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        record = {}
-    text = read_log_segment(log, 0)
-    return record, text, problem
+        return {}, read_log_segment(log, 0), f"cannot start the probe process: {err}"
+    problem = ""
+    if code is None:  # run_job killed it
+        problem = f"probe process did not finish in {timeout_s:g} s (killed)"
+    elif code != 0:
+        problem = f"probe process exited with code {code}"
+    return record or {}, read_log_segment(log, 0), problem
 
 
 def _importable(name: str) -> bool:

@@ -1,4 +1,4 @@
-"""The device probe's child: register the EP, compile and run a tiny QDQ model, ``probe.json`` per step."""
+"""The device probe's `run_job` child: register the EP, compile and run a tiny QDQ model, its record per step."""
 
 from __future__ import annotations
 
@@ -33,9 +33,10 @@ class _Record:
         os.replace(tmp, self.path)
 
 
-def _child(workdir: Path) -> int:
-    """Every step's finding in probe.json; exit 0 whatever the EP did (its failures are data)."""
-    rec = _Record(workdir / "probe.json")
+def _child(job_path: Path) -> int:
+    """Every step's finding in the job's result file; exit 0 whatever the EP did (its failures are data)."""
+    workdir = job_path.parent
+    rec = _Record(Path(json.loads(job_path.read_text(encoding="utf-8"))["result"]))
     d = rec.data
     rec.step("import")
     t0 = time.perf_counter()
