@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
+from harness.core.files import write_json_atomic
 from harness.targets.qnn.eplog import stderr_offset
 
 PROBE_WEIGHTS = 4096  # one 64x64 uint8 MatMul: the smallest model make_qdq_model builds
@@ -28,9 +28,7 @@ class _Record:
         self.data["steps_s"][name] = round(time.perf_counter() - t0, 3)
 
     def save(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.data), encoding="utf-8")
-        os.replace(tmp, self.path)
+        write_json_atomic(self.path, self.data, what="probe record")
 
 
 def _child(job_path: Path) -> int:

@@ -173,23 +173,14 @@ def _cost_of(record: Any) -> GraphCost | None:
 
 def record_timings(cache_dir: Path, cost: GraphCost, result: dict) -> None:
     """Append one compile's measured CPU times to the machine's record (never fails the run)."""
-    import os
-    import tempfile
+    from harness.core.errors import InputError
+    from harness.core.files import write_text_atomic
 
     entry = {**asdict(cost), **{k: result[k] for k in ("compile_cpu_s", "first_run_cpu_s") if k in result}}
-    path = cache_dir / TIMINGS_FILE
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        return  # not ours to write through
     lines = [*_recorded(cache_dir)[-(KEEP_TIMINGS - 1) :], json.dumps(entry)]
-    try:
+    with contextlib.suppress(OSError, InputError):  # a link or folder at the name is not ours to write
         cache_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{TIMINGS_FILE}.", dir=cache_dir)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-        os.replace(tmp, path)  # replaces the name, never writes through it
-    except OSError:
-        with contextlib.suppress(OSError, UnboundLocalError):
-            os.unlink(tmp)
+        write_text_atomic(cache_dir / TIMINGS_FILE, "\n".join(lines) + "\n", what="compile timings")
 
 
 @dataclass
