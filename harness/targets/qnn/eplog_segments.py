@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 
-def _flush_everything() -> None:
+def flush_streams() -> None:
     """Python's buffered streams and C stdio (the QNN libraries print through it) to their fds."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(AttributeError, OSError, ValueError):
@@ -22,7 +22,7 @@ def _flush_everything() -> None:
 
 def log_offset(path: str | os.PathLike) -> int:
     """Bytes in the log file now, after flushing what this process has buffered."""
-    _flush_everything()
+    flush_streams()
     try:
         return os.stat(path).st_size
     except OSError:
@@ -31,7 +31,7 @@ def log_offset(path: str | os.PathLike) -> int:
 
 def stderr_offset() -> int:
     """Bytes written so far to fd 2 when it is a file (0 for a pipe or a tty)."""
-    _flush_everything()
+    flush_streams()
     try:
         return os.fstat(2).st_size
     except OSError:

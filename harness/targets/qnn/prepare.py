@@ -25,6 +25,7 @@ from harness.prep.reference import load_reference, refuse_unverifiable, save_ref
 from .child import StatusCallback, run_child
 from .compile import compile_epcontext, qnn_log_dir
 from .ep import qnn_platform_supported, register_qnn_ep
+from .eplog_segments import flush_streams
 from .estimate import CompilePlan
 from .partitions import partitions_of
 from .qdq import make_feeds, make_qdq_model, reference_output
@@ -183,15 +184,6 @@ def prepare_epcontext(
     return cached_model(cache_dir / f"qnnctx-{path.stem}-{key}", build, outside=(str(real_path(path)),)), info
 
 
-def _flush_c_stdio() -> None:
-    if os.name != "posix":
-        return
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).fflush(None)
-
-
 @contextlib.contextmanager
 def native_stdout_to_stderr() -> Iterator[None]:
     """The QNN libraries print banners to fd 1 on load: send them to stderr, not the summary's stdout."""
@@ -201,8 +193,7 @@ def native_stdout_to_stderr() -> Iterator[None]:
         os.dup2(2, 1)
         yield
     finally:
-        sys.stdout.flush()
-        _flush_c_stdio()  # the libraries write through C stdio: flush while fd 1 is redirected
+        flush_streams()  # the libraries write through C stdio: flush while fd 1 is redirected
         os.dup2(saved, 1)
         os.close(saved)
 
