@@ -19,8 +19,7 @@ MARKERS = {
     "slow": "long measurements, excluded from the default run (-m slow to run them)",
 }
 SERIAL_GROUP = "serial"
-#: The import names of the package that a user's project may shadow (mapper_impl is unique).
-SHADOWABLE = ("harness", "reports")
+SHADOWABLE = ("harness", "reports")  #: Import names a user's project may shadow (mapper_impl is unique).
 _HERE = Path(__file__).resolve().parent
 _TOKEN_KEY = "qnn_fmw_harness_token"
 _LOADGROUP_KEY = "qnn_fmw_harness_loadgroup"

@@ -11,8 +11,7 @@ from harness.core.files import write_json_atomic
 from harness.core.gates import read_gates_text
 
 BENCH_GATES = "bench.gates"
-#: bench.json's own format version (the run folder's is `schema.FORMAT_VERSION`): keys only added within it.
-BENCH_FORMAT_VERSION = 1
+BENCH_FORMAT_VERSION = 1  #: bench.json's own format version (not the run folder's): keys only added within it.
 
 
 def bench_gates() -> list[str]:

@@ -21,10 +21,8 @@ if TYPE_CHECKING:
     from harness.forkserver import ForkServer
 
 FORK_SERVER = "--fmw-fork-server"  #: The plugin's own option: run_harness through `harness.forkserver`.
-#: Where the session recorder lives between the hooks (pytest's per-config stash).
-RECORDER_KEY = pytest.StashKey[SessionRecorder]()
-#: The live session runners of this process (one per pytest session; pytester may nest one).
-_SESSION_RUNNERS: list[HarnessRunner] = []
+RECORDER_KEY = pytest.StashKey[SessionRecorder]()  #: The session recorder between hooks (pytest's per-config stash).
+_SESSION_RUNNERS: list[HarnessRunner] = []  #: This process's live session runners (pytester may nest one).
 
 
 @dataclass

@@ -29,10 +29,8 @@ class Load:
     read_copy: str = "kept"
     failed_registration: str = "stale"
     map_attempts: int = 0
-    #: the failed attempt's registrations whose release callbacks have not arrived yet
-    late: LateCallbacks = field(default_factory=list)
-    #: the failed attempt's mapping, still mapped until the fallback context exists
-    held: list[Weights] = field(default_factory=list)
+    late: LateCallbacks = field(default_factory=list)  #: the failed attempt's registrations awaiting release callbacks
+    held: list[Weights] = field(default_factory=list)  #: the failed attempt's mapping, kept until the fallback exists
 
     @property
     def late_release(self) -> str:
@@ -179,8 +177,7 @@ def direct_attempt(load: Load, path_taken: str, fallback_stage: str, failed: lis
     if load.read_copy == "transient":  # upstream's local buffer: freed once the context exists
         views = drop_views(views)
         weights.close()
-    # Only then the failed attempt's mapping: the start-up peak is always beside the mapping (as upstream's).
-    load.release_held()
+    load.release_held()  # Only then the failed attempt's mapping: the start-up peak is beside it (as upstream's).
     return LoadedContext(
         path=load.path,
         value=value,

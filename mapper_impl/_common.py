@@ -8,8 +8,7 @@ import stat as stat_mod
 import sys
 from dataclasses import dataclass, field
 
-#: Bytes kept at each end of a mapped file for its identity: same-size rewrites in one mtime tick are common.
-IDENTITY_EDGE_BYTES = 4 * 1024
+IDENTITY_EDGE_BYTES = 4 * 1024  #: Bytes kept at each end for a file's identity (same-size rewrites in one mtime tick).
 
 MAX_MAPPABLE = sys.maxsize  #: Largest size a mapping can have on this interpreter (upstream: "size fits in size_t").
 
@@ -64,8 +63,7 @@ class PlatformUnavailableError(MappingError):
     """File mapping is not available here at all: retrying cannot help."""
 
 
-#: QNN's status codes for a refused region request (QNN_CONTEXT_ERROR_...), kept on RegionError.
-STATUS_ABORTED = "ABORTED"
+STATUS_ABORTED = "ABORTED"  #: QNN's status codes for a refused region request, kept on RegionError.
 STATUS_INVALID_ARGUMENT = "INVALID_ARGUMENT"
 
 #: Upstream's wording for a request refused because mapping was switched off for the context.

@@ -27,8 +27,7 @@ __all__ = [
     "load_context",
 ]
 
-#: The mapped attempt's stages, in order; ``fallback_stage`` is one of them (or "").
-STAGES = ("map", "register", "create")
+STAGES = ("map", "register", "create")  #: The mapped attempt's stages, in order; ``fallback_stage`` is one of them.
 #: Upstream's single-context path: a failed mapping step does not fall back; ``STAGES`` is the opt-in.
 UPSTREAM_FALLBACK_STAGES = frozenset({"register", "create"})
 ONE_ATTEMPT = RetryPolicy()  #: Upstream's policy (one mapping attempt), made once rather than per load.

@@ -108,8 +108,7 @@ class MlockBackend(DmaBackend):
 
 
 BACKENDS = ("bookkeeping", "mlock")
-#: What becomes of a registration whose ``to_fd`` failed: left "stale" (upstream) or "undo"ne.
-FAILED_REGISTRATIONS = ("stale", "undo")
+FAILED_REGISTRATIONS = ("stale", "undo")  #: A registration whose ``to_fd`` failed: left "stale" (upstream) or undone.
 _shared: dict[str, DmaBackend] = {}
 _shared_lock = threading.Lock()
 

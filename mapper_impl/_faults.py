@@ -19,8 +19,7 @@ _COUNTS = {
 }
 
 INJECTED = "injected by FaultPlan"
-#: When a failed attempt's release callbacks arrive (`FaultPlan.late_release`).
-LATE_RELEASE = ("", "during", "after", "teardown")
+LATE_RELEASE = ("", "during", "after", "teardown")  #: When a failed attempt's release callbacks arrive.
 
 
 @dataclass(frozen=True)

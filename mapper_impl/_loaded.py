@@ -11,10 +11,9 @@ from ._dma import DmaRegistrations, Registration, keep_for_later_sweeps, sweep_u
 from ._lifecycle import on_drop, release_now
 from ._weights import Weights
 
-#: ``create(weights, views) -> value``: builds the context over ``views`` (one per region, in order).
+#: ``create(weights, views) -> value``: the context over ``views`` (per region, in order).
 CreateFn = Callable[[Weights, list], Any]
-#: A failed attempt's registrations whose release callbacks have not arrived yet.
-LateCallbacks = list[tuple[DmaRegistrations, list[Registration]]]
+LateCallbacks = list[tuple[DmaRegistrations, list[Registration]]]  #: A failed attempt's registrations awaiting release.
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,7 @@ class MappingScope:
         return f"<MappingScope {self.kind} {id(self.registry):#x}>"
 
 
-#: The process-wide table (``scope="process"``, `load_weights`, `shared_users`).
-PROCESS_SCOPE = MappingScope("process", REGISTRY)
+PROCESS_SCOPE = MappingScope("process", REGISTRY)  #: The process-wide table (``scope="process"``, `load_weights`).
 
 
 def resolve_scope(scope: str | MappingScope | None) -> MappingScope:

@@ -22,12 +22,9 @@ class MapperStats:
     dma_registrations: int  # regions registered for DMA, pending ones included
     dma_registered_bytes: int
     dma_pending_deregistrations: int  # failed deregistrations waiting for a teardown sweep (opt-in)
-    #: Loads dropped without close(): a count since the process started (is_clean() leaves it out).
-    leaked_loads: int = 0
-    #: Failed deregistrations forgotten (upstream): since the process started; a worker reports them as leaks.
-    dma_leaked_registrations: int = 0
-    #: Failed registrations left stale (#337): since the process started; a worker reports them as leaks.
-    dma_stale_registrations: int = 0
+    leaked_loads: int = 0  #: Loads dropped without close(), since the process started (is_clean() leaves it out).
+    dma_leaked_registrations: int = 0  #: Failed deregistrations forgotten (upstream), since the process started: leaks.
+    dma_stale_registrations: int = 0  #: Failed registrations left stale (#337), since the process started: leaks.
 
     def is_clean(self) -> bool:
         """Nothing is held: no view, copy, deferred unmap or registration."""
@@ -45,8 +42,7 @@ class MapperStats:
 
 class _Counters:
     def __init__(self) -> None:
-        # Re-entrant: the cyclic GC may run a view's finalizer (add()) inside add() on this thread.
-        self.lock = threading.RLock()
+        self.lock = threading.RLock()  # Re-entrant: the GC may run a finalizer (add()) inside add() on this thread.
         self.values = dict.fromkeys(MapperStats.__dataclass_fields__, 0)
 
     def add(self, **deltas: int) -> None:

@@ -10,8 +10,7 @@ from collections.abc import Callable, Mapping
 
 from ._common import U64_MAX, FileIdentity, file_edges
 
-# Windows sizes on every platform (ctypes.wintypes.DWORD is c_ulong: 64 bits off Windows).
-HANDLE = LPVOID = ctypes.c_void_p
+HANDLE = LPVOID = ctypes.c_void_p  # Windows sizes everywhere (ctypes.wintypes.DWORD is 64 bits off Windows).
 DWORD = ctypes.c_uint32
 WORD = ctypes.c_uint16
 BOOL = ctypes.c_int32
@@ -110,8 +109,7 @@ SIGNATURES: dict[str, tuple[tuple[type, ...], type | None]] = {
 }
 
 
-#: OpenProcess rights psutil asks for to read another process's memory counters.
-PROCESS_QUERY_LIMITED_INFORMATION = 0x1000
+PROCESS_QUERY_LIMITED_INFORMATION = 0x1000  #: OpenProcess rights psutil asks for to read another process's counters.
 PROCESS_VM_READ = 0x0010
 JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE = 0x2000
 JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS = 9  # JOBOBJECTINFOCLASS.JobObjectExtendedLimitInformation

@@ -130,8 +130,7 @@ def set_parent_death_signal() -> bool:
         return False
 
 
-#: glibc's mmap threshold, fixed, so a freed big copy goes back to the kernel (as Windows' VirtualFree does).
-GLIBC_MMAP_THRESHOLD = 128 * 1024
+GLIBC_MMAP_THRESHOLD = 128 * 1024  #: fixed, so a freed big copy goes back to the kernel (as VirtualFree does)
 
 
 def measured_process_env(env: dict[str, str], platform: str = sys.platform) -> dict[str, str]:

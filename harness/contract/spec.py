@@ -51,14 +51,11 @@ class WorkerSpec:
     #: Every model folder of the run, in order (a pipeline loads several; []: ``model_folder``).
     models: list[str] = field(default_factory=list)
     settings: WorkerSettings = field(default_factory=WorkerSettings)
-    #: The target's own options and what its prepare step hands its workers.
-    options: dict[str, Any] = field(default_factory=dict)
-    #: The harness that started this worker (pid + creation time): the worker watches it, not ``getppid()``.
-    parent_pid: int = 0
+    options: dict[str, Any] = field(default_factory=dict)  #: The target's own options and what its prepare step adds.
+    parent_pid: int = 0  #: The harness that started this worker (pid + creation time), not ``getppid()``.
     parent_create_time: float = 0.0
     release_timeout_s: float = 3600.0  #: How long the worker waits at the barrier for its release before giving up.
-    #: Test hook of the reliability suites (crash, signal, hang, raise, drop-weight-pages, exit-after-ready, pause-*).
-    fault_action: str = ""
+    fault_action: str = ""  #: Test hook of the reliability suites (crash, hang, drop-weight-pages, pause-*...).
     control: bool = False  #: The group's control worker: the same sessions over no weights (`harness.runner.control`).
     phase_board: str = ""  #: The group's phase board and this worker's slot on it ("": not watched).
     phase_slot: int = -1
@@ -123,8 +120,7 @@ class WorkerRecord:
     latency_p95_s: float | None = None
     latency_max_s: float | None = None
     inferences_per_s: float | None = None
-    #: The start-up peak the worker saw at its phase changes; the parent merges its 1 kHz samples.
-    peak_private_bytes: int | None = None
+    peak_private_bytes: int | None = None  #: The start-up peak the worker saw at its phase changes.
     peak_phase: str | None = None
     peak_shared_bytes: int | None = None
     peak_rss_bytes: int | None = None
@@ -132,17 +128,13 @@ class WorkerRecord:
     output_detail: str = ""
     weights_bytes: int | None = None
     peak_bytes: int | None = None
-    #: Bytes of weight copies held privately (heap and fallback loads): a floor of USS / private bytes.
-    private_copy_bytes: int | None = None
-    #: Resident bytes of the mapped files, read by the worker only under the "drop-weight-pages" hook.
+    private_copy_bytes: int | None = None  #: Weight copies held privately (heap, fallback): a floor of USS.
+    #: Mapped files' resident bytes (worker-read, "drop-weight-pages" hook only).
     mapped_resident_bytes: int | None = None
-    #: CPU and wall time of the measured work: a share well below 1 means the worker waited (contention).
-    cpu_s: float | None = None
+    cpu_s: float | None = None  #: CPU and wall time of the measured work: a share well below 1 means it waited.
     busy_s: float | None = None
-    #: Seconds to map the weights file(s) and touch nothing, before the load (`harness.runner.floor`).
-    floor_s: float | None = None
-    #: Failed DMA registrations left stale by the worker's loads (None when not counted).
-    stale_registrations: int | None = None
+    floor_s: float | None = None  #: Seconds to map the weights file(s) and touch nothing (`harness.runner.floor`).
+    stale_registrations: int | None = None  #: Failed DMA registrations left stale (None when not counted).
     late_releases: int | None = None  #: Release callbacks of failed attempts that arrived late (None when not counted).
     teardown: str = ""  # what the worker's teardown left behind (mapper_impl stats), empty when clean
     released: bool = False  #: True once the parent's release reached the worker.

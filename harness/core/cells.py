@@ -14,8 +14,7 @@ MAX_SECONDS = 7 * 24 * 3600.0  #: The longest time a cell may hold (one week): w
 MAX_COUNT = 2**31  #: The largest count or index a cell may hold (processes, sessions, repeats, runs, pids).
 #: Columns whose figures may be negative: a change of available memory, a signal's exit code.
 SIGNED_COLUMNS = frozenset({"system_delta_bytes", "system_noise_bytes", "exit_code"})
-#: Columns that must be at least 1 (a group of zero processes measures nothing).
-AT_LEAST_ONE = frozenset({"processes", "sessions_per_process"})
+AT_LEAST_ONE = frozenset({"processes", "sessions_per_process"})  #: Columns that must be at least 1.
 #: Text columns with a closed set of values ('|'-joined in a summary row).
 CHOICES: dict[str, tuple[str, ...]] = {
     "mode": Mode.values(),

@@ -146,8 +146,7 @@ def parse_json_bounded(text: str, where: str, max_depth: int = JSON_MAX_DEPTH, *
         raise InputError(f"{where}: not valid JSON ({type(err).__name__})") from None
 
 
-#: A JSON string (escapes included) and a bracket: what `json_nesting` looks at.
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')  #: A JSON string (escapes included) and a bracket, for `json_nesting`.
 _BRACKET = re.compile(r"[\[\]{}]")
 
 

@@ -48,8 +48,7 @@ BOUNDS = (
 MAX_LIST = 64  #: Values per list option (--processes 1,2,4,...) and K of --fault STAGE=K.
 MAX_FAULTS = 1000
 MAX_LABEL = 256  #: Longest --label value, in characters.
-#: --project-to: at most this many sessions of at most `MAX_PROJECTED_BYTES` of weights.
-MAX_PROJECTED_SESSIONS = 1_000_000
+MAX_PROJECTED_SESSIONS = 1_000_000  #: --project-to: at most this many sessions of `MAX_PROJECTED_BYTES` of weights.
 MAX_PROJECTED_BYTES = 2**50
 
 

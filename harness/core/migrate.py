@@ -7,7 +7,7 @@ from collections.abc import Callable
 from .schema import FORMAT_VERSION, ResultRow, SummaryRow, columns_since
 from .tables import RESULTS_CSV, SUMMARY_CSV, TextTable
 
-#: One step: (metadata, tables) -> what it changed, in words; both are changed in place.
+#: One step: (metadata, tables) -> what it changed; both changed in place.
 Step = Callable[[dict, dict[type, TextTable]], list[str]]
 _NAMES = {ResultRow: RESULTS_CSV, SummaryRow: SUMMARY_CSV}
 
@@ -36,7 +36,7 @@ def update_to_3(meta: dict, tables: dict[type, TextTable]) -> list[str]:
     return add_columns(3, tables)
 
 
-#: ``update_to_N`` for every N after the oldest version: `migrate` runs them in order.
+#: ``update_to_N`` per N after the oldest, run in order by `migrate`.
 MIGRATIONS: dict[int, Step] = {2: update_to_2, 3: update_to_3}
 
 

@@ -12,8 +12,7 @@ from .vocab import Start
 CONCURRENT = Start.CONCURRENT
 SEQUENTIAL = Start.SEQUENTIAL
 STARTS = (CONCURRENT, SEQUENTIAL)
-#: How people read each pass (terminal, report, sentence).
-LABELS = {CONCURRENT: "all N starting together", SEQUENTIAL: "one at a time"}
+LABELS = {CONCURRENT: "all N starting together", SEQUENTIAL: "one at a time"}  #: How people read each pass.
 
 Row = TypeVar("Row")
 

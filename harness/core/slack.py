@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-#: A check allows this much (plus `SLACK_SHARE` of the figure) before it calls a sample implausible.
-SLACK_BYTES = 1024**2
+SLACK_BYTES = 1024**2  #: Allowed (plus `SLACK_SHARE` of the figure) before a sample is implausible.
 SLACK_SHARE = 0.02
 
 

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 
 ALPHA = 0.01  #: A change is significant when Welch's two-sided p-value is below this.
 MIN_REPEATS = 3  #: Below this many repeats in either run no change is called.
-#: The smallest time change worth calling (5 %, as pytest-benchmark's ``mean:5%``); also the timing gates' margin.
-MIN_TIME_EFFECT = 0.05
+MIN_TIME_EFFECT = 0.05  #: The smallest time change called (5 %, as ``mean:5%``); the timing gates' margin.
 INTERVAL_LEVEL = 0.95  #: Confidence level of the interval a timing gate is judged on.
 
 _EPS = 1e-15
@@ -132,8 +131,7 @@ def ratio_interval(values: Sequence[float], level: float = INTERVAL_LEVEL) -> In
     return Interval(math.exp(centre - half), math.exp(centre + half), math.exp(centre), len(values), level)
 
 
-#: The most repeats `repeats_to_decide` projects: beyond it the ratio sits at its threshold.
-MAX_PROJECTED_REPEATS = 10_000
+MAX_PROJECTED_REPEATS = 10_000  #: The most repeats `repeats_to_decide` projects (beyond: at the threshold).
 
 
 def repeats_to_decide(values: Sequence[float], bound: float, level: float = INTERVAL_LEVEL) -> int | None:

@@ -42,8 +42,7 @@ LONG_DTYPES = {
 }
 _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no"}
-#: First characters that make a spreadsheet read a cell as a formula (OWASP "CSV injection").
-FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
+FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")  #: Characters that make a spreadsheet read a formula (OWASP).
 NEUTRAL_PREFIX = "'"  #: Its prefix; a text starting with it is prefixed too, so reading back strips exactly one.
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
 

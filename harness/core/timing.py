@@ -15,11 +15,10 @@ from .vocab import GateStatus, Mode, Start
 
 TIMING_MARGIN = MIN_TIME_EFFECT  #: How a timing gate reads its threshold: within the minimum time effect.
 INTERLEAVED = "interleaved"  #: The metadata value (``run.timing_pass``) of a run whose timing pass was interleaved.
-#: A group's workers of the timing pass by round: {(target, mode, N, M, repeat): {worker: row}}.
+#: Timing-pass workers by round: {(target, mode, N, M, repeat): {worker: row}}
 Rounds = dict[tuple, dict[int, ResultRow]]
 
-#: Metrics that are timing figures besides the mapped/heap ratios of a ``*_s_median`` column.
-PEER_TIMING = ("peer_init_ratio",)
+PEER_TIMING = ("peer_init_ratio",)  #: Timing figures besides the mapped/heap ratios of ``*_s_median`` columns.
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
     ">=": operator.ge,
@@ -117,8 +116,7 @@ class IntervalVerdict:
     status: str  # pass | fail | inconclusive
     interval: Interval | None
     words: str
-    #: Inconclusive and one-sided: about how many repeats would decide it (a projection), else None.
-    repeats_to_decide: int | None = None
+    repeats_to_decide: int | None = None  #: Inconclusive and one-sided: repeats that would decide it (a projection).
 
 
 def interval_status(

@@ -56,8 +56,7 @@ class EpState(StrEnum):
     OPTION_IGNORED = "option-ignored"
     EP_ERROR = "ep-error"
     UNKNOWN = "unknown"
-    #: A mapped worker whose private memory held the weights: a silent copy (#677), set from memory, never a log.
-    COPIED = "copied"
+    COPIED = "copied"  #: A mapped worker whose private memory held the weights: a silent copy (#677), from memory.
     NA = "n/a"
 
     @classmethod
@@ -68,9 +67,9 @@ class EpState(StrEnum):
 
 #: The states the EP's own log may give a qnn session (`EpState` without `EpState.NA`).
 EP_STATES: tuple[EpState, ...] = tuple(s for s in EpState if s is not EpState.NA)
-#: The only EP state that is evidence the weights came from the mapping (a qnn session).
+#: The one EP state that proves the weights came from the mapping.
 MAPPED_STATES: tuple[EpState, ...] = (EpState.ACTIVE,)
-#: States under which a worker whose own path says mapped counts as mapped.
+#: States under which a worker whose path says mapped is mapped.
 MAPPED_PATH_STATES: tuple[EpState, ...] = (*MAPPED_STATES, EpState.NA)
 
 
@@ -98,10 +97,8 @@ class GateStatus(StrEnum):
     CONTENDED = "contended"  # a timing gate timed on a busy machine
 
 
-#: Gate statuses that count as passed; an undecided gate never does.
-PASSED_GATE_STATUSES = (GateStatus.PASS, GateStatus.SKIP)
-#: Gate statuses that decided nothing (never a pass).
-UNDECIDED_GATE_STATUSES = (GateStatus.INCONCLUSIVE, GateStatus.CONTENDED)
+PASSED_GATE_STATUSES = (GateStatus.PASS, GateStatus.SKIP)  #: Gate statuses that count as passed.
+UNDECIDED_GATE_STATUSES = (GateStatus.INCONCLUSIVE, GateStatus.CONTENDED)  #: Gate statuses that decided nothing.
 
 
 class Verdict(StrEnum):

@@ -6,8 +6,7 @@ import mmap
 from functools import cache
 from pathlib import Path
 
-#: File names of native libraries a package may ship (Linux, Windows, macOS).
-_LIBRARY_SUFFIXES = (".so", ".dll", ".dylib")
+_LIBRARY_SUFFIXES = (".so", ".dll", ".dylib")  #: Native library suffixes (Linux, Windows, macOS).
 
 
 def _package_libraries(package: str) -> list[Path]:

@@ -8,16 +8,13 @@ from pathlib import Path
 from harness.core.errors import CorruptEntry, InputError
 from harness.core.files import write_json_atomic
 
-#: Offset alignment in weights.bin: 64 bytes, what ORT's CPU kernels want (64 KiB padded small models 9x).
-ALIGNMENT = 64
+ALIGNMENT = 64  #: Offset alignment in weights.bin: what ORT's CPU kernels want (64 KiB padded small models 9x).
 
-#: Tensors smaller than this stay in the ONNX file: ORT may need them, and mapping them buys nothing.
-EXTERNAL_THRESHOLD = 1024
+EXTERNAL_THRESHOLD = 1024  #: Smaller tensors stay in the ONNX file: ORT may need them, mapping them buys nothing.
 
 MANIFEST_VERSION = 3  #: 3: tensors at 64-byte offsets (2 had 64 KiB): an older folder is rebuilt.
 
-#: Bounds of a manifest.json read from the (untrusted) cache: a manifest past any is a corrupt entry.
-MANIFEST_MAX_BYTES = 64 * 1024**2
+MANIFEST_MAX_BYTES = 64 * 1024**2  #: Bounds of a manifest.json from the untrusted cache: past any, it is corrupt.
 MANIFEST_MAX_DEPTH = 16
 MAX_TENSORS = 500_000
 MAX_IO = 4096
@@ -196,7 +193,7 @@ class PreparedModel:
             )
 
 
-#: The manifest keys `PreparedModel` takes (a newer writer's extra keys are left out).
+#: The manifest keys `PreparedModel` takes (newer extras are left out).
 _FIELDS = frozenset(f.name for f in fields(PreparedModel))
 
 

@@ -8,8 +8,7 @@ from pathlib import Path
 from harness.contract.spawn import run_job, signal_name
 from harness.core.errors import InputError
 
-#: A job still running after this long is killed: minutes for the largest models, never hours.
-ORT_JOB_TIMEOUT_S = 3 * 3600.0
+ORT_JOB_TIMEOUT_S = 3 * 3600.0  #: A job running longer is killed: minutes for the largest models, never hours.
 POLL_S = 0.2  #: How often the waiting parent looks at the child (and can be interrupted).
 SLOW_ENV = "HARNESS_TEST_ORT_JOB_SLOW_S"  #: Test hook: the child sleeps this many seconds before its work.
 

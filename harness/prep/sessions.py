@@ -7,10 +7,8 @@ from typing import Any
 
 from harness.core.errors import InputError
 
-#: The session config entry that keeps ORT from copying (prepacking) every weight.
-DISABLE_PREPACKING = "session.disable_prepacking"
-#: Graph optimization levels by name (what the manifest and the settings record).
-LEVELS = ("disabled", "basic", "extended", "all")
+DISABLE_PREPACKING = "session.disable_prepacking"  #: The config entry that keeps ORT from copying (prepacking) weights.
+LEVELS = ("disabled", "basic", "extended", "all")  #: Graph optimization levels by name.
 
 
 @dataclass
@@ -90,8 +88,7 @@ def cpu_session_options(settings: SessionSettings | None = None, *, level: str =
     return (settings or SessionSettings()).apply(so)
 
 
-#: Element types ORT's binding converts to numpy itself (float8 comes back as uint8).
-_NATIVE = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}
+_NATIVE = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}  #: Types ORT's binding converts itself (float8 returns as uint8).
 _FLOAT8 = {17, 18, 19, 20}
 
 

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-#: Ops whose spatial axes shrink by kernel and stride.
+#: Ops that shrink spatial axes.
 WINDOW_OPS = ("Conv", "MaxPool", "AveragePool", "LpPool", "ConvInteger", "QLinearConv")
 #: Ops after which a tensor has no spatial size that depends on the input's any more.
 STOP_OPS = ("GlobalAveragePool", "GlobalMaxPool", "Reshape", "Flatten", "Gemm", "MatMul", "Shape", "Size")

@@ -16,8 +16,7 @@ class PeakResult:
 
     peak_private_bytes: int | None = None
     peak_phase: str | None = None
-    #: The shared (file-backed) resident bytes in the sample where the private figure peaked.
-    peak_shared_bytes: int | None = None
+    peak_shared_bytes: int | None = None  #: Shared resident bytes in the sample where the private figure peaked.
     peak_rss_bytes: int | None = None
     samples: int = 0
 

@@ -24,8 +24,7 @@ class PhaseBoard:
     def __init__(self, path: Path, slots: int) -> None:
         self.path = Path(path)
         self.slots = slots
-        # Whatever the name holds (a link too) is removed, never written through: O_EXCL creates a new file.
-        self.path.unlink(missing_ok=True)
+        self.path.unlink(missing_ok=True)  # Whatever the name holds (a link too) goes: O_EXCL creates a new file.
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
         fd = os.open(self.path, flags, 0o600)
         try:

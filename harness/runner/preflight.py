@@ -12,8 +12,7 @@ from harness.runner.outdir import check_out
 from harness.runner.resources import check_address_space, check_fd_limit
 from harness.targets import get_target
 
-#: Memory a worker needs beyond the weights (~60-120 MiB measured; 200 MiB is conservative).
-WORKER_OVERHEAD_BYTES = 200 * 1024**2
+WORKER_OVERHEAD_BYTES = 200 * 1024**2  #: Memory a worker needs beyond the weights (60-120 MiB measured).
 #: One worker's memory with no weights (measured 29.6-29.8 MiB: docs/running.md, "Capacity under a memory limit").
 RUNTIME_FLOOR_BYTES = 30 * 1024**2
 MEMORY_BUDGET_SHARE = 0.85  #: Share of the available memory a run may plan to use before it is refused.

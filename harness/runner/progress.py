@@ -54,8 +54,7 @@ class _Group:
         return f"{self.title}, {took}: {workers}"
 
 
-#: What a worker still "starting" is doing (a long first inference on the QNN simulator).
-STARTING_DETAIL = "(sessions + first inference)"
+STARTING_DETAIL = "(sessions + first inference)"  #: What a "starting" worker does (long first inferences here).
 
 
 def _worker_text(index: int | str, state: str, at: float, now: float) -> str:

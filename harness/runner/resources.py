@@ -66,8 +66,7 @@ def check_fd_limit(processes: int) -> None:
         )
 
 
-#: Address space a worker needs before any weights (289-293 MiB of VMS measured on Linux x86_64).
-WORKER_MIN_ADDRESS_SPACE = 320 * 1024**2
+WORKER_MIN_ADDRESS_SPACE = 320 * 1024**2  #: Address space a worker needs before weights (289-293 MiB of VMS measured).
 
 
 def check_address_space(weights_bytes: int, copies: int = 1) -> None:

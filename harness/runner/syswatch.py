@@ -18,11 +18,9 @@ class SystemPeak:
     min_available_bytes: int | None = None
     max_committed_bytes: int | None = None
     commit_limit_bytes: int | None = None
-    #: The first sample, before any worker existed: the headroom a "fits" figure divides.
-    start_available_bytes: int | None = None
+    start_available_bytes: int | None = None  #: The first sample, before any worker: the headroom "fits" divides.
     start_committed_bytes: int | None = None
-    #: Linux vm.overcommit_memory (only 2 enforces the commit limit); None elsewhere.
-    overcommit_mode: int | None = None
+    overcommit_mode: int | None = None  #: Linux vm.overcommit_memory (only 2 enforces the limit); None elsewhere.
     samples: int = 0
 
 

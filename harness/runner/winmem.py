@@ -19,12 +19,11 @@ from mapper_impl._winapi import (  # noqa: F401
     load,
 )
 
-#: OpenProcess rights psutil asks for to read another process's memory counters.
+#: OpenProcess rights psutil asks for (another process's counters).
 OPEN_ACCESS = PROCESS_QUERY_LIMITED_INFORMATION | PROCESS_VM_READ
 OPEN_INHERIT = 0  # bInheritHandle: the handle stays the parent's
 
-#: What PrivateWorkingSetSize holds before the first call (Wine fills only the base structure).
-_UNWRITTEN = SIZE_T(-1).value
+_UNWRITTEN = SIZE_T(-1).value  #: PrivateWorkingSetSize before the first call (Wine fills only the base structure).
 
 
 def blank(kind: type[ctypes.Structure]) -> ctypes.Structure:

@@ -28,8 +28,7 @@ class TargetOption:
     parse: Callable[[str], Any] | None = None  # None: an on/off switch
     choices: tuple | None = None
     metavar: str | None = None
-    #: Repeatable: ``parse`` returns a (key, value) pair per use; the option's value is their dict.
-    repeat: bool = False
+    repeat: bool = False  #: Repeatable: ``parse`` gives a (key, value) pair per use; the value is their dict.
 
 
 @dataclass
@@ -38,18 +37,15 @@ class Prepared:
 
     model: PreparedModel  # the first model: folder with manifest.json and reference.npz
     weights_bytes: int  # bytes the sessions load (weights files, or the QNN context binaries)
-    #: The weights files: read once before the first group (warm) or evicted before each (--page-cache cold).
-    warm_files: list[Path]
+    warm_files: list[Path]  #: The weights files: read once before the first group, or evicted before each (cold).
     #: This target's own worker options (merged into every WorkerSpec.options of its groups).
     worker_options: dict[str, Any] = field(default_factory=dict)
     source: str = ""  # what was measured, for people
     models: list[PreparedModel] = field(default_factory=list)  # every model of a pipeline (default: [model])
     notes: list[str] = field(default_factory=list)  # facts about these models (how the reference was made...)
     logs: list[Path] = field(default_factory=list)  # logs of the preparation (the QNN compiler's): copied into the run
-    #: Bytes of the files the heap path reads whole (0: not a prepared weights file, e.g. a QNN context binary).
-    file_bytes: int = 0
-    #: Bytes of the weights read as indexed tables (embeddings): a mapped worker keeps only rows it reads resident.
-    gathered_bytes: int = 0
+    file_bytes: int = 0  #: Bytes of the files the heap path reads whole (0: not a prepared weights file).
+    gathered_bytes: int = 0  #: Bytes of weights read as indexed tables (embeddings): mapped, only rows read resident.
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -88,8 +84,7 @@ class Target(ABC):
     summary: str  # one line for --help
     options: tuple[TargetOption, ...] = ()
     provider_ep: str = ""  #: The EP whose provider options ``--provider-option`` sets ("": this target takes none).
-    #: Its models list their external tensors, so each group can run a weightless control worker.
-    has_control: bool = False
+    has_control: bool = False  #: Its models list their external tensors: each group can run a weightless control.
 
     def options_for(self, opts: RunOptions) -> dict[str, Any]:
         """This target's options: its defaults, overridden by what was given when it is the run's own target."""

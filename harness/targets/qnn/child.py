@@ -15,13 +15,11 @@ from harness.contract.spawn import tell_status
 
 StatusCallback = Callable[[str], None]  #: What `run_child` tells about the child's work (a `Progress.step`).
 
-#: Test hook: "segv" makes the child die by SIGSEGV (SIGABRT where none) before it starts.
-FAULT_ENV = "HARNESS_TEST_QNN_CHILD_FAULT"
+FAULT_ENV = "HARNESS_TEST_QNN_CHILD_FAULT"  #: Test hook: "segv" kills the child by SIGSEGV (or SIGABRT) first.
 NOTHING_COMPILED = "Unable to compile any nodes"  #: ORT's error when the EP took no node (ERROR_IF_NO_NODES_COMPILED).
 
 
-#: A child job past this is killed: QNN compiles of LLM-sized graphs take minutes, never hours.
-CHILD_TIMEOUT_S = 3600.0
+CHILD_TIMEOUT_S = 3600.0  #: A child job past this is killed: QNN compiles of LLM-sized graphs take minutes.
 
 
 def run_child(

@@ -100,8 +100,7 @@ def _child_htp(rec: _Record, ep, comp, workdir: Path) -> None:
     feeds = qdq.make_feeds(info)
     rec.step("session")
     t0 = time.perf_counter()
-    # some EP messages go through ORT's default logger, not the session's: show those too
-    ort.set_default_logger_severity(0)
+    ort.set_default_logger_severity(0)  # Some EP messages go through ORT's default logger: show those too.
     d["load_log_start"] = stderr_offset()
     rec.save()
     try:

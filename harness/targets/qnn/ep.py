@@ -13,10 +13,8 @@ if TYPE_CHECKING:
     import onnxruntime
 
 EP_NAME = "QNNExecutionProvider"
-#: Session config key for sharing EP resources (onnxruntime_session_options_config_keys.h).
-SHARE_EP_CONTEXTS_KEY = "ep.share_ep_contexts"
-#: QNN backends the EP's ``backend_type`` provider option names (htp is the NPU).
-BACKEND_TYPES = ("htp", "cpu", "gpu", "saver")
+SHARE_EP_CONTEXTS_KEY = "ep.share_ep_contexts"  #: Session config key for sharing EP resources.
+BACKEND_TYPES = ("htp", "cpu", "gpu", "saver")  #: QNN backends ``backend_type`` names (htp is the NPU).
 _register_lock = threading.Lock()
 
 

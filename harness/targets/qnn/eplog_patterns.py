@@ -50,8 +50,7 @@ WORST_ORDER = (
     EpState.DISABLED,
     EpState.ACTIVE,
 )
-#: states that are failures whatever else the worker did (the harness fails the worker)
-FAILED_STATES = (EpState.OPTION_IGNORED, EpState.EP_ERROR)
+FAILED_STATES = (EpState.OPTION_IGNORED, EpState.EP_ERROR)  #: states that fail the worker whatever else it did
 #: (the schema's ``copied`` state is no log state: the runner sets it from memory)
 
 REASON_EMBEDDED = "embedded context"
@@ -115,10 +114,8 @@ _EFFECTS = (
     "map-failed",
     "note",
 )
-#: per-node disables (the others switch mapping off for the whole session)
-NODE_DISABLES = ("embedded-node", "old-binary")
-#: one per context bin a node maps (first use, or a cache hit of the backend manager's mapper)
-NODE_MAPS = ("map-create", "map-cached")
+NODE_DISABLES = ("embedded-node", "old-binary")  #: per-node disables (the others switch mapping off for the session)
+NODE_MAPS = ("map-create", "map-cached")  #: one per context bin a node maps (first use, or the mapper's cache hit)
 
 # Order matters only where one text contains another: specific before generic.
 PATTERNS: tuple[LogPattern, ...] = (

@@ -11,10 +11,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-#: Ops a recurrent node becomes per step when the HTP compile unrolls it, per direction.
-OPS_PER_STEP = {"LSTM": 12, "GRU": 10, "RNN": 3}
-#: Recurrent ops: their MACs per step per direction are gates x H x (I + H) (R's rows are gates x H).
-RECURRENT = ("LSTM", "GRU", "RNN")
+OPS_PER_STEP = {"LSTM": 12, "GRU": 10, "RNN": 3}  #: Ops a recurrent node becomes per step, unrolled by the HTP compile.
+RECURRENT = ("LSTM", "GRU", "RNN")  #: Recurrent ops: MACs per step per direction are gates x H x (I + H).
 KEEP_TIMINGS = 50  #: Recorded timings kept per machine (the last ones; older lines are dropped).
 TIMINGS_FILE = "qnn-timings.jsonl"
 LONG_S = 30.0  #: Below this (seconds on this machine) the preparation is not long: nothing is said.

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Agreement relative to max(1, |reference|) of an output with no direction: HTP's fp16 resolves ~1e-3.
-FP16_RESOLUTION = 1e-3
+FP16_RESOLUTION = 1e-3  #: Agreement of an output with no direction, relative to max(1, |ref|): fp16 resolves ~1e-3.
 MIN_COSINE = 0.99  #: The cosine bound of a compiled float or QDQ model (a --quantize qdq model: `quantize.MIN_COSINE`).
 
 
@@ -56,8 +55,7 @@ def _compare_by_cosine(name: str, got: Any, want: Any, quant_step: float | None,
 
     from .ep import compare_outputs
 
-    # NaN and infinities compare as values (NaN equals NaN), the rest by cosine.
-    special = ~np.isfinite(got) | ~np.isfinite(want)
+    special = ~np.isfinite(got) | ~np.isfinite(want)  # NaN and infinities compare as values, the rest by cosine.
     agree = (np.isnan(got) & np.isnan(want)) | (got == want)
     if np.any(special & ~agree):
         return f"{name}: {int(np.count_nonzero(special & ~agree))} NaN/inf value(s) where the reference differs"

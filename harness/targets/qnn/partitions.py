@@ -10,8 +10,7 @@ from harness.prep.epcontext import epcontext_nodes
 
 #: What a default-optimized load of a multi-partition EPContext model gives on 2.7.0.
 UPSTREAM_ERRORS = ("The count of graph inputs should be at least the count of tensor_wrapper", "Tensor name not found")
-#: The graph optimization level (harness.prep.sessions.LEVELS) multi-partition models load with.
-MULTI_PARTITION_LEVEL = "disabled"
+MULTI_PARTITION_LEVEL = "disabled"  #: The optimization level multi-partition models load with.
 
 
 def partition_count(model: Any) -> int:
