@@ -24,7 +24,7 @@ from harness.pytest_runner import (  # noqa: F401 - the plugin's fixtures and th
     shared_model_cache,
 )
 
-#: An install made before the entry point moved still names this module: pytest then loads the real one.
+#: An install from before the entry point moved loads the real plugin through this.
 pytest_plugins = ["qnn_fmw_harness_plugin"]
 PREFIX = "fmw-"  #: The run options the plugin takes under this prefix, with their declared flags, types and choices.
 RUN_OPTIONS = {

@@ -11,8 +11,7 @@ from ._dma import DmaRegistrations, Registration, keep_for_later_sweeps, sweep_u
 from ._lifecycle import on_drop, release_now
 from ._weights import Weights
 
-#: ``create(weights, views) -> value``: the context over ``views`` (per region, in order).
-CreateFn = Callable[[Weights, list], Any]
+CreateFn = Callable[[Weights, list], Any]  #: ``create(weights, views) -> value``: the context over the region views.
 LateCallbacks = list[tuple[DmaRegistrations, list[Registration]]]  #: A failed attempt's registrations awaiting release.
 
 

@@ -12,7 +12,7 @@ from harness.core import argtypes
 from harness.core.schema import MODES
 from harness.core.vocab import PAGE_CACHE_CHOICES
 
-#: What ``--page-cache`` accepts: warm (read once before the first group) or cold (evicted before each).
+#: What ``--page-cache`` accepts: warm (read once first) or cold (evicted per group).
 PAGE_CACHE_MODES = PAGE_CACHE_CHOICES
 
 

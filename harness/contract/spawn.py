@@ -36,8 +36,7 @@ def worker_interpreter(
     return executable, None
 
 
-#: The folder holding the ``harness`` package this process runs (a checkout or site-packages).
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  #: The folder of the ``harness`` package this process runs.
 
 
 #: One BLAS thread in every child unless the user set one: OpenBLAS's idle spinning cost each worker ~0.1 CPU-s.

@@ -48,8 +48,7 @@ class WorkerSpec:
     result_path: str = ""
     log_path: str = ""
     weights_bytes: int = 0  # bytes the sessions load: weights file, or the QNN context binary
-    #: Every model folder of the run, in order (a pipeline loads several; []: ``model_folder``).
-    models: list[str] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)  #: Every model folder of the run, in order ([]: ``model_folder``).
     settings: WorkerSettings = field(default_factory=WorkerSettings)
     options: dict[str, Any] = field(default_factory=dict)  #: The target's own options and what its prepare step adds.
     parent_pid: int = 0  #: The harness that started this worker (pid + creation time), not ``getppid()``.
@@ -129,8 +128,7 @@ class WorkerRecord:
     weights_bytes: int | None = None
     peak_bytes: int | None = None
     private_copy_bytes: int | None = None  #: Weight copies held privately (heap, fallback): a floor of USS.
-    #: Mapped files' resident bytes (worker-read, "drop-weight-pages" hook only).
-    mapped_resident_bytes: int | None = None
+    mapped_resident_bytes: int | None = None  #: Mapped files' resident bytes (worker-read under "drop-weight-pages").
     cpu_s: float | None = None  #: CPU and wall time of the measured work: a share well below 1 means it waited.
     busy_s: float | None = None
     floor_s: float | None = None  #: Seconds to map the weights file(s) and touch nothing (`harness.runner.floor`).

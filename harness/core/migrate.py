@@ -7,7 +7,7 @@ from collections.abc import Callable
 from .schema import FORMAT_VERSION, ResultRow, SummaryRow, columns_since
 from .tables import RESULTS_CSV, SUMMARY_CSV, TextTable
 
-#: One step: (metadata, tables) -> what it changed; both changed in place.
+#: One step: (metadata, tables) -> what it changed (both in place).
 Step = Callable[[dict, dict[type, TextTable]], list[str]]
 _NAMES = {ResultRow: RESULTS_CSV, SummaryRow: SUMMARY_CSV}
 
@@ -36,8 +36,7 @@ def update_to_3(meta: dict, tables: dict[type, TextTable]) -> list[str]:
     return add_columns(3, tables)
 
 
-#: ``update_to_N`` per N after the oldest, run in order by `migrate`.
-MIGRATIONS: dict[int, Step] = {2: update_to_2, 3: update_to_3}
+MIGRATIONS: dict[int, Step] = {2: update_to_2, 3: update_to_3}  #: ``update_to_N`` per version after the oldest.
 
 
 def migrate(meta: dict, tables: dict[type, TextTable], version: int) -> list[str]:

@@ -15,8 +15,7 @@ from .vocab import GateStatus, Mode, Start
 
 TIMING_MARGIN = MIN_TIME_EFFECT  #: How a timing gate reads its threshold: within the minimum time effect.
 INTERLEAVED = "interleaved"  #: The metadata value (``run.timing_pass``) of a run whose timing pass was interleaved.
-#: Timing-pass workers by round: {(target, mode, N, M, repeat): {worker: row}}
-Rounds = dict[tuple, dict[int, ResultRow]]
+Rounds = dict[tuple, dict[int, ResultRow]]  #: Timing-pass workers: {(target, mode, N, M, repeat): {worker: row}}.
 
 PEER_TIMING = ("peer_init_ratio",)  #: Timing figures besides the mapped/heap ratios of ``*_s_median`` columns.
 _OPS: dict[str, Callable[[float, float], bool]] = {

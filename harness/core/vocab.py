@@ -67,9 +67,8 @@ class EpState(StrEnum):
 
 #: The states the EP's own log may give a qnn session (`EpState` without `EpState.NA`).
 EP_STATES: tuple[EpState, ...] = tuple(s for s in EpState if s is not EpState.NA)
-#: The one EP state that proves the weights came from the mapping.
-MAPPED_STATES: tuple[EpState, ...] = (EpState.ACTIVE,)
-#: States under which a worker whose path says mapped is mapped.
+MAPPED_STATES: tuple[EpState, ...] = (EpState.ACTIVE,)  #: The one EP state proving the weights came from the mapping.
+#: States under which a worker whose own path says mapped counts as mapped.
 MAPPED_PATH_STATES: tuple[EpState, ...] = (*MAPPED_STATES, EpState.NA)
 
 

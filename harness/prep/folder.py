@@ -193,7 +193,7 @@ class PreparedModel:
             )
 
 
-#: The manifest keys `PreparedModel` takes (newer extras are left out).
+#: The manifest keys `PreparedModel` takes (others left out).
 _FIELDS = frozenset(f.name for f in fields(PreparedModel))
 
 

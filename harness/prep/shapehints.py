@@ -6,8 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-#: Ops that shrink spatial axes.
-WINDOW_OPS = ("Conv", "MaxPool", "AveragePool", "LpPool", "ConvInteger", "QLinearConv")
+WINDOW_OPS = ("Conv", "MaxPool", "AveragePool", "LpPool", "ConvInteger", "QLinearConv")  #: Ops shrinking spatial axes.
 #: Ops after which a tensor has no spatial size that depends on the input's any more.
 STOP_OPS = ("GlobalAveragePool", "GlobalMaxPool", "Reshape", "Flatten", "Gemm", "MatMul", "Shape", "Size")
 TRIES = 4  #: Multiples of the total stride tried when the first suggestion does not pass the check.

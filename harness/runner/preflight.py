@@ -13,10 +13,9 @@ from harness.runner.resources import check_address_space, check_fd_limit
 from harness.targets import get_target
 
 WORKER_OVERHEAD_BYTES = 200 * 1024**2  #: Memory a worker needs beyond the weights (60-120 MiB measured).
-#: One worker's memory with no weights (measured 29.6-29.8 MiB: docs/running.md, "Capacity under a memory limit").
-RUNTIME_FLOOR_BYTES = 30 * 1024**2
+RUNTIME_FLOOR_BYTES = 30 * 1024**2  #: One worker's memory without weights (29.6-29.8 MiB measured: docs/running.md).
 MEMORY_BUDGET_SHARE = 0.85  #: Share of the available memory a run may plan to use before it is refused.
-#: Weight copies a heap session holds at its start-up peak: the read copy and the runtime's (docs/running.md).
+#: Weight copies of a heap session at its start-up peak: the read copy and the runtime's.
 PEAK_COPIES_PER_HEAP_SESSION = 2
 
 

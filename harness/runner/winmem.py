@@ -19,8 +19,7 @@ from mapper_impl._winapi import (  # noqa: F401
     load,
 )
 
-#: OpenProcess rights psutil asks for (another process's counters).
-OPEN_ACCESS = PROCESS_QUERY_LIMITED_INFORMATION | PROCESS_VM_READ
+OPEN_ACCESS = PROCESS_QUERY_LIMITED_INFORMATION | PROCESS_VM_READ  #: OpenProcess rights psutil asks for.
 OPEN_INHERIT = 0  # bInheritHandle: the handle stays the parent's
 
 _UNWRITTEN = SIZE_T(-1).value  #: PrivateWorkingSetSize before the first call (Wine fills only the base structure).
