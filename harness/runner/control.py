@@ -16,7 +16,7 @@ def has_control(target: Target) -> bool:
 
 
 def _zero_pages(model: Any) -> mmap.mmap:
-    """Memory the size of the model's weights that costs none: see the module docstring."""
+    """Weights-sized memory that costs none: an anonymous read-only mapping (POSIX), a file view (Windows)."""
     size = max(model.weights_extent(), 1)
     if os.name == "nt":
         with open(model.weights_path, "rb") as f:
