@@ -1,40 +1,4 @@
-"""The pytest plugin of qnn-fmw-harness: options, markers and fixtures for any project.
-
-Installed with the package and registered as the ``pytest11`` entry point ``qnn_fmw_harness``
-(this module, shipped top-level under a name no project uses), so ``pip install
-qnn-fmw-harness`` is all a project needs; disable it with ``-p no:qnn_fmw_harness``.
-
-Why a module of its own: the package's import names are ``harness``, ``reports`` and
-``mapper_impl``. A project with a ``harness.py`` or ``reports/`` package of its own shadows
-ours (``python -m pytest`` puts the current folder first on ``sys.path``; pytest's rootdir and
-test folders follow), and a plugin living in ``harness`` would break pytest for that whole
-project. This module leaves nothing of those packages imported when pytest loads it: pytest
-asks for the options before the rootdir's shadows can be looked for, so it borrows the package
-for that one call (imported, asked for its options as plain text, taken out of ``sys.modules``
-again whatever is decided later). When it finds a
-shadow (in ``sys.modules``, on ``sys.path``, in the rootdir, the invocation folder or a test
-path's folder), every call into the package runs with our modules swapped into
-``sys.modules`` and swapped out again afterwards, so the project's own ``harness`` is what its
-tests import and ours is what the plugin uses; objects the fixtures hand out call back the same
-way. Without a shadow nothing is swapped: the process shares one copy of the package.
-
-Options (group "qnn-fmw-harness"): ``--fmw-target``, ``--fmw-processes``, ``--fmw-model-size``
-(default 128MiB, the size the saving gates need; a smaller one is named in the header with the
-gates it skips), ``--fmw-model``, ``--fmw-report-dir DIR``, ``--fmw-fork-server`` (run_harness's runs forked from one
-pre-imported interpreter: `harness.forkserver`). None is spelled here: the first four
-are run options, declared once on `harness.contract.options.RunOptions` and parsed with its types
-when the session starts (see `harness.pytest_plugin`).
-
-Markers: ``memory`` (multi-process measurement; under pytest-xdist all of them run in one
-xdist group, "serial", so two never overlap, and ``--dist load`` becomes ``loadgroup``; without
-xdist nothing else is applied), ``qnn`` (needs onnxruntime-qnn), ``device`` (skipped unless the
-QNN device probe says this machine is one), ``slow`` (skipped unless selected with ``-m slow``).
-
-Fixtures: `harness_options`, `model_cache` (one model cache for every xdist worker of the
-session), `harness_runner` (session-wide runner, for module-scoped fixtures), `run_harness`
-(run ``python -m harness ...`` as a user would; returns a `HarnessOutcome`), `harness_run_dir`,
-`weights_file` / `weights_file_factory` (deterministic files to map) and `mapper_leak_guard`.
-"""
+"""The pytest plugin (``pytest11`` ``qnn_fmw_harness``); swaps our package in per call when a project shadows it."""
 
 from __future__ import annotations
 
@@ -55,14 +19,10 @@ MARKERS = {
     "slow": "long measurements, excluded from the default run (-m slow to run them)",
 }
 SERIAL_GROUP = "serial"
-#: The import names of the package that a user's project may shadow (mapper_impl is unique).
-SHADOWABLE = ("harness", "reports")
+SHADOWABLE = ("harness", "reports")  #: Import names a user's project may shadow (mapper_impl is unique).
 _HERE = Path(__file__).resolve().parent
 _TOKEN_KEY = "qnn_fmw_harness_token"
 _LOADGROUP_KEY = "qnn_fmw_harness_loadgroup"
-
-
-# ----------------------------------------------------------------------------- our package, unshadowed
 
 
 def _owned(name: str) -> bool:
@@ -87,9 +47,7 @@ def _shadow_in(folder: str | Path) -> str | None:
 
 
 def find_shadows(extra_folders: Iterable[str | Path] = ()) -> list[str]:
-    """What would shadow our ``harness``/``reports``: a foreign module already imported, one
-    found on ``sys.path`` before ours, or one in a folder pytest may still put first
-    (``extra_folders``)."""
+    """What would shadow our packages: a foreign module imported, one earlier on ``sys.path`` or in a folder."""
     found = []
     for name in SHADOWABLE:
         module = sys.modules.get(name)
@@ -105,8 +63,7 @@ def find_shadows(extra_folders: Iterable[str | Path] = ()) -> list[str]:
 
 
 class _Package:
-    """Our ``harness``/``reports`` modules, kept out of ``sys.modules`` between calls when a
-    project shadows them (``isolated``), or shared with the process when nothing does."""
+    """Our ``harness``/``reports`` modules: kept out of ``sys.modules`` between calls when shadowed, else shared."""
 
     def __init__(self) -> None:
         self.isolated: bool | None = None  # decided once, before the first call
@@ -144,11 +101,7 @@ class _Package:
             sys.modules.update(theirs)
 
     def borrow(self, name: str) -> Any:
-        """``harness.pytest_plugin.<name>()`` before the session's shadows can be known (pytest
-        asks for the options when it loads the plugin, before it has read the rootdir): our
-        package is importable for the call and taken out of ``sys.modules`` again afterwards,
-        whatever is decided later, so a project's own ``harness`` is never met by ours. Only
-        plain data (text) may come back. Once our package is in use, an ordinary `call`."""
+        """``harness.pytest_plugin.<name>()`` before shadows are known: imported for the call, removed after."""
         if self.isolated is not None or any(_is_ours(m) for n, m in list(sys.modules.items()) if _owned(n)):
             return self.call(name)
         theirs = {n: sys.modules.pop(n) for n in [n for n in sys.modules if _owned(n)]}
@@ -172,8 +125,7 @@ class _Package:
             return self.guard(getattr(pytest_plugin, name)(*args, **kwargs))
 
     def guard(self, value: Any) -> Any:
-        """An object of our package handed to the user's code: wrapped when isolated, so its
-        methods (whose imports are lazy) run with our package active."""
+        """An object of our package handed to the user's code: wrapped when isolated so its methods run with ours."""
         if not self.isolated:
             return value
         if isinstance(value, list):
@@ -212,9 +164,6 @@ class _Guarded:
 PACKAGE = _Package()
 
 
-# ----------------------------------------------------------------------------- options and markers
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("qnn-fmw-harness", "file-mapped weights harness (qnn-fmw-harness)")
     for flag, keywords in PACKAGE.borrow("option_arguments"):
@@ -227,8 +176,7 @@ def pytest_configure(config: pytest.Config) -> None:
     folders = [config.rootpath, config.invocation_params.dir, *(_arg_folders(config))]
     PACKAGE.decide(folders)
     xdist = config.pluginmanager.hasplugin("xdist")
-    # memory tests share one xdist group; groups only hold under --dist loadgroup, which
-    # behaves as "load" for every test without a group.
+    # Memory tests share one xdist group, which holds only under --dist loadgroup.
     if xdist and getattr(config.option, "dist", None) == "load":
         config.option.dist = "loadgroup"
     PACKAGE.call("check_options", config)
@@ -263,8 +211,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks to group the nodeids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """memory tests share one xdist group (only under xdist: its marker exists only then);
-    device tests skip off-device; slow ones need -m."""
+    """memory tests share one xdist group (under xdist); device tests skip off-device; slow ones need -m."""
     selected_markers = config.getoption("-m") or ""
     xdist = config.pluginmanager.hasplugin("xdist")
     device_reason: list[str | None] = []  # asked once, and only when a device test exists
@@ -306,16 +253,12 @@ class _XdistHooks:
     def pytest_configure_node(self, node: Any) -> None:
         if self.recorder is not None:
             node.workerinput[_TOKEN_KEY] = self.recorder.token
-        # workers parse the original command line again, so "--dist load" turned "loadgroup"
-        # here must be told to them
+        # Workers parse the original command line again: tell them "--dist load" became "loadgroup".
         node.workerinput[_LOADGROUP_KEY] = getattr(node.config.option, "dist", None) == "loadgroup"
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        """xdist's loadgroup sends a group to one worker by suffixing each test id with
-        ``@group`` (it assigns ``item._nodeid``). pytest 9.2 derives ``nodeid`` from a structured
-        id instead, so that assignment is lost and ``memory`` tests spread over the workers,
-        measuring each other. Where the suffix did not take, set it on the structured id."""
+        """Set xdist's ``@group`` suffix on the structured id where pytest 9.2 lost it."""
         worker_input = getattr(config, "workerinput", None) or {}
         if not (getattr(config.option, "loadgroup", False) or worker_input.get(_LOADGROUP_KEY)):
             return
@@ -339,9 +282,6 @@ def _set_nodeid(item: pytest.Item, nodeid: str) -> None:
         item._nodeid = nodeid
 
 
-# ----------------------------------------------------------------------------- fixtures
-
-
 @pytest.fixture(scope="session")
 def harness_options(pytestconfig: pytest.Config) -> Any:
     """The session's ``--fmw-*`` options (target, processes, model_size, model, report_dir)."""
@@ -356,8 +296,7 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def harness_runner(pytestconfig: pytest.Config, model_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The session's runner: ``harness_runner.run(*args, owner=request.node.nodeid,
-    scratch=tmp_dir)``; for fixtures wider than one test (owner = the module's node id)."""
+    """The session's runner (``run(*args, owner=..., scratch=...)``), for fixtures wider than one test."""
     runner = PACKAGE.call("HarnessRunner", pytestconfig, model_cache, lambda: tmp_path_factory.mktemp("fork"))
     yield runner
     runner.close()
@@ -365,8 +304,7 @@ def harness_runner(pytestconfig: pytest.Config, model_cache: Path, tmp_path_fact
 
 @pytest.fixture
 def run_harness(harness_runner: Any, request: pytest.FixtureRequest, tmp_path: Path):
-    """``run_harness("run", "--model-size", "16MiB", ...)`` runs ``python -m harness`` as a user
-    would (``--out`` added for run/bench unless given) and returns a `HarnessOutcome`."""
+    """``run_harness("run", ...)`` runs ``python -m harness`` as a user would; returns a `HarnessOutcome`."""
 
     def run(
         *args: str,
@@ -390,8 +328,7 @@ def harness_run_dir(harness_runner: Any, request: pytest.FixtureRequest, tmp_pat
 
 @pytest.fixture
 def weights_file_factory(tmp_path: Path):
-    """``make(size=1 << 20, name="weights.bin", seed=0) -> Path``: a file of deterministic
-    pseudo-random bytes (different seeds, different bytes) in the test's temp folder."""
+    """``make(size=1 << 20, name="weights.bin", seed=0) -> Path``: deterministic pseudo-random bytes."""
 
     def make(size: int = 1 << 20, name: str = "weights.bin", seed: int = 0) -> Path:
         return PACKAGE.call("write_weights_file", tmp_path, size, name, seed)
@@ -407,8 +344,7 @@ def weights_file(weights_file_factory) -> Path:
 
 @pytest.fixture
 def mapper_leak_guard():
-    """Fails the test when it leaves mapper_impl holding more mappings, views or heap buffers
-    than before it (cyclic garbage is collected first, so only real leaks count)."""
+    """Fails the test when it leaves mapper_impl holding more than before it (cyclic garbage collected first)."""
     with PACKAGE.active():
         from harness.pytest_plugin import mapper_leak_guard as guard
 

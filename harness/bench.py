@@ -1,18 +1,4 @@
-"""`harness bench`: the headline benchmark is a run plus a gates file.
-
-The run: the cpu target (mapped and heap) with the ort-native target as its peer (mapped), at
-the same N and model size, repeated (8 times by default: memory criteria use the medians, timing
-criteria the 95 % interval over the repeats, because one ms-scale init time on a 2-core machine
-is noise). Every group runs twice: together (memory sampled with all N alive) and as a timing
-pass, its workers one at a time (`harness.runner.timingpass`), whose times the timing criteria
-judge: 4 workers on 2 cores still give an uncontended init time. `--intra-op-threads 1` takes out
-a scheduler tick that session creation waited at random for the pool's second thread
-(docs/models-and-cache.md). Beside the verdict the bench
-prints its start-up against the limits: the floor (map the file, touch nothing), the peer (ORT
-mapping its own external data), mapped and heap (`limits`). The criteria the project promises
-are gate expressions in ``bench.gates``, judged like any run's gates, so the terminal,
-report.html and ``bench.json`` agree.
-"""
+"""`harness bench`: the headline run (cpu mapped/heap, ort-native peer, repeated, timed) judged by ``bench.gates``."""
 
 from __future__ import annotations
 
@@ -25,8 +11,7 @@ from harness.core.files import write_json_atomic
 from harness.core.gates import read_gates_text
 
 BENCH_GATES = "bench.gates"
-#: bench.json's own format version (the run folder's is `schema.FORMAT_VERSION`): keys only added within it.
-BENCH_FORMAT_VERSION = 1
+BENCH_FORMAT_VERSION = 1  #: bench.json's own format version (not the run folder's): keys only added within it.
 
 
 def bench_gates() -> list[str]:
@@ -45,8 +30,7 @@ def bench_options(
     replace: bool = False,
     intra_op_threads: int | None = None,
 ) -> RunOptions:
-    """The benchmark's run: ``processes`` is parsed as ``run``'s ``--processes`` (one declaration),
-    and the benchmark measures one N of at least 2."""
+    """The benchmark's run: ``processes`` parsed as ``run``'s ``--processes``, one N of at least 2."""
     if len(processes) != 1:
         shown = ",".join(map(str, processes))
         raise InputError(f"harness bench: --processes takes one N, not {shown} (a sweep is `harness run`'s)")
@@ -78,11 +62,7 @@ LIMIT_ROWS = (
 
 
 def limits(summary: list) -> list[dict]:
-    """Start-up against its limits at the headline's N: per row the median init of the timing
-    pass (the judged one) and of the concurrent pass over complete groups, and how many times
-    the floor each is. The floor: the workers' own time to map the weights file read-only and
-    touch nothing (`harness.runner.floor`), median over the timing pass's workers (the
-    concurrent pass's when there is none)."""
+    """Start-up against its limits at the headline's N: median init of each pass and its multiple of the floor."""
     from harness.core.passes import memory_view, timing_view
     from harness.core.summary import median, sessions_of
 
@@ -118,8 +98,7 @@ def limits(summary: list) -> list[dict]:
 
 
 def limits_lines(rows: list[dict], threads: int | None = None) -> list[str]:
-    """The limits table for the terminal: one line per row, times and multiples of the floor;
-    ``threads``: the sessions' intra-op threads (None: ORT's choice), which the times depend on."""
+    """The limits table for the terminal (``threads``: the sessions' intra-op threads, None: ORT's choice)."""
     from harness.core.units import fmt_seconds
 
     if not rows:

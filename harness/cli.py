@@ -1,15 +1,4 @@
-"""Command line of the harness: ``run``, ``bench``, ``capacity``, ``report``, ``cache``, ``doctor``.
-
-One program name everywhere: ``python -m harness`` (the same program is installed as the
-``qnn-fmw-harness`` console script). Every option's help shows its default and unit.
-
-This module is the composition root: with `harness.publish` (which it shares with the pytest
-plugin) the only module of `harness` that imports `reports`. The parser is
-`harness.cli_parser`; the run options are declared once, in `harness.contract.options`.
-
-Exit codes (a contract CI relies on): 0 success, 1 a worker failed, a gate failed or the run is
-incomplete, 2 usage or input error (one line on stderr, never a traceback), 130 interrupted.
-"""
+"""Command line of the harness (``python -m harness``); exits 0 ok, 1 failed or incomplete, 2 usage, 130 interrupted."""
 
 from __future__ import annotations
 
@@ -85,8 +74,7 @@ def cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _execute(opts: Any, *, quiet: bool) -> Any:
-    """The sweep of a run or bench, interruptible by SIGTERM/SIGHUP as by Ctrl-C, with its
-    progress on stderr, which is closed however the sweep ends."""
+    """The sweep of a run or bench, interruptible by SIGTERM/SIGHUP, with its progress on stderr."""
     from harness.runner.progress import Progress
     from harness.runner.sweep import execute
 
@@ -99,8 +87,7 @@ def _execute(opts: Any, *, quiet: bool) -> Any:
 
 
 def _say_interrupted(outcome: Any) -> None:
-    """The one stderr line of an interrupted run or bench (--quiet included): where the
-    partial results are."""
+    """The one stderr line of an interrupted run: where the partial results are."""
     if outcome.exit_code == EXIT_INTERRUPTED:
         print(f"interrupted: what was measured is in {outcome.out}", file=sys.stderr)
 
@@ -204,8 +191,7 @@ def cmd_cache(ns: argparse.Namespace) -> int:
 
 
 def cmd_doctor(ns: argparse.Namespace) -> int:
-    """Probe the target's device (the QNN EP, in a child process) and print its verdict. Exit 0
-    whenever a verdict was reached (a machine without an NPU is a finding, not an error)."""
+    """Probe the target's device and print its verdict; exit 0 whenever a verdict was reached."""
     from harness.core.files import write_json_atomic
     from harness.targets import get_target
 
@@ -255,8 +241,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _failed(err: Exception) -> int:
-    """A run that could not go on (`RunFailed`: the disk filled, no descriptors left, a worker
-    could not be started), or a resource error outside any run folder: one line, exit 1."""
+    """A run that could not go on (`RunFailed`), or a resource error outside a run folder: one line, exit 1."""
     from harness.core.errors import ReportFailed, RunFailed
     from harness.runner.resources import describe
 

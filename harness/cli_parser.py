@@ -1,9 +1,4 @@
-"""The parser of ``python -m harness``: its sub-commands and their arguments.
-
-The run options' flags are not spelled here: they are declared once, with `RunOptions`
-(`harness.contract.options`), and added from there; the targets' own options come from each
-registered target's `TargetOption`s. Every option's help shows its default and unit.
-"""
+"""The parser of ``python -m harness``: run options from `RunOptions`, the targets' from their `TargetOption`s."""
 
 from __future__ import annotations
 
@@ -35,10 +30,7 @@ def add_run_options(
     variants: dict[str, Any] | None = None,
     targets: tuple[str, ...] | None = None,
 ) -> None:
-    """The flags declared on `RunOptions` (all of them, or ``names`` only), in declaration order,
-    with a command's own defaults and help (``variants``); ``targets``: the choices of --target
-    (default: every registered target). Each keeps the field's name as its ``dest``, so
-    `RunOptions.from_arguments` copies them back."""
+    """The flags declared on `RunOptions` (or ``names``), with a command's ``variants``; dests are field names."""
     from harness.contract.options import add_run_options as declare
     from harness.core.units import SIZE_HELP
     from harness.targets import NAMES, get_target
@@ -105,8 +97,7 @@ class _Once(argparse.Action):
 
 
 def _add_target_options(parser: argparse.ArgumentParser) -> None:
-    """Every registered target's own options; each records None unless given, so giving one to
-    another target is caught (see `target_options`)."""
+    """Every registered target's own options, None unless given (so one given to another target is caught)."""
     from harness.targets import all_targets
 
     for target in all_targets():

@@ -1,31 +1,5 @@
-"""A fork server for test suites that run ``python -m harness`` hundreds of times (``pytest
---fmw-fork-server``, POSIX only).
-
-Why: a small run's parent spends ~0.35 of its ~0.75 CPU-s importing (numpy, rich, jinja2,
-psutil, the harness) and compiling the report's template, the same work in every one of the
-suite's ~400 runs, on a 2-core machine where the suite is CPU-bound. Here one interpreter per
-pytest process does that once and forks a child per run; the run is still a process of its
-own, as ``subprocess.run([python, "-m", "harness", ...])`` would start it: its own argv,
-working folder, environment, standard streams (stdin /dev/null, stdout and stderr into the
-caller's files), default signal dispositions, no descriptor of the server's, normal
-interpreter shutdown (atexit, flushed streams) and an exit code read by ``waitpid`` (minus
-the signal number when a signal ended it). What it cannot be is a fresh interpreter: the
-preloaded modules are already imported, so a run whose environment differs from the server's
-in a variable that acts when an interpreter or a native library starts (PYTHON*, LD_*, locale,
-thread counts) is not sent here (`ForkServer.serves`): the caller starts it as before. The
-workers a run spawns are fresh interpreters either way (the harness spawns them itself).
-
-The server is single-threaded when it forks (checked: a native thread from a preloaded
-library would be a fork hazard; numpy's BLAS is loaded with one thread, and a run's own numpy
-does no BLAS work); it accepts only connections from its own user; it exits when the pipe from
-its caller closes. Each request gets a monitor process that forks the run, reports its pid,
-waits for it and reports its exit status, so runs may overlap.
-
-Protocol, one connection per run: the caller sends a 4-byte length, a JSON request (argv after
-the interpreter: ``["-m", module, ...]`` or ``["-c", code, ...]``, cwd, env) and, as
-SCM_RIGHTS, the run's stdout and stderr descriptors; the server answers ``pid N`` and, once
-the run has ended, ``exit CODE``.
-"""
+"""A fork server for suites running ``python -m harness`` hundreds of times (``--fmw-fork-server``, POSIX;
+docs/testing.md): per run a JSON request and SCM_RIGHTS stdout/stderr in, ``pid N`` and ``exit CODE`` out."""
 
 from __future__ import annotations
 
@@ -66,21 +40,14 @@ PRELOAD = (
     "reports.cli",
     "reports.html",
 )
-#: Environment variables that act when an interpreter or a preloaded native library starts: a
-#: run whose value differs from the server's needs a fresh interpreter.
+#: Variables that act when an interpreter or a preloaded native library starts: a differing run gets a fresh one.
 STARTUP_PREFIXES = ("PYTHON", "LD_", "LC_", "LANG", "OPENBLAS", "OMP_", "MKL_", "MALLOC_", "GLIBC_", "NUMPY")
-#: The server's own environment over the caller's: BLAS with one thread (no pool thread to
-#: fork past; the run's parent does no BLAS work; the workers it spawns get the run's env).
+#: The server's own environment over the caller's: BLAS with one thread (no pool thread to fork past).
 SERVER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-#: Longest AF_UNIX path (108 bytes on Linux, with the terminating NUL).
-MAX_SOCKET_PATH = 100
+MAX_SOCKET_PATH = 100  #: Longest AF_UNIX path (108 bytes on Linux, with the terminating NUL).
 MAX_REQUEST = 4 << 20
-#: How long the server may take to preload and say "ready".
-START_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 120.0  #: How long the server may take to preload and say "ready".
 _LENGTH = struct.Struct("!I")
-
-
-# ----------------------------------------------------------------------------- the caller's side
 
 
 @dataclass
@@ -93,8 +60,7 @@ class ForkServer:
 
     @classmethod
     def start(cls, folder: Path, env: Mapping[str, str]) -> ForkServer:
-        """Start a server in ``folder`` (its socket lives there) with the environment ``env``
-        (plus `SERVER_ENV`); raises ForkServerUnavailable with the reason when it cannot."""
+        """Start a server in ``folder`` with ``env`` (plus `SERVER_ENV`); ForkServerUnavailable with the reason."""
         if not hasattr(os, "fork") or not hasattr(socket, "AF_UNIX") or not sys.platform.startswith("linux"):
             raise ForkServerUnavailable(f"no fork server on {sys.platform} (Linux only)")
         path = Path(folder) / "fork.sock"
@@ -121,18 +87,14 @@ class ForkServer:
         return cls(path, env, proc)
 
     def serves(self, env: Mapping[str, str]) -> bool:
-        """Whether a run with environment ``env`` may go through this server: no variable that
-        acts at interpreter start differs from the server's."""
+        """Whether a run with ``env`` may go through this server (no interpreter-start variable differs)."""
         keys = {k for k in (*env, *self.env) if k.startswith(STARTUP_PREFIXES)}
         return all(env.get(k) == self.env.get(k) for k in keys)
 
     def run(
         self, args: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float
     ) -> subprocess.CompletedProcess:
-        """``python *args`` through the server, as ``subprocess.run(..., capture_output=True,
-        text=True, stdin=DEVNULL, timeout=timeout)`` would run it; the output goes through
-        two unnamed files in the server's folder. Raises subprocess.TimeoutExpired after
-        killing the run, as subprocess.run does."""
+        """``python *args`` through the server, as ``subprocess.run(capture_output=True, text=True)`` would."""
         import tempfile
 
         argv = [sys.executable, *args]
@@ -173,8 +135,7 @@ class ForkServer:
 
 
 class _Replies:
-    """The server's reply lines, read straight from the socket (a socket file object cannot be
-    read again after a timeout; the exit line must be, once the timed-out run is killed)."""
+    """The server's reply lines, read straight from the socket (readable again after a timeout)."""
 
     def __init__(self, conn: socket.socket) -> None:
         self.conn, self.pending = conn, b""
@@ -193,8 +154,7 @@ class _Replies:
 
 
 def _first_line(proc: subprocess.Popen, timeout: float) -> str:
-    """The server's first line ("ready", or why it cannot serve), or "" when it says nothing
-    within ``timeout`` seconds (preloading takes ~0.5 s; a busy machine may take several)."""
+    """The server's first line ("ready", or why not), or "" when it says nothing within ``timeout``."""
     import selectors
 
     with selectors.DefaultSelector() as selector:
@@ -220,12 +180,8 @@ def _text(file: Any) -> str:
     return data.replace("\r\n", "\n").replace("\r", "\n")
 
 
-# ----------------------------------------------------------------------------- the server's side
-
-
 def serve(path: str) -> tuple[dict, list[int]] | None:
-    """Preload, listen, and fork a monitor per connection. Returns only in a run's process,
-    with its request and descriptors (None when the caller closed the pipe)."""
+    """Preload, listen, fork a monitor per connection; returns only in a run's process (None when the caller closed)."""
     import importlib
     import selectors
 
@@ -272,8 +228,7 @@ def _peer_uid(conn: socket.socket) -> int:
 
 
 def _monitor(conn: socket.socket) -> tuple[dict, list[int]]:
-    """In the monitor: read the request, fork the run, report its pid and its exit status.
-    Returns only in the run's process."""
+    """In the monitor: read the request, fork the run, report its pid and exit status."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     request, fds = _receive(conn)
     pid = os.fork()
@@ -310,8 +265,7 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
 
 
 def become_run(request: dict, fds: list[int]) -> None:
-    """Turn this forked process into the requested run: streams, descriptors, folder,
-    environment, signal dispositions, argv; then run it (its SystemExit ends the process)."""
+    """Turn this forked process into the requested run (streams, fds, folder, env, signals, argv) and run it."""
     null = os.open(os.devnull, os.O_RDONLY)
     for target, fd in ((0, null), (1, fds[0]), (2, fds[1])):
         os.dup2(fd, target)

@@ -1,10 +1,4 @@
-"""Publishing judged runs: the judgement printed, ``headline.json``, ``report.html`` and the
-history, for the command line (`harness.cli`) and the pytest plugin (its --fmw-report-dir page).
-
-With `harness.cli`, the composition roots of the harness: the only modules of `harness` that
-import `reports`. The runner records facts, `harness.core` interprets them (one `Judgement`
-per run), and this module has `reports` render them.
-"""
+"""Publishing judged runs (judgement, ``headline.json``, ``report.html``, history): with cli, imports `reports`."""
 
 from __future__ import annotations
 
@@ -15,14 +9,7 @@ from harness.core.errors import InputError
 
 
 def report_run(out: Path, *, history: Path | None, render: bool, outcomes: bool, kind: str = "run") -> Any:
-    """Judge a finished run folder, print the judgement, render its report (and history) and
-    write headline.json.
-
-    A report reads a run's facts and never writes them: when report.html, the history or
-    headline.json cannot be written (a full disk), the run stays what the runner recorded in
-    metadata.json, and this raises `ReportFailed` saying which file failed (exit 1). report.html
-    comes first and headline.json last, so no headline.json says "pass" for a run whose
-    report is missing; `harness report` renders it again later."""
+    """Judge a run folder, print, render report and history, write headline.json last; `ReportFailed` if one fails."""
     from harness.console import make_console, print_judgement
     from harness.core.errors import ReportFailed
     from harness.core.headline import write_headline
@@ -67,9 +54,7 @@ def test_record(nodeid: str, outcome: str, folder: str) -> Any:
 
 
 def render_test_session(folders: list[str], out: Path, records: list[Any], counts: dict[str, int]) -> Path:
-    """The pytest plugin's --fmw-report-dir report: every run folder of the session judged and
-    rendered into one page with the tests' outcomes. A folder that cannot be loaded (a run
-    killed before it wrote its tables) is left out, never fatal: the session must end."""
+    """The plugin's --fmw-report-dir page of every loadable run folder of the session with the tests' outcomes."""
     from harness.core.rundata import load_run
     from harness.core.verdict import judge
     from reports import publish

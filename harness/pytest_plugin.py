@@ -1,27 +1,4 @@
-"""What the pytest plugin does, behind the hooks and fixtures `qnn_fmw_harness_plugin` declares.
-
-The plugin itself is the top-level module ``qnn_fmw_harness_plugin`` (the ``pytest11`` entry
-point ``qnn_fmw_harness``): it leaves nothing of this package imported when pytest loads it,
-and calls into this module with the package importable even where a user's project has a
-``harness`` or ``reports`` module of its own. This module holds the logic: the options and
-their parsing, the session recorder's creation, the notice about gates a small model cannot
-exercise, the runner of ``python -m harness`` and the objects the fixtures return.
-
-Options (group "qnn-fmw-harness", every one namespaced so no project's own ``--model`` or
-``--target`` clashes): ``--fmw-target``, ``--fmw-processes``, ``--fmw-model-size``,
-``--fmw-model`` are run options (declared once, on `RunOptions`, and taken here under the
-``fmw-`` prefix with the defaults of measurement tests; the targets listed are the registry's),
-parsed with ``run``'s own types and bounds when the session starts and read through
-`harness_options`; ``--fmw-report-dir DIR`` keeps every run folder of the session under
-``DIR/runs/`` and renders ``DIR/report.html`` over them at the end, with the pytest outcome of
-each test that produced a run (and of every failed test).
-
-How --fmw-report-dir survives xdist: each process that runs tests appends "this test produced
-this run folder" lines to ``DIR/.harness-session/<token>-<worker>.jsonl``; the controller
-(which sees every test's report) merges those lines with the outcomes at session end and
-renders. The token is made by the controller and handed to the workers, so lines of an earlier
-session in the same DIR are never mixed in; ``DIR/runs/`` is emptied when a session starts.
-"""
+"""The pytest plugin's logic behind the hooks and fixtures `qnn_fmw_harness_plugin` declares (docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -47,34 +24,23 @@ from harness.pytest_runner import (  # noqa: F401 - the plugin's fixtures and th
     shared_model_cache,
 )
 
-#: An install made before the entry point moved to `qnn_fmw_harness_plugin` still names this
-#: module as the plugin: pytest then loads the real one from here.
+#: An install from before the entry point moved loads the real plugin through this.
 pytest_plugins = ["qnn_fmw_harness_plugin"]
-#: The run options the plugin takes, each under this prefix (``--fmw-processes``): their flags,
-#: types and choices are the run options' own declarations (`harness.contract.options`), their
-#: defaults and help those of measurement tests.
-PREFIX = "fmw-"
+PREFIX = "fmw-"  #: The run options the plugin takes under this prefix, with their declared flags, types and choices.
 RUN_OPTIONS = {
     "target": Variant(help="target for the measurement tests: {target_names} (default: {default})"),
     "processes": Variant(default="2", help="N for the measurement tests, e.g. 2 or 1,2,4 (default: {default})"),
     "model_size": Variant(
-        default="128MiB",
-        help="generated model size; {size_help} (default: {default}, the size the saving gates need)",
+        default="128MiB", help="generated model size; {size_help} (default: {default}, the size the saving gates need)"
     ),
     "models": Variant(single=True, help="bring-your-own ONNX model for the measurement tests"),
 }
-#: The plugin's own option (no run option): where the session's runs and report go.
-REPORT_DIR = "--fmw-report-dir"
-#: The parsed options, once per session.
-OPTIONS_KEY = pytest.StashKey["HarnessOptions"]()
-
-
-# ----------------------------------------------------------------------------- options
+REPORT_DIR = "--fmw-report-dir"  #: The plugin's own option (no run option): where the session's runs and report go.
+OPTIONS_KEY = pytest.StashKey["HarnessOptions"]()  #: The parsed options, once per session.
 
 
 def run_option_arguments() -> list[tuple[str, str, dict[str, Any]]]:
-    """(field name, flag, addoption keywords with the declared ``type`` and ``choices``) of the
-    run options the plugin takes, in declaration order; the targets come from the registry."""
+    """(field, flag, addoption keywords) of the run options the plugin takes, in declaration order."""
     from harness.contract.options import add_run_options
     from harness.core.units import SIZE_HELP
     from harness.targets import NAMES
@@ -92,10 +58,7 @@ def run_option_arguments() -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def option_arguments() -> list[tuple[str, dict[str, Any]]]:
-    """Every option of the plugin as (flag, addoption keywords), plain text only: what
-    `qnn_fmw_harness_plugin` declares when pytest loads it, before the session's shadows are
-    known (it reads this with the package borrowed). Values stay text for pytest;
-    `check_options` parses them with the declared types once the session starts."""
+    """Every option of the plugin as (flag, keywords), plain text only (read with the package borrowed)."""
     options = [
         (flag, {k: v for k, v in keywords.items() if k not in ("type", "choices")})
         for _, flag, keywords in run_option_arguments()
@@ -118,8 +81,7 @@ def option_arguments() -> list[tuple[str, dict[str, Any]]]:
 
 @dataclass
 class HarnessOptions:
-    """The session's measurement options, parsed as ``run`` parses them (same types, same
-    checks); ``run_args()`` hands them to ``run_harness`` as the user spelled them."""
+    """The session's measurement options parsed as ``run`` parses them; ``run_args()`` as spelled."""
 
     target: str
     processes: list[int]
@@ -144,8 +106,7 @@ class HarnessOptions:
 
 
 def _parse(flag: str, text: str, keywords: dict[str, Any]) -> Any:
-    """One option's text parsed as argparse would (its choices, its type); a mistake is a pytest
-    usage error naming the option, on one line."""
+    """One option's text parsed as argparse would; a mistake is a one-line pytest usage error."""
     import argparse
 
     choices = keywords.get("choices")
@@ -186,8 +147,7 @@ def parse_options(config: pytest.Config) -> HarnessOptions:
 
 
 def harness_options(config: pytest.Config) -> HarnessOptions:
-    """The session's measurement options (parsed once: by `check_options` when the session
-    starts)."""
+    """The session's measurement options (parsed once by `check_options`)."""
     options = config.stash.get(OPTIONS_KEY, None)
     if options is None:
         options = config.stash[OPTIONS_KEY] = parse_options(config)
@@ -195,8 +155,7 @@ def harness_options(config: pytest.Config) -> HarnessOptions:
 
 
 def check_options(config: pytest.Config) -> None:
-    """The plugin's options parsed and checked before any session starts: a mistake is a pytest
-    usage error (exit 4, one line), never an INTERNALERROR or a session of failing tests."""
+    """The plugin's options checked before the session: a mistake is a usage error (exit 4), one line."""
     from harness.core.errors import InputError
     from harness.core.files import check_writable
 
@@ -228,8 +187,7 @@ def _check_apart(report_dir: Path) -> None:
 
 
 def start_recorder(config: pytest.Config, token: str | None) -> SessionRecorder | None:
-    """The --fmw-report-dir recorder of this process (None without the option); the controller
-    makes the session token and empties what an earlier session of the plugin left."""
+    """The --fmw-report-dir recorder of this process (None without it); the controller makes the token."""
     report_dir = config.getoption(REPORT_DIR)
     if not report_dir:
         return None
@@ -244,9 +202,7 @@ def start_recorder(config: pytest.Config, token: str | None) -> SessionRecorder 
 
 
 def gates_notice(config: pytest.Config) -> str | None:
-    """One line naming the target's default gates that cannot apply to the session's generated
-    model (a size or process count below their condition), so a "skipped" count in a run's
-    verdict never hides that a gate was not exercised; None when every gate can apply."""
+    """One line naming the default gates the session's generated model cannot exercise; None when all can."""
     from harness.contract.options import RunOptions, flag_of
     from harness.core.gates import parse_gates
     from harness.targets import get_target
@@ -272,16 +228,10 @@ def gates_notice(config: pytest.Config) -> str | None:
 
 
 def device_skip_reason() -> str | None:
-    """None when this machine can run ``device`` tests, else why they skip: the QNN device probe
-    asks the EP itself (an NPU-typed EP device, HTP usable, RPCMem loadable), never the OS or the
-    CPU alone. It runs a child process (~1-2 s), once per process, and only when a device test
-    was collected."""
+    """None when this machine can run ``device`` tests (probed once per process), else why they skip."""
     from harness.targets.qnn.device import device_skip_reason as probe
 
     return probe()  # "not a QNN device: <what the EP reported>"
-
-
-# ----------------------------------------------------------------------------- mapper fixtures
 
 
 def write_weights_file(folder: Path, size: int = 1 << 20, name: str = "weights.bin", seed: int = 0) -> Path:
@@ -295,8 +245,7 @@ def write_weights_file(folder: Path, size: int = 1 << 20, name: str = "weights.b
 
 @contextmanager
 def mapper_leak_guard() -> Iterator[None]:
-    """Fails when the block leaves mapper_impl holding more mappings, views or heap buffers
-    than before it (cyclic garbage is collected first, so only real leaks count)."""
+    """Fails when the block leaves mapper_impl holding more mappings, views or heap buffers than before."""
     import gc
 
     from mapper_impl import stats
@@ -311,7 +260,7 @@ def mapper_leak_guard() -> Iterator[None]:
     before = snapshot()
     yield
     after = snapshot()
-    # leaked_loads counts loads their finalizer already released: nothing is held by them
+    # leaked_loads counts loads their finalizer already released.
     leaked = {
         key: (before[key], value) for key, value in after.items() if value > before[key] and key != "leaked_loads"
     }

@@ -1,13 +1,4 @@
-"""The session recorder of the pytest plugin's ``--fmw-report-dir``: keeps every run folder a test
-produced under ``DIR/runs/``, the outcome of every test, and renders ``DIR/report.html`` over
-them at the end of the session (through `harness.publish`).
-
-Each process that runs tests appends "this test produced this run folder" lines to
-``DIR/.harness-session/<token>-<worker>.jsonl``; the controller (which sees every test's
-report) merges those lines with the outcomes at session end. The hooks that call
-`record_report` and `finish` are the plugin's (`qnn_fmw_harness_plugin`), which runs them with
-this package importable even where a project of the user's shadows its name.
-"""
+"""The session recorder of ``--fmw-report-dir``: run folders under ``DIR/runs/``, outcomes, ``DIR/report.html``."""
 
 from __future__ import annotations
 
@@ -45,10 +36,7 @@ class SessionRecorder:
         return self.report_dir / SESSION_DIR
 
     def start(self) -> None:
-        """Controller, before any test: a clean runs/ and session index for this session. Only
-        what an earlier session of this plugin left is removed: the plugin is active in every
-        project that installed the package, and ``--fmw-report-dir .`` in a project whose ``runs/``
-        holds something else (TensorBoard's default folder) must not delete it."""
+        """Controller, before any test: clean runs/ and index, removing only what an earlier session of ours left."""
         for folder in (self.runs, self.index):
             _check_ours(folder, self.report_dir)
         earlier = sum(1 for _ in self.runs.iterdir()) if self.runs.is_dir() else 0
@@ -78,8 +66,7 @@ class SessionRecorder:
         raise RuntimeError(f"{self.runs}: no free run folder name for {name}")
 
     def keep(self, owner: str, out: Path, fresh_out) -> Path | None:
-        """Record that ``owner`` produced the run folder ``out`` (copied under runs/ when it lies
-        elsewhere); None when ``out`` holds no measured run."""
+        """Record that ``owner`` produced ``out`` (copied under runs/); None when nothing was measured."""
         results = out / "results.csv"
         try:
             measured = False
@@ -120,8 +107,7 @@ class SessionRecorder:
         return lines
 
     def outcome_of(self, nodeid: str) -> str:
-        """A test's outcome; for a module or class id (a wide fixture's run), the worst outcome
-        of the tests inside it."""
+        """A test's outcome; for a module or class id, the worst of its tests."""
         phases = self.outcomes.get(nodeid)
         if phases is not None:
             return _merge(phases)
@@ -198,9 +184,7 @@ def _check_ours(folder: Path, report_dir: Path) -> None:
 
 
 def _not_copied(folder: str, names: list[str]) -> list[str]:
-    """What a kept copy leaves out: ``workers/`` (the bulk), and every symlink or file that is
-    not regular (a link out of the run folder is neither read nor copied: its target might be
-    ``/dev/zero`` or someone's secrets)."""
+    """What a kept copy leaves out: ``workers/`` and anything not a regular file or folder (no link followed)."""
     import stat
 
     skipped = []
@@ -216,8 +200,7 @@ def _not_copied(folder: str, names: list[str]) -> list[str]:
 
 
 def _rename_run(folder: Path) -> None:
-    """A kept copy is its own run: its run id becomes its folder name (two tests that both wrote
-    to a folder called "run" must not show up as two runs named "run")."""
+    """A kept copy's run id becomes its folder name."""
     from harness.core.files import write_json_atomic
 
     for name, key in (("metadata.json", "run"), ("headline.json", None)):
@@ -242,8 +225,7 @@ def _outcome(report: pytest.TestReport) -> str:
 
 
 def _merge(phases: list[tuple[str, str]]) -> str:
-    """One outcome from a test's setup / call / teardown reports, as pytest's summary counts
-    them: a failed setup or teardown is an error, a failed call a failure."""
+    """One outcome from a test's phases, as pytest counts them (failed setup/teardown: error)."""
     by_phase = dict(phases)
     if by_phase.get("call") == "failed":
         return "failed"

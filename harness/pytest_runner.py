@@ -1,6 +1,4 @@
-"""Running ``python -m harness`` from a pytest session, as a user would: the runner behind the
-plugin's ``harness_runner`` and ``run_harness`` fixtures (`harness.pytest_plugin`), its outcome,
-the environment of its subprocesses, and its fork server (``--fmw-fork-server``)."""
+"""Running ``python -m harness`` from a pytest session as a user would (the fixtures' runner, the fork server)."""
 
 from __future__ import annotations
 
@@ -22,12 +20,9 @@ from harness.pytest_recorder import SessionRecorder, shown_id
 if TYPE_CHECKING:
     from harness.forkserver import ForkServer
 
-#: The plugin's own option: run_harness through `harness.forkserver`.
-FORK_SERVER = "--fmw-fork-server"
-#: Where the session recorder lives between the hooks (pytest's per-config stash).
-RECORDER_KEY = pytest.StashKey[SessionRecorder]()
-#: The live session runners of this process (one per pytest session; pytester may nest one).
-_SESSION_RUNNERS: list[HarnessRunner] = []
+FORK_SERVER = "--fmw-fork-server"  #: The plugin's own option: run_harness through `harness.forkserver`.
+RECORDER_KEY = pytest.StashKey[SessionRecorder]()  #: The session recorder between hooks (pytest's per-config stash).
+_SESSION_RUNNERS: list[HarnessRunner] = []  #: This process's live session runners (pytester may nest one).
 
 
 @dataclass
@@ -64,9 +59,7 @@ def package_root() -> Path:
 
 
 def harness_env(model_cache: Path | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of a harness subprocess: this one, with the session's model cache, this
-    package first on PYTHONPATH (a ``harness`` or ``reports`` of the user's project on it must
-    not shadow ours in the child), and ``extra`` variables over all of them."""
+    """A harness subprocess's environment: the session's model cache, this package first on PYTHONPATH, ``extra``."""
     env = dict(os.environ)
     if model_cache is not None:
         env["HARNESS_CACHE_DIR"] = str(model_cache)
@@ -85,8 +78,7 @@ def safe_name(nodeid: str) -> str:
 def run_python(
     args: Sequence[str], *, cwd: Path, env: dict[str, str], timeout: float, preexec: Callable[[], None] | None = None
 ) -> subprocess.CompletedProcess:
-    """`HarnessRunner.python` of this process's session runner, or a plain subprocess before
-    there is one: for helpers that run ``python -m harness`` themselves."""
+    """`HarnessRunner.python` of the session runner, or a plain subprocess before there is one."""
     runner = session_runner()
     if runner is not None:
         return runner.python(args, cwd=cwd, env=env, timeout=timeout, preexec=preexec)
@@ -109,15 +101,12 @@ def _subprocess_python(
 
 
 def session_runner() -> HarnessRunner | None:
-    """This process's session runner (the ``harness_runner`` fixture's), for helpers that run
-    ``python -m harness`` themselves and want its fork server; None before the fixture exists."""
+    """This process's session runner, or None before the fixture exists."""
     return _SESSION_RUNNERS[-1] if _SESSION_RUNNERS else None
 
 
 class HarnessRunner:
-    """Runs ``python -m harness`` in a subprocess, as a user would, with the session's model
-    cache; with --fmw-report-dir, keeps each run folder it produced there and records which test
-    produced it."""
+    """Runs ``python -m harness`` as a user would, with the session's model cache; keeps runs for --fmw-report-dir."""
 
     def __init__(
         self, config: pytest.Config, model_cache: Path, server_folder: Callable[[], Path] | None = None
@@ -131,8 +120,7 @@ class HarnessRunner:
         _SESSION_RUNNERS.append(self)
 
     def _fork_server(self) -> ForkServer | None:
-        """The fork server, started on first use; None without ``--fmw-fork-server`` or when it
-        cannot start here (said once, as a warning: the runs then start the ordinary way)."""
+        """The fork server, started on first use; None without the option or when it cannot start (one warning)."""
         if self._server_folder is not None:
             from harness.core.errors import ForkServerUnavailable
             from harness.forkserver import ForkServer
@@ -161,9 +149,7 @@ class HarnessRunner:
         timeout: float,
         preexec: Callable[[], None] | None = None,
     ) -> subprocess.CompletedProcess:
-        """``python *args`` as ``subprocess.run(..., capture_output=True, text=True,
-        stdin=DEVNULL)`` runs it: through the fork server when there is one and the run allows it
-        (no ``preexec``, no interpreter-start variable changed), else as a subprocess."""
+        """``python *args`` as ``subprocess.run(capture_output=True, text=True)``: forked when allowed, else spawned."""
         server = self._fork_server() if preexec is None else None
         if server is not None and server.serves(env):
             return server.run(args, cwd=cwd, env=env, timeout=timeout)
@@ -174,8 +160,7 @@ class HarnessRunner:
         return self.config.stash.get(RECORDER_KEY, None)
 
     def default_out(self, owner: str, scratch: Path) -> Path:
-        """A fresh run folder for ``owner``: under DIR/runs with --fmw-report-dir (reserved with
-        an exclusive mkdir, so two xdist workers never share one), else in ``scratch``."""
+        """A fresh run folder for ``owner``: under DIR/runs (exclusive mkdir), else in ``scratch``."""
         recorder = self.recorder
         if recorder is not None:
             return recorder.reserve(safe_name(owner))
@@ -212,8 +197,7 @@ class HarnessRunner:
 
 
 def sentence_problem(out: Path) -> str:
-    """Why the headline sentence a run wrote into ``out`` contradicts itself ("" when it does
-    not, or when the run wrote none)."""
+    """Why the headline sentence in ``out`` contradicts itself ("" when it does not or there is none)."""
     from harness.core.headline import HEADLINE_JSON, factor_problem, read_headline
 
     if not (out / HEADLINE_JSON).is_file():
@@ -225,9 +209,7 @@ def sentence_problem(out: Path) -> str:
 
 
 def shared_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache folder for every xdist worker of the session (the base temp's parent is common
-    to them), so generated models are built once; the cache publishes entries atomically, so
-    racing builds are safe."""
+    """One cache folder for every xdist worker of the session (entries published atomically)."""
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     path = shared / "model-cache"

@@ -1,24 +1,4 @@
-"""mapper_impl: the QNN EP "file mapped weights" behaviour, portable, in Python.
-
-Public API (the harness, the suites and users import exactly these names):
-
-- ``load_context`` -> ``LoadedContext``: the EP's pipeline for one context (map, register each
-  region for DMA, create; one direct-read fallback), with ``STAGES``,
-  ``UPSTREAM_FALLBACK_STAGES`` (the default: a failed mapping step is fatal),
-  ``FAILED_REGISTRATIONS`` ("stale": upstream; "undo"), ``READ_COPIES`` and ``StageError``;
-- ``load_context_list`` -> ``LoadedContextList``: the shared-resource (list) path, where any
-  failure, the mapping's included, retries the whole list with the feature disabled;
-- ``MappingScope``/``SCOPES``: who shares a mapping (one per session by default, as upstream's
-  per-backend-manager file mapper; ``"process"`` is an opt-in extension);
-- ``load_weights`` -> ``Weights``: the lower level (map or read), ``RetryPolicy`` (opt-in);
-- ``FaultPlan``; ``stats``/``MapperStats``; ``sweep_registrations``; ``create_mapper``,
-  ``shared_users``, ``FileMapper``, ``MappedFile``, ``PosixFileMapper``; ``DmaBackend``;
-- the error tree (``MapperError`` and its subclasses), ``parse_disable_flag``,
-  ``validate_region``, ``FileIdentity``.
-
-The platform module is picked once, at import: `WindowsFileMapper` (ctypes over kernel32) on
-Windows, `PosixFileMapper` (mmap) everywhere else.
-"""
+"""mapper_impl: the QNN EP "file mapped weights" behaviour, portable, in Python (docs/mapper.md)."""
 
 from __future__ import annotations
 
@@ -66,8 +46,7 @@ from ._weights import PATHS_TAKEN, RetryPolicy, Weights, load_weights
 
 
 def shared_users(path: str, mapper: FileMapper | None = None) -> int:
-    """How many live loads share the process-scope mapping of ``path`` (`load_weights` and
-    ``scope="process"`` loads; a session-scope load has a mapping of its own)."""
+    """How many live loads share the process-scope mapping of ``path`` (a session-scope load has its own)."""
     return _REGISTRY.users(path, mapper or create_mapper())
 
 

@@ -1,16 +1,4 @@
-"""The two attempts of `load_context`: the mapped one (map -> request and register each region
--> create with the DMA callbacks) and the one direct read that may follow it.
-
-Upstream's requests and registrations run inside context creation (QNN calls the DMA-data
-callback once per weight region). A refused request or a failed registration fails that
-request, not the others: the readable source disables nothing in ``MapDmaData``
-(cc7ec9e qnn_backend_manager.cc 846-903) and onnxruntime-qnn #337 describes the later requests
-being made all the same ("retry the same failing path for every weight tensor"), so every
-request is made, each failure is recorded, and the creation fails once they are all made.
-With ``failed_registration="undo"`` (PR #337's proposal, unmerged) the failed registration is
-undone and mapping is disabled for the context at once: the later requests are refused
-(ABORTED) without being made, counted in one error.
-"""
+"""The two attempts of `load_context`: mapped (every request made: cc7ec9e 846-903), then one direct read."""
 
 from __future__ import annotations
 
@@ -41,18 +29,15 @@ class Load:
     read_copy: str = "kept"
     failed_registration: str = "stale"
     map_attempts: int = 0
-    #: the failed attempt's registrations whose release callbacks have not arrived yet
-    late: LateCallbacks = field(default_factory=list)
-    #: the failed attempt's mapping, still mapped until the fallback context exists
-    held: list[Weights] = field(default_factory=list)
+    late: LateCallbacks = field(default_factory=list)  #: the failed attempt's registrations awaiting release callbacks
+    held: list[Weights] = field(default_factory=list)  #: the failed attempt's mapping, kept until the fallback exists
 
     @property
     def late_release(self) -> str:
         return self.cursor.late_release if self.cursor is not None else ""
 
     def release_late(self) -> None:
-        """The failed attempt's release callbacks arrive now: each deregisters its own
-        registration (by token: never anything of the fallback context)."""
+        """The failed attempt's release callbacks arrive now: each deregisters only its own registration."""
         late, self.late = self.late, []
         for dma, regs in late:
             self.errors += [StageError("late-release", "deregister", str(e)) for e in dma.release_late(regs)]
@@ -60,17 +45,14 @@ class Load:
                 keep_for_later_sweeps(dma)
 
     def late_at_teardown(self) -> LateCallbacks:
-        """Callbacks planned for the fallback context's teardown (`FaultPlan.late_release`
-        "teardown"): handed to that context; none are delivered before."""
+        """Callbacks planned for the fallback context's teardown (`FaultPlan.late_release` "teardown")."""
         if self.late_release != "teardown":
             return []
         late, self.late = self.late, []
         return late
 
     def release_held(self, into: list | None = None) -> None:
-        """Release the failed attempt's mapping (after its late release callbacks: their views
-        pin it), or hand it, still mapped, to ``into``: a caller that retries itself (the list
-        path, `MappingScope.failed_mappings`) releases it once its retry is over."""
+        """Release the failed attempt's mapping, or hand it still mapped to ``into`` (a caller that retries itself)."""
         held, self.held = self.held, []
         if into is not None:
             into.extend(held)
@@ -79,9 +61,7 @@ class Load:
             weights.close()
 
     def call_create(self, weights: Weights, views: list[memoryview], *, with_callbacks: bool) -> Any:
-        """The caller's create. Injected create faults model "contextCreateFromBinaryWithCallback
-        failed": they hit only the mapped attempt's creation (with the DMA callbacks); the direct
-        read creates the context from a buffer, a call that has no such failure."""
+        """The caller's create; injected create faults hit only the mapped attempt's creation (with callbacks)."""
         value = self.create(weights, list(views))
         if with_callbacks and self.cursor is not None:
             self.cursor.after_create(views)  # an injected failure after the work, as QNN fails
@@ -93,17 +73,13 @@ class RequestsFailed(Exception):
 
 
 def sweep_failed(load: Load, failed: list[DmaRegistrations]) -> None:
-    """The teardown sweep of a load that ends in an error: retry its failed deregistrations
-    once; what still fails stays pending for later sweeps."""
+    """The teardown sweep of a failed load: retry its failed deregistrations once."""
     for dma in failed:
         load.errors += [StageError("mapped", "deregister", str(e)) for e in dma.sweep()]
 
 
 def request_regions(load: Load, weights: Weights, dma: DmaRegistrations, views: list[memoryview]) -> None:
-    """QNN's DMA-data requests, one per region, in order: each refused or failed request is
-    recorded and the next one is made (nothing disables them upstream); with the opt-in undo,
-    a failed registration disables mapping for this context and the rest are refused unmade.
-    Raises `RequestsFailed` once they are made if any failed."""
+    """QNN's DMA-data requests, one per region: every failure recorded, the next made; RequestsFailed at the end."""
     failures = dma.register_requests(load.requests, weights.request, weights.base_address, views)
     for i, err in failures:
         load.errors.append(StageError("mapped", "register", describe(err)))
@@ -126,8 +102,7 @@ def request_regions(load: Load, weights: Weights, dma: DmaRegistrations, views: 
 def mapped_attempt(
     load: Load, mapper: FileMapper, policy: RetryPolicy, backend: DmaBackend
 ) -> tuple[LoadedContext | None, str, DmaRegistrations | None]:
-    """map -> register -> create. Returns (context, "", None) on success, else (None, failed
-    stage, this attempt's registrations: their failed deregistrations await a sweep)."""
+    """map -> register -> create: (context, "", None), or (None, failed stage, this attempt's registrations)."""
     weights, load.map_attempts, map_errors, _ = map_stage(load.path, mapper, load.cursor, policy, load.scope.registry)
     load.errors += [StageError("mapped", "map", e) for e in map_errors]
     if weights is None:
@@ -175,12 +150,7 @@ def mapped_attempt(
 
 
 def direct_attempt(load: Load, path_taken: str, fallback_stage: str, failed: list[DmaRegistrations]) -> LoadedContext:
-    """Read the whole file into the heap, cut the regions, create. ContextLoadError (with
-    every earlier error) if it fails; a FileCheckError on a first attempt stays itself.
-    Late release callbacks of the failed attempt (`FaultPlan.late_release`) arrive after the
-    read ("during"), after the creation ("after") or at the fallback context's teardown
-    ("teardown": the context gets them); the failed attempt's mapping (`Load.held`) stays
-    mapped until then (its registrations pin it), on every path."""
+    """Read the whole file into the heap, cut the regions, create; late release callbacks arrive as planned."""
     weights = None
     views: list[memoryview] = []
     stage = "read"
@@ -210,10 +180,7 @@ def direct_attempt(load: Load, path_taken: str, fallback_stage: str, failed: lis
     if load.read_copy == "transient":  # upstream's local buffer: freed once the context exists
         views = drop_views(views)
         weights.close()
-    # only then the failed attempt's mapping (upstream: with the session, long after the local
-    # copy): the start-up peak, the copies at their most, is always beside the mapping (released
-    # first, a sample between the two saw the peak's private figure without the mapping)
-    load.release_held()
+    load.release_held()  # Only then the failed attempt's mapping: the start-up peak is beside it (as upstream's).
     return LoadedContext(
         path=load.path,
         value=value,
@@ -231,8 +198,7 @@ def direct_attempt(load: Load, path_taken: str, fallback_stage: str, failed: lis
 
 
 def drop_views(views: list[memoryview]) -> list[memoryview]:
-    """Release our region views of a transient read copy; one ``create`` still uses in place
-    (exported to numpy or ORT) keeps that memory valid until it lets go."""
+    """Release our views of a transient read copy (a ``create`` still using it in place keeps it valid)."""
     for view in views:
         try:
             view.release()

@@ -1,16 +1,4 @@
-"""The file-mapping interface every platform implements, and the logic they share.
-
-A platform supplies its primitives (open and map ONE read-only view of the whole file, report
-the view's base address, read the file's current identity); `MappedFile` turns them into the
-upstream behaviour: one view per file, and each weight region is ``base + offset`` inside it
-(a slice of the whole-file view: no new OS view, no descriptor per region), refused by
-upstream's rules in upstream's order.
-
-Lifetime rule (why close() cannot segfault): the object that owns the OS view unmaps it when
-it is garbage collected. close() only drops mapper_impl's own references; a region slice, a
-numpy array or an OrtValue still pointing into the view pins the whole view, its unmap is
-deferred until the last user goes, and `stats().deferred_unmaps` counts it (one per view).
-"""
+"""The file-mapping interface: one read-only whole-file view per file; regions are ``base + offset`` slices."""
 
 from __future__ import annotations
 
@@ -18,14 +6,7 @@ import threading
 import weakref
 from abc import ABC, abstractmethod
 
-from ._common import (
-    ClosedError,
-    FileIdentity,
-    MapperError,
-    StaleFileError,
-    identity_of_path,
-    validate_region,
-)
+from ._common import ClosedError, FileIdentity, MapperError, StaleFileError, identity_of_path, validate_region
 from ._faults import FaultCursor
 from ._stats import COUNTERS
 
@@ -33,20 +14,16 @@ from ._stats import COUNTERS
 class FileMapper(ABC):
     """One implementation per OS: `PosixFileMapper`, `WindowsFileMapper`."""
 
-    #: The OS's mapping granularity (64 KiB on Windows, the page size on POSIX): views start on
-    #: a multiple of it; regions, being slices of the whole-file view, do not depend on it.
-    allocation_granularity: int
+    allocation_granularity: int  #: The OS's mapping granularity (64 KiB on Windows, the page size on POSIX).
     name: str
 
     def identity_of_path(self, path: str) -> FileIdentity:
-        """Identity of what ``path`` names now, read the way this mapper reads it for a
-        mapping (the registry compares the two, so both must come from the same API)."""
+        """Identity of what ``path`` names now, read through the same API as a mapping's."""
         return identity_of_path(path)
 
     @abstractmethod
     def map_file(self, path: str, faults: FaultCursor | None = None) -> MappedFile:
-        """Open ``path`` read-only and map all of it read-only. Raises MappingError (the map
-        stage failed) or a FileCheckError (input error)."""
+        """Open ``path`` read-only and map all of it; MappingError or a FileCheckError."""
 
 
 class MappedFile(ABC):
@@ -63,11 +40,9 @@ class MappedFile(ABC):
         self._buffer: memoryview | None = memoryview(owner).cast("B").toreadonly()
         self._track_view(owner)
 
-    # -- platform primitives ------------------------------------------------------------
     @abstractmethod
     def _map_whole_file(self) -> tuple[object, int]:
-        """Map the whole file read-only; return (an object exporting the view's buffer that
-        unmaps it when garbage collected, the view's base address). Raises MappingError."""
+        """Map the whole file read-only: (a buffer exporter that unmaps when collected, base address)."""
 
     @abstractmethod
     def _track_view(self, owner: object) -> None:
@@ -81,7 +56,6 @@ class MappedFile(ABC):
     def _release_handles(self) -> None:
         """Drop this object's own OS handles, if it kept any (the view keeps what it needs)."""
 
-    # -- shared behaviour ---------------------------------------------------------------
     @property
     def closed(self) -> bool:
         return self._closed
@@ -95,8 +69,7 @@ class MappedFile(ABC):
         return buffer
 
     def region(self, offset: object, size: object, *, feature_enabled: bool = True) -> memoryview:
-        """``base + offset``: a read-only slice ``[offset, offset+size)`` of the whole-file view,
-        refused by upstream's rules (``feature_enabled`` is the asking context's switch)."""
+        """``base + offset``: a read-only slice of the whole-file view, refused by upstream's rules."""
         if self._closed:
             raise ClosedError(f"mapping of {self.path} is closed")
         offset, size = validate_region(offset, size, self.size, feature_enabled=feature_enabled)
@@ -107,11 +80,7 @@ class MappedFile(ABC):
             return buffer[offset : offset + size]
 
     def verify(self) -> None:
-        """Raise StaleFileError if the file was truncated, replaced or rewritten since it was
-        mapped.
-
-        Call it before touching pages after anything could have changed the file: on POSIX a
-        truncated mapping raises SIGBUS on access, which no Python code can catch."""
+        """StaleFileError if the file changed since it was mapped (a truncated POSIX mapping is a SIGBUS)."""
         try:
             now = self.current_identity()
         except (OSError, MapperError) as err:
@@ -123,8 +92,7 @@ class MappedFile(ABC):
             raise StaleFileError(f"{self.path}: {change} since it was mapped")
 
     def close(self) -> bool:
-        """Release the mapping. True if it was unmapped now, False if something still pinning
-        the view (a region slice, a numpy array, an OrtValue...) defers the unmap."""
+        """Release the mapping: True if unmapped now, False if something still pins the view."""
         with self._lock:
             if self._closed:
                 return True

@@ -1,8 +1,4 @@
-"""Error tree, file checks, file identity and region rules shared by every platform.
-
-Platform modules (`_posix`, `_windows`) turn OS errors into the domain errors defined here,
-and only there (``raise ... from err``), so callers never see a raw ``OSError`` from a mapping.
-"""
+"""Error tree, file checks, file identity and region rules shared by every platform (OS errors become these here)."""
 
 from __future__ import annotations
 
@@ -12,26 +8,15 @@ import stat as stat_mod
 import sys
 from dataclasses import dataclass, field
 
-#: Bytes kept at each end of a mapped file for its identity: same-size rewrites inside one
-#: mtime tick are common (a build step rewriting a .bin, whose header and trailer change), and
-#: stat alone would miss them. One page each end, read with two preads and compared as they
-#: are (no hash: BLAKE2b of two pages was 0.12 M instructions of every mapped load, issue 32);
-#: no edge size can see a rewrite of the middle of a file anyway.
-IDENTITY_EDGE_BYTES = 4 * 1024
+IDENTITY_EDGE_BYTES = 4 * 1024  #: Bytes kept at each end for a file's identity (same-size rewrites in one mtime tick).
 
-#: Largest size a mapping can have on this interpreter (upstream: "size fits in size_t").
-MAX_MAPPABLE = sys.maxsize
+MAX_MAPPABLE = sys.maxsize  #: Largest size a mapping can have on this interpreter (upstream: "size fits in size_t").
 
 U64_MAX = (1 << 64) - 1
 
 
 class MapperError(Exception):
-    """Base of every error raised by mapper_impl.
-
-    Every one survives pickling (a load in a process pool hands its error back to the parent
-    that way): ``Exception`` rebuilds an error by calling its class with ``args`` (the message)
-    and then restores its attributes, so a class whose ``__init__`` takes other arguments says
-    how it is rebuilt in ``__reduce__``, as psutil's errors do."""
+    """Base of every error raised by mapper_impl; each survives pickling (``__reduce__`` where ``__init__`` differs)."""
 
 
 class FileCheckError(MapperError):
@@ -78,8 +63,7 @@ class PlatformUnavailableError(MappingError):
     """File mapping is not available here at all: retrying cannot help."""
 
 
-#: QNN's status codes for a refused region request (QNN_CONTEXT_ERROR_...), kept on RegionError.
-STATUS_ABORTED = "ABORTED"
+STATUS_ABORTED = "ABORTED"  #: QNN's status codes for a refused region request, kept on RegionError.
 STATUS_INVALID_ARGUMENT = "INVALID_ARGUMENT"
 
 #: Upstream's wording for a request refused because mapping was switched off for the context.
@@ -89,8 +73,7 @@ DISABLED_MESSAGE = (
 
 
 class RegionError(MapperError, ValueError):
-    """A region request (offset, size) was refused, by the same rules and in the same order as
-    upstream's DMA-data callback. ``status`` is the QNN status upstream returns for it."""
+    """A refused region request, by upstream's rules and order; ``status`` is the QNN status upstream returns."""
 
     def __init__(self, message: str, *, status: str = STATUS_INVALID_ARGUMENT) -> None:
         super().__init__(message)
@@ -98,30 +81,24 @@ class RegionError(MapperError, ValueError):
 
 
 class FeatureDisabledError(RegionError):
-    """Region requests are refused because mapping was disabled for this context (load) after
-    an earlier error: upstream's ABORTED."""
+    """Mapping was disabled for this load after an earlier error: upstream's ABORTED."""
 
     def __init__(self, message: str = DISABLED_MESSAGE) -> None:
         super().__init__(message, status=STATUS_ABORTED)
 
 
 class RegistrationError(MapperError):
-    """A region could not be registered for DMA (upstream: "Failed to register DMA data mapping
-    to RPCMEM"): the attempt that asked for it fails."""
+    """ "Failed to register DMA data mapping to RPCMEM": the attempt that asked for it fails."""
 
 
 class DeregistrationError(MapperError):
-    """A registered region could not be deregistered (upstream: "Failed to deregister buffer
-    from RPCMEM", the release callback returns MEM_ALLOC): it stays registered, forgotten and
-    counted as leaked (upstream), or kept for a teardown sweep (opt-in)."""
+    """ "Failed to deregister buffer from RPCMEM" (MEM_ALLOC): leaked (upstream) or kept for a sweep (opt-in)."""
 
     status = "MEM_ALLOC"
 
 
 class ContextLoadError(MapperError):
-    """Every path a `load_context` was allowed to take failed. The message and ``errors`` keep
-    every stage's error in the order they happened (the mapped attempt's, then the direct
-    read's), so a failed fallback never hides why mapping failed."""
+    """Every allowed path of a load failed; ``errors`` keeps each stage's error in order."""
 
     def __init__(self, path: str, errors: tuple, failed_stage: str = "") -> None:
         text = "; ".join(str(e) for e in errors) or "no error recorded"
@@ -147,11 +124,7 @@ class HeapReadError(MapperError):
 
 
 def parse_disable_flag(value: object) -> bool:
-    """Accept the EP's string values ("0"/"1") and bools for `disable_file_mapped_weights`.
-
-    Anything else is a clear ValueError: "yes", "2" or "" silently meaning "off" is how a
-    nightly run ends up measuring the wrong mode.
-    """
+    """ "0"/"1" or a bool for `disable_file_mapped_weights`; anything else is a ValueError, never a silent "off"."""
     if isinstance(value, bool):
         return value
     if value in ("0", "1"):
@@ -160,8 +133,7 @@ def parse_disable_flag(value: object) -> bool:
 
 
 def check_file(path: str) -> os.stat_result:
-    """Upstream's checks before mapping, each with its own error: exists, regular, not empty,
-    fits in size_t. Returns the stat result so callers do not stat twice."""
+    """Upstream's checks before mapping (exists, regular, not empty, fits in size_t); returns the stat."""
     try:
         st = os.stat(path)
     except FileNotFoundError as err:
@@ -182,9 +154,7 @@ def check_file(path: str) -> os.stat_result:
 
 @dataclass(frozen=True)
 class FileIdentity:
-    """What makes "the same file": device, inode / file index, size, mtime and the file's edges
-    (its first and last bytes, kept as they are: compared byte for byte, which costs nothing
-    at map time, where hashing them cost 0.12 M instructions a mapping, issue 32)."""
+    """What makes "the same file": device, inode / file index, size, mtime and the file's edge bytes."""
 
     device: int
     inode: int
@@ -203,8 +173,7 @@ class FileIdentity:
 
 
 def file_edges(read_at, size: int, edge: int = IDENTITY_EDGE_BYTES) -> bytes:
-    """The first and last ``edge`` bytes of a file (all of it when smaller than two edges) via
-    ``read_at(offset, n)``."""
+    """The first and last ``edge`` bytes of a file via ``read_at(offset, n)``."""
     head = read_at(0, min(size, edge))
     if size <= edge:
         return head
@@ -216,8 +185,7 @@ _HAS_PREAD = hasattr(os, "pread")  # POSIX; Windows CPython seeks and reads
 
 
 def identity_of_fd(fd: int, edge: int = IDENTITY_EDGE_BYTES) -> FileIdentity:
-    """Identity of an open file: stat and read the *opened* file, not the path, so a rename
-    between open and identity cannot mix two files. ``edge``: bytes kept at each end."""
+    """Identity of an open file (stat and read the opened file, not the path)."""
     st = os.fstat(fd)
 
     def read_at(offset: int, n: int) -> bytes:
@@ -239,10 +207,7 @@ def identity_of_path(path: str, edge: int = IDENTITY_EDGE_BYTES) -> FileIdentity
 
 
 def as_index(value: object, name: str) -> int:
-    """``value`` as a Python int, from any integer type (numpy's included, via ``__index__``).
-    A bool or a float is a programming error: TypeError, not a silently truncated offset.
-    numpy's bool counts as a bool whatever numpy's version: before numpy 2 it still had a
-    (deprecated) ``__index__`` (found on Windows CPython with numpy 1.26, the Wine lane)."""
+    """``value`` as an int via ``__index__``; a bool (numpy's too) or a float is a TypeError."""
     if type(value) is int:  # the common case, first: one check per offset of every region
         return value
     kind = type(value)
@@ -263,13 +228,7 @@ def validate_region(
     base_is_null: bool = False,
     needs_backend_mapping: bool = True,
 ) -> tuple[int, int]:
-    """Refuse a weight-region request exactly where, and in the order, upstream's DMA-data
-    callback refuses one: disabled (ABORTED), null base, size 0 or no backend mapping needed,
-    64-bit overflow, past the end of the file (INVALID_ARGUMENT). Negative values, which QNN's
-    uint64 fields cannot carry, are refused before the overflow check.
-
-    Returns ``(offset, size)`` as Python ints (numpy integers and other ``__index__`` types are
-    accepted)."""
+    """Refuse a region request where and in the order upstream's DMA-data callback does; ``(offset, size)`` as ints."""
     if (
         type(offset) is int
         and type(size) is int

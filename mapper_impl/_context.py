@@ -1,47 +1,4 @@
-"""`load_context`: the QNN EP's pipeline for one context (one session) over a weights file.
-
-A mapped attempt is map -> request and register each region -> create. If the registration
-stage or the creation fails, that attempt's registrations are released (QNN calls the release
-callbacks: upstream does not deregister the failed attempt itself) and exactly one
-direct-read (heap) attempt follows, which calls ``create`` again over regions of a private
-copy. Upstream (onnxruntime-qnn 2.7.0, `qnn_backend_manager.cc`) does this on the
-single-context path: "contextCreateFromBinaryWithCallback failed (<err>). Retrying with direct
-read.". A failure of the mapping step itself fails the load there (cc7ec9e
-qnn_backend_manager.cc 1416-1422: ``ORT_RETURN_IF_ERROR`` around the file mapper, before any
-creation). The shared-resource (list) path is `load_context_list` (`_list`); the attempts
-themselves are in `_attempts`.
-
-What follows upstream by default, and what is an explicit opt-in of ours:
-
-- Which stage failures fall back (``fallback_stages``): register and create
-  (`UPSTREAM_FALLBACK_STAGES`); a failed mapping step raises ContextLoadError. ``STAGES`` (map
-  too) is the lenient opt-in: not upstream behaviour.
-- A failed registration (``failed_registration``): left behind, "stale" (registered, no fd,
-  never undone: cc7ec9e 886-893), and the later requests are still made; "undo" is the
-  unmerged fix of onnxruntime-qnn PR #337 (undo it, refuse the later requests).
-- Scope of the mapping (``scope``): one mapper per session, as upstream's backend-manager
-  member; loads that share EP contexts pass one `MappingScope`; ``"process"`` is ours (`_scope`).
-- A failed deregistration returns MEM_ALLOC and is forgotten (a leak, counted); the teardown
-  sweep is ours (``sweep_deregistrations``).
-- The direct-read copy (``read_copy``): ``"transient"`` is upstream's lifetime (a local freed
-  once the context exists: ``create`` must make the runtime's own copy, as QNN does), so the
-  heap path peaks at two copies and keeps one; ``"kept"`` (default of this API) holds the read
-  copy for the context's life and ``create`` may use it in place.
-- Falling back at all (``fallback_to_heap``); retrying the map stage (``retry``, off by default:
-  upstream never retries the mapping).
-- The failed attempt's mapping: upstream caches it in the backend manager's file mapper, whose
-  views stay until the backend manager goes (the session's life), so it is still mapped, with
-  the pages the failed creation read resident, while the direct read makes its copy. Here too
-  it stays mapped (held, not closed) through the direct read and the fallback's creation: the
-  start-up peak of a fallback is upstream's, the mapping and the copy at once. Deliberately,
-  it is released once the fallback context exists (or the fallback fails) rather than with
-  the session, so a fallback's steady figures are the fallback's own (unless release callbacks
-  planned for teardown still pin it); a transient read copy is freed before it, as upstream's
-  local is freed long before its cached view, so the peak is always beside the mapping.
-
-Every error is kept in full, in order, in ``errors`` and in the ContextLoadError raised when
-the direct read fails too: a failed fallback never hides why mapping failed.
-"""
+"""`load_context`: the QNN EP's single-context pipeline; a failed mapping step is fatal (cc7ec9e 1416-1422)."""
 
 from __future__ import annotations
 
@@ -70,14 +27,11 @@ __all__ = [
     "load_context",
 ]
 
-#: The mapped attempt's stages, in order; ``fallback_stage`` is one of them (or "").
-STAGES = ("map", "register", "create")
-#: Upstream's single-context path: a failure of the mapping step itself does not fall back
-#: (the default of `load_context`); ``STAGES`` is the lenient opt-in.
+STAGES = ("map", "register", "create")  #: The mapped attempt's stages, in order; ``fallback_stage`` is one of them.
+#: Upstream's single-context path: a failed mapping step does not fall back; ``STAGES`` is the opt-in.
 UPSTREAM_FALLBACK_STAGES = frozenset({"register", "create"})
-#: Upstream's policy (one mapping attempt), made once rather than per load.
-ONE_ATTEMPT = RetryPolicy()
-#: ``read_copy``: how long the direct read's copy lives (see the module docstring).
+ONE_ATTEMPT = RetryPolicy()  #: Upstream's policy (one mapping attempt), made once rather than per load.
+#: ``read_copy``: how long the direct read's copy lives ("transient": upstream's local, freed once the context exists).
 READ_COPIES = ("kept", "transient")
 
 
@@ -85,10 +39,7 @@ _TUPLE, _PAIR, _INT = {tuple}, {2}, {int}
 
 
 def _requests(regions: Iterable) -> list[tuple[int, int]]:
-    """(offset, size) pairs as ints, checked for type before any work is done; their values
-    are refused (or not) by upstream's rules at the register stage. A list of int pairs (what
-    a caller that read its regions from a file has) is taken in one pass over it (a load has
-    thousands of regions, inside the timed part), anything else item by item."""
+    """(offset, size) pairs as ints, type-checked before any work (a list of int pairs in one pass)."""
     if (
         type(regions) is list
         and set(map(type, regions)) <= _TUPLE
@@ -151,24 +102,7 @@ def load_context(
     sweep_deregistrations: bool = False,
     read_copy: str = "kept",
 ) -> LoadedContext:
-    """Create one context over the weights file at ``path`` the way the QNN EP does.
-
-    ``regions``: the (offset, size) weight regions the context asks for (any integer types).
-    ``create(weights, views)``: the caller's context creation; ``views`` are read-only
-    memoryviews of the regions, in order (``base + offset`` in the shared mapping, or slices
-    of the private copy on the direct path: ``weights.path_taken`` says which). Its return
-    value is ``LoadedContext.value``.
-    ``disable_file_mapped_weights``: "1"/True goes straight to the direct read (no default:
-    always pass it, as upstream's open proposal to change its default advises).
-    ``fallback_stages``: the stages whose failure falls back (upstream: register, create);
-    ``failed_registration``: "stale" (upstream) or "undo" (PR #337's proposal).
-    ``scope``: "session" (upstream), "process" (ours), or one `MappingScope` shared by loads
-    that share EP contexts. ``sweep_deregistrations``: retry failed deregistrations at
-    teardown (ours). ``read_copy``: "kept" or "transient" (upstream's direct-read copy).
-
-    Raises FileCheckError for an unusable file (never a fallback), ContextLoadError when every
-    allowed path failed (all stage errors kept), TypeError/ValueError for bad arguments (before
-    any work)."""
+    """Create one context over ``path`` the way the QNN EP does (docs/mapper.md describes the options)."""
     disabled = parse_disable_flag(disable_file_mapped_weights)
     _check_choices(read_copy, failed_registration, create, retry)
     requests = _requests(regions)

@@ -1,39 +1,4 @@
-"""DMA registration of weight regions: upstream registers each region it hands QNN with the
-RPCMem (FastRPC) library and deregisters it in the release callback (whether or not mapping is
-still enabled for the context: there may be registrations from before an error). This module
-keeps that contract: register a region, deregister it, and count every registration in
-`stats()`.
-
-A failed deregistration follows the readable source (commit cc7ec9e): "Failed to deregister
-buffer from RPCMEM: <ptr>", status MEM_ALLOC, and nothing is kept or retried: the buffer stays
-registered and is counted as leaked (`stats().dma_leaked_registrations`, which a worker's
-teardown reports as a leak). Keeping it and retrying it at teardown sweeps is an opt-in
-extension of ours (``sweep=True``, the cpu target's ``--sweep-deregistrations``).
-
-What backs a registration (`DmaBackend`):
-
-- ``"bookkeeping"`` (the default): the registration is recorded, nothing else. There is no
-  NPU or RPCMem off a Snapdragon device, and everything the pipeline decides (which stage
-  failed, what is deregistered when, what a leak looks like) lives in the bookkeeping.
-- ``"mlock"`` (opt-in, POSIX): the closest real analogue of importing a buffer for DMA, locking
-  its pages in memory, bounded by ``RLIMIT_MEMLOCK`` (a real "cannot register" that the OS
-  decides). Not the default because locking faults in every page of every region at
-  registration: a mapped load would then pay the whole file's reads at session creation and
-  hold it resident, which changes exactly the init-time and memory figures the harness
-  measures, and a modest RLIMIT_MEMLOCK (8 MiB by default on many distributions) would make
-  every real model fail registration.
-
-A failed registration follows the readable source too (cc7ec9e qnn_backend_manager.cc 886-893:
-``register_buf`` then ``to_fd``; on -1 it returns QNN_COMMON_ERROR_SYSTEM and undoes nothing):
-the region stays registered with the backend, with no fd, and nobody will deregister it: a
-stale registration (onnxruntime-qnn #337's words), counted per context (`stale`) and
-process-wide (`stats().dma_stale_registrations`, a worker reports it as a leak). Undoing it
-(``failed="undo"``, what the unmerged PR #337 proposed) is an opt-in.
-
-Per context (`DmaRegistrations`, one per `load_context`), as upstream's registrations belong
-to the backend manager that made them: a context's teardown deregisters only its own, so one
-session's faults never touch another's.
-"""
+"""DMA registration of weight regions per context; failures stay stale or leak as cc7ec9e 886-893 unless opted."""
 
 from __future__ import annotations
 
@@ -53,8 +18,7 @@ _TOKENS = itertools.count(1)  # upstream gets an fd per registration; we hand ou
 
 
 class DmaBackend(ABC):
-    """How a registration is realised. Raise OSError on failure (the layer above turns it into
-    RegistrationError / DeregistrationError: OS errors become domain errors at this boundary)."""
+    """How a registration is realised; raises OSError (turned into domain errors above)."""
 
     name: str
 
@@ -68,7 +32,7 @@ class DmaBackend(ABC):
 
 
 class BookkeepingBackend(DmaBackend):
-    """Records registrations only (see the module docstring for why it is the default)."""
+    """Records registrations only (the default: no RPCMem here, and mlock would fault in every page)."""
 
     name = "bookkeeping"
 
@@ -80,9 +44,7 @@ class BookkeepingBackend(DmaBackend):
 
 
 class MlockBackend(DmaBackend):
-    """``mlock``/``munlock`` over libc, with a per-page reference count: the kernel does not
-    count locks, so two regions sharing a page (adjacent weights) must not unlock it for each
-    other. Bounded by RLIMIT_MEMLOCK unless the process has CAP_IPC_LOCK."""
+    """``mlock``/``munlock`` with a per-page reference count (the kernel does not count locks)."""
 
     name = "mlock"
 
@@ -146,15 +108,13 @@ class MlockBackend(DmaBackend):
 
 
 BACKENDS = ("bookkeeping", "mlock")
-#: What becomes of a registration whose ``to_fd`` failed: left "stale" (upstream) or "undo"ne.
-FAILED_REGISTRATIONS = ("stale", "undo")
+FAILED_REGISTRATIONS = ("stale", "undo")  #: A registration whose ``to_fd`` failed: left "stale" (upstream) or undone.
 _shared: dict[str, DmaBackend] = {}
 _shared_lock = threading.Lock()
 
 
 def get_backend(backend: str | DmaBackend) -> DmaBackend:
-    """The process's backend for a name (one per process: page counts must be shared by every
-    context), or ``backend`` itself if it already is one."""
+    """The process's backend for a name (one per process), or ``backend`` itself."""
     if type(backend) is not str:  # a str first: an ABC's isinstance is slow, and every load asks
         if isinstance(backend, DmaBackend):
             return backend
@@ -169,11 +129,7 @@ def get_backend(backend: str | DmaBackend) -> DmaBackend:
 
 
 class Registration:
-    """One registered region. ``view`` pins the region's memory while it is registered (a
-    failed deregistration must not let the mapping be unmapped under the DMA engine).
-
-    A slotted class, not a dataclass: a load makes one per weight region (thousands for an
-    LLM), inside the timed part, as the EP registers each region inside context creation."""
+    """One registered region; ``view`` pins its memory (slotted: a load makes thousands)."""
 
     __slots__ = ("token", "path", "offset", "size", "address", "view")
 
@@ -195,9 +151,7 @@ class Registration:
 
 
 def _as_data(err: BaseException) -> BaseException:
-    """``err`` (and its cause) without tracebacks: a failure kept in a list must not keep this
-    frame, its region view or its registrations alive (a traceback would, in a cycle only the
-    garbage collector breaks, and the mapping would stay mapped after its load is closed)."""
+    """``err`` and its cause without tracebacks, so a kept failure pins no frame or mapping."""
     err.__traceback__ = None
     if err.__cause__ is not None:
         err.__cause__.__traceback__ = None
@@ -205,8 +159,7 @@ def _as_data(err: BaseException) -> BaseException:
 
 
 class DmaRegistrations:
-    """One context's registrations: live ones, and (``sweep`` only) failed deregistrations
-    kept for a sweep."""
+    """One context's registrations: live ones and (``sweep`` only) failed deregistrations."""
 
     def __init__(
         self,
@@ -244,9 +197,7 @@ class DmaRegistrations:
             return len(self._pending)
 
     def register(self, view: memoryview, offset: int, address: int) -> Registration:
-        """Register one region; RegistrationError (the request fails) if it cannot be. A
-        failure after the backend registered it (upstream: ``to_fd`` returning -1) leaves the
-        registration behind, stale, or undoes it (``failed="undo"``)."""
+        """Register one region; RegistrationError if not (a late failure stays stale or is undone)."""
         reg = self._new(view, offset, address)
         with self._lock:
             self._live[reg.token] = reg
@@ -260,17 +211,7 @@ class DmaRegistrations:
         base: int,
         views: list[memoryview],
     ) -> list[tuple[int, RegionError | RegistrationError]]:
-        """QNN's DMA-data requests of one load, in order: ``request(offset, size)`` gives the
-        region (or raises RegionError: refused), which is then registered as `register` does;
-        each accepted region's view is appended to ``views``. A refused or failed request is
-        returned with its index and the next one is made (nothing disables them upstream);
-        with ``failed="undo"`` the first failed registration ends the requests. Returns the
-        failures, in order.
-
-        One batch, not `register` per region: a load makes thousands of requests inside the
-        timed part (the EP's own are C++), so the table and the counters are updated once, when
-        the requests end (or an interrupt ends them: what was registered is still counted and
-        still released by `release_all`)."""
+        """QNN's DMA-data requests of one load, in one batch (thousands per load): returns the failures, in order."""
         new, made, failures = self._new, {}, []
         try:
             for i, (offset, size) in enumerate(requests):
@@ -292,9 +233,7 @@ class DmaRegistrations:
         return failures
 
     def _new(self, view: memoryview, offset: int, address: int) -> Registration:
-        """The backend's registration of one region and its record (not yet in the table).
-        The success path does only what the request needs: an error's text is made only for
-        an error."""
+        """The backend's registration of one region and its record (not yet in the table)."""
         size = len(view)
         try:
             self.backend.register(address, size)
@@ -336,10 +275,7 @@ class DmaRegistrations:
             return list(self._live.values())
 
     def release_late(self, regs: list[Registration]) -> list[DeregistrationError]:
-        """The failed attempt's release callbacks (one per registration in ``regs``, what it
-        handed out), arriving late (after the retry began): each deregisters its own
-        registration once; one whose registration is already gone (the teardown got there
-        first) is a no-op, never a second deregistration."""
+        """The failed attempt's late release callbacks: each deregisters its own registration once."""
         with self._lock:
             self.late_callbacks += len(regs)
         return [e for e in map(self.release, regs) if e is not None]
@@ -357,10 +293,7 @@ class DmaRegistrations:
         return None
 
     def release(self, reg: Registration) -> DeregistrationError | None:
-        """Deregister ``reg`` (upstream's release callback). A registration this context does
-        not hold (never registered, already released) succeeds as a no-op. A failure is
-        returned (not raised: teardown must go on) and, as upstream, the registration is
-        forgotten and counted as leaked; with ``sweep`` it is kept pending instead."""
+        """Deregister ``reg``; a failure is returned and leaked (upstream) or kept pending (``sweep``)."""
         with self._lock:
             if self._live.pop(reg.token, None) is None:
                 return None
@@ -405,16 +338,12 @@ class DmaRegistrations:
         return errors
 
     def teardown(self) -> list[DeregistrationError]:
-        """Deregister everything; with ``sweep``, retry the failures (this teardown's and
-        earlier ones) once more."""
+        """Deregister everything; with ``sweep``, retry the failures once more."""
         errors = self.release_all()
         return errors + self.sweep() if self.sweeps else errors
 
 
-# Registrations whose context is gone (torn down or failed) but which still hold failed
-# deregistrations (opt-in sweep): every later sweeping teardown retries them (our extension:
-# upstream forgets a failed deregistration).
-_unswept: list[DmaRegistrations] = []
+_unswept: list[DmaRegistrations] = []  # Contexts gone but still holding failed deregistrations (opt-in sweep).
 _unswept_lock = threading.Lock()
 
 
@@ -427,10 +356,7 @@ def keep_for_later_sweeps(dma: DmaRegistrations) -> None:
 
 
 def sweep_registrations() -> int:
-    """Retry every pending deregistration left by contexts that are gone (torn down, dropped or
-    failed) once, each with its own load's fault cursor so outcomes stay per load; returns how
-    many are still pending (opt-in sweep only: without it nothing is ever pending). Every
-    teardown of a sweeping context runs it; call it to sweep without one."""
+    """Retry every pending deregistration of contexts that are gone once; returns how many remain."""
     return sweep_unswept()
 
 

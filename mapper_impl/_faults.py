@@ -1,15 +1,4 @@
-"""Deterministic fault injection at every stage of a load: map, register, create, deregister
-and the direct (heap) read.
-
-A `FaultPlan` is plain configuration (frozen, picklable, so it travels in a worker spec); the
-counting happens in a `FaultCursor` made fresh for each load, so the same plan gives the same
-outcome every time. With no plan, nothing is called at all.
-
-Injected errors look like the real ones at the boundary where the real ones appear: an
-``OSError`` with the OS's own errno text for the OS calls (mapping, page locking, reading),
-and the EP's context-creation failure for ``create``. The platform and DMA modules turn them
-into domain errors exactly as they turn real ones.
-"""
+"""Deterministic fault injection at every stage of a load: a frozen `FaultPlan`, a fresh `FaultCursor` per load."""
 
 from __future__ import annotations
 
@@ -30,44 +19,12 @@ _COUNTS = {
 }
 
 INJECTED = "injected by FaultPlan"
-#: When a failed attempt's release callbacks arrive (`FaultPlan.late_release`).
-LATE_RELEASE = ("", "during", "after", "teardown")
+LATE_RELEASE = ("", "during", "after", "teardown")  #: When a failed attempt's release callbacks arrive.
 
 
 @dataclass(frozen=True)
 class FaultPlan:
-    """What to break, counted per load (per `load_context` / `load_weights` call).
-
-    - ``map_failures``: the first K mapping attempts fail with ENOMEM, as the OS does when the
-      address space or commit charge runs out.
-    - ``register_failures``: the first K DMA registrations fail with ENOMEM: "Failed to register
-      DMA data mapping to RPCMEM". As upstream's failure (``register_buf`` ran, then ``to_fd``
-      returned -1), the fault strikes after the backend registered the region: what happens to
-      that registration is `load_context`'s ``on_register_failure`` (left stale, upstream's
-      default, or undone).
-    - ``create_failures``: the first K context creations WITH the DMA callbacks (the mapped
-      attempt's ``create``) fail after the caller's ``create`` ran, as a QNN
-      contextCreateFromBinaryWithCallback that consumed the regions and then failed: before the
-      error is raised, one byte of every page of every region it was handed is read
-      (`read_every_page`), so the mapping's pages are resident. The direct read's creation
-      (from a buffer, no callbacks) has no such failure and is never injected.
-    - ``deregister_failures``: the first K deregistrations fail with EBUSY: MEM_ALLOC, the
-      registration leaked (upstream), or kept for the next teardown sweep (opt-in sweep).
-    - ``heap_read_failures``: the first K direct (heap) reads fail with EIO (a flaky disk).
-    - ``register_at``: the K-th DMA registration of the load fails (K >= 1) after the K-1
-      before it succeeded: the field report of foundry-local #1124 (RPC 8003, then QNN 1002
-      MEM_ALLOC part way through a 7B model's regions), as ``register_failures`` fails one
-      (after the backend registered it). The later requests are still made (nothing disabled
-      them upstream); QNN's release callbacks deregister the ones it was given, then the direct
-      read follows.
-    - ``late_release``: when the mapped attempt fails, its release callbacks (QNN's, upstream
-      does not deregister the failed attempt itself) arrive late: ``"during"`` the direct read
-      (after the read, before the context is created from it), ``"after"`` it (once the
-      fallback context exists) or at ``"teardown"`` (while the fallback context is released,
-      from another thread), the lifetime races of upstream PR #839. "" (default): they arrive
-      before the retry begins.
-    - ``platform_unavailable``: mapping is not available at all (no retry helps).
-    """
+    """What to break, counted per load; ``register_at`` is foundry-local #1124, ``late_release`` the PR #839 races."""
 
     map_failures: int = 0
     register_failures: int = 0
@@ -99,17 +56,7 @@ class FaultPlan:
 
 
 def read_every_page(regions: Iterable[memoryview]) -> int:
-    """Read one byte of every page each region spans (the first byte, then one a page apart,
-    then the last): the pages are then resident in this process's mapping. Returns the bytes
-    read.
-
-    Why: an injected create failure models QNN failing late in
-    contextCreateFromBinaryWithCallback (e.g. MEM_ALLOC while finalizing the graph), after it
-    read (and pinned) every weight region it was handed. A create that merely built objects
-    over the regions (ORT's OrtValues, which read nothing at session creation) would leave the
-    mapping untouched, and a fallback's start-up would look cheaper than upstream's, where the
-    failed attempt's resident pages and the direct read's copy exist at once. Only a failing
-    creation does this: a successful mapped creation must keep its timing and its residency."""
+    """Read one byte of every page of each region (a failing QNN creation read them all); returns the bytes read."""
     page = mmap.PAGESIZE
     read = 0
     for region in regions:
@@ -154,8 +101,7 @@ class FaultCursor:
             raise injected_os_error(errno.ENOMEM)
 
     def after_register(self) -> None:
-        """After the backend registered a region (upstream: ``register_buf``), where upstream's
-        ``to_fd`` can return -1: raise if this registration is planned to fail."""
+        """After the backend registered a region (upstream's ``to_fd`` can fail): raise if planned."""
         failing = self._next("register", self.plan.register_failures)
         if failing or self._counts["register"] == self.plan.register_at:
             raise injected_os_error(errno.ENOMEM)
@@ -165,8 +111,7 @@ class FaultCursor:
         return self.plan.late_release
 
     def after_create(self, regions: Iterable[memoryview] = ()) -> None:
-        """After the caller's create over ``regions`` (the registered views): fail if planned,
-        having read every page of them first, as a QNN creation that fails late has."""
+        """After the caller's create: fail if planned, having read every page of ``regions`` first."""
         if self._next("create", self.plan.create_failures):
             read_every_page(regions)
             raise InjectedCreateError(

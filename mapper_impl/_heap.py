@@ -1,10 +1,4 @@
-"""The heap path (upstream's "direct read"): one private buffer per load, filled with
-``readinto`` (no second copy).
-
-This is what the EP does with `disable_file_mapped_weights=1` and after a failed mapped
-attempt. Every failure, the buffer's own allocation included (a MemoryError), is a
-HeapReadError here, so the caller can keep the earlier errors with it.
-"""
+"""The heap path (upstream's "direct read"): one private buffer per load; every failure is a HeapReadError."""
 
 from __future__ import annotations
 
@@ -20,8 +14,7 @@ class HeapBuffer(bytearray):
 
 
 def read_into_heap(path: str, faults: FaultCursor | None = None) -> HeapBuffer:
-    """Read the whole file into one new private buffer. Raises HeapReadError on I/O failure
-    or if the file shrinks while being read; FileCheckError for unusable paths."""
+    """Read the whole file into one new private buffer (HeapReadError, or FileCheckError)."""
     if os.name == "nt":  # long paths need the \\?\ form unless the system enables them
         from ._windows import win32_path
 

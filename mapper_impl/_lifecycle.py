@@ -1,18 +1,4 @@
-"""Lifecycle safety nets: a dropped load is released and counted, a forked child starts with
-fresh locks, an error pins no buffer, a numeric argument is checked before any work.
-
-Upstream's C++ objects release in destructors; a Python caller that drops a `Weights` or a
-`LoadedContext` without ``close()`` would otherwise keep its fds and its share of the mapping
-for the life of the process (50 dropped loads kept 100 fds and 50 mappings). Here a
-`weakref.finalize` releases what the dropped object held and ``stats().leaked_loads`` counts
-it, so a leak is visible in the numbers instead of silently paid for in memory.
-
-``fork()`` copies the locks of every thread but only the calling thread: a per-key lock held
-by a loading thread of the parent was held forever in the child (10 of 10 children
-deadlocked). `os.register_at_fork` gives the child new locks and no per-key lock table; the
-mappings it inherited stay valid (the child has the pages) and are still released when their
-loads close.
-"""
+"""Safety nets: a dropped load is released and counted, a forked child gets fresh locks, errors pin nothing."""
 
 from __future__ import annotations
 
@@ -27,10 +13,8 @@ from typing import Any
 
 from ._stats import COUNTERS
 
-#: The longest backoff a RetryPolicy may wait per attempt: a retry is for a transient failure.
-MAX_BACKOFF_S = 60.0
-#: The most mapping attempts a RetryPolicy may make.
-MAX_ATTEMPTS = 1000
+MAX_BACKOFF_S = 60.0  #: The longest backoff a RetryPolicy may wait per attempt: a retry is for a transient failure.
+MAX_ATTEMPTS = 1000  #: The most mapping attempts a RetryPolicy may make.
 
 
 def _leaked(release: Callable[..., Any], *args: Any) -> None:
@@ -40,17 +24,14 @@ def _leaked(release: Callable[..., Any], *args: Any) -> None:
 
 
 def on_drop(owner: object, release: Callable[..., Any], *args: Any) -> weakref.finalize:
-    """Run ``release(*args)`` when ``owner`` is garbage without having been closed, counting it
-    in ``stats().leaked_loads``. ``args`` must not reference ``owner`` (it would never die).
-    Closing calls `release_now` instead, which detaches this finalizer: not a leak."""
+    """Run ``release(*args)`` when ``owner`` is collected unclosed, counting ``stats().leaked_loads``."""
     finalizer = weakref.finalize(owner, _leaked, release, *args)
     finalizer.atexit = False  # the OS releases everything at exit anyway
     return finalizer
 
 
 def release_now(finalizer: weakref.finalize) -> Any:
-    """An explicit close(): run the release once, without counting a leak; None when the
-    finalizer already ran (or was detached) before."""
+    """An explicit close(): run the release once without counting a leak (None if it already ran)."""
     detached = finalizer.detach()
     if detached is None:
         return None
@@ -60,9 +41,7 @@ def release_now(finalizer: weakref.finalize) -> Any:
 
 
 def forget_frames(err: BaseException | None) -> None:
-    """Clear the locals of every finished frame in ``err``'s tracebacks (its cause and context
-    chain included): an error a caller keeps must not keep the heap copy, the regions or the
-    caller's own ``create`` arguments alive through them."""
+    """Clear the locals of every finished frame in ``err``'s traceback chain so it pins no buffer."""
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
@@ -81,8 +60,7 @@ def check_number(name: str, value: object, *, low: float, high: float, integer: 
 
 
 def _reset_in_child() -> None:
-    """After fork, in the child: every module-level lock new, no per-key lock held by a thread
-    that does not exist here."""
+    """After fork, in the child: new module-level locks, no per-key lock."""
     from . import _dma
     from ._registry import REGISTRY
 

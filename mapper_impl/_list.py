@@ -1,22 +1,4 @@
-"""`load_context_list`: the EP's shared-resource (list) path.
-
-With ``enable_vtcm_backup_buffer_sharing`` or ``htp_share_resource_optimization`` the EP
-creates the contexts of several context binaries from one list (2.7.0:
-``QnnBackendManager::CreateContextVtcmBackupBufferSharingEnabled``). If anything fails with
-file mapping enabled, the mapping step included, it logs "Failed to create context with file
-mapping enabled. Error: <e>, Code: <n>. Retrying with feature disabled." and creates the whole
-list once more without the callbacks, from direct reads. So, unlike the single-context path
-(where a failure of the Windows mapping step is fatal), every stage falls back here.
-
-Each item is one `load_context` of the shared scope (the list's contexts belong to one backend
-manager), mapped with no fallback of its own; a failure releases the registrations of every
-context the mapped attempt made (QNN's release callbacks, before the retry), then every item is
-read directly. The mapped attempt's mappings, the failed item's included, stay mapped during
-the retry, as in upstream's file mapper (whose views stay until the backend manager goes): the
-retry's start-up peak holds the mappings and the copies at once. They are released once the
-retry's contexts exist or the retry failed (deliberately not with the session: the steady
-figures are the retry's own), as on the single-context path.
-"""
+"""`load_context_list`: the shared-resource path; any failure retries the whole list once from direct reads."""
 
 from __future__ import annotations
 
@@ -82,11 +64,7 @@ def load_context_list(
     scope: str | MappingScope | None = "session",
     **options,
 ) -> LoadedContextList:
-    """Create every ``(path, regions)`` item's context the way the list path does: all mapped,
-    or, after any failure, all from direct reads (one retry). ``options`` go to each
-    `load_context` (``dma_backend``, ``sweep_deregistrations``, ``read_copy``, ``mapper``).
-    Raises ContextLoadError (every error kept) when the retry fails too, FileCheckError for
-    an unusable file."""
+    """Create every ``(path, regions)`` item's context: all mapped, or after any failure all from direct reads."""
     todo = _items(items)
     shared = resolve_scope(scope)  # one backend manager for the whole list
     if parse_disable_flag(disable_file_mapped_weights):
@@ -135,8 +113,7 @@ def _retry(
     made: list[LoadedContext],
     held: list,
 ) -> LoadedContextList:
-    """The one retry with the feature disabled: the mapped attempt's registrations released
-    before it, its mappings (``made``'s and the failed item's ``held``) once it is over."""
+    """The one retry with the feature disabled; the mapped attempt's mappings are released once it is over."""
     for ctx in made:
         ctx.release_registrations()
     again = None

@@ -1,10 +1,4 @@
-"""What `load_context` returns: `LoadedContext` (one context, its teardown) and `StageError`
-(one error of one stage of one attempt).
-
-Kept apart from the pipeline (`_attempts`) so the pipeline and the list path share one
-context type, and the teardown, which upstream's callbacks can race (PR #839), lives in one
-place.
-"""
+"""What `load_context` returns: `LoadedContext` (one context, its teardown) and `StageError`."""
 
 from __future__ import annotations
 
@@ -17,20 +11,13 @@ from ._dma import DmaRegistrations, Registration, keep_for_later_sweeps, sweep_u
 from ._lifecycle import on_drop, release_now
 from ._weights import Weights
 
-#: ``create(weights, views) -> value``: builds the context (e.g. an ORT session over OrtValues
-#: pointing into ``views``, one read-only memoryview per requested region, in request order).
-CreateFn = Callable[[Weights, list], Any]
-#: A failed attempt's registrations whose release callbacks have not arrived yet, with what
-#: that attempt handed out (one callback each).
-LateCallbacks = list[tuple[DmaRegistrations, list[Registration]]]
+CreateFn = Callable[[Weights, list], Any]  #: ``create(weights, views) -> value``: the context over the region views.
+LateCallbacks = list[tuple[DmaRegistrations, list[Registration]]]  #: A failed attempt's registrations awaiting release.
 
 
 @dataclass(frozen=True)
 class StageError:
-    """One error, where it happened: ``attempt`` is "mapped", "direct", "late-release" (the
-    failed attempt's release callbacks arriving during or after the direct read, or during
-    teardown) or "teardown"; ``stage`` is map / register / create / deregister (mapped), read /
-    regions / create (direct) or deregister (late-release, teardown)."""
+    """One error: ``attempt`` (mapped, direct, late-release, teardown) and its ``stage``."""
 
     attempt: str
     stage: str
@@ -47,11 +34,7 @@ def describe(err: BaseException) -> str:
 
 
 class LoadedContext:
-    """What `load_context` made. ``close()`` is the teardown: deregister every registration,
-    release the mapping (or the heap copy); with the opt-in sweep, also retry failed
-    deregistrations (a second close sweeps what an earlier one could not deregister). Release
-    callbacks of a failed attempt planned to arrive at teardown (``late``) are delivered from
-    another thread while the teardown runs, as upstream's may (PR #839)."""
+    """What `load_context` made; ``close()`` deregisters, releases and delivers teardown-planned callbacks (PR #839)."""
 
     def __init__(
         self,
@@ -110,8 +93,7 @@ class LoadedContext:
 
     @property
     def late_release_callbacks(self) -> int:
-        """Release callbacks of the failed attempt that arrived after the retry began (during or
-        after the direct read, or at teardown: counted once delivered)."""
+        """Release callbacks of the failed attempt that arrived after the retry began."""
         return sum(r.late_callbacks for r in self._registrations)
 
     @property
@@ -119,8 +101,7 @@ class LoadedContext:
         return "; ".join(map(str, self.errors))
 
     def release_registrations(self) -> None:
-        """QNN's release callbacks of a context given up for a retry (the list path): every
-        registration deregistered now, the mapping kept until ``close()``."""
+        """QNN's release callbacks of a context given up for a retry (the list path); the mapping stays."""
         with self._lock:
             errors = [e for dma in self._registrations for e in dma.release_all()]
             self.errors.extend(StageError("teardown", "deregister", str(e)) for e in errors)
@@ -153,10 +134,7 @@ class LoadedContext:
 
 
 def _teardown(weights: Weights, registrations: tuple[DmaRegistrations, ...], late: LateCallbacks) -> list[StageError]:
-    """Deregister all, release the memory. With the opt-in sweep the failures are retried
-    once and leftovers stay pending for later sweeps; otherwise they are leaked (counted).
-    Late release callbacks (``late``) run on their own thread meanwhile: each registration is
-    deregistered once, by whichever gets to it first (the other finds it gone)."""
+    """Deregister all and release the memory, late callbacks on their own thread meanwhile."""
     late_errors: list[StageError] = []
 
     def deliver() -> None:

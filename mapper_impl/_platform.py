@@ -1,9 +1,4 @@
-"""The platform's mapper, picked once at import: ``WindowsFileMapper`` (ctypes over kernel32) on
-Windows, ``PosixFileMapper`` elsewhere.
-
-A module of its own so that the loaders (`_weights`) reach the default mapper without importing
-the package's ``__init__`` back (which imports them): no import circle.
-"""
+"""The platform's mapper, picked once at import (a module of its own: no import circle with ``__init__``)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""POSIX (Linux, Android, macOS) file mapper over ``mmap``: the port upstream lists as future work.
-
-Each view is a ``mmap.mmap`` object: it unmaps itself when garbage collected, which is what
-makes deferred unmapping safe. OS errors become domain errors here and nowhere else.
-
-What cannot be prevented on POSIX: another process truncating the file while it is mapped.
-Touching a page past the new end raises SIGBUS, which kills the process before any Python
-handler runs. Mitigations: `MappedFile.verify()` checks the open file's identity before use,
-the registry never serves a mapping whose file changed, and the harness runs every session
-in a worker process so a SIGBUS is recorded as that worker's failure, not a harness crash.
-"""
+"""POSIX file mapper over ``mmap`` (upstream's future work); a truncated file is SIGBUS, hence `verify()`."""
 
 from __future__ import annotations
 
@@ -64,9 +54,7 @@ class _PyBuffer(ctypes.Structure):
 
 @functools.lru_cache(maxsize=1)
 def _buffer_api() -> tuple:
-    """PyObject_GetBuffer / PyBuffer_Release with their signatures declared on a private
-    handle of the interpreter's own library (never on the shared ``ctypes.pythonapi``
-    function objects another module may have declared differently)."""
+    """PyObject_GetBuffer / PyBuffer_Release declared on a private handle of the interpreter's library."""
     api = ctypes.PyDLL(ctypes.pythonapi._name, handle=ctypes.pythonapi._handle)
     get, release = api.PyObject_GetBuffer, api.PyBuffer_Release
     get.argtypes, get.restype = (ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int), ctypes.c_int
@@ -78,8 +66,7 @@ _buffer_api()  # declared with the module (the library's binding), not during a 
 
 
 def buffer_address(obj: object) -> int:
-    """Address of the first byte of any object exporting the buffer protocol (a read-only
-    mmap included, which ``ctypes.c_char.from_buffer`` refuses because it is not writable)."""
+    """Address of the first byte of any buffer exporter (a read-only mmap included)."""
     get, release = _buffer_api()
     view = _PyBuffer()
     get(obj, ctypes.byref(view), 0)  # PyBUF_SIMPLE; a failure raises BufferError (PyDLL)
@@ -90,11 +77,7 @@ def buffer_address(obj: object) -> int:
 
 
 class PosixMappedFile(MappedFile):
-    """A read-only ``MAP_SHARED`` mapping of a whole file.
-
-    It keeps the file's descriptor open while mapped (plus the duplicate that ``mmap`` itself
-    holds: two per mapped file, none per region), so verify() can fstat and read the mapped
-    inode itself: a truncation is then seen even after the path was pointed elsewhere."""
+    """A read-only ``MAP_SHARED`` mapping of a whole file; keeps its fd so verify() reads the mapped inode."""
 
     def __init__(self, path: str, fd: int, identity: FileIdentity) -> None:
         self._fd: int | None = fd
@@ -124,8 +107,7 @@ class PosixMappedFile(MappedFile):
 
 
 class PosixFileMapper(FileMapper):
-    """``mmap`` with ``PROT_READ``/``MAP_SHARED``: pages come from the page cache, shared by
-    every process that maps the same file."""
+    """``mmap`` with ``PROT_READ``/``MAP_SHARED``: pages shared through the page cache."""
 
     name = "posix-mmap"
     allocation_granularity = mmap.ALLOCATIONGRANULARITY

@@ -1,15 +1,4 @@
-"""One mapping per file per process, reference counted, never served stale.
-
-Upstream keeps a map from context-bin path to mapping behind one mutex, held while it opens
-and maps the file. We key by the file a path names (device and inode, and mapper), compare the file's identity on
-every acquire (a file replaced or rewritten on disk gets a fresh mapping, while users of the
-old one keep theirs until they release it), and never hold the table's lock during file I/O:
-
-- the table lock (`_lock`) guards only dict and counter updates;
-- a per-key lock serialises the file I/O of one key (identity read, open, map), so one file is
-  still mapped once, while a slow or blocked open of one file (a stalled network share, a
-  FIFO swapped in) never stalls loads and closes of other files.
-"""
+"""One mapping per file per process, reference counted, never served stale; no table lock held during file I/O."""
 
 from __future__ import annotations
 
@@ -23,13 +12,7 @@ from ._faults import FaultCursor
 
 
 def registry_key(path: str, mapper: FileMapper | None = None) -> tuple:
-    """The file ``path`` names (device and inode / file index, from one ``stat``: every
-    spelling of one file, a relative, dotted or symlinked one, gives one key) per mapper
-    instance (a mapping made through one API is never served to another). A path that cannot
-    be stat'ed keys by its absolute spelling: the mapper then reports why it cannot be mapped.
-
-    Not the resolved path: ``os.path.realpath`` is one ``lstat`` per component in Python,
-    0.1 M instructions of every mapped load (issue 32), where one ``stat`` says the same."""
+    """The file ``path`` names (device and inode, one ``stat``) per mapper instance; else its absolute spelling."""
     owner = id(mapper) if mapper is not None else 0
     try:
         st = os.stat(path)
@@ -61,12 +44,10 @@ class MappingRegistry:
         self._key_locks: dict[tuple, _KeyLock] = {}
 
     def reset_locks(self) -> None:
-        """In a forked child (`_lifecycle`): a new table lock and no per-key locks; the threads
-        that held them in the parent do not exist here. The inherited mappings stay valid."""
+        """In a forked child: a new table lock and no per-key locks."""
         self._lock = threading.Lock()
         self._key_locks = {}
 
-    # -- per-key locks ----------------------------------------------------------------------
     def _enter_key(self, key: tuple) -> _KeyLock:
         with self._lock:
             key_lock = self._key_locks.get(key)
@@ -83,7 +64,6 @@ class MappingRegistry:
             if key_lock.waiters == 0 and self._key_locks.get(key) is key_lock:
                 del self._key_locks[key]
 
-    # -- the table --------------------------------------------------------------------------
     def acquire(self, path: str, mapper: FileMapper, faults: FaultCursor | None = None) -> MappedFile:
         """The live mapping of ``path`` (refs + 1), or a new one if none or the file changed."""
         key = registry_key(path, mapper)
@@ -116,9 +96,7 @@ class MappingRegistry:
             return False  # removed or unreadable now: let map_file report it
 
     def release(self, mapped: MappedFile) -> bool:
-        """refs - 1; closes the mapping when the last user leaves. True if it is unmapped now
-        (False while something pinning the view defers the unmap, or while other users hold
-        it). The unmap itself runs outside the table lock."""
+        """refs - 1, unmapping when the last user leaves (outside the table lock); True if unmapped now."""
         with self._lock:
             entry = self._by_id.get(id(mapped))
             if entry is None or entry.mapped is not mapped:
@@ -128,8 +106,7 @@ class MappingRegistry:
                 if entry.refs > 0:
                     return False
                 del self._by_id[id(mapped)]
-                # Not registry_key(mapped.path): a symlink retargeted or a relative path after a
-                # chdir resolves elsewhere now. Drop the entry only if it is still the one served.
+                # Not registry_key(mapped.path): the path may resolve elsewhere now; drop only the entry served.
                 if self._by_key.get(entry.key) is entry:
                     del self._by_key[entry.key]
         return mapped.close()

@@ -1,21 +1,4 @@
-"""Mapping scope: who shares one mapping of a context-bin file.
-
-Upstream keeps one file mapper per backend manager (``QnnBackendManager::file_mapper_``,
-created in ``SetupBackend``), and there is one backend manager per EP instance, i.e. per
-session, unless the sessions share their EP contexts (``ep.share_ep_contexts``). So M sessions
-of one model in one process map the file M times: M views, M times the file's size of address
-space, while the page cache still holds each page once. That is the default here:
-
-- ``"session"`` (default): a fresh `MappingScope` per `load_context` call, i.e. one mapper per
-  session, as upstream. Loads that share EP contexts pass ONE `MappingScope` object to each
-  other's `load_context` (``scope=shared``), as sessions sharing a backend manager do.
-- ``"process"`` (opt-in extension, not upstream): one table for the whole process, so every
-  load of a file shares one view (what this project did before the readable source showed the
-  per-backend-manager member).
-
-Either way the physical pages are shared by the OS page cache: the scope changes views,
-address space and mapping handles per process, not resident memory.
-"""
+"""Who shares one mapping: "session" (default, upstream's per-backend-manager mapper) or "process" (opt-in)."""
 
 from __future__ import annotations
 
@@ -59,13 +42,11 @@ class MappingScope:
         return f"<MappingScope {self.kind} {id(self.registry):#x}>"
 
 
-#: The process-wide table (``scope="process"``, `load_weights`, `shared_users`).
-PROCESS_SCOPE = MappingScope("process", REGISTRY)
+PROCESS_SCOPE = MappingScope("process", REGISTRY)  #: The process-wide table (``scope="process"``, `load_weights`).
 
 
 def resolve_scope(scope: str | MappingScope | None) -> MappingScope:
-    """A scope object for a load: a new one per call for "session" (or None), the process's
-    for "process", the caller's own object when loads share EP contexts."""
+    """A scope for a load: new per "session" call (or None), the process's, or the caller's shared object."""
     if isinstance(scope, MappingScope):
         return scope
     if scope is None or scope == "session":

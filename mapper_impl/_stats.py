@@ -1,16 +1,4 @@
-"""Process-wide accounting of what mapper_impl holds, so tests can prove nothing leaks.
-
-Every whole-file view and heap buffer registers here when it is created and unregisters from a
-`weakref.finalize` callback when its memory is really released (not when an owner merely
-calls close(): a view pinned by a live numpy array or region stays counted as a deferred
-unmap). DMA registrations count from register to a successful deregistration. A failed
-deregistration is, as upstream, returned (MEM_ALLOC) and forgotten: the buffer stays registered
-with the backend and nobody will deregister it, so it counts as a leaked registration for the
-rest of the process (``dma_leaked_registrations``: never clean). With the opt-in sweep it stays
-counted and pending until a teardown sweep succeeds instead. A failed registration is, as
-upstream, left behind (registered, no fd, never undone): a stale registration for the rest of
-the process (``dma_stale_registrations``), unless the caller opts into undoing it.
-"""
+"""Process-wide accounting of what mapper_impl holds, so tests can prove nothing leaks."""
 
 from __future__ import annotations
 
@@ -34,25 +22,16 @@ class MapperStats:
     dma_registrations: int  # regions registered for DMA, pending ones included
     dma_registered_bytes: int
     dma_pending_deregistrations: int  # failed deregistrations waiting for a teardown sweep (opt-in)
-    #: loads (Weights, LoadedContext) dropped without close(), released by their finalizer:
-    #: a count since the process started, not something held (is_clean() leaves it out)
-    leaked_loads: int = 0
-    #: failed deregistrations forgotten (upstream's default): still registered with the backend
-    #: and never undone. A count since the process started (is_clean() leaves it out, as a
-    #: process cannot undo it); a worker reports any as a leak (`leaks()`).
-    dma_leaked_registrations: int = 0
-    #: failed registrations left behind (upstream's default: registered with RPCMem, ``to_fd``
-    #: failed, never undone: onnxruntime-qnn #337's "stale FastRPC registration"). A count since
-    #: the process started (is_clean() leaves it out); a worker reports any as a leak (`leaks()`).
-    dma_stale_registrations: int = 0
+    leaked_loads: int = 0  #: Loads dropped without close(), since the process started (is_clean() leaves it out).
+    dma_leaked_registrations: int = 0  #: Failed deregistrations forgotten (upstream), since the process started: leaks.
+    dma_stale_registrations: int = 0  #: Failed registrations left stale (#337), since the process started: leaks.
 
     def is_clean(self) -> bool:
         """Nothing is held: no view, copy, deferred unmap or registration."""
         return not any(v for k, v in asdict(self).items() if k not in SINCE_START)
 
     def leaks(self) -> dict[str, int]:
-        """What a process leaked for good: registrations nobody will deregister (failed
-        deregistrations forgotten, failed registrations left stale)."""
+        """What a process leaked for good: forgotten deregistrations and stale registrations."""
         found = {"dma_leaked_registrations": self.dma_leaked_registrations}
         found["dma_stale_registrations"] = self.dma_stale_registrations
         return {key: value for key, value in found.items() if value}
@@ -63,9 +42,7 @@ class MapperStats:
 
 class _Counters:
     def __init__(self) -> None:
-        # Re-entrant: a view freed by the cyclic GC runs its finalizer (which calls add()) at
-        # whatever allocation triggered the collection, possibly inside add() on this thread.
-        self.lock = threading.RLock()
+        self.lock = threading.RLock()  # Re-entrant: the GC may run a finalizer (add()) inside add() on this thread.
         self.values = dict.fromkeys(MapperStats.__dataclass_fields__, 0)
 
     def add(self, **deltas: int) -> None:
@@ -74,8 +51,7 @@ class _Counters:
                 self.values[key] += delta
 
     def add_pair(self, key: str, delta: int, other: str, other_delta: int) -> None:
-        """`add` of two counters, positionally: one call per DMA registration of a load (a
-        load registers every weight region, thousands for an LLM) with no keyword dict."""
+        """`add` of two counters, positionally (one call per DMA registration)."""
         with self.lock:
             values = self.values
             values[key] += delta

@@ -1,11 +1,4 @@
-"""`load_weights`: map a weights file (the map stage alone), or read it to the heap.
-
-The order of decisions follows the EP: disabled -> heap; otherwise map once (upstream never
-retries the mapping; `RetryPolicy` is an opt-in extension, one attempt by default); when the
-mapping cannot be had, falling back to the heap is the caller's explicit choice
-(``fallback_to_heap``), recorded in ``path_taken="fallback"`` with every error that led there.
-`load_context` builds the whole pipeline (map, register, create, fallback) on top of this.
-"""
+"""`load_weights`: map a weights file (the map stage alone), or read it to the heap (no retry unless opted in)."""
 
 from __future__ import annotations
 
@@ -34,9 +27,7 @@ PATHS_TAKEN = ("mapped", "heap", "fallback")
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Opt-in extension (upstream never retries the mapping): try the map stage up to
-    ``max_attempts`` times in all, only after a MappingError and never after
-    PlatformUnavailableError (no retry can make mapping exist). The default is one attempt."""
+    """Opt-in retries of the map stage (upstream never retries), only after a MappingError."""
 
     max_attempts: int = 1
     backoff_s: float = 0.0
@@ -54,12 +45,7 @@ class RetryPolicy:
 
 
 class Weights:
-    """A loaded weights file: ``buffer`` is a read-only memoryview of all of it.
-
-    Mapping can be switched off for this load alone (`disable()`, upstream's per-node disable
-    after an error): its later region requests are refused with FeatureDisabledError, while
-    every other load, of this file or another, is unaffected. There is no process-wide
-    disabled state."""
+    """A loaded weights file: ``buffer`` views all of it; `disable()` switches mapping off for it alone."""
 
     def __init__(
         self,
@@ -107,9 +93,7 @@ class Weights:
         self._enabled = False
 
     def region(self, offset: object, size: object) -> memoryview:
-        """A weight region: a read-only slice of the whole-file buffer (``base + offset``, no
-        copy, no new view), refused by upstream's rules in upstream's order. Offset and size
-        may be any integer type (numpy's included)."""
+        """A weight region: a read-only slice of the whole-file buffer, refused by upstream's rules."""
         with self._lock:  # one consistent (buffer, mapping) pair even if another thread closes
             buffer, mapping = self._buffer, self._mapping
         if buffer is None:
@@ -123,10 +107,7 @@ class Weights:
             return self._buffer[offset : offset + size]
 
     def request(self, offset: object, size: object) -> memoryview:
-        """`region` for one of a load's requests, as QNN's DMA-data callback makes them: a
-        valid integer request is sliced straight from this load's own buffer (a load makes
-        thousands), anything else goes through `region` and is refused there by upstream's
-        rules, in upstream's order."""
+        """`region` for one of a load's requests, fast for a valid integer request."""
         buffer = self._buffer
         if (
             buffer is not None
@@ -149,8 +130,7 @@ class Weights:
             mapping.verify()
 
     def close(self) -> None:
-        """Idempotent. The mapping is unmapped when its last user closes and nothing (a region,
-        a numpy array, an OrtValue) still points into it."""
+        """Idempotent; the mapping unmaps when its last user is gone."""
         with self._lock:
             buffer, self._buffer = self._buffer, None
             self._mapping = None  # the finalizer holds the mapping: release_now gives it back
@@ -176,8 +156,7 @@ class Weights:
 
 
 def _release_mapping(mapping: MappedFile | None, registry: MappingRegistry) -> None:
-    """This load's share of the mapping, given back to the table (scope) it came from (close()
-    or the finalizer of a dropped load)."""
+    """This load's share of the mapping, given back to its scope's table."""
     if mapping is not None:
         registry.release(mapping)
 
@@ -200,17 +179,9 @@ def check_faults(faults: object) -> FaultCursor | None:
 
 
 def map_stage(
-    path: str,
-    mapper: FileMapper,
-    cursor: FaultCursor | None,
-    policy: RetryPolicy,
-    registry: MappingRegistry = REGISTRY,
+    path: str, mapper: FileMapper, cursor: FaultCursor | None, policy: RetryPolicy, registry: MappingRegistry = REGISTRY
 ) -> tuple[Weights | None, int, list[str], MappingError | None]:
-    """The map stage: acquire the mapping from ``registry`` (the load's scope: one per session
-    by default in `load_context`, the process's here), retried only as ``policy`` allows.
-
-    Returns (mapped Weights or None, attempts, errors, last MappingError). FileCheckError
-    (an input error) propagates: it is never retried and never a fallback."""
+    """Acquire the mapping, retried as ``policy`` allows: (Weights or None, attempts, errors, last)."""
     errors: list[str] = []
     attempts = 0
     while True:
@@ -238,14 +209,7 @@ def load_weights(
     mapper: FileMapper | None = None,
     backoff_s: float = 0.0,
 ) -> Weights:
-    """Load a weights file: map it (one attempt unless ``max_attempts`` opts into retries), or
-    read it into the heap when disabled or, if ``fallback_to_heap``, when mapping failed.
-
-    Raises FileCheckError subclasses for unusable files (missing, empty, directory, no
-    permission), MappingError if mapping failed and ``fallback_to_heap`` is False, and
-    HeapReadError if the heap read failed too (its message carries the mapping errors, a
-    MemoryError for the copy included).
-    """
+    """Map a weights file, or read it into the heap when disabled or (``fallback_to_heap``) when mapping failed."""
     disabled = parse_disable_flag(disable_file_mapped_weights)
     policy = RetryPolicy(max_attempts, backoff_s)
     cursor = check_faults(faults)

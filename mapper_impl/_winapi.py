@@ -1,16 +1,4 @@
-"""The project's one set of Windows bindings: Windows-sized types, constants, structures and
-every kernel32 / psapi function's declared signature, for the mapper (`_windows`), the harness's
-job object (`harness.contract.spawn`) and its memory reads (`harness.runner.winmem`). No other
-module declares a Windows function (suites/harness/test_architecture.py checks it): one
-declaration per function, one convention (fixed-width types, never ``ctypes.wintypes``, whose
-DWORD is 64 bits off Windows), so a fake kernel32 on Linux sees the very declarations Windows
-gets, and mingw's windows.h checks every constant and structure (suites/mapper/test_wine_flags.py).
-
-It lives in the library because the library needs it and must import nothing of the harness;
-the harness imports it from here. `load` gives a DLL with every signature declared; `Kernel32`
-is the mapper's thin wrapper whose failed calls raise `Win32Error` with the last error read
-right after the call (before any cleanup call can overwrite it). Importable on every OS.
-"""
+"""The project's one set of Windows bindings, fixed-width so a fake kernel32 sees what Windows gets."""
 
 from __future__ import annotations
 
@@ -22,8 +10,7 @@ from collections.abc import Callable, Mapping
 
 from ._common import U64_MAX, FileIdentity, file_edges
 
-# Windows sizes on every platform (ctypes.wintypes.DWORD is c_ulong: 64 bits off Windows).
-HANDLE = LPVOID = ctypes.c_void_p
+HANDLE = LPVOID = ctypes.c_void_p  # Windows sizes everywhere (ctypes.wintypes.DWORD is 64 bits off Windows).
 DWORD = ctypes.c_uint32
 WORD = ctypes.c_uint16
 BOOL = ctypes.c_int32
@@ -54,8 +41,7 @@ ERROR_INVALID_PARAMETER = 87
 ERROR_FILE_INVALID = 1006
 ERROR_USER_MAPPED_FILE = 1224
 
-#: 100 ns ticks between 1601-01-01 (FILETIME) and 1970-01-01 (Unix epoch).
-_EPOCH_AS_FILETIME = 116_444_736_000_000_000
+_EPOCH_AS_FILETIME = 116_444_736_000_000_000  #: 100 ns ticks between 1601-01-01 (FILETIME) and 1970-01-01 (Unix epoch).
 
 
 class FILETIME(ctypes.Structure):
@@ -78,8 +64,7 @@ class BY_HANDLE_FILE_INFORMATION(ctypes.Structure):
 
 
 class FILE_ID_INFO(ctypes.Structure):
-    """The documented unique identity of a file: 64-bit volume serial + 128-bit file id (the
-    64-bit file index is not guaranteed unique on ReFS, e.g. a Dev Drive)."""
+    """A file's documented unique identity (the 64-bit index is not unique on ReFS)."""
 
     _fields_ = [("VolumeSerialNumber", ctypes.c_uint64), ("FileId", ctypes.c_ubyte * 16)]
 
@@ -123,10 +108,8 @@ SIGNATURES: dict[str, tuple[tuple[type, ...], type | None]] = {
     "GetSystemInfo": ((ctypes.POINTER(SYSTEM_INFO),), None),
 }
 
-# --- processes, jobs and their memory: the harness (spawn.py, winmem.py) --------------------
 
-#: OpenProcess rights psutil asks for to read another process's memory counters.
-PROCESS_QUERY_LIMITED_INFORMATION = 0x1000
+PROCESS_QUERY_LIMITED_INFORMATION = 0x1000  #: OpenProcess rights psutil asks for to read another process's counters.
 PROCESS_VM_READ = 0x0010
 JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE = 0x2000
 JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS = 9  # JOBOBJECTINFOCLASS.JobObjectExtendedLimitInformation
@@ -152,8 +135,7 @@ class PROCESS_MEMORY_COUNTERS_EX(ctypes.Structure):
 
 
 class PROCESS_MEMORY_COUNTERS_EX2(ctypes.Structure):
-    """EX plus the private working set (Windows 10 22H2 with the September 2023 update, Windows
-    11 22H2). mingw's psapi.h lacks it: the header check declares it as Microsoft documents it."""
+    """EX plus the private working set (Windows 10 22H2+, 11 22H2); absent from mingw's psapi.h."""
 
     _fields_ = [
         *PROCESS_MEMORY_COUNTERS_EX._fields_,
@@ -251,8 +233,7 @@ DLL_SIGNATURES: dict[str, Mapping[str, tuple[tuple[type, ...], type | None]]] = 
 
 
 def declare(dll: object, signatures: Mapping[str, tuple[tuple[type, ...], type | None]]) -> dict[str, Callable]:
-    """Each function of ``signatures`` on ``dll`` (a real DLL or a fake) with its argtypes and
-    restype set: 64-bit handles and pointers, never ctypes' default ``int``."""
+    """Each function of ``signatures`` on ``dll`` with argtypes and restype set (never ctypes' ``int``)."""
     functions = {}
     for name, (argtypes, restype) in signatures.items():
         fn = getattr(dll, name)
@@ -264,8 +245,7 @@ def declare(dll: object, signatures: Mapping[str, tuple[tuple[type, ...], type |
 
 @functools.cache
 def load(name: str):
-    """DLL ``name`` of `DLL_SIGNATURES` with every signature declared, last errors kept for
-    ``ctypes.get_last_error`` (Windows only: WinDLL exists nowhere else)."""
+    """DLL ``name`` with every signature declared (Windows only)."""
     if sys.platform != "win32":
         raise OSError(f"{name}.dll exists on Windows only")
     dll = ctypes.WinDLL(name, use_last_error=True)  # type: ignore[attr-defined]
@@ -280,8 +260,7 @@ def last_error() -> int:
 
 
 def wine_version() -> str | None:
-    """Wine's version when this Windows is Wine (ntdll exports ``wine_get_version``), else None:
-    what the harness and the Wine lane say beside a figure Wine does not give."""
+    """Wine's version when this Windows is Wine, else None."""
     if sys.platform != "win32":
         return None
     ntdll = ctypes.WinDLL("ntdll")  # type: ignore[attr-defined]
@@ -306,14 +285,12 @@ def filetime_to_unix_ns(high: int, low: int) -> int:
 
 
 def utf16_units(text: str) -> int:
-    """Length in UTF-16 code units, the unit of MAX_PATH: a character outside the Basic
-    Multilingual Plane (an emoji, a rare CJK ideograph) counts twice."""
+    """Length in UTF-16 code units (the unit of MAX_PATH)."""
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def win32_path(path: str) -> str:
-    """The string handed to CreateFileW: ``path`` itself, or its ``\\\\?\\`` form when its
-    absolute form is too long for the Win32 path parser (MAX_PATH UTF-16 code units)."""
+    """``path``, or its ``\\\\?\\`` form when its absolute form reaches MAX_PATH."""
     if path.startswith(("\\\\?\\", "\\\\.\\")):
         return path
     full = ntpath.abspath(path)  # GetFullPathNameW on Windows: the resolution CreateFileW does
@@ -367,11 +344,7 @@ class Kernel32:
         return handle
 
     def identity(self, handle: int) -> FileIdentity:
-        """FILE_ID_INFO's 64-bit volume serial and 128-bit file id (what ``os.stat`` reports
-        since Python 3.12), the size, the last-write time and the file's edges. Where FileIdInfo
-        is not supported (FAT, some redirectors) it falls back to the volume serial and 64-bit
-        index of GetFileInformationByHandle, as CPython's stat does. Both the mapping and the
-        registry's path check read it here, so they always compare like with like."""
+        """FILE_ID_INFO identity (GetFileInformationByHandle's where unsupported), size, mtime and edges."""
         size = LARGE_INTEGER()
         if not self._fn["GetFileSizeEx"](handle, ctypes.byref(size)):
             raise self._failed("GetFileSizeEx")
@@ -404,8 +377,7 @@ class Kernel32:
         return ids.VolumeSerialNumber, int.from_bytes(bytes(ids.FileId), "little")
 
     def read_at(self, handle: int, offset: int, n: int) -> bytes:
-        """Positional read of the open handle (OVERLAPPED offset on a synchronous handle):
-        hashes the file we hold, not whatever the path names now, and needs no file pointer."""
+        """Positional read of the open handle (OVERLAPPED offset)."""
         buf = ctypes.create_string_buffer(n)
         got = 0
         while got < n:

@@ -1,35 +1,4 @@
-"""Windows file mapper over kernel32 (ctypes): upstream's `WindowsFileMapper`
-(`onnxruntime/core/providers/qnn/builder/qnn_windows_file_mapper.cc`), with its two known
-weak spots fixed (paths are real wide strings, a CreateFileMapping failure is NULL).
-
-Sequence, as upstream: CreateFileW (GENERIC_READ, FILE_SHARE_READ, OPEN_EXISTING),
-CreateFileMappingW (PAGE_READONLY, whole file), ONE MapViewOfFile (FILE_MAP_READ, offset 0,
-length 0: the whole file), then both handles are closed: the view keeps the mapping object
-alive. Weight regions are ``base + offset`` inside that view (see `_base`).
-
-What closing the handles means (upstream fidelity, decided over keeping the file handle open
-with FILE_SHARE_READ as this mapper used to):
-
-- While the view exists Windows still refuses to truncate the file (SetEndOfFile fails with
-  ERROR_USER_MAPPED_FILE, 1224) and to delete or replace it (the mapped section cannot be
-  deleted), handles or not: the SIGBUS hazard of POSIX does not exist here.
-- Other processes may open the file for writing: in-place writes are coherent with the view
-  (the same section backs both), so a rewritten file is seen by every load, and the registry's
-  identity check (the file's edges, mtime) gives the next load a fresh mapping.
-- verify() reads the identity through the path (there is no handle left to read it from).
-
-Every kernel32 function gets its ``argtypes`` and ``restype`` declared: handles and pointers
-are 64 bits, and ctypes' default ``int`` would cut them to 32. The last error is read right
-after the failing call, before any cleanup call can overwrite it. OS errors become domain
-errors here and nowhere else.
-
-Lifetime: the view is a ctypes byte array over the view's address; a finalizer on it calls
-UnmapViewOfFile when the last user (a region slice, a numpy array, an OrtValue) is gone.
-
-Long paths: a path whose absolute form has MAX_PATH (260) UTF-16 code units or more is passed
-as ``\\\\?\\C:\\...`` (``\\\\?\\UNC\\server\\share\\...`` for UNC); shorter paths are passed
-exactly as given, so they resolve the way ``os.stat`` resolved them in `check_file`.
-"""
+"""Windows file mapper: upstream's `WindowsFileMapper` (one whole-file view, handles closed) with two fixes."""
 
 from __future__ import annotations
 
@@ -100,8 +69,7 @@ def _unmap_view(api: Kernel32, address: int) -> None:
 
 
 def _finalizer(obj: object, func: Callable, *args: object) -> weakref.finalize:
-    """A finalizer that does not run at interpreter exit: unmapping memory that a daemon
-    thread or a late destructor may still read would crash; the OS unmaps at exit anyway."""
+    """A finalizer that does not run at interpreter exit (the OS unmaps then anyway)."""
     fin = weakref.finalize(obj, func, *args)
     fin.atexit = False
     return fin
@@ -109,8 +77,7 @@ def _finalizer(obj: object, func: Callable, *args: object) -> weakref.finalize:
 
 @functools.lru_cache(maxsize=64)
 def _view_type(length: int) -> type:
-    """A ``c_ubyte * length`` subclass that, unlike plain ctypes arrays, can be weak-referenced
-    (the unmap finalizer needs it) and hashed by identity (ctypes arrays refuse hash())."""
+    """A ``c_ubyte * length`` subclass that can be weak-referenced and hashed by identity."""
     return type("MappedView", (ctypes.c_ubyte * length,), {"__hash__": object.__hash__})
 
 
@@ -153,11 +120,7 @@ class WindowsMappedFile(MappedFile):
 
 
 class WindowsFileMapper(FileMapper):
-    """CreateFileW + CreateFileMappingW + MapViewOfFile, handles closed after mapping: pages
-    come from the system cache, shared by every process that maps the same file.
-
-    ``kernel32`` and ``get_last_error`` are for tests (a fake kernel32 on any OS); by default
-    ``_winapi.load("kernel32")`` and ``ctypes.get_last_error``."""
+    """CreateFileW + CreateFileMappingW + MapViewOfFile, handles closed (``kernel32`` is injectable for tests)."""
 
     name = "windows-kernel32"
 
@@ -184,8 +147,7 @@ class WindowsFileMapper(FileMapper):
             raise _open_error(err, path) from err
 
     def identity_of_path(self, path: str) -> FileIdentity:
-        """Through the same handle API as a mapping (FILE_ID_INFO), opened with full sharing
-        for the moment it takes: never in a writer's or renamer's way."""
+        """Through the same handle API as a mapping, opened with full sharing."""
         api = self._api
         handle = self._open(path, FILE_SHARE_ALL)
         try:

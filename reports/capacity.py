@@ -1,15 +1,4 @@
-"""The report's view of a measured capacity (``python -m harness capacity``): per probe N,
-whether the workers of each mode survived under the limit, beside what the start-up peak
-projected; and the projection of another deployment from the measured cost per worker.
-
-Why measured and projected differ (said under the table, docs/running.md has the figures):
-the projection assumes every worker peaks at once, but workers started together on few cores
-reach their peaks at different moments (the overlap decides, and heap can hold one more than
-projected); the limit also holds the page cache the workers fault in (the mapped weights' pages
-once, and a heap read's pages until reclaimed); and each worker has a runtime floor (the
-interpreter and the runtime) that the peak of a tiny model shows but a bigger model's share of
-the limit hides.
-"""
+"""The report's view of a capacity run: per probe N which mode's workers survived, beside the projection."""
 
 from __future__ import annotations
 
@@ -79,8 +68,7 @@ def _between(low: float | None, high: float | None) -> str:
 
 
 def capacity_projection(run: Any, weights_bytes: int, sessions: int) -> list[str]:
-    """The projected deployment from the measured cost per worker (a capacity run only): a
-    heap worker's cost beyond the mapped worker's (its copies) scales with the weights."""
+    """The projected deployment from the measured cost per worker (a heap worker's extra cost scales with weights)."""
     measured: Measured | None = getattr(run, "capacity", None)
     measured_weights = int(run.weights_bytes or 0)
     if measured is None or not measured_weights:

@@ -1,12 +1,4 @@
-"""``python -m harness report RUN_DIR [RUN_DIR ...] [--baseline RUN0]``: judge run folders,
-write report.html; with a baseline, print and render each run's changes against it.
-
-Exit codes are the contract CI scripts rely on: 0 every run's verdict is pass, 1 a gate
-failed, a worker failed or a run is incomplete (interrupted, killed, no valid rows), or, with
-``--fail-on-regression``, a figure regressed against the baseline (each named on one line);
-2 a usage or input error (missing folder, files that are not this harness's tables, bad gate
-expression, unknown format_version) reported as ONE line on stderr, never a traceback.
-"""
+"""``python -m harness report RUN_DIR ... [--baseline RUN0]``: judge, render, compare; exit 0, 1 or 2."""
 
 from __future__ import annotations
 

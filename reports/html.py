@@ -1,10 +1,4 @@
-"""Render one self-contained report.html for one or several judged runs (`publish`).
-
-Both `harness run` (right after a run) and `harness report` come through here with the runs'
-`Judgement`s, which `harness.core.verdict` decided: this module lays them out, it decides
-nothing. The page has no external resource: CSS, SVG and the few lines of table-sorting JS
-are inline, so it opens offline, in CI artifacts and in mail.
-"""
+"""Render one self-contained report.html (inline CSS, SVG and JS) for judged runs: it lays out, decides nothing."""
 
 from __future__ import annotations
 
@@ -54,8 +48,7 @@ class Published:
 
 @functools.cache
 def _environment() -> Any:
-    """One template environment per process: compiling the report's template costs ~0.12 s,
-    once per process rather than once per report (`warm_templates`)."""
+    """One template environment per process (compiling the template costs ~0.12 s)."""
     import jinja2
 
     env = jinja2.Environment(
@@ -96,8 +89,7 @@ def _labels_text(view: RunView) -> str | None:
 
 
 def _comparison(views: Sequence[RunView]) -> dict[str, Any]:
-    """Runs in columns, figures in rows: absolute values at each run's largest N, the saving,
-    the ratios, failures, versions and (in a test session) the tests behind each run."""
+    """Runs in columns, figures in rows: values at each run's largest N, savings, ratios, failures, versions."""
     top = [v.per_n[-1] if v.per_n else None for v in views]
 
     def row(label: str, cells: list[dict[str, str]], hint: str = "") -> dict[str, Any]:
@@ -210,8 +202,7 @@ def render_html(
     test_counts: dict[str, int] | None = None,
     baseline: Any = None,
 ) -> str:
-    """The self-contained page for one or several judged runs; ``tests`` (a pytest session's
-    outcomes) and ``baseline`` (a `harness.core.compare.Comparison`) add their sections."""
+    """The page for judged runs; ``tests`` and ``baseline`` add their sections."""
     views = []
     for index, (j, points) in enumerate(zip(judgements, trends, strict=True)):
         mine = [t for t in tests if t.folder and real_path(t.folder) == real_path(j.run.folder)]
@@ -263,9 +254,7 @@ def publish(
     baseline: Any = None,
     inputs: Sequence[Path] = (),
 ) -> Published:
-    """Append the runs to the history (when given), then write the report atomically. With no
-    run, only a test session (``tests`` or ``test_counts``) may be published. ``inputs``: files
-    the report was made from (a gates file), never written over."""
+    """Append the runs to the history (when given), then write the report atomically; ``inputs`` are never written."""
     if not judgements and not tests and not test_counts:
         raise InputError("no run folder given")
     base_folder = baseline.baseline.folder if baseline is not None else None
@@ -290,8 +279,7 @@ def publish(
 
 
 def _check_distinct_runs(run_dirs: Sequence[Path | str], baseline: Path | str | None) -> None:
-    """No run folder twice, and not the baseline among the runs: either would read as runs that
-    agree, whatever they measured."""
+    """No run folder twice, and not the baseline among the runs."""
     seen: dict[Path, str] = {}
     for folder in map(str, run_dirs):
         key = real_path(folder)
@@ -320,11 +308,7 @@ def render_runs(
     min_effect: Any = None,
     json_out: Path | None = None,
 ) -> Published:
-    """Load, judge and publish run folders in one call (what `harness report` does): the report
-    goes to ``out``, by default RUN_DIR/report.html for one run and ./report.html for several.
-    ``baseline``: a run folder every run is compared with (the first run's comparison is
-    rendered; `Published.comparisons` holds all of them), with ``min_effect`` (a
-    `harness.core.compare.MinEffect`); ``json_out``: where the comparison document goes."""
+    """Load, judge and publish run folders (``harness report``), with an optional baseline comparison."""
     from harness.core.compare import compare
     from harness.core.gates import parse_gates
     from harness.core.rundata import load_run, same_run

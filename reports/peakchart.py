@@ -1,12 +1,4 @@
-"""The report's "peak vs steady" chart: each mode's start-up peak beside its steady state.
-
-Why a chart of its own: what fails a load on a small machine is the transient peak during
-session creation, not the steady state the barrier samples; a number in a table hides how far
-apart the two are, two bars side by side do not. Per mode at the largest N (first repeat), the
-median over ok workers of: the start-up peak of private memory (`peak_private_bytes`), the
-steady private memory at the barrier (USS, private bytes on Windows) and the kernel's RSS peak
-(`peak_rss_bytes`, which counts the shared file pages too).
-"""
+"""The report's "peak vs steady" chart: each mode's start-up peak beside its steady state and RSS peak."""
 
 from __future__ import annotations
 

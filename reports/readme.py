@@ -1,8 +1,4 @@
-"""The column tables of docs/results.md, generated from `harness.core.schema` so they cannot drift.
-
-``python -m reports.readme`` prints the Markdown for results.csv, summary.csv and
-results_long.csv; a docs test compares docs/results.md with `column_tables()`.
-"""
+"""The column tables of docs/results.md, generated from `harness.core.schema` (``python -m reports.readme``)."""
 
 from __future__ import annotations
 

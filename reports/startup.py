@@ -22,8 +22,7 @@ ROWS = (
     ("Latency mean", "latency_mean_s", "over every timed inference of the group"),
     ("Latency max", "latency_max_s", "the slowest timed inference of the group"),
 )
-#: Steady-state latency within this ratio counts as "no difference" (timing noise on a shared machine).
-SAME_LATENCY = (0.9, 1.1)
+SAME_LATENCY = (0.9, 1.1)  #: Steady-state latency within this ratio is "no difference" (noise on a shared machine).
 
 
 @dataclass

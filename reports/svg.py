@@ -1,10 +1,4 @@
-"""Tiny SVG drawing kit for the report's charts: scales, ticks, units, axes, legends.
-
-Hand-written SVG keeps report.html self-contained (no JS library, no network, no matplotlib)
-and printable: everything is vector, sized by a viewBox, with text large enough to read on
-paper. Colours are the Okabe-Ito palette (safe for colour-blind readers) and each series also
-differs by marker shape or dash, so a grey-scale print stays legible.
-"""
+"""Tiny SVG kit for the report's charts: self-contained, printable, Okabe-Ito colours and distinct markers."""
 
 from __future__ import annotations
 
@@ -22,8 +16,7 @@ MODE_STYLE = {
 METRIC_COLOR = {"uss": "#0072B2", "pss": "#009E73", "rss": "#E69F00", "init": "#CC79A7", "private": "#56B4E9"}
 FAIL_COLOR = "#C0392B"
 GRID = "#d9d9d9"
-#: Width a legend label's character is given (12 px system sans-serif averages ~6.5 px).
-CHAR_WIDTH = 7.0
+CHAR_WIDTH = 7.0  #: Width a legend label's character is given (12 px system sans-serif averages ~6.5 px).
 INK = "#222222"
 MIB = 1024**2
 GIB = 1024**3
@@ -195,10 +188,7 @@ def y_axis(
 def legend(
     canvas: Canvas, x: float, y: float, entries: Sequence[tuple[str, str, str, str]], *, gap: float = 26
 ) -> float:
-    """A legend of (label, color, dash, marker) entries from (x, y), in a ``<g class="legend">``,
-    wrapped onto another row (below) where the next entry would pass the canvas's right edge
-    (labels are measured at `CHAR_WIDTH`, a generous width for the 12 px sans-serif text).
-    Returns the y of its last row."""
+    """A legend of (label, color, dash, marker) entries, wrapped onto rows; returns the y of its last row."""
     left, right = x, canvas.width - 8
     canvas.add('<g class="legend">')
     for label, color, dash, marker in entries:

@@ -1,15 +1,4 @@
-"""The options of one run (`RunOptions`): what the command line, the bench and the pytest
-plugin hand to `harness.runner.sweep.execute`, and what the targets read.
-
-Each run option is declared ONCE, as a field of `RunOptions`: its type and default, and in the
-field's metadata (`flag`) its command-line flag, argparse type, metavar and help. Every parser
-that takes run options derives them from these declarations with `add_run_options` (modelled
-on pytest-benchmark's ``add_*_options(addoption, prefix)``): ``run`` takes all of them,
-``bench``, ``cache`` and ``doctor`` a few with their own defaults and help (`Variant`), and the
-pytest plugin a few under the ``fmw-`` prefix (``--fmw-processes``), parsed with the same
-types. The copy of parsed arguments into the options (`RunOptions.from_arguments`) is derived
-from them too, so a new option is one field, not several places to keep in step.
-"""
+"""The options of one run (`RunOptions`), each declared once as a field; every parser derives its flags from them."""
 
 from __future__ import annotations
 
@@ -25,8 +14,7 @@ from harness.core import argtypes
 from harness.core.schema import MODES
 from harness.core.vocab import PAGE_CACHE_CHOICES, Workload
 
-#: What ``--page-cache`` accepts: warm (read the weights once before the first group) or cold
-#: (evict their pages before each group).
+#: What ``--page-cache`` accepts: warm (read once first) or cold (evicted per group).
 PAGE_CACHE_MODES = PAGE_CACHE_CHOICES
 
 
@@ -49,10 +37,7 @@ class Flag:
 
 @dataclass(frozen=True)
 class Variant:
-    """How another command takes a declared run option: its own default (as the user would type
-    it), help and metavar (None: the declaration's); ``single``: one value where ``run``
-    repeats the option (the plugin's ``--fmw-model``). The flag, type and choices stay the
-    declaration's. ``{default}`` in a help is replaced by the default."""
+    """How another command takes a declared run option: its own default, help, metavar, ``single``."""
 
     default: str | None = None
     help: str | None = None
@@ -344,9 +329,7 @@ class RunOptions:
 
     @classmethod
     def from_arguments(cls, ns: argparse.Namespace, **given: Any) -> RunOptions:
-        """The options of parsed command-line arguments (every declared flag), plus ``given``
-        (what is not a flag: the target's own options, the command line). A command that
-        declares some of the flags only (``capacity``) keeps the defaults of the others."""
+        """The options of parsed arguments plus ``given`` (what is not a flag); undeclared flags keep their defaults."""
         values = {}
         for f in command_line_fields():
             if not hasattr(ns, f.name):
@@ -367,8 +350,7 @@ def command_line_fields() -> list:
 
 
 def flag_of(name: str, prefix: str = "") -> str:
-    """The command-line flag of the run option ``name`` (a `RunOptions` field), under ``prefix``
-    (``flag_of("processes", "fmw-")`` is ``--fmw-processes``)."""
+    """The command-line flag of the run option ``name`` under ``prefix`` (``--fmw-processes``)."""
     spec: Flag = next(f for f in command_line_fields() if f.name == name).metadata["flag"]
     return f"--{prefix}{spec.flag[2:]}"
 
@@ -386,17 +368,7 @@ def add_run_options(
     text: dict[str, str] | None = None,
     exclusive: Callable[[str], AddOption] | None = None,
 ) -> None:
-    """Declare the run options (all of them, or ``names`` only, in declaration order) with
-    ``addoption(flag, **keywords)``: argparse's ``add_argument`` or pytest's ``addoption``.
-
-    ``prefix`` namespaces the flags and their dests (``"fmw-"``: ``--fmw-processes``, dest
-    ``fmw_processes``); without it each option keeps its field's name as its dest, so
-    `RunOptions.from_arguments` copies it back. ``variants``: a command's own defaults and help
-    (`Variant`). ``targets``: the registered targets, the choices of ``--target``/``--peer``
-    (this module sits below the registry). ``text`` fills the help's placeholders
-    (``{targets}``, ``{size_help}``, ``{kind}``...). ``exclusive(group)`` gives the
-    ``addoption`` of a mutually exclusive group (``--model`` / ``--model-size``); None: the
-    options are added as they are."""
+    """Declare the run options (or ``names``) with ``addoption``, under ``prefix``, with a command's ``variants``."""
     chosen = [f for f in command_line_fields() if names is None or f.name in names]
     for f in chosen:
         spec: Flag = f.metadata["flag"]
@@ -416,8 +388,7 @@ def add_run_options(
 
 
 def _default_text(f: Any, spec: Flag, how: Variant) -> Any:
-    """A parser's default for one option: the variant's, else the declaration's text, else []
-    for a repeatable option, else the field's default."""
+    """A parser's default: the variant's, else the declaration's text, else [] if repeatable, else the field's."""
     if how.default is not None:
         return how.default
     if how.single:

@@ -1,11 +1,4 @@
-"""The phases of a worker's start-up, and the hook a target calls when it enters one.
-
-Why a hook: the start-up peak is sampled at every phase change (`harness.runner.peak`), but a
-target's session creation is where the phases change ("create" begins inside the EP's own
-session creation, a fallback goes back to "load"). The target announces the phase here; the
-worker installs its sampler's `mark` as the hook before it asks the target for sessions. With
-no hook installed (a target used directly, in a test or the compile child) `mark` does nothing.
-"""
+"""The phases of a worker's start-up and the hook a target calls on entering one (the peak sampler's `mark`)."""
 
 from __future__ import annotations
 
@@ -13,9 +6,7 @@ from collections.abc import Callable
 
 from harness.core.vocab import PeakPhase
 
-#: Phases in start-up order (the `peak_phase` column's values): start (interpreter, imports),
-#: load (map or read the weights), create (session creation), first_run (the first inference).
-PHASES: tuple[PeakPhase, ...] = tuple(PeakPhase)
+PHASES: tuple[PeakPhase, ...] = tuple(PeakPhase)  #: Phases in start-up order (the `peak_phase` column's values).
 
 PhaseHook = Callable[[str], None]
 _hook: PhaseHook | None = None

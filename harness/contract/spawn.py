@@ -1,27 +1,14 @@
-"""Starting the harness's child processes (workers, the QNN compiler's child, the device probe)
-so that the process we measure IS the worker, and so that no child outlives the harness.
-
-Windows venvs: ``sys.executable`` there is the venv redirector (``.venv\\Scripts\\python.exe``),
-a small launcher that starts the base interpreter as a CHILD and waits. Sampling the pid that
-``Popen`` returns would measure the 1-2 MB launcher, not the worker. CPython's
-``multiprocessing`` (popen_spawn_win32, bpo-35797) avoids the launcher by starting
-``sys._base_executable`` with ``__PYVENV_LAUNCHER__`` set to the venv's executable, so the base
-interpreter still picks up the venv; we do the same. The worker also reports its own pid, and
-the parent samples that pid only once it is verified to be the spawned process or its child.
-
-Windows has no parent-death signal: each worker is put in a job object whose last handle the
-harness holds, with JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE, so when the harness dies for any
-reason the kernel closes the handle and kills every worker. Linux has one: a child asks for
-it first thing (`set_parent_death_signal`).
-"""
+"""Starting the harness's children so that the measured process is the worker and none outlives the harness."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import IO, Any
 
 
 def _path_eq(a: str, b: str, platform: str) -> bool:
@@ -39,10 +26,7 @@ def worker_interpreter(
     platform: str = sys.platform,
     environ: Mapping[str, str] | None = None,
 ) -> tuple[str, dict[str, str] | None]:
-    """(interpreter to start, environment or None to inherit), as multiprocessing does.
-
-    Arguments default to this interpreter; they exist so the Windows rule can be tested
-    anywhere."""
+    """(interpreter, environment or None), as multiprocessing does (arguments make it testable anywhere)."""
     executable = sys.executable if executable is None else executable
     base_executable = getattr(sys, "_base_executable", executable) if base_executable is None else base_executable
     if platform == "win32" and base_executable and not _path_eq(executable, base_executable, platform):
@@ -52,24 +36,15 @@ def worker_interpreter(
     return executable, None
 
 
-#: The folder holding the ``harness`` package this process runs (a checkout or site-packages).
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  #: The folder of the ``harness`` package this process runs.
 
 
-#: Thread counts for numpy's BLAS in every child, unless the user set one (then it is theirs).
-#: No child does BLAS work (ORT has its own thread pools), but OpenBLAS starts one thread per
-#: core when numpy is imported and they spin for ~0.1 s: on a 2-core machine that is 0.1 s of
-#: CPU per worker (0.30 -> 0.18 CPU-s to import numpy and onnxruntime), competing with the
-#: sessions the workers time, and threads in every worker's figures that ORT never uses.
+#: One BLAS thread in every child unless the user set one: OpenBLAS's idle spinning cost each worker ~0.1 CPU-s.
 CHILD_BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1"}
 
 
 def python_child(module: str, *args: str) -> tuple[list[str], dict[str, str]]:
-    """(command, environment) to run ``python -m module args`` as a child of the harness: the
-    real interpreter (`worker_interpreter`), and this harness's own package first on
-    PYTHONPATH, so the child imports the very code that started it whatever folder it runs in
-    (workers, the QNN compiler child and the device probe all run in folders of their own);
-    numpy's BLAS on one thread (`CHILD_BLAS_THREADS`)."""
+    """(command, environment) for ``python -m module args`` as a child: the real interpreter, this package first."""
     interpreter, env = worker_interpreter()
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p)
@@ -78,13 +53,71 @@ def python_child(module: str, *args: str) -> tuple[list[str], dict[str, str]]:
     return [interpreter, "-m", module, *args], env
 
 
+def run_job(
+    module: str, job: dict, log: IO[bytes], folder: Path, *, timeout_s: float, poll_s: float, on_status=None
+) -> tuple[int | None, dict | None]:
+    """``python -m module JOB.json`` in ``folder``, its output in ``log``, each new status line to ``on_status``:
+    (exit code, or None past ``timeout_s``; its result, or None). Killed when interrupted or past the deadline."""
+    import json
+    import subprocess
+
+    job = dict(job, result=str(folder / "result.json"), status=str(folder / "status.txt"))
+    (folder / "job.json").write_text(json.dumps(job), encoding="utf-8")
+    command, env = python_child(module, str(folder / "job.json"))
+    # cwd: what native libraries write beside them (QNN's saver_output/) stays with the job
+    proc = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=folder, env=env
+    )
+    try:
+        code = _wait_reporting(proc, Path(job["status"]), timeout_s, poll_s, on_status)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    try:
+        return code, json.loads(Path(job["result"]).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return code, None
+
+
+def _wait_reporting(proc: Any, status: Path, timeout_s: float, poll_s: float, on_status) -> int | None:
+    import subprocess
+    import time
+
+    deadline, said = time.monotonic() + timeout_s, ""
+    while True:
+        try:
+            return proc.wait(timeout=max(0.0, min(poll_s, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                return None
+        if on_status is not None:
+            with contextlib.suppress(OSError):
+                text = status.read_text(encoding="utf-8", errors="replace").strip()[:200]
+                if text and text != said:
+                    said = text
+                    on_status(text)
+
+
+def tell_status(job: dict, text: str) -> None:
+    """In a `run_job` child: what it is doing now, for the parent's progress line (best effort)."""
+    with contextlib.suppress(OSError, KeyError, TypeError):
+        Path(job["status"]).write_text(text, encoding="utf-8")
+
+
+def signal_name(code: int) -> str:
+    """The signal that ended a child whose exit code is ``code`` (< 0): "SIGKILL", or "signal N"."""
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
 _PR_SET_PDEATHSIG = 1
 
 
 def set_parent_death_signal() -> bool:
-    """Linux: ask the kernel to SIGKILL this process when its parent dies, even inside a long
-    native call (a hung session creation, a compile) where no Python thread would ever run
-    again. Called first thing by every child of the harness. True if set."""
+    """Linux: SIGKILL this process when its parent dies, even inside a long native call; True if set."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -96,26 +129,18 @@ def set_parent_death_signal() -> bool:
         return False
 
 
-#: glibc's mmap threshold, fixed: a block of 128 KiB or more is its own mapping, returned to the
-#: kernel when freed. Left to itself glibc raises the threshold to the size of each big block it
-#: frees, so the next copies come from the heap and a freed direct-read copy stays in the
-#: worker (a 3-model pipeline's heap workers held 1.8 MiB more than their weights). Windows' heap
-#: gives blocks this large their own VirtualAlloc and frees them with VirtualFree, so the fixed
-#: threshold makes the Linux worker's figures mean what the device's do.
-GLIBC_MMAP_THRESHOLD = 128 * 1024
+GLIBC_MMAP_THRESHOLD = 128 * 1024  #: fixed, so a freed big copy goes back to the kernel (as VirtualFree does)
 
 
 def measured_process_env(env: dict[str, str], platform: str = sys.platform) -> dict[str, str]:
-    """``env`` for a process whose memory is measured (workers and the control): on Linux the
-    fixed glibc mmap threshold, unless the user set one (then it is theirs)."""
+    """``env`` for a measured process: on Linux the fixed glibc mmap threshold, unless the user set one."""
     if platform.startswith("linux"):
         env.setdefault("MALLOC_MMAP_THRESHOLD_", str(GLIBC_MMAP_THRESHOLD))
     return env
 
 
 def worker_pid_in_tree(spawned_pid: int, reported_pid: int) -> bool:
-    """True when the pid a worker reported for itself is the process we spawned or one of its
-    descendants (a launcher in between): anything else is not ours to sample."""
+    """True when the pid a worker reported is the process we spawned or a descendant."""
     if reported_pid == spawned_pid:
         return True
     import psutil
@@ -134,9 +159,7 @@ def harness_identity() -> tuple[int, float]:
 
 
 class KillOnCloseJob:
-    """A Windows job object that kills its processes when its last handle closes (the harness
-    exiting, crashing or being killed). Elsewhere every method is a no-op: Linux children use
-    ``PR_SET_PDEATHSIG`` (`set_parent_death_signal`)."""
+    """A Windows job object that kills its processes when its last handle closes; a no-op elsewhere."""
 
     def __init__(self) -> None:
         self._handle = None
@@ -144,8 +167,7 @@ class KillOnCloseJob:
             self._handle = _create_kill_on_close_job()
 
     def add(self, process_handle: int) -> bool:
-        """Put a started process in the job; False when that could not be done (the worker's
-        own watchdog still ends it when the harness goes)."""
+        """Put a started process in the job; False when it could not be (the worker's watchdog remains)."""
         if self._handle is None:
             return False
         return _assign(self._handle, process_handle)

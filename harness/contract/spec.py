@@ -1,8 +1,4 @@
-"""The small explicit spec the parent hands each worker, and the record a worker hands back.
-
-Both are JSON files (not stdout: ORT and QNN log there). A worker's record carries its own
-timings and output check; memory is sampled by the parent while every worker is alive.
-"""
+"""The spec the parent hands each worker and the record it hands back: JSON files (ORT and QNN log on stdout)."""
 
 from __future__ import annotations
 
@@ -50,8 +46,7 @@ SPEC_VERSION = 5
 
 @dataclass
 class WorkerSettings:
-    """The run's settings every worker applies, whatever its target: typed, so a worker (and a
-    target) reads ``spec.settings.runs``, never ``int(spec.options.get("runs") or 0)``."""
+    """The run's settings every worker applies, typed (``spec.settings.runs``)."""
 
     #: The ORT session knobs of every session, both modes and the reference
     #: (`SessionSettings` as a dict: config, intra_op_threads,
@@ -89,30 +84,15 @@ class WorkerSpec:
     result_path: str = ""
     log_path: str = ""
     weights_bytes: int = 0  # bytes the sessions load: weights file, or the QNN context binary
-    #: Every model folder of the run, in order (a pipeline loads several; []: ``model_folder``).
-    models: list[str] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)  #: Every model folder of the run, in order ([]: ``model_folder``).
     settings: WorkerSettings = field(default_factory=WorkerSettings)
-    #: The target's own options (its `TargetOption`s) and what its prepare step hands its
-    #: workers (e.g. the qnn target's compiled "onnx" paths): nothing every worker needs.
-    options: dict[str, Any] = field(default_factory=dict)
-    #: The harness that started this worker (pid + creation time, as psutil reports it): the
-    #: worker watches THIS process, not whatever ``getppid()`` says when it starts (if the
-    #: harness died first, that is already init).
-    parent_pid: int = 0
+    options: dict[str, Any] = field(default_factory=dict)  #: The target's own options and what its prepare step adds.
+    parent_pid: int = 0  #: The harness that started this worker (pid + creation time), not ``getppid()``.
     parent_create_time: float = 0.0
-    #: How long the worker waits at the barrier for its release before giving up.
-    release_timeout_s: float = 3600.0
-    #: Test hook of the reliability suites, never set by a normal run: "crash", "signal", "hang",
-    #: "raise", "drop-weight-pages", "exit-after-ready" (a background exit with code 0 once the
-    #: ready record is written, as onnxruntime-qnn #337's TerminateProcess(0)), or "pause-start" /
-    #: "pause-imports" / "pause-session" (stop at that moment of the worker's start-up so a test
-    #: can kill the harness right there).
-    fault_action: str = ""
-    #: The group's control worker: the same sessions over no weights (`harness.runner.control`).
-    control: bool = False
-    #: The group's phase board and this worker's slot on it (`harness.runner.phaseboard`):
-    #: how the parent's peak watch learns the worker's pid and phases ("": not watched).
-    phase_board: str = ""
+    release_timeout_s: float = 3600.0  #: How long the worker waits at the barrier for its release before giving up.
+    fault_action: str = ""  #: Test hook of the reliability suites (crash, hang, drop-weight-pages, pause-*...).
+    control: bool = False  #: The group's control worker: the same sessions over no weights (`harness.runner.control`).
+    phase_board: str = ""  #: The group's phase board and this worker's slot on it ("": not watched).
     phase_slot: int = -1
     spec_version: int = SPEC_VERSION
 
@@ -135,8 +115,7 @@ class WorkerSpec:
 
     @classmethod
     def read(cls, path: Path) -> WorkerSpec:
-        """The spec at ``path``; ValueError / TypeError for one of another version or shape (a
-        worker is always started by the harness that wrote its spec: nothing to migrate)."""
+        """The spec at ``path``; ValueError / TypeError for another version or shape."""
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         if not isinstance(data, dict) or data.get("spec_version") != SPEC_VERSION:
             version = data.get("spec_version") if isinstance(data, dict) else None
@@ -198,29 +177,15 @@ class WorkerRecord:
     output_detail: str = ""
     weights_bytes: int | None = None
     peak_bytes: int | None = None
-    #: Bytes of weight copies the target holds in this process's private memory, every page
-    #: written (heap and fallback loads): its USS / private bytes cannot be below this.
-    private_copy_bytes: int | None = None
-    #: Resident bytes of the model's mapped files in this process's page tables, read from its
-    #: own memory maps just before it reported ready, only under the "drop-weight-pages" test
-    #: hook (the parent reads the maps of every other worker itself): its RSS cannot be below this.
-    mapped_resident_bytes: int | None = None
-    #: CPU time (every thread) and wall time of the measured work (sessions, first inference,
-    #: timed runs): a share well below 1 means the worker waited for a CPU (contention).
-    cpu_s: float | None = None
+    private_copy_bytes: int | None = None  #: Weight copies held privately (heap, fallback): a floor of USS.
+    mapped_resident_bytes: int | None = None  #: Mapped files' resident bytes (worker-read under "drop-weight-pages").
+    cpu_s: float | None = None  #: CPU and wall time of the measured work: a share well below 1 means it waited.
     busy_s: float | None = None
-    #: Seconds to map the weights file(s) and touch nothing, before the load (`harness.runner.floor`).
-    floor_s: float | None = None
-    #: Failed DMA registrations left behind, stale, by the worker's loads (cpu target: upstream
-    #: never undoes one; `--failed-registration undo` does), None when not counted.
-    stale_registrations: int | None = None
-    #: Release callbacks of failed attempts that arrived late (during or after the direct read, or
-    #: at teardown: counted once the sessions were closed), None when not counted.
-    late_releases: int | None = None
+    floor_s: float | None = None  #: Seconds to map the weights file(s) and touch nothing (`harness.runner.floor`).
+    stale_registrations: int | None = None  #: Failed DMA registrations left stale (None when not counted).
+    late_releases: int | None = None  #: Release callbacks of failed attempts that arrived late (None when not counted).
     teardown: str = ""  # what the worker's teardown left behind (mapper_impl stats), empty when clean
-    #: True once the parent's release reached the worker: a final record without it (or none
-    #: at all) from a worker that exited means it ended before the harness let it go.
-    released: bool = False
+    released: bool = False  #: True once the parent's release reached the worker.
     error: str = ""
 
     @classmethod

@@ -1,6 +1,4 @@
-"""Which values a cell of a run's tables may hold: the one range and choice check every
-reader of a run folder applies (`harness.core.tables`), so a hostile or corrupt CSV cannot pass
-a figure no machine could have measured, or a word outside its column's vocabulary."""
+"""Which values a cell of a run's tables may hold: the one range and choice check every reader applies."""
 
 from __future__ import annotations
 
@@ -11,18 +9,12 @@ from typing import Any
 from .schema import SummaryRow
 from .vocab import DISABLE_FLAGS, EpState, Mode, PageCache, PathTaken, PeakPhase, Start
 
-#: The largest byte figure any cell may hold: 1 PiB (2**50). No machine this harness measures
-#: has that much memory or disk, so a larger figure is corruption or forgery, not a measurement.
-MAX_BYTES = 2**50
-#: The longest time a cell may hold: one week. A worker is killed long before (--worker-timeout
-#: is bounded), so a longer time is no measurement.
-MAX_SECONDS = 7 * 24 * 3600.0
-#: The largest count or index a cell may hold (processes, sessions, repeats, runs, pids).
-MAX_COUNT = 2**31
+MAX_BYTES = 2**50  #: The largest byte figure a cell may hold (1 PiB): a larger one is corruption or forgery.
+MAX_SECONDS = 7 * 24 * 3600.0  #: The longest time a cell may hold (one week): workers are killed long before.
+MAX_COUNT = 2**31  #: The largest count or index a cell may hold (processes, sessions, repeats, runs, pids).
 #: Columns whose figures may be negative: a change of available memory, a signal's exit code.
 SIGNED_COLUMNS = frozenset({"system_delta_bytes", "system_noise_bytes", "exit_code"})
-#: Columns that must be at least 1 (a group of zero processes measures nothing).
-AT_LEAST_ONE = frozenset({"processes", "sessions_per_process"})
+AT_LEAST_ONE = frozenset({"processes", "sessions_per_process"})  #: Columns that must be at least 1.
 #: Text columns with a closed set of values ('|'-joined in a summary row).
 CHOICES: dict[str, tuple[str, ...]] = {
     "mode": Mode.values(),
@@ -56,14 +48,12 @@ def _number_problem(name: str, unit: str, value: float | int) -> str | None:
 
 @functools.cache
 def _column_meta(row_type: type) -> dict[str, Any]:
-    """name -> metadata of every column of ``row_type``, built once (`cell_problem` runs per
-    cell: rebuilding it each time made a 100 000-row results.csv take minutes to read)."""
+    """name -> metadata of every column of ``row_type``, built once (per cell it took minutes on 100 000 rows)."""
     return {f.name: f.metadata for f in fields(row_type)}
 
 
 def cell_problem(row_type: type, name: str, value: Any) -> str | None:
-    """Why ``value`` cannot be the ``name`` cell of a ``row_type`` row (None: it can): the
-    one range and choice check every reader of a run folder applies (empty is always fine)."""
+    """Why ``value`` cannot be the ``name`` cell of a ``row_type`` row (None: it can; empty always can)."""
     meta = _column_meta(row_type).get(name)
     if meta is None or value is None:
         return None

@@ -1,18 +1,4 @@
-"""A `Comparison` shown three ways from the same calls: display cells (terminal and
-report.html), plain-text lines, and the ``--json`` document (every figure with both values,
-the delta, the p-value, the threshold and the call), plus one line per regression for
-``--fail-on-regression``.
-
-JSON format (``format_version`` 1; keys are only ever added within a version):
-``{format_version, kind: "comparison", test, alpha, min_repeats, min_effect, comparisons: [
-{baseline, current, at, warnings, versions, regressions: [key], likely_cause (the package
-versions that differ when a change is called, else null), figures: [{key, label, unit,
-kind, baseline: {value, repeats}, current: {value, repeats}, delta, percent, p_value, scale,
-threshold, call, not_called_because, changed, regression}]}]}`` (``scale``: "log" when the
-test ran on log values; ``not_called_because``: why other processes move the figure, PSS's,
-else null). Bytes and seconds are plain numbers; ``percent`` is a fraction (0.05 = +5 %);
-``p_value`` is null below 2 repeats a side.
-"""
+"""A `Comparison` as display cells, plain lines, the ``--json`` document (docs/results.md) and regression lines."""
 
 from __future__ import annotations
 
@@ -78,8 +64,7 @@ MACHINE_KEYS = frozenset(("hostname", "system", "arch", "cpu"))
 
 
 def likely_cause(comparison: Comparison) -> str:
-    """What most likely caused the changes called ("" when none is called): the package
-    versions (and the commit) that differ between the two runs, or that none does."""
+    """What most likely caused the changes called: the package versions (and commit) that differ, or none."""
     if not any(c.changed for c in comparison.changes):
         return ""
     differing = [f"{k} {b} -> {c}" for k, b, c in comparison.versions if b != c and k not in MACHINE_KEYS]
@@ -169,7 +154,7 @@ def _figure(change: Change) -> dict[str, Any]:
 
 
 def comparison_document(comparisons: Sequence[Comparison]) -> dict[str, Any]:
-    """The ``report --json`` content (see the module docstring)."""
+    """The ``report --json`` content (docs/results.md, "report --json")."""
     min_effect = comparisons[0].min_effect if comparisons else MinEffect()
     return {
         "format_version": COMPARISON_FORMAT_VERSION,

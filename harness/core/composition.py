@@ -1,9 +1,4 @@
-"""What a group's memory is made of and how busy the machine was while it was measured.
-
-Kept apart from `harness.core.summary` (which calls it per group): the split of a worker's
-memory into weight copies, mapped weight pages and the control worker's runtime, and the
-contention rule that makes a group's timings "contended" (issue 18).
-"""
+"""What a group's memory is made of and how busy the machine was while it was measured (issue 18)."""
 
 from __future__ import annotations
 
@@ -20,8 +15,7 @@ def _median(values: Iterable[float | int | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-#: A worker whose CPU time is below this share of its wall time waited for a CPU (issue 18).
-MIN_CPU_SHARE = 0.5
+MIN_CPU_SHARE = 0.5  #: A worker whose CPU time is below this share of its wall time waited for a CPU (issue 18).
 
 
 def contention(members: list[ResultRow]) -> dict[str, Any]:
@@ -47,8 +41,7 @@ def contention(members: list[ResultRow]) -> dict[str, Any]:
 
 
 def composition(ok: list[ResultRow]) -> dict[str, Any]:
-    """The summary's split of the ok workers' memory (copies, mapped pages, the control) and
-    its contention figures."""
+    """The summary's split of the ok workers' memory and its contention figures."""
     runtime = {r.runtime_bytes for r in ok if r.runtime_bytes is not None}
     copied = _median(r.copied_bytes for r in ok)
     resident = _median(r.mapped_resident_bytes for r in ok)

@@ -1,18 +1,4 @@
-"""The harness's error tree, and the exit code of each branch (one place; `harness.cli` maps
-them). Every error the harness raises on purpose is a `HarnessError`:
-
-- `InputError` (usage or input mistake, also a ValueError): exit 2, one line, no traceback;
-- `RunFailed` (the run could not go on: disk full, no descriptors): exit 1;
-- `ReportFailed` (the run is measured, its report could not be written): exit 1;
-- `SpawnError` (a worker could not be started): becomes a `RunFailed` of its run;
-- `ContainerUnavailable` (no memory container for --memory-limit: no controller, no right):
-  said as an `InputError` of the option, exit 2;
-- `CorruptEntry` (a cache entry fails its own check): the cache rebuilds it, never user-facing;
-- `QnnUnavailableError` (onnxruntime-qnn missing or without a device; also a RuntimeError);
-- `StringsError` / `RegistryUnreachable` (reading the EP's binaries for its strings).
-
-As in `mapper_impl._common`, OS errors become these at the boundary (``raise ... from err``).
-"""
+"""The harness's error tree and each branch's exit code (InputError 2, RunFailed 1), mapped by `harness.cli`."""
 
 from __future__ import annotations
 
@@ -32,8 +18,7 @@ def raise_if_interrupted() -> None:
 
 
 class HarnessError(Exception):
-    """Base of every error the harness raises on purpose; ``exit_code`` is what the command
-    line exits with when one reaches it."""
+    """Base of every error the harness raises on purpose; ``exit_code`` is what the command line exits with."""
 
     exit_code = EXIT_FAILED
 
@@ -45,8 +30,7 @@ class InputError(HarnessError, ValueError):
 
 
 class RunFailed(HarnessError):
-    """The run could not go on (disk full, no descriptors, a worker that cannot be started):
-    metadata.json says ``"failed: <this text>"`` where it could still be written."""
+    """The run could not go on; metadata.json says ``"failed: <this text>"`` where it can."""
 
     def __init__(self, message: str, out: Path | None = None) -> None:
         super().__init__(message)
@@ -54,26 +38,19 @@ class RunFailed(HarnessError):
 
 
 class ReportFailed(RunFailed):
-    """The run was measured, but its report (report.html, the history or headline.json) could
-    not be written. A report never writes a run's facts: metadata.json stays as the runner
-    wrote it, and ``harness report`` renders the folder again."""
+    """The run was measured but its report could not be written (metadata.json stays as the runner wrote it)."""
 
 
 class SpawnError(HarnessError):
-    """A worker process could not be started (no file descriptors, no memory, no process
-    slots): the run cannot go on, and says so in one line."""
+    """A worker process could not be started: the run cannot go on."""
 
 
 class ContainerUnavailable(HarnessError):
-    """No memory container can be made here (`harness.runner.container`: no memory controller,
-    no right to make a cgroup, a job call that failed): the message names what is missing.
-    The command line says it as a usage error of --memory-limit (exit 2)."""
+    """No memory container can be made here; said as a usage error of --memory-limit (exit 2)."""
 
 
 class ForkServerUnavailable(HarnessError, RuntimeError):
-    """The test suites' fork server cannot be used here (platform, socket path, a failed
-    start; `harness.forkserver`): the message says why; the caller decides whether to start
-    its runs the ordinary way."""
+    """The suites' fork server cannot be used here; the caller decides whether to start runs the ordinary way."""
 
 
 class CorruptEntry(HarnessError):
@@ -93,15 +70,13 @@ class RegistryUnreachable(StringsError):
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
-    """argparse whose usage errors raise InputError: one line on stderr and exit 2, because
-    the usage dump argparse prints hides the actual problem."""
+    """argparse whose usage errors raise InputError: one line, exit 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise InputError(f"{self.prog}: {message}{self._suggestion(message)} (see --help)")
 
     def _suggestion(self, message: str) -> str:
-        """``--proceses`` -> "(did you mean --processes?)": the closest flag of this parser or
-        its sub-commands to each unrecognized one."""
+        """``--proceses`` -> "(did you mean --processes?)"."""
         import difflib
 
         if not message.startswith("unrecognized arguments:"):
@@ -117,14 +92,12 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Every option's default in its help ("(default: 256MiB)"), epilogs kept as written (the
-    gate-metric list is one metric per line). Defaults are given as the text a user would type,
-    so they print in the same units."""
+    """Every option's default in its help, as a user would type it; epilogs kept as written."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
-        # identity, not ==: 0 == False, and a count whose default is 0 must still show it
+        # Identity, not ==: a count whose default is 0 must still show it.
         if default is None or default is False or default is argparse.SUPPRESS or "%(default)" in text:
             return text
         if action.nargs == 0:  # a switch (--no-default-gates): its default is its absence

@@ -18,8 +18,7 @@ from typing import IO, Any
 from .errors import InputError
 from .inputfiles import check_regular, open_regular
 
-#: The process umask, read once: temp files are created 0600 and get umask-normal modes back.
-_UMASK = os.umask(0o022)
+_UMASK = os.umask(0o022)  #: The process umask, read once: temp files are created 0600 and get umask-normal modes back.
 os.umask(_UMASK)
 
 
@@ -53,8 +52,7 @@ def replaceable_path(path: Path | str, what: str = "") -> Path:
     return path
 
 
-#: Flags of every file the harness opens to write in place: never through a link, never
-#: blocking on a FIFO (a FIFO is then refused by the fstat check).
+#: Flags of every in-place write: never through a link, never blocking on a FIFO.
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
 
 

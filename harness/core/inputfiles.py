@@ -1,29 +1,4 @@
-"""Reading a file the user (or a model) names: regular files only, never more than a stated size.
-
-Why: a path on the command line or in a model may be ``/dev/zero`` (reads forever), a FIFO
-(``open`` blocks until a writer comes, forever), a folder or a file of gigabytes. Every input
-file is therefore opened with ``O_NONBLOCK`` (a FIFO opens at once instead of hanging), checked
-with ``fstat`` on the open descriptor (what is read is what was checked: no swap between a
-check and the open), refused unless it is a regular file, and read with a bound. Each kind of
-file has its bound, stated in docs/running.md ("Paths a model names, and input files"):
-
-- a gates file: `GATES_FILE_MAX_BYTES` (1 MiB);
-- a JSON configuration (``genai_config.json``...): `JSON_MAX_BYTES` (16 MiB), nested at most
-  `JSON_MAX_DEPTH` levels;
-- an ``--input NAME=FILE.npy`` array: `NPY_MAX_BYTES` (2 GiB), the data its header declares
-  present in the file;
-- an ONNX file: `ONNX_MAX_BYTES` (2 GiB, protobuf's own limit for one message);
-- a ``--history`` CSV: `HISTORY_MAX_BYTES` (64 MiB, tens of thousands of runs) and
-  `HISTORY_MAX_ROWS` lines;
-- a run's tables (``results.csv``, ``summary.csv``): `harness.core.tables.TABLE_MAX_BYTES` and
-  `~harness.core.tables.TABLE_MAX_ROWS`; its JSON files: `harness.core.rundata.MAX_JSON_BYTES`.
-
-A text file is refused if it holds a NUL byte (``/proc/self/environ``, a binary file): no text
-file of the harness has one. Every refusal is an `InputError` (one line, exit 2) naming the file
-and the label it was given under (``--gates-file``, ``--input x``...) and saying what is wrong,
-never quoting what the file holds: a file linked to ``/proc/self/environ`` must not put the
-environment into a CI log.
-"""
+"""Reading a file the user or a model names: regular files only, bounded (docs/running.md), content never quoted."""
 
 from __future__ import annotations
 
@@ -64,8 +39,7 @@ def _kind(mode: int) -> str:
 
 
 def check_regular(path: Path | str, label: str, max_bytes: int | None = None) -> os.stat_result:
-    """The ``stat`` of ``path`` (links followed) if it is a regular file within ``max_bytes``;
-    InputError otherwise. ``stat`` never opens the file, so a FIFO cannot hang here."""
+    """The ``stat`` of ``path`` if it is a regular file within ``max_bytes`` (stat never opens a FIFO)."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -84,8 +58,7 @@ def _check_stat(st: os.stat_result, path: Path | str, label: str, max_bytes: int
 
 
 def open_regular(path: Path | str, label: str, max_bytes: int | None = None):
-    """A binary file object over ``path``, opened without blocking and checked with ``fstat``
-    to be a regular file of at most ``max_bytes``; InputError otherwise."""
+    """A binary file object over a regular file of at most ``max_bytes``, opened without blocking."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     try:
         fd = os.open(path, flags)
@@ -104,8 +77,7 @@ def open_regular(path: Path | str, label: str, max_bytes: int | None = None):
 
 
 def read_bytes_bounded(path: Path | str, label: str, max_bytes: int) -> bytes:
-    """The whole content of a regular file of at most ``max_bytes`` (read no further than the
-    bound even if the file grows meanwhile)."""
+    """The whole content of a regular file, read no further than ``max_bytes``."""
     with open_regular(path, label, max_bytes) as handle:
         try:
             data = handle.read(max_bytes + 1)
@@ -117,8 +89,7 @@ def read_bytes_bounded(path: Path | str, label: str, max_bytes: int) -> bytes:
 
 
 def read_text_bounded(path: Path | str, label: str, max_bytes: int) -> str:
-    """`read_bytes_bounded` decoded as UTF-8 (a byte-order mark allowed); InputError for other
-    bytes, a NUL byte included."""
+    """`read_bytes_bounded` as UTF-8 (BOM allowed); InputError for other bytes or a NUL."""
     data = read_bytes_bounded(path, label, max_bytes)
     if b"\0" in data:
         raise InputError(f"{_where(label, path)}: not a text file (it holds NUL bytes)")
@@ -153,19 +124,14 @@ class _CappedRaw(io.RawIOBase):
 
 
 def open_text_capped(path: Path | str, label: str, max_bytes: int) -> io.TextIOWrapper:
-    """A UTF-8 text handle (``newline=""``, for csv) over a regular file of at most
-    ``max_bytes``, streamed: the cap holds even for a file that says it is empty and is not
-    (``/proc`` files) or grows while it is read; a NUL byte is an InputError. Decoding errors
-    surface as UnicodeDecodeError while reading."""
+    """A streamed UTF-8 text handle (``newline=""``) capped at ``max_bytes``; a NUL is an InputError."""
     handle = open_regular(path, label, max_bytes)
     raw = _CappedRaw(handle, _where(label, path), max_bytes)
     return io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8-sig", newline="")
 
 
 def parse_json_bounded(text: str, where: str, max_depth: int = JSON_MAX_DEPTH, *, allow_nan: bool = True) -> Any:
-    """``json.loads`` with a nesting bound (checked before parsing: the parser itself would
-    recurse into a RecursionError); InputError naming ``where`` for anything unparseable (and,
-    unless ``allow_nan``, for NaN or Infinity, which are not JSON numbers)."""
+    """``json.loads`` with a nesting bound checked first; InputError naming ``where`` (NaN unless allowed)."""
     if json_nesting(text) > max_depth:
         raise InputError(f"{where}: nested more than {max_depth} levels deep")
 
@@ -180,14 +146,12 @@ def parse_json_bounded(text: str, where: str, max_depth: int = JSON_MAX_DEPTH, *
         raise InputError(f"{where}: not valid JSON ({type(err).__name__})") from None
 
 
-#: A JSON string (escapes included) and a bracket: what `json_nesting` looks at.
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')  #: A JSON string (escapes included) and a bracket, for `json_nesting`.
 _BRACKET = re.compile(r"[\[\]{}]")
 
 
 def json_nesting(text: str) -> int:
-    """The deepest bracket nesting of a JSON text, strings skipped (an upper bound is enough;
-    an unterminated string counts its brackets, which only makes the bound stricter)."""
+    """The deepest bracket nesting of a JSON text, strings skipped (an upper bound)."""
     depth = deepest = 0
     for char in _BRACKET.findall(_JSON_STRING.sub("", text)):
         if char in "[{":
@@ -204,9 +168,7 @@ def read_json_bounded(path: Path | str, label: str, max_bytes: int = JSON_MAX_BY
 
 
 def load_npy_bounded(path: Path | str, label: str, max_bytes: int = NPY_MAX_BYTES) -> Any:
-    """A ``.npy`` array (never pickled objects): the header is read first and must declare
-    no more data than the bound and than the file holds; InputError, one line, otherwise
-    (an ``.npz`` archive, an empty or cut file, a header of 1e15 elements)."""
+    """A ``.npy`` array (never pickled objects) whose header declares no more data than the bound and file."""
     import numpy as np
     from numpy.lib import format as npy
 

@@ -33,7 +33,7 @@ SHOWN = ("mean", "stdev", "min", "p50", "p90", "p95", "p99", "max")
 
 @dataclass
 class LatencyStats:
-    """One worker's timed inferences (seconds), or a group's (see the module docstring)."""
+    """One worker's timed inferences (seconds), or a group's (exact pooled mean and stdev)."""
 
     runs: int
     mean: float
@@ -48,8 +48,7 @@ class LatencyStats:
 
 
 def percentile(ordered: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) of sorted values, linear between the two closest ranks
-    (numpy's default, so figures match ``np.percentile``)."""
+    """The q-th percentile (0..100) of sorted values, linear between ranks (numpy's default)."""
     if not ordered:
         raise ValueError("percentile of no values")
     at = (len(ordered) - 1) * q / 100
@@ -59,8 +58,7 @@ def percentile(ordered: Sequence[float], q: float) -> float:
 
 
 def stats(samples: Sequence[float], wall_s: float | None = None) -> LatencyStats:
-    """The figures of ``samples``; inferences/s is the count over ``wall_s`` (the wall time of
-    the timed phase: with C threads it is C times what one thread's latency gives)."""
+    """The figures of ``samples``; inferences/s is the count over ``wall_s``."""
     import statistics  # not at import: the worker imports this module before its timed runs
 
     ordered = sorted(samples)
@@ -80,9 +78,7 @@ def stats(samples: Sequence[float], wall_s: float | None = None) -> LatencyStats
 
 
 def timed_runs(run_once: Callable[[], Any], runs: int, concurrency: int = 1) -> tuple[list[float], float]:
-    """``runs`` timed calls of ``run_once`` spread over ``concurrency`` threads (as
-    ``onnxruntime_perf_test -c``: the same session, concurrent Run calls). Returns the
-    latencies and the wall time of the whole phase. A thread's exception is re-raised."""
+    """``runs`` timed calls of ``run_once`` over ``concurrency`` threads: (latencies, wall time)."""
     samples: list[float] = []
     errors: list[BaseException] = []
     lock = threading.Lock()
@@ -125,8 +121,7 @@ def record_stats(record: Any, found: LatencyStats) -> None:
 
 
 def pooled_stdev(rows: Sequence[Any]) -> float | None:
-    """The stdev of every timed inference of ``rows``, from each worker's count, mean and
-    stdev (exact: the within-worker and between-worker sums of squares)."""
+    """The exact stdev of every timed inference of ``rows`` from each worker's count, mean and stdev."""
     parts = [
         (r.runs, r.latency_mean_s, r.latency_stdev_s or 0.0) for r in rows if r.runs and r.latency_mean_s is not None
     ]
@@ -157,14 +152,13 @@ def mode_block(row: Any) -> dict[str, Any]:
     block["init_plus_first_run_s"] = row.startup_s_median
     p50 = row.latency_p50_s_median
     first = row.first_run_s_median
-    # the first inference's extra cost over a steady one: mapped pages are faulted in there
+    # The first inference's extra cost over a steady one: mapped pages are faulted in there.
     block["first_run_penalty_s"] = first - p50 if first is not None and p50 is not None else None
     return block
 
 
 def headline_latency(pairs: Sequence[tuple[Any, Any]], run_meta: dict[str, Any]) -> dict[str, Any] | None:
-    """headline.json's ``latency`` key: the headline's first complete pair (the median over
-    repeats is in ``per_n``), with the page-cache state the first inference met."""
+    """headline.json's ``latency``: the headline's first complete pair, with its page-cache state."""
     if not pairs:
         return None
     mapped, heap = pairs[0]
@@ -182,8 +176,7 @@ def headline_latency(pairs: Sequence[tuple[Any, Any]], run_meta: dict[str, Any])
 
 
 def latency_lines(pairs: Sequence[tuple[Any, Any]], fmt: Callable[[float | None], str]) -> list[str]:
-    """The terminal's latency table (after the memory table): one line per mode and repeat at
-    the headline's N x M, plus init, first inference and init + first inference."""
+    """The terminal's latency table: one line per mode and repeat at the headline's N x M."""
     timed = [(m, h) for m, h in pairs if m.latency_p50_s_median is not None or h.latency_p50_s_median is not None]
     if not timed:
         return []

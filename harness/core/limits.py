@@ -13,8 +13,7 @@ from typing import Any
 from .errors import InputError
 from .units import ascii_int
 
-#: At most this many threads per CPU for --intra-op-threads (never above `MAX_THREADS`).
-THREADS_PER_CPU = 4
+THREADS_PER_CPU = 4  #: At most this many threads per CPU for --intra-op-threads (never above `MAX_THREADS`).
 MAX_THREADS = 1024
 
 
@@ -51,13 +50,10 @@ BOUNDS = (
     Bound("--map-failures", "target_option_map_failures", 1000),
     Bound("--max-attempts", "target_option_max_attempts", 100),
 )
-#: Values per list option (--processes 1,2,4,...) and K of --fault STAGE=K.
-MAX_LIST = 64
+MAX_LIST = 64  #: Values per list option (--processes 1,2,4,...) and K of --fault STAGE=K.
 MAX_FAULTS = 1000
-#: Longest --label value, in characters.
-MAX_LABEL = 256
-#: --project-to: at most this many sessions of at most `MAX_PROJECTED_BYTES` of weights.
-MAX_PROJECTED_SESSIONS = 1_000_000
+MAX_LABEL = 256  #: Longest --label value, in characters.
+MAX_PROJECTED_SESSIONS = 1_000_000  #: --project-to: at most this many sessions of `MAX_PROJECTED_BYTES` of weights.
 MAX_PROJECTED_BYTES = 2**50
 
 
@@ -78,8 +74,7 @@ def _check(flag: str, value: Any, maximum: float, unit: str = "", why: str = "")
 
 
 def check_bounds(ns: Any, prefix: str = "") -> None:
-    """InputError (one line) for any option of the parsed command line ``ns`` above its bound;
-    ``prefix``: the flags' namespace in messages (the pytest plugin's ``fmw-``)."""
+    """InputError for any option of ``ns`` above its bound (``prefix``: the plugin's ``fmw-``)."""
     for bound in BOUNDS:
         _check(f"--{prefix}{bound.flag[2:]}", getattr(ns, bound.dest, None), bound.maximum, bound.unit)
     processes = getattr(ns, "processes", None)
@@ -99,9 +94,7 @@ def check_bounds(ns: Any, prefix: str = "") -> None:
 
 
 def refuse_repeated(items: Iterable[str | tuple], flag: str) -> None:
-    """InputError when two ``KEY=VALUE`` items (or parsed (key, value) pairs) of a repeatable
-    option name the same key: which one was meant is the user's to say, never "the last one
-    wins"."""
+    """InputError when two ``KEY=VALUE`` items name the same key: never "the last one wins"."""
     seen: dict[str, Any] = {}
     for item in items:
         key = str(item[0]) if isinstance(item, tuple) else item.partition("=")[0].strip()
@@ -112,10 +105,7 @@ def refuse_repeated(items: Iterable[str | tuple], flag: str) -> None:
 
 
 def check_text_arguments(argv: Iterable[str]) -> None:
-    """InputError for an argument this locale cannot hold as text. Under ``LC_ALL=C`` without
-    Python's UTF-8 mode a non-ASCII path (``modèle.onnx``) arrives with its bytes escaped
-    (surrogates), and the first hash, JSON record or worker spec of it fails deep in the run:
-    refuse it before any work, with the cure."""
+    """InputError for an argument this locale cannot hold as text (surrogate-escaped under ``LC_ALL=C``)."""
     import sys
 
     for arg in argv:
@@ -130,8 +120,7 @@ def check_text_arguments(argv: Iterable[str]) -> None:
 
 
 def parse_process_list(text: str) -> list[int]:
-    """``"1,2,4"`` -> [1, 2, 4] (sorted, once each): the --processes of ``run`` and of the
-    pytest plugin. InputError (without the option's name: argparse and pytest add it)."""
+    """``"1,2,4"`` -> [1, 2, 4] (sorted, once each); InputError without the option's name."""
     try:
         values = [ascii_int(p) for p in text.split(",") if p.strip()]
     except ValueError:

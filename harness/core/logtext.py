@@ -9,8 +9,7 @@ _WIDE_NEWLINE = b"\n\x00"
 
 
 def decode_log(data: bytes) -> str:
-    """``data`` (a log's bytes, or a segment of them) as text: UTF-8, with each UTF-16LE line
-    decoded as such; undecodable bytes are replaced, never raised."""
+    """``data`` as text: UTF-8, each UTF-16LE line (found by its NULs) decoded as such; never raises."""
     parts: list[str] = []
     pos = 0
     while (nul := data.find(b"\x00", pos)) != -1:

@@ -29,15 +29,13 @@ from collections.abc import Callable
 from .schema import FORMAT_VERSION, ResultRow, SummaryRow, columns_since
 from .tables import RESULTS_CSV, SUMMARY_CSV, TextTable
 
-#: One step: (metadata.json as a dict, the folder's tables by row type) -> what it changed, in
-#: words for the report. The metadata is changed in place, so are the tables.
+#: One step: (metadata, tables) -> what it changed (both in place).
 Step = Callable[[dict, dict[type, TextTable]], list[str]]
 _NAMES = {ResultRow: RESULTS_CSV, SummaryRow: SUMMARY_CSV}
 
 
 def add_columns(version: int, tables: dict[type, TextTable]) -> list[str]:
-    """The columns ``version`` added, appended empty to every table that lacks them: an empty
-    cell is a figure not measured, which is what an older harness's table says about it."""
+    """The columns ``version`` added, appended empty (not measured) to every table that lacks them."""
     done = []
     for row_type, table in tables.items():
         missing = [c for c in columns_since(row_type, version) if c not in table.header]
@@ -51,15 +49,12 @@ def add_columns(version: int, tables: dict[type, TextTable]) -> list[str]:
 
 
 def update_to_2(meta: dict, tables: dict[type, TextTable]) -> list[str]:
-    """Version 1 -> 2: the columns added while the version stayed 1 are added empty (a table
-    of version 2 has them all). metadata.json kept its shape: its newer entries (default
-    gates, target notes, version labels) were and are read as absent when missing."""
+    """Version 1 -> 2: the columns added while the version stayed 1, added empty."""
     return add_columns(2, tables)
 
 
 def update_to_3(meta: dict, tables: dict[type, TextTable]) -> list[str]:
-    """Version 2 -> 3: the timing pass's and the memory container's columns, added empty (an
-    empty ``start`` reads as the concurrent pass, an empty limit as none)."""
+    """Version 2 -> 3: the timing pass's and the memory container's columns, added empty."""
     return add_columns(3, tables)
 
 
@@ -73,8 +68,7 @@ MIGRATIONS: dict[int, Step] = {2: update_to_2, 3: update_to_3, 4: update_to_4}
 
 
 def migrate(meta: dict, tables: dict[type, TextTable], version: int) -> list[str]:
-    """Bring a run folder of format ``version`` up to `FORMAT_VERSION` (in place, in memory);
-    returns what the steps changed (empty for a current folder)."""
+    """Bring a run folder of format ``version`` up to `FORMAT_VERSION`; returns what changed."""
     done: list[str] = []
     for target in range(version + 1, FORMAT_VERSION + 1):
         done += MIGRATIONS[target](meta, tables)

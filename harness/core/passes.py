@@ -16,8 +16,7 @@ from .vocab import Start
 CONCURRENT = Start.CONCURRENT
 SEQUENTIAL = Start.SEQUENTIAL
 STARTS = (CONCURRENT, SEQUENTIAL)
-#: How people read each pass (terminal, report, sentence).
-LABELS = {CONCURRENT: "all N starting together", SEQUENTIAL: "one at a time"}
+LABELS = {CONCURRENT: "all N starting together", SEQUENTIAL: "one at a time"}  #: How people read each pass.
 
 Row = TypeVar("Row")
 
@@ -45,9 +44,7 @@ def timing_start(rows: Iterable[Any]) -> str:
 
 
 def contention(summary: Sequence[SummaryRow], target: str) -> dict[str, Any]:
-    """How busy the machine was over ``target``'s groups whose timings are judged (headline.json
-    ``contention``: the timing pass's when the run has one, ``start`` says which), and over the
-    concurrent pass's (``concurrent_contended_groups``: 4 workers on 2 cores wait for each other)."""
+    """How busy the machine was over ``target``'s judged groups, and over the concurrent pass's."""
     rows = [s for s in timing_view(summary) if s.target == target]
     loads = [s.load_avg for s in rows if s.load_avg is not None]
     shares = [s.cpu_share_min for s in rows if s.cpu_share_min is not None]

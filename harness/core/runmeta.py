@@ -1,15 +1,4 @@
-"""The shape of a run folder's ``metadata.json``, checked whole before any of it is used.
-
-Why: a run folder may have been made (or edited) by someone else, and the report, the gates,
-the history and the comparison read dozens of its entries (``run.processes`` as a set of
-integers, ``gates`` as gate expressions, ``run.project_to.sessions`` as a count...). A value of
-the wrong type anywhere (a gate that is a number, a ``project_to`` that is a string, a label
-that is a list) used to surface as a traceback deep inside the report. So every entry the
-harness reads is declared here with its type, lists and mappings with their longest length, and
-`check_metadata` refuses a file that breaks the declaration, in one line naming the entry and
-what it is (never its value). ``None`` is always allowed (an entry not recorded), and entries
-not declared here are never read, so they are left alone (a newer harness may add some).
-"""
+"""The declared shape of ``metadata.json``, checked whole before use (None allowed; undeclared entries unread)."""
 
 from __future__ import annotations
 
@@ -19,10 +8,8 @@ from typing import Any
 
 from .errors import InputError
 
-#: A scalar JSON value: what the free-form entries (env, target options...) may hold.
-SCALAR = (str, int, float, bool)
-#: The longest list or mapping any entry may hold (64 process counts, some hundred gates).
-MAX_ITEMS = 4096
+SCALAR = (str, int, float, bool)  #: A scalar JSON value: what the free-form entries (env, target options...) may hold.
+MAX_ITEMS = 4096  #: The longest list or mapping any entry may hold (64 process counts, some hundred gates).
 
 
 class ListOf:
@@ -46,12 +33,9 @@ class Required:
         self.spec = spec
 
 
-#: In a record (a dict spec), the shape of every key it does not declare.
-OTHERS = "*"
-#: Any JSON value nested at most a few levels (the run folder's JSON depth is bounded on read).
-ANY = object()
-#: A scalar, or a list/mapping of scalars (target options such as ``--fault``'s counts).
-OPTION = object()
+OTHERS = "*"  #: In a record (a dict spec), the shape of every key it does not declare.
+ANY = object()  #: Any JSON value nested at most a few levels (the run folder's JSON depth is bounded on read).
+OPTION = object()  #: A scalar, or a list/mapping of scalars (target options such as ``--fault``'s counts).
 
 RUN: dict[str, Any] = {
     "run_id": str,
@@ -140,8 +124,7 @@ def _scalar_ok(value: Any, spec: Any) -> bool:
 
 
 def check_value(path: Path | str, where: str, value: Any, spec: Any) -> None:
-    """InputError unless ``value`` has the shape ``spec`` declares (None passes, unless the
-    spec is `Required` or it is an item of a list)."""
+    """InputError unless ``value`` has the shape ``spec`` declares."""
     if isinstance(spec, Required):
         if value is None:
             raise InputError(f"{path}: {where} is missing or null, expected {_expected(spec.spec)}")
@@ -173,8 +156,7 @@ def check_value(path: Path | str, where: str, value: Any, spec: Any) -> None:
 
 
 def check_metadata(path: Path | str, meta: Any) -> None:
-    """InputError unless ``meta`` (a parsed metadata.json) is an object whose every declared
-    entry has its declared shape."""
+    """InputError unless ``meta`` is an object whose every declared entry has its declared shape."""
     if not isinstance(meta, dict):
         raise InputError(f"{path}: is {_kind(meta)}, expected a JSON object")
     check_value(path, "", meta, METADATA)

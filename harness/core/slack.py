@@ -1,14 +1,8 @@
-"""The sampling slack of every memory check: one rule for the runner at the barrier
-(`harness.runner.memory`, in every worker) and the report (`harness.core.summary`). A module of
-its own, with no imports, so a worker checking its sample does not import the summary's
-statistics."""
+"""The sampling slack of every memory check, for the runner and the report alike (no imports: workers use it)."""
 
 from __future__ import annotations
 
-#: Figures of one sample are read a few milliseconds apart and rounded to pages: a check
-#: allows this much (plus `SLACK_SHARE` of the figure it needs) before it calls a sample
-#: implausible (the runner's checks at the barrier and the report's alike).
-SLACK_BYTES = 1024**2
+SLACK_BYTES = 1024**2  #: Allowed (plus `SLACK_SHARE` of the figure) before a sample is implausible.
 SLACK_SHARE = 0.02
 
 

@@ -1,21 +1,4 @@
-"""The statistics behind two questions the harness answers about repeats: did a figure change
-between two runs (Welch's t-test plus a minimum effect), and where does a timing ratio lie
-(a 95 % interval). Pure functions of per-repeat values; no scipy (not a dependency).
-
-Why Welch's t-test and not Mann-Whitney U: runs have few repeats (3 to 8). With 3 repeats on
-each side the smallest two-sided p-value Mann-Whitney can give is 2/20 = 0.1, so it could never
-call a change at p < 0.01; it needs 5 repeats a side (2/252 = 0.008). Welch's test can, it does
-not assume the two runs have the same variance (a loaded machine is noisier), and the values it
-tests are medians or sums over several workers, which are close to normal.
-
-Why a minimum effect as well: with zero-variance figures (page counts that repeat exactly) any
-difference is "significant"; a reader wants to hear about changes large enough to matter, as
-pyperf's ``--min-speed`` and pytest-benchmark's ``--benchmark-compare-fail=mean:5%`` do.
-
-The t distribution's CDF is the regularized incomplete beta function
-``I_x(df/2, 1/2)`` with ``x = df / (df + t^2)``, evaluated by its continued fraction (modified
-Lentz, as in Numerical Recipes' ``betacf``); quantiles are found by bisection on the CDF.
-"""
+"""Welch's t-test with a minimum effect, and the 95 % interval of a timing ratio; no scipy (t CDF by Lentz)."""
 
 from __future__ import annotations
 
@@ -24,16 +7,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-#: A change is significant when Welch's two-sided p-value is below this.
-ALPHA = 0.01
-#: Below this many repeats in either run no change is called.
-MIN_REPEATS = 3
-#: The smallest time change worth calling (5 %, as pytest-benchmark's ``mean:5%``): the
-#: default minimum time effect of ``report --baseline`` and the margin a timing gate reads its
-#: threshold within (`harness.core.timing`).
-MIN_TIME_EFFECT = 0.05
-#: Confidence level of the interval a timing gate is judged on.
-INTERVAL_LEVEL = 0.95
+ALPHA = 0.01  #: A change is significant when Welch's two-sided p-value is below this.
+MIN_REPEATS = 3  #: Below this many repeats in either run no change is called.
+MIN_TIME_EFFECT = 0.05  #: The smallest time change called (5 %, as ``mean:5%``); the timing gates' margin.
+INTERVAL_LEVEL = 0.95  #: Confidence level of the interval a timing gate is judged on.
 
 _EPS = 1e-15
 _TINY = 1e-300
@@ -116,8 +93,7 @@ class Welch:
 
 
 def welch(baseline: Sequence[float], current: Sequence[float]) -> Welch:
-    """Two-sided Welch test; needs 2+ values a side. Two zero-variance samples: p is 1 when
-    their means are equal and 0 when they differ (every repeat is beyond the other run's)."""
+    """Two-sided Welch test (2+ values a side); zero-variance samples give p 1 if equal, else 0."""
     if len(baseline) < 2 or len(current) < 2:
         raise ValueError("Welch's t-test needs at least 2 values on each side")
     ma, mb = statistics.fmean(baseline), statistics.fmean(current)
@@ -133,8 +109,7 @@ def welch(baseline: Sequence[float], current: Sequence[float]) -> Welch:
 
 @dataclass(frozen=True)
 class Interval:
-    """A confidence interval of a positive ratio from ``n`` per-repeat values (geometric
-    mean and its t interval on the log scale: a ratio's noise is multiplicative)."""
+    """A confidence interval of a positive ratio (geometric mean, t interval on the log scale)."""
 
     low: float
     high: float
@@ -147,8 +122,7 @@ class Interval:
 
 
 def ratio_interval(values: Sequence[float], level: float = INTERVAL_LEVEL) -> Interval | None:
-    """The ``level`` interval of the ratio's geometric mean; None below 2 values or when a
-    value is not positive (a log-scale interval has no meaning there)."""
+    """The ``level`` interval of the ratio's geometric mean; None below 2 values or for a non-positive one."""
     if len(values) < 2 or any(not v > 0 or not math.isfinite(v) for v in values):
         return None
     logs = [math.log(v) for v in values]
@@ -157,18 +131,11 @@ def ratio_interval(values: Sequence[float], level: float = INTERVAL_LEVEL) -> In
     return Interval(math.exp(centre - half), math.exp(centre + half), math.exp(centre), len(values), level)
 
 
-#: The most repeats `repeats_to_decide` projects: beyond it a run would last days, and the
-#: honest answer is that the ratio sits at its threshold.
-MAX_PROJECTED_REPEATS = 10_000
+MAX_PROJECTED_REPEATS = 10_000  #: The most repeats `repeats_to_decide` projects (beyond: at the threshold).
 
 
 def repeats_to_decide(values: Sequence[float], bound: float, level: float = INTERVAL_LEVEL) -> int | None:
-    """How many repeats the `ratio_interval` of ``values`` would need to lie wholly on one side
-    of ``bound``, if its centre and its spread (the standard deviation of the log values) held:
-    the least n with t(n-1) x sd / sqrt(n) below the centre's distance from the bound, on the
-    log scale. A projection, never a measurement: a reader of an undecided interval learns what
-    would decide it. None when no count up to `MAX_PROJECTED_REPEATS` would (the centre sits on
-    the bound), when the values have no spread or no interval (below 2, not positive)."""
+    """Repeats the interval would need to clear ``bound`` if centre and spread held (a projection); else None."""
     if len(values) < 2 or any(not v > 0 or not math.isfinite(v) for v in values) or not bound > 0:
         return None
     logs = [math.log(v) for v in values]

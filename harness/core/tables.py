@@ -1,11 +1,4 @@
-"""The single reader/writer of the run's tables (results, summary, long format), driven by
-`harness.core.schema`.
-
-Every CSV a run leaves behind goes through here so the column order, the empty-cell convention
-(empty = figure not measured) and the dtypes stay the ones the schema declares. Writes are
-atomic (`harness.core.files`): a reader, a crash or a Ctrl-C never leaves a half-written file
-that looks complete.
-"""
+"""The single reader/writer of the run's tables, driven by `harness.core.schema`; writes are atomic."""
 
 from __future__ import annotations
 
@@ -22,29 +15,15 @@ from typing import Any
 from .cells import cell_problem
 from .errors import InputError
 from .files import write_text_atomic
-from .schema import (
-    OLDEST_FORMAT_VERSION,
-    ResultRow,
-    SummaryRow,
-    columns,
-    dtypes,
-    required_columns,
-    row_from_dict,
-)
+from .schema import OLDEST_FORMAT_VERSION, ResultRow, SummaryRow, columns, dtypes, required_columns, row_from_dict
 
 RESULTS_CSV = "results.csv"
-#: The largest run table read (results.csv, summary.csv): a row is about 0.5-2 KiB, so this holds
-#: every row `TABLE_MAX_ROWS` allows with room; a bigger file is not one run's table and is not
-#: read (a 2 GiB one took 2.1 GB of memory).
-TABLE_MAX_BYTES = 128 * 1024**2
-#: The most rows read from one table: a run of 64 process counts summing to 16 000 workers, two
-#: modes and two repeats stays below it; reading it takes seconds (about 0.2 ms a row).
-TABLE_MAX_ROWS = 65_536
+TABLE_MAX_BYTES = 128 * 1024**2  #: The largest run table read: a bigger file is not one run's table.
+TABLE_MAX_ROWS = 65_536  #: The most rows read from one table (about 0.2 ms a row).
 SUMMARY_CSV = "summary.csv"
 LONG_CSV = "results_long.csv"
 
-#: What a table of each row type is called in messages.
-TABLE_KINDS = {ResultRow: "results", SummaryRow: "summary"}
+TABLE_KINDS = {ResultRow: "results", SummaryRow: "summary"}  #: What a table of each row type is called in messages.
 #: Columns that say *which* measurement a long-format line belongs to.
 LONG_ID_COLUMNS = ("target", "mode", "processes", "sessions_per_process", "repeat", "worker", "pid")
 #: Long-format columns and the pandas dtypes to read them with.
@@ -63,17 +42,13 @@ LONG_DTYPES = {
 }
 _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no"}
-#: First characters that make a spreadsheet read a cell as a formula (OWASP "CSV injection").
-FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
-#: The prefix that neutralises them; a text that starts with it is prefixed too, so reading
-#: back strips exactly one and every text survives the round trip.
-NEUTRAL_PREFIX = "'"
+FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")  #: Characters that make a spreadsheet read a formula (OWASP).
+NEUTRAL_PREFIX = "'"  #: Its prefix; a text starting with it is prefixed too, so reading back strips exactly one.
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
 
 
 def neutralise(text: str) -> str:
-    """A text cell a spreadsheet shows as text: ``'`` before a formula trigger (and before a
-    leading ``'``). Only text cells: a number (a negative delta) is never touched."""
+    """A text cell a spreadsheet shows as text: ``'`` before a formula trigger; numbers untouched."""
     return NEUTRAL_PREFIX + text if text.startswith((*FORMULA_TRIGGERS, NEUTRAL_PREFIX)) else text
 
 
@@ -83,9 +58,7 @@ def unneutralise(text: str) -> str:
 
 
 def format_cell(value: Any, dtype: str) -> str:
-    """One value -> CSV text. ``None``/NaN -> empty cell, which every reader takes as missing.
-
-    Floats use ``repr`` so a round trip gives back the very same float."""
+    """One value -> CSV text: None/NaN empty, floats by ``repr`` (exact round trip)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if dtype == "Float64":
@@ -98,9 +71,7 @@ def format_cell(value: Any, dtype: str) -> str:
 
 
 def parse_cell(text: str, dtype: str) -> Any:
-    """CSV text -> Python value of the column's dtype; empty -> ``None``. A ValueError says
-    what the cell is not, never what it holds (a table may be someone else's file, or a link to
-    one: its bytes do not belong in a message)."""
+    """CSV text -> value of the column's dtype (empty: None); a ValueError never quotes the cell."""
     if text == "":
         return None
     if dtype == "Int64":
@@ -126,8 +97,7 @@ def parse_cell(text: str, dtype: str) -> Any:
 
 
 def _described(text: str) -> str:
-    """What a rejected cell looks like, without its content: its length, and the words NaN and
-    infinity, which are the only texts a number cell is refused for that a person needs named."""
+    """What a rejected cell looks like without its content."""
     lowered = text.strip().lower().lstrip("+-")
     if lowered in ("nan", "inf", "infinity"):
         return lowered
@@ -135,10 +105,7 @@ def _described(text: str) -> str:
 
 
 def csv_text(header: list[str], lines: Iterable[list[str]]) -> str:
-    """The one CSV dialect every table of the harness is written in (results, summary, long
-    format, history): comma-separated, ``\\n`` line ends, cells already formatted. A line with
-    a carriage return in a cell is written fully quoted: Python's minimal quoting quotes only
-    the line terminator's characters, and a bare CR splits the row for every reader."""
+    """The one CSV dialect of every table: ``\\n`` line ends, a line with a CR in a cell fully quoted."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     quoted = csv.writer(buffer, lineterminator="\n", quoting=csv.QUOTE_ALL)
@@ -163,8 +130,7 @@ def rows_to_csv_text(rows: Iterable[Any], row_type: type) -> str:
 
 
 def write_rows(path: Path | str, rows: Iterable[Any], row_type: type | None = None) -> Path:
-    """Write ``rows`` (ResultRow or SummaryRow) to ``path`` atomically; returns the path.
-    ``row_type`` may be left out when there is at least one row (the header needs it)."""
+    """Write ``rows`` to ``path`` atomically; ``row_type`` needed only for no rows."""
     rows = list(rows)
     if row_type is None:
         if not rows:
@@ -174,11 +140,7 @@ def write_rows(path: Path | str, rows: Iterable[Any], row_type: type | None = No
 
 
 def check_header(path: Path, header: list[str] | None, row_type: type, version: int = OLDEST_FORMAT_VERSION) -> None:
-    """InputError (one line naming the file and what is wrong) unless ``header`` is the header
-    of a ``row_type`` table of this harness in format ``version``: no column twice, every
-    column that version requires there. Columns it does not know are allowed (a newer writer
-    adds columns). A table read on its own, without its run's metadata.json, is held to the
-    oldest version's columns. No message quotes the header: it is the file's own text."""
+    """InputError unless ``header`` is a ``row_type`` header of format ``version`` (never quoting it)."""
     kind = TABLE_KINDS.get(row_type, row_type.__name__)
     if not header:
         raise InputError(f"{path}: empty file, no header: not a {kind} table of this harness")
@@ -196,8 +158,7 @@ def check_header(path: Path, header: list[str] | None, row_type: type, version: 
 
 @dataclass
 class TextTable:
-    """A table as its file holds it, cells still text: what `harness.core.migrate` brings up
-    to the current format before `parse_rows` turns it into rows."""
+    """A table as its file holds it, cells still text (what `migrate` updates)."""
 
     path: Path
     header: list[str]
@@ -213,11 +174,7 @@ def read_text_table(
     max_rows: int = TABLE_MAX_ROWS,
     max_bytes: int = TABLE_MAX_BYTES,
 ) -> TextTable:
-    """The header and cells of a table, its header checked (`check_header`) and every line as
-    wide as the header. InputError naming the file and what is wrong: not a regular file, more
-    than ``max_bytes`` or ``max_rows``, bytes that are not UTF-8 text (a NUL byte included), a
-    CSV that does not parse, a line with more or fewer cells than the header. No message quotes
-    the file's content."""
+    """The checked header and cells of a table; InputError naming the file, never quoting it."""
     from .inputfiles import open_text_capped
 
     path = Path(path)
@@ -246,10 +203,7 @@ def read_text_table(
 
 
 def parse_rows(table: TextTable, row_type: type) -> list[Any]:
-    """``row_type`` objects from a `TextTable`: every cell parsed as its column's dtype and
-    checked against its range and choices (`cells.cell_problem`); InputError with the file,
-    line and column otherwise. Columns the schema does not know are ignored, columns the table
-    lacks keep their defaults (empty: not measured)."""
+    """``row_type`` objects from a `TextTable`, every cell parsed and checked; InputError otherwise."""
     kinds = dtypes(row_type)
     out = []
     for data, line in zip(table.rows, table.lines, strict=True):
@@ -276,18 +230,13 @@ def read_rows(
     max_rows: int = TABLE_MAX_ROWS,
     max_bytes: int = TABLE_MAX_BYTES,
 ) -> list[Any]:
-    """Read a CSV written by `write_rows` back into ``row_type`` objects (`read_text_table`,
-    then `parse_rows`). ``version``: the format version of its run folder (a whole folder is
-    loaded, and migrated, by `harness.core.rundata.load_run`)."""
+    """Read a CSV written by `write_rows` back into ``row_type`` objects."""
     table = read_text_table(path, row_type, version, max_rows=max_rows, max_bytes=max_bytes)
     return parse_rows(table, row_type)
 
 
 def read_frame(path: Path | str, row_type: type) -> Any:
-    """Read a run CSV into a pandas DataFrame with the schema's dtypes, in schema order.
-
-    Only empty cells are missing: a string such as "NA" or "None" in an error column stays
-    text. Columns the file lacks are added as all-missing so code can rely on every column."""
+    """A run CSV as a DataFrame with the schema's dtypes; only empty cells are missing."""
     import pandas as pd
 
     kinds = dtypes(row_type)
@@ -308,10 +257,7 @@ def unneutralise_frame(frame: Any, kinds: dict[str, str]) -> Any:
 
 
 def long_metrics(row_type: type = ResultRow) -> list[tuple[str, str]]:
-    """(metric, unit) pairs that go into the long format: the numeric columns with a unit.
-
-    Derived from the schema so a new measured column shows up without touching this module;
-    identity columns (N, worker number...) stay columns of their own."""
+    """(metric, unit) pairs of the long format: the schema's numeric columns with a unit."""
     return [
         (f.name, f.metadata["unit"])
         for f in fields(row_type)
@@ -360,10 +306,7 @@ def write_run_tables(
     *,
     guard: Callable[[str], AbstractContextManager[Any]] | None = None,
 ) -> dict[str, Path]:
-    """Write results.csv, summary.csv and results_long.csv of one run folder: the runner's one
-    writer of its tables (it rewrites them after every group, so an interrupted run keeps what
-    it measured). ``run_id`` defaults to the folder name; ``guard(name)`` wraps each file's
-    write (the runner's turns an OSError into a failure naming that file)."""
+    """Write results.csv, summary.csv and results_long.csv of one run folder (``guard`` wraps each write)."""
     run_dir = Path(run_dir)
     run_id = run_id or run_dir.name
     guard = guard or (lambda name: nullcontext())

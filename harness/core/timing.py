@@ -18,12 +18,9 @@ from .stats import MAX_PROJECTED_REPEATS, MIN_TIME_EFFECT, Interval, ratio_inter
 from .summary import complete_pair, median, pair_ratio, primary_target, ratio, timing_pairs
 from .vocab import Aggregate, GateStatus, Mode, Start
 
-#: How a timing gate reads its threshold: within the minimum time effect (see the module doc).
-TIMING_MARGIN = MIN_TIME_EFFECT
-#: The metadata value (``run.timing_pass``) of a run whose timing pass was interleaved.
-INTERLEAVED = "interleaved"
-#: A group's workers of the timing pass by round: {(target, mode, N, M, repeat): {worker: row}}.
-Rounds = dict[tuple, dict[int, ResultRow]]
+TIMING_MARGIN = MIN_TIME_EFFECT  #: How a timing gate reads its threshold: within the minimum time effect.
+INTERLEAVED = "interleaved"  #: The metadata value (``run.timing_pass``) of a run whose timing pass was interleaved.
+Rounds = dict[tuple, dict[int, ResultRow]]  #: Timing-pass workers: {(target, mode, N, M, repeat): {worker: row}}.
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
@@ -34,8 +31,7 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
 
 
 def timing_rounds(run: Any) -> Rounds | None:
-    """The timing pass's worker rows of a run whose timing pass was interleaved, by group and
-    round (`Rounds`); None for any other run (its per-repeat values stay group medians)."""
+    """The timing pass's worker rows by group and round when it was interleaved, else None."""
     if (run.run.get("timing_pass") or "") != INTERLEAVED:
         return None
     rounds: Rounds = {}
@@ -47,9 +43,7 @@ def timing_rounds(run: Any) -> Rounds | None:
 
 
 def timing_repeats(summary: Iterable[SummaryRow], rounds: Rounds | None = None) -> dict[str, list[float]]:
-    """Per-repeat values of every timing metric at the headline's N x M, from complete pairs
-    of the timing pass (`passes`): paired by round where ``rounds`` (`timing_rounds`) has both
-    groups' workers, else the ratio of the two groups' medians."""
+    """Per-repeat values of every timing metric at the headline's N x M (paired by round where possible)."""
     return {name: [v for v, _ in values] for name, values in _repeat_values(summary, rounds).items()}
 
 
@@ -74,9 +68,7 @@ def _worker_value(row: ResultRow, column: str) -> float | None:
 
 
 def _repeat_ratio(a: SummaryRow, b: SummaryRow, column: str, rounds: Rounds | None) -> tuple[float | None, bool]:
-    """One repeat's ``a`` / ``b`` of ``column``, and whether it is paired: the median of the
-    rounds' ratios when both groups' workers are known round by round, else the ratio of the
-    groups' medians."""
+    """One repeat's ``a`` / ``b`` of ``column``, and whether it is paired by round."""
     if rounds is not None:
         ours, theirs = rounds.get(_key(a), {}), rounds.get(_key(b), {})
         both = sorted(set(ours) & set(theirs))
@@ -121,8 +113,7 @@ class IntervalVerdict:
     status: str  # pass | fail | inconclusive
     interval: Interval | None
     words: str
-    #: inconclusive and one-sided: about how many repeats would decide it (a projection), else None
-    repeats_to_decide: int | None = None
+    repeats_to_decide: int | None = None  #: Inconclusive and one-sided: repeats that would decide it (a projection).
 
 
 def interval_status(
@@ -136,10 +127,7 @@ def interval_status(
 def judge_interval(
     op: str, threshold: float, values: Sequence[float], margin: float = TIMING_MARGIN
 ) -> IntervalVerdict:
-    """``METRIC op threshold`` over per-repeat ``values``, the threshold read within ``margin``
-    (module doc): pass when the condition holds over the whole interval, fail when it fails over
-    the whole interval, else inconclusive, then with the repeats that would decide a one-sided
-    gate at this spread (`stats.repeats_to_decide`; none for ``==``/``!=``: two edges)."""
+    """``METRIC op threshold`` over ``values`` within ``margin``: pass, fail or inconclusive."""
     if len(values) < 2:
         words = f"inconclusive: {len(values)} repeat{'' if len(values) == 1 else 's'}"
         return IntervalVerdict(GateStatus.INCONCLUSIVE, None, words)
@@ -186,9 +174,7 @@ def _projection_text(n: int | None, centre: float, bound: float) -> str:
 
 
 def timing_spread(summary: Iterable[SummaryRow], rounds: Rounds | None = None) -> dict[str, dict]:
-    """{metric: {repeats, min, max, interval, paired}} for every timing ratio measured at the
-    headline's N x M: the spread that goes beside a timing figure wherever it is shown
-    (``rounds``: see `timing_repeats`; ``paired``: every repeat's value paired by round)."""
+    """{metric: {repeats, min, max, interval, paired}} of every timing ratio at the headline's N x M."""
     out = {}
     for name, pairs in _repeat_values(summary, rounds).items():
         values = [v for v, _ in pairs]
@@ -205,9 +191,7 @@ def timing_spread(summary: Iterable[SummaryRow], rounds: Rounds | None = None) -
 
 
 def spread_text(entry: dict | None) -> str:
-    """ "0.031..0.062 over 3 repeats, 95% interval 0.024..0.081", or "1 repeat: no spread";
-    "per repeat paired by round" when each repeat's value is the median of its rounds' ratios
-    (then the median before it, the ratio of the printed medians, may lie outside the range)."""
+    """ "0.031..0.062 over 3 repeats, 95% interval 0.024..0.081", or "1 repeat: no spread"."""
     if not entry:
         return "spread not measured"
     if entry["repeats"] < 2:

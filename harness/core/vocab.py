@@ -1,20 +1,4 @@
-"""Every closed vocabulary of a run, defined once: one string enum per vocabulary.
-
-The values are the very strings the CSV files, metadata.json, headline.json and the report
-have always carried: a member *is* its string (``Mode.MAPPED == "mapped"``, the same hash, the
-same text in an f-string, a ``repr``, ``json.dumps`` and a CSV cell), so files stay byte-identical and code
-that still holds a plain string compares equal. What the enums add is one place where each set
-of values lives, so a tuple in one module cannot drift from the same tuple in another.
-``suites/harness/test_architecture.py`` refuses a vocabulary value written as a literal where it
-is compared (``==``, ``in``, a ``match`` case, a dict key or index) outside this module, and
-names the enum to use.
-
-Why not ``enum.StrEnum``: it is new in Python 3.11, and the project supports 3.10 (the
-``requires-python`` floor; onnxruntime still ships 3.10 wheels). `StrEnum` below is the same
-thing in four lines: a ``str`` mix-in whose ``str()`` and ``format()`` are the value, on every
-version. Membership of a plain string is asked with `values` (``"mapped" in Mode`` raises on
-3.10 and 3.11).
-"""
+"""Every closed vocabulary of a run, once: string enums whose members are their strings (3.10: our `StrEnum`)."""
 
 from __future__ import annotations
 
@@ -43,8 +27,7 @@ class Mode(StrEnum):
 
 #: The provider option ``disable_file_mapped_weights`` each mode passes: "1" turns mapping off.
 DISABLE_FLAGS: dict[Mode, str] = {Mode.MAPPED: "0", Mode.HEAP: "1"}
-#: The modes, mapped first (the order tables and charts show them in).
-MODES: tuple[Mode, ...] = tuple(Mode)
+MODES: tuple[Mode, ...] = tuple(Mode)  #: The modes, mapped first (the order tables and charts show them in).
 
 
 def disable_flag(mode: str) -> str:
@@ -62,9 +45,7 @@ class PathTaken(StrEnum):
 
 
 class EpState(StrEnum):
-    """How the QNN EP treated file mapping in a session, from its own log (``ep_file_mapping``;
-    harness/targets/qnn/eplog.py says what evidence each needs). ``NA``: no EP stands between
-    the weights and the sessions (cpu, ort-native): the worker's own path is the evidence."""
+    """How the QNN EP treated file mapping in a session, from its log; ``NA``: no EP (cpu, ort-native)."""
 
     ACTIVE = "active"
     RETRIED = "retried"
@@ -75,10 +56,7 @@ class EpState(StrEnum):
     OPTION_IGNORED = "option-ignored"
     EP_ERROR = "ep-error"
     UNKNOWN = "unknown"
-    #: A mapped-mode worker that reported the mapped path (or an active EP) while its private
-    #: memory held the weights (copied_bytes, against the group's control worker): a silent copy,
-    #: as onnxruntime-qnn #677's SSR recovery made. Set by the runner from memory, never by a log.
-    COPIED = "copied"
+    COPIED = "copied"  #: A mapped worker whose private memory held the weights: a silent copy (#677), from memory.
     NA = "n/a"
 
     @classmethod
@@ -89,10 +67,8 @@ class EpState(StrEnum):
 
 #: The states the EP's own log may give a qnn session (`EpState` without `EpState.NA`).
 EP_STATES: tuple[EpState, ...] = tuple(s for s in EpState if s is not EpState.NA)
-#: The only EP state that is evidence the weights came from the mapping (a qnn session).
-MAPPED_STATES: tuple[EpState, ...] = (EpState.ACTIVE,)
-#: The states under which a worker whose own path says mapped counts as mapped: the EP's own
-#: evidence (`MAPPED_STATES`), or no EP at all (`EpState.NA`).
+MAPPED_STATES: tuple[EpState, ...] = (EpState.ACTIVE,)  #: The one EP state proving the weights came from the mapping.
+#: States under which a worker whose own path says mapped counts as mapped.
 MAPPED_PATH_STATES: tuple[EpState, ...] = (*MAPPED_STATES, EpState.NA)
 
 
@@ -120,10 +96,8 @@ class GateStatus(StrEnum):
     CONTENDED = "contended"  # a timing gate timed on a busy machine
 
 
-#: Gate statuses that count as passed; an undecided gate never does.
-PASSED_GATE_STATUSES = (GateStatus.PASS, GateStatus.SKIP)
-#: Gate statuses that decided nothing (never a pass).
-UNDECIDED_GATE_STATUSES = (GateStatus.INCONCLUSIVE, GateStatus.CONTENDED)
+PASSED_GATE_STATUSES = (GateStatus.PASS, GateStatus.SKIP)  #: Gate statuses that count as passed.
+UNDECIDED_GATE_STATUSES = (GateStatus.INCONCLUSIVE, GateStatus.CONTENDED)  #: Gate statuses that decided nothing.
 
 
 class Verdict(StrEnum):
@@ -135,8 +109,7 @@ class Verdict(StrEnum):
 
 
 class RunStatus(StrEnum):
-    """metadata.json's ``status``; a run that could not go on says ``"failed: <what>"``
-    (`RunStatus.failed`), which is no member: its words vary."""
+    """metadata.json's ``status``; ``"failed: <what>"`` (`RunStatus.failed`) is no member."""
 
     RUNNING = "running"
     COMPLETE = "complete"
@@ -149,8 +122,7 @@ class RunStatus(StrEnum):
         return f"{FAILED_PREFIX}{what}"
 
 
-#: How the status of a run that could not go on starts.
-FAILED_PREFIX = "failed: "
+FAILED_PREFIX = "failed: "  #: How the status of a run that could not go on starts.
 
 
 class PageCache(StrEnum):
@@ -161,8 +133,7 @@ class PageCache(StrEnum):
     COLD_UNVERIFIED = "cold-unverified"  # evicted, but the OS could not confirm it
 
 
-#: What ``--page-cache`` may ask for.
-PAGE_CACHE_CHOICES = (PageCache.WARM, PageCache.COLD)
+PAGE_CACHE_CHOICES = (PageCache.WARM, PageCache.COLD)  #: What ``--page-cache`` may ask for.
 
 
 class PeakPhase(StrEnum):
@@ -182,8 +153,7 @@ class Workload(StrEnum):
 
 
 class Start(StrEnum):
-    """How a group's workers started (``start``, `harness.core.passes`): together, memory
-    sampled with all N alive, or one at a time, the timing pass."""
+    """How a group's workers started: together (memory sampled) or one at a time (the timing pass)."""
 
     CONCURRENT = "concurrent"
     SEQUENTIAL = "sequential"

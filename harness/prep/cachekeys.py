@@ -1,5 +1,4 @@
-"""Cache keys of prepared models: what makes "the same" user model (its files' identities,
-the request, the session settings, ORT's version and this CPU)."""
+"""Cache keys of prepared models: the files' identities, the request, session settings, ORT's version and CPU."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ from harness.core.files import real_path
 from .onnxfile import external_data_files
 from .sessions import SessionSettings
 
-#: Bumped when the preparation of user models changes what it writes (a new cache key).
-PREP_VERSION = 2
+PREP_VERSION = 2  #: Bumped when the preparation of user models changes what it writes (a new cache key).
 
 
 def settings_tag(settings: SessionSettings) -> str:
@@ -27,8 +25,7 @@ def settings_tag(settings: SessionSettings) -> str:
 
 
 def _file_identity(path: Path) -> str:
-    """What makes "the same file" for the cache key: where it is, its size, mtime, inode and a
-    hash of its first and last 64 KiB (a same-size rewrite inside one mtime tick is caught)."""
+    """Where a file is, its size, mtime, inode and a hash of its first and last 64 KiB."""
     from mapper_impl._common import identity_of_path
 
     ident = identity_of_path(str(path), edge=64 * 1024)  # the keys' edges, whatever mapper_impl keeps
@@ -37,8 +34,7 @@ def _file_identity(path: Path) -> str:
 
 
 def source_key(path: Path, model: Any, extra: object = None, files: list[Path] | None = None) -> str:
-    """Cache key of a user model: the ONNX file and every external-data file it reads (new
-    weights beside an unchanged graph are a new entry), plus ``extra`` (e.g. the shapes)."""
+    """Cache key of a user model: the ONNX file and every external-data file it reads, plus ``extra``."""
     h = hashlib.blake2b(digest_size=12)
     for file in [path, *external_data_files(path, model), *(files or [])]:
         try:
@@ -54,8 +50,7 @@ def source_key(path: Path, model: Any, extra: object = None, files: list[Path] |
 
 
 def machine_key() -> dict[str, str]:
-    """What an offline-optimized model depends on besides the model: ORT's version and this
-    CPU (level "all" picks NCHWc block sizes by instruction set)."""
+    """What an offline-optimized model also depends on: ORT's version and this CPU."""
     import platform
 
     import onnxruntime as ort

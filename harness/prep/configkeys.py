@@ -1,17 +1,4 @@
-"""Which ``--session-config`` keys this ONNX Runtime can read at all.
-
-Why: ORT's ``SessionOptions.add_session_config_entry`` accepts ANY key (checked with ORT 1.32:
-``bogus.key`` is stored and returned) and each part of ORT reads only the keys it knows, so a
-typo (``session.disable_prepackng=1``) is silently ignored while the run records it as if it
-had been applied. No ORT API lists the keys. What does list them is the libraries themselves:
-every key a part of ORT reads is a string constant in its binary. So a key that occurs as a
-NUL-terminated string in none of the libraries of onnxruntime (and of the installed packages
-named ``onnxruntime_*``: a plugin EP reads keys of its own, such as ``ep.share_ep_contexts``)
-cannot be read by this build: the run
-notes it as unverified ("no evidence it was applied"), in the terminal and the report. A key
-found there is read by some part of ORT (whether by the part this run uses is not provable
-from the binary: that is said too).
-"""
+"""Which ``--session-config`` keys this ORT can read: one in no library's strings cannot be (ORT accepts any key)."""
 
 from __future__ import annotations
 
@@ -19,8 +6,7 @@ import mmap
 from functools import cache
 from pathlib import Path
 
-#: File names of native libraries a package may ship (Linux, Windows, macOS).
-_LIBRARY_SUFFIXES = (".so", ".dll", ".dylib")
+_LIBRARY_SUFFIXES = (".so", ".dll", ".dylib")  #: Native library suffixes (Linux, Windows, macOS).
 
 
 def _package_libraries(package: str) -> list[Path]:
@@ -39,8 +25,7 @@ def _package_libraries(package: str) -> list[Path]:
 
 @cache
 def runtime_libraries() -> tuple[Path, ...]:
-    """The native libraries of onnxruntime and of every installed ``onnxruntime_*`` package
-    (plugin EPs ship as such packages)."""
+    """The native libraries of onnxruntime and of every installed ``onnxruntime_*`` package."""
     import pkgutil
 
     names = sorted(m.name for m in pkgutil.iter_modules() if m.name.startswith("onnxruntime_") and m.ispkg)
@@ -60,9 +45,7 @@ def _named_in(key: str, libraries: tuple[Path, ...]) -> bool:
 
 
 def unread_keys(keys: list[str]) -> list[str]:
-    """The keys no library of this ONNX Runtime names (so none can read them); [] when the
-    libraries cannot be found (nothing is claimed either way then). No keys, no search: finding
-    the libraries lists every installed package (40 ms, in every run's metadata)."""
+    """The keys no library of this ORT names; [] when the libraries cannot be found (no keys: no search)."""
     if not keys:
         return []
     libraries = runtime_libraries()

@@ -32,8 +32,7 @@ from harness.core.files import contained_file
 
 @dataclass(frozen=True)
 class ExternalRef:
-    """One tensor's external data, checked: a file inside the model's folder and a byte range
-    inside that file."""
+    """One tensor's external data, checked: a file inside the model's folder and a byte range inside it."""
 
     tensor: str
     location: str  # as the model wrote it (relative to the model's folder)
@@ -88,8 +87,7 @@ def tensor_ref(base_dir: Path, proto: Any, label: str, sizes: dict[Path, int] | 
 
 
 def external_refs(model_path: Path, model: Any, label: str) -> list[ExternalRef]:
-    """Every external tensor of ``model`` (subgraphs included), checked against the rules of
-    the module docstring; InputError, one line, for the first that breaks one."""
+    """Every external tensor of ``model`` (subgraphs too), checked; InputError for the first that breaks a rule."""
     from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
     base, sizes = Path(model_path).parent, {}

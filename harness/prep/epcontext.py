@@ -1,12 +1,4 @@
-"""Pre-compiled EPContext models: what device users actually hold (a ``*_ctx.onnx`` plus its
-``*_qnn.bin``, from a model hub or an LLM pipeline).
-
-An EPContext node (domain com.microsoft) carries the compiled graph: with ``embed_mode`` 1 the
-context bytes are inside the ONNX file (attribute ``ep_cache_context``); with 0 that attribute
-is the path of a context binary relative to the model's folder. Several nodes, and several
-models of a pipeline, may name the same binary (weight sharing, ``main_context`` 0 on all but
-one). The binaries are the weights: their bytes are what mapping saves.
-"""
+"""Pre-compiled EPContext models (``*_ctx.onnx`` + ``*_qnn.bin``): the context binaries they name are the weights."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Externalising: every large initializer moved into the folder's aligned ``weights.bin`` as
-the raw bytes ONNX stores (bf16, float8, packed int4...), tensors already external copied file
-to file, never loaded whole.
-"""
+"""Externalising: large initializers moved into the aligned ``weights.bin`` as raw bytes, file to file."""
 
 from __future__ import annotations
 
@@ -42,11 +39,7 @@ def external_tensor_proto(name: str, onnx_dtype: int, shape: list[int], offset: 
 def externalise(
     model: Any, weights_path: Path, min_bytes: int = EXTERNAL_THRESHOLD, base_dir: Path | None = None
 ) -> list[TensorEntry]:
-    """Move every initializer (subgraphs included) of at least ``min_bytes`` of data into
-    ``weights_path``, aligned, as the raw bytes ONNX stores; the protos become external
-    references. Tensors already external (in files under ``base_dir``) are copied file to
-    file, in chunks, never loaded whole. The file is padded so an in-place view of any tensor
-    stays inside it."""
+    """Move every initializer of at least ``min_bytes`` into ``weights_path``, aligned, padded for in-place views."""
     from harness.prep.graphs import initializers
     from harness.prep.tensors import STRING, element_type, packed_size, raw_bytes, view_extent
 

@@ -1,8 +1,4 @@
-"""The model folder the workers load: ``model.onnx`` whose large initializers live in ONE
-external ``weights.bin``, each tensor at an offset aligned to `ALIGNMENT` bytes,
-``manifest.json`` saying where each tensor is, and ``reference.npz`` with a fixed input and
-ORT's own output for it, so every worker can check its first inference.
-"""
+"""The model folder: ``model.onnx``, one aligned ``weights.bin``, ``manifest.json`` and ``reference.npz``."""
 
 from __future__ import annotations
 
@@ -12,25 +8,13 @@ from pathlib import Path
 from harness.core.errors import CorruptEntry, InputError
 from harness.core.files import write_json_atomic
 
-#: Offset alignment of every tensor in weights.bin: 64 bytes, what ORT's CPU kernels (and the
-#: widest SIMD load) want of a buffer handed over in place. Not 64 KiB: the mapping is ONE
-#: whole-file view, so no tensor needs a view of its own at an allocation-granularity offset,
-#: and padding every tensor to 64 KiB made the heap baseline (which reads the whole file)
-#: copy up to 9x a small model's tensor bytes. The file is within 1 % + 64 KiB of its tensors.
-#: (A real QNN context binary has its own layout and padding: this file stands in for it.)
-ALIGNMENT = 64
+ALIGNMENT = 64  #: Offset alignment in weights.bin: what ORT's CPU kernels want (64 KiB padded small models 9x).
 
-#: Tensors smaller than this stay inside the ONNX file (shape tensors, scales...): ORT may need
-#: them for graph optimisation, and mapping them buys nothing.
-EXTERNAL_THRESHOLD = 1024
+EXTERNAL_THRESHOLD = 1024  #: Smaller tensors stay in the ONNX file: ORT may need them, mapping them buys nothing.
 
-#: 3: tensors at 64-byte offsets (2 had 64 KiB): an older folder is rebuilt.
-MANIFEST_VERSION = 3
+MANIFEST_VERSION = 3  #: 3: tensors at 64-byte offsets (2 had 64 KiB): an older folder is rebuilt.
 
-#: Bounds of a manifest.json read from the cache (which may be someone else's): its size, its
-#: nesting, the tensors it may list (a model of 100 000 initializers fits), the inputs and
-#: outputs, a shape's rank. A manifest past any of them is a corrupt entry, rebuilt.
-MANIFEST_MAX_BYTES = 64 * 1024**2
+MANIFEST_MAX_BYTES = 64 * 1024**2  #: Bounds of a manifest.json from the untrusted cache: past any, it is corrupt.
 MANIFEST_MAX_DEPTH = 16
 MAX_TENSORS = 500_000
 MAX_IO = 4096
@@ -58,8 +42,7 @@ def _manifest_shape() -> dict:
 
 
 def _read_manifest(folder: Path) -> dict:
-    """manifest.json of ``folder``, bounded and of the declared shape; CorruptEntry otherwise
-    (the message says what is wrong, never what the file holds)."""
+    """manifest.json of ``folder``, bounded and of the declared shape; CorruptEntry otherwise."""
     from harness.core.inputfiles import parse_json_bounded, read_text_bounded
     from harness.core.runmeta import check_value
 
@@ -128,11 +111,8 @@ class PreparedModel:
     outputs: list[str]
     weights_bytes: int
     output_types: dict[str, int] = field(default_factory=dict)
-    #: The ONNX file sessions load when it is not ``folder/model.onnx`` (a pre-compiled
-    #: EPContext model is measured where it is).
-    onnx_file: str = ""
-    #: Graph optimization level of the sessions: "disabled" for a model optimized offline.
-    session_level: str = "all"
+    onnx_file: str = ""  #: The ONNX file sessions load when it is not ``folder/model.onnx``.
+    session_level: str = "all"  #: Graph optimization level of the sessions: "disabled" for a model optimized offline.
     extra: dict = field(default_factory=dict)
 
     @property
@@ -161,12 +141,7 @@ class PreparedModel:
 
     @classmethod
     def load(cls, folder: Path, *, check_files: bool = True, outside: tuple[str, ...] = ()) -> PreparedModel:
-        """The model described by ``folder/manifest.json``. Raises `CorruptEntry` when the
-        manifest is missing, unreadable, past its bounds, of the wrong shape, from another
-        harness version, naming an ONNX file outside the entry (other than ``outside``: what the
-        preparation itself recorded there) or (``check_files``) missing or short files: the
-        cache rebuilds such an entry. Workers load without the file check and call
-        `check_weights_file`, whose message names the remedy."""
+        """The model of ``folder/manifest.json``; `CorruptEntry` for anything wrong (the cache rebuilds it)."""
         try:
             data = _read_manifest(Path(folder))
             data["folder"] = Path(folder)
@@ -204,9 +179,7 @@ class PreparedModel:
         return max((t.offset + max(t.length, view_extent(t.onnx_type, t.shape)) for t in self.tensors), default=0)
 
     def check_weights_file(self) -> None:
-        """InputError if weights.bin is missing or shorter than the tensor table says (a
-        damaged cache, or a file truncated since it was prepared): a clear message instead of
-        a worker reading past the end of the file (a SIGBUS when it is mapped)."""
+        """InputError if weights.bin is missing or short (no SIGBUS reading past its end)."""
         if not self.tensors:
             return  # nothing externalised (the qnn target's models keep their weights where they are)
         need = self.weights_extent()
@@ -222,14 +195,12 @@ class PreparedModel:
             )
 
 
-#: The manifest keys `PreparedModel` takes (a newer writer's extra keys are left out).
+#: The manifest keys `PreparedModel` takes (others left out).
 _FIELDS = frozenset(f.name for f in fields(PreparedModel))
 
 
 def cached_model(folder: Path, build, *, outside: tuple[str, ...] = ()) -> PreparedModel:
-    """The prepared model cached in ``folder``, built by ``build(scratch) -> PreparedModel``
-    on a miss (see `harness.cache`). ``outside``: the ONNX file outside the entry its manifest
-    may name (the user's own model, measured where it is); any other is a corrupt entry."""
+    """The prepared model cached in ``folder``, built by ``build(scratch)`` on a miss."""
     from harness.cache import cached_build  # the parent's: a worker only loads its prepared models
 
     def build_into(scratch: Path) -> None:

@@ -1,23 +1,11 @@
-"""A model's graphs and subgraphs: walking them, lifting Constant nodes into initializers, and
-giving every initializer a name no other tensor of the model has.
-
-Why lift: exporters keep weights in different places. Paddle and some TF exports hold every
-weight in a Constant node (PP-OCR), spox puts them in Constant nodes inside If branches
-(silero VAD); only initializers can be externalised and handed to ORT by name.
-
-Why unique names: ORT binds an OrtValue given with ``SessionOptions.add_initializer`` to EVERY
-initializer of that name, in the main graph and in each subgraph's session state. Two If
-branches each holding a "const_0" of different content would both get the same weights.
-"""
+"""A model's graphs: walking them, lifting Constant nodes, unique initializer names (ORT binds by name)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
-#: Constant attributes holding something other than one dense tensor (scalars, lists, sparse):
-#: small by nature, left as they are.
-_DENSE_VALUE = "value"
+_DENSE_VALUE = "value"  #: Constant attributes holding something other than one dense tensor: small, left as they are.
 
 
 def subgraphs(node: Any) -> Iterator[Any]:
@@ -55,9 +43,7 @@ def _declared(graph: Any) -> set[str]:
 
 
 def lift_constants(model: Any, min_bytes: int) -> int:
-    """Turn every Constant node whose dense ``value`` tensor holds at least ``min_bytes`` of
-    data into an initializer of the graph it is in (same name as the node's output, so no
-    consumer changes). Returns how many were lifted."""
+    """Turn Constant nodes of at least ``min_bytes`` into initializers of their graph; returns how many."""
     from .tensors import STRING, packed_size
 
     lifted = 0
@@ -83,8 +69,7 @@ def lift_constants(model: Any, min_bytes: int) -> int:
 
 
 def _rename_in_scope(graph: Any, old: str, new: str) -> None:
-    """Every use of ``old`` in ``graph`` and in nested graphs that can see it (a nested graph
-    declaring ``old`` itself would shadow it, which ONNX forbids, but stop there anyway)."""
+    """Every use of ``old`` in ``graph`` and the nested graphs that can see it."""
     for node in graph.node:
         for i, name in enumerate(node.input):
             if name == old:
@@ -101,9 +86,7 @@ def _rename_in_scope(graph: Any, old: str, new: str) -> None:
 
 
 def unique_initializer_names(model: Any) -> int:
-    """Rename subgraph initializers whose name another tensor of the model already uses.
-    The main graph keeps its names (its inputs and outputs are the model's interface).
-    Returns how many were renamed."""
+    """Rename subgraph initializers whose name another tensor uses; returns how many."""
     taken: set[str] = set()
     for graph in all_graphs(model.graph):
         taken |= _declared(graph)
@@ -129,9 +112,7 @@ def unique_initializer_names(model: Any) -> int:
 
 
 def refuse_duplicate_initializers(model: Any, label: str) -> None:
-    """InputError when one graph declares two initializers of the same name: which one a
-    session binds is undefined, and every worker's reference check would fail; refused at
-    preparation, in one line, instead."""
+    """InputError when one graph declares two initializers of the same name."""
     from harness.core.errors import InputError
 
     for graph in all_graphs(model.graph):
@@ -169,10 +150,7 @@ def _value_names(graph: Any) -> Iterator[tuple[str, Any]]:
 
 
 def refuse_non_text_names(model: Any, label: str) -> None:
-    """InputError when a name of the model (an initializer's, a node's, an input's...) is not
-    UTF-8 text: protobuf hands such a field over as bytes, and every later step (the cache
-    key, externalising, ORT's own binding by name) would fail on it with a traceback. The
-    message says which kind of name, never the bytes."""
+    """InputError when a name of the model is not UTF-8 text (the message names the kind, never the bytes)."""
     from harness.core.errors import InputError
 
     for graph in all_graphs(model.graph):

@@ -1,20 +1,4 @@
-"""A model's inputs: what they are, the concrete shape each is fed with, and the feed itself.
-
-Shapes come from, in order: the model (fixed dimensions), ``--free-dim NAME=VALUE`` (a named
-symbolic dimension, across every input, as onnxruntime_perf_test's ``-f``), ``--input
-NAME=FILE.npy`` (the array's own shape), ``--shape NAME=DIMxDIM``. Whatever is still unknown is
-reported in ONE error naming every such input, each with a ready ``--shape``: a user never
-learns about a second dynamic input on a second try.
-
-The graph itself is NOT rewritten for the cpu targets: ORT runs dynamic inputs as they are,
-and fixing a shape in the graph can make a model invalid (silero VAD's untaken 8 kHz If branch
-stops type-checking). Only the qnn target, which needs static shapes to compile, writes a
-shape-fixed copy (`fixed_shape_copy`).
-
-Feeds are seeded and deterministic: floats N(0, 1), integers 0 or 1, bools, strings a fixed
-text. Inputs whose valid values are constrained (a sample rate, token ids, a mask) can be given
-real values with ``--input NAME=FILE.npy`` or ``--input NAME=VALUE``.
-"""
+"""A model's inputs, their shapes and feeds; every input still unknown is named in ONE error."""
 
 from __future__ import annotations
 
@@ -73,8 +57,7 @@ class InputRequest:
         return cls(dict(opts.shapes), dict(opts.free_dims), dict(opts.input_values))
 
     def for_model(self, model: Any) -> InputRequest:
-        """The part of a pipeline's request that names this model's inputs (--free-dim applies
-        to every model that has the dimension)."""
+        """The part of a pipeline's request that names this model's inputs."""
         inputs = model_inputs(model)
         names = {i.name for i in inputs}
         dims = {d for i in inputs for d in (i.dims or []) if isinstance(d, str)}
@@ -108,8 +91,7 @@ def _kind(type_proto: Any) -> str:
 
 
 def dims_of(value_info: Any) -> list[int | str] | None:
-    """Dimensions of a tensor input: ints where fixed, the symbolic name (or "?") where not;
-    None when the input declares no shape at all."""
+    """Dimensions of a tensor input (ints, or the symbolic name or "?"); None when undeclared."""
     tt = value_info.type.tensor_type
     if not tt.HasField("shape"):
         return None
@@ -180,8 +162,7 @@ def _check_shape(info: InputInfo, shape: list[int], flag: str) -> None:
 def resolve_shapes(
     inputs: list[InputInfo], request: InputRequest, given: dict[str, Any], label: str, model: Any = None
 ) -> dict[str, list[int]]:
-    """The concrete shape of every input; one InputError naming every input still unresolved
-    (with values that can work where ``model``'s graph tells, `shape_hint`)."""
+    """The concrete shape of every input; one InputError naming every input unresolved."""
     shapes: dict[str, list[int]] = {}
     dynamic: list[tuple[InputInfo, list[int | str] | None]] = []
     for info in inputs:
@@ -207,9 +188,7 @@ def resolve_shapes(
 
 
 def shape_hint(dynamic: list[tuple[InputInfo, list[int | str] | None]], model: Any = None) -> str:
-    """One message naming every dynamic input with a ready ``--shape`` for each: values that
-    can work where the graph tells (`shapehints`: batch 1, spatial sizes its convolutions
-    take), the others called placeholders."""
+    """One message naming every dynamic input with a ready ``--shape`` for each."""
     found = suggestions(model, dynamic)
     parts, fixes, named = [], [], {}
     for info, dims in dynamic:
@@ -263,14 +242,12 @@ def _literal(text: str, info: InputInfo) -> Any:
 
 
 def is_npy_value(text: str) -> bool:
-    """True when ``--input NAME=TEXT`` names an array file (it brings its own shape); a plain
-    value (``sr=16000``) is filled to the input's shape, which ``--shape`` may then fix."""
+    """True when ``--input NAME=TEXT`` names an array file; a plain value is filled to the input's shape."""
     return text.lower().endswith(".npy") or Path(text).is_file()
 
 
 def given_feeds(inputs: list[InputInfo], request: InputRequest) -> dict[str, Any]:
-    """The arrays of ``--input NAME=FILE.npy`` (their own shape) and ``--input NAME=VALUE``
-    (``("fill", value)``: filled to the input's shape later), in the input's element type."""
+    """The arrays of ``--input NAME=FILE.npy`` and ``--input NAME=VALUE`` (filled later), in the input's type."""
     import numpy as np
 
     from harness.core.inputfiles import load_npy_bounded

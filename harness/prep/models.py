@@ -1,21 +1,4 @@
-"""Models the workers load: the generated chain or bring-your-own ONNX, prepared into a model folder.
-
-Every model the cpu targets load is prepared into one folder holding ``model.onnx`` whose
-large initializers live in ONE external ``weights.bin``, each tensor at a 64-byte aligned
-offset (`harness.prep.folder.ALIGNMENT`), plus
-``manifest.json`` saying where each tensor is and ``reference.npz`` with a fixed input and ORT's
-own output for it, so every worker can check its first inference.
-
-A user's model goes through: its inputs are resolved (shapes, feeds);
-large Constant-node tensors are lifted into initializers, also inside If/Loop/Scan subgraphs;
-ORT optimizes the graph once, offline, at the level sessions would use, and the OPTIMIZED
-initializers are externalised (a weight ORT rewrites in place under its own name, as the
-transpose optimizer does, would otherwise be replaced by the stale original handed over by
-name); every element type is externalised as the raw bytes ONNX stores (bf16, float8, packed
-int4...). The reference is the ORIGINAL model run by ORT loading its own weights, with the
-workers' session settings, twice: an output that differs between the two runs is recorded as
-non-deterministic instead of calling every worker wrong.
-"""
+"""The cpu targets' models (generated or the user's): lifted, optimized offline, externalised, referenced."""
 
 from __future__ import annotations
 
@@ -72,8 +55,7 @@ def prepare_user_model(
     target: str = "cpu",
     on_status: Any = None,
 ) -> PreparedModel:
-    """A user's model prepared for the cpu targets (see the module docstring). Every problem
-    is an InputError with a one-line message naming the user's file."""
+    """A user's model prepared for the cpu targets; every problem is a one-line InputError."""
     path = Path(path)
     request = request or InputRequest()
     settings = settings or SessionSettings()
@@ -96,9 +78,7 @@ def prepare_user_model(
 def _build_user_model(
     path: Path, request: InputRequest, settings: SessionSettings, tmp: Path, label: str, on_status: Any = None
 ) -> PreparedModel:
-    """Lift, optimize offline, externalise, reference. The weights are never all in this
-    process's memory at once: the graph is read without its external data, ORT reads the
-    weights itself, and `externalise` copies them file to file."""
+    """Lift, optimize offline, externalise, reference; the weights are never all in memory."""
     import onnx
 
     from harness.prep.graphs import lift_constants, unique_initializer_names
@@ -209,15 +189,12 @@ def prepare_cpu_models(opts: Any, progress: Any = None, *, target: str = "cpu") 
     return models
 
 
-#: Ops that read rows of their first input at the indices the second gives: a table read this way
-#: is touched only where the inputs point (an embedding).
+#: Ops reading rows of their first input at the second's indices: a table touched only where inputs point.
 GATHER_OPS = ("Gather", "GatherElements", "GatherND", "EmbedLayerNormalization")
 
 
 def gathered_initializers(model: Any) -> set[str]:
-    """Initializers some node reads as an indexed table (`GATHER_OPS`' first input, or the word
-    and position embeddings of ORT's fused EmbedLayerNormalization): their pages are read only
-    where the inputs point, so a mapped worker keeps few of them resident."""
+    """Initializers read as indexed tables (embeddings): a mapped worker keeps few of their pages resident."""
     from harness.prep.graphs import all_graphs
 
     names = {t.name for g in all_graphs(model.graph) for t in g.initializer}

@@ -1,5 +1,4 @@
-"""Reading a user's ONNX file, and ONNX Runtime's errors said in one line: every problem an
-InputError naming the user's file."""
+"""Reading a user's ONNX file, and ORT's errors in one line: every problem an InputError naming the file."""
 
 from __future__ import annotations
 
@@ -10,17 +9,14 @@ from harness.core.errors import InputError
 
 
 def external_data_files(path: Path, model: Any, label: str | None = None) -> list[Path]:
-    """Every external-data file the model reads (initializers, also inside subgraphs),
-    resolved, each checked by `harness.prep.containment` (inside the model's folder, a
-    regular file, every tensor's range inside it) before anything opens it."""
+    """Every external-data file the model reads, resolved and checked by `containment` before anything opens it."""
     from harness.prep.containment import external_refs
 
     return sorted({ref.path for ref in external_refs(Path(path), model, label or f"--model {path}")})
 
 
 def load_onnx(path: Path, *, external_data: bool = True, label: str = "--model") -> Any:
-    """The model (with its external data loaded when asked); InputError, one line, naming the
-    user's file, for anything that is not a readable model with a graph."""
+    """The model (with its external data when asked); InputError for anything not a readable model."""
     import onnx
     from onnx.external_data_helper import load_external_data_for_model
 
@@ -61,8 +57,7 @@ def first_line(err: BaseException) -> str:
 
 
 def ort_reason(err: BaseException | str) -> str:
-    """The first line of an ORT error without its status prefix ("[ONNXRuntimeError] : 2 :
-    INVALID_ARGUMENT : "): the reason itself."""
+    """The first line of an ORT error without its status prefix."""
     import re
 
     text = err if isinstance(err, str) else first_line(err)
@@ -71,8 +66,7 @@ def ort_reason(err: BaseException | str) -> str:
 
 
 def _without_source_location(text: str) -> str:
-    """Drop the "/onnxruntime_src/...graph.cc:1451 onnxruntime::Graph::Graph(<50 parameters>)"
-    part of an ORT enforce message: the words after it are the reason."""
+    """Drop the source location part of an ORT enforce message."""
     import re
 
     match = re.search(r"\S+\.(?:cc|cpp|h):\d+ ", text)

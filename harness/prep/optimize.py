@@ -1,22 +1,4 @@
-"""ORT's graph optimizations applied once, offline, before the weights are externalised.
-
-Why: the cpu target hands ORT its weights with ``SessionOptions.add_initializer``, and ORT binds
-such an OrtValue by NAME when it finalizes the session, AFTER the graph optimizers ran
-(``SaveInitializedTensors`` in session_state_utils.cc; it checks the device, not the shape).
-An optimizer that rewrites an initializer in place keeps its name: ORT's layout-agnostic
-TransposeOptimizer (level 1) pushes the NHWC input transpose of Yahoo's open_nsfw through the
-graph and transposes a single-use [1,1,1,256] Sub constant into [1,256,1,1]. The handed-over
-original then replaces the rewritten tensor, and the Sub fails to broadcast (28 by 256); with
-square dimensions it would have silently computed the wrong numbers.
-
-So the harness lets ORT optimize the model once, at the level the sessions would use, saves
-the optimized graph (``optimized_model_filepath``), externalises THOSE initializers, and the
-sessions load that model with graph optimizations disabled (what ORT's own offline mode
-recommends): no optimizer runs again, so nothing handed over can be rewritten, and every
-weight, folded and transposed ones included, is in the mapped file instead of being a private
-copy in each session. Level "all" includes the CPU's NCHWc layout: the result is specific to
-this machine's CPU and ORT version, which the cache key covers.
-"""
+"""ORT's graph optimizations once, offline, before externalising (so no add_initializer value is stale)."""
 
 from __future__ import annotations
 
@@ -27,8 +9,7 @@ from harness.core.errors import InputError
 
 from .sessions import SessionSettings, cpu_session_options
 
-#: Level the offline pass runs at (the sessions' default), and the one the sessions then use.
-OFFLINE_LEVEL = "all"
+OFFLINE_LEVEL = "all"  #: Level the offline pass runs at (the sessions' default), and the one the sessions then use.
 SESSION_LEVEL_AFTER = "disabled"
 
 
@@ -41,10 +22,7 @@ def optimize_offline(
     label: str,
     on_status: Callable[[str], None] | None = None,
 ) -> Path:
-    """Save ORT's optimized version of ``src`` into ``out_dir`` (graph ``optimized.onnx``,
-    initializers of at least ``min_external_bytes`` in ``optimized.data``); returns its path.
-    ORT works in a child process (`harness.prep.ortjob`): Ctrl-C and SIGTERM stop it at once,
-    and ``on_status`` hears what it is doing."""
+    """Save ORT's optimized ``src`` into ``out_dir`` (``optimized.onnx`` + ``optimized.data``), in a child."""
     out = Path(out_dir) / "optimized.onnx"
     save_optimized(
         src,
@@ -71,10 +49,7 @@ def save_optimized(
     label: str,
     on_status: Callable[[str], None] | None = None,
 ) -> None:
-    """ORT's graph optimizations at ``level`` applied to ``src`` once and saved at ``out``, in a
-    child process (`harness.prep.ortjob`). ``settings``: the workers' session settings (the cpu
-    session options); None: ORT's plain options. ``config``: session config entries on top (where
-    the optimized model puts its initializers). InputError naming ``label`` when ORT cannot."""
+    """ORT's optimizations at ``level`` applied to ``src`` once and saved at ``out``, in a child."""
     from .ortjob import run_ort_job
 
     job = {
@@ -93,10 +68,9 @@ def optimize_in_process(job: dict) -> dict:
     """The child's side of `save_optimized` (`harness.prep.ortchild`)."""
     import onnxruntime as ort
 
+    from harness.contract.spawn import tell_status as status
     from harness.prep.onnxfile import ort_reason
     from harness.prep.sessions import ort_level
-
-    from .ortjob import status
 
     if job.get("settings") is not None:
         so = cpu_session_options(SessionSettings.from_dict(job["settings"]), level=job["level"])

@@ -1,6 +1,4 @@
-"""The child of `harness.prep.ortjob`: ``python -m harness.prep.ortchild JOB.json`` runs one job
-(``optimize`` or ``reference``) and writes its result JSON. Nothing imports this module: it is
-only ever run as a program, so the jobs' modules may import `harness.prep.ortjob` freely."""
+"""The child of `harness.prep.ortjob` (``python -m harness.prep.ortchild JOB.json``): only ever run as a program."""
 
 from __future__ import annotations
 
@@ -10,8 +8,9 @@ import sys
 import time
 from pathlib import Path
 
+from harness.contract.spawn import tell_status as status
 from harness.core.errors import InputError
-from harness.prep.ortjob import SLOW_ENV, status
+from harness.prep.ortjob import SLOW_ENV
 
 
 def _run(job: dict) -> dict:

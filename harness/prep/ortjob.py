@@ -20,28 +20,19 @@ The result (``ok``, ``error`` or the job's own fields) goes to the job's ``resul
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from harness.contract.spawn import run_job, signal_name
 from harness.core.errors import InputError
 
-#: A job still running after this long is killed: minutes for the largest models, never hours.
-ORT_JOB_TIMEOUT_S = 3 * 3600.0
-#: How often the waiting parent looks at the child (and can be interrupted).
-POLL_S = 0.2
-#: Test hook: the child sleeps this many seconds before its work (an interruptible stand-in for
-#: a long native call); never set by the harness itself.
-SLOW_ENV = "HARNESS_TEST_ORT_JOB_SLOW_S"
+ORT_JOB_TIMEOUT_S = 3 * 3600.0  #: A job running longer is killed: minutes for the largest models, never hours.
+POLL_S = 0.2  #: How often the waiting parent looks at the child (and can be interrupted).
+SLOW_ENV = "HARNESS_TEST_ORT_JOB_SLOW_S"  #: Test hook: the child sleeps this many seconds before its work.
 
 
 def run_ort_job(job: dict, label: str, on_status: Callable[[str], None] | None = None) -> dict:
-    """Run ``job`` in a child and return its result; InputError (one line naming ``label``) for
-    a job that failed, crashed or ran past `ORT_JOB_TIMEOUT_S`. KeyboardInterrupt (Ctrl-C, or
-    SIGTERM turned into one by the command line) kills the child and propagates."""
-    import subprocess
+    """Run ``job`` in a child; InputError for a failure, crash or timeout; Ctrl-C kills the child."""
     import tempfile
 
     from harness.contract.spawn import python_child
@@ -73,49 +64,12 @@ def run_ort_job(job: dict, label: str, on_status: Callable[[str], None] | None =
     return result
 
 
-def _wait(proc: Any, status: Path, on_status: Callable[[str], None] | None) -> int | None:
-    """The child's exit code, passing each new status line on; None past the deadline."""
-    import subprocess
-
-    deadline, said = time.monotonic() + ORT_JOB_TIMEOUT_S, ""
-    while time.monotonic() < deadline:
-        try:
-            return proc.wait(timeout=POLL_S)
-        except subprocess.TimeoutExpired:
-            pass
-        if on_status is not None:
-            try:
-                text = status.read_text(encoding="utf-8", errors="replace").strip()[:200]
-            except OSError:
-                continue
-            if text and text != said:
-                said = text
-                on_status(text)
-    return None
-
-
 def _exit_text(code: int) -> str:
     if code < 0:
-        import signal
-
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
+        name = signal_name(code)
         return f"ONNX Runtime's process was killed by {name}" + (
             " (out of memory? the model, its input shapes or --processes may need more than there is)"
             if name == "SIGKILL"
             else ""
         )
     return f"ONNX Runtime's process exited with code {code} without a result"
-
-
-# ----------------------------------------------------------------------------- the child's side
-
-
-def status(job: dict, text: str) -> None:
-    """Tell the parent what this child is doing now (its progress line shows it)."""
-    try:
-        Path(job["status"]).write_text(text, encoding="utf-8")
-    except (OSError, KeyError):
-        pass  # progress only

@@ -1,20 +1,4 @@
-"""Is a worker's output the reference output? Tolerances follow the output's element type.
-
-- fp32 and fp64: the same kernels on the same graph give the same bits; the tolerance only
-  absorbs what a different (but equally valid) summation order leaves in the last bits.
-- fp16, bf16, float8: a few units in the last place of THEIR precision.
-- 8- and 4-bit integers are quantized values: one step either way is a rounding of a value
-  that sat on a .5 boundary, not a wrong result. Other integers, bools and strings: exact.
-- NaN equals NaN and an infinity equals the same infinity at the same place: a model may output
-  some legitimately. But a check is evidence only if something in it depends on the weights:
-  an input holding NaN or infinity (every output then NaN, whatever the weights), or a float
-  output NaN or infinite everywhere, compares NaN with NaN and would pass any weights. Such a
-  reference is refused when it is made (`nonfinite_problem`, exit 2) and, met in a worker (a
-  cache entry changed since), reads "inconclusive", never a pass.
-- An output that already differs between two runs of the reference itself is non-deterministic
-  (random ops, racing reductions): a worker's value for it is not a verdict on the weights, so
-  only its shape is checked, and the report says why.
-"""
+"""Is a worker's output the reference's? Tolerance by element type; an unverifiable reference never passes."""
 
 from __future__ import annotations
 
@@ -31,8 +15,7 @@ FLOAT_TOLERANCE = {
     "float8_e5m2": (0.25, 0.04),
     "float8_e5m2fnuz": (0.25, 0.04),
 }
-#: Quantized integer outputs: one step.
-QUANTIZED_INTS = {"int8", "uint8", "int4", "uint4", "int2", "uint2"}
+QUANTIZED_INTS = {"int8", "uint8", "int4", "uint4", "int2", "uint2"}  #: Quantized integer outputs: one step.
 
 
 def tolerance(dtype_name: str) -> tuple[float, float] | None:
@@ -91,8 +74,7 @@ def _any_finite(array: Any) -> bool:
 
 
 def nonfinite_problem(feeds: dict[str, Any], outputs: dict[str, Any]) -> str:
-    """Why a reference made of ``feeds`` and ``outputs`` would not verify the weights ("" when
-    it does): a float input holding NaN or infinity, or a float output with no finite value."""
+    """Why a reference would not verify the weights ("" when it does)."""
     for name, array in feeds.items():
         if _float_kind(array) and not _all_finite(array):
             return f"input {name} holds NaN or infinity: every output would follow it whatever the weights"
@@ -105,8 +87,7 @@ def nonfinite_problem(feeds: dict[str, Any], outputs: dict[str, Any]) -> str:
 def check_outputs(
     outputs: list[Any], reference: dict[str, Any], names: list[str], nondeterministic: list[str] | tuple[str, ...] = ()
 ) -> tuple[bool, str]:
-    """(ok, detail): every output against the reference; non-deterministic ones by shape only.
-    A reference that cannot verify the weights is never a pass: (False, "inconclusive: ...")."""
+    """(ok, detail) of every output against the reference; an unverifiable reference is never a pass."""
     import numpy as np
 
     why = nonfinite_problem({}, {n: reference[n] for n in names if n in reference and n not in nondeterministic})
@@ -126,6 +107,5 @@ def check_outputs(
 
 
 def nondeterministic_outputs(first: dict[str, Any], second: dict[str, Any]) -> dict[str, str]:
-    """Outputs that differ between two runs of the same session on the same input, beyond
-    their dtype's tolerance: name -> how they differ."""
+    """Outputs that differ between two runs beyond their dtype's tolerance: name -> how."""
     return {name: why for name in first if (why := compare(second[name], first[name]))}

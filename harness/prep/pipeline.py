@@ -1,14 +1,4 @@
-"""Several models measured together: every session group of a worker loads all of them.
-
-LLMs on a Snapdragon NPU run as a pipeline of EPContext models (embeddings, prompt processing,
-token generation, LM head) that share context binaries; the field report of a 7B model that
-failed to load unless ``disable_file_mapped_weights=1`` was such a pipeline. The models come
-from a repeated ``--model``, or a folder: the files its onnxruntime-genai ``genai_config.json``
-names (every ``filename`` under ``model``, in the order written), else every ``*.onnx`` in it.
-
-Each model gets its own feeds and reference; outputs are not chained from one model into the
-next (the harness measures loading and running the weights, not the generation loop).
-"""
+"""Several models measured together (repeated --model, a folder or genai_config.json), each with its reference."""
 
 from __future__ import annotations
 
@@ -21,17 +11,14 @@ from harness.core.files import contained_file, real_path
 from harness.core.inputfiles import read_json_bounded
 
 GENAI_CONFIG = "genai_config.json"
-#: The most models one run loads (a pipeline's folder or genai_config.json names a handful): a
-#: folder of thousands of .onnx files is not a pipeline, and each would be opened to look at it.
-MAX_PIPELINE_MODELS = 64
+MAX_PIPELINE_MODELS = 64  #: The most models one run loads: a folder of thousands of .onnx files is not a pipeline.
 
 
 @dataclass
 class ModelSet:
     paths: list[Path]
     origin: str  # "files" | "folder" | "genai_config"
-    #: onnxruntime-genai always runs QNN pipelines with ep.share_ep_contexts=1.
-    genai_qnn: bool = False
+    genai_qnn: bool = False  #: onnxruntime-genai always runs QNN pipelines with ep.share_ep_contexts=1.
 
 
 def _filenames(node: Any) -> list[str]:
@@ -135,8 +122,7 @@ def check_pipeline_request(paths: list[Path], request: Any) -> None:
 
 
 def _refuse_unresolved(paths: list[Path], graphs: list[Any], request: Any) -> None:
-    """Every model's unresolved input shapes in ONE error: a three-model pipeline used to name
-    them one model at a time, a run each."""
+    """Every model's unresolved input shapes in ONE error."""
     from .inputs import given_feeds, model_inputs, resolve_shapes
 
     problems = []

@@ -1,5 +1,4 @@
-"""The reference every worker checks its first inference against: the original model run by
-ORT's CPU EP loading its own weights, twice (an output that differs is non-deterministic)."""
+"""The reference every worker checks against: the original model on ORT's CPU EP, run twice."""
 
 from __future__ import annotations
 
@@ -23,10 +22,7 @@ def write_reference(
     label: str | None = None,
     on_status: Callable[[str], None] | None = None,
 ) -> None:
-    """Run ``run_path`` (the original model) twice on ORT's CPU EP, ORT loading the weights
-    itself, with the workers' session settings at ``level``; store input and outputs. Outputs
-    that differ between the two runs are recorded as non-deterministic. ORT works in a child
-    process (`harness.prep.ortjob`): Ctrl-C and SIGTERM stop it at once."""
+    """Run the original model twice on the CPU EP with the workers' settings, in a child; store input and outputs."""
     import tempfile
 
     from .ortjob import run_ort_job
@@ -52,16 +48,14 @@ def write_reference(
 
 
 def reference_in_process(job: dict) -> dict:
-    """The child's side of `write_reference` (`harness.prep.ortjob`): the runs, the refusal of a
-    reference that cannot check the weights, the archive; {"nondeterministic": {...}}."""
+    """The child's side of `write_reference`: the runs, the refusal, the archive."""
     from types import SimpleNamespace
 
     import onnxruntime as ort
 
+    from harness.contract.spawn import tell_status as status
     from harness.prep.outputs import nondeterministic_outputs
     from harness.prep.sessions import cpu_session_options, run_session
-
-    from .ortjob import status
 
     types = {"input_types": job["input_types"], "output_types": job["output_types"]}
     feeds, _ = load_reference(SimpleNamespace(reference_path=Path(job["feeds"]), **types))
@@ -95,8 +89,7 @@ def reference_in_process(job: dict) -> dict:
 
 
 def refuse_unverifiable(feeds: dict, outputs: dict, unstable: Any, label: str) -> None:
-    """InputError when the reference could not tell right weights from wrong (an input holding
-    NaN or infinity, an output NaN or infinite everywhere): every worker would "pass"."""
+    """InputError when the reference cannot tell right weights from wrong."""
     from harness.prep.outputs import nonfinite_problem
 
     why = nonfinite_problem(feeds, {k: v for k, v in outputs.items() if k not in (unstable or {})})
@@ -124,8 +117,7 @@ def _storable(array: Any) -> Any:
 
 
 def save_reference(path: Path, feeds: dict, outputs: dict) -> None:
-    """The fixed input and the reference output(s), in one ``.npz`` every worker reads (a new
-    file: whatever was at the name, a link included, is replaced, never written through)."""
+    """The fixed input and reference outputs in one new ``.npz`` (a link at the name is replaced)."""
     import numpy as np
 
     from harness.core.files import create_file
@@ -138,16 +130,12 @@ def save_reference(path: Path, feeds: dict, outputs: dict) -> None:
         )
 
 
-#: The most arrays a reference archive may hold, and their largest total size (declared by the
-#: archive's own directory, which the zip reader holds each member to): a forged entry's
-#: reference cannot be a zip bomb or a million arrays.
-REFERENCE_MAX_ARRAYS = 8192
+REFERENCE_MAX_ARRAYS = 8192  #: Bounds of a reference archive, from its own directory: no zip bomb from a forged entry.
 REFERENCE_MAX_BYTES = 4 * 1024**3
 
 
 def check_reference_archive(path: Path) -> None:
-    """ValueError unless ``path`` is a zip of at most `REFERENCE_MAX_ARRAYS` ``.npy`` members
-    declaring at most `REFERENCE_MAX_BYTES` in all (checked before numpy reads any of it)."""
+    """ValueError unless ``path`` is a bounded zip of ``.npy`` members (checked before numpy reads it)."""
     import zipfile
 
     from harness.core.inputfiles import open_regular

@@ -1,14 +1,4 @@
-"""What to change when ORT cannot run a user's model on the harness's generated feeds, said in
-the one-line error (`reference.write_reference`): a hint that names what failed, never a
-generic one pointing elsewhere.
-
-- An index input overran a table (a graph network's ``batch``: the generated 0/1 indices on a
-  batch of one graph): each integer input is tried at 0 with the others as they were; the input
-  whose 0 runs the model is named with the ``--input NAME=0`` that ran it.
-- A shape too small for the model's convolutions (``Invalid input shape: {1,1}``): the size its
-  kernels and strides take (`shapehints.spatial_size`).
-- Otherwise: values some inputs must have (a sample rate, token ids) go with ``--input``.
-"""
+"""What to change when ORT cannot run a user's model on generated feeds: a hint naming what failed."""
 
 from __future__ import annotations
 

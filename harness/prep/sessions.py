@@ -1,14 +1,4 @@
-"""The ORT session settings every session of a run shares, mapped and heap alike, and the
-reference run with them; plus running a session on feeds of any element type.
-
-Why one place: a reference computed with other options than the workers' sessions is a
-different computation. Weight prepacking on in the reference and off in the workers made
-MLAS take another SGEMM kernel (packed B vs the M=1 path), whose summation order differs in
-the last bits; over a 256-layer fp32 chain those bits grew to 2.8e-05 and every worker was
-called wrong. Thread counts change the summation order of parallel reductions the same way.
-So the reference gets exactly the workers' settings, and the user's knobs
-(``--session-config``, ``--intra-op-threads``) apply to both.
-"""
+"""The ORT session settings every session and the reference share, and running a session on any element type."""
 
 from __future__ import annotations
 
@@ -17,10 +7,8 @@ from typing import Any
 from harness.contract.spec import SessionSettings
 from harness.core.errors import InputError
 
-#: The session config entry that keeps ORT from copying (prepacking) every weight.
-DISABLE_PREPACKING = "session.disable_prepacking"
-#: Graph optimization levels by name (what the manifest and the settings record).
-LEVELS = ("disabled", "basic", "extended", "all")
+DISABLE_PREPACKING = "session.disable_prepacking"  #: The config entry that keeps ORT from copying (prepacking) weights.
+LEVELS = ("disabled", "basic", "extended", "all")  #: Graph optimization levels by name.
 
 
 def settings_notes(settings: SessionSettings) -> list[str]:
@@ -52,10 +40,7 @@ def ort_level(name: str) -> Any:
 
 
 def cpu_session_options(settings: SessionSettings | None = None, *, level: str = "all") -> Any:
-    """ORT CPU EP session options of every cpu/ort-native session AND of the reference run:
-    prepacking off (it would copy every weight, and the mapping would buy nothing), then the
-    user's settings. ``level`` is the graph optimization level: "disabled" for a model the
-    harness already optimized offline (see `harness.prep.optimize`)."""
+    """CPU EP session options of every cpu/ort-native session and the reference: prepacking off, then the user's."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -65,11 +50,7 @@ def cpu_session_options(settings: SessionSettings | None = None, *, level: str =
     return (settings or SessionSettings()).apply(so)
 
 
-# -- running a session on any element type -------------------------------------------------------
-
-#: Element types ORT's Python binding converts to and from numpy itself (float8 comes back as
-#: uint8 and is re-viewed).
-_NATIVE = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}
+_NATIVE = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}  #: Types ORT's binding converts itself (float8 returns as uint8).
 _FLOAT8 = {17, 18, 19, 20}
 
 
@@ -80,8 +61,7 @@ def run_session(
     input_types: dict[str, int],
     output_types: dict[str, int],
 ) -> list[Any]:
-    """Outputs of one run as numpy (or ml_dtypes) arrays, for inputs and outputs of any element
-    type ORT supports: bfloat16, float8 and 4-bit values go through OrtValues."""
+    """Outputs of one run as numpy arrays, for any element type (bfloat16, float8, 4-bit via OrtValues)."""
     import numpy as np
 
     from .tensors import from_ortvalue, numpy_dtype, to_ortvalue

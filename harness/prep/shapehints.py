@@ -1,17 +1,4 @@
-"""Values the dynamic-shape error suggests, chosen so they can work, or called placeholders.
-
-Why: a conv model with dynamic spatial dimensions was told ``--free-dim M1=1``, which then
-failed (a 3x3 convolution, a 2x2 pool and two more 3x3 convolutions need at least 12 pixels),
-with a hint pointing at ``--input``. Now each dimension gets:
-
-- batch (the first dimension of an input): 1;
-- a spatial dimension of an input that reaches convolutions or pools: the smallest size their
-  kernels, strides, pads and dilations take (`_Walk`), rounded up to a multiple of their total
-  stride (feature pyramids add up-sampled maps to down-sampled ones: PP-OCR needs a multiple of
-  32), checked with ONNX's strict shape inference on the fixed graph (no weight is read); when
-  that check fails a few multiples up, the value is a placeholder;
-- anything else (a sequence length): 1, called a placeholder: the model's real size is the user's.
-"""
+"""Values the dynamic-shape error suggests: ones that can work (checked by ONNX's inference), or placeholders."""
 
 from __future__ import annotations
 
@@ -19,12 +6,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-#: Ops whose spatial axes shrink by kernel and stride.
-WINDOW_OPS = ("Conv", "MaxPool", "AveragePool", "LpPool", "ConvInteger", "QLinearConv")
+WINDOW_OPS = ("Conv", "MaxPool", "AveragePool", "LpPool", "ConvInteger", "QLinearConv")  #: Ops shrinking spatial axes.
 #: Ops after which a tensor has no spatial size that depends on the input's any more.
 STOP_OPS = ("GlobalAveragePool", "GlobalMaxPool", "Reshape", "Flatten", "Gemm", "MatMul", "Shape", "Size")
-#: Multiples of the total stride tried when the first suggestion does not pass the check.
-TRIES = 4
+TRIES = 4  #: Multiples of the total stride tried when the first suggestion does not pass the check.
 
 
 @dataclass(frozen=True)
@@ -42,8 +27,7 @@ class _Size:
 
 
 class _Walk:
-    """The graph walked in order from the inputs, keeping each tracked tensor's `_Size`, the
-    smallest X every window op accepts (``need``) and the largest total stride (``stride``)."""
+    """The graph walked from the inputs: each tensor's `_Size`, the smallest ``need`` and largest ``stride``."""
 
     def __init__(self, model: Any, inputs: set[str]) -> None:
         self.inits = {t.name: t for t in model.graph.initializer}
@@ -103,8 +87,7 @@ class _Walk:
 
 
 def spatial_size(model: Any, dynamic: list) -> int | None:
-    """The smallest spatial size the model's windows take, a multiple of their total stride,
-    that ONNX's strict shape inference accepts (None: no window op, or none passed the check)."""
+    """The smallest spatial size the windows take (a multiple of the total stride) that inference accepts."""
     names = {info.name for info, dims in dynamic if dims is not None and len(dims) >= 3}
     walk = _Walk(model, names)
     if walk.need <= 1 and walk.stride <= 1:
@@ -152,8 +135,7 @@ def suggestions(model: Any | None, dynamic: list) -> dict[tuple[str, int], Sugge
 
 
 def fixed_shape_copy(model: Any, shapes: dict[str, list[int]]) -> Any:
-    """A copy of ``model`` whose graph inputs declare ``shapes`` (for a compiler that needs
-    static shapes). The weights stay where they are (external data keeps its locations)."""
+    """A copy of ``model`` whose inputs declare ``shapes``; the weights stay where they are."""
     from onnx import ModelProto
 
     fixed = ModelProto()

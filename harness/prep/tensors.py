@@ -1,17 +1,4 @@
-"""ONNX tensor element types as raw bytes: sizes, data, and OrtValues made over a buffer in place.
-
-Why raw bytes: numpy has no bfloat16, float8 or 4-bit/2-bit types, and ``numpy_helper.to_array``
-unpacks 4-bit tensors to one byte per element, so a size computed from a numpy array is wrong
-for them. A TensorProto's ``raw_data`` already is the exact little-endian, packed layout ORT
-reads from external data: the harness copies those bytes and never re-encodes them.
-
-OrtValues are made with ``OrtValue.ortvalue_from_numpy_with_onnx_type``, which wraps a numpy
-array's memory without a copy and reinterprets its element type. The array is an unsigned view
-of the same element size (``uint16`` for bfloat16...). Sub-byte types have no such numpy type:
-their view has one ``uint8`` per element over the packed data, of which ORT reads only
-``ceil(n * bits / 8)`` bytes; the weights file is laid out so that such a view never runs past
-its end (`view_extent`).
-"""
+"""ONNX element types as raw bytes (``raw_data``, never re-encoded) and OrtValues over a buffer in place."""
 
 from __future__ import annotations
 
@@ -40,8 +27,7 @@ class ElementType:
         return f"u{self.itemsize}"
 
 
-#: Every element type ONNX defines that can hold weights. COMPLEX* and the float4/float6/e8m0
-#: types are listed so their sizes are right; ORT's CPU EP refuses models using them at load.
+#: Every element type that can hold weights (ORT's CPU EP refuses some at load; their sizes stay right).
 ELEMENT_TYPES: dict[int, ElementType] = {
     t.onnx: t
     for t in (
@@ -100,8 +86,7 @@ def view_extent(onnx_type: int, shape: list[int] | tuple[int, ...]) -> int:
 
 
 def raw_bytes(proto: Any) -> bytes:
-    """The tensor's data in ONNX's raw layout, whichever field it is stored in. The proto's
-    external data must have been loaded. ValueError for strings (they have no raw layout)."""
+    """The tensor's data in ONNX's raw layout (external data loaded); ValueError for strings."""
     from onnx import numpy_helper
 
     if proto.data_type == STRING:
@@ -120,8 +105,7 @@ def raw_bytes(proto: Any) -> bytes:
 
 
 def ortvalue_over(buffer: Any, onnx_type: int, shape: list[int], offset: int) -> Any:
-    """An OrtValue of ``onnx_type`` and ``shape`` over ``buffer[offset:]``, without a copy (the
-    buffer must outlive it)."""
+    """An OrtValue of ``onnx_type`` and ``shape`` over ``buffer[offset:]`` without a copy."""
     import numpy as np
     import onnxruntime as ort
 
@@ -131,14 +115,7 @@ def ortvalue_over(buffer: Any, onnx_type: int, shape: list[int], offset: int) ->
 
 
 def ortvalues_over(tensors: list, views: list, whole: Any, add: Any = None) -> list:
-    """`ortvalue_over` for every tensor of a weights file in one pass, each handed to ``add(name,
-    value)`` as it is made when given (``SessionOptions.add_initializer``). A model's tensors
-    are thousands for an LLM and this runs inside the timed load, where the EP's own work is
-    C++: per tensor one numpy array made straight over its region (`numpy.ndarray` with the
-    shape and a cached dtype: no reshape, no dtype string to parse), the binding's C call and
-    the OrtValue wrapper ``add_initializer`` needs. ``views[i]`` is tensor i's region; a
-    sub-byte tensor's view spans one byte per element, more than its region, so it is taken
-    from ``whole`` at its offset."""
+    """`ortvalue_over` for every tensor in one pass (inside the timed load), each given to ``add`` when set."""
     import numpy as np
     import onnxruntime as ort
 
@@ -164,16 +141,11 @@ def ortvalues_over(tensors: list, views: list, whole: Any, add: Any = None) -> l
 
 
 def warm_numpy_binding() -> None:
-    """Run onnxruntime's Python binding's one-time numpy set-up (a ``std::call_once`` on its
-    first array, 0.1 ms: 380 k instructions here) now, with the imports: it belongs to importing
-    the binding, not to a load, and the peer target, which converts no array, never pays it."""
+    """Run the binding's one-time numpy set-up now, with the imports, not in a timed load."""
     import numpy as np
     import onnxruntime as ort
 
     ort.OrtValue.ortvalue_from_numpy_with_onnx_type(np.zeros(1, np.uint8), 2)
-
-
-# -- feeds and outputs of any type ---------------------------------------------------------------
 
 
 def numpy_dtype(onnx_type: int) -> Any:

@@ -1,20 +1,4 @@
-"""The Windows memory container: a job object with a job memory limit
-(`harness.runner.container`).
-
-Why a job: JOB_OBJECT_LIMIT_JOB_MEMORY limits the memory committed by all the job's processes
-together, which is what fails a load on Windows (a heap copy is commit; a mapped view of a file
-is not, so the page cache is outside the question: no eviction is needed before a group). A
-commit past the limit fails in the process that asked (VirtualAlloc returns NULL: ORT or Python
-reports an allocation failure, or the process dies of it), and the kernel posts
-JOB_OBJECT_MSG_JOB_MEMORY_LIMIT with that process's id to the job's completion port: the
-kernel's own record of who hit the limit, read after the group (`oom_pids`).
-
-The job also kills its processes when its last handle closes (JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE):
-nothing is left behind, whatever happens to the harness, and nothing stale can outlive a run.
-Each worker is already in the group's kill-on-close job (`harness.contract.spawn`); this job
-nests below it (Windows 8 and later nest jobs). learn.microsoft.com: "JOBOBJECT_EXTENDED_LIMIT_
-INFORMATION", "JOBOBJECT_ASSOCIATE_COMPLETION_PORT", "GetQueuedCompletionStatus".
-"""
+"""The Windows memory container: a job object whose limit bounds its processes' commit, recording who hit it."""
 
 from __future__ import annotations
 
@@ -38,8 +22,7 @@ EXTENDED_LIMIT_INFORMATION_CLASS = JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS
 ASSOCIATE_COMPLETION_PORT_INFORMATION = JOB_OBJECT_ASSOCIATE_COMPLETION_PORT_INFORMATION_CLASS
 LIMIT_FLAGS = JOB_OBJECT_LIMIT_JOB_MEMORY | JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
 MSG_JOB_MEMORY_LIMIT = JOB_OBJECT_MSG_JOB_MEMORY_LIMIT
-#: The structures of the one bindings module (`mapper_impl._winapi`, checked against mingw's
-#: windows.h): Windows x64's layout on any host.
+#: The structures of the one bindings module (`mapper_impl._winapi`): Windows x64's layout on any host.
 EXTENDED_LIMIT_INFORMATION = JOBOBJECT_EXTENDED_LIMIT_INFORMATION
 ASSOCIATE_COMPLETION_PORT = JOBOBJECT_ASSOCIATE_COMPLETION_PORT
 

@@ -1,20 +1,4 @@
-"""The control worker: the same runtime, session options and inputs as a group's workers, but no
-weights, so what a worker holds beyond it is attributable to weights.
-
-Why: a worker's USS is Python + numpy + onnxruntime + the sessions + its weights; a saving read
-off the difference of two modes mixes all of these (feeds that touch a fraction of an embedding
-table, a copy ORT makes in mapped mode too). The control runs in every group, alive and sampled
-with the workers at the barrier, and loads each model with every externalised tensor handed
-over as an OrtValue over pages that hold no memory: a read-only anonymous mapping on POSIX
-(reads map the kernel's shared zero page, which no USS or RSS counts), a read-only view of the
-weights file on Windows (file views are not private bytes). It runs the same first inference
-and timed runs; its outputs are not checked (zero weights give other values). Its private
-memory is the run's ``runtime_bytes``; a worker's private memory minus it, minus the weights
-file pages private to that worker, is the worker's ``copied_bytes``.
-
-Only targets whose models list their tensors (cpu, ort-native) have a control
-(`Target.has_control`).
-"""
+"""The control worker: a group's sessions over weights that cost no memory, so ``copied_bytes`` is attributable."""
 
 from __future__ import annotations
 
@@ -33,7 +17,7 @@ def has_control(target: Target) -> bool:
 
 
 def _zero_pages(model: Any) -> mmap.mmap:
-    """Memory the size of the model's weights that costs none: see the module docstring."""
+    """Weights-sized memory that costs none: an anonymous read-only mapping (POSIX), a file view (Windows)."""
     size = max(model.weights_extent(), 1)
     if os.name == "nt":
         with open(model.weights_path, "rb") as f:

@@ -1,16 +1,11 @@
-"""How a worker ended, in words: its exit (code, signal, timeout) and the tail of its log.
-
-Why a module of its own: a worker's failure is data in its row (asv's rule), and these two
-functions are the words of that data, shared by the group runner and its tests.
-"""
+"""How a worker ended, in words: its exit (code, signal, timeout) and the tail of its log."""
 
 from __future__ import annotations
 
 from harness.core.logtext import decode_log
 
 STDERR_TAIL_LINES = 5
-#: How much of the end of a worker's log is read for those lines.
-STDERR_TAIL_BYTES = 64 * 1024
+STDERR_TAIL_BYTES = 64 * 1024  #: How much of the end of a worker's log is read for those lines.
 
 
 def stderr_tail(path: str, lines: int = STDERR_TAIL_LINES) -> str:
@@ -30,11 +25,7 @@ def describe_exit(code: int | None, timed_out: bool, timeout_s: float) -> str:
     if code is None:
         return "still running"
     if code < 0:
-        import signal
+        from harness.contract.spawn import signal_name
 
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"killed by {name}"
+        return f"killed by {signal_name(code)}"
     return f"exited with code {code}"

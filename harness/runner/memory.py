@@ -1,17 +1,10 @@
-"""Memory figures of a process and of the system, per platform, never raising.
-
-RSS / the working set count shared file pages in every process that maps them, so summing
-them over N processes cannot show what file mapping saves. USS (private pages) and PSS
-(shared pages divided among their users; Linux only) can; on Windows, private bytes
-(commit charge) is the figure: read-only file views are not private.
-"""
+"""Memory figures never raising: USS/PSS or private bytes (RSS counts shared file pages in every process)."""
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
 
-# the sampling slack of every check: one rule for the runner at the barrier and the report
 from harness.core.slack import short_of as _short
 
 
@@ -65,21 +58,14 @@ def sample_process(pid: int) -> MemorySample:
 
 
 def refused_figure(figure: str, err: OSError) -> str:
-    """The note of a figure the OS would not give: "<figure> not measured: <the OS error>".
-    Under Wine psutil's ``memory_full_info`` (USS, from NtQueryVirtualMemory's
-    MemoryWorkingSetInformation) fails with WinError 87; the run goes on with the figures the OS
-    does give."""
+    """The note of a figure the OS would not give (Wine's ``memory_full_info`` fails with WinError 87)."""
     code = getattr(err, "winerror", None) or err.errno
     text = (err.strerror or str(err)).strip()
     return f"{figure} not measured: {text}" + (f" (OS error {code})" if code else "")
 
 
 def windows_private(info) -> tuple[int | None, str]:
-    """(private bytes, note) from psutil's Windows ``memory_info``: PrivateUsage, which
-    Microsoft documents as "Same as PagefileUsage" (PROCESS_MEMORY_COUNTERS_EX). A PrivateUsage
-    that differs is a figure given that cannot be right (Wine writes only the base structure
-    and leaves PrivateUsage unwritten): it is not used, and the documented same value,
-    PagefileUsage, is the private figure, the note saying so."""
+    """(private bytes, note) from psutil's ``memory_info``: PrivateUsage, else the documented same PagefileUsage."""
     from harness.core.units import fmt_bytes
 
     private, pagefile = getattr(info, "private", None), getattr(info, "pagefile", None)
@@ -92,20 +78,7 @@ def windows_private(info) -> tuple[int | None, str]:
 
 
 def implausible(sample: MemorySample, private_copy_bytes: int | None, mapped_resident_bytes: int | None) -> list[str]:
-    """What in ``sample`` physics does not allow, given what the worker itself reported just
-    before it reached the barrier (empty: plausible; a sample without figures is judged
-    elsewhere). The rules, each a lower bound, so a disturbed or wrong sample is caught and a
-    sound one never is:
-
-    - USS <= PSS <= RSS (Linux) and USS <= RSS: private pages are resident pages, and PSS
-      charges each page at most in full;
-    - a worker holding private copies of the weights (heap and fallback loads: every byte was
-      written by the read) has at least that much USS / private bytes, and RSS;
-    - a worker's RSS covers the pages of the model's mapped files it had resident in its own
-      page tables when it reported ready (its own memory maps, read then).
-
-    A page the kernel reclaimed in between (memory pressure) breaks a rule too: that sample no
-    longer shows what the worker held, so it is left out just the same."""
+    """What in ``sample`` physics does not allow: USS <= PSS <= RSS, private copies and mapped pages as floors."""
     from harness.core.units import fmt_bytes
 
     rss, uss, pss = sample.rss_bytes, sample.uss_bytes, sample.pss_bytes
@@ -165,9 +138,7 @@ class MappedPages:
 
 
 def mapped_pages(pid: int, folders: list[str]) -> MappedPages:
-    """What a worker has of the files under ``folders`` mapped and resident, read by the PARENT
-    from the worker's memory maps right after its sample (a worker reading its own maps
-    allocates several MiB before it is sampled). Empty when the maps cannot be read."""
+    """A worker's resident mapped pages of files under ``folders``, read by the parent from its maps."""
     import os
 
     import psutil
@@ -216,10 +187,7 @@ def fair_private(sample: MemorySample) -> int | None:
 
 
 def copied_bytes(private: int | None, control: int | None, file_private: int | None) -> tuple[int | None, str]:
-    """(weight copies in a worker's private memory, why it is empty): its private memory minus
-    the control's, minus the weights-file pages only it maps (file pages, not copies). Physics
-    bounds it below by 0: a worker holding less than a weightless twin of itself (beyond the
-    sampling slack) is no measurement of copies, and is left empty with the reason."""
+    """(weight copies in a worker's private memory, why empty): private - control - private file pages, >= 0."""
     if private is None or control is None:
         return None, ""
     base = control + (file_private or 0)

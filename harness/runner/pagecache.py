@@ -1,19 +1,4 @@
-"""The page cache of the weights files: warm them, evict them, and check which it is.
-
-Why: users feel the cold case, an app launched after a reboot. With a warm cache both modes
-only pay for copying (heap) or mapping (mapped); from a cold cache the heap mode reads every
-byte from disk during session creation, while the mapped mode moves that cost into the first
-inferences (page faults). ``--page-cache cold`` evicts the weights' pages before each group so
-init and first run show it.
-
-Eviction (Linux): ``fsync`` (dirty pages cannot be dropped) then
-``posix_fadvise(POSIX_FADV_DONTNEED)``, which needs no root. It is advice: pages that another
-process still maps stay. So the result is verified with ``mincore(2)`` over a fresh read-only
-mapping of the file (mapping does not fault pages in), and a group whose weights are still
-resident is marked "cold-unverified", never "cold". Windows can only drop a file's standby
-pages with administrator rights (SeProfileSingleProcessPrivilege), other systems lack
-``posix_fadvise``: ``--page-cache cold`` is refused there with one line.
-"""
+"""The page cache of the weights files: warm, evict (``posix_fadvise``) and verify (``mincore``)."""
 
 from __future__ import annotations
 
@@ -27,8 +12,7 @@ from pathlib import Path
 from harness.core.errors import InputError
 from harness.core.vocab import PageCache
 
-#: A group counts as cold when at most this share of its weights stayed resident.
-COLD_RESIDENT_SHARE = 0.01
+COLD_RESIDENT_SHARE = 0.01  #: A group counts as cold when at most this share of its weights stayed resident.
 _PROT_READ = 0x1
 _MAP_SHARED = 0x01
 
@@ -56,8 +40,7 @@ def check_cold_supported() -> None:
 
 
 def warm(path: Path) -> None:
-    """Read a file once so both modes start from a warm page cache: init times then compare
-    mapping with copying, not a cold disk with a warm one."""
+    """Read a file once so both modes start from a warm page cache."""
     with open(path, "rb", buffering=0) as f:
         while f.read(16 * 1024**2):
             pass
@@ -82,8 +65,7 @@ def _libc():
 
 
 def resident_bytes(path: Path) -> int | None:
-    """Bytes of ``path`` in the page cache (``mincore`` over a fresh mapping); None where that
-    cannot be asked (not Linux/BSD, or the call failed)."""
+    """Bytes of ``path`` in the page cache (``mincore``); None where that cannot be asked."""
     if not sys.platform.startswith(("linux", "darwin", "freebsd")):
         return None
     size = path.stat().st_size
@@ -120,8 +102,7 @@ def measure(paths: list[Path], state: str) -> CacheState:
 
 
 def make_cold(paths: list[Path]) -> CacheState:
-    """Evict every file's pages, then check; "cold-unverified" (with why) when pages stayed
-    or residency cannot be measured here."""
+    """Evict every file's pages, then check; "cold-unverified" (with why) when pages stayed."""
     for path in paths:
         evict(path)
     result = measure(paths, PageCache.COLD)

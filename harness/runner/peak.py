@@ -1,24 +1,4 @@
-"""Peak private memory of a worker during its start-up: the worker's side.
-
-Why: what fails a load on a small machine is the *transient* peak while the sessions are
-created (the heap path holds the file copy and the runtime's copy at once; a fallback holds
-the mapping and the direct-read copy), not the steady state the parent samples at the barrier.
-The steady sampling at 1 kHz or faster is the parent's (`harness.runner.peakwatch`): a thread
-in here shares the worker's GIL and is blinded by every long C call. The worker's own part is
-small and exact:
-
-- it announces its pid and each phase on its slot of the group's `PhaseBoard` (one byte store
-  per phase change), so the parent's samples carry the phase;
-- it samples itself at every phase change (`PeakSampler.mark`, installed as the hook
-  `harness.contract.phases.mark` that the worker and its target call), so a peak at a boundary
-  is never missed between two of the parent's ticks;
-- at the end it reads the kernel's own peaks: Linux ``VmHWM`` (counts file pages too, so it is
-  `peak_rss_bytes`, never a private figure); Windows ``PeakPagefileUsage`` (the private peak,
-  which the sampled maximum is raised to) and ``PeakWorkingSetSize`` (`peak_rss_bytes`).
-
-Reads allocate nothing (`harness.runner.procmem`, the readers the parent's watch uses too).
-The phases, in start-up order, are `harness.contract.phases.PHASES`.
-"""
+"""A worker's start-up peak, its own side: phases on the board, a sample per phase change, the kernel's peaks."""
 
 from __future__ import annotations
 
@@ -36,15 +16,13 @@ class PeakResult:
 
     peak_private_bytes: int | None = None
     peak_phase: str | None = None
-    #: The shared (file-backed) resident bytes in the sample where the private figure peaked.
-    peak_shared_bytes: int | None = None
+    peak_shared_bytes: int | None = None  #: Shared resident bytes in the sample where the private figure peaked.
     peak_rss_bytes: int | None = None
     samples: int = 0
 
 
 class PeakSampler:
-    """The worker's own samples: ``start`` at its first line, ``mark`` at each phase, ``stop``
-    when it is ready. ``slot`` is its slot of the group's phase board (None: no parent watch)."""
+    """The worker's own samples: ``start``, ``mark`` at each phase, ``stop`` when ready."""
 
     def __init__(self, slot=None) -> None:
         self.phase = PHASES[0]
@@ -117,14 +95,11 @@ class PeakSampler:
         )
 
 
-#: The worker's sampler (one per process), whose `mark` is the installed phase hook.
-_ACTIVE: PeakSampler | None = None
+_ACTIVE: PeakSampler | None = None  #: The worker's sampler (one per process), whose `mark` is the installed phase hook.
 
 
 def start(board: str = "", slot: int = -1) -> PeakSampler:
-    """Start the worker's sampler, on ``slot`` of the phase board at ``board`` if one is given
-    (a board that cannot be opened only means the parent's watch sees no phases), and make it
-    hear every `harness.contract.phases.mark`."""
+    """Start the worker's sampler on ``slot`` of ``board`` if given, and make it hear every phase mark."""
     global _ACTIVE
     phase_slot = None
     if board:

@@ -1,26 +1,4 @@
-"""The start-up peak of every worker of a group, sampled by the parent at 1 kHz or faster.
-
-Why in the parent: what fails a load is the transient peak during session creation, and a
-sampler inside the worker shares the worker's GIL, which a long C call holds (a 256 MiB copy
-zero-fills and copies under it): measured here, 100-650 Hz with gaps of up to a second. The
-parent has nothing else to do while its workers start, so one thread here reads each worker's
-memory from outside every `INTERVAL_S`:
-
-- Linux: ``/proc/<pid>/statm`` (resident - shared = the anonymous, private pages; shared =
-  the file-backed resident pages, a mapped weights file among them), one open descriptor per
-  worker read with ``os.preadv`` into one buffer: a sample allocates nothing.
-- Windows: ``GetProcessMemoryInfo`` on a handle to the worker (`harness.runner.winmem`):
-  ``PrivateUsage``, and working set minus private working set for the shared part.
-
-Each sample is tagged with the phase the worker's slot on the `PhaseBoard` says, read before
-and after the sample: a sample during which the phase changed is counted for the rate but
-cannot be the peak, having no phase (the worker samples itself at every phase change,
-`harness.runner.peak`, so the boundaries are covered exactly). The watch of a worker starts
-once its slot names a pid that is the spawned process or one of its children, and ends when
-the slot says DONE or the process is gone. The achieved rate and the longest gap between two
-samples are recorded: a transient shorter than the gap can be missed, and the run's notes say
-so below 1 kHz (`harness.core.figurenotes`).
-"""
+"""The start-up peak of every worker of a group, sampled by the parent at 1 kHz or faster (outside their GIL)."""
 
 from __future__ import annotations
 
@@ -31,9 +9,7 @@ from dataclasses import dataclass
 from harness.runner.phaseboard import DONE, PhaseBoard, state_phase
 from harness.runner.procmem import open_reader
 
-#: Wanted time between two sweeps over the workers: 0.5 ms asks for 2 kHz, so 1 kHz survives
-#: a loaded machine (measured here with 4 workers copying 256 MiB: 1.4 kHz).
-INTERVAL_S = 0.0005
+INTERVAL_S = 0.0005  #: 0.5 ms asks for 2 kHz, so 1 kHz survives a loaded machine.
 
 
 @dataclass
@@ -42,9 +18,7 @@ class WatchedPeak:
 
     peak_private_bytes: int | None = None
     peak_phase: str | None = None
-    #: The file-backed / shared resident bytes in the sample where the private figure peaked:
-    #: a fallback that holds the mapping and the copy at once shows both in one sample.
-    peak_shared_bytes: int | None = None
+    peak_shared_bytes: int | None = None  #: The shared resident bytes in the sample where the private figure peaked.
     samples: int = 0
     peak_sample_hz: float | None = None
     peak_sample_max_gap_s: float | None = None
@@ -70,8 +44,7 @@ class _Slot:
 class PeakWatch:
     """``with PeakWatch(board, phases) as watch: spawn, watch.expect(slot, pid), wait``."""
 
-    #: How often a slot's reported pid is checked against the spawned process before giving up.
-    MAX_PID_CHECKS = 50
+    MAX_PID_CHECKS = 50  #: How often a slot's reported pid is checked against the spawned process before giving up.
 
     def __init__(self, board: PhaseBoard, phases: tuple[str, ...], interval_s: float = INTERVAL_S) -> None:
         self.board = board
@@ -170,9 +143,7 @@ class PeakWatch:
         return self
 
     def stop(self) -> None:
-        """Stop watching (idempotent): a last sweep, then every reader closed. Safe after an
-        ``__enter__`` that Ctrl-C interrupted inside ``Thread.start``: a thread that never
-        started is not joined (joining it raises)."""
+        """Stop watching (idempotent): a last sweep, every reader closed; safe after an interrupted start."""
         self._stop.set()
         thread, self._thread = self._thread, None
         try:
@@ -190,9 +161,7 @@ class PeakWatch:
 
 
 def merged_peak(record, watched: WatchedPeak) -> dict:
-    """The row's peak columns: the higher of the worker's own phase-change samples (`record`)
-    and the parent's ticks (`watched`), with the phase and shared bytes of whichever sample saw
-    it; the rate and gap are the parent's (None: not watched, which the run's notes say)."""
+    """The row's peak columns: the higher of the worker's samples and the parent's, with its phase."""
     own = record.peak_private_bytes
     if watched.peak_private_bytes is not None and (own is None or watched.peak_private_bytes > own):
         private, phase, shared = watched.peak_private_bytes, watched.peak_phase, watched.peak_shared_bytes

@@ -1,5 +1,4 @@
-"""Pre-flight checks: every refusal that needs no model (options, memory, descriptors, address
-space, the output folder), made before a run spends minutes building one."""
+"""Pre-flight checks: every refusal that needs no model, made before a run spends minutes building one."""
 
 from __future__ import annotations
 
@@ -13,28 +12,15 @@ from harness.runner.outdir import check_out
 from harness.runner.resources import check_address_space, check_fd_limit
 from harness.targets import get_target
 
-#: Memory a worker needs beyond the weights (Python, numpy, ORT, arenas): measured ~60-120 MiB
-#: here; 200 MiB keeps the refusal conservative.
-WORKER_OVERHEAD_BYTES = 200 * 1024**2
-#: One worker's memory with no weights (the interpreter, numpy, onnxruntime, a session of the
-#: generated model): below it no worker can start, whatever the model. Measured as the cgroup
-#: charge of one worker of a 64 KiB model here, 29.6-29.8 MiB (cpu target, Linux x86_64): see
-#: docs/running.md, "Capacity under a memory limit".
-RUNTIME_FLOOR_BYTES = 30 * 1024**2
-#: Share of the available memory a run may plan to use before it is refused.
-MEMORY_BUDGET_SHARE = 0.85
-#: Copies of its weights a heap session holds at its start-up peak: the direct read's copy and
-#: the runtime's own (QNN keeps its copy of the context binary, ORT copies in-memory external
-#: data, the cpu target models both) exist at once until the read copy is freed. Measured: a
-#: 256 MiB heap worker peaks at 538.9 MiB private (docs/running.md, the start-up peak). The
-#: workers of a group start together, so their peaks can coincide.
+WORKER_OVERHEAD_BYTES = 200 * 1024**2  #: Memory a worker needs beyond the weights (60-120 MiB measured).
+RUNTIME_FLOOR_BYTES = 30 * 1024**2  #: One worker's memory without weights (29.6-29.8 MiB measured: docs/running.md).
+MEMORY_BUDGET_SHARE = 0.85  #: Share of the available memory a run may plan to use before it is refused.
+#: Weight copies of a heap session at its start-up peak: the read copy and the runtime's.
 PEAK_COPIES_PER_HEAP_SESSION = 2
 
 
 def copies_per_worker(opts: RunOptions) -> int:
-    """Weight copies (of address space) one worker may hold at its start-up peak: a heap
-    session's two transient copies (`PEAK_COPIES_PER_HEAP_SESSION`), plus the failed attempt's
-    mapping a fallback keeps beside them; one mapping otherwise."""
+    """Weight copies one worker may hold at its start-up peak (a fallback keeps its mapping beside them)."""
     falls_back = Mode.MAPPED in opts.modes and get_target(opts.target).mapped_may_copy(opts)
     if falls_back or Mode.HEAP in opts.modes:
         return opts.sessions_per_process * PEAK_COPIES_PER_HEAP_SESSION + (1 if falls_back else 0)
@@ -42,9 +28,7 @@ def copies_per_worker(opts: RunOptions) -> int:
 
 
 def estimated_peak_bytes(opts: RunOptions, weights_bytes: int) -> int:
-    """Memory the largest group needs at its start-up peak, not its steady state: every heap
-    session's transient copies at once (`PEAK_COPIES_PER_HEAP_SESSION`), or the mapping once,
-    plus each worker's overhead and the control worker's (it runs beside the group's workers)."""
+    """Memory the largest group needs at its start-up peak, with each worker's and the control's overhead."""
     from harness.runner.control import has_control
 
     target = get_target(opts.target)
@@ -57,8 +41,7 @@ def estimated_peak_bytes(opts: RunOptions, weights_bytes: int) -> int:
 
 
 def expected_weights_bytes(opts: RunOptions) -> int:
-    """Weights size known before any model is built or read: a run that cannot fit is
-    refused before it spends minutes generating a model."""
+    """Weights size known before any model is built or read."""
     if opts.models:
         total = 0
         for path in opts.models:
@@ -86,8 +69,7 @@ def check_memory_budget(opts: RunOptions, weights_bytes: int, available: int) ->
         )
 
 
-#: Largest input tensor a --shape may ask for, in elements (numpy's own ceiling is 2**63).
-MAX_SHAPE_ELEMENTS = 2**48
+MAX_SHAPE_ELEMENTS = 2**48  #: Largest input tensor a --shape may ask for, in elements (numpy's own ceiling is 2**63).
 
 
 def check_shapes_allocatable(shapes: dict[str, list[int]], available: int) -> None:
@@ -105,8 +87,7 @@ def check_shapes_allocatable(shapes: dict[str, list[int]], available: int) -> No
 
 
 def check_gates_fit_modes(opts: RunOptions) -> None:
-    """A gate comparing mapped with heap can never be judged on a one-mode run: refused
-    before work, rather than failed after it."""
+    """A gate comparing mapped with heap cannot be judged on a one-mode run: refused before work."""
     if len(set(opts.modes)) != 1:
         return
     from harness.core.gates import needs_both_modes, parse_gate
@@ -220,8 +201,7 @@ def check_memory_limit(opts: RunOptions, available: int) -> list[str]:
 
 
 def check_before_work(opts: RunOptions) -> list[str]:
-    """Every refusal that needs no model: options, limits, the output folder. Returns the
-    memory containers of killed runs it removed (`check_memory_limit`)."""
+    """Every refusal that needs no model; returns the killed runs' containers it removed."""
     from harness.cache import default_cache_dir
     from harness.runner.memory import system_available_bytes
 

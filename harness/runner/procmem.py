@@ -1,15 +1,4 @@
-"""One process's memory, read without allocating: the interface both the parent's peak watch
-(`harness.runner.peakwatch`, another process) and the worker's own phase-change samples
-(`harness.runner.peak`, this process) read through.
-
-A reader has ``read_split()`` -> (private bytes, shared resident bytes or None),
-``kernel_peaks()`` -> (private peak, RSS peak the kernel kept, each or None) and ``close()``:
-
-- Linux: `StatmReader` over ``/proc/<pid>/statm`` (resident - shared = anonymous pages, the
-  private figure; shared = the file-backed resident pages, a mapped weights file among them),
-  read with ``os.preadv`` into one preallocated buffer; the kernel keeps only ``VmHWM`` (RSS).
-- Windows: `harness.runner.winmem.ProcessCounters` (``GetProcessMemoryInfo``).
-"""
+"""One process's memory read without allocating (Linux ``/proc/<pid>/statm``; Windows `winmem`)."""
 
 from __future__ import annotations
 
@@ -52,8 +41,7 @@ class StatmReader:
 
 
 def open_reader(pid: int | None = None):
-    """The reader of process ``pid`` (None: this process) on this OS; OSError where it cannot
-    be read or no reader exists (macOS: no figure, recorded empty)."""
+    """The reader of process ``pid`` (None: this process); OSError where none exists."""
     if sys.platform.startswith("linux"):
         return StatmReader("self" if pid is None else pid)
     if sys.platform == "win32":

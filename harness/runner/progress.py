@@ -1,21 +1,4 @@
-"""Progress of a long run, on stderr (stdout carries the summary table).
-
-Two renderings of the same events:
-
-- live (stderr is a terminal): a rich ``Live`` area redrawn 4 times a second shows the stage
-  in progress (model build with bytes written, or a compile with its elapsed time) and, inside
-  a group, every worker's state (starting, ready, exited, sampled, done) with its elapsed time;
-  finished groups scroll above it as plain lines;
-- plain (a pipe, a CI log): one line per event, and a "still ..." line every
-  `HEARTBEAT_S` seconds during a long stage, so a log never goes silent for long.
-
-A stage says what it is doing now (`step`: "compiling X for QNN", "loading and running it
-once"), and a worker still starting counts its time on until it is ready: a QNN compile or a
-first inference of minutes on the simulator shows its elapsed time, never a frozen figure.
-
-Text from data (worker errors, paths, run ids) is always a `rich.text.Text` or printed with
-markup off: "[/path]" in an error must print as it is.
-"""
+"""Progress on stderr: a rich live area or plain lines with a heartbeat; text from data printed with markup off."""
 
 from __future__ import annotations
 
@@ -31,8 +14,7 @@ from harness.core.units import fmt_bytes, fmt_seconds
 from harness.core.vocab import Start
 
 HEARTBEAT_S = 10.0
-#: Plain mode prints a byte-progress line when this share more is done.
-PLAIN_STEP = 0.25
+PLAIN_STEP = 0.25  #: Plain mode prints a byte-progress line when this share more is done.
 WORKER_STATES = ("starting", "ready", "exited", "timed out", "sampled", "done")
 
 
@@ -73,15 +55,11 @@ class _Group:
         return f"{self.title}, {took}: {workers}"
 
 
-#: What a worker still "starting" is doing: its sessions load the model (on the QNN simulator
-#: that is where a long first inference goes) and run the first inference.
-STARTING_DETAIL = "(sessions + first inference)"
+STARTING_DETAIL = "(sessions + first inference)"  #: What a "starting" worker does (long first inferences here).
 
 
 def _worker_text(index: int | str, state: str, at: float, now: float) -> str:
-    """A finished state shows when it was reached; "starting" counts on until the worker is
-    ready, so a first inference of minutes never reads as a frozen "starting 7.4 ms". A worker
-    of an interleaved timing pass is named with its group ("cpu heap w2")."""
+    """A finished state shows when it was reached; "starting" counts on until ready."""
     name = index if isinstance(index, str) else f"w{index}"
     if state == "starting":
         return f"{name} starting {STARTING_DETAIL} {fmt_seconds(now)}"
@@ -105,13 +83,8 @@ class Progress:
         self._stop = threading.Event()
         self._t0 = 0.0
 
-    # ------------------------------------------------------------------ output primitives
-
     def note(self, message: str) -> None:
-        """One permanent line (plain text, never markup). Printed with our lock released: the
-        live area's refresh thread holds rich's lock while it calls `_render`, which takes
-        ours, and printing above a live area takes rich's lock: holding both in the other
-        order deadlocked the run (seen within a few dozen lines at a fast refresh)."""
+        """One permanent line, printed with our lock released (taking both locks in the other order deadlocked)."""
         if self.quiet:
             return
         with self._lock:
@@ -146,8 +119,7 @@ class Progress:
             return
 
         def beat() -> None:
-            # Each stage and group counts its own HEARTBEAT_S from its own start, not from the
-            # run's: a group never hears "still busy" before it has been busy that long.
+            # Each stage and group counts its own HEARTBEAT_S from its own start.
             while not self._stop.wait(min(HEARTBEAT_S, 0.5) / 2):
                 with self._lock:
                     parts = []
@@ -174,12 +146,9 @@ class Progress:
         if live is not None:
             live.stop()
 
-    # ------------------------------------------------------------------ stages (model build/compile)
-
     @contextlib.contextmanager
     def stage(self, label: str) -> Iterator[Progress]:
-        """A long step (building or compiling a model): its elapsed time is shown while it runs,
-        and `advance` reports its bytes or steps."""
+        """A long step (building or compiling a model), its elapsed time shown while it runs."""
         with self._lock:
             self._stage = _Stage(label, time.monotonic())
         if not self.live_mode:
@@ -211,8 +180,7 @@ class Progress:
             self.note(f"  {stage.text()}")
 
     def step(self, detail: str) -> None:
-        """What the current stage is doing now (a compile, a first inference in a child): shown
-        with the stage's elapsed time, live and in every plain "still busy" line."""
+        """What the current stage is doing now, shown live and in every "still busy" line."""
         with self._lock:
             stage = self._stage
             if stage is None or stage.detail == detail:
@@ -224,8 +192,6 @@ class Progress:
     def bytes_written(self, done: int, total: int) -> None:
         """Callback for builders that write a file of known size."""
         self.advance(done, total, "bytes")
-
-    # ------------------------------------------------------------------ groups of workers
 
     def group_started(self, index: int, total: int, group) -> None:
         self._t0 = time.monotonic()
@@ -241,8 +207,7 @@ class Progress:
         self._start_heartbeat()
 
     def step_started(self, index: int, total: int, step: list) -> None:
-        """A step of the run (`harness.runner.timingpass.plan_steps`): one group, or the
-        interleaved timing pass of groups ``index`` .. ``index + len(step) - 1``."""
+        """A step of the run: one group, or an interleaved timing pass of several."""
         if len(step) == 1:
             self.group_started(index, total, step[0])
             return

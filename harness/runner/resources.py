@@ -1,12 +1,4 @@
-"""The machine's limits, checked before work, and the one-line words for running out of them.
-
-A run needs file descriptors (the harness holds a log file and a pipe per live worker), address
-space (every worker maps or copies the weights) and disk (every table is rewritten after each
-group). A limit the run cannot fit in is refused before anything is built (exit 2); running
-out in the middle (the disk fills, another process takes the descriptors) ends the run with one
-line and a ``"failed: ..."`` status in metadata.json. The numbers below are lower bounds, so a
-refusal is certain to be right; a run that passes may still run out, and then says so.
-"""
+"""The machine's limits (descriptors, address space, disk) checked before work, and words for running out."""
 
 from __future__ import annotations
 
@@ -17,13 +9,9 @@ import sys
 from harness.core.errors import InputError
 from harness.core.units import fmt_bytes
 
-#: Descriptors the harness holds per live worker: its log file and the write end of its stdin.
-FDS_PER_WORKER = 2
-#: Descriptors a run opens besides (temp files of the tables, records read back, /proc reads,
-#: the pipes a spawn makes for a moment).
-SPARE_FDS = 16
-#: A worker process needs at least this many for itself (Python, ORT, its files: ~10 measured).
-WORKER_MIN_FDS = 16
+FDS_PER_WORKER = 2  #: Descriptors the harness holds per live worker: its log file and the write end of its stdin.
+SPARE_FDS = 16  #: Descriptors a run opens besides (temp files, records, /proc reads, spawn pipes).
+WORKER_MIN_FDS = 16  #: A worker process needs at least this many for itself (Python, ORT, its files: ~10 measured).
 
 DISK_FULL = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
 NO_FDS = {errno.EMFILE, errno.ENFILE}
@@ -61,8 +49,7 @@ def open_fds() -> int | None:
 
 
 def check_fd_limit(processes: int) -> None:
-    """Refuse a group larger than the open-file limit allows (POSIX; Windows has no such
-    per-process limit for the handles we use)."""
+    """Refuse a group larger than the open-file limit allows (POSIX)."""
     if sys.platform == "win32":
         return
     import resource
@@ -79,17 +66,11 @@ def check_fd_limit(processes: int) -> None:
         )
 
 
-#: Address space a worker needs before any weights: Python, numpy, onnx, onnxruntime (its thread
-#: pools, OpenBLAS buffers) and one session. Measured 289-293 MiB of VMS on Linux x86_64 (2026-11);
-#: below it the worker dies starting its threads, which the pre-check must catch instead.
-WORKER_MIN_ADDRESS_SPACE = 320 * 1024**2
+WORKER_MIN_ADDRESS_SPACE = 320 * 1024**2  #: Address space a worker needs before weights (289-293 MiB of VMS measured).
 
 
 def check_address_space(weights_bytes: int, copies: int = 1) -> None:
-    """Refuse when the address-space limit (``ulimit -v``, inherited by every worker) cannot
-    hold even one worker: what a worker loads before its weights (at least this process's own
-    size, at least `WORKER_MIN_ADDRESS_SPACE`) plus ``copies`` of the weights (a heap worker
-    holds one per session)."""
+    """Refuse when ``ulimit -v`` cannot hold even one worker with ``copies`` of the weights."""
     if sys.platform == "win32":
         return
     import resource

@@ -9,8 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Blocks sampled over the file, their size, and the size of each edge hashed whole.
-SAMPLES = 256
+SAMPLES = 256  #: Blocks sampled over the file, their size, and the size of each edge hashed whole.
 BLOCK = 4096
 EDGE = 64 * 1024
 

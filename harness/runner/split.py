@@ -1,6 +1,4 @@
-"""The memory split of one worker's row against its group's control worker (issue 18): what
-the parent saw of the group at the barrier, the copies a worker holds beyond the runtime, and
-the contention figures its timings are read with."""
+"""The memory split of one worker's row against its group's control worker (issue 18)."""
 
 from __future__ import annotations
 

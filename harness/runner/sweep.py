@@ -58,8 +58,7 @@ def command_line(argv: list[str]) -> str:
 
 
 def warm_page_cache(path: Path) -> None:
-    """Read a file once so both modes start from a warm page cache: init times then compare
-    mapping with copying, not a cold disk with a warm one."""
+    """Read a file once so both modes start from a warm page cache."""
     from harness.runner.pagecache import warm
 
     warm(path)
@@ -68,8 +67,7 @@ def warm_page_cache(path: Path) -> None:
 def plan_groups(
     opts: RunOptions, prepared: dict[str, Prepared], out: Path, parent: tuple[int, float]
 ) -> list[GroupSpec]:
-    """Every (target, mode, N, repeat) group in run order: repeats outermost, so a drift over
-    time spreads over both modes instead of biasing one."""
+    """Every (target, mode, N, repeat) group in run order: repeats outermost, so drift spreads over both modes."""
     groups = []
     session = opts.session_settings().to_dict()
     starts = [Start.CONCURRENT, *([Start.SEQUENTIAL] if opts.sequential_timing else [])]
@@ -144,7 +142,6 @@ def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, sta
             "modes": opts.modes,
             "repeat": opts.repeat,
             "sequential_timing": opts.sequential_timing,
-            # the timing pass's groups of one repeat run interleaved, round by round (`timingpass`)
             "timing_pass": (INTERLEAVED if starts_warm(opts) else "grouped") if opts.sequential_timing else None,
             "labels": opts.labels,
             "started": started,
@@ -172,9 +169,7 @@ def _writing(name: str):
 
 
 def record_status(out: Path, meta: dict) -> bool:
-    """Write metadata.json whole (atomic), or when that cannot be done (a full disk has no
-    room for the temp file) overwrite it in place, padded to its old length so no new block
-    is needed. False when neither worked."""
+    """Write metadata.json whole (atomic), else in place padded to its old length; False when neither worked."""
     path = out / METADATA_JSON
     try:
         write_json_atomic(path, meta)
@@ -199,8 +194,7 @@ def record_status(out: Path, meta: dict) -> bool:
 
 
 def write_outputs(out: Path, rows: list[ResultRow], system: dict, meta: dict) -> list[SummaryRow]:
-    """Rewrite the tables, then metadata.json. A table that cannot be written fails the run:
-    the status says which and why, so a half-written folder never looks complete."""
+    """Rewrite the tables, then metadata.json; a table that cannot be written fails the run."""
     summary = summarize(rows, system)
     meta["run"]["run_id"] = out.name
     try:
@@ -251,8 +245,7 @@ def keep_logs(out: Path, prepared: dict[str, Prepared]) -> None:
 
 
 def fail_if_weights_changed(result: GroupResult, sealed: list) -> None:
-    """Every worker of a group whose weights changed while it ran fails, saying how (its first
-    inference was checked; what it measured afterwards may be of other weights)."""
+    """Fail every worker of a group whose weights changed while it ran."""
     reasons = broken(sealed)
     if reasons:
         why = "weights changed during the group: " + "; ".join(reasons)
@@ -261,16 +254,14 @@ def fail_if_weights_changed(result: GroupResult, sealed: list) -> None:
 
 
 def starts_warm(opts: RunOptions) -> bool:
-    """Every group starts with the weights in the page cache (else each is evicted first: a
-    cold run, or a memory limit whose container counts the page cache)."""
+    """Every group starts with the weights in the page cache."""
     from harness.runner.container import COUNTS_PAGE_CACHE
 
     return opts.page_cache != PageCache.COLD and not (opts.memory_limit and COUNTS_PAGE_CACHE)
 
 
 def page_cache_before(opts: RunOptions, ready: Prepared, progress):
-    """Evict the group's weights (--page-cache cold) or measure how warm they are; a failed
-    eviction check is said on the progress stream and recorded in every row of the group."""
+    """Evict the group's weights (cold) or measure how warm they are; a failed check is recorded."""
     from harness.runner.pagecache import make_cold, measure
 
     files = list(dict.fromkeys(ready.warm_files))
@@ -283,8 +274,7 @@ def page_cache_before(opts: RunOptions, ready: Prepared, progress):
 
 
 def execute(opts: RunOptions, progress) -> RunOutcome:
-    """Run every group; on Ctrl-C, write what was measured and mark the run interrupted; when
-    a resource runs out, write what was measured, mark the run failed and raise `RunFailed`."""
+    """Run every group; on Ctrl-C or a resource running out, write what was measured and say so."""
     from harness.runner.container import session
 
     with session():  # every memory container of the run is gone at its end, however it ends
@@ -309,8 +299,7 @@ def _execute(opts: RunOptions, progress) -> RunOutcome:
 
 
 def claim_folder(opts: RunOptions, progress) -> RunFolder:
-    """The run folder, claimed (`outdir.claim`); with ``--replace`` what went is said, even
-    under ``--quiet``: an earlier run is never lost without a word."""
+    """The run folder, claimed; with ``--replace`` what went is said, even under ``--quiet``."""
     folder = claim(opts.out, opts.out_prefix, replace=opts.replace)
     if folder.cleaned:
         line = f"note: --out {folder.path}: replaced the earlier run there (removed {', '.join(folder.cleaned)})"
@@ -322,8 +311,7 @@ def claim_folder(opts: RunOptions, progress) -> RunFolder:
 
 
 def _run_step(opts: RunOptions, prepared: dict[str, Prepared], step: list[GroupSpec], progress) -> list[GroupResult]:
-    """One step's groups run, each group's rows told its page cache and failed when its weights
-    changed meanwhile (sealed before the eviction, which reads a few blocks)."""
+    """One step's groups run, each told its page cache and failed if its weights changed."""
     sealed = [seals(prepared[group.target].warm_files) for group in step]
     caches = [page_cache_before(opts, prepared[group.target], progress) for group in step]
     results: list[GroupResult] = run_step(step, progress.step_event)
@@ -357,8 +345,7 @@ def _run_groups(opts: RunOptions, prepared: dict[str, Prepared], folder: RunFold
     try:
         write_outputs(out, rows, system, meta(RunStatus.RUNNING))
         done = 0
-        # a group, or one repeat's interleaved timing pass (a cold group is evicted before it
-        # starts: interleaved groups could not all start cold, so a cold run times them one by one)
+        # A group, or one repeat's interleaved timing pass (a cold run times them one by one).
         for step in plan_steps(groups, interleave=starts_warm(opts)):
             raise_if_interrupted()
             progress.step_started(done, len(groups), step)

@@ -1,18 +1,4 @@
-"""The system's side of the start-up peak, watched by the parent while a group's workers start.
-
-Why: the barrier sample shows the machine after every worker settled; a load fails at the
-moment the system runs out, which is during start-up. A `SystemWatch` thread in the parent
-samples, from the first spawn until every worker is ready (or dead), the system's available
-memory (its minimum is kept) and its commit charge (its maximum), with the commit limit:
-
-- Linux: ``MemAvailable``, ``Committed_AS`` and ``CommitLimit`` of ``/proc/meminfo``, read into
-  one preallocated buffer. Linux enforces ``CommitLimit`` only in strict overcommit mode
-  (``vm.overcommit_memory=2``); the mode is recorded so a "fits" figure can say which bound
-  bites.
-- Windows: ``GetPerformanceInfo`` (commit total, commit limit, physical available): Windows
-  always enforces its commit limit.
-- elsewhere: psutil's available memory only.
-"""
+"""The system's side of the start-up peak: minimum available memory, maximum commit charge and its limit."""
 
 from __future__ import annotations
 
@@ -21,8 +7,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-#: Time between two system samples (the parent has little else to do while workers start).
-INTERVAL_S = 0.002
+INTERVAL_S = 0.002  #: Time between two system samples (the parent has little else to do while workers start).
 _KEYS = (b"MemAvailable:", b"Committed_AS:", b"CommitLimit:")
 
 
@@ -33,12 +18,9 @@ class SystemPeak:
     min_available_bytes: int | None = None
     max_committed_bytes: int | None = None
     commit_limit_bytes: int | None = None
-    #: The first sample, before any worker existed: the headroom a "fits" figure divides.
-    start_available_bytes: int | None = None
+    start_available_bytes: int | None = None  #: The first sample, before any worker: the headroom "fits" divides.
     start_committed_bytes: int | None = None
-    #: Linux vm.overcommit_memory (0 heuristic, 1 always, 2 strict: only 2 enforces the limit);
-    #: None elsewhere (Windows always enforces it).
-    overcommit_mode: int | None = None
+    overcommit_mode: int | None = None  #: Linux vm.overcommit_memory (only 2 enforces the limit); None elsewhere.
     samples: int = 0
 
 

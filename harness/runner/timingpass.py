@@ -34,8 +34,7 @@ from harness.runner.group import (
 from harness.runner.memory import machine_load
 from harness.runner.split import Observed
 
-#: on_event(group or None for a step of one group, worker index, state, detail): the progress
-#: display's view of a step (`run_step`).
+#: on_event(group or None, worker index, state, detail): the progress display's view of a step.
 StepEventCallback = Callable[[GroupSpec | None, int, str, str], None] | None
 #: Why a timing-pass row has no memory figures (its memory_note).
 NOT_SAMPLED = "not sampled: timing pass (memory is measured in the concurrent pass, with all N workers alive)"
@@ -52,9 +51,7 @@ def run_any_group(group: GroupSpec, on_event: EventCallback = _no_event) -> Grou
 
 
 def plan_steps(groups: list[GroupSpec], *, interleave: bool = True) -> list[list[GroupSpec]]:
-    """The run's groups as steps, in plan order: each concurrent group alone, and the timing-
-    pass groups of one repeat and N together (`run_interleaved`) unless ``interleave`` is off
-    (then each alone too)."""
+    """The run's groups as steps: each concurrent group alone, one repeat's timing-pass groups together."""
     steps: list[list[GroupSpec]] = []
     for group in groups:
         last = steps[-1][-1] if steps else None
@@ -74,10 +71,7 @@ def plan_steps(groups: list[GroupSpec], *, interleave: bool = True) -> list[list
 
 
 def round_order(groups: list[GroupSpec], round_index: int) -> list[int]:
-    """The order of the groups (indexes into ``groups``) in one round of an interleaved timing
-    pass: the mapped groups first, side by side (the target's then the peers', as planned),
-    then the others (heap); the first two swapped on odd rounds, so that over two rounds each
-    of them goes first once and neither always follows the heap worker of the round before."""
+    """The groups' order in one round: mapped first (swapped on odd rounds), the heap group last."""
     order = sorted(range(len(groups)), key=lambda i: (groups[i].mode != Mode.MAPPED, i))
     if round_index % 2 and len(order) > 1:
         order[0], order[1] = order[1], order[0]
@@ -92,8 +86,7 @@ def run_step(step: list[GroupSpec], on_event: StepEventCallback = None) -> list[
 
 
 def machine_busy_s() -> float | None:
-    """CPU time every CPU of the machine has spent busy so far (everything but idle and I/O
-    wait; steal counts: a hypervisor that gave the CPU away is contention), or None."""
+    """CPU time every CPU has spent busy so far (steal included), or None."""
     try:
         import psutil
 
@@ -119,8 +112,7 @@ def process_cpu_s(pid: int) -> float | None:
 
 
 def foreign_cpus(before: tuple[float | None, float, float | None], w: _Worker) -> float | None:
-    """CPUs' worth of other processes' work over the worker's life: machine busy time minus the
-    worker's and the harness's own, over the wall time (None when a figure is missing)."""
+    """CPUs' worth of other processes' work over the worker's life (None when a figure is missing)."""
     busy0, wall0, own0 = before
     busy1, own1, worker = machine_busy_s(), process_cpu_s_self(), process_cpu_s(w.proc.pid)
     wall = time.monotonic() - wall0
@@ -139,10 +131,7 @@ def run_sequential_group(group: GroupSpec, on_event: EventCallback = _no_event) 
 
 
 def run_interleaved(groups: list[GroupSpec], on_event: StepEventCallback = None) -> list[GroupResult]:
-    """The timing pass of ``groups`` (one repeat and N): in round i, worker i of each group in
-    `round_order`, each spawned, waited for until ready, measured, released and reaped before
-    the next one starts. Never raises for a worker's failure: its row says what happened, and
-    the next worker still runs. One result per group, in the order given."""
+    """The timing pass of ``groups``: round by round, each worker alone; one result per group, never raising."""
     for group in groups:
         group.workdir.mkdir(parents=True, exist_ok=True)
     job = KillOnCloseJob()
@@ -197,7 +186,6 @@ def _result(group: GroupSpec, timed: _Timed) -> GroupResult:
         row = _row(group, w, Observed(load=timed.seen.get(w.index)))
         row.start, row.foreign_cpus = SEQUENTIAL, timed.foreign.get(w.index)
         row.memory_ok, row.memory_note = None, NOT_SAMPLED
-        # the start-up peak is the concurrent pass's figure (watched by the parent at 1 kHz)
         row.peak_private_bytes = row.peak_phase = row.peak_shared_bytes = row.peak_rss_bytes = None
         rows.append(row)
     return GroupResult(rows, None)

@@ -1,20 +1,4 @@
-"""Windows memory figures through ctypes, as psutil's ``_pswindows`` reads them.
-
-Why not psutil: the peak sampler reads its process's private bytes a thousand times a second
-and must not allocate per read; ``psutil.Process().memory_info()`` builds a named tuple each
-time. Here one ``PROCESS_MEMORY_COUNTERS_EX`` is allocated once and ``GetProcessMemoryInfo``
-fills it in place. ``GetPerformanceInfo`` gives the system's commit charge and commit limit:
-what a load on Windows fails against (a heap load commits every copied byte; a read-only file
-view commits nothing).
-
-The structures and functions are declared in the project's one Windows bindings module,
-`mapper_impl._winapi`, with fixed-width types (DWORD = c_uint32, SIZE_T = c_size_t), so
-their layout is checkable anywhere: the tests compare their sizes with the Windows SDK's
-(64-bit: 80 and 104 bytes) under Linux's ctypes. The calls themselves run only on Windows; the
-parent's sequence (OpenProcess with these rights, GetProcessMemoryInfo into the structures
-`blank` prepares, `choose_counters`, `split`, GetPerformanceInfo) is checked under Wine's kernel32
-and psapi by ``suites/mapper/test_wine_winmem.py``, which also lists where Wine deviates.
-"""
+"""Windows memory figures through ctypes without allocating per read (declarations: `mapper_impl._winapi`)."""
 
 from __future__ import annotations
 
@@ -23,8 +7,6 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-# The declarations live in the project's one Windows bindings module (re-exported here: the
-# tests and the Wine probe read them as winmem's).
 from mapper_impl._winapi import (  # noqa: F401
     DWORD,
     PERFORMANCE_INFORMATION,
@@ -37,20 +19,14 @@ from mapper_impl._winapi import (  # noqa: F401
     load,
 )
 
-#: OpenProcess rights psutil asks for to read another process's memory counters.
-OPEN_ACCESS = PROCESS_QUERY_LIMITED_INFORMATION | PROCESS_VM_READ
+OPEN_ACCESS = PROCESS_QUERY_LIMITED_INFORMATION | PROCESS_VM_READ  #: OpenProcess rights psutil asks for.
 OPEN_INHERIT = 0  # bInheritHandle: the handle stays the parent's
 
-#: What PrivateWorkingSetSize holds before the first call. A kernel may accept EX2's size and
-#: write only the older fields: Wine fills PROCESS_MEMORY_COUNTERS alone (cb 72) and succeeds;
-#: a zero left there would make the whole working set look shared.
-_UNWRITTEN = SIZE_T(-1).value
+_UNWRITTEN = SIZE_T(-1).value  #: PrivateWorkingSetSize before the first call (Wine fills only the base structure).
 
 
 def blank(kind: type[ctypes.Structure]) -> ctypes.Structure:
-    """A structure as it goes into GetProcessMemoryInfo: zeroed, cb its size, and the fields a
-    kernel may leave unwritten (PrivateUsage, EX2's private working set) set to a value no call
-    writes."""
+    """A structure for GetProcessMemoryInfo: zeroed, cb set, possibly unwritten fields set to a sentinel."""
     counters = kind()
     counters.cb = ctypes.sizeof(counters)
     counters.PrivateUsage = _UNWRITTEN
@@ -60,10 +36,7 @@ def blank(kind: type[ctypes.Structure]) -> ctypes.Structure:
 
 
 def choose_counters(fill: Callable[[ctypes.Structure], bool]) -> ctypes.Structure:
-    """The structure to read into from now on: EX2 where ``fill`` (one GetProcessMemoryInfo)
-    succeeds with it and writes the private working set, else EX (``split`` then has no shared
-    figure). Checking the field, not only the return, covers a kernel that takes EX2's size and
-    fills less (Wine does)."""
+    """EX2 where a call fills its private working set, else EX (Wine takes EX2's size and fills less)."""
     counters = blank(PROCESS_MEMORY_COUNTERS_EX2)
     if fill(counters) and counters.PrivateWorkingSetSize != _UNWRITTEN:
         return counters
@@ -71,10 +44,7 @@ def choose_counters(fill: Callable[[ctypes.Structure], bool]) -> ctypes.Structur
 
 
 def split(counters: ctypes.Structure) -> tuple[int, int | None]:
-    """(private bytes, shared resident bytes: working set - private working set, None where
-    the structure has no private working set). Private bytes are PrivateUsage, or where the
-    kernel left it unwritten (Wine writes only PROCESS_MEMORY_COUNTERS) PagefileUsage, which
-    Microsoft documents as the same value: never the 0 or garbage an unwritten field holds."""
+    """(private bytes, shared resident or None): PrivateUsage, else PagefileUsage where it stayed unwritten."""
     private_ws = getattr(counters, "PrivateWorkingSetSize", None)
     shared = max(0, int(counters.WorkingSetSize) - int(private_ws)) if private_ws is not None else None
     private = int(counters.PrivateUsage)
@@ -87,11 +57,7 @@ def _psapi():
 
 
 class ProcessCounters:
-    """A process's counters, read into one preallocated structure (the `harness.runner.procmem`
-    reader interface: ``read_split()``, ``kernel_peaks()``, ``close()``): this process's (the
-    worker's own phase-change samples) or, given a pid, another's (the parent's peak watch),
-    through a handle opened once, as psutil opens it (PROCESS_QUERY_LIMITED_INFORMATION |
-    PROCESS_VM_READ) and closed by ``close()``."""
+    """A process's counters read into one preallocated structure, through a handle opened once."""
 
     def __init__(self, pid: int | None = None) -> None:
         if sys.platform != "win32":

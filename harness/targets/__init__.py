@@ -1,10 +1,4 @@
-"""The targets the harness measures, one module each behind the `Target` interface.
-
-Adding a target is one new module defining ``TARGET = MyTarget()`` (a `harness.targets.base.Target`)
-plus one line in `_MODULES` below: the command line, the runner, the worker, the pytest plugin
-and the reports pick it up from here. Modules are imported only when their target is used, so
-listing the targets stays cheap.
-"""
+"""The targets, one module each behind `Target`: a new one is a module with ``TARGET`` plus a line in `_MODULES`."""
 
 from __future__ import annotations
 
@@ -13,11 +7,7 @@ import importlib
 from .base import Target, TargetOption
 
 #: target name -> module defining ``TARGET``.
-_MODULES = {
-    "cpu": "harness.targets.cpu",
-    "ort-native": "harness.targets.ort_native",
-    "qnn": "harness.targets.qnn",
-}
+_MODULES = {"cpu": "harness.targets.cpu", "ort-native": "harness.targets.ort_native", "qnn": "harness.targets.qnn"}
 NAMES: tuple[str, ...] = tuple(_MODULES)
 DEFAULT = "cpu"
 
@@ -32,8 +22,7 @@ def all_targets() -> list[Target]:
 
 
 def version_labels() -> dict[str, str]:
-    """Every target's own version keys (metadata ``env`` key -> what reports call it), in the
-    order of `NAMES`: the generic layers list onnxruntime, then these, then the machine's."""
+    """Every target's own version keys (metadata ``env`` key -> report label), in the order of `NAMES`."""
     labels: dict[str, str] = {}
     for target in all_targets():
         labels.update(target.version_keys())

@@ -1,20 +1,4 @@
-"""The interface every target implements, in the way psutil keeps one module per platform
-behind one API: the runner and the worker only ever talk to a `Target`.
-
-A target has two sides:
-
-- parent side (the `harness run` process): declare its options, check them against the run's
-  options, prepare the model(s) and their cache, say which files to warm, its notes, its default
-  gates and the versions of what it runs on;
-- worker side (each worker process): create the M session groups (one session per model of
-  the run: usually one, several for a pipeline), say which path each took, run them and check
-  the outputs against the reference.
-
-Target options travel as one generic mapping (``RunOptions.target_options`` ->
-``WorkerSpec.options``), never as target-named fields threaded through the runner; what every
-worker needs whatever its target (the models, the session knobs, --runs...) is a typed field
-of the spec (``WorkerSpec.models``, ``WorkerSpec.settings``), never a key of that mapping.
-"""
+"""The interface every target implements; target options travel as one generic mapping, never named fields."""
 
 from __future__ import annotations
 
@@ -44,8 +28,7 @@ class TargetOption:
     parse: Callable[[str], Any] | None = None  # None: an on/off switch
     choices: tuple | None = None
     metavar: str | None = None
-    #: Repeatable: ``parse`` returns a (key, value) pair per use; the option's value is their dict.
-    repeat: bool = False
+    repeat: bool = False  #: Repeatable: ``parse`` gives a (key, value) pair per use; the value is their dict.
 
 
 @dataclass
@@ -54,9 +37,7 @@ class Prepared:
 
     model: PreparedModel  # the first model: folder with manifest.json and reference.npz
     weights_bytes: int  # bytes the sessions load (weights files, or the QNN context binaries)
-    #: The weights files: read once before the first group (warm page cache) or evicted
-    #: before each group (--page-cache cold).
-    warm_files: list[Path]
+    warm_files: list[Path]  #: The weights files: read once before the first group, or evicted before each (cold).
     #: This target's own worker options (merged into every WorkerSpec.options of its groups).
     worker_options: dict[str, Any] = field(default_factory=dict)
     source: str = ""  # what was measured, for people
@@ -81,9 +62,7 @@ class Prepared:
 
 @dataclass
 class LiveSessions:
-    """A worker's sessions plus everything that must outlive them (weights, OrtValues).
-
-    ``groups[m][k]`` is session group m's session of model k; ``sessions`` all of them."""
+    """A worker's sessions plus what must outlive them; ``groups[m][k]`` is group m's session of model k."""
 
     sessions: list = field(default_factory=list)
     keepalive: list = field(default_factory=list)
@@ -121,10 +100,8 @@ class Target(ABC):
     #: What ``doctor`` says it will do before its probe ("": nothing beyond the target's name).
     probe_summary: str = ""
 
-    # -- parent side -------------------------------------------------------------------
     def options_for(self, opts: RunOptions) -> dict[str, Any]:
-        """This target's options: its defaults, overridden by what was given (when it is the
-        run's own target; a peer runs with its defaults)."""
+        """This target's options: its defaults, overridden by what was given when it is the run's own target."""
         given = opts.target_options if self.name == opts.target else {}
         return {o.name: given.get(o.name, o.default) for o in self.options}
 
@@ -136,8 +113,7 @@ class Target(ABC):
         """Build or reuse (cache) the model the workers load. InputError for user mistakes."""
 
     def mapped_may_copy(self, opts: RunOptions) -> bool:
-        """True when mapped-mode workers may end up holding private copies (faults injected):
-        the memory budget then plans for heap-like use in both modes."""
+        """True when mapped workers may hold private copies (faults injected): the budget plans heap-like use."""
         return False
 
     def notes(self, opts: RunOptions) -> list[str]:
@@ -155,27 +131,20 @@ class Target(ABC):
         return {}
 
     def version_keys(self) -> dict[str, str]:
-        """The keys `versions` reports, each with what reports call it (``{"qnn_sdk": "QNN
-        SDK"}``): headline.json, the history's columns and the report's environment take their
-        version keys from here (`harness.targets.version_labels`), so a target with versions of
-        its own touches no generic module. Declarative: no import, no probe."""
+        """The keys `versions` reports with their labels (``{"qnn_sdk": "QNN SDK"}``); declarative."""
         return {}
 
     def probe(self, timeout_s: float) -> Any | None:
-        """What this machine's device is, as the target's EP reports it (``doctor``): an object
-        with ``lines()`` (for people) and ``to_dict()`` (``--json``); None when the target has
-        no device to probe (``doctor`` then does not offer it)."""
+        """This machine's device as the target's EP reports it, or None: nothing to probe."""
         return None
 
     @property
     def has_probe(self) -> bool:
         return type(self).probe is not Target.probe
 
-    # -- worker side -------------------------------------------------------------------
     @abstractmethod
     def create_sessions(self, spec: WorkerSpec, models: list[PreparedModel], record: WorkerRecord) -> LiveSessions:
-        """Create spec.sessions session groups, each one session per model, timed into
-        ``record`` (load_s, create_s, path_taken...)."""
+        """Create spec.sessions session groups, one session per model, timed into ``record``."""
 
     def weightless_work(self, spec: WorkerSpec, models: list[PreparedModel]) -> None:  # noqa: B027 - optional hook
         """What a worker of this target does beyond its sessions (e.g. reading its own memory
@@ -194,8 +163,7 @@ class Target(ABC):
         return generate_in_models(self, group, models, settings, after_prefill)
 
     def check_output(self, outputs: list, reference: dict, model: PreparedModel) -> tuple[bool, str]:
-        """Compare the first inference with the reference: (ok, detail). Tolerances follow each
-        output's element type; non-deterministic outputs are compared by shape only."""
+        """Compare the first inference with the reference: (ok, detail), tolerances by element type."""
         from harness.prep.outputs import check_outputs
 
         return check_outputs(outputs, reference, model.outputs, model.nondeterministic)

@@ -1,10 +1,4 @@
-"""The ort-native target: the peer baseline. ORT loads the external-data file itself.
-
-Mapped mode lets ORT open the model with its external ``weights.bin``: with prepacking off ORT
-maps that file, so its pages are shared like ours. Heap mode hands ORT the file's bytes in
-memory (`add_external_initializers_from_files_in_memory`), which ORT copies: that copy is the
-heap cost being measured.
-"""
+"""The ort-native peer: ORT maps the external data itself; heap mode hands it the bytes, which it copies."""
 
 from __future__ import annotations
 
@@ -76,9 +70,7 @@ class OrtNativeTarget(Target):
 
 
 def mapped_by_ort(paths: list) -> str:
-    """ "mapped" only when this process's own memory maps show every weights file mapped (ORT
-    decides by itself whether to map external data; nothing else proves it did), "unknown"
-    when a file is not there or the maps cannot be read."""
+    """ "mapped" only when this process's maps show every weights file mapped, "unknown" when they cannot be read."""
     import os
 
     try:

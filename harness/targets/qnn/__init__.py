@@ -1,11 +1,4 @@
-"""The qnn target: the real QNN EP from onnxruntime-qnn loading a compiled EPContext model, with
-the provider option ``disable_file_mapped_weights`` doing the work ("0" mapped, "1" heap).
-
-On Linux x86_64 the HTP backend runs in a simulator and the EP reports the feature unavailable
-(it needs Windows on ARM64): the EP's own log says so and every row records it. Modules:
-`ep` (register, session options, output comparison), `compile` (models and compilation),
-`eplog` (what the EP's log says about file mapping).
-"""
+"""The qnn target: the real QNN EP loading an EPContext model with ``disable_file_mapped_weights`` "0" or "1"."""
 
 from __future__ import annotations
 
@@ -185,9 +178,7 @@ class QnnTarget(Target):
         return probe_device(timeout_s=timeout_s)
 
     def create_sessions(self, spec, models, record) -> LiveSessions:
-        """M session groups (one session per model), each session with its own EP verdict read
-        from its own slice of the worker's log (the log file the parent pointed stderr at): how
-        many sessions took each path, not only the worst."""
+        """M session groups, each session with its own EP verdict from its own slice of the worker's log."""
         import onnxruntime as ort
 
         from .ep import qnn_session_options, qnn_versions
@@ -245,18 +236,14 @@ class QnnTarget(Target):
         return live
 
     def check_output(self, outputs: list, reference: dict, model) -> tuple[bool, str]:
-        """The check the compile child already made once (`outputs.check_compiled_outputs`):
-        a pre-compiled model by element type, a compiled one by cosine against its CPU
-        original, a non-deterministic output by shape."""
+        """The compile child's check again (`outputs.check_compiled_outputs`): by element type, cosine or shape."""
         from .outputs import check_compiled_outputs
 
         return check_compiled_outputs(outputs, reference, model)
 
 
 def path_taken(state: str, counts: dict[str, int]) -> str:
-    """How the weights were loaded, from the EP's own verdicts: "mapped" only when every
-    session was active, "fallback" when any retried with a direct read, "unknown" without
-    evidence, "heap" otherwise (option 1, platform gate, the EP's own policy)."""
+    """How the weights were loaded, from the EP's verdicts: "mapped" only when every session was active."""
     if counts.get(EpState.RETRIED):
         return PathTaken.FALLBACK
     if state == EpState.ACTIVE:

@@ -1,26 +1,4 @@
-"""QNN work the harness does in a child process: ``python -m harness.targets.qnn.child JOB.json``.
-
-Why a child: the QNN compiler is native code that can crash the process it runs in (a real
-int8 MiniLM segfaults in QNN's FinalizeGraphs on the HTP simulator, 3 times out of 3), and
-the EP and the QNN libraries print their own log lines on stdout/stderr. In a child, a crash is
-an exit status the parent turns into one line, and the log goes to a file, not the terminal.
-
-Jobs (JSON, written by `run_child`):
-- ``compile``: compile ``src`` into the EPContext model ``out`` (ORT's ModelCompiler with the QNN
-  device), then, when ``check_folder`` names a prepared model, load the result with file mapping
-  disabled, run it once on that model's reference input and check its output as every worker
-  will (`outputs.check_compiled_outputs`): a partially compiled model that compiles but cannot
-  load or run, or runs wrong, is found here, once, instead of in every worker;
-- ``reference``: run the pre-compiled EPContext model of the prepared model ``folder`` twice
-  with file mapping disabled, and store its first output as the reference (outputs that differ
-  between the two runs are recorded as non-deterministic).
-
-The result (``ok``, ``stage``, ``error``, timings) goes to the job's ``result`` JSON file.
-
-Test hook: ``HARNESS_TEST_QNN_CHILD_FAULT=segv`` makes the child die by SIGSEGV (SIGABRT where
-there is none) before it starts, as the QNN compiler does on some models; never set by the
-harness itself.
-"""
+"""QNN work (``compile``, ``reference``) in a child process: the compiler can crash, and logs on stdout."""
 
 from __future__ import annotations
 
@@ -33,105 +11,52 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-#: What `run_child` tells about the child's work (a `Progress.step`).
-StatusCallback = Callable[[str], None]
+from harness.contract.spawn import tell_status
 
-#: Test hook (see the module docstring).
-FAULT_ENV = "HARNESS_TEST_QNN_CHILD_FAULT"
-#: ORT's error when the EP took no node (ERROR_IF_NO_NODES_COMPILED).
-NOTHING_COMPILED = "Unable to compile any nodes"
+StatusCallback = Callable[[str], None]  #: What `run_child` tells about the child's work (a `Progress.step`).
+
+FAULT_ENV = "HARNESS_TEST_QNN_CHILD_FAULT"  #: Test hook: "segv" kills the child by SIGSEGV (or SIGABRT) first.
+NOTHING_COMPILED = "Unable to compile any nodes"  #: ORT's error when the EP took no node (ERROR_IF_NO_NODES_COMPILED).
 
 
-# ----------------------------------------------------------------------------- the parent's side
-
-#: A compile (or reference run) in the child taking longer than this is killed: QNN compiles of
-#: LLM-sized graphs take minutes, never hours.
-CHILD_TIMEOUT_S = 3600.0
+CHILD_TIMEOUT_S = 3600.0  #: A child job past this is killed: QNN compiles of LLM-sized graphs take minutes.
 
 
 def run_child(
     job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S, on_status: StatusCallback | None = None
 ) -> dict:
-    """Run one `child` job in a child process whose stdout and stderr (the EP's and the QNN
-    libraries' own log) go to ``log_path``; returns its result. A child killed by a signal or
-    past ``timeout_s`` gives ``{"ok": False, "stage": "crash", ...}``; no child is left behind.
-    ``on_status`` hears what the child says it is doing (compiling, loading, running once)."""
-    import subprocess
+    """Run one `child` job logging to ``log_path``; a crash or timeout is ``{"ok": False, "stage": "crash"}``."""
     import tempfile
 
-    from harness.core.files import make_folder
+    from harness.contract.spawn import run_job
+    from harness.core.files import create_file, make_folder
 
     make_folder(log_path.parent, "QNN log folder")
-    with tempfile.TemporaryDirectory(prefix="qnn-job-") as tmp:
-        job = dict(job, result=str(Path(tmp) / "result.json"), status=str(Path(tmp) / "status.txt"))
-        job_path = Path(tmp) / "job.json"
-        job_path.write_text(json.dumps(job), encoding="utf-8")
-        from harness.contract.spawn import python_child
-
-        command, env = python_child("harness.targets.qnn.child", str(job_path))
-        from harness.core.files import create_file
-
-        with create_file(log_path, "QNN log") as log:  # a log in the cache: a new file, no link followed
-            proc = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=tmp,  # what the QNN libraries write beside them (the saver backend's saver_output/) goes
-                env=env,  # with the job, never into the harness's own folder (PYTHONPATH finds the package)
-            )
-            try:
-                code = _wait_reporting(proc, Path(job["status"]), timeout_s, on_status)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                return {"ok": False, "stage": "crash", "error": f"no result after {timeout_s:g} s (killed)"}
-            finally:
-                if proc.poll() is None:  # Ctrl-C while waiting
-                    proc.kill()
-                    proc.wait()
-        try:
-            return json.loads(Path(job["result"]).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {"ok": False, "stage": "crash", "error": _describe_exit(code)}
+    with tempfile.TemporaryDirectory(prefix="qnn-job-") as tmp, create_file(log_path, "QNN log") as log:
+        code, result = run_job(
+            "harness.targets.qnn.child",
+            job,
+            log,
+            Path(tmp),
+            timeout_s=timeout_s,
+            poll_s=STATUS_POLL_S,
+            on_status=on_status,
+        )
+    if code is None:
+        return {"ok": False, "stage": "crash", "error": f"no result after {timeout_s:g} s (killed)"}
+    return result if result is not None else {"ok": False, "stage": "crash", "error": _describe_exit(code)}
 
 
-#: How often the parent looks at what the child says it is doing.
-STATUS_POLL_S = 1.0
-
-
-def _wait_reporting(proc: Any, status: Path, timeout_s: float, on_status: StatusCallback | None) -> int:
-    """``proc.wait(timeout_s)``, passing each new line of the child's status file to ``on_status``."""
-    import contextlib
-    import subprocess
-
-    deadline, said = time.monotonic() + timeout_s, ""
-    while True:
-        try:
-            return proc.wait(timeout=max(0.0, min(STATUS_POLL_S, deadline - time.monotonic())))
-        except subprocess.TimeoutExpired:
-            if time.monotonic() >= deadline:
-                raise
-        if on_status is not None:
-            with contextlib.suppress(OSError):
-                text = status.read_text(encoding="utf-8", errors="replace").strip()[:200]
-                if text and text != said:
-                    said = text
-                    on_status(text)
+STATUS_POLL_S = 1.0  #: How often the parent looks at what the child says it is doing.
 
 
 def _describe_exit(code: int) -> str:
     if code < 0:
-        import signal
+        from harness.contract.spawn import signal_name
 
-        try:
-            return f"the process crashed ({signal.Signals(-code).name})"
-        except ValueError:
-            return f"the process was killed by signal {-code}"
+        name = signal_name(code)
+        return f"the process was killed by {name}" if name.startswith("signal ") else f"the process crashed ({name})"
     return f"the process exited with code {code} without a result"
-
-
-# ----------------------------------------------------------------------------- the child's side
 
 
 def _session_options(job: dict, *, disable: str, onnx_path: str | Path) -> Any:
@@ -149,15 +74,6 @@ def _session_options(job: dict, *, disable: str, onnx_path: str | Path) -> Any:
     )
     apply_load_level(so, partitions_of(Path(onnx_path)))
     return SessionSettings(dict(job.get("session_config") or {}), job.get("intra_op_threads")).apply(so)
-
-
-def _status(job: dict, text: str) -> None:
-    """Tell the parent what this child is doing now (its progress line shows it)."""
-    if job.get("status"):
-        try:
-            Path(job["status"]).write_text(text, encoding="utf-8")
-        except OSError:
-            pass  # progress only
 
 
 def _first_line(err: BaseException) -> str:
@@ -183,7 +99,7 @@ def compile_job(job: dict) -> dict:
 
     so = options()
     t0, cpu0 = time.perf_counter(), time.process_time()
-    _status(job, f"compiling {Path(job['src']).name} for QNN")
+    tell_status(job, f"compiling {Path(job['src']).name} for QNN")
     try:
         ort.ModelCompiler(
             so, job["src"], bool(job.get("embed_mode")), flags=ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED
@@ -193,7 +109,7 @@ def compile_job(job: dict) -> dict:
         if NOTHING_COMPILED in error:
             from .support import log_node_support
 
-            _status(job, "asking the EP which op it refuses (verbose log)")
+            tell_status(job, "asking the EP which op it refuses (verbose log)")
             log_node_support(options, job["src"])
         return {"ok": False, "stage": "compile", "error": error}
     result = {
@@ -218,7 +134,7 @@ def _check_loads(job: dict) -> dict:
 
     model = PreparedModel.load(Path(job["check_folder"]), check_files=False)
     feeds, reference = load_reference(model)
-    _status(job, "loading the compiled model and running it once (the first inference)")
+    tell_status(job, "loading the compiled model and running it once (the first inference)")
     t0, cpu0 = time.perf_counter(), time.process_time()
     try:
         session = ort.InferenceSession(job["out"], _session_options(job, disable="1", onnx_path=job["out"]))
@@ -252,7 +168,7 @@ def reference_job(job: dict) -> dict:
 
     model = PreparedModel.load(Path(job["folder"]), check_files=False)
     feeds, _ = load_reference(model)
-    _status(job, f"loading {model.onnx_path.name} and running it twice for the reference")
+    tell_status(job, f"loading {model.onnx_path.name} and running it twice for the reference")
     try:
         session = ort.InferenceSession(
             str(model.onnx_path), _session_options(job, disable="1", onnx_path=model.onnx_path)

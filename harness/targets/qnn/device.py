@@ -1,23 +1,4 @@
-"""Is this machine a QNN device? Asked of the QNN EP itself, never of the OS or the CPU alone.
-
-A hosted Windows ARM64 runner has the OS and CPU of a Snapdragon laptop but no NPU (and, it is
-expected, no HTP and no RPCMem); the Linux x86_64 wheel runs HTP in a simulator on a CPU-typed EP device. So
-`probe_device` runs, in a child process (a backend failure can take a process down, and the
-EP's log must go to a file of its own):
-
-1. register the QNN EP library and list its EP devices (hardware type, vendor, metadata);
-2. compile a tiny static QDQ model for HTP, load the compiled model with
-   ``disable_file_mapped_weights=0`` at log level VERBOSE, run it once against the CPU EP;
-3. classify the load's log segment (eplog): the platform gate, RPCMem load failure, mapping.
-
-``is_device`` = an NPU-typed EP device AND HTP usable AND RPCMem loaded. Every problem (no
-package, no device, backend failure, crash, timeout) becomes data in the report; nothing raises.
-Measured on the project's Linux x86_64 machines: 0.75-0.95 s idle, ~2 s on a busy machine
-(interpreter + imports ~0.2 s, model build + HTP compile ~0.3 s, session + run ~0.05 s).
-Nothing is cached across processes.
-
-    python -m harness.targets.qnn.device [--json]
-"""
+"""Is this machine a QNN device (NPU-typed EP device, HTP usable, RPCMem loaded)? Asked of the EP in a child."""
 
 from __future__ import annotations
 
@@ -25,7 +6,6 @@ import argparse
 import functools
 import json
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -101,39 +81,24 @@ class DeviceReport:
         return render_lines(self)
 
 
-# ----------------------------------------------------------------------------- parent side
-
-
 def _run_child(workdir: Path, timeout_s: float) -> tuple[dict, str, str]:
     """(child's JSON record, its whole log, what went wrong with the process itself)."""
-    from harness.contract.spawn import python_child
+    from harness.contract.spawn import run_job
 
-    cmd, env = python_child("harness.targets.qnn.device_child")
     log = workdir / "probe.log"
-    problem = ""
     try:
         with open(log, "wb") as out:
-            proc = subprocess.run(
-                [*cmd, str(workdir)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                cwd=str(workdir),
-                timeout=timeout_s,
+            code, record = run_job(
+                "harness.targets.qnn.device_child", {}, out, workdir, timeout_s=timeout_s, poll_s=0.1
             )
-        if proc.returncode != 0:
-            problem = f"probe process exited with code {proc.returncode}"
-    except subprocess.TimeoutExpired:  # subprocess.run killed it
-        problem = f"probe process did not finish in {timeout_s:g} s (killed)"
     except OSError as err:
-        problem = f"cannot start the probe process: {err}"
-    try:
-        record = json.loads((workdir / "probe.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        record = {}
-    text = read_log_segment(log, 0)
-    return record, text, problem
+        return {}, read_log_segment(log, 0), f"cannot start the probe process: {err}"
+    problem = ""
+    if code is None:  # run_job killed it
+        problem = f"probe process did not finish in {timeout_s:g} s (killed)"
+    elif code != 0:
+        problem = f"probe process exited with code {code}"
+    return record or {}, read_log_segment(log, 0), problem
 
 
 def _importable(name: str) -> bool:
@@ -146,8 +111,7 @@ def _importable(name: str) -> bool:
 
 
 def probe_device(*, timeout_s: float = DEFAULT_TIMEOUT_S) -> DeviceReport:
-    """Probe the QNN EP in a child process and judge from what it reports. Never raises for an
-    environment problem: it becomes data (ep_error, htp_detail, reason)."""
+    """Probe the QNN EP in a child process; environment problems become data, never an exception."""
     t0 = time.perf_counter()
     report = DeviceReport(platform=f"{sys.platform} {platform.machine()}")
     if not (_importable("onnxruntime") and _importable("onnxruntime_qnn")):
@@ -227,8 +191,7 @@ def _fill_mapping(report: DeviceReport, verdict: EpVerdict, segment: str) -> Non
         report.file_mapping_available = False
         report.file_mapping_detail = rpcmem_words[-1]
     elif not find_messages(segment, "session"):
-        # A warning's absence proves nothing unless the log was captured: the EP prints
-        # "Creating QNN EP" (INFO) for every session at the probe's VERBOSE level.
+        # A warning's absence proves nothing unless the log was captured ("Creating QNN EP" shows it was).
         report.rpcmem_detail = (
             "unknown: the probe's log holds no 'Creating QNN EP' line, so the EP's log was not captured "
             "and a missing 'Unable to load RPCMem library' warning proves nothing"
@@ -318,8 +281,7 @@ def _probe_once() -> DeviceReport:
 
 
 def device_skip_reason() -> str | None:
-    """None on a QNN device (NPU + HTP + RPCMem), else why device tests skip. Probes once per
-    process (pytest's `device` marker asks it at collection)."""
+    """None on a QNN device, else why device tests skip (probed once per process)."""
     report = _probe_once()
     return None if report.is_device else f"not a QNN device: {report.reason}"
 

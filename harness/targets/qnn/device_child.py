@@ -1,19 +1,13 @@
-"""The device probe's child process (`device.probe_device` runs it): registers the QNN EP,
-lists its EP devices, compiles a tiny QDQ model for HTP, loads it with file mapping enabled at
-log level VERBOSE and runs it once, writing what it learned to ``probe.json`` after every step
-(a crash of a backend leaves what was learned so far).
-
-    python -m harness.targets.qnn.device_child WORKDIR
-"""
+"""The device probe's `run_job` child: register the EP, compile and run a tiny QDQ model, its record per step."""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
+from harness.core.files import write_json_atomic
 from harness.targets.qnn.eplog import stderr_offset
 
 PROBE_WEIGHTS = 4096  # one 64x64 uint8 MatMul: the smallest model make_qdq_model builds
@@ -34,14 +28,13 @@ class _Record:
         self.data["steps_s"][name] = round(time.perf_counter() - t0, 3)
 
     def save(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.data), encoding="utf-8")
-        os.replace(tmp, self.path)
+        write_json_atomic(self.path, self.data, what="probe record")
 
 
-def _child(workdir: Path) -> int:
-    """Every step's finding in probe.json; exit 0 whatever the EP did (its failures are data)."""
-    rec = _Record(workdir / "probe.json")
+def _child(job_path: Path) -> int:
+    """Every step's finding in the job's result file; exit 0 whatever the EP did (its failures are data)."""
+    workdir = job_path.parent
+    rec = _Record(Path(json.loads(job_path.read_text(encoding="utf-8"))["result"]))
     d = rec.data
     rec.step("import")
     t0 = time.perf_counter()
@@ -107,8 +100,7 @@ def _child_htp(rec: _Record, ep, comp, workdir: Path) -> None:
     feeds = qdq.make_feeds(info)
     rec.step("session")
     t0 = time.perf_counter()
-    # some EP messages go through ORT's default logger, not the session's: show those too
-    ort.set_default_logger_severity(0)
+    ort.set_default_logger_severity(0)  # Some EP messages go through ORT's default logger: show those too.
     d["load_log_start"] = stderr_offset()
     rec.save()
     try:

@@ -1,9 +1,4 @@
-"""The real QNN EP, as the harness uses it: register the plugin library once per process, pick
-its device, open sessions with ``disable_file_mapped_weights`` set explicitly, and compare its
-quantized outputs with the CPU reference.
-
-onnxruntime/numpy are imported inside functions so ``import harness.targets.qnn.ep`` stays cheap.
-"""
+"""The real QNN EP: register it once, pick its device, sessions with the option set explicitly, output checks."""
 
 from __future__ import annotations
 
@@ -18,16 +13,13 @@ if TYPE_CHECKING:
     import onnxruntime
 
 EP_NAME = "QNNExecutionProvider"
-#: Session config key for sharing EP resources (onnxruntime_session_options_config_keys.h).
-SHARE_EP_CONTEXTS_KEY = "ep.share_ep_contexts"
-#: QNN backends the EP's ``backend_type`` provider option names (htp is the NPU).
-BACKEND_TYPES = ("htp", "cpu", "gpu", "saver")
+SHARE_EP_CONTEXTS_KEY = "ep.share_ep_contexts"  #: Session config key for sharing EP resources.
+BACKEND_TYPES = ("htp", "cpu", "gpu", "saver")  #: QNN backends ``backend_type`` names (htp is the NPU).
 _register_lock = threading.Lock()
 
 
 def qnn_platform_supported() -> tuple[bool, str]:
-    """onnxruntime-qnn ships wheels for Linux x86_64 and Windows x64 (HTP simulator; the EP
-    prints the platform gate: file mapping is off) and Windows ARM64 (the feature's platform)."""
+    """Wheels exist for Linux x86_64 and Windows x64 (simulator, feature off) and Windows ARM64."""
     machine = platform.machine().lower()
     if sys.platform.startswith("linux") and machine in ("x86_64", "amd64"):
         return True, "Linux x86_64 (HTP simulator, platform gate)"
@@ -57,11 +49,7 @@ def qnn_versions() -> dict[str, str | None]:
 
 
 def register_qnn_ep() -> list:
-    """Register the QNN plugin EP library once per process and return its OrtEpDevices.
-
-    NPU devices are preferred when the EP lists several (a Snapdragon PC may also list a GPU);
-    the simulator on Linux reports a single CPU-typed device.
-    """
+    """Register the QNN plugin EP once per process and return its devices (NPU preferred)."""
     try:
         import onnxruntime_qnn
     except ImportError as e:
@@ -86,9 +74,7 @@ def register_qnn_ep() -> list:
 
 
 def disable_option_value(value: object) -> str:
-    """The provider option as the EP wants it, the string "0" or "1". Accepts what mapper_impl
-    accepts ("0", "1", True, False); anything else is a ValueError, because the EP would read
-    e.g. "yes" or "2" silently as "feature on"."""
+    """The provider option as the EP wants it, "0" or "1"; anything else is a ValueError (the EP reads "yes" as on)."""
     from mapper_impl import parse_disable_flag
 
     return "1" if parse_disable_flag(value) else "0"
@@ -102,12 +88,7 @@ def qnn_session_options(
     log_severity: int = 1,
     provider_options: dict[str, str] | None = None,
 ) -> onnxruntime.SessionOptions:
-    """SessionOptions with the QNN device added and the option under test set explicitly.
-
-    log_severity must be 0 (verbose) or 1 (info, the default): the verdicts need the EP's INFO
-    lines ("Creating context bin file mapping", "Created DMA data mapping"), the only positive
-    evidence that mapping was active; at 2 every device run would read as "unknown".
-    """
+    """SessionOptions with the QNN device and the option under test; log_severity 0 or 1 (the verdicts need INFO)."""
     value = disable_option_value(disable_file_mapped_weights)
     if log_severity not in (0, 1):
         raise ValueError(
@@ -127,14 +108,7 @@ def qnn_session_options(
 
 
 def compare_outputs(out: Any, ref: Any, *, quant_step: float | None = None, min_cosine: float = 0.99) -> dict:
-    """QNN vs CPU reference: ok when cosine >= ``min_cosine`` (0.99; a model the harness
-    quantized from float: `quantize.MIN_COSINE`) and mean |diff| <= 3 quantization steps.
-
-    Why these bounds: both runs quantize every activation to uint8, so they differ by rounding
-    only; measured on the QDQ chain: cosine ~0.998, mean |diff| ~1.2 steps. Wrong weights or a
-    garbled graph give cosine near 0. The max |diff| is reported, not gated: a single flipped
-    rounding propagates through later layers and can reach ~5 steps legitimately.
-    """
+    """QNN vs CPU reference: cosine >= ``min_cosine`` and mean |diff| <= 3 quantization steps (max reported only)."""
     import numpy as np
 
     a, b = np.asarray(out, np.float64).ravel(), np.asarray(ref, np.float64).ravel()

@@ -1,15 +1,4 @@
-"""The EP's file-mapping messages (onnxruntime-qnn 2.7.0) and what each means for a verdict:
-`PATTERNS` (read by `eplog`), `IGNORED` (strings of the binaries no verdict needs, each with
-why), the states' precedence and the EP-disabled reasons.
-
-Every pattern's literal parts are C string literals of the shipped binaries it names in
-``platforms``, and every string the selection rule (`epselect`) takes from a binary is read by
-a pattern or listed in `IGNORED`: `epstrings.check` enforces both against the committed
-fixtures, so a reworded or new message cannot go unnoticed.
-
-Levels (``level``) are the 2.7.0 ones where the strings or the readable source show them:
-"Found existing mapview" and "Created mapview pointer" are INFO, as the mapping line.
-"""
+"""The EP's file-mapping messages (2.7.0), their meaning, and `IGNORED` strings (`epstrings.check` keeps both)."""
 
 from __future__ import annotations
 
@@ -21,21 +10,14 @@ from harness.core.vocab import EpState
 
 OPTION_VALUES = ("0", "1")  # disable_file_mapped_weights: "1" turns the feature off
 
-#: How a build echoes ``disable_file_mapped_weights`` ("User specified disable_file_mapped_weights:
-#: <v>"), which decides what an echo means:
-#: - "string": the string passed, at WARNING, only when it is "1" (onnxruntime-qnn 2.7.0: its
-#:   strings, and its Linux x86_64 build seen on this project's machines at every severity);
-#: - "enable-flag": the *enable* flag, at VERBOSE, whenever the key is given, so ": 0" after "1"
-#:   means the disable worked (the readable source: rel-2.0.0_1.24.1 fbd7fc5 and ORT 1.24.0's
-#:   in-tree EP, qnn_execution_provider.cc 478-485);
-#: - "none": nothing for the right key (cc7ec9e reads "disabl_file_mapped_weights",
-#:   qnn_execution_provider.cc 639-643, so a "1" under the right key is silently ignored).
+#: How a build echoes ``disable_file_mapped_weights``: "string" (2.7.0: "1" only, WARNING), "enable-flag"
+#: (fbd7fc5 qnn_execution_provider.cc 478-485: the enable flag, VERBOSE) or "none" (cc7ec9e misspells the key,
+#: 639-643).
 ECHO_STRING, ECHO_ENABLE_FLAG, ECHO_NONE = "string", "enable-flag", "none"
 ECHO_STYLES = (ECHO_STRING, ECHO_ENABLE_FLAG, ECHO_NONE)
 #: The EP versions whose echo is known: any other version's echo is a note, never evidence.
 ECHO_BY_VERSION = {"2.7.0": ECHO_STRING, "1.24.0": ECHO_ENABLE_FLAG, "1.24.1": ECHO_ENABLE_FLAG}
-#: Effects whose lines show the EP working on a mapping: a session run with "1" that prints any
-#: of them ignored the option, whatever it echoed.
+#: Effects showing the EP working on a mapping: a session run with "1" that prints any ignored the option.
 MAPPING_ACTIVITY = ("map", "dma-request", "dma-ok", "map-failed", "retry")
 
 
@@ -62,8 +44,7 @@ PRECEDENCE = (
     EpState.ACTIVE,
     EpState.UNKNOWN,
 )
-#: across a worker's sessions, worst first: no evidence (nothing can be ruled out, not even a
-#: retry) > a failed attempt > the EP's own policy > the platform gate > the user's option > mapped
+#: Across a worker's sessions, worst first (no evidence is worst: nothing can be ruled out).
 WORST_ORDER = (
     EpState.OPTION_IGNORED,
     EpState.EP_ERROR,
@@ -75,8 +56,7 @@ WORST_ORDER = (
     EpState.DISABLED,
     EpState.ACTIVE,
 )
-#: states that are failures whatever else the worker did (the harness fails the worker)
-FAILED_STATES = (EpState.OPTION_IGNORED, EpState.EP_ERROR)
+FAILED_STATES = (EpState.OPTION_IGNORED, EpState.EP_ERROR)  #: states that fail the worker whatever else it did
 #: (the schema's ``copied`` state is no log state: the runner sets it from memory)
 
 REASON_EMBEDDED = "embedded context"
@@ -85,8 +65,7 @@ REASON_READ_CALLBACK = "read callback registered"
 REASON_RPCMEM = "RPCMem unavailable"
 EP_DISABLED_REASONS = (REASON_EMBEDDED, REASON_VERSION, REASON_READ_CALLBACK, REASON_RPCMEM)
 
-#: the binaries onnxruntime-qnn ships: win_arm64 (the feature), linux x86_64 and win_amd64
-#: (both print the platform gate)
+#: The binaries onnxruntime-qnn ships: win_arm64 (the feature); linux x86_64 and win_amd64 print the platform gate.
 WIN, LINUX, WIN_X64 = "win_arm64", "linux_x86_64", "win_amd64"
 PLATFORMS = (WIN, LINUX, WIN_X64)
 EVIDENCE_LINES = 5
@@ -94,10 +73,7 @@ EVIDENCE_LINES = 5
 
 @dataclass(frozen=True)
 class LogPattern:
-    """One message of the EP. `template` is the message with ``{}`` where the EP inserts a value;
-    the literal parts between are C string literals of the shipped binaries listed in
-    `platforms` (the strings test checks each is there), so the pattern cannot drift from the
-    real text unnoticed."""
+    """One EP message: ``template`` with ``{}`` for values; its literals are strings of ``platforms``."""
 
     name: str
     template: str
@@ -144,10 +120,8 @@ _EFFECTS = (
     "map-failed",
     "note",
 )
-#: per-node disables (the others switch mapping off for the whole session)
-NODE_DISABLES = ("embedded-node", "old-binary")
-#: one per context bin a node maps (first use, or a cache hit of the backend manager's mapper)
-NODE_MAPS = ("map-create", "map-cached")
+NODE_DISABLES = ("embedded-node", "old-binary")  #: per-node disables (the others switch mapping off for the session)
+NODE_MAPS = ("map-create", "map-cached")  #: one per context bin a node maps (first use, or the mapper's cache hit)
 
 # Order matters only where one text contains another: specific before generic.
 PATTERNS: tuple[LogPattern, ...] = (
@@ -265,8 +239,7 @@ PATTERNS: tuple[LogPattern, ...] = (
     ),
     LogPattern("dma-callback-param", "MapDmaDataCallback: notify_param is null", "map-failed", level="E"),
     LogPattern("dma-callback-manager", "MapDmaDataCallback: QnnBackendManager is null", "map-failed", level="E"),
-    # the mapping step's own failures (windows_file_mapper.cc): a non-ASCII path or a sharing
-    # violation gives the file-handle one
+    # The mapping step's own failures (windows_file_mapper.cc).
     LogPattern("map-file-failed", "Failed to create file handle for context bin{}", "map-failed", level="E"),
     # GetFileSizeIfValid checks the binary first: a missing or empty one is named here, so the
     # mapping step's own "size of 0 bytes" is not reached in practice
@@ -297,8 +270,7 @@ PATTERNS: tuple[LogPattern, ...] = (
     LogPattern("release-callback-manager", "ReleaseDmaDataCallback: QnnBackendManager is null", "note", level="E"),
 )
 
-#: Selected strings of the binaries (see epstrings.SELECT_TERMS) that no pattern reads, each
-#: with why. A regex, matched against the whole string.
+#: Selected strings of the binaries that no pattern reads, each with why (a regex on the whole string).
 IGNORED: tuple[tuple[str, str], ...] = (
     (r"disable_file_mapped_weights", "the provider option's key, not a message"),
     (

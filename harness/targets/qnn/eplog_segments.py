@@ -1,8 +1,4 @@
-"""Where one session's lines are in a worker's log: the log file's offsets around each session
-creation (the worker's stderr is a file the parent opened; ORT and the QNN EP log there).
-
-Kept apart from the verdict rules (`eplog`), which read the text these offsets cut out.
-"""
+"""Where one session's lines are in a worker's log: the log file's offsets around each session creation."""
 
 from __future__ import annotations
 
@@ -12,7 +8,7 @@ import sys
 from pathlib import Path
 
 
-def _flush_everything() -> None:
+def flush_streams() -> None:
     """Python's buffered streams and C stdio (the QNN libraries print through it) to their fds."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(AttributeError, OSError, ValueError):
@@ -26,7 +22,7 @@ def _flush_everything() -> None:
 
 def log_offset(path: str | os.PathLike) -> int:
     """Bytes in the log file now, after flushing what this process has buffered."""
-    _flush_everything()
+    flush_streams()
     try:
         return os.stat(path).st_size
     except OSError:
@@ -34,9 +30,8 @@ def log_offset(path: str | os.PathLike) -> int:
 
 
 def stderr_offset() -> int:
-    """Bytes written so far to this process's fd 2 when it is a file (0 for a pipe or a tty):
-    a worker whose stderr the parent pointed at its log file needs no path to mark a segment."""
-    _flush_everything()
+    """Bytes written so far to fd 2 when it is a file (0 for a pipe or a tty)."""
+    flush_streams()
     try:
         return os.fstat(2).st_size
     except OSError:
@@ -57,15 +52,7 @@ def read_log_segment(path: str | os.PathLike, start: int, end: int | None = None
 
 
 class LogSegment:
-    """Offsets of one session's lines in a log file this process's fd 2 (and 1) write to.
-
-    The worker's stderr is a file the parent opened; ORT logs there unbuffered. Wrap each
-    ``InferenceSession(...)`` in one segment, then classify `text()`::
-
-        with LogSegment(spec.log_path) as seg:
-            session = ort.InferenceSession(path, so)
-        verdict = classify_session(seg.text(), disable_file_mapped_weights=flag)
-    """
+    """Offsets of one session's lines in the log file fd 2 writes to: wrap each session creation in one."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)

@@ -1,18 +1,4 @@
-"""How long a qnn preparation will take on the simulated HTP, said before it starts.
-
-Where the time goes (measured here, docs/models-and-cache.md): almost all of it in QNN itself.
-The compile is QNN's FinalizeGraphs (35 of 38 s for the ddddocr CRNN; ORT's partitioning and
-the QNN graph build around it about 3 s), and it grows with the ops the HTP compile builds: a
-recurrent op (LSTM, GRU) is unrolled over its steps, and an unrolled LSTM grows it more than
-linearly. Every inference on the simulator then costs in proportion to the activations it
-writes, its recurrent steps and its multiply-accumulates: the compile's own check runs one,
-and so does every worker of every group.
-
-So the estimate is a few sums over the static-shape graph (`graph_cost`) at rates measured on
-this machine: `DEFAULT_RATES` (fitted to real models here), scaled by how this machine's own
-earlier compiles compared with them (recorded in the model cache, `TIMINGS_FILE`). The rates
-are CPU seconds; a busy machine stretches them by its load, and the notice says so.
-"""
+"""How long a qnn preparation will take on the simulated HTP, said before it starts (docs/models-and-cache.md)."""
 
 from __future__ import annotations
 
@@ -25,15 +11,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-#: Ops a recurrent node becomes per step when the HTP compile unrolls it, per direction.
-OPS_PER_STEP = {"LSTM": 12, "GRU": 10, "RNN": 3}
-#: Recurrent ops: their MACs per step per direction are gates x H x (I + H) (R's rows are gates x H).
-RECURRENT = ("LSTM", "GRU", "RNN")
-#: Recorded timings kept per machine (the last ones; older lines are dropped).
-KEEP_TIMINGS = 50
+OPS_PER_STEP = {"LSTM": 12, "GRU": 10, "RNN": 3}  #: Ops a recurrent node becomes per step, unrolled by the HTP compile.
+RECURRENT = ("LSTM", "GRU", "RNN")  #: Recurrent ops: MACs per step per direction are gates x H x (I + H).
+KEEP_TIMINGS = 50  #: Recorded timings kept per machine (the last ones; older lines are dropped).
 TIMINGS_FILE = "qnn-timings.jsonl"
-#: Below this (seconds on this machine) the preparation is not long: nothing is said.
-LONG_S = 30.0
+LONG_S = 30.0  #: Below this (seconds on this machine) the preparation is not long: nothing is said.
 
 
 @dataclass(frozen=True)
@@ -50,10 +32,7 @@ class Rates:
     source: str
 
 
-#: Least squares over 10 compiles of 6 real models on this project's Linux x86_64 machine
-#: (PP-OCRv4 det at 64, 128, 256 px; the ddddocr CRNN at widths 64, 128, 256; the romanizer GRU
-#: encoder and its decoder; MiniLM-L3; the captcha CRNN; onnxruntime-qnn 2.7.0, QNN 2.51,
-#: soc_model 60; CPU time): each point within 1 s or 30 % (docs/models-and-cache.md).
+#: Least squares over 10 compiles of 6 real models here (QNN 2.51, soc_model 60, CPU time; docs/models-and-cache.md).
 DEFAULT_RATES = Rates(0.97, 0.00041, 0.0163, 0.20, 0.287, 0.0233, 1.46, "rates measured on the project's machine")
 
 
@@ -128,9 +107,7 @@ def _node_macs(node: Any, ins: list, outs: list) -> tuple[int, int]:
 
 
 def load_rates(cache_dir: Path) -> Rates:
-    """This machine's rates: `DEFAULT_RATES` scaled by how this machine's own earlier compiles
-    (`record_timings`) compared with what the defaults predicted for them (median ratio, at
-    least 3 compiles), else the defaults."""
+    """`DEFAULT_RATES` scaled by this machine's recorded compiles (median ratio of 3+), else the defaults."""
     records = [_parsed(line) for line in _recorded(cache_dir)[-KEEP_TIMINGS:]]
     compile_ratios, run_ratios = [], []
     for r in records:
@@ -151,13 +128,11 @@ def load_rates(cache_dir: Path) -> Rates:
     )
 
 
-#: The record is a few KiB; anything larger is not ours and is not read.
-MAX_TIMINGS_BYTES = 1 << 20
+MAX_TIMINGS_BYTES = 1 << 20  #: The record is a few KiB; anything larger is not ours and is not read.
 
 
 def _recorded(cache_dir: Path) -> list[str]:
-    """The record's lines; [] when it is absent, not a regular file (a link is not followed:
-    the cache is untrusted), or larger than `MAX_TIMINGS_BYTES`."""
+    """The record's lines; [] when absent, not a regular file (no link followed) or too large."""
     import os
     import stat
 
@@ -196,29 +171,19 @@ def _cost_of(record: Any) -> GraphCost | None:
 
 def record_timings(cache_dir: Path, cost: GraphCost, result: dict) -> None:
     """Append one compile's measured CPU times to the machine's record (never fails the run)."""
-    import os
-    import tempfile
+    from harness.core.errors import InputError
+    from harness.core.files import write_text_atomic
 
     entry = {**asdict(cost), **{k: result[k] for k in ("compile_cpu_s", "first_run_cpu_s") if k in result}}
-    path = cache_dir / TIMINGS_FILE
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        return  # not ours to write through
     lines = [*_recorded(cache_dir)[-(KEEP_TIMINGS - 1) :], json.dumps(entry)]
-    try:
+    with contextlib.suppress(OSError, InputError):  # a link or folder at the name is not ours to write
         cache_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{TIMINGS_FILE}.", dir=cache_dir)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-        os.replace(tmp, path)  # replaces the name, never writes through it
-    except OSError:
-        with contextlib.suppress(OSError, UnboundLocalError):
-            os.unlink(tmp)
+        write_text_atomic(cache_dir / TIMINGS_FILE, "\n".join(lines) + "\n", what="compile timings")
 
 
 @dataclass
 class CompilePlan:
-    """What the compile's caller knows for the notice: where this machine's timings are kept,
-    the N of every group the run will start (each worker runs one inference), where to say it."""
+    """What the notice needs: where timings are kept, each group's N, where to say it."""
 
     cache_dir: Path
     groups: list[int]
@@ -226,8 +191,7 @@ class CompilePlan:
 
 
 def notice(cost: GraphCost, plan: CompilePlan, rates: Rates, label: str, load: float | None = None) -> str | None:
-    """What will happen and roughly how long, with the quicker ways; None when not long.
-    ``load``: the machine's load average (default: now)."""
+    """What will happen and roughly how long, with the quicker ways; None when not long."""
     import os
 
     compile_s, run_s = cost.compile_cpu_s(rates), cost.run_cpu_s(rates)
@@ -241,9 +205,7 @@ def notice(cost: GraphCost, plan: CompilePlan, rates: Rates, label: str, load: f
     )
     rnn = f" (recurrent ops unrolled over {cost.steps} steps)" if cost.steps else ""
     workers = sum(plan.groups)
-    # --quantize qdq is not offered: measured here it is no quicker on the simulator (the captcha
-    # CRNN's QDQ model: the same compile, 4.2 s of CPU per inference against 2.3 s, plus 14 s to
-    # quantize), whatever it gains on a device
+    # --quantize qdq is not offered: no quicker on the simulator (measured: docs/models-and-cache.md).
     quicker = [f"--processes 1 (2 workers, not {workers})"] if workers > 2 else []
     quicker.append("a pre-compiled EPContext model (--model X_ctx.onnx: no compile)")
     return (

@@ -1,25 +1,11 @@
-"""Is a QNN output right? One check, used where the compiled model first runs (the compile
-child, once, before any worker) and in every worker, so both give the same verdict.
-
-- A pre-compiled EPContext model's reference is the QNN EP's own output (file mapping
-  disabled): compared by element type, as every target does (`harness.prep.outputs`).
-- A model the harness compiled is compared with its CPU original: the QNN EP quantizes
-  activations (or runs fp16), so by cosine similarity (and quantization steps for the generated
-  chain), not element by element.
-- An output that differs between two runs of the reference itself (RandomNormalLike in a TTS
-  model's noise) is non-deterministic: by shape only, whichever the reference. Compared by
-  cosine it was a false failure (cosine 0.06 between two random draws).
-"""
+"""Is a QNN output right? One check for the compile child and every worker (by type, cosine or shape)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-#: Absolute agreement, relative to max(1, |reference|), of an output with no direction to
-#: compare by cosine: HTP's fp16 arithmetic resolves ~1e-3 of the value's scale.
-FP16_RESOLUTION = 1e-3
-#: The cosine bound of a compiled float or QDQ model (a --quantize qdq model: `quantize.MIN_COSINE`).
-MIN_COSINE = 0.99
+FP16_RESOLUTION = 1e-3  #: Agreement of an output with no direction, relative to max(1, |ref|): fp16 resolves ~1e-3.
+MIN_COSINE = 0.99  #: The cosine bound of a compiled float or QDQ model (a --quantize qdq model: `quantize.MIN_COSINE`).
 
 
 def describe(name: str, result: dict) -> str:
@@ -64,14 +50,12 @@ def check_compiled_outputs(outputs: list, reference: dict, model: Any) -> tuple[
 
 
 def _compare_by_cosine(name: str, got: Any, want: Any, quant_step: float | None, min_cosine: float) -> str | None:
-    """None when ``got`` agrees with ``want``; "~0 ..." when it agrees only as an output that
-    is ~0 everywhere; else the reason it does not."""
+    """None when ``got`` agrees with ``want``; "~0 ..." when it agrees only as a ~0 output; else why not."""
     import numpy as np
 
     from .ep import compare_outputs
 
-    # NaN and infinities are compared as values (NaN equals NaN), the rest by cosine
-    special = ~np.isfinite(got) | ~np.isfinite(want)
+    special = ~np.isfinite(got) | ~np.isfinite(want)  # NaN and infinities compare as values, the rest by cosine.
     agree = (np.isnan(got) & np.isnan(want)) | (got == want)
     if np.any(special & ~agree):
         return f"{name}: {int(np.count_nonzero(special & ~agree))} NaN/inf value(s) where the reference differs"
@@ -81,8 +65,7 @@ def _compare_by_cosine(name: str, got: Any, want: Any, quant_step: float | None,
     result = compare_outputs(got, want, quant_step=quant_step, min_cosine=min_cosine)
     if result["ok"]:
         return None
-    # An output that is ~0 everywhere (a detector's probability map for a random image) has
-    # no direction to compare: within fp16's resolution at the output's scale it agrees.
+    # An output ~0 everywhere has no direction: within fp16's resolution at its scale it agrees.
     scale = max(1.0, float(np.max(np.abs(want), initial=0.0)))
     if quant_step is None and result.get("max_abs", np.inf) <= FP16_RESOLUTION * scale:
         return f"~0 everywhere, max |diff| {result['max_abs']:.3g} within fp16 resolution"

@@ -1,27 +1,5 @@
-"""Multi-partition EPContext models: why onnxruntime-qnn 2.7.0 could not load them, and the load
-setting that makes them load.
-
-Root cause (reproduced by `make_shape_between_model`, ``python -m harness.targets.qnn.partitions_repro``):
-a model the HTP does not take whole compiles into several EPContext nodes with CPU nodes between
-them, typically ``Shape`` (the QNN EP takes no Shape op) feeding an int64 partition. The compile
-cannot fold that Shape (its input comes out of a partition), so the context binary's graph has
-the Shape's output as a runtime input. When the compiled model is LOADED, every tensor between
-the EPContext nodes has the static shape written on the node, and ORT's graph optimizers rewrite
-the CPU remainder: ``ConstantFolding`` turns the Shape into an initializer and
-``CommonSubexpressionElimination`` merges two Shape nodes of one tensor. The QNN EP then builds
-the graph's inputs from the EPContext node's non-initializer, distinct inputs, finds fewer than
-the context binary's graph declares, and refuses the node: "The count of graph inputs should be
-at least the count of tensor_wrapper!" (open_nsfw), or the process aborts with "Tensor name not
-found" (the reproducer). Nothing in the harness's compile options, ``ep.context_embed_mode``
-(both 0 and 1 fail the same way), node names or paths is involved; microsoft/onnxruntime#24751
-fixed a different mismatch (ops whose extra inputs QNN ignores).
-
-The faithful workaround: load an EPContext model of more than one EPContext node with ORT's
-graph optimizations disabled (``ORT_DISABLE_ALL``). The compile already optimized the graph before
-partitioning; what is left on the CPU then runs exactly as the compile wrote it, and the context
-binaries (what file mapping is about) are untouched. `UPSTREAM_STILL_BREAKS` is checked by a
-test that fails once a release loads the reproducer with default optimizations.
-"""
+"""Multi-partition EPContext models: ORT rewrites the CPU nodes between partitions and 2.7.0 refuses them,
+so they load with ``ORT_DISABLE_ALL`` (`make_shape_between_model` reproduces it)."""
 
 from __future__ import annotations
 
@@ -32,8 +10,7 @@ from harness.prep.epcontext import epcontext_nodes
 
 #: What a default-optimized load of a multi-partition EPContext model gives on 2.7.0.
 UPSTREAM_ERRORS = ("The count of graph inputs should be at least the count of tensor_wrapper", "Tensor name not found")
-#: The graph optimization level (harness.prep.sessions.LEVELS) multi-partition models load with.
-MULTI_PARTITION_LEVEL = "disabled"
+MULTI_PARTITION_LEVEL = "disabled"  #: The optimization level multi-partition models load with.
 
 
 def partition_count(model: Any) -> int:
@@ -49,8 +26,7 @@ def partitions_of(onnx_path: Path) -> int:
 
 
 def load_level(partitions: int) -> str | None:
-    """The graph optimization level a compiled model of ``partitions`` EPContext nodes must be
-    loaded with, or None for ORT's default (one partition: nothing to rewrite between them)."""
+    """The optimization level for a model of ``partitions`` EPContext nodes, or None for ORT's default."""
     return MULTI_PARTITION_LEVEL if partitions > 1 else None
 
 
@@ -75,8 +51,7 @@ def load_note(partitions: int) -> str:
 
 
 def make_shape_between_model(path: Path) -> Path:
-    """The minimal reproducer: X[1,4,8,8] -> QDQ Conv -> Y, and S = Shape(Y) - 1 (int64). The
-    QNN EP takes the Conv (partition 1) and the int64 Sub (partition 2), not the Shape between."""
+    """The minimal reproducer: QDQ Conv -> Y and Shape(Y) - 1 (int64), the Shape between two partitions."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper

@@ -1,6 +1,4 @@
-"""The multi-partition reproducer (`partitions`), run: ``python -m harness.targets.qnn.partitions_repro``
-builds and compiles it, then loads it in a child process with ORT's default optimizations and
-with the workaround, and prints how each ended."""
+"""The multi-partition reproducer: ``python -m harness.targets.qnn.partitions_repro`` loads it both ways."""
 
 from __future__ import annotations
 
@@ -27,8 +25,7 @@ def _load_and_run(ctx: str, level: str) -> None:
 
 
 def reproduce(folder: Path) -> dict[str, tuple[int, str]]:
-    """Build and compile the reproducer in ``folder``, then load it in a child process with ORT's
-    default optimizations and with the workaround: {level: (exit code, last output line)}."""
+    """Build, compile and load the reproducer both ways in a child: {level: (exit code, last output line)}."""
     import subprocess
 
     from harness.contract.spawn import python_child
@@ -40,14 +37,7 @@ def reproduce(folder: Path) -> dict[str, tuple[int, str]]:
     out = {}
     for level in ("default", MULTI_PARTITION_LEVEL):
         argv, env = python_child("harness.targets.qnn.partitions_repro", "--load", str(compiled.onnx_path), level)
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=600,
-            stdin=subprocess.DEVNULL,
-        )
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL)
         lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
         last = next((line for line in reversed(lines) if any(e in line for e in UPSTREAM_ERRORS)), "")
         out[level] = (proc.returncode, last or (lines[-1] if lines else ""))

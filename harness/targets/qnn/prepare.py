@@ -1,13 +1,4 @@
-"""The qnn target's models: a generated QDQ uint8 chain or the user's model, compiled once by
-the real QNN EP (`compile`); or the user's own pre-compiled EPContext model, measured where it is.
-
-- A user's model is compiled AS IT IS (weights untouched, Constant nodes and all); only inputs
-  with dynamic shapes get a shape-fixed copy of the graph, since the compiler needs static
-  shapes. Its folder holds ``reference.npz``: the un-compiled model's output on ORT's CPU EP
-  for a fixed input, which every worker compares with the QNN EP's output.
-- A pre-compiled EPContext model has no CPU original: its reference is its own first inference
-  with file mapping disabled, in a child process (`child`).
-"""
+"""The qnn target's models: the generated QDQ chain or a user's model compiled as it is, or an EPContext model."""
 
 from __future__ import annotations
 
@@ -35,6 +26,7 @@ from harness.prep.reference import load_reference, refuse_unverifiable, save_ref
 from .child import StatusCallback, run_child
 from .compile import compile_epcontext, qnn_log_dir
 from .ep import qnn_platform_supported, register_qnn_ep
+from .eplog_segments import flush_streams
 from .estimate import CompilePlan
 from .partitions import partitions_of
 from .qdq import make_feeds, make_qdq_model, reference_output
@@ -76,8 +68,7 @@ def generated_qdq(size: int, cache_dir: Path) -> PreparedModel:
 def _inline_model(
     tmp: Path, path: Path, graph: Any, inputs: list, shapes: dict, weights_bytes: int, onnx_file: str, **kwargs: Any
 ) -> PreparedModel:
-    """A prepared model whose weights stay where the user's model keeps them (nothing
-    externalised): what the qnn target measures, its compile input or its EPContext model."""
+    """A prepared model whose weights stay where the user's model keeps them."""
     output_types = {o.name: o.type.tensor_type.elem_type for o in graph.graph.output}
     return PreparedModel(
         tmp,
@@ -101,10 +92,7 @@ def prepare_qnn_source(
     quantize: QuantizeSpec | None = None,
     on_status: StatusCallback | None = None,
 ) -> PreparedModel:
-    """A user's (uncompiled) model for the qnn target: compiled AS IT IS, weights untouched,
-    unless ``quantize`` asks for its QDQ model (`quantize`). The folder holds the CPU reference
-    of the float model and, when input shapes had to be fixed for the compiler, a shape-fixed
-    copy of the graph (its external data linked, not copied), and the quantized model."""
+    """A user's model compiled as it is (or its QDQ model), with its CPU reference and any shape-fixed copy."""
     from harness.prep.inputs import fixed_shape_copy
 
     quantize = quantize or QuantizeSpec()
@@ -159,9 +147,7 @@ def _quantized(tmp: Path, path: Path, onnx_file: str, calibration: list, label: 
 def prepare_epcontext(
     path: Path, request: Any, job: dict, cache_dir: Path, on_status: StatusCallback | None = None
 ) -> tuple[PreparedModel, EpContextModel]:
-    """A pre-compiled EPContext model, measured where it is. There is no CPU original to
-    compare with, so its reference is its own first inference on the QNN EP with file mapping
-    disabled (in a child process), and a second one tells whether it is deterministic."""
+    """A pre-compiled EPContext model measured where it is; its reference is its own first inference."""
     label = f"--model {path}"
     graph = load_onnx(path, external_data=False)
     info = inspect_epcontext(path, graph, label)
@@ -199,27 +185,16 @@ def prepare_epcontext(
     return cached_model(cache_dir / f"qnnctx-{path.stem}-{key}", build, outside=(str(real_path(path)),)), info
 
 
-def _flush_c_stdio() -> None:
-    if os.name != "posix":
-        return
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).fflush(None)
-
-
 @contextlib.contextmanager
 def native_stdout_to_stderr() -> Iterator[None]:
-    """The QNN libraries print banner lines to fd 1 when they load; stdout carries the
-    summary table, so send those lines to stderr (the progress stream) instead."""
+    """The QNN libraries print banners to fd 1 on load: send them to stderr, not the summary's stdout."""
     sys.stdout.flush()
     saved = os.dup(1)
     try:
         os.dup2(2, 1)
         yield
     finally:
-        sys.stdout.flush()
-        _flush_c_stdio()  # the libraries write through C stdio: flush while fd 1 is redirected
+        flush_streams()  # the libraries write through C stdio: flush while fd 1 is redirected
         os.dup2(saved, 1)
         os.close(saved)
 
@@ -239,10 +214,7 @@ class QnnModel:
 
 
 def prepare_qnn(opts: Any, progress: Any = None) -> list[QnnModel]:
-    """Every model of the run, ready for the QNN EP: compiled (the generated QDQ chain, or the
-    user's model as it is) or the user's own EPContext model. Every problem the user can fix
-    (platform, missing package, dynamic shapes, nothing for QNN, a compile the EP refuses or
-    crashes in) is an InputError. ``progress`` (a `Progress`) shows what the QNN child is doing."""
+    """Every model of the run ready for the QNN EP; every problem the user can fix is an InputError."""
     on_status = progress.step if progress is not None else None
     supported, why = qnn_platform_supported()
     if not supported:
@@ -317,8 +289,7 @@ def _plan_of(compiler: _Compiler) -> CompilePlan | None:
 
 
 def _user_models(opts: Any, compiler: _Compiler, quantize: QuantizeSpec) -> list[QnnModel]:
-    """The user's models (a pipeline: several), each compiled or, when it already is an
-    EPContext model, measured where it is with its own first inference as the reference."""
+    """The user's models, each compiled or, already EPContext, measured where it is."""
     settings = opts.session_settings()
     models = resolve_models(opts.models)
     request = InputRequest.of(opts)

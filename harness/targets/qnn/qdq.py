@@ -1,5 +1,4 @@
-"""The generated model of the qnn target: a static-shape uint8 QDQ MatMul chain the HTP
-compiles whole, its random input, and its reference on ORT's CPU EP."""
+"""The qnn target's generated model: a static-shape uint8 QDQ MatMul chain, its input and CPU reference."""
 
 from __future__ import annotations
 
@@ -12,13 +11,7 @@ if TYPE_CHECKING:
 
 
 def make_qdq_model(path: Path, weights_bytes: int, *, seed: int = 0) -> dict:
-    """Write a static-shape uint8 QDQ MatMul chain of about `weights_bytes` weights.
-
-    Shape: X[1,D] -> Q/DQ -> L x (MatMul with DQ(uint8 W[D,D]) -> Q/DQ) -> Y[1,D]. D is a power of
-    two chosen so L <= 16 (fewer requantizations, smaller error against the CPU reference).
-    Activation scales are calibrated in numpy so values use most of the uint8 range without
-    clipping. Weights are embedded up to 1 GiB (protobuf limit 2 GiB), external beyond.
-    """
+    """Write a uint8 QDQ MatMul chain of about `weights_bytes` weights (L <= 16 layers; external past 1 GiB)."""
     import numpy as np
     from onnx import helper, numpy_helper
 
@@ -72,8 +65,7 @@ def make_qdq_model(path: Path, weights_bytes: int, *, seed: int = 0) -> dict:
 
 
 def _save_chain(path: Path, nodes: list, inits: list, dim: int, *, external: bool) -> bool:
-    """The chain as an opset-21 model at ``path``: its weights in ``<name>.data`` when
-    ``external`` (past 1 GiB, half protobuf's limit). Returns ``external``."""
+    """The chain as an opset-21 model, weights in ``<name>.data`` when ``external``; returns ``external``."""
     import onnx
     from onnx import TensorProto, helper
 

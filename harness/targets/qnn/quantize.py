@@ -1,13 +1,4 @@
-"""``--quantize qdq``: a float model prepared for the HTP as ORT's QNN documentation prepares it,
-before the compile: ``qnn_preprocess_model`` (ORT's fusions and cleanups for QNN), then
-``quantize_static`` with ``get_qnn_qdq_config`` (uint8 activations and weights, MinMax), calibrated
-on inputs made like the reference input (the given values kept, the rest seeded).
-
-The calibration set never contains the reference input itself: the output check of the quantized
-model against the float model's CPU output is then a fair one, made with `MIN_COSINE`
-(quantization to uint8 moves every activation by up to half a step, so the cosine bound of an
-unquantized compile, 0.99, is too tight for a deep float network).
-"""
+"""``--quantize qdq``: ``qnn_preprocess_model`` then ``quantize_static`` (uint8, MinMax), as ORT's QNN docs do."""
 
 from __future__ import annotations
 
@@ -19,10 +10,8 @@ from harness.core.argtypes import positive_int
 from harness.core.errors import InputError
 
 QUANTIZE_CHOICES = ("none", "qdq")
-#: Calibration inputs made by default (each one inference of the float model on the CPU EP).
-CALIBRATION_SIZE = 8
-#: Cosine similarity a quantized model's output must reach against the float reference.
-MIN_COSINE = 0.95
+CALIBRATION_SIZE = 8  #: Calibration inputs made by default (each one inference of the float model on the CPU EP).
+MIN_COSINE = 0.95  #: Cosine similarity a quantized model's output must reach against the float reference.
 
 
 @dataclass(frozen=True)
@@ -40,8 +29,7 @@ class QuantizeSpec:
         return {"quantize": self.method, "calibration": self.calibration_size} if self.enabled else {}
 
 
-#: --calibration-size: a whole number >= 1 (the command line's own integer type).
-parse_calibration_size = positive_int
+parse_calibration_size = positive_int  #: --calibration-size: a whole number >= 1 (the command line's own integer type).
 
 
 def parse_quantize(text: str) -> str:
@@ -61,15 +49,7 @@ class _Feeds:
 
 
 def _quantize_input(src: Path, work: Path, label: str) -> Path:
-    """A copy of ``src`` that ORT's QNN tools can take, in the folder ``work``:
-
-    - without ``metadata_props``: onnxruntime 1.32's ``qnn_preprocess_model`` crashes on any
-      model that has them ("TypeError: cannot convert dictionary update sequence element #0 to
-      a sequence": it ``dict.update``s the protobuf list). They carry no computation;
-    - its external-data files COPIED, not linked: the shape-fixed copy hard-links the user's
-      weights, and onnx refuses to load data "with multiple hard links, indicating a potential
-      hardlink attack". Quantizing reads every weight anyway, so the copy costs one more pass.
-    """
+    """A copy of ``src`` ORT's QNN tools take: no ``metadata_props`` (1.32 crashes on them), external data copied."""
     import shutil
 
     import onnx
@@ -91,9 +71,7 @@ def _quantize_input(src: Path, work: Path, label: str) -> Path:
 
 
 def nonfinite_constant_nodes(model: Any) -> list[str]:
-    """Main-graph nodes that read a float constant holding inf or NaN (an initializer or a
-    Constant node's value): quantize_static gives such a tensor an infinite scale (magika's
-    ``Max(-inf, x)``), and every value behind it turns to garbage. They stay in float."""
+    """Nodes reading a float constant with inf or NaN (quantize_static would give them an infinite scale)."""
     import numpy as np
     from onnx import numpy_helper
 
@@ -110,10 +88,7 @@ def nonfinite_constant_nodes(model: Any) -> list[str]:
 
 
 def quantize_qdq(src: Path, dst: Path, calibration: list[dict[str, Any]], label: str) -> Path:
-    """Write the QDQ model of ``src`` to ``dst`` (its folder also gets the preprocessed model;
-    the working copy of `_quantize_input` is removed); nodes on non-finite constants are left in
-    float (`nonfinite_constant_nodes`). Every failure of ORT's tools is one InputError naming
-    the user's model."""
+    """Write the QDQ model of ``src`` to ``dst`` (non-finite nodes stay float); ORT's failures are one InputError."""
     import logging
     import shutil
 
@@ -147,12 +122,7 @@ def quantize_qdq(src: Path, dst: Path, calibration: list[dict[str, Any]], label:
 def check_quantized(
     qdq: Path, feeds: dict[str, Any], reference: dict[str, Any], label: str, nondeterministic: Any = ()
 ) -> None:
-    """The QDQ model on ORT's CPU EP must already be within `MIN_COSINE` of the float model's
-    output (``reference``), or the compile is not tried: a loss there is the quantization's
-    (uint8 ranges too coarse for the model), not the QNN EP's, and one line says so. Outputs the
-    float reference itself gives differently on two runs (``nondeterministic``: RandomNormalLike
-    noise) are checked by shape only, as the workers check them; ORT failing to load or run the
-    QDQ model is one line too."""
+    """The QDQ model on the CPU EP must be within `MIN_COSINE` of the float reference before a compile is tried."""
     import numpy as np
     import onnxruntime as ort
 
@@ -189,9 +159,7 @@ def check_quantized(
             )
 
 
-#: Ops of a model that is already quantized (QDQ, dynamic quantization, ORT's quantized
-#: contrib ops, weight-only int4): quantize_static cannot quantize it again (a dynamically
-#: quantized MiniLM: ``KeyError: 'x_scale'`` deep inside ORT's tools).
+#: Ops of an already quantized model: quantize_static cannot quantize it again.
 QUANTIZED_OPS = frozenset(
     (
         "QuantizeLinear",
@@ -214,8 +182,7 @@ QUANTIZED_OPS = frozenset(
 
 
 def refuse_quantized(graph: Any, label: str) -> None:
-    """InputError (one line) when ``graph`` is already quantized: --quantize qdq is for float
-    models, and a quantized one compiles as it is."""
+    """InputError when ``graph`` is already quantized: it compiles as it is."""
     from collections import Counter
 
     from harness.prep.graphs import all_graphs
@@ -231,8 +198,7 @@ def refuse_quantized(graph: Any, label: str) -> None:
 
 
 def calibration_feeds(inputs: list, shapes: dict, feeds: dict, given: set[str], size: int) -> list[dict]:
-    """``size`` feed dicts like the reference ``feeds``: given inputs as they are, the others
-    drawn with other seeds than the reference input's."""
+    """``size`` feed dicts like ``feeds``: given inputs kept, the others drawn with other seeds."""
     from harness.prep.inputs import SEED, generate_feeds
 
     fixed = {name: feeds[name] for name in given}

@@ -1,12 +1,4 @@
-"""Static shapes inside a shape-fixed graph, before the QNN compile.
-
-Fixing a model's input shapes leaves its internal ``value_info`` as the exporter wrote it:
-tf2onnx, jax and Paddle exports keep symbolic or unknown dims there, and the QNN compiler then
-refuses the graph although every shape follows from the inputs. ONNX's shape inference with
-data propagation (``infer_shapes(data_prop=True)``, what ORT's QNN documentation suggests
-alongside ``symbolic_shape_infer``) recomputes them from the fixed inputs, Shape/Gather/Concat
-chains included (94 of 94 internal shapes static on one such model in issue 22).
-"""
+"""Static shapes inside a shape-fixed graph before the QNN compile (``infer_shapes(data_prop=True)``)."""
 
 from __future__ import annotations
 
@@ -24,8 +16,7 @@ def dynamic_value_infos(model: Any) -> int:
 
 
 def with_static_shapes(model: Any) -> Any:
-    """``model`` with its internal shapes inferred again from its (fixed) inputs; the model as
-    it was when ONNX's inference cannot run on it (the compile then reports what it refuses)."""
+    """``model`` with its internal shapes inferred again from its inputs; as it was when inference fails."""
     import onnx
     from onnx import ModelProto
 
@@ -39,16 +30,7 @@ def with_static_shapes(model: Any) -> Any:
 
 
 def fold_if_still_dynamic(path: Path) -> Path:
-    """The shape-fixed copy at ``path``, or, when ONNX's inference left internal shapes dynamic,
-    ORT's version of it after its basic graph optimizations ran once offline on the CPU EP
-    (constant folding of the Shape -> Slice chains, as ORT's quantization pre-processing does).
-
-    Why: a Paddle export computes a GRU's sequence length from ``Shape(x)``; data propagation
-    does not follow it through Slice/Expand, and the QNN compile refuses the graph ("Dynamic
-    shape is not supported yet, for input: helper.slice.12"), although every shape follows from
-    the fixed inputs. ORT's compile does not fold it either: it partitions before ConstantFolding
-    runs. Models whose shapes are all static already are compiled as they are. When ORT cannot
-    load the copy, the copy is kept: the compile then reports its own reason."""
+    """The copy at ``path`` or, when shapes stay dynamic, ORT's basic-optimized copy (folds Shape -> Slice chains)."""
     import onnx
 
     from harness.prep.onnxfile import external_data_files, load_onnx

@@ -1,16 +1,4 @@
-"""The shared-resource (list) path of the QNN EP: ``enable_vtcm_backup_buffer_sharing`` and
-``htp_share_resource_optimization``.
-
-With either provider option the EP creates the contexts of several context binaries from one
-list (2.7.0: ``CreateContextVtcmBackupBufferSharingEnabled``) and, if anything fails with file
-mapping on, the mapping step included, retries the whole list once with the feature disabled
-("Failed to create context with file mapping enabled. Error: <e>, Code: <n>. Retrying with
-feature disabled."). `mapper_impl.load_context_list` models it; this module lets the qnn target
-set the options (``--resource-sharing``) and names the backend's refusal for what it is: on the
-Linux x86_64 HTP simulator (onnxruntime-qnn 2.7.0, QNN SDK 2.51) SetupBackend fails with
-QNN_COMMON_ERROR_NOT_SUPPORTED as soon as one of them is set, so the list path cannot be
-exercised there.
-"""
+"""The list path's provider options (``--resource-sharing``); the Linux simulator refuses them (NOT_SUPPORTED)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""The SoC the simulated HTP compiles for when the user names none.
-
-onnxruntime-qnn's Linux x86_64 wheel runs the HTP backend in a simulator. With no ``soc_model``
-provider option the simulator sizes the graph for an unknown SoC, and many float graphs fail to
-finalize with ``QNN_COMMON_ERROR_MEM_ALLOC`` (4 of 10 real models outside the suite did, all of
-which compile with ``soc_model=60``). The devices this harness is for are Snapdragon X laptops,
-whose SoC is ``QNN_SOC_MODEL_SC8380XP`` = 60 (Snapdragon X Elite, HTP v73) in QNN's SoC table, so
-on the simulator the qnn target compiles for that SoC unless the user names one
-(``--provider-option soc_model=N``; ``soc_model=0`` restores the EP's own default, unknown SoC).
-On a device the EP detects its SoC itself and nothing is added.
-"""
+"""The SoC the simulated HTP compiles for when none is named: 60 (Snapdragon X Elite; else MEM_ALLOC often)."""
 
 from __future__ import annotations
 
@@ -16,8 +6,7 @@ import platform
 import sys
 from typing import Any
 
-#: QNN_SOC_MODEL_SC8380XP: the Snapdragon X Elite of the Windows-on-ARM laptops.
-SIMULATOR_SOC_MODEL = "60"
+SIMULATOR_SOC_MODEL = "60"  #: QNN_SOC_MODEL_SC8380XP: the Snapdragon X Elite of the Windows-on-ARM laptops.
 
 
 def is_simulator() -> bool:

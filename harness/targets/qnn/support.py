@@ -1,11 +1,4 @@
-"""Which op keeps a model off the QNN EP: read from the EP's own node-support lines.
-
-When no node at all is assigned to QNN, the compile child opens one more session of the model
-with the EP's VERBOSE log (`log_node_support`); for every node unit it refuses the EP logs
-"Validation FAILED for N nodes in OrtNodeUnit (Op) :", then "Operator type: Op Node name: X
-Node index: I" and "REASON : ...". `first_refused_op` turns the first such block into the words
-of the one-line error.
-"""
+"""Which op keeps a model off the QNN EP, read from the EP's VERBOSE node-support lines."""
 
 from __future__ import annotations
 
@@ -32,8 +25,7 @@ def first_refused_op(log_text: str) -> str | None:
 
 
 def log_node_support(so_factory: Any, src: str) -> None:
-    """Open one session of ``src`` with the EP's verbose log (the node-support lines go to this
-    process's log file); any failure is ignored: the caller reports the compile's own error."""
+    """Open one session of ``src`` with the EP's verbose log; failures ignored (the compile's own error is reported)."""
     import onnxruntime as ort
 
     so = so_factory()
