@@ -54,7 +54,7 @@ def python_child(module: str, *args: str) -> tuple[list[str], dict[str, str]]:
 
 
 def run_job(
-    module: str, job: dict, log: IO[bytes], folder: Path, *, timeout_s: float, poll_s: float, on_status=None
+    module: str, job: dict, log: IO[bytes] | int, folder: Path, *, timeout_s: float, poll_s: float, on_status=None
 ) -> tuple[int | None, dict | None]:
     """``python -m module JOB.json`` in ``folder``, its output in ``log``, each new status line to ``on_status``:
     (exit code, or None past ``timeout_s``; its result, or None). Killed when interrupted or past the deadline."""

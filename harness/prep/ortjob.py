@@ -1,22 +1,4 @@
-"""Long ONNX Runtime work of the preparation, in a child process (``python -m harness.prep.ortchild
-JOB.json``): the parent's side, and the status the child reports.
-
-Why a child: ORT's offline optimisation of a large model (100 000 initializers took minutes) and
-the reference runs are one long native call each. In the harness's own process Python runs no
-signal handler until that call returns, so Ctrl-C and SIGTERM (a CI timeout, ``kill``) were
-ignored for minutes. In a child the parent only waits, in short steps: a Ctrl-C or SIGTERM
-interrupts the wait at once and the child is killed (and dies with the parent in any case:
-``PR_SET_PDEATHSIG``). The child says what it is doing in a status file the parent passes to the
-progress display; ORT's own log lines are discarded (the result says what failed). The same pattern as
-the QNN compile child (`harness.targets.qnn.child`).
-
-Jobs (run by `harness.prep.ortchild`):
-- ``optimize``: `harness.prep.optimize.optimize_in_process` (ORT's optimized model saved);
-- ``reference``: `harness.prep.reference.reference_in_process` (the reference runs and archive);
-- ``generate``: `harness.prep.decoder.generate_in_process` (the generate workload's reference ids).
-
-The result (``ok``, ``error`` or the job's own fields) goes to the job's ``result`` JSON file.
-"""
+"""Long ORT work of the preparation in a child process, so Ctrl-C and SIGTERM stop it at once."""
 
 from __future__ import annotations
 
@@ -33,32 +15,24 @@ SLOW_ENV = "HARNESS_TEST_ORT_JOB_SLOW_S"  #: Test hook: the child sleeps this ma
 
 def run_ort_job(job: dict, label: str, on_status: Callable[[str], None] | None = None) -> dict:
     """Run ``job`` in a child; InputError for a failure, crash or timeout; Ctrl-C kills the child."""
+    import subprocess
     import tempfile
 
-    from harness.contract.spawn import python_child
-
+    # ORT's log is not kept: a file as the child's stdout would be inherited by what the child starts
+    # (Wine's explorer.exe, on ORT's DXGI probe) and outlive it, open: Windows would refuse to delete it
     with tempfile.TemporaryDirectory(prefix="ort-job-") as tmp:
-        job = dict(job, result=str(Path(tmp) / "result.json"), status=str(Path(tmp) / "status.txt"))
-        job_path = Path(tmp) / "job.json"
-        job_path.write_text(json.dumps(job), encoding="utf-8")
-        command, env = python_child("harness.prep.ortchild", str(job_path))
-        # ORT's log is not kept: a file here as the child's stdout would be inherited by whatever
-        # the child starts (Wine's explorer.exe, on ORT's DXGI probe) and outlive it, open, so
-        # Windows would refuse to delete this folder (sharing violation)
-        quiet = subprocess.DEVNULL
-        proc = subprocess.Popen(command, stdin=quiet, stdout=quiet, stderr=quiet, cwd=tmp, env=env)
-        try:
-            code = _wait(proc, Path(job["status"]), on_status)
-        finally:
-            if proc.poll() is None:  # interrupted (or past the deadline): the child goes too
-                proc.kill()
-                proc.wait()
-        if code is None:
-            raise InputError(f"{label}: ONNX Runtime did not finish in {ORT_JOB_TIMEOUT_S:g} s (killed)")
-        try:
-            result = json.loads(Path(job["result"]).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            result = {"ok": False, "error": _exit_text(code)}
+        code, result = run_job(
+            "harness.prep.ortchild",
+            job,
+            subprocess.DEVNULL,
+            Path(tmp),
+            timeout_s=ORT_JOB_TIMEOUT_S,
+            poll_s=POLL_S,
+            on_status=on_status,
+        )
+    if code is None:
+        raise InputError(f"{label}: ONNX Runtime did not finish in {ORT_JOB_TIMEOUT_S:g} s (killed)")
+    result = result if result is not None else {"ok": False, "error": _exit_text(code)}
     if not result.get("ok"):
         raise InputError(str(result.get("error") or f"{label}: ONNX Runtime failed"))
     return result
