@@ -34,8 +34,9 @@ from .gates import (
 )
 from .notes import Note, run_notes
 from .rundata import RunData
+from .passes import memory_view
 from .schema import MODES
-from .summary import row_ok
+from .summary import RATIO_COLUMNS, row_ok
 from .timing import timing_repeats, timing_rounds
 from .vocab import (
     MAPPED_PATH_STATES,
@@ -292,8 +293,26 @@ def judge_gates(run: RunData, extra: Iterable[Gate] = (), *, use_default_gates: 
             )
         else:
             result = evaluate_gate(gate, values, reasons, repeats)
+        if result.failed and result.value is None and (why := not_measurable(run, gate.check.metric)):
+            result = GateResult(gate, GateStatus.SKIP, None, f"not measurable here: {why}")
         results.append(replace(result, default=is_default))
     return results
+
+
+#: A worker row's figure -> its name in the note of a figure the OS refused (`memory.refused_figure`).
+_REFUSED_AS = {"uss_bytes": "USS", "rss_bytes": "RSS and private bytes", "private_bytes": "RSS and private bytes"}
+
+
+def not_measurable(run: RunData, metric: str) -> str | None:
+    """Why the OS cannot give ``metric``'s figure (None: it could): the OS refused it, with an
+    error, in every worker with a correct output. Missing for any other reason is a failure."""
+    column = RATIO_COLUMNS.get(metric, "").removeprefix("sum_")
+    marker = f"{_REFUSED_AS.get(column)} not measured: "
+    rows = [r for r in memory_view(run.results) if row_ok(r)]
+    refusals = [next((n for n in (r.memory_note or "").split("; ") if n.startswith(marker)), None) for r in rows]
+    if not rows or column not in _REFUSED_AS or any(getattr(r, column) is not None for r in rows) or None in refusals:
+        return None
+    return f"{refusals[0]}, refused by the OS in all {len(rows)} workers"
 
 
 def _undecided(results: list[GateResult]) -> tuple[list[str], list[str]]:
