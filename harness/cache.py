@@ -248,6 +248,20 @@ def _discard(folder: Path, why: CorruptEntry) -> None:
         shutil.rmtree(trash, ignore_errors=True)
 
 
+#: Windows' ERROR_SHARING_VIOLATION and ERROR_LOCK_VIOLATION: a file another process holds open.
+SHARING_VIOLATIONS = (32, 33)
+
+
+def write_problem(err: OSError) -> str:
+    """What went wrong writing the cache, and the remedy: a sharing violation is no full disk."""
+    if getattr(err, "winerror", None) in SHARING_VIOLATIONS:
+        return (
+            f"sharing violation: {err.filename or 'a file'} is open in another process, and Windows "
+            "neither replaces nor deletes an open or mapped file; close it or choose another --cache-dir"
+        )
+    return f"{err.strerror or err}; free space or choose another --cache-dir"
+
+
 def cached_build(folder: Path, build: Callable[[Path], None], load: Callable[[Path], T]) -> T:
     """The entry in ``folder``: ``load(folder)`` if it is there and sound, else
     ``build(scratch)`` and publish scratch as ``folder`` atomically, then ``load`` it.
@@ -273,11 +287,8 @@ def cached_build(folder: Path, build: Callable[[Path], None], load: Callable[[Pa
             scratch.mkdir()
             build(scratch)
             record_entry(scratch)
-        except OSError as err:  # disk full, quota, a cache folder gone read-only mid-build
-            raise InputError(
-                f"model cache {folder.parent}: cannot write the model "
-                f"({err.strerror or err}); free space or choose another --cache-dir"
-            ) from None
+        except OSError as err:  # disk full, quota, a read-only folder, a file another process holds open
+            raise InputError(f"model cache {folder.parent}: cannot write the model ({write_problem(err)})") from None
         try:
             os.rename(scratch, folder)
         except OSError:

@@ -7,7 +7,7 @@ signal handler until that call returns, so Ctrl-C and SIGTERM (a CI timeout, ``k
 ignored for minutes. In a child the parent only waits, in short steps: a Ctrl-C or SIGTERM
 interrupts the wait at once and the child is killed (and dies with the parent in any case:
 ``PR_SET_PDEATHSIG``). The child says what it is doing in a status file the parent passes to the
-progress display; ORT's own log lines go to a log file, not the terminal. The same pattern as
+progress display; ORT's own log lines are discarded (the result says what failed). The same pattern as
 the QNN compile child (`harness.targets.qnn.child`).
 
 Jobs (run by `harness.prep.ortchild`):
@@ -50,16 +50,17 @@ def run_ort_job(job: dict, label: str, on_status: Callable[[str], None] | None =
         job_path = Path(tmp) / "job.json"
         job_path.write_text(json.dumps(job), encoding="utf-8")
         command, env = python_child("harness.prep.ortchild", str(job_path))
-        with open(Path(tmp) / "ort.log", "wb") as log:
-            proc = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=tmp, env=env
-            )
-            try:
-                code = _wait(proc, Path(job["status"]), on_status)
-            finally:
-                if proc.poll() is None:  # interrupted (or past the deadline): the child goes too
-                    proc.kill()
-                    proc.wait()
+        # ORT's log is not kept: a file here as the child's stdout would be inherited by whatever
+        # the child starts (Wine's explorer.exe, on ORT's DXGI probe) and outlive it, open, so
+        # Windows would refuse to delete this folder (sharing violation)
+        quiet = subprocess.DEVNULL
+        proc = subprocess.Popen(command, stdin=quiet, stdout=quiet, stderr=quiet, cwd=tmp, env=env)
+        try:
+            code = _wait(proc, Path(job["status"]), on_status)
+        finally:
+            if proc.poll() is None:  # interrupted (or past the deadline): the child goes too
+                proc.kill()
+                proc.wait()
         if code is None:
             raise InputError(f"{label}: ONNX Runtime did not finish in {ORT_JOB_TIMEOUT_S:g} s (killed)")
         try:
