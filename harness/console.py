@@ -53,9 +53,12 @@ def summary_table(summary: list[SummaryRow]) -> Any:
     for name in ("target", "N x M", "rep", "metric", "mapped", "heap", "mapped/heap"):
         table.add_column(name, justify="left" if name in ("target", "metric") else "right")
     pairs = paired(summary)
+    metrics = TABLE_METRICS
+    if not any(s.sum_pss_bytes is not None for s in summary):  # Windows: private bytes lead, no PSS row
+        metrics = sorted((m for m in TABLE_METRICS if m[1] != "sum_pss_bytes"), key=lambda m: m[1] != "sum_private_bytes")
     for mapped, heap in pairs:
         first, who = True, _who(mapped)
-        for label, column, fmt in TABLE_METRICS:
+        for label, column, fmt in metrics:
             m, h = getattr(mapped, column), getattr(heap, column)
             shown = pair_ratio(mapped, heap, column)
             why = "incomplete" if not complete_pair(mapped, heap) else "noise" if column == "system_delta_bytes" else ""
@@ -67,7 +70,7 @@ def summary_table(summary: list[SummaryRow]) -> Any:
                 fmt(m),
                 fmt(h),
                 fmt_ratio(shown) if shown is not None or not why else why,
-                end_section=column == TABLE_METRICS[-1][1],
+                end_section=column == metrics[-1][1],
             )
             first = False
     in_pairs = {id(s) for pair in pairs for s in pair}
@@ -199,7 +202,11 @@ def spread_lines(judgement: Any) -> list[str]:
 
 
 def print_judgement(console: Any, judgement: Any, *, outcomes: bool = False) -> None:
-    """The run's summary table, outcomes, notes, gates and verdict."""
+    """The run's platform (Windows only), summary table, outcomes, notes, gates and verdict."""
+    from harness.core.runmeta import platform_line
+
+    if line := platform_line(judgement.run.env):
+        console.print(line)
     console.print(summary_table(judgement.run.summary))
     for line in [*startup_lines(judgement.run), *spread_lines(judgement)]:  # memory first, then timings
         console.print(line)

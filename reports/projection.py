@@ -29,7 +29,8 @@ DEFAULT_SESSION_FACTOR = 2
 DEFAULT_MIN_SESSIONS = 8
 
 ASSUMPTIONS = (
-    "memory is the summed PSS of the workers (USS where PSS is not measured, e.g. Windows); "
+    "memory is the summed PSS of the workers (USS where PSS is not measured, e.g. Windows; private "
+    "bytes where neither is, Wine); "
     "shared pages the metric leaves out are added back once",
     "heap mode: every session holds its own copy of the weights; mapped mode: one copy in the "
     "page cache is shared by every session and process",
@@ -45,7 +46,7 @@ class ModeFit:
     """memory(S) = fixed + per_session*S + weights_term(S) for one mode, in bytes."""
 
     mode: str
-    metric: str  # "pss" or "uss"
+    metric: str  # "pss", "uss" or "private"
     fixed_bytes: float
     per_session_bytes: float
     weights_bytes: int
@@ -104,10 +105,12 @@ def took_mapped_path(row: SummaryRow) -> bool:
 
 
 def choose_metric(summary: Iterable[SummaryRow]) -> str | None:
-    """PSS when every measured group has it, USS otherwise, None when neither was measured."""
+    """PSS when every measured group has it, else USS, else private bytes (Windows under Wine,
+    which gives no USS), None when none was measured."""
+    summary = list(summary)
     rows = [s for s in summary if s.sum_uss_bytes is not None or s.sum_pss_bytes is not None]
     if not rows:
-        return None
+        return "private" if any(s.sum_private_bytes is not None for s in summary) else None
     return "pss" if all(s.sum_pss_bytes is not None for s in rows) else "uss"
 
 

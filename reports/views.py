@@ -14,6 +14,7 @@ from harness.core.gates import GateResult
 from harness.core.headline import headline_sentence, per_n, target_version_labels, versions
 from harness.core.notes import Note
 from harness.core.rundata import RunData
+from harness.core.runmeta import platform_line
 from harness.core.schema import ResultRow, SummaryRow, column_docs
 from harness.core.summary import headline_pairs, largest_groups, median, row_ok, sessions_of, system_delta_reliable
 from harness.core.timing import spread_text, timing_rounds, timing_spread
@@ -159,6 +160,7 @@ class RunView:
     versions: list[tuple[str, str]] = field(default_factory=list)
     tests: list[TestRecord] = field(default_factory=list)
     capacity: CapacityView | None = None  # a capacity run's N against survived
+    platform: str | None = None  # Windows (and Wine) named at the top: `runmeta.platform_line`
 
     @property
     def gates_passed(self) -> bool:
@@ -255,6 +257,8 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
             continue
         if column == "sum_private_bytes" and has_pss:
             continue  # on Linux private bytes are USS: one row is enough
+        if column == "sum_rss_bytes" and run.env.get("system") == "Windows":
+            label = "Summed working set (RSS)"
         unit = "bytes" if "bytes" in column else "s"
         m_val = median([getattr(s, column) for s in mapped])
         h_val = median([getattr(s, column) for s in heap])
@@ -400,4 +404,5 @@ def build_run_view(
         versions=_versions(run),
         tests=list(tests or []),
         capacity=capacity_view(run),
+        platform=platform_line(run.env),
     )
