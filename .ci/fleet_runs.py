@@ -2,7 +2,8 @@
 
 The fleet job downloads every ``nightly-device-*`` artifact of the workflow run into
 ``devices/<artifact>/``, or straight into ``devices/`` when the pattern matches one artifact only
-(download-artifact v5+: a one-kind fleet, or a night only one kind ran). Each artifact holds ``nightly/<kind>-run-<run>-<attempt>/`` (tonight's
+(download-artifact v5+: a one-kind fleet, or a night only one kind ran).
+Each artifact holds ``nightly/<kind>-run-<run>-<attempt>/`` (tonight's
 sweep), but also ``history/last-run/`` (last night's tables, kept as tonight's baseline) and
 ``reports-out/`` (the pytest run folders). Taking every folder with a ``results.csv`` read one
 device as two runs, and a device whose sweep did not finish contributed last night's run as

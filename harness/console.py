@@ -1,10 +1,5 @@
-"""What the command line prints on stdout: mapped and heap side by side with their ratios, how
-each repeat ended, the notes, the gates and the verdict, all from one `Judgement`.
-
-Every piece of text that comes from data (errors, paths, run ids, gate expressions) is printed
-as plain text, never as rich markup: "[run-1]" must not vanish and an error that contains
-"[/path]" must not raise a MarkupError in the middle of a run.
-"""
+"""What the command line prints on stdout, all from one `Judgement`. Text from data (errors,
+paths, run ids, gates) is printed plain, never as rich markup: "[run-1]" must not vanish."""
 
 from __future__ import annotations
 
@@ -55,7 +50,9 @@ def summary_table(summary: list[SummaryRow]) -> Any:
     pairs = paired(summary)
     metrics = TABLE_METRICS
     if not any(s.sum_pss_bytes is not None for s in summary):  # Windows: private bytes lead, no PSS row
-        metrics = sorted((m for m in TABLE_METRICS if m[1] != "sum_pss_bytes"), key=lambda m: m[1] != "sum_private_bytes")
+        metrics = sorted(
+            (m for m in TABLE_METRICS if m[1] != "sum_pss_bytes"), key=lambda m: m[1] != "sum_private_bytes"
+        )
     for mapped, heap in pairs:
         first, who = True, _who(mapped)
         for label, column, fmt in metrics:

@@ -1,8 +1,5 @@
-"""The report's four charts as inline SVG strings, built from schema rows.
-
-Each builder returns a `Chart`: the SVG, a caption saying how to read it, or — when the run
-cannot support the chart (one N, one mode, no history) — the reason it is absent, so the
-report explains a gap instead of drawing an empty frame.
+"""The report's charts as inline SVG, from schema rows: each `Chart` holds the SVG and a caption
+on how to read it, or why the run cannot support it (one N, one mode, no history).
 """
 
 from __future__ import annotations
@@ -38,6 +35,8 @@ WINDOWS_METRICS = (("private", "private bytes"), ("uss", "USS (private)"), ("rss
 def memory_metrics(measured) -> list[tuple[str, str]]:
     """(metric, label) of the memory panels and bars: Linux's three, or Windows' measured ones."""
     return list(MEMORY_METRICS) if measured("pss") else [(m, label) for m, label in WINDOWS_METRICS if measured(m)]
+
+
 TREND_METRICS = (
     ("mapped_pss_ratio", "PSS ratio", "pss"),
     ("mapped_uss_ratio", "USS ratio", "uss"),
@@ -272,6 +271,7 @@ def per_worker_bars(results: Sequence[ResultRow]) -> Chart:
     at_top = [r for r in measured if r.processes == top_n]
     first = min(r.repeat or 0 for r in at_top)
     rows = [r for r in at_top if (r.repeat or 0) == first]
+
     def measured(metric: str) -> bool:
         return any(getattr(r, f"{metric}_bytes") for r in rows)
 

@@ -1,14 +1,8 @@
-"""The shape of a run folder's ``metadata.json``, checked whole before any of it is used.
-
-Why: a run folder may have been made (or edited) by someone else, and the report, the gates,
-the history and the comparison read dozens of its entries (``run.processes`` as a set of
-integers, ``gates`` as gate expressions, ``run.project_to.sessions`` as a count...). A value of
-the wrong type anywhere (a gate that is a number, a ``project_to`` that is a string, a label
-that is a list) used to surface as a traceback deep inside the report. So every entry the
-harness reads is declared here with its type, lists and mappings with their longest length, and
-`check_metadata` refuses a file that breaks the declaration, in one line naming the entry and
-what it is (never its value). ``None`` is always allowed (an entry not recorded), and entries
-not declared here are never read, so they are left alone (a newer harness may add some).
+"""The shape of a run folder's ``metadata.json``, checked whole before any of it is used: a
+folder may come from someone else, and a value of the wrong type used to surface as a traceback
+deep in the report. Every entry read is declared with its type (lists and mappings with their
+longest length); `check_metadata` refuses a breach in one line naming the entry, never its value.
+``None`` is always allowed; undeclared entries are never read.
 """
 
 from __future__ import annotations

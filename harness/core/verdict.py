@@ -1,18 +1,10 @@
-"""The one interpretation of a run: its gate results, its notes, the state of the feature and
-the overall verdict. The terminal, the HTML report, `harness report`, `harness bench` and the
-tests all call `judge`, so they cannot disagree about what a run means.
+"""The one interpretation of a run (gate results, notes, the feature's state, the verdict):
+the terminal, the reports, bench and the tests all call `judge`, so none can disagree.
 
-Verdicts come only from evidence: "fail" when a worker or a gate failed (a failure is evidence
-too, and it outranks missing evidence); otherwise a run that did not complete, that holds no
-worker with a correct output, or whose groups lack complete evidence (a worker not sampled, a
-sample physics does not allow) is "incomplete" (never "pass"), whatever its gates say; "pass"
-needs all of it.
-
-An *inconclusive* timing gate (its 95 % interval straddles the threshold, or one repeat) is
-never a pass. One the user asked for (``--gate``, a gates file, bench's criteria) makes the run
-"incomplete": the question asked was not answered. One of the target's default gates leaves the
-verdict to the other gates and is named in the verdict line as not judged: the default run has
-one repeat, which decides no timing gate, and its memory gates are the feature's claim.
+fail: a worker or gate failed (a failure outranks missing evidence); incomplete: the run did not
+complete, no worker's output is correct, a group lacks evidence, or a gate the user asked for is
+inconclusive; pass: none of these. A default timing gate left inconclusive is named as not judged
+(the default run's one repeat decides none; its memory gates are the feature's claim).
 """
 
 from __future__ import annotations
@@ -33,8 +25,8 @@ from .gates import (
     parse_gates,
 )
 from .notes import Note, run_notes
-from .rundata import RunData
 from .passes import memory_view
+from .rundata import RunData
 from .schema import MODES
 from .summary import RATIO_COLUMNS, row_ok
 from .timing import timing_repeats, timing_rounds
@@ -279,9 +271,8 @@ def single_mode(run: RunData) -> str | None:
 
 
 def judge_gates(run: RunData, extra: Iterable[Gate] = (), *, use_default_gates: bool = True) -> list[GateResult]:
-    """Every gate of the run, evaluated. A default gate that compares mapped with heap is
-    skipped, with the reason, when the run measured one mode only (a valid choice, not a
-    failure); a gate the user asked for fails then, saying why."""
+    """Every gate of the run, evaluated. Skipped with the reason: a default gate comparing mapped
+    with heap in a one-mode run, and any gate on a figure the OS refused (`not_measurable`)."""
     values, reasons = gate_values_with_reasons(run.summary)
     repeats = timing_repeats(run.summary, timing_rounds(run))
     only = single_mode(run)
@@ -333,12 +324,8 @@ def _incomplete_groups(run: RunData) -> list[str]:
 
 
 def judge(run: RunData, extra_gates: Iterable[Gate] = (), *, use_default_gates: bool = True) -> Judgement:
-    """Everything a reader needs to know about ``run``, decided once.
-
-    fail: a worker or a gate failed (the run's status is named too when it is not complete);
-    incomplete: otherwise, the run did not complete, no worker has a correct output, or a group
-    lacks evidence (a worker not sampled, an implausible sample, a derived figure physics
-    forbids: `harness.core.physics`); pass: none of these."""
+    """Everything a reader needs to know about ``run``, decided once (the rules: this module's
+    docstring; missing evidence includes a derived figure physics forbids, `harness.core.physics`)."""
     results = judge_gates(run, extra_gates, use_default_gates=use_default_gates)
     values, missing = gate_values_with_reasons(run.summary)
     failed = [g for g in results if g.failed]

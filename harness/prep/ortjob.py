@@ -1,21 +1,8 @@
-"""Long ONNX Runtime work of the preparation, in a child process (``python -m harness.prep.ortchild
-JOB.json``): the parent's side, and the status the child reports.
-
-Why a child: ORT's offline optimisation of a large model (100 000 initializers took minutes) and
-the reference runs are one long native call each. In the harness's own process Python runs no
-signal handler until that call returns, so Ctrl-C and SIGTERM (a CI timeout, ``kill``) were
-ignored for minutes. In a child the parent only waits, in short steps: a Ctrl-C or SIGTERM
-interrupts the wait at once and the child is killed (and dies with the parent in any case:
-``PR_SET_PDEATHSIG``). The child says what it is doing in a status file the parent passes to the
-progress display; ORT's own log lines are discarded (the result says what failed). The same pattern as
-the QNN compile child (`harness.targets.qnn.child`).
-
-Jobs (run by `harness.prep.ortchild`):
-- ``optimize``: `harness.prep.optimize.optimize_in_process` (ORT's optimized model saved);
-- ``reference``: `harness.prep.reference.reference_in_process` (the reference runs and archive).
-
-The result (``ok``, ``error`` or the job's own fields) goes to the job's ``result`` JSON file.
-"""
+"""Long ONNX Runtime work of the preparation (``optimize``, ``reference``) in a child process
+(`harness.prep.ortchild`): the parent's side. In the harness's own process one long native call
+ignored Ctrl-C and SIGTERM for minutes; here the parent only waits, in short steps, and kills the
+child when interrupted (as the QNN compile child, `harness.targets.qnn.child`). The child reports
+its status in a file and its result (``ok``, ``error`` or the job's fields) in a JSON file."""
 
 from __future__ import annotations
 
@@ -31,15 +18,13 @@ from harness.core.errors import InputError
 ORT_JOB_TIMEOUT_S = 3 * 3600.0
 #: How often the waiting parent looks at the child (and can be interrupted).
 POLL_S = 0.2
-#: Test hook: the child sleeps this many seconds before its work (an interruptible stand-in for
-#: a long native call); never set by the harness itself.
+#: Test hook: the child sleeps this long before its work (a stand-in for a long native call).
 SLOW_ENV = "HARNESS_TEST_ORT_JOB_SLOW_S"
 
 
 def run_ort_job(job: dict, label: str, on_status: Callable[[str], None] | None = None) -> dict:
-    """Run ``job`` in a child and return its result; InputError (one line naming ``label``) for
-    a job that failed, crashed or ran past `ORT_JOB_TIMEOUT_S`. KeyboardInterrupt (Ctrl-C, or
-    SIGTERM turned into one by the command line) kills the child and propagates."""
+    """``job``'s result from a child; InputError naming ``label`` for a job that failed, crashed or
+    ran past `ORT_JOB_TIMEOUT_S`; KeyboardInterrupt (Ctrl-C, SIGTERM) kills the child, propagated."""
     import subprocess
     import tempfile
 
@@ -50,9 +35,7 @@ def run_ort_job(job: dict, label: str, on_status: Callable[[str], None] | None =
         job_path = Path(tmp) / "job.json"
         job_path.write_text(json.dumps(job), encoding="utf-8")
         command, env = python_child("harness.prep.ortchild", str(job_path))
-        # ORT's log is not kept: a file here as the child's stdout would be inherited by whatever
-        # the child starts (Wine's explorer.exe, on ORT's DXGI probe) and outlive it, open, so
-        # Windows would refuse to delete this folder (sharing violation)
+        # no log file here: what the child starts (Wine's explorer.exe) inherits it, open (sharing violation)
         quiet = subprocess.DEVNULL
         proc = subprocess.Popen(command, stdin=quiet, stdout=quiet, stderr=quiet, cwd=tmp, env=env)
         try:

@@ -268,7 +268,9 @@ def test_linux_lane_runs_ci_where_the_wine_tests_were_calibrated():
     assert runs == ["bash .ci/run"], f"the job runs .ci/run itself, and nothing else: {runs}"
     ci_run = (ROOT / ".ci" / "run").read_text(encoding="utf-8") + (ROOT / ".ci" / "windows_checks.sh").read_text()
     assert "bash .ci/windows_checks.sh install" in ci_run
-    assert re.search(r"apt-get install [^\n]*\bwine64\b[^\n]*\bwine\b|apt-get install [^\n]*\bwine\b[^\n]*wine64", ci_run)
+    assert re.search(
+        r"apt-get install [^\n]*\bwine64\b[^\n]*\bwine\b|apt-get install [^\n]*\bwine\b[^\n]*wine64", ci_run
+    )
     assert "python .ci/wine_lane.py" in ci_run, "the Wine lane runs in this lane"
 
 
