@@ -23,6 +23,8 @@ TABLE_METRICS = [
     ("median init", "init_s_median", fmt_seconds),
     ("init + 1st run", "startup_s_median", fmt_seconds),
 ]
+PSS_PRIVATE = ("sum_pss_bytes", "sum_private_bytes")  # Windows has no PSS; private bytes lead there
+WINDOWS_FIRST = next(m for m in TABLE_METRICS if m[1] == PSS_PRIVATE[1])
 
 
 #: Width of tables when the output is not a terminal (CI logs, pipes): rich's default of 80
@@ -48,11 +50,8 @@ def summary_table(summary: list[SummaryRow]) -> Any:
     for name in ("target", "N x M", "rep", "metric", "mapped", "heap", "mapped/heap"):
         table.add_column(name, justify="left" if name in ("target", "metric") else "right")
     pairs = paired(summary)
-    metrics = TABLE_METRICS
-    if not any(s.sum_pss_bytes is not None for s in summary):  # Windows: private bytes lead, no PSS row
-        metrics = sorted(
-            (m for m in TABLE_METRICS if m[1] != "sum_pss_bytes"), key=lambda m: m[1] != "sum_private_bytes"
-        )
+    windows = not any(s.sum_pss_bytes is not None for s in summary)
+    metrics = [WINDOWS_FIRST, *(m for m in TABLE_METRICS if m[1] not in PSS_PRIVATE)] if windows else TABLE_METRICS
     for mapped, heap in pairs:
         first, who = True, _who(mapped)
         for label, column, fmt in metrics:
