@@ -1,7 +1,9 @@
 """Which run folders the nightly fleet merge takes: tonight's sweep of each device kind, once.
 
 The fleet job downloads every ``nightly-device-*`` artifact of the workflow run into
-``devices/<artifact>/``. Each artifact holds ``nightly/<kind>-run-<run>-<attempt>/`` (tonight's
+``devices/<artifact>/``, or straight into ``devices/`` when the pattern matches one artifact only
+(download-artifact v5+: a one-kind fleet, or a night only one kind ran).
+Each artifact holds ``nightly/<kind>-run-<run>-<attempt>/`` (tonight's
 sweep), but also ``history/last-run/`` (last night's tables, kept as tonight's baseline) and
 ``reports-out/`` (the pytest run folders). Taking every folder with a ``results.csv`` read one
 device as two runs, and a device whose sweep did not finish contributed last night's run as
@@ -47,10 +49,10 @@ class Sweep:
 
 
 def tonights_sweeps(devices: Path, run_number: int) -> list[Sweep]:
-    """Every ``<artifact>/nightly/<kind>-run-<run_number>-<attempt>`` folder under ``devices``
+    """Every ``[<artifact>/]nightly/<kind>-run-<run_number>-<attempt>`` folder under ``devices``
     (symlinks are not followed: an artifact is data, not a place to be sent elsewhere)."""
     found = []
-    for artifact in sorted(devices.iterdir()):
+    for artifact in [devices, *sorted(devices.iterdir())]:
         nightly = artifact / "nightly"
         if artifact.is_symlink() or nightly.is_symlink() or not nightly.is_dir():
             continue

@@ -13,7 +13,8 @@ Steps (each exits 0 when it passed, 1 when it failed; a usage error is 2):
   test_peak_latency.py), on the real kernel32 and psapi. ``-n N`` for pytest-xdist.
 - ``collect``: ``pytest --collect-only`` of the whole suite: no module may fail at import on
   Windows.
-- ``cpu-run``: ``python -m harness run --target cpu`` end to end with its report; passes when
+- ``cpu-run``: the README's main job, ``python -m harness run`` (256 MiB, 4 processes; ``--model-size``
+  and ``--processes`` change them) end to end with its report; passes when
   the run reached a verdict with every worker row, every output correct, the mapped workers on
   the mapped path of the Windows mapper, metadata.json saying Windows, and no figure that the
   OS refused (an empty figure must say why in the row's memory note). Extra arguments after
@@ -46,6 +47,8 @@ WINDOWS_TESTS = [
     "suites/harness/test_peakwatch.py",
     "suites/harness/test_peak_latency.py",
 ]
+#: mapper: a test still running after this long has every thread's stack dumped (naming the test)
+HUNG_TEST_S = 300
 QNN_RUN = ["--target", "qnn", "--processes", "1", "--model-size", "4MiB", "--no-default-gates"]
 
 
@@ -54,26 +57,14 @@ def planned(args: argparse.Namespace) -> list[list[str]]:
     suites/ci to replay a workflow's step (its harness and pytest options, its outputs)."""
     out = Path(args.out)
     pytest = ["-m", "pytest", "-p", "no:cacheprovider"]
+    # cpu-run: the README's main job (`python -m harness run`, its defaults) unless told otherwise
+    sizes = [*(["--model-size", args.model_size] if args.model_size else [])]
+    sizes += ["--processes", args.processes] if args.processes else []
     return {
         "env": [["-c", ENV_CHECK], ["-c", QNN_CHECK]],
-        "mapper": [[*pytest, *WINDOWS_TESTS, "-n", args.n, "-q"]],
+        "mapper": [[*pytest, *WINDOWS_TESTS, "-n", args.n, "-q", "-o", f"faulthandler_timeout={HUNG_TEST_S}"]],
         "collect": [[*pytest, "--collect-only", "-q", "suites"]],
-        "cpu-run": [
-            [
-                "-m",
-                "harness",
-                "run",
-                "--target",
-                "cpu",
-                "--model-size",
-                args.model_size,
-                "--processes",
-                args.processes,
-                "--out",
-                str(out / "runs" / "cpu"),
-                *args.harness_args,
-            ]
-        ],
+        "cpu-run": [["-m", "harness", "run", *sizes, "--out", str(out / "runs" / "cpu"), *args.harness_args]],
         "qnn-doctor": [["-m", "harness", "doctor", "--target", "qnn", "--json", str(out / "doctor.json")]],
         "qnn-run": [["-m", "harness", "run", *QNN_RUN, "--out", str(out / "runs" / "qnn")]],
     }[args.step]
@@ -175,7 +166,7 @@ def step_cpu_run(args: argparse.Namespace) -> int:
     if not (out / "results.csv").is_file():
         print(f"cpu-run: harness run exited {code} with no results.csv")
         return 1
-    processes = [int(n) for n in args.processes.split(",")]
+    processes = json.loads((out / "metadata.json").read_text(encoding="utf-8"))["run"]["processes"]
     problems = check_cpu_run(out, 2 * sum(processes))
     for problem in problems:
         print(f"cpu-run: {problem}")
@@ -238,8 +229,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--out", default="windows-ci", help="folder for run folders and doctor.json (default windows-ci)"
     )
     parser.add_argument("-n", default="auto", help="mapper: pytest-xdist workers (default auto)")
-    parser.add_argument("--model-size", default="16MiB", help="cpu-run: --model-size (default 16MiB)")
-    parser.add_argument("--processes", default="2", help="cpu-run: --processes (default 2)")
+    parser.add_argument("--model-size", help="cpu-run: --model-size (default: harness run's, 256MiB)")
+    parser.add_argument("--processes", help="cpu-run: --processes (default: harness run's, 4)")
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: len(argv) - len(extra) - 1] if "--" in argv else argv)

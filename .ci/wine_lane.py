@@ -66,7 +66,7 @@ LANE_STEPS = {
     "env": [],
     "mapper": ["-n", "2"],
     "collect": [],
-    "cpu-run": ["--model-size", "16MiB", "--processes", "2"],
+    "cpu-run": [],  # the README's main job, exactly
     "qnn-doctor": [],
     "qnn-run": [],
 }
@@ -214,10 +214,14 @@ def wine_env(prefix: Path) -> dict[str, str]:
 
 
 def boot(wine: str, wineserver: str, env: dict[str, str]) -> None:
-    """A persistent wineserver and the prefix's services, started with no inherited pipe."""
+    """A persistent wineserver, the prefix's services and its desktop, started with no inherited
+    pipe. Wine starts the desktop (explorer.exe) for the first process that needs one (ORT's
+    DXGI probe does) and it inherits that process's standard handles and outlives it: a pipe
+    pytest reads to its end then never ends (the mapper step hung), a file is never deletable."""
     quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     subprocess.Popen([wineserver, "-p"], env=env, start_new_session=True, **quiet)
     subprocess.run([wine, "wineboot", "-i"], env=env, check=True, timeout=600, **quiet)
+    subprocess.run([wine, "rundll32", "user32.dll,GetDesktopWindow"], env=env, check=True, timeout=120, **quiet)
 
 
 def build_prefix(wine: str, wineserver: str):
@@ -287,11 +291,14 @@ def run_windows(cmd: list[str], env: dict[str, str], timeout: float) -> int:
     )
     import threading
 
+    last = [b""]
+
     def copy() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             sys.stdout.buffer.write(line)
             sys.stdout.buffer.flush()
+            last[0] = line.strip() or last[0]
 
     copier = threading.Thread(target=copy, daemon=True)
     copier.start()
@@ -299,7 +306,8 @@ def run_windows(cmd: list[str], env: dict[str, str], timeout: float) -> int:
         code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        print(f"wine lane: {cmd[1:3]} did not finish in {timeout:.0f} s", flush=True)
+        said = last[0].decode(errors="replace")
+        print(f"wine lane: {cmd[2:4]} did not finish in {timeout:.0f} s; its last line: {said!r}", flush=True)
         code = 124
     copier.join(timeout=30)
     return code

@@ -1,27 +1,12 @@
-"""The model cache: generated, externalised and compiled models, built once and reused.
+"""The model cache: generated, externalised and compiled models, built once and reused
+(``$HARNESS_CACHE_DIR``, else ``~/.cache/qnn-fmw-harness``; ``--cache-dir`` per run).
 
-Why a cache: a 1 GiB generated model takes seconds to build and a QNN compilation even more;
-both are deterministic functions of their inputs, so they are built once per machine. Where:
-``$HARNESS_CACHE_DIR`` or ``~/.cache/qnn-fmw-harness`` (``--cache-dir`` per run).
-
-One mechanism for every entry (`cached_build`): an entry is a folder named by a key that covers
-everything it was built from; it is built in a scratch folder beside it and published with one
-rename, so a reader never sees half an entry and a build killed half-way leaves only scratch,
-which the next build removes. Every entry carries a record of its files (``.entry.json``:
-size and a full BLAKE2b hash of every byte of each) written before it is published and
-checked on every use, so a file changed, cut short or replaced since the build (a damaged
-disk, a half-finished copy, someone's edit, a same-size overwrite with its mtime put back) is
-caught before a worker loads it. The full hash costs one read of the entry per run (about
-0.3 s for a 256 MiB weights file on this machine; docs/models-and-cache.md has the figure).
-The record is not believed either: it must name exactly the files the entry holds (every file
-a worker loads is one of them; a record naming no file verifies nothing, a file it does not
-name was put there since), and a name in it that is not a plain file inside the entry (``../``,
-an absolute path, a link out, a FIFO) makes the entry corrupt, as does any symlink or special
-file in the entry, or more than `MAX_ENTRY_FILES` files. Entries nested in an entry (the QNN
-compilations of a source model, under its ``qnn/``) are entries of their own, with records of
-their own. An entry that fails either check (``load`` raises `CorruptEntry`) is rebuilt, once,
-with a note on stderr; a second failure is an `InputError` naming the entry. Nothing of an
-entry is ever unpickled. Messages about an entry never quote what its files hold.
+An entry is a folder named by a key covering everything it was built from, built in scratch
+beside it and published with one rename (`cached_build`): a reader never sees half an entry. Its
+record (``.entry.json``: size and BLAKE2b of every file) must name exactly the plain files the
+entry holds (no link, special file or name outside it, at most `MAX_ENTRY_FILES`) and is checked
+on every use; an entry that fails (`CorruptEntry`) is rebuilt once, with a note on stderr, and a
+second failure is an InputError naming it. Nothing is unpickled; messages never quote file contents.
 """
 
 from __future__ import annotations
@@ -165,10 +150,8 @@ def default_cache_dir() -> Path:
     return Path(env).absolute() if env else Path.home() / ".cache" / "qnn-fmw-harness"
 
 
-#: The names `cached_build`, `_discard` and `clear_cache` give their scratch:
-#: ``.build-<entry>-<pid>-<8 hex>`` (``-trash`` when it is an entry set aside to be deleted).
-#: Nothing else is ever removed as scratch: a cache folder pointed at a home folder by mistake
-#: may hold a ``.build-tools`` of the user's.
+#: Scratch names (`cached_build`, `_discard`, `clear_cache`): ``.build-<entry>-<pid>-<8 hex>[-trash]``;
+#: nothing else is removed as scratch (a cache pointed at a home folder may hold a user's ``.build-x``).
 _SCRATCH_NAME = re.compile(r"^\.build-.+-(?P<pid>\d+)-[0-9a-f]{8}(?P<trash>-trash)?$")
 #: Log files the QNN child processes leave in the cache's ``logs`` folder (`qnn_log_dir`).
 _LOG_NAME = re.compile(r"^(.+-(htp|cpu|gpu|saver)-[0-9a-f]{16}-compile|ctx-.+-[0-9a-f]{16}-reference)\.log$")
@@ -246,13 +229,23 @@ def _discard(folder: Path, why: CorruptEntry) -> None:
         shutil.rmtree(trash, ignore_errors=True)
 
 
-def cached_build(folder: Path, build: Callable[[Path], None], load: Callable[[Path], T]) -> T:
-    """The entry in ``folder``: ``load(folder)`` if it is there and sound, else
-    ``build(scratch)`` and publish scratch as ``folder`` atomically, then ``load`` it.
+#: Windows' ERROR_SHARING_VIOLATION and ERROR_LOCK_VIOLATION: a file another process holds open.
+SHARING_VIOLATIONS = (32, 33)
 
-    ``load`` raises `CorruptEntry` for an entry that fails its check; ``build`` raises
-    InputError for user mistakes (propagated) and OSError for a full or read-only disk
-    (turned into one InputError naming the cache)."""
+
+def write_problem(err: OSError) -> str:
+    """What went wrong writing the cache, and the remedy: a sharing violation is no full disk."""
+    if getattr(err, "winerror", None) not in SHARING_VIOLATIONS:
+        return f"{err.strerror or err}; free space or choose another --cache-dir"
+    return (
+        f"sharing violation: {err.filename or 'a file'} is open in another process, and Windows neither "
+        "replaces nor deletes an open or mapped file; close it or choose another --cache-dir"
+    )
+
+
+def cached_build(folder: Path, build: Callable[[Path], None], load: Callable[[Path], T]) -> T:
+    """``load(folder)`` if sound (``load`` raises `CorruptEntry`), else ``build(scratch)``, published
+    atomically as ``folder``, then loaded; ``build``'s OSError becomes one InputError naming the cache."""
     folder = Path(folder)
     if os.path.lexists(folder):
         try:
@@ -271,11 +264,8 @@ def cached_build(folder: Path, build: Callable[[Path], None], load: Callable[[Pa
             scratch.mkdir()
             build(scratch)
             record_entry(scratch)
-        except OSError as err:  # disk full, quota, a cache folder gone read-only mid-build
-            raise InputError(
-                f"model cache {folder.parent}: cannot write the model "
-                f"({err.strerror or err}); free space or choose another --cache-dir"
-            ) from None
+        except OSError as err:  # disk full, quota, a read-only folder, a file another process holds open
+            raise InputError(f"model cache {folder.parent}: cannot write the model ({write_problem(err)})") from None
         try:
             os.rename(scratch, folder)
         except OSError:
@@ -340,12 +330,8 @@ def cache_entries(cache_dir: Path | None = None) -> list[CacheEntry]:
 
 
 def clear_cache(cache_dir: Path | None = None) -> tuple[list[CacheEntry], list[tuple[Path, str]]]:
-    """Remove every entry and the scratch of dead builds: (removed, [(kept, why)]).
-
-    Each entry is renamed aside first (one atomic step: a concurrent run then rebuilds it
-    instead of reading half a folder), then deleted. A build in progress (live scratch) is
-    left alone. On Windows a model still mapped by a running worker cannot be deleted: it is
-    kept and named."""
+    """Remove every entry (renamed aside first: a concurrent run rebuilds it, never reads half) and
+    dead builds' scratch: (removed, [(kept, why)]); live scratch and a file Windows keeps mapped stay."""
     folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     removed, kept = [], []
     for entry in cache_entries(folder):

@@ -1,10 +1,5 @@
-"""What the command line prints on stdout: mapped and heap side by side with their ratios, how
-each repeat ended, the notes, the gates and the verdict, all from one `Judgement`.
-
-Every piece of text that comes from data (errors, paths, run ids, gate expressions) is printed
-as plain text, never as rich markup: "[run-1]" must not vanish and an error that contains
-"[/path]" must not raise a MarkupError in the middle of a run.
-"""
+"""What the command line prints on stdout, all from one `Judgement`. Text from data (errors,
+paths, run ids, gates) is printed plain, never as rich markup: "[run-1]" must not vanish."""
 
 from __future__ import annotations
 
@@ -46,11 +41,14 @@ def summary_table(summary: list[SummaryRow]) -> Any:
     for name in ("target", "N x M", "rep", "metric", "mapped", "heap", "mapped/heap"):
         table.add_column(name, justify="left" if name in ("target", "metric") else "right")
     pairs = paired(summary)
+    windows = not any(s.sum_pss_bytes is not None for s in summary)
     for mapped, heap in pairs:
         first, who = True, _who(mapped)
         shown_figures = [
             f for f in TABLE_FIGURES if (getattr(mapped, f.column), getattr(heap, f.column)) != (None, None)
         ]
+        if windows:  # Windows has no PSS: private bytes, its saving figure, lead
+            shown_figures.sort(key=lambda f: f.column != "sum_private_bytes")
         for figure in shown_figures:  # a figure neither mode measured (TTFT of an infer run) is left out
             column = figure.column
             m, h = getattr(mapped, column), getattr(heap, column)
@@ -199,7 +197,11 @@ def spread_lines(judgement: Any) -> list[str]:
 
 
 def print_judgement(console: Any, judgement: Any, *, outcomes: bool = False) -> None:
-    """The run's summary table, outcomes, notes, gates and verdict."""
+    """The run's platform (Windows only), summary table, outcomes, notes, gates and verdict."""
+    from harness.core.runmeta import platform_line
+
+    if line := platform_line(judgement.run.env):
+        console.print(line)
     console.print(summary_table(judgement.run.summary))
     for line in [*startup_lines(judgement.run), *spread_lines(judgement)]:  # memory first, then timings
         console.print(line)

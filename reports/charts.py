@@ -28,6 +28,15 @@ from reports.svg import (
 )
 
 MEMORY_METRICS = (("uss", "USS (private)"), ("pss", "PSS (proportional)"), ("rss", "RSS (counts shared pages)"))
+#: Windows (no PSS): private bytes lead, the figure that shows its saving.
+WINDOWS_METRICS = (("private", "private bytes"), ("uss", "USS (private)"), ("rss", "working set (RSS)"))
+
+
+def memory_metrics(measured) -> list[tuple[str, str]]:
+    """(metric, label) of the memory panels and bars: Linux's three, or Windows' measured ones."""
+    return list(MEMORY_METRICS) if measured("pss") else [(m, label) for m, label in WINDOWS_METRICS if measured(m)]
+
+
 TREND_METRICS = (
     ("mapped_pss_ratio", "PSS ratio", "pss"),
     ("mapped_uss_ratio", "USS ratio", "uss"),
@@ -70,8 +79,9 @@ def memory_vs_n(summary: Sequence[SummaryRow]) -> Chart:
     """Summed USS, PSS and RSS against N, one panel per metric, one line per mode."""
     title = "Summed memory of all workers vs number of processes"
     series: dict[tuple[str, str], dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    chosen = memory_metrics(lambda m: any(getattr(s, f"sum_{m}_bytes") is not None for s in summary))
     for row in summary:
-        for metric, _ in MEMORY_METRICS:
+        for metric, _ in chosen:
             value = getattr(row, f"sum_{metric}_bytes")
             if value is not None and row.processes is not None:
                 series[(metric, row.mode)][row.processes].append(value)
@@ -91,7 +101,7 @@ def memory_vs_n(summary: Sequence[SummaryRow]) -> Chart:
     )
     yscale = Scale(0, ticks[-1], bottom, top_px + 20)
     panel = _Panel(canvas, yscale, ticks, xs, div, unit, top_px, bottom, panel_w)
-    for index, (metric, label) in enumerate(MEMORY_METRICS):
+    for index, (metric, label) in enumerate(chosen):
         _memory_panel(panel, left + index * (panel_w + gap), index, metric, label, series, modes)
     _mode_legend(canvas, left, height - 12, modes)
     caption = (
@@ -260,7 +270,11 @@ def per_worker_bars(results: Sequence[ResultRow]) -> Chart:
     at_top = [r for r in measured if r.processes == top_n]
     first = min(r.repeat or 0 for r in at_top)
     rows = [r for r in at_top if (r.repeat or 0) == first]
-    metrics = [m for m, _ in MEMORY_METRICS if any(getattr(r, f"{m}_bytes") for r in rows)]
+
+    def measured(metric: str) -> bool:
+        return any(getattr(r, f"{metric}_bytes") for r in rows)
+
+    metrics = [m for m, _ in memory_metrics(measured) if measured(m)]
     if not metrics:
         return Chart(title, None, missing="no per-worker memory figures were measured")
     top = max(getattr(r, f"{m}_bytes") or 0 for r in rows for m in metrics)
@@ -274,7 +288,7 @@ def per_worker_bars(results: Sequence[ResultRow]) -> Chart:
     width, height, left, top_px, bottom = 980, 340, 80, 30, 262
     slot_w = (width - left - 20) / max(slots, 1)
     bar_w = min(slot_w * 0.8 / len(metrics), 28)
-    canvas = Canvas(width, height, title, "Bars per worker: USS, PSS, RSS.")
+    canvas = Canvas(width, height, title, f"Bars per worker: {', '.join(m.upper() for m in metrics)}.")
     yscale = Scale(0, ticks[-1], bottom, top_px)
     y_axis(canvas, yscale, ticks, left=left, right=width - 20, label=f"memory ({unit})")
     canvas.line(left, bottom, width - 20, bottom)
@@ -292,8 +306,8 @@ def per_worker_bars(results: Sequence[ResultRow]) -> Chart:
         slot += 1
     legend(canvas, left, height - 12, [(m.upper(), METRIC_COLOR[m], None, "square") for m in metrics])
     caption = (
-        f"N={top_n}, repeat {first}; {unit}. Mapped workers' USS leaves the shared "
-        "weights out and PSS splits them between the workers; RSS counts them in full "
+        f"N={top_n}, repeat {first}; {unit}. Mapped workers' USS and private bytes leave the shared "
+        "weights out and PSS splits them between the workers; RSS (the working set) counts them in full "
         "in every worker, so RSS bars look the same in both modes."
     )
     return Chart(title, canvas.render(), caption)

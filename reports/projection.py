@@ -1,11 +1,7 @@
-"""Fit memory = fixed + per_session*S + weights_term per mode and project bigger deployments.
-
-Why a fit: a sweep measures a few (sessions, memory) points; the question people ask is "what
-do 8 sessions of a 4 GiB model cost?". The weights term is known physics, not a free
-parameter: in heap mode every session holds its own copy (W*S), in mapped mode the page cache
-holds one copy for everybody (W). Subtracting it leaves a straight line in S whose intercept
-(fixed) and slope (per_session) least squares recovers, with its residuals as the error bar.
-With fewer than two distinct S there is no line to fit, and we say so instead of guessing.
+"""Fit memory = fixed + per_session*S + weights_term per mode and project bigger deployments
+("what do 8 sessions of a 4 GiB model cost?"). The weights term is physics, not a parameter:
+W*S in heap mode, W in mapped mode; least squares over what is left gives fixed and
+per_session, the residuals the error bar. Fewer than two distinct S: no fit, said so.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from harness.core.metrics import FAIR, FAIR_BY_KEY, FIGURES
 from harness.core.notes import Note
 from harness.core.passes import memory_view
 from harness.core.rundata import RunData
+from harness.core.runmeta import platform_line
 from harness.core.schema import ResultRow, SummaryRow, column_docs
 from harness.core.summary import headline_pairs, largest_groups, median, row_ok, sessions_of, system_delta_reliable
 from harness.core.timing import spread_text, timing_rounds, timing_spread
@@ -117,6 +118,7 @@ class RunView:
     versions: list[tuple[str, str]] = field(default_factory=list)
     tests: list[TestRecord] = field(default_factory=list)
     capacity: CapacityView | None = None  # a capacity run's N against survived
+    platform: str | None = None  # Windows (and Wine) named at the top: `runmeta.platform_line`
 
     @property
     def gates_passed(self) -> bool:
@@ -212,6 +214,9 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
         if not figure.hint or (figure in FAIR and figure is not fair):
             continue
         column, key, hint, unit = figure.column, figure.ratio, figure.hint, figure.unit
+        label = figure.label[0].upper() + figure.label[1:]
+        if column == "sum_rss_bytes" and run.env.get("system") == "Windows":
+            label = "Summed working set (RSS)"
         m_val = median([getattr(s, column) for s in mapped])
         h_val = median([getattr(s, column) for s in heap])
         diff = fmt_value(h_val - m_val if m_val is not None and h_val is not None else None, unit)
@@ -220,7 +225,7 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
                 diff, hint = "noise", f"{hint}; within its idle noise here (see the note): no difference to read"
         out.append(
             {
-                "label": figure.label[0].upper() + figure.label[1:],
+                "label": label,
                 "hint": hint,
                 Mode.MAPPED: fmt_value(m_val, unit),
                 Mode.HEAP: fmt_value(h_val, unit),
@@ -360,4 +365,5 @@ def build_run_view(
         versions=_versions(run),
         tests=list(tests or []),
         capacity=capacity_view(run),
+        platform=platform_line(run.env),
     )

@@ -160,3 +160,22 @@ def check_metadata(path: Path | str, meta: Any) -> None:
     if not isinstance(meta, dict):
         raise InputError(f"{path}: is {_kind(meta)}, expected a JSON object")
     check_value(path, "", meta, METADATA)
+
+
+def platform_line(env: dict[str, Any]) -> str | None:
+    """A Windows run's one line naming Windows (and Wine) and the figures it measures (None
+    elsewhere): its memory figures are not Linux's, and under Wine fewer still."""
+    if env.get("system") != "Windows":
+        return None
+    wine = env.get("wine")
+    where = f"Windows under Wine {wine}" if wine else "Windows"
+    line = (
+        f"platform: {where} ({env.get('arch') or 'unknown arch'}): private bytes (commit charge) show the "
+        "saving; no PSS on Windows; the working set (RSS) counts shared file pages in every process"
+    )
+    if wine:
+        line += (
+            "; Wine gives no USS or private working set, and ORT's 'Failed to create DXGI factory.' "
+            "is its GPU probe finding no DirectX device there"
+        )
+    return line

@@ -23,10 +23,11 @@ from .gates import (
     parse_gates,
 )
 from .notes import Note, run_notes
+from .passes import memory_view
 from .physics import Refusal
 from .rundata import RunData
 from .schema import MODES
-from .summary import row_ok
+from .summary import RATIO_COLUMNS, row_ok
 from .timing import timing_repeats, timing_rounds
 from .vocab import (
     MAPPED_PATH_STATES,
@@ -270,9 +271,8 @@ def single_mode(run: RunData) -> str | None:
 
 
 def judge_gates(run: RunData, extra: Iterable[Gate] = (), *, use_default_gates: bool = True) -> list[GateResult]:
-    """Every gate of the run, evaluated. A default gate that compares mapped with heap is
-    skipped, with the reason, when the run measured one mode only (a valid choice, not a
-    failure); a gate the user asked for fails then, saying why."""
+    """Every gate of the run, evaluated. Skipped with the reason: a default gate comparing mapped
+    with heap in a one-mode run, and any gate on a figure the OS refused (`not_measurable`)."""
     values, reasons = gate_values_with_reasons(run.summary)
     repeats = timing_repeats(run.summary, timing_rounds(run))
     only = single_mode(run)
@@ -284,8 +284,26 @@ def judge_gates(run: RunData, extra: Iterable[Gate] = (), *, use_default_gates: 
             )
         else:
             result = evaluate_gate(gate, values, reasons, repeats)
+        if result.failed and result.value is None and (why := not_measurable(run, gate.check.metric)):
+            result = GateResult(gate, GateStatus.SKIP, None, f"not measurable here: {why}")
         results.append(replace(result, default=is_default))
     return results
+
+
+#: A worker row's figure -> its name in the note of a figure the OS refused (`memory.refused_figure`).
+_REFUSED_AS = {"uss_bytes": "USS", "rss_bytes": "RSS and private bytes", "private_bytes": "RSS and private bytes"}
+
+
+def not_measurable(run: RunData, metric: str) -> str | None:
+    """Why the OS cannot give ``metric``'s figure (None: it could): the OS refused it, with an
+    error, in every worker with a correct output. Missing for any other reason is a failure."""
+    column = RATIO_COLUMNS.get(metric, "").removeprefix("sum_")
+    marker = f"{_REFUSED_AS.get(column)} not measured: "
+    rows = [r for r in memory_view(run.results) if row_ok(r)]
+    refusals = [next((n for n in (r.memory_note or "").split("; ") if n.startswith(marker)), None) for r in rows]
+    if not rows or column not in _REFUSED_AS or any(getattr(r, column) is not None for r in rows) or None in refusals:
+        return None
+    return f"{refusals[0]}, refused by the OS in all {len(rows)} workers"
 
 
 def _undecided(results: list[GateResult]) -> tuple[list[str], list[str]]:
@@ -306,12 +324,8 @@ def _incomplete_groups(run: RunData) -> list[str]:
 
 
 def judge(run: RunData, extra_gates: Iterable[Gate] = (), *, use_default_gates: bool = True) -> Judgement:
-    """Everything a reader needs to know about ``run``, decided once.
-
-    fail: a worker or a gate failed (the run's status is named too when it is not complete);
-    incomplete: otherwise, the run did not complete, no worker has a correct output, or a group
-    lacks evidence (a worker not sampled, an implausible sample, a derived figure physics
-    forbids: `harness.core.physics`); pass: none of these."""
+    """Everything a reader needs to know about ``run``, decided once (the rules: this module's
+    docstring; missing evidence includes a derived figure physics forbids, `harness.core.physics`)."""
     results = judge_gates(run, extra_gates, use_default_gates=use_default_gates)
     values, missing = gate_values_with_reasons(run.summary)
     failed = [g for g in results if g.failed]

@@ -48,10 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             "error": f"{job.get('label', 'the model')}: out of memory in ONNX Runtime (the model "
             "or its input shapes, --shape / --input, need more memory than there is)",
         }
-    except Exception as err:  # anything else: one line for the parent, the whole trace in the log
-        import traceback
-
-        traceback.print_exc()
+    except Exception as err:  # anything else: one line for the parent
         text = str(err).strip().splitlines()
         result = {
             "ok": False,

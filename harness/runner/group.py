@@ -198,13 +198,13 @@ def _spawn(
 
 
 def _wait_until_ready(workers: list[_Worker], timeout_s: float, on_event: EventCallback = _no_event) -> None:
-    """Until every worker is ready or dead; kill the ones still busy at the deadline."""
+    """Until every worker's ready record reads (under Wine and load a fresh one once did not) or it dies."""
     deadline = time.monotonic() + timeout_s
     pending = list(workers)
     while pending:
         for w in list(pending):
-            if Path(w.spec.ready_path).exists():
-                w.ready = _read_record(w.spec.ready_path)
+            if Path(w.spec.ready_path).exists() and (ready := _read_record(w.spec.ready_path)) is not None:
+                w.ready = ready
                 pending.remove(w)
                 on_event(w.index, "ready", "")
             elif w.proc.poll() is not None:

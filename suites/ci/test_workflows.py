@@ -185,6 +185,7 @@ def test_pytest_commands_match_the_cli():
             "--maxfail",
             "--junitxml",
             "-c",
+            "-o",
             "--rootdir",
             "--basetemp",
         }

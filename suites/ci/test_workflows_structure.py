@@ -447,9 +447,10 @@ def test_ci_runs_the_wine_lane_after_the_readme_test_command():
     README's test command (not part of it)."""
     script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     tests = script.index("python -m pytest -n auto")
-    lane = script.index(".ci/wine_lane.py")
+    lane = script.index("bash .ci/windows_checks.sh lane")
     assert lane > tests, "the Wine lane runs after the README's test command"
-    assert "command -v wine" in script[tests:], "only where Wine is installed"
+    checks = (ROOT / ".ci" / "windows_checks.sh").read_text(encoding="utf-8")
+    assert "python .ci/wine_lane.py" in checks and "have_tools ||" in checks, "only where Wine is installed"
 
 
 # --------------------------------------------------------------------------- Linux

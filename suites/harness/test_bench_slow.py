@@ -2,12 +2,12 @@
 (512 MiB, 4 processes, 8 repeats). Off by default: it needs ~3 GiB of memory and the machine to
 itself; the criteria are ratios from one run, not absolute times.
 
-What it asserts is what one run can show beyond doubt: every memory criterion passes, and no
-criterion fails. A timing criterion may also read inconclusive (its 95 % interval straddles the
-threshold x 1.05): `peer_init_ratio<=1` does on a quiet 2-core machine today (medians 0.97-1.04,
-intervals about +-12 % wide over 8 repeats: issue 32, open), and an assertion on a pass would be
-a timed test that flakes. A *failed* timing criterion is a significant regression (the whole
-interval beyond the threshold) and fails this test; the exit code follows the verdict."""
+What it asserts is what one run shows beyond doubt whatever the machine's load: every memory
+criterion passes, no criterion fails, and the exit code follows the verdict. A timing criterion
+may read inconclusive (its 95 % interval straddles the threshold x 1.05: `peer_init_ratio<=1`
+does on a quiet 2-core machine, issue 32) or contended (timed while other work ran: CI's machine
+is shared, issue 44), and an assertion on a pass would be a timed test that flakes. A *failed*
+timing criterion is a significant regression (the whole interval beyond the threshold)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ def test_bench_meets_its_criteria(run_harness, tmp_path):
     memory = [c for c in criteria if c not in timing]
     assert len(timing) == 2 and all(c["status"] == "pass" for c in memory), memory
     assert not [c for c in criteria if c["status"] == "fail"], criteria
-    assert all(c["status"] in ("pass", "inconclusive") for c in timing), timing  # never contended here
-    assert all(c["repeats"] == 8 and c["interval"][0] <= c["value"] <= c["interval"][1] for c in timing), timing
-    passed = all(c["status"] == "pass" for c in criteria)
-    assert outcome.returncode == (0 if passed else 1), outcome.stdout + outcome.stderr
+    assert all(c["status"] in ("pass", "inconclusive", "contended") for c in timing), timing
+    judged = [c for c in timing if c["status"] != "contended"]  # a contended gate has no interval
+    assert all(c["repeats"] == 8 and c["interval"][0] <= c["value"] <= c["interval"][1] for c in judged), timing
+    undecided = [c for c in criteria if c["status"] != "pass"]  # never a pass; a failure is a defect
+    assert bench["verdict"] == "incomplete" if undecided else bench["verdict"] in ("pass", "incomplete"), bench
+    assert outcome.returncode == (0 if bench["verdict"] == "pass" else 1), outcome.stdout + outcome.stderr

@@ -87,6 +87,16 @@ def test_nothing_measured():
     assert projection_text(summarize(rows)) == ["No projection: all: no memory figures were measured."]
 
 
+def test_private_bytes_project_where_neither_pss_nor_uss_was_measured():
+    """Windows under Wine gives private bytes only (issue 44 item 3): they were measured, so the
+    projection uses them rather than saying nothing was."""
+    rows = [replace(r, pss_bytes=None, uss_bytes=None) for r in fake_results(law=LAW)]
+    sweep = fit_sweep(summarize(rows), system="Windows")
+    assert sweep.metric == "private" and set(sweep.fits) == {"mapped", "heap"}, sweep.missing
+    assert sweep.fits["heap"].marginal_bytes == pytest.approx(LAW.per_session + LAW.weights, rel=0.01)
+    assert not any("no memory figures" in line for line in projection_text(summarize(rows), system="Windows"))
+
+
 def test_no_mapped_law_when_the_ep_turned_mapping_off():
     """Test input: a qnn sweep where the EP reported the feature unavailable."""
     summary = summarize(fake_results(law=LAW, target="qnn", ep_file_mapping="unavailable"))
