@@ -29,7 +29,9 @@ def require_genai() -> None:
     try:
         import onnxruntime_genai  # noqa: F401
     except ImportError as err:
-        raise InputError(f"--peer genai: onnxruntime-genai is not installed ({err}; pip install onnxruntime-genai)")
+        raise InputError(
+            f"--peer genai: onnxruntime-genai is not installed ({err}; pip install onnxruntime-genai)"
+        ) from None
 
 
 def genai_generate(model, prompt: list[int], new_tokens: int) -> Generation:
