@@ -1,25 +1,12 @@
-"""QNN work the harness does in a child process: ``python -m harness.targets.qnn.child JOB.json``.
+"""QNN work in a child process (``python -m harness.targets.qnn.child JOB.json``): the QNN compiler
+can crash its process (a real int8 MiniLM segfaults in FinalizeGraphs on the simulator) and the
+EP prints its own log; in a child a crash is an exit status and the log goes to a file.
 
-Why a child: the QNN compiler is native code that can crash the process it runs in (a real
-int8 MiniLM segfaults in QNN's FinalizeGraphs on the HTP simulator, 3 times out of 3), and
-the EP and the QNN libraries print their own log lines on stdout/stderr. In a child, a crash is
-an exit status the parent turns into one line, and the log goes to a file, not the terminal.
-
-Jobs (JSON, written by `run_child`):
-- ``compile``: compile ``src`` into the EPContext model ``out`` (ORT's ModelCompiler with the QNN
-  device), then, when ``check_folder`` names a prepared model, load the result with file mapping
-  disabled, run it once on that model's reference input and check its output as every worker
-  will (`outputs.check_compiled_outputs`): a partially compiled model that compiles but cannot
-  load or run, or runs wrong, is found here, once, instead of in every worker;
-- ``reference``: run the pre-compiled EPContext model of the prepared model ``folder`` twice
-  with file mapping disabled, and store its first output as the reference (outputs that differ
-  between the two runs are recorded as non-deterministic).
-
-The result (``ok``, ``stage``, ``error``, timings) goes to the job's ``result`` JSON file.
-
-Test hook: ``HARNESS_TEST_QNN_CHILD_FAULT=segv`` makes the child die by SIGSEGV (SIGABRT where
-there is none) before it starts, as the QNN compiler does on some models; never set by the
-harness itself.
+Jobs: ``compile`` (``src`` -> ``out``, or ``srcs`` -> ``outs`` into one weight-sharing context; with
+``check_folder``, load and run the result once against the reference), ``reference`` (a
+pre-compiled model's first output as its reference, non-deterministic outputs noted) and
+``generate`` (prefill and decode graphs, greedily). Test hook: ``HARNESS_TEST_QNN_CHILD_FAULT=segv``
+kills the child by SIGSEGV before it starts.
 """
 
 from __future__ import annotations
