@@ -21,7 +21,7 @@ from typing import Any
 
 from harness.core import argtypes
 from harness.core.schema import MODES
-from harness.core.vocab import PAGE_CACHE_CHOICES
+from harness.core.vocab import PAGE_CACHE_CHOICES, Workload
 
 #: What ``--page-cache`` accepts: warm (read the weights once before the first group) or cold
 #: (evict their pages before each group).
@@ -167,6 +167,36 @@ class RunOptions:
         type=argtypes.positive_int,
         metavar="N",
         help="intra-op threads of every session and the reference (default: ORT's choice)",
+    )
+    workload: str = flag(
+        Workload.INFER,
+        flag="--workload",
+        choices=Workload.values(),
+        help="what each session does: infer (one inference of the model's inputs) or generate (a decoder's "
+        "greedy loop: prefill a prompt, then decode --new-tokens feeding its KV cache back; time to first "
+        "token, tokens/s, KV-cache bytes)",
+    )
+    prompt_tokens: int | None = flag(
+        None,
+        flag="--prompt-tokens",
+        type=argtypes.positive_int,
+        metavar="P",
+        help="generate: a prompt of P seeded token ids (default 16; count)",
+    )
+    prompt_ids: list[int] = flag(
+        factory=list,
+        flag="--prompt-ids",
+        type=argtypes.token_ids,
+        metavar="3,1,4,...",
+        convert=lambda value, ns: list(value or []),
+        help="generate: the prompt's exact token ids, e.g. to compare with another runtime",
+    )
+    new_tokens: int | None = flag(
+        None,
+        flag="--new-tokens",
+        type=argtypes.positive_int,
+        metavar="G",
+        help="generate: tokens generated greedily after the prompt, the first by the prefill (default 8; count)",
     )
     runs: int = flag(
         0,

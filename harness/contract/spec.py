@@ -31,11 +31,16 @@ class WorkerSettings:
     runs: int = 0  # timed inferences after the first (--runs)
     warmup: int = 0  # untimed inferences before the timed ones (--warmup)
     concurrency: int = 1  # inference threads of the timed runs (--concurrency)
+    #: The generate workload (0 new tokens: the infer workload): the prompt, the tokens to
+    #: generate and the ids the parent's reference generated, which every session must match.
+    new_tokens: int = 0
+    prompt_ids: list[int] = field(default_factory=list)
+    expected_ids: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not isinstance(self.session, dict):
             raise TypeError(f"settings.session must be a mapping, not {type(self.session).__name__}")
-        for name, least in (("runs", 0), ("warmup", 0), ("concurrency", 1)):
+        for name, least in (("runs", 0), ("warmup", 0), ("concurrency", 1), ("new_tokens", 0)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ValueError(f"settings.{name} must be a whole number >= {least}, not {value!r}")
@@ -145,6 +150,15 @@ class WorkerRecord:
     latency_p95_s: float | None = None
     latency_max_s: float | None = None
     inferences_per_s: float | None = None
+    #: The generate workload (`harness.core.schema.GENERATE_COLUMNS`).
+    ttft_s: float | None = None
+    decode_tokens_per_s: float | None = None
+    token_latency_p50_s: float | None = None
+    token_latency_p90_s: float | None = None
+    token_latency_p99_s: float | None = None
+    kv_cache_bytes: int | None = None
+    generated_tokens: str = ""
+    tokens_ok: bool | None = None
     #: The start-up peak as the worker saw it at its phase changes (harness.runner.peak); the
     #: parent merges its own 1 kHz samples into the row (harness.runner.peakwatch).
     peak_private_bytes: int | None = None

@@ -47,6 +47,17 @@ def int_at_least(minimum: int):
 positive_int = int_at_least(1)
 
 
+def token_ids(text: str) -> list[int]:
+    """``3,1,4`` -> ``[3, 1, 4]``: token ids, each a whole number >= 0."""
+    try:
+        ids = [ascii_int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected token ids such as 3,1,4") from None
+    if not ids or min(ids) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: token ids are whole numbers >= 0")
+    return ids
+
+
 def processes(text: str) -> list[int]:
     from .limits import parse_process_list
 

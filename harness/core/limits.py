@@ -50,6 +50,8 @@ BOUNDS = (
     Bound("--runs", "runs", 1_000_000),
     Bound("--warmup", "warmup", 1_000_000),
     Bound("--concurrency", "concurrency", 256),
+    Bound("--prompt-tokens", "prompt_tokens", 1_000_000),
+    Bound("--new-tokens", "new_tokens", 1_000_000),
     Bound("--worker-timeout", "worker_timeout_s", 86_400, "s"),
     Bound("--worker-timeout", "worker_timeout", 86_400, "s"),
     Bound("--timeout", "timeout", 3_600, "s"),

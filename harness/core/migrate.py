@@ -18,6 +18,8 @@ The versions (docs/results.md, "Format versions"):
    figures: a group key now includes its pass) and of the memory container (``memory_limit_bytes``,
    ``oom_killed``, ``container_peak_bytes``, ``oom_workers``). A version-2 folder has neither: its
    rows are the concurrent pass, run without a limit.
+4. The generate workload's columns (``ttft_s``, ``decode_tokens_per_s``, ``token_latency_*``,
+   ``kv_cache_bytes``, ``generated_tokens``, ``tokens_ok``): a version-3 folder ran the infer workload.
 """
 
 from __future__ import annotations
@@ -61,8 +63,13 @@ def update_to_3(meta: dict, tables: dict[type, TextTable]) -> list[str]:
     return add_columns(3, tables)
 
 
+def update_to_4(meta: dict, tables: dict[type, TextTable]) -> list[str]:
+    """Version 3 -> 4: the generate workload's columns, added empty (the infer workload)."""
+    return add_columns(4, tables)
+
+
 #: ``update_to_N`` for every N after the oldest version: `migrate` runs them in order.
-MIGRATIONS: dict[int, Step] = {2: update_to_2, 3: update_to_3}
+MIGRATIONS: dict[int, Step] = {2: update_to_2, 3: update_to_3, 4: update_to_4}
 
 
 def migrate(meta: dict, tables: dict[type, TextTable], version: int) -> list[str]:

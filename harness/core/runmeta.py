@@ -75,6 +75,8 @@ RUN: dict[str, Any] = {
     "runs": int,
     "warmup": int,
     "concurrency": int,
+    "workload": str,
+    "generate": {"prompt_ids": ListOf(int, 1_000_000), "new_tokens": int, "expected_ids": ListOf(int, 1_000_000)},
     "weights_bytes": int,
     "weights_file_bytes": int,
     "gathered_weights_bytes": int,

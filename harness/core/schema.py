@@ -29,7 +29,7 @@ from .vocab import (  # noqa: F401  (EP_STATES, MAPPED_STATES, MODES, disable_fl
 #: ``format_version``): bumped with each change of a file's shape (a column added, removed or
 #: given another meaning), with the step in `harness.core.migrate` that brings a folder of the
 #: version before up to it (docs/results.md, "Format versions").
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 #: The oldest format version this harness reads (and migrates when it loads a run folder).
 OLDEST_FORMAT_VERSION = 1
 
@@ -250,6 +250,40 @@ class ResultRow:
     container_peak_bytes: int = col(
         "Int64", "bytes", "highest charge of the group's container (Linux: page cache included)", since=3
     )
+    # -- the generate workload (--workload generate; empty for infer) --
+    ttft_s: float = col(
+        "Float64", "s", "time to first token: the prefill and its token, median over the worker's sessions", since=4
+    )
+    decode_tokens_per_s: float = col(
+        "Float64", "count/s", "tokens after the first over the time of their decode steps, all sessions", since=4
+    )
+    token_latency_p50_s: float = col("Float64", "s", "median time of one decode step (one token)", since=4)
+    token_latency_p90_s: float = col("Float64", "s", "90th percentile time of one decode step", since=4)
+    token_latency_p99_s: float = col("Float64", "s", "99th percentile time of one decode step", since=4)
+    kv_cache_bytes: int = col(
+        "Int64",
+        "bytes",
+        "bytes of the KV tensors at the end, from their shapes, summed over the worker's sessions (alive at "
+        "the memory sample; the control holds as many, so runtime_bytes includes them)",
+        since=4,
+    )
+    generated_tokens: str = col("string", "", "the greedy token ids of the first session, space-separated", since=4)
+    tokens_ok: bool = col(
+        "boolean", "", "every session generated the reference run's ids (a mismatch fails the worker)", since=4
+    )
+
+
+#: The generate workload's columns: a worker's record and its row share these names.
+GENERATE_COLUMNS = (
+    "ttft_s",
+    "decode_tokens_per_s",
+    "token_latency_p50_s",
+    "token_latency_p90_s",
+    "token_latency_p99_s",
+    "kv_cache_bytes",
+    "generated_tokens",
+    "tokens_ok",
+)
 
 
 @dataclass

@@ -174,6 +174,13 @@ class PeakPhase(StrEnum):
     FIRST_RUN = "first_run"
 
 
+class Workload(StrEnum):
+    """What each session does (``--workload``): one inference, or a greedy generate loop over a decoder."""
+
+    INFER = "infer"
+    GENERATE = "generate"
+
+
 class Start(StrEnum):
     """How a group's workers started (``start``, `harness.core.passes`): together, memory
     sampled with all N alive, or one at a time, the timing pass."""

@@ -30,12 +30,14 @@ def matmul_chain_dims(weights_bytes: int) -> tuple[int, int]:
     return 128, max(1, round(weights_bytes / (128 * 128 * 4)))
 
 
-def size_note(asked: int, built: int) -> str | None:
-    """What the run's notes say when the generated chain cannot hold exactly ``asked`` bytes."""
+def size_note(asked: int, built: int, source: str = "") -> str | None:
+    """What the run's notes say when the generated model cannot hold exactly ``asked`` bytes."""
     if built == asked:
         return None
     from harness.core.units import fmt_bytes
 
+    if "llama" in source:
+        return f"--model-size {fmt_bytes(asked)}: the generated decoder ({source}) holds {fmt_bytes(built)}"
     width, layers = matmul_chain_dims(asked)
     return (
         f"--model-size {fmt_bytes(asked)} ({asked} bytes) is not a whole number of {width} x {width} fp32 "

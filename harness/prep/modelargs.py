@@ -34,10 +34,10 @@ def parse_free_dims(specs: list[str]) -> dict[str, int]:
             if not sep or not name.strip():
                 raise ValueError
             dims[name.strip()] = ascii_int(value)
-            if dims[name.strip()] <= 0:
+            if dims[name.strip()] < 0:  # 0: an empty KV cache (past_sequence_length=0)
                 raise ValueError
         except ValueError:
-            raise InputError(f"--free-dim {spec!r}: expected NAME=VALUE with VALUE >= 1, e.g. batch=1") from None
+            raise InputError(f"--free-dim {spec!r}: expected NAME=VALUE with VALUE >= 0, e.g. batch=1") from None
     return dims
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from harness.cache import default_cache_dir
 from harness.core.errors import InputError
+from harness.core.vocab import Workload
 
 from .cachekeys import PREP_VERSION, machine_key, source_key
 from .externalise import externalise, link_external_data, mappable_bytes
@@ -168,9 +169,15 @@ def _mappable_or_refuse(graph: Any, label: str) -> int:
 def prepare_cpu_models(opts: Any, progress: Any = None, *, target: str = "cpu") -> list[PreparedModel]:
     """The model folders of the cpu and ort-native targets: each user model (a pipeline may
     have several) prepared, or the generated fp32 chain."""
+    from harness.prep.decoder import decoder_request
     from harness.prep.pipeline import check_pipeline_request, resolve_models
 
     settings = opts.session_settings()
+    generate = opts.workload == Workload.GENERATE
+    if not opts.models and generate:
+        from harness.prep.llama import generated_decoder
+
+        return [generated_decoder(opts.model_size, cache_dir=opts.cache_dir, settings=settings)]
     if not opts.models:
         return [
             generated_matmul_chain(
@@ -187,10 +194,11 @@ def prepare_cpu_models(opts: Any, progress: Any = None, *, target: str = "cpu") 
     for path in paths:
         if progress is not None and len(paths) > 1:
             progress.note(f"preparing {path.name}...")
+        graph = load_onnx(path, external_data=False)
         models.append(
             prepare_user_model(
                 path,
-                request.for_model(load_onnx(path, external_data=False)),
+                decoder_request(graph, f"--model {path}") if generate else request.for_model(graph),
                 cache_dir=opts.cache_dir,
                 settings=settings,
                 target=target,

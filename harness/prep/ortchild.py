@@ -23,6 +23,10 @@ def _run(job: dict) -> dict:
         from harness.prep.reference import reference_in_process
 
         return reference_in_process(job)
+    if job["kind"] == "generate":
+        from harness.prep.decoder import generate_in_process
+
+        return generate_in_process(job)
     raise ValueError(f"unknown job kind {job['kind']!r}")
 
 

@@ -12,7 +12,8 @@ the QNN compile child (`harness.targets.qnn.child`).
 
 Jobs (run by `harness.prep.ortchild`):
 - ``optimize``: `harness.prep.optimize.optimize_in_process` (ORT's optimized model saved);
-- ``reference``: `harness.prep.reference.reference_in_process` (the reference runs and archive).
+- ``reference``: `harness.prep.reference.reference_in_process` (the reference runs and archive);
+- ``generate``: `harness.prep.decoder.generate_in_process` (the generate workload's reference ids).
 
 The result (``ok``, ``error`` or the job's own fields) goes to the job's ``result`` JSON file.
 """

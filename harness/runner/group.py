@@ -23,7 +23,7 @@ from harness.contract.spec import WorkerRecord, WorkerSettings, WorkerSpec
 from harness.core.errors import InputError, SpawnError
 from harness.core.files import create_file, make_folder, read_json
 from harness.core.latency import WORKER_FIELDS as LATENCY_FIELDS
-from harness.core.schema import ResultRow, disable_flag
+from harness.core.schema import GENERATE_COLUMNS, ResultRow, disable_flag
 from harness.core.vocab import Start
 from harness.runner.container import close_limit, join, mark_limited, open_limit, wrap
 from harness.runner.exits import describe_exit, stderr_tail
@@ -370,7 +370,7 @@ def _row(group: GroupSpec, w: _Worker, seen: Observed | None = None) -> ResultRo
         floor_s=record.floor_s,
         stale_registrations=record.stale_registrations,
         late_releases=record.late_releases,
-        **{name: getattr(record, name) for name in LATENCY_FIELDS},
+        **{name: getattr(record, name) for name in (*LATENCY_FIELDS, *GENERATE_COLUMNS)},
         **merged_peak(record, w.peak),
         **split_columns(w, record, seen, copied),
     )

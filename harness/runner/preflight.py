@@ -8,7 +8,7 @@ import math
 from harness.contract.options import PAGE_CACHE_MODES, RunOptions
 from harness.core.argtypes import MIN_GENERATED_BYTES
 from harness.core.errors import InputError
-from harness.core.vocab import Mode, PageCache
+from harness.core.vocab import Mode, PageCache, Workload
 from harness.runner.outdir import check_out
 from harness.runner.resources import check_address_space, check_fd_limit
 from harness.targets import get_target
@@ -151,12 +151,48 @@ def check_options(opts: RunOptions) -> None:
 
         check_cold_supported()
     check_gates_fit_modes(opts)
+    check_workload(opts)
     if opts.peer is not None:
         if opts.peer == opts.target:
             raise InputError(f"--peer {opts.peer}: the peer must be another target than --target")
         if Mode.MAPPED not in opts.modes:
             raise InputError("--peer is compared with the mapped mode: keep mapped in --modes")
     get_target(opts.target).check(opts)
+
+
+def check_workload(opts: RunOptions) -> None:
+    """The generate workload's options, and a decoder to run them on (its graph only)."""
+    given = {"--prompt-tokens": opts.prompt_tokens, "--prompt-ids": opts.prompt_ids, "--new-tokens": opts.new_tokens}
+    if opts.workload != Workload.GENERATE:
+        if any(given.values()):
+            raise InputError(f"{next(k for k, v in given.items() if v)} applies to --workload generate only")
+        return
+    if opts.prompt_ids and opts.prompt_tokens:
+        raise InputError("--prompt-ids and --prompt-tokens both set the prompt: give one of them")
+    loop = {"--shape": opts.shapes, "--free-dim": opts.free_dims, "--input": opts.input_values, "--runs": opts.runs}
+    loop.update({"--warmup": opts.warmup, "--concurrency": opts.concurrency > 1})
+    for flag, value in loop.items():
+        if value:
+            raise InputError(
+                f"{flag} does not apply to --workload generate: its loop feeds the decoder and times tokens"
+            )
+    from harness.prep.decoder import decoder_request, prompt_length
+
+    if not opts.models:
+        from harness.prep.llama import CONTEXT, VOCAB
+
+        if max(opts.prompt_ids, default=0) >= VOCAB or prompt_length(opts) + (opts.new_tokens or 0) > CONTEXT:
+            raise InputError(
+                f"the generated decoder has {VOCAB} token ids and {CONTEXT} positions: prompt or --new-tokens too large"
+            )
+        return
+    from harness.prep.onnxfile import load_onnx
+    from harness.prep.pipeline import resolve_models
+
+    paths = resolve_models(opts.models).paths
+    if len(paths) != 1:
+        raise InputError(f"--workload generate runs one decoder; --model names {len(paths)} models")
+    decoder_request(load_onnx(paths[0], external_data=False), f"--model {paths[0]}")
 
 
 def check_memory_limit(opts: RunOptions, available: int) -> list[str]:

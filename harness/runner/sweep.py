@@ -30,7 +30,7 @@ from harness.core.schema import FORMAT_VERSION, ResultRow, SummaryRow
 from harness.core.summary import group_key, summarize
 from harness.core.tables import write_run_tables
 from harness.core.timing import INTERLEAVED
-from harness.core.vocab import PageCache, RunStatus, Start
+from harness.core.vocab import PageCache, RunStatus, Start, Workload
 from harness.prep.configkeys import unread_keys
 from harness.runner.control import has_control
 from harness.runner.group import GroupResult, GroupSpec
@@ -76,7 +76,7 @@ def plan_groups(
     """Every (target, mode, N, repeat) group in run order: repeats outermost, so a drift over
     time spreads over both modes instead of biasing one."""
     groups = []
-    settings = WorkerSettings(opts.session_settings().to_dict(), opts.runs, opts.warmup, opts.concurrency)
+    session = opts.session_settings().to_dict()
     starts = [Start.CONCURRENT, *([Start.SEQUENTIAL] if opts.sequential_timing else [])]
     for repeat in range(opts.repeat):
         for n in opts.processes:
@@ -98,7 +98,7 @@ def plan_groups(
                         worker_timeout_s=opts.worker_timeout_s,
                         weights_bytes=ready.weights_bytes,
                         models=[str(m.folder.resolve()) for m in ready.models],
-                        settings=settings,
+                        settings=WorkerSettings(session, opts.runs, opts.warmup, opts.concurrency, **ready.generation),
                         options={**target.options_for(opts), **ready.worker_options},
                         parent_pid=parent[0],
                         parent_create_time=parent[1],
@@ -138,6 +138,8 @@ def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, sta
             "runs": opts.runs,
             "warmup": opts.warmup,
             "concurrency": opts.concurrency,
+            "workload": opts.workload,
+            "generate": own.generation if own and own.generation else None,
             "page_cache": opts.page_cache,
             "memory_limit_bytes": opts.memory_limit,
             "inputs": {"shapes": opts.shapes, "free_dims": opts.free_dims, "values": opts.input_values},
@@ -224,6 +226,13 @@ def prepare_all(opts: RunOptions, progress) -> dict[str, Prepared]:
         with progress.stage(f"preparing the {name} model (built once, then cached)"):
             prepared[name] = get_target(name).prepare(opts, progress)
         progress.note(f"model: {prepared[name].source}, {prepared[name].weights_bytes} bytes of weights")
+    if opts.workload == Workload.GENERATE:  # one reference for every target: ORT's CPU EP over the model
+        from harness.prep.decoder import generation
+
+        with progress.stage("generating the reference tokens"):
+            found = generation(opts, prepared[opts.target].model, getattr(progress, "step", None))
+        for ready in prepared.values():
+            ready.generation = found
     return prepared
 
 

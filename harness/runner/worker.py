@@ -136,6 +136,8 @@ def run_and_check(target, live, models, record: WorkerRecord, settings: WorkerSe
     from harness.prep.reference import load_reference
     from harness.runner import peak
 
+    if settings.new_tokens:
+        return run_generate(target, live, models[0], record, settings)
     references = [load_reference(m) for m in models]
     sessions = live.first_group()
     phases.mark("first_run")
@@ -166,6 +168,32 @@ def run_and_check(target, live, models, record: WorkerRecord, settings: WorkerSe
     return timed_runs(one_pass, settings.runs, record.concurrency) if settings.runs else None
 
 
+def run_generate(target, live, model, record: WorkerRecord, settings: WorkerSettings) -> list[float]:
+    """Every session's greedy loop, checked against the reference ids; the KV caches stay alive
+    until after the memory sample. Returns the decode steps' times (statistics after the release)."""
+    from statistics import median
+
+    from harness.prep.decoder import generate_in_model
+    from harness.runner import peak
+    from harness.runner.control import ControlTarget
+
+    phases.mark("first_run")
+    runs = [
+        generate_in_model(target, group[0], model, settings.prompt_ids, settings.new_tokens) for group in live.groups
+    ]
+    record_peak(record, peak.stop())
+    live.keepalive.extend(r.kv for r in runs)
+    record.first_run_s, record.ttft_s = runs[0].ttft_s, median(r.ttft_s for r in runs)
+    record.kv_cache_bytes = sum(r.kv_bytes for r in runs)
+    record.generated_tokens = " ".join(map(str, runs[0].ids))
+    wrong = [r.ids for r in runs if r.ids != settings.expected_ids]
+    record.tokens_ok = record.output_ok = isinstance(target, ControlTarget) or not wrong
+    if not record.tokens_ok:
+        shown = " ".join(map(str, settings.expected_ids))
+        record.error = f"wrong tokens: {' '.join(map(str, wrong[0]))} where the reference generated {shown}"
+    return [s for r in runs for s in r.step_s]
+
+
 def _checked(target, got: list, feeds: dict, reference: dict, model) -> tuple[bool, str]:
     """The target's output check, unless the reference cannot verify the weights at all (NaN
     or infinite feeds, an output with no finite value: a cache entry changed since it was
@@ -181,9 +209,14 @@ def _checked(target, got: list, feeds: dict, reference: dict, model) -> tuple[bo
     return target.check_output(got, reference, model)
 
 
-def record_latency(record: WorkerRecord, timed: tuple | None) -> None:
-    """The latency statistics of the timed runs, after the barrier (numpy allocates)."""
-    if timed is not None:
+def record_latency(record: WorkerRecord, timed: tuple | list | None) -> None:
+    """The latency statistics of the timed runs (a list: the decode steps), after the barrier (numpy allocates)."""
+    if isinstance(timed, list):
+        from harness.prep.decoder import token_stats
+
+        for name, value in token_stats(timed).items():
+            setattr(record, name, value)
+    elif timed is not None:
         from harness.core.latency import record_stats, stats
 
         record_stats(record, stats(*timed))

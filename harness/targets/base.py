@@ -69,6 +69,8 @@ class Prepared:
     #: Bytes of the weights read as indexed tables (embeddings, `prep.models.gathered_initializers`):
     #: a mapped worker keeps only the rows its inputs index resident.
     gathered_bytes: int = 0
+    #: The generate workload's prompt, G and reference ids (`WorkerSettings` fields; {}: infer).
+    generation: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.models:

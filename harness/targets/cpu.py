@@ -94,7 +94,8 @@ def prepared_cpu_models(models: list[PreparedModel], opts: RunOptions | None = N
 
     source = " + ".join(m.source for m in models)
     notes = []
-    if opts is not None and not opts.models and (note := size_note(opts.model_size, models[0].weights_bytes)):
+    built = models[0].weights_bytes
+    if opts is not None and not opts.models and (note := size_note(opts.model_size, built, models[0].source)):
         notes.append(note)
     for m in models:
         unstable = m.extra.get("nondeterministic") or {}

@@ -60,6 +60,7 @@ WRITTEN = {
     vocab.PageCache: ("warm", "cold", "cold-unverified"),
     vocab.PeakPhase: ("start", "load", "create", "first_run"),
     vocab.Start: ("concurrent", "sequential"),
+    vocab.Workload: ("infer", "generate"),
 }
 
 

@@ -64,7 +64,7 @@ def test_free_dim_fixes_a_named_dimension_in_every_input(run_harness, models, tm
     ("args", "expected"),
     [
         (["--free-dim", "seq=4"], ["--free-dim seq", "named dimensions: batch, sequence"]),
-        (["--free-dim", "batch=0"], ["--free-dim 'batch=0'", "VALUE >= 1"]),
+        (["--free-dim", "batch=-1"], ["--free-dim 'batch=-1'", "VALUE >= 0"]),
         (["--input", "nope=3"], ["--input names unknown input(s) ['nope']"]),
         (["--input", "ids=x.npy", "--shape", "ids=1x2"], ["--shape and --input both given for ['ids']"]),
         (
@@ -72,7 +72,7 @@ def test_free_dim_fixes_a_named_dimension_in_every_input(run_harness, models, tm
             ["--input ids: float64 values for a int64 input"],
         ),
     ],
-    ids=["free-dim-unknown", "free-dim-zero", "input-unknown", "input-and-shape", "input-wrong-type"],
+    ids=["free-dim-unknown", "free-dim-negative", "input-unknown", "input-and-shape", "input-wrong-type"],
 )
 def test_bad_input_options_are_one_line(run_harness, models, args, expected):
     outcome = run_harness("run", "--model", str(models["three_dynamic_inputs"]), *args, *ONE)

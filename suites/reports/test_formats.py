@@ -83,8 +83,15 @@ VERSION_3_COLUMNS = {
         "floor_s_median,memory_limit_bytes,oom_workers,container_peak_bytes"
     ),
 }
+#: Version 4: the generate workload's columns (results.csv only).
+VERSION_4_COLUMNS = {
+    "results.csv": VERSION_3_COLUMNS["results.csv"]
+    + ",ttft_s,decode_tokens_per_s,token_latency_p50_s,token_latency_p90_s,token_latency_p99_s,kv_cache_bytes,"
+    "generated_tokens,tokens_ok",
+    "summary.csv": VERSION_3_COLUMNS["summary.csv"],
+}
 #: Every version's columns, frozen.
-FROZEN = {2: VERSION_2_COLUMNS, 3: VERSION_3_COLUMNS}
+FROZEN = {2: VERSION_2_COLUMNS, 3: VERSION_3_COLUMNS, 4: VERSION_4_COLUMNS}
 
 
 def header(path: Path) -> list[str]:
@@ -133,9 +140,9 @@ def test_a_run_folder_written_by_a15ff72_reports_after_the_bump(a15ff72, tmp_pat
     assert set(fingerprint(a15ff72)) - set(before) == {"report.html"}
     assert {k: v for k, v in fingerprint(a15ff72).items() if k != "report.html"} == before
     run = load_run(a15ff72)
-    assert run.written_in == 1 and run.meta["format_version"] == FORMAT_VERSION == 3
-    # a15ff72 wrote every column of version 2: only version 3's are added
-    later = set(schema.columns_since(ResultRow, 3)) | set(schema.columns_since(SummaryRow, 3))
+    assert run.written_in == 1 and run.meta["format_version"] == FORMAT_VERSION == 4
+    # a15ff72 wrote every column of version 2: only those of versions 3 and 4 are added
+    later = {c for v in (3, 4) for t in (ResultRow, SummaryRow) for c in schema.columns_since(t, v)}
     added = {c.strip() for m in run.migrated for c in m.split(" lacked ", 1)[1].split(",")}
     assert added == later, run.migrated
     assert json.loads((a15ff72 / "metadata.json").read_text())["format_version"] == 1  # never rewritten
@@ -157,7 +164,8 @@ def test_an_older_version_1_folder_gets_its_missing_columns_empty_and_says_so(a1
     assert run.written_in == 1
     assert all(r.memory_ok is None and r.peak_private_bytes is None for r in run.results)
     assert len(run.summary) == 4 and all(s.complete is not None for s in run.summary)  # recomputed, never assumed
-    assert [m.split(" lacked")[0] for m in run.migrated] == ["results.csv", "summary.csv"] * 2  # to 2, then to 3
+    # to 2, then to 3, then to 4 (results.csv only)
+    assert [m.split(" lacked")[0] for m in run.migrated] == ["results.csv", "summary.csv"] * 2 + ["results.csv"]
     assert "memory_ok" in run.migrated[0] and "complete" in run.migrated[1]
     notes = [n for n in judge(run).notes if n.title == "Older run folder"]
     assert (

@@ -1,0 +1,238 @@
+"""The generate workload (issue 45): a greedy loop over a decoder with a KV cache in every worker,
+for real (real ORT, real worker processes, real memory figures), and its refusals."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from harness.cli import main
+from harness.core.schema import GENERATE_COLUMNS
+from harness.prep.llama import HEAD_DIM, LlamaDims
+
+PROMPT, NEW = 16, 8
+
+
+@pytest.fixture(scope="module")
+def generate_run(harness_runner, request, tmp_path_factory):
+    """The issue's first Done-when command, as typed (the generated decoder at its default size)."""
+    args = ["run", "--workload", "generate", "--processes", "2", "--prompt-tokens", str(PROMPT)]
+    args += ["--new-tokens", str(NEW), "--quiet", "--no-report"]
+    outcome = harness_runner.run(*args, owner=request.module.__name__, scratch=tmp_path_factory.mktemp("gen"))
+    assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+    return outcome
+
+
+@pytest.mark.memory
+def test_every_worker_generates_the_reference_tokens(generate_run):
+    rows = generate_run.results()
+    meta = json.loads((generate_run.out / "metadata.json").read_text())["run"]
+    expected = meta["generate"]["expected_ids"]
+    assert meta["workload"] == "generate" and len(meta["generate"]["prompt_ids"]) == PROMPT and len(expected) == NEW
+    assert len(rows) == 4 and all(r.output_ok and r.tokens_ok and not r.error for r in rows), [r.error for r in rows]
+    assert {r.generated_tokens for r in rows} == {" ".join(map(str, expected))}
+    assert {r.path_taken for r in rows if r.mode == "mapped"} == {"mapped"}
+    assert {r.path_taken for r in rows if r.mode == "heap"} == {"heap"}
+    for r in rows:
+        assert all(getattr(r, name) is not None for name in GENERATE_COLUMNS), r
+        assert r.ttft_s > 0 and r.decode_tokens_per_s > 0
+        assert r.token_latency_p50_s <= r.token_latency_p90_s <= r.token_latency_p99_s
+        assert r.decode_tokens_per_s * r.token_latency_p50_s == pytest.approx(1, rel=0.9)
+
+
+@pytest.mark.memory
+def test_kv_cache_bytes_are_the_cache_the_shapes_say(generate_run):
+    """layers x 2 x heads x head_dim x tokens x 4 bytes: the last token is generated, not fed."""
+    dims = LlamaDims.of_size(256 * 1024**2)
+    tokens = PROMPT + NEW - 1
+    want = dims.layers * 2 * dims.heads * HEAD_DIM * tokens * 4
+    assert {r.kv_cache_bytes for r in generate_run.results()} == {want}
+
+
+@pytest.mark.memory
+def test_mapped_workers_share_the_weights_and_the_control_holds_a_cache(generate_run):
+    rows = generate_run.results()
+    weights = rows[0].weights_bytes
+    mapped = [r for r in rows if r.mode == "mapped"]
+    heap = [r for r in rows if r.mode == "heap"]
+    assert all(r.copied_bytes < 0.1 * weights for r in mapped)
+    assert all(r.copied_bytes > 0.9 * weights for r in heap)
+    assert all(r.runtime_bytes > r.kv_cache_bytes for r in rows)
+
+
+def test_the_loop_with_its_cache_is_the_loop_without_one(model_cache):
+    """The ids a plain onnxruntime loop recomputing the whole sequence each step makes (no KV
+    cache) are the ones the harness's loop feeding present back as past makes."""
+    import onnxruntime as ort
+
+    from harness.prep.decoder import DecoderIO, generate, kv_types
+    from harness.prep.llama import generated_decoder
+
+    model = generated_decoder(1024**2, cache_dir=model_cache)
+    session = ort.InferenceSession(str(model.onnx_path), providers=["CPUExecutionProvider"])
+    io = DecoderIO.find(model.inputs, model.outputs, "test")
+    empty = {n: np.zeros(shape, dtype) for n, (dtype, shape) in kv_types(io, model).items()}
+
+    def run(feeds):
+        return dict(zip(model.outputs, session.run(model.outputs, feeds), strict=True))
+
+    ids = [5, 9, 2, 7]
+    for _ in range(6):
+        feeds = {"input_ids": np.array([ids]), "attention_mask": np.ones((1, len(ids)), np.int64)}
+        feeds["position_ids"] = np.arange(len(ids))[None]
+        ids.append(int(np.argmax(run({**feeds, **empty})["logits"][0, -1])))
+    assert generate(run, io, kv_types(io, model), [5, 9, 2, 7], 6).ids == ids[4:]
+
+
+def test_a_worker_with_other_tokens_fails(model_cache):
+    """A session whose ids differ from the reference's fails its worker, saying both."""
+    import onnxruntime as ort
+
+    from harness.contract.spec import WorkerRecord, WorkerSettings
+    from harness.prep.llama import generated_decoder
+    from harness.runner.worker import run_generate
+    from harness.targets import get_target
+    from harness.targets.base import LiveSessions
+
+    model = generated_decoder(1024**2, cache_dir=model_cache)
+    live = LiveSessions()
+    live.add_group([ort.InferenceSession(str(model.onnx_path), providers=["CPUExecutionProvider"])])
+    record = WorkerRecord()
+    settings = WorkerSettings(new_tokens=3, prompt_ids=[1, 2, 3], expected_ids=[0, 0, 0])
+    steps = run_generate(get_target("cpu"), live, model, record, settings)
+    assert len(steps) == 2 and record.tokens_ok is False and record.output_ok is False
+    assert record.error.startswith("wrong tokens: ") and record.error.endswith("where the reference generated 0 0 0")
+    assert live.keepalive, "the KV cache stays alive for the memory sample"
+
+
+def _error_of(capsys, argv: list[str]) -> str:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    return line
+
+
+def test_a_model_that_is_no_decoder_is_refused_in_one_line(capsys, tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [64, 64], np.ones(64 * 64, np.float32))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+        [weight],
+    )
+    path = tmp_path / "plain.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    line = _error_of(capsys, ["run", "--workload", "generate", "--model", str(path), "--out", str(tmp_path / "o")])
+    assert "not a decoder" in line and "input input_ids" in line and "output logits" in line
+    assert "past_key_values" in line and "x" in line
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--workload", "generate", "--prompt-ids", "3,1,4", "--prompt-tokens", "3"], "give one of them"),
+        (["--new-tokens", "4"], "--new-tokens applies to --workload generate only"),
+        (["--workload", "generate", "--runs", "5"], "--runs does not apply to --workload generate"),
+        (["--workload", "generate", "--prompt-ids", "3,-1"], "token ids"),
+        (["--workload", "generate", "--prompt-ids", "99999"], "token ids"),
+    ],
+)
+def test_contradictions_are_refused_before_any_work(capsys, tmp_path, argv, words):
+    assert words in _error_of(capsys, ["run", *argv, "--out", str(tmp_path / "o")])
+
+
+def test_an_empty_past_is_a_dimension_one_may_name():
+    from harness.prep.modelargs import parse_free_dims
+
+    assert parse_free_dims(["past_sequence_length=0"]) == {"past_sequence_length": 0}
+
+
+def _gqa_decoder(folder, layers=2, heads=4, kv_heads=2, head=8, vocab=50):
+    """A decoder in onnxruntime-genai's model-builder layout: ORT's GroupQueryAttention, fed
+    ``seqlens_k`` and ``total_sequence_length`` beside ``input_ids`` and the KV cache; weights
+    in model.onnx.data."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    hidden = heads * head
+    inits, nodes = [], []
+
+    def weight(name, *shape):
+        inits.append(numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.5, name))
+        return name
+
+    nodes.append(helper.make_node("Gather", [weight("embed", vocab, hidden), "input_ids"], ["h0"]))
+    inputs = [
+        helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+        helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, ["batch"]),
+        helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, []),
+    ]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", vocab])]
+    for i in range(layers):
+        qkv = [f"{p}{i}" for p in "qkv"]
+        for name, width in zip(qkv, (hidden, kv_heads * head, kv_heads * head), strict=True):
+            nodes.append(helper.make_node("MatMul", [f"h{i}", weight(f"w{name}", hidden, width)], [name]))
+        past = [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
+        present = [f"present.{i}.key", f"present.{i}.value"]
+        nodes.append(
+            helper.make_node(
+                "GroupQueryAttention",
+                [*qkv, *past, "seqlens_k", "total_sequence_length"],
+                [f"a{i}", *present],
+                domain="com.microsoft",
+                num_heads=heads,
+                kv_num_heads=kv_heads,
+            )
+        )
+        nodes.append(helper.make_node("MatMul", [f"a{i}", weight(f"wo{i}", hidden, hidden)], [f"o{i}"]))
+        nodes.append(helper.make_node("Add", [f"h{i}", f"o{i}"], [f"h{i + 1}"]))
+        for p, q in zip(past, present, strict=True):
+            inputs.append(helper.make_tensor_value_info(p, TensorProto.FLOAT, ["batch", kv_heads, "past", head]))
+            outputs.append(helper.make_tensor_value_info(q, TensorProto.FLOAT, ["batch", kv_heads, "total", head]))
+    nodes.append(helper.make_node("MatMul", [f"h{layers}", weight("lm_head", hidden, vocab)], ["logits"]))
+    graph = helper.make_graph(nodes, "gqa", inputs, outputs, inits)
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    folder.mkdir()
+    onnx.save(model, str(folder / "model.onnx"), save_as_external_data=True, location="model.onnx.data")
+    return folder / "model.onnx", layers * 2 * kv_heads * head * 4
+
+
+def test_a_group_query_attention_decoder_gets_its_sequence_lengths(harness_runner, request, tmp_path):
+    """seqlens_k and total_sequence_length are fed where the model has them: its ids are those of a
+    plain onnxruntime loop recomputing the whole sequence each step (no cache)."""
+    import onnxruntime as ort
+
+    path, per_token = _gqa_decoder(tmp_path / "gqa")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ids = [3, 1, 4, 1, 5]
+    empty = {n: np.zeros((1, 2, 0, 8), np.float32) for n in [i.name for i in session.get_inputs()] if "past" in n}
+    for _ in range(6):
+        feeds = {"input_ids": np.array([ids]), "seqlens_k": np.array([len(ids) - 1], np.int32)}
+        feeds["total_sequence_length"] = np.array(len(ids), np.int32)
+        ids.append(int(np.argmax(session.run(["logits"], {**feeds, **empty})[0][0, -1])))
+    args = ["run", "--workload", "generate", "--model", str(path), "--prompt-ids", "3,1,4,1,5", "--new-tokens", "6"]
+    outcome = harness_runner.run(
+        *args,
+        "--processes",
+        "1",
+        "--modes",
+        "mapped",
+        "--quiet",
+        "--no-report",
+        owner=request.node.nodeid,
+        scratch=tmp_path,
+    )
+    assert outcome.returncode == 0, outcome.stdout + outcome.stderr
+    (row,) = outcome.results()
+    assert row.tokens_ok and row.generated_tokens == " ".join(map(str, ids[5:]))
+    assert row.kv_cache_bytes == per_token * (5 + 6 - 1)
