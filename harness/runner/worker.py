@@ -173,14 +173,11 @@ def run_generate(target, live, model, record: WorkerRecord, settings: WorkerSett
     until after the memory sample. Returns the decode steps' times (statistics after the release)."""
     from statistics import median
 
-    from harness.prep.decoder import generate_in_model
     from harness.runner import peak
     from harness.runner.control import ControlTarget
 
     phases.mark("first_run")
-    runs = [
-        generate_in_model(target, group[0], model, settings.prompt_ids, settings.new_tokens) for group in live.groups
-    ]
+    runs = [target.generate(group, model, settings.prompt_ids, settings.new_tokens) for group in live.groups]
     record_peak(record, peak.stop())
     live.keepalive.extend(r.kv for r in runs)
     record.first_run_s, record.ttft_s = runs[0].ttft_s, median(r.ttft_s for r in runs)

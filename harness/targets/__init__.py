@@ -17,6 +17,7 @@ _MODULES = {
     "cpu": "harness.targets.cpu",
     "ort-native": "harness.targets.ort_native",
     "qnn": "harness.targets.qnn",
+    "genai": "harness.targets.genai",
 }
 NAMES: tuple[str, ...] = tuple(_MODULES)
 DEFAULT = "cpu"

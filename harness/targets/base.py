@@ -125,7 +125,7 @@ class Target(ABC):
         return {o.name: given.get(o.name, o.default) for o in self.options}
 
     def check(self, opts: RunOptions) -> None:  # noqa: B027 - optional hook, deliberately empty
-        """Refuse (InputError) run options this target cannot honour. Called before any work."""
+        """Refuse (InputError) run options this target (the run's or its peer) cannot honour, before any work."""
 
     @abstractmethod
     def prepare(self, opts: RunOptions, progress: Any) -> Prepared:
@@ -178,6 +178,12 @@ class Target(ABC):
         from harness.prep.sessions import run_session
 
         return run_session(session, model.outputs, feeds, model.input_types, model.output_types)
+
+    def generate(self, group: list, model: PreparedModel, prompt_ids: list[int], new_tokens: int) -> Any:
+        """One greedy loop of the generate workload in one session group (a `prep.decoder.Generation`)."""
+        from harness.prep.decoder import generate_in_model
+
+        return generate_in_model(self, group[0], model, prompt_ids, new_tokens)
 
     def check_output(self, outputs: list, reference: dict, model: PreparedModel) -> tuple[bool, str]:
         """Compare the first inference with the reference: (ok, detail). Tolerances follow each

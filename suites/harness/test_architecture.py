@@ -354,7 +354,7 @@ def test_the_plugin_lists_the_registrys_targets(monkeypatch):
 
     monkeypatch.setattr(registry, "NAMES", (*registry.NAMES, "npu-x"))
     ((flag, keywords),) = [(f, k) for name, f, k in run_option_arguments() if name == "target"]
-    assert "cpu, ort-native, qnn or npu-x (default: cpu)" in keywords["help"]
+    assert "cpu, ort-native, qnn, genai or npu-x (default: cpu)" in keywords["help"]
     assert _parse(flag, "npu-x", keywords) == "npu-x"
     monkeypatch.undo()
     names = __import__("harness.targets", fromlist=["NAMES"]).NAMES
