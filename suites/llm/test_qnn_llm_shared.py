@@ -37,10 +37,10 @@ def test_static_pair_generates_the_reference_ids_on_cpu(tmp_path, name) -> None:
     src = write_decoder(tmp_path / "dec", VARIANTS[name])
     prefill, decode = (ort.InferenceSession(str(p)) for p in _static_pair(tmp_path / "static", src))
     assert prefill.get_inputs()[0].shape == [1, len(PROMPT)] and decode.get_inputs()[0].shape == [1, 1]
-    run = static_generate(prefill, decode, PROMPT, NEW_TOKENS, CONTEXT)
+    run = static_generate(prefill, decode, PROMPT, NEW_TOKENS)
     assert run.ids == greedy_ids(src, PROMPT, NEW_TOKENS).ids
-    assert run.kv_cache_bytes == kv_cache_bytes(VARIANTS[name], CONTEXT - 1)
-    assert len(run.step_s) == NEW_TOKENS
+    assert run.kv_bytes == kv_cache_bytes(VARIANTS[name], CONTEXT - 1)
+    assert run.ttft_s > 0 and len(run.step_s) == NEW_TOKENS - 1
 
 
 def _contexts(onnx_path: Path) -> list[str]:
@@ -117,7 +117,6 @@ def test_weight_sharing_binary_loads_and_generates(tmp_path) -> None:
         "provider_options": {"soc_model": SIMULATOR_SOC_MODEL},
         "prompt": PROMPT,
         "new_tokens": NEW_TOKENS,
-        "context": CONTEXT,
     }
     result = run_child(job, tmp_path / "generate.log")
     if is_simulator() and result.get("stage") == "crash":
@@ -143,6 +142,6 @@ def test_one_binary_per_graph_generates_the_reference_ids(tmp_path, name) -> Non
         assert _compile([graph], tmp_path / graph.stem).get("ok")
         onnx.append(str(tmp_path / graph.stem / f"{graph.stem}_ctx.onnx"))
     job = {"kind": "generate", "onnx": onnx, "provider_options": {"soc_model": SIMULATOR_SOC_MODEL}}
-    result = run_child({**job, "prompt": PROMPT, "new_tokens": NEW_TOKENS, "context": CONTEXT}, tmp_path / "gen.log")
+    result = run_child({**job, "prompt": PROMPT, "new_tokens": NEW_TOKENS}, tmp_path / "gen.log")
     assert result.get("ok"), result
     assert result["ids"] == greedy_ids(src, PROMPT, NEW_TOKENS).ids

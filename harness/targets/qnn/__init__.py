@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from harness.core.schema import disable_flag
-from harness.core.vocab import EpState, PathTaken
+from harness.core.vocab import EpState, PathTaken, Workload
 from harness.targets.base import LiveSessions, Prepared, Target, TargetOption
 
 from .ep import BACKEND_TYPES
@@ -95,8 +95,16 @@ class QnnTarget(Target):
 
     def prepare(self, opts, progress) -> Prepared:
         from .partitions import load_level, load_note
-        from .prepare import prepare_qnn
         from .simulator import apply_default_soc_model
+
+        if opts.workload == Workload.GENERATE:
+            from .llm import prepare_generate
+
+            note = apply_default_soc_model(opts)
+            prepared = prepare_generate(opts, progress)
+            prepared.notes[:0] = [note] if note else []
+            return prepared
+        from .prepare import prepare_qnn
 
         soc_note = apply_default_soc_model(opts)
         parts = prepare_qnn(opts, progress)
@@ -226,6 +234,12 @@ class QnnTarget(Target):
         record.path_taken = path_taken(worker.state, worker.counts)
         record.weights_bytes = spec.weights_bytes or sum(m.weights_bytes for m in models)
         return live
+
+    def generate(self, group: list, model, prompt_ids: list[int], new_tokens: int):
+        """The generate workload's loop over the group's prefill and decode sessions (`llm`)."""
+        from .llm import static_generate
+
+        return static_generate(group[0], group[1], prompt_ids, new_tokens)
 
     def check_output(self, outputs: list, reference: dict, model) -> tuple[bool, str]:
         """The check the compile child already made once (`outputs.check_compiled_outputs`):

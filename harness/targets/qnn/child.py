@@ -273,8 +273,8 @@ def generate_job(job: dict) -> dict:
         sessions = [ort.InferenceSession(p, _session_options(job, disable="1", onnx_path=p)) for p in job["onnx"]]
     except Exception as err:  # ORT raises its own Fail type
         return {"ok": False, "stage": "load", "error": _first_line(err)}
-    run = static_generate(*sessions, job["prompt"], job["new_tokens"], job["context"])
-    return {"ok": True, "stage": "generate", "ids": run.ids, "kv_cache_bytes": run.kv_cache_bytes}
+    run = static_generate(*sessions, job["prompt"], job["new_tokens"])
+    return {"ok": True, "stage": "generate", "ids": run.ids, "kv_cache_bytes": run.kv_bytes}
 
 
 def main(argv: list[str] | None = None) -> int:

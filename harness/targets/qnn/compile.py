@@ -341,6 +341,8 @@ def compile_shared(
         result = run_child(job, log_path, on_status=on_status)
         if not result.get("ok"):
             raise _failure(result, label, scratch / names[0], backend_type, provider_options, log_path)
+        with contextlib.suppress(OSError, InputError):
+            copy_file(log_path, scratch / "compile.log", "QNN log")
         for i, name in enumerate(names):
             recorded = {"source_sha256": key, "embed_mode": 0, "backend_type": backend_type}
             _write_manifest(scratch, name, label, result, recorded, provider_options, name=f"manifest-{i}.json")

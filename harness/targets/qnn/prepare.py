@@ -242,7 +242,20 @@ def prepare_qnn(opts: Any, progress: Any = None) -> list[QnnModel]:
     user's model as it is) or the user's own EPContext model. Every problem the user can fix
     (platform, missing package, dynamic shapes, nothing for QNN, a compile the EP refuses or
     crashes in) is an InputError. ``progress`` (a `Progress`) shows what the QNN child is doing."""
-    on_status = progress.step if progress is not None else None
+    compiler = qnn_compiler(opts, progress)
+    options = opts.target_options
+    quantize = QuantizeSpec(options.get("quantize", "none"), options.get("calibration_size", CALIBRATION_SIZE))
+    cache_dir = compiler.cache_dir
+    if not opts.models:
+        if quantize.enabled:
+            raise InputError("--quantize qdq: needs --model (the generated model is already a QDQ model)")
+        source = generated_qdq(opts.model_size, cache_dir)
+        return [compiler.compiled(source, source.source)]
+    return _user_models(opts, compiler, quantize)
+
+
+def qnn_compiler(opts: Any, progress: Any = None) -> _Compiler:
+    """The run's compiler, once this platform and the QNN EP are known to be usable (else InputError)."""
     supported, why = qnn_platform_supported()
     if not supported:
         raise InputError(f"--target qnn: {why}")
@@ -251,16 +264,8 @@ def prepare_qnn(opts: Any, progress: Any = None) -> list[QnnModel]:
             register_qnn_ep()
     except QnnUnavailableError as err:
         raise InputError(f"--target qnn: {err}") from None
-    cache_dir = opts.cache_dir or default_cache_dir()
-    options = opts.target_options
-    quantize = QuantizeSpec(options.get("quantize", "none"), options.get("calibration_size", CALIBRATION_SIZE))
-    compiler = _Compiler(opts, cache_dir, on_status, progress.note if progress is not None else None)
-    if not opts.models:
-        if quantize.enabled:
-            raise InputError("--quantize qdq: needs --model (the generated model is already a QDQ model)")
-        source = generated_qdq(opts.model_size, cache_dir)
-        return [compiler.compiled(source, source.source)]
-    return _user_models(opts, compiler, quantize)
+    on_status, say = (progress.step, progress.note) if progress is not None else (None, None)
+    return _Compiler(opts, opts.cache_dir or default_cache_dir(), on_status, say)
 
 
 @dataclass
