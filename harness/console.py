@@ -11,23 +11,16 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from harness.core.metrics import FIGURES
 from harness.core.passes import SEQUENTIAL, memory_view, start_of
 from harness.core.schema import ResultRow, SummaryRow
 from harness.core.summary import complete_pair, pair_ratio, paired, timing_pairs
 from harness.core.units import fmt_bytes, fmt_ratio, fmt_seconds
 from harness.core.vocab import EpState, PathTaken
 
-#: (label, SummaryRow column, formatter)
-TABLE_METRICS = [
-    ("sum PSS", "sum_pss_bytes", fmt_bytes),
-    ("sum USS", "sum_uss_bytes", fmt_bytes),
-    ("sum private", "sum_private_bytes", fmt_bytes),
-    ("sum RSS", "sum_rss_bytes", fmt_bytes),
-    ("system delta", "system_delta_bytes", fmt_bytes),
-    ("peak private", "max_peak_private_bytes", fmt_bytes),
-    ("median init", "init_s_median", fmt_seconds),
-    ("init + 1st run", "startup_s_median", fmt_seconds),
-]
+#: The figures of the table (`metrics.Figure.terminal`), and how each unit is shown.
+TABLE_FIGURES = [f for f in FIGURES if f.terminal]
+FORMATS = {"bytes": fmt_bytes, "count/s": lambda v: "-" if v is None else f"{v:.3g}/s"}
 
 
 #: Width of tables when the output is not a terminal (CI logs, pipes): rich's default of 80
@@ -55,7 +48,11 @@ def summary_table(summary: list[SummaryRow]) -> Any:
     pairs = paired(summary)
     for mapped, heap in pairs:
         first, who = True, _who(mapped)
-        for label, column, fmt in TABLE_METRICS:
+        shown_figures = [
+            f for f in TABLE_FIGURES if (getattr(mapped, f.column), getattr(heap, f.column)) != (None, None)
+        ]
+        for figure in shown_figures:  # a figure neither mode measured (TTFT of an infer run) is left out
+            column, fmt = figure.column, FORMATS.get(figure.unit, fmt_seconds)
             m, h = getattr(mapped, column), getattr(heap, column)
             shown = pair_ratio(mapped, heap, column)
             why = "incomplete" if not complete_pair(mapped, heap) else "noise" if column == "system_delta_bytes" else ""
@@ -63,11 +60,11 @@ def summary_table(summary: list[SummaryRow]) -> Any:
                 who if first else "",
                 f"{mapped.processes} x {mapped.sessions_per_process}" if first else "",
                 str(mapped.repeat) if first else "",
-                label,
+                figure.terminal,
                 fmt(m),
                 fmt(h),
                 fmt_ratio(shown) if shown is not None or not why else why,
-                end_section=column == TABLE_METRICS[-1][1],
+                end_section=figure is shown_figures[-1],
             )
             first = False
     in_pairs = {id(s) for pair in pairs for s in pair}

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from harness.core.metrics import FAIR_BY_KEY, fair_bytes, fair_figure, fair_key
 from harness.core.schema import SummaryRow
 from harness.core.units import fmt_bytes
 from harness.core.vocab import MAPPED_PATH_STATES, EpState, Mode
@@ -29,7 +30,7 @@ DEFAULT_SESSION_FACTOR = 2
 DEFAULT_MIN_SESSIONS = 8
 
 ASSUMPTIONS = (
-    "memory is the summed PSS of the workers (USS where PSS is not measured, e.g. Windows); "
+    "memory is the summed PSS of the workers (private bytes where PSS is not measured, e.g. Windows; USS on Linux); "
     "shared pages the metric leaves out are added back once",
     "heap mode: every session holds its own copy of the weights; mapped mode: one copy in the "
     "page cache is shared by every session and process",
@@ -45,7 +46,7 @@ class ModeFit:
     """memory(S) = fixed + per_session*S + weights_term(S) for one mode, in bytes."""
 
     mode: str
-    metric: str  # "pss" or "uss"
+    metric: str  # the fair memory figure: "pss" or "private" (`metrics.fair_key`)
     fixed_bytes: float
     per_session_bytes: float
     weights_bytes: int
@@ -89,8 +90,8 @@ def _measured_weights_term(
         return weights * sessions
     if metric == "pss":
         return weights
-    # USS counts a page only while one process maps it: on Linux a lone worker's mapping is
-    # "private"; on Windows private bytes never include file-backed views.
+    # Private bytes (USS on Linux) count a page only while one process maps it: on Linux a lone
+    # worker's mapping is "private"; on Windows private bytes never include file-backed views.
     return weights if (workers == 1 and sole_is_private) else 0
 
 
@@ -103,14 +104,6 @@ def took_mapped_path(row: SummaryRow) -> bool:
     return states <= set(MAPPED_PATH_STATES) and not (row.fallback_workers or 0)
 
 
-def choose_metric(summary: Iterable[SummaryRow]) -> str | None:
-    """PSS when every measured group has it, USS otherwise, None when neither was measured."""
-    rows = [s for s in summary if s.sum_uss_bytes is not None or s.sum_pss_bytes is not None]
-    if not rows:
-        return None
-    return "pss" if all(s.sum_pss_bytes is not None for s in rows) else "uss"
-
-
 def _least_squares(xs: list[float], ys: list[float]) -> tuple[float, float]:
     mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
     sxx = sum((x - mean_x) ** 2 for x in xs)
@@ -119,12 +112,13 @@ def _least_squares(xs: list[float], ys: list[float]) -> tuple[float, float]:
 
 
 def fit_sweep(summary: Iterable[SummaryRow], *, system: str = "Linux") -> SweepFit:
-    """Fit each mode of a sweep; ``system`` says whether a lone mapping counts in USS."""
+    """Fit each mode of a sweep on the fair figure of the groups with memory figures; ``system``
+    says whether a lone mapping counts in private bytes."""
     summary = list(summary)
-    metric = choose_metric(summary)
+    metric = fair_key(fair_figure(s for s in summary if fair_bytes(s) is not None))
     if metric is None:
         return SweepFit({}, {"all": "no memory figures were measured"}, None)
-    column = f"sum_{metric}_bytes"
+    column = FAIR_BY_KEY[metric].column
     by_mode: dict[str, list[SummaryRow]] = defaultdict(list)
     for row in summary:
         if getattr(row, column) is not None and _sessions(row) > 0:
@@ -179,7 +173,7 @@ def consecutive_marginals(summary: Iterable[SummaryRow], metric: str) -> dict[st
 
     A model-free view of the marginal cost, to set beside the fit's slope (medians over
     repeats, so one noisy repeat does not make a step)."""
-    column = f"sum_{metric}_bytes"
+    column = FAIR_BY_KEY[metric].column
     grouped: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
     for row in summary:
         value = getattr(row, column)

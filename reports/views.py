@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.core.gates import GateResult
 from harness.core.headline import headline_sentence, per_n, target_version_labels, versions
+from harness.core.metrics import FAIR, FAIR_BY_KEY, FIGURES
 from harness.core.notes import Note
 from harness.core.rundata import RunData
 from harness.core.schema import ResultRow, SummaryRow, column_docs
@@ -38,46 +39,6 @@ def env_keys(env: dict[str, Any]) -> tuple[str, ...]:
     """The metadata ``env`` keys the report lists: the machine's, onnxruntime, the targets' own
     versions as the run recorded them (`Target.version_keys`), host and commit."""
     return (*_MACHINE_KEYS, "onnxruntime", *target_version_labels(env), "hostname", "git_commit")
-
-
-#: (label, SummaryRow column, headline key, how to read it)
-HEADLINE_ROWS = (
-    (
-        "Summed PSS",
-        "sum_pss_bytes",
-        "mapped_pss_ratio",
-        "each shared page split between its sharers: the fair total (Linux)",
-    ),
-    (
-        "Summed private bytes",
-        "sum_private_bytes",
-        "mapped_private_ratio",
-        "committed private memory (Windows); equals USS on Linux",
-    ),
-    ("Summed USS", "sum_uss_bytes", "mapped_uss_ratio", "pages only one process has"),
-    ("Summed RSS", "sum_rss_bytes", "mapped_rss_ratio", "counts shared pages in every process: cannot show the saving"),
-    (
-        "Drop in system available memory",
-        "system_delta_bytes",
-        "system_delta_ratio",
-        "what the machine as a whole lost while all workers were alive",
-    ),
-    ("Median init (load + create)", "init_s_median", "init_ratio", "time until the sessions exist"),
-    ("Median session creation", "create_s_median", "create_ratio", "InferenceSession construction alone"),
-    (
-        "Weight copies per worker",
-        "copied_bytes_median",
-        "",
-        "private memory beyond the control worker's: what each worker copied (median)",
-    ),
-    (
-        "Mapped weight pages per worker",
-        "mapped_resident_bytes_median",
-        "",
-        "pages of the weights files resident in each worker (median)",
-    ),
-    ("Control worker", "runtime_bytes", "", "same runtime, sessions and inputs, no weights: the floor"),
-)
 
 
 #: Cells longer than this are clipped to one line in the tables, the full text on hover.
@@ -247,15 +208,13 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
         mapped = [s for s in chosen if s.mode == Mode.MAPPED]
         heap = [s for s in chosen if s.mode == Mode.HEAP]
         at = f"{sessions_of(chosen[0]) if chosen else 0} sessions in all; no mapped/heap pair, so no ratios"
-    has_pss = any(s.sum_pss_bytes is not None for s in run.summary)
+    fair = FAIR[0] if any(getattr(s, FAIR[0].column) is not None for s in run.summary) else FAIR[-1]
     spread = timing_spread(run.summary, timing_rounds(run))
     out = []
-    for label, column, key, hint in HEADLINE_ROWS:
-        if column == "sum_pss_bytes" and not has_pss:
+    for figure in FIGURES:  # one fair figure: on Linux private bytes are USS
+        if not figure.hint or (figure in FAIR and figure is not fair):
             continue
-        if column == "sum_private_bytes" and has_pss:
-            continue  # on Linux private bytes are USS: one row is enough
-        unit = "bytes" if "bytes" in column else "s"
+        column, key, hint, unit = figure.column, figure.ratio, figure.hint, figure.unit
         m_val = median([getattr(s, column) for s in mapped])
         h_val = median([getattr(s, column) for s in heap])
         diff = fmt_value(h_val - m_val if m_val is not None and h_val is not None else None, unit)
@@ -264,7 +223,7 @@ def _headline(run: RunData) -> tuple[str, list[dict[str, str]]]:
                 diff, hint = "noise", f"{hint}; within its idle noise here (see the note): no difference to read"
         out.append(
             {
-                "label": label,
+                "label": figure.label[0].upper() + figure.label[1:],
                 "hint": hint,
                 Mode.MAPPED: fmt_value(m_val, unit),
                 Mode.HEAP: fmt_value(h_val, unit),
@@ -284,15 +243,14 @@ def _marginal(run: RunData) -> list[str]:
     for mode, fit in sorted(sweep.fits.items()):
         lines.append(
             f"{mode}: one more session costs {fmt_bytes(fit.marginal_bytes)} of "
-            f"{fit.metric.upper()} (fit over S = {', '.join(str(s) for s, _ in fit.points)}; "
+            f"{FAIR_BY_KEY[fit.metric].short} (fit over S = {', '.join(str(s) for s, _ in fit.points)}; "
             f"RMS residual {fmt_bytes(fit.rms_residual_bytes)})"
         )
     if sweep.metric:
+        label = FAIR_BY_KEY[sweep.metric].short
         for mode, steps in sorted(consecutive_marginals(run.summary, sweep.metric).items()):
             for s1, s2, per in steps:
-                lines.append(
-                    f"{mode}: from {s1} to {s2} sessions, {fmt_bytes(per)} of {sweep.metric.upper()} per extra session"
-                )
+                lines.append(f"{mode}: from {s1} to {s2} sessions, {fmt_bytes(per)} of {label} per extra session")
     if not lines:
         lines.append("Needs at least two process counts (a sweep) to show the cost of one more session.")
     return lines
@@ -303,13 +261,14 @@ def _per_n_rows(run: RunData) -> list[dict[str, str]]:
     rows = []
     for entry in per_n(run.summary, run.target):
         saving = entry["saving"]
-        column = f"sum_{saving['metric']}_bytes" if saving["metric"] else None
+        fair = FAIR_BY_KEY.get(saving["metric"])
+        column = fair.column if fair else None
         init_m, init_h = entry[Mode.MAPPED]["init_s_median"], entry[Mode.HEAP]["init_s_median"]
         rows.append(
             {
                 "n": f"{entry['processes']} x {entry['sessions_per_process']}",
                 "repeats": str(entry["repeats"]),
-                "metric": {"pss": "PSS", "private": "private"}.get(saving["metric"] or "", "–"),
+                "metric": fair.short if fair else "–",
                 Mode.MAPPED: fmt_value(entry[Mode.MAPPED].get(column) if column else None, "bytes"),
                 Mode.HEAP: fmt_value(entry[Mode.HEAP].get(column) if column else None, "bytes"),
                 "saved": fmt_value(saving["bytes"], "bytes"),

@@ -34,9 +34,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .compare_metrics import Metric, Pair, metrics_for, startup_metrics
+from .compare_metrics import Metric, Pair, metrics_for
 from .errors import InputError
-from .headline import fair_metric, versions
+from .headline import versions
+from .metrics import fair_figure
 from .passes import memory_view
 from .rundata import RunData
 from .stats import ALPHA, MIN_REPEATS, MIN_TIME_EFFECT, welch
@@ -255,13 +256,11 @@ def compare(current: RunData, baseline: RunData, min_effect: MinEffect | None = 
         warnings.append(f"different {current.target} options ({', '.join(differ)}): a change comes from them first")
     rows = [s for pair in cur_pairs + base_pairs for s in pair]
     changes = []
-    # figures older runs (or runs without --runs, or targets without a control worker) lack
-    optional = {m.key for m in startup_metrics()} | {"mapped_copies", "heap_copies", "runtime"}
-    for metric in metrics_for(fair_metric(rows)):
+    for metric in metrics_for(fair_figure(rows)):
         change = Change(metric, _values(metric, base_pairs), _values(metric, cur_pairs), min_effect, not_comparable)
         if metric.summary is not None:
             change.values = (metric.summary(base_pairs), metric.summary(cur_pairs))
-        if metric.key not in optional or change.baseline or change.current:
+        if not metric.optional or change.baseline or change.current:
             changes.append(change)
     cur_v, base_v = versions(current.env), versions(baseline.env)
     version_rows = [(k, str(base_v.get(k) or "-"), str(cur_v.get(k) or "-")) for k in cur_v]

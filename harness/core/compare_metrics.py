@@ -1,14 +1,13 @@
-"""What `harness.core.compare` compares: each figure of a run against its baseline (a
-`Metric`): how it is read off a (mapped, heap) pair of summary rows, its unit and kind, which
-direction is better, whether a change for the worse is a regression, and why other processes
-can move it (then no change is called on it)."""
+"""What `harness.core.compare` compares, derived from `metrics.FIGURES`: each figure of a run
+against its baseline (a `Metric`): how it is read off a (mapped, heap) pair, which direction is
+better, whether a change for the worse is a regression, and why other processes can move it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
+from .metrics import FAIR, FIGURES, Figure
 from .schema import SummaryRow
 from .summary import median, median_ratio, ratio
 from .vocab import Mode
@@ -33,14 +32,11 @@ class Metric:
     summary: Callable[[list[Pair]], float | None] | None = None
     #: Why other processes move this figure, so no change is called on it ("": none can).
     foreign: str = ""
+    optional: bool = False  # shown only when either run measured it
 
 
 def _column(mode: str, column: str) -> Callable[[SummaryRow, SummaryRow], float | None]:
     return lambda m, h: getattr(m if mode == Mode.MAPPED else h, column)
-
-
-def _ratio(column: str) -> Callable[[SummaryRow, SummaryRow], float | None]:
-    return lambda m, h: ratio(getattr(m, column), getattr(h, column))
 
 
 def _saving(column: str) -> Callable[[SummaryRow, SummaryRow], float | None]:
@@ -62,119 +58,61 @@ def _median_saving(column: str) -> Callable[[list[Pair]], float | None]:
     return value
 
 
-#: Why no change is called on a PSS figure (the module docstring has the measurement).
+#: Why no change is called on a PSS figure (`harness.core.compare`'s docstring has the measurement).
 PSS_FOREIGN = "other processes sharing ORT's pages move PSS"
 
 
-def metrics_for(metric: str | None) -> list[Metric]:
-    """The compared figures; ``metric`` is the fair memory figure both runs have (pss/private).
-    PSS figures are shown, never called (`PSS_FOREIGN`); USS and the split against the control
-    worker are the memory figures changes are called on."""
-    fair = metric or "private"
-    label = "PSS" if fair == "pss" else "private bytes"
-    column = f"sum_{fair}_bytes"
-    foreign = PSS_FOREIGN if fair == "pss" else ""
-    uss = "sum_uss_bytes"
-    return [
-        Metric("mapped_fair", f"mapped summed {label}", "bytes", _column(Mode.MAPPED, column), foreign=foreign),
-        Metric("heap_fair", f"heap summed {label}", "bytes", _column(Mode.HEAP, column), foreign=foreign),
-        Metric(
-            "saving",
-            f"saving (heap - mapped {label})",
-            "bytes",
-            _saving(column),
-            lower_is_better=False,
-            regression=not foreign,
-            summary=_median_saving(column),
-            foreign=foreign,
-        ),
-        Metric("mapped_uss", "mapped summed USS", "bytes", _column(Mode.MAPPED, uss), regression=True),
-        Metric("heap_uss", "heap summed USS", "bytes", _column(Mode.HEAP, uss)),
-        Metric(
-            "saving_uss",
-            "saving (heap - mapped USS)",
-            "bytes",
-            _saving(uss),
-            lower_is_better=False,
-            regression=True,
-            summary=_median_saving(uss),
-        ),
-        Metric(
-            "mapped_copies",
-            "mapped weight copies per worker",
-            "bytes",
-            _column(Mode.MAPPED, "copied_bytes_median"),
-            regression=True,
-        ),
-        Metric("heap_copies", "heap weight copies per worker", "bytes", _column(Mode.HEAP, "copied_bytes_median")),
-        Metric("runtime", "control worker (runtime)", "bytes", _column(Mode.MAPPED, "runtime_bytes")),
-        Metric(
-            "mapped_init", "mapped median init", "s", _column(Mode.MAPPED, "init_s_median"), "time", regression=True
-        ),
-        Metric("heap_init", "heap median init", "s", _column(Mode.HEAP, "init_s_median"), "time"),
-        ratio_metric(f"mapped_{fair}_ratio", f"{label} ratio mapped/heap", column, foreign=foreign),
-        ratio_metric("mapped_uss_ratio", "USS ratio mapped/heap", uss),
-        ratio_metric("init_ratio", "init ratio mapped/heap", "init_s_median", "time", regression=True),
-        *startup_metrics(),
-    ]
+def _kind(figure: Figure) -> str:
+    return "time" if figure.timing else "memory"
 
 
-def startup_metrics() -> list[Metric]:
-    """Start-up peak, init + first inference and latency (issue 20): per mode and as ratios; the
-    mapped mode's are regression figures (its memory, start-up and latency)."""
-    out = []
-    for mode in Mode:
-        mine = mode == Mode.MAPPED
-        out += [
-            Metric(
-                f"{mode}_peak_private",
-                f"{mode} start-up peak private",
-                "bytes",
-                _column(mode, "max_peak_private_bytes"),
-                regression=mine,
-            ),
-            Metric(
-                f"{mode}_startup",
-                f"{mode} init + first inference",
-                "s",
-                _column(mode, "startup_s_median"),
-                "time",
-                regression=mine,
-            ),
-            Metric(
-                f"{mode}_latency_p50",
-                f"{mode} latency p50",
-                "s",
-                _column(mode, "latency_p50_s_median"),
-                "time",
-                regression=mine,
-            ),
-            Metric(
-                f"{mode}_latency_p99",
-                f"{mode} latency p99",
-                "s",
-                _column(mode, "latency_p99_s_median"),
-                "time",
-                regression=mine,
-            ),
-            Metric(
-                f"{mode}_inferences_per_s",
-                f"{mode} inferences/s",
-                "count/s",
-                _column(mode, "inferences_per_s"),
-                "time",
-                lower_is_better=False,
-                regression=mine,
-            ),
-        ]
-    return out + [
-        ratio_metric("peak_private_ratio", "start-up peak ratio mapped/heap", "max_peak_private_bytes"),
-        ratio_metric("startup_ratio", "init + first inference ratio mapped/heap", "startup_s_median", "time"),
-        ratio_metric("first_run_ratio", "first inference ratio mapped/heap", "first_run_s_median", "time"),
-        ratio_metric("latency_p50_ratio", "latency p50 ratio mapped/heap", "latency_p50_s_median", "time"),
-    ]
+def per_mode(figure: Figure, stem: str, foreign: str = "", judges: bool = True) -> list[Metric]:
+    """Its mapped and heap values (``judges``: the mapped one judges the feature), and the saving
+    if declared (it judges the feature unless other processes move it)."""
+    if figure.once:
+        return [Metric(stem, figure.label, figure.unit, _column(Mode.MAPPED, figure.column), optional=True)]
+    out = [
+        Metric(
+            f"{mode}_{stem}", f"{mode} {figure.label}", figure.unit, _column(mode, figure.column), _kind(figure),
+            not figure.higher_is_better, regression=judges and mode == Mode.MAPPED, foreign=foreign,
+            optional=not figure.always,
+        )
+        for mode in Mode
+    ]  # fmt: skip
+    if figure.saving:
+        key = f"saving_{stem}" if judges else "saving"  # the fair figure's is the saving
+        label = f"saving (heap - mapped {figure.name})"
+        saving = _saving(figure.column)
+        summary = _median_saving(figure.column)
+        out.append(Metric(key, label, figure.unit, saving, "memory", False, not foreign, summary, foreign))
+    return out
 
 
-def ratio_metric(key: str, label: str, column: str, kind: str = "memory", **more: Any) -> Metric:
+def ratio_metric(figure: Figure, foreign: str = "") -> Metric:
     """A mapped/heap ratio: per repeat for the test, the ratio of the two medians as the value."""
-    return Metric(key, label, "ratio", _ratio(column), kind, summary=lambda pairs: median_ratio(pairs, column), **more)
+    column = figure.column
+    return Metric(
+        figure.ratio,
+        f"{figure.name} ratio mapped/heap",
+        "ratio",
+        lambda m, h: ratio(getattr(m, column), getattr(h, column)),
+        _kind(figure),
+        regression=figure.ratio_regression,
+        summary=lambda pairs: median_ratio(pairs, column),
+        foreign=foreign,
+        optional=not figure.always and not foreign,
+    )
+
+
+def metrics_for(fair: Figure | None) -> list[Metric]:
+    """The compared figures; ``fair`` is the fair memory figure both runs have (`metrics.FAIR`;
+    None: private bytes). PSS figures are shown, never called (`PSS_FOREIGN`)."""
+    fair = replace(fair or FAIR[-1], saving=True, always=True)
+    foreign = PSS_FOREIGN if fair.column == FAIR[0].column else ""
+    compared = [f for f in FIGURES if f.compare]
+    return [
+        *per_mode(fair, "fair", foreign, judges=False),
+        *(m for f in compared for m in per_mode(f, f.compare)),
+        ratio_metric(fair, foreign),
+        *(ratio_metric(f) for f in FIGURES if f.compare_ratio),
+    ]

@@ -59,7 +59,6 @@ def composition(ok: list[ResultRow]) -> dict[str, Any]:
     copied = _median(r.copied_bytes for r in ok)
     resident = _median(r.mapped_resident_bytes for r in ok)
     return {
-        "floor_s_median": _median(r.floor_s for r in ok),
         "copied_bytes_median": int(copied) if copied is not None else None,
         "mapped_resident_bytes_median": int(resident) if resident is not None else None,
         "runtime_bytes": next(iter(runtime)) if len(runtime) == 1 else None,

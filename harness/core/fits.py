@@ -23,8 +23,6 @@ from typing import Any
 from .units import fmt_bytes
 from .vocab import Mode
 
-#: Headline metric -> SummaryRow column whose mapped/heap ratio it is (merged into RATIO_COLUMNS).
-PEAK_RATIO_COLUMNS = {"peak_private_ratio": "max_peak_private_bytes"}
 #: SummaryRow system columns <- attributes of the runner's SystemPeak.
 SYSTEM_FIELDS = {
     "system_min_available_bytes": "min_available_bytes",

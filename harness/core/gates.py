@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.errors import InputError
+from harness.core.metrics import FIGURES, OTHER_METRICS, PAIR_METRICS, is_timing
 from harness.core.schema import MODES, SummaryRow
-from harness.core.summary import OTHER_METRICS, PAIR_METRICS, RATIO_COLUMNS, headline, headline_with_reasons
-from harness.core.timing import is_timing, judge_interval
+from harness.core.summary import headline, headline_with_reasons
+from harness.core.timing import judge_interval
 from harness.core.units import parse_size
 from harness.core.vocab import PASSED_GATE_STATUSES, UNDECIDED_GATE_STATUSES, GateStatus
 
@@ -304,9 +305,9 @@ def evaluate(
 def metrics_epilog() -> str:
     """The gate metrics, one a line with what each means (for run --help and report --help)."""
     lines = ["gate metrics (headline values at the largest N x M measured in both modes, median over repeats):"]
-    for name, column in RATIO_COLUMNS.items():
-        lines.append(f"  {name:24} mapped/heap of summary column {column}")
-    for name, text in OTHER_METRICS.items():
+    for figure in (f for f in FIGURES if f.ratio):
+        lines.append(f"  {figure.ratio:24} mapped/heap of the {figure.label} (summary column {figure.column})")
+    for name, text, _ in OTHER_METRICS:
         lines.append(f"  {name:24} {text}")
     for name in RUN_FACTS:
         lines.append(f"  {name:24} size of the weights file (bytes; units allowed in gates: 128MiB)")

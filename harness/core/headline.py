@@ -59,43 +59,16 @@ from typing import Any
 
 from .faultnotes import fault_sentence
 from .files import write_json_atomic
+from .metrics import FAIR, FAIR_BY_KEY, FIGURES, RATIO_COLUMNS, fair_figure, fair_key
 from .passes import LABELS, SEQUENTIAL, contention, contention_text, memory_view, timing_start, timing_view
 from .schema import SummaryRow
-from .summary import RATIO_COLUMNS, complete_pair, median, median_ratio, pair_ratio, paired, sessions_of, timing_pairs
+from .summary import complete_pair, median, median_ratio, pair_ratio, paired, sessions_of, timing_pairs
 from .timing import spread_text, timing_rounds, timing_spread
 from .units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
 from .vocab import FeatureStatus, Mode
 
 HEADLINE_JSON = "headline.json"
 HEADLINE_FORMAT_VERSION = 1
-#: SummaryRow figures given per mode in ``per_n`` (absolute values: bytes or seconds).
-ABSOLUTE_COLUMNS = (
-    "sum_pss_bytes",
-    "sum_uss_bytes",
-    "sum_private_bytes",
-    "sum_rss_bytes",
-    "system_delta_bytes",
-    "init_s_median",
-    "create_s_median",
-    "first_run_s_median",
-    "startup_s_median",
-    "latency_mean_s",
-    "latency_stdev_s",
-    "latency_min_s",
-    "latency_p50_s_median",
-    "latency_p90_s_median",
-    "latency_p95_s_median",
-    "latency_p99_s_median",
-    "latency_max_s",
-    "inferences_per_s",
-    "max_peak_private_bytes",
-    "sum_peak_private_bytes",
-    "system_min_available_bytes",
-    "system_max_committed_bytes",
-    "copied_bytes_median",
-    "mapped_resident_bytes_median",
-    "runtime_bytes",
-)
 #: headline.json version key -> metadata.json ``env`` key, besides the targets' own keys
 #: (`Target.version_keys`, which go after onnxruntime: see `version_keys`).
 MACHINE_VERSION_KEYS = {
@@ -113,16 +86,6 @@ MACHINE_VERSION_KEYS = {
 SAVING_SLACK_BYTES = 4 * 1024**2
 #: Mapped workers' copied_bytes above this share of the weights (plus the slack) are named.
 COPIED_SLACK_SHARE = 0.05
-
-
-def fair_metric(rows: Sequence[SummaryRow]) -> str | None:
-    """ "pss" when every row has summed PSS (Linux), else "private" (Windows private bytes, USS
-    on Linux) when present: the figure that charges shared pages fairly."""
-    if rows and all(r.sum_pss_bytes is not None for r in rows):
-        return "pss"
-    if rows and all(r.sum_private_bytes is not None for r in rows):
-        return "private"
-    return None
 
 
 def per_n(summary: Sequence[SummaryRow], target: str, view=memory_view) -> list[dict[str, Any]]:
@@ -144,8 +107,10 @@ def per_n(summary: Sequence[SummaryRow], target: str, view=memory_view) -> list[
             "sessions": sessions_of(measured[0][0]),
             "repeats": len(pairs),
             "incomplete_repeats": len(measured) - len(pairs),
-            Mode.MAPPED: {c: median(getattr(r, c) for r in mapped_rows) for c in ABSOLUTE_COLUMNS},
-            Mode.HEAP: {c: median(getattr(r, c) for r in heap_rows) for c in ABSOLUTE_COLUMNS},
+            **{
+                mode: {f.column: median(getattr(r, f.column) for r in rows) for f in FIGURES if f.per_n}
+                for mode, rows in ((Mode.MAPPED, mapped_rows), (Mode.HEAP, heap_rows))
+            },
             "ratios": {},
             "ratio_range": {},
         }
@@ -153,15 +118,14 @@ def per_n(summary: Sequence[SummaryRow], target: str, view=memory_view) -> list[
             values = [v for v in (pair_ratio(a, b, column) for a, b in pairs) if v is not None]
             entry["ratios"][name] = median_ratio(pairs, column)
             entry["ratio_range"][name] = [min(values), max(values)] if values else None
-        metric = fair_metric(mapped_rows + heap_rows)
-        column = f"sum_{metric}_bytes" if metric else None
-        mapped_value = entry[Mode.MAPPED].get(column) if column else None
-        heap_value = entry[Mode.HEAP].get(column) if column else None
+        fair = fair_figure(mapped_rows + heap_rows)
+        mapped_value = entry[Mode.MAPPED][fair.column] if fair else None
+        heap_value = entry[Mode.HEAP][fair.column] if fair else None
         saved = heap_value - mapped_value if mapped_value is not None and heap_value is not None else None
         # the fraction is 1 - the headline ratio (the ratio of the two medians), as the gates see it
-        fair_ratio = entry["ratios"].get(f"mapped_{metric}_ratio") if metric else None
+        fair_ratio = entry["ratios"][fair.ratio] if fair else None
         entry["saving"] = {
-            "metric": metric,
+            "metric": fair_key(fair),
             "bytes": saved,
             "fraction": 1 - fair_ratio if fair_ratio is not None and saved is not None else None,
         }
@@ -226,8 +190,8 @@ def headline_sentence(judgement: Any) -> str:
     size = f"{top['processes']} process(es) x {top['sessions_per_process']} session(s)"
     where = f"With {size} ({run.target}, {weights}{files})"
     busy = contention_text(judgement) + fault_sentence(judgement)
-    label = "PSS" if saving["metric"] == "pss" else "private bytes"
-    column = f"sum_{saving['metric']}_bytes"
+    fair = FAIR_BY_KEY.get(saving["metric"], FAIR[-1])
+    label, column = fair.short, fair.column
     timed, started = timing_entry(run.summary, run.target, top)
     init_m, init_h = timed[Mode.MAPPED]["init_s_median"], timed[Mode.HEAP]["init_s_median"]
     times = f"{fmt_seconds(init_m)} vs {fmt_seconds(init_h)} median init"

@@ -18,23 +18,12 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .vocab import Mode
 
-#: Headline metric -> SummaryRow column whose mapped/heap ratio it is (merged into the memory
-#: ratios of `harness.core.summary.RATIO_COLUMNS`: gates, headline.json and per-N tables).
-LATENCY_RATIO_COLUMNS = {
-    "latency_p50_ratio": "latency_p50_s_median",
-    "latency_p90_ratio": "latency_p90_s_median",
-    "latency_p99_ratio": "latency_p99_s_median",
-    "latency_mean_ratio": "latency_mean_s",
-    "first_run_ratio": "first_run_s_median",
-    "startup_ratio": "startup_s_median",
-    "throughput_ratio": "inferences_per_s",
-}
 #: Per-worker latency figures (WorkerRecord and ResultRow share these names).
 WORKER_FIELDS = (
     "warmup",
@@ -152,13 +141,6 @@ def record_stats(record: Any, found: LatencyStats) -> None:
     record.inferences_per_s = found.inferences_per_s
 
 
-def _median(values: Iterable[float | None]) -> float | None:
-    import statistics
-
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
-
-
 def pooled_stdev(rows: Sequence[Any]) -> float | None:
     """The stdev of every timed inference of ``rows``, from each worker's count, mean and
     stdev (exact: the within-worker and between-worker sums of squares)."""
@@ -174,16 +156,12 @@ def pooled_stdev(rows: Sequence[Any]) -> float | None:
 
 
 def group_figures(ok: Sequence[Any]) -> dict[str, Any]:
-    """The SummaryRow latency columns of one group from its ok workers' rows."""
+    """The pooled SummaryRow latency columns of one group (the others: `metrics.FIGURES`)."""
     timed = [r for r in ok if r.runs and r.latency_mean_s is not None]
     total = sum(r.runs for r in timed)
     return {
         "latency_mean_s": sum(r.runs * r.latency_mean_s for r in timed) / total if total else None,
         "latency_stdev_s": pooled_stdev(timed),
-        "latency_min_s": min((r.latency_min_s for r in timed if r.latency_min_s is not None), default=None),
-        "latency_p95_s_median": _median(r.latency_p95_s for r in timed),
-        "latency_max_s": max((r.latency_max_s for r in timed if r.latency_max_s is not None), default=None),
-        "inferences_per_s": _median(r.inferences_per_s for r in timed),
     }
 
 

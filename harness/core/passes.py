@@ -53,11 +53,6 @@ def timing_start(rows: Iterable[Any]) -> str:
     return SEQUENTIAL if any(start_of(r) == SEQUENTIAL for r in rows) else CONCURRENT
 
 
-def is_time_column(column: str) -> bool:
-    """A summary column in seconds or per second: its ratios are timing figures."""
-    return column.endswith(("_s", "_s_median"))
-
-
 def contention(summary: Sequence[SummaryRow], target: str) -> dict[str, Any]:
     """How busy the machine was over ``target``'s groups whose timings are judged (headline.json
     ``contention``: the timing pass's when the run has one, ``start`` says which), and over the

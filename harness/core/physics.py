@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from .metrics import BY_RATIO, fair_bytes
 from .schema import SummaryRow
 
 #: How far below a bound a figure may sit before it is implausible (sampling noise, pages the
@@ -32,11 +33,6 @@ OVERHEAD_NOISE = 0.1
 COPY_METRICS = ("mapped_weight_copies", "heap_copies_per_session")
 
 
-def _fair_bytes(row: SummaryRow) -> int | None:
-    """The figure that charges shared pages fairly: PSS, or private bytes where there is none."""
-    return row.sum_pss_bytes if row.sum_pss_bytes is not None else row.sum_private_bytes
-
-
 def weight_copies(mapped: SummaryRow, heap: SummaryRow) -> tuple[float | None, float | None]:
     """(mapped copies of the weights, heap copies per session), from one mapped/heap pair.
 
@@ -45,7 +41,7 @@ def weight_copies(mapped: SummaryRow, heap: SummaryRow) -> tuple[float | None, f
     (mapped - O) / W counts how many copies it really keeps (1 = all share one). Both assume
     one copy per heap session: `bounded` refuses what that assumption makes impossible."""
     weights = heap.weights_bytes or mapped.weights_bytes
-    m, h = _fair_bytes(mapped), _fair_bytes(heap)
+    m, h = fair_bytes(mapped), fair_bytes(heap)
     sessions = int(heap.processes or 0) * int(heap.sessions_per_process or 1)
     if not weights or m is None or h is None or not sessions:
         return None, None
@@ -55,7 +51,7 @@ def weight_copies(mapped: SummaryRow, heap: SummaryRow) -> tuple[float | None, f
 
 def heap_overhead(heap: SummaryRow) -> int | None:
     """The heap run's memory beyond one copy of the weights per session (`weight_copies`' O)."""
-    weights, h = heap.weights_bytes, _fair_bytes(heap)
+    weights, h = heap.weights_bytes, fair_bytes(heap)
     sessions = int(heap.processes or 0) * int(heap.sessions_per_process or 1)
     return None if not weights or h is None else h - sessions * weights
 
@@ -95,6 +91,6 @@ def bounded(
             f"implausible: heap_copies_per_session = {value:.2f}, below 1: a heap session holds a whole copy, "
             "so the sample lacks pages (reclaimed, or not the worker)"
         )
-    if name.endswith("_ratio") and name != "system_delta_ratio" and value <= 0:
+    if name in BY_RATIO and BY_RATIO[name].positive and value <= 0:
         return None, f"implausible: {name} = {value:.4g}, but a figure of a live process is above 0"
     return value, ""

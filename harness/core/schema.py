@@ -401,6 +401,15 @@ class SummaryRow:
     memory_limit_bytes: int = col("Int64", "bytes", "the group's container memory limit", since=3)
     oom_workers: int = col("Int64", "count", "workers the container's memory limit ended", since=3)
     container_peak_bytes: int = col("Int64", "bytes", "highest charge of the group's container", since=3)
+    ttft_s_median: float = col("Float64", "s", "median ttft_s over the ok workers (generate)", since=4)
+    decode_tokens_per_s_median: float = col(
+        "Float64", "count/s", "median decode_tokens_per_s over the ok workers (generate)", since=4
+    )
+    token_latency_p50_s_median: float = col("Float64", "s", "median over ok workers of token_latency_p50_s", since=4)
+    token_latency_p99_s_median: float = col("Float64", "s", "median over ok workers of token_latency_p99_s", since=4)
+    sum_kv_cache_bytes: int = col(
+        "Int64", "bytes", "sum of kv_cache_bytes over the N workers (generate); empty unless complete", since=4
+    )
 
 
 def columns(row_type: type) -> list[str]:

@@ -14,45 +14,13 @@ from typing import Any
 
 from . import fits, latency
 from .composition import composition
-from .passes import SEQUENTIAL, is_time_column, memory_view, start_of, timing_view
+from .metrics import BY_RATIO, PAIR_METRICS, RATIO_COLUMNS, group_figures
+from .passes import SEQUENTIAL, memory_view, start_of, timing_view
 from .physics import bounded, heap_overhead, weight_copies
 from .schema import ResultRow, SummaryRow
 from .slack import short_of
 from .vocab import EpState, Mode, PathTaken
 
-#: Headline metric -> SummaryRow column whose mapped/heap ratio it is.
-RATIO_COLUMNS = {
-    "mapped_pss_ratio": "sum_pss_bytes",
-    "mapped_uss_ratio": "sum_uss_bytes",
-    "mapped_rss_ratio": "sum_rss_bytes",
-    "mapped_private_ratio": "sum_private_bytes",
-    "system_delta_ratio": "system_delta_bytes",
-    "init_ratio": "init_s_median",
-    "create_ratio": "create_s_median",
-    **latency.LATENCY_RATIO_COLUMNS,
-    **fits.PEAK_RATIO_COLUMNS,
-}
-#: Headline metrics that are not mapped/heap ratios, with what they mean (docs and gates).
-OTHER_METRICS = {
-    "mapped_weight_copies": "mapped summed PSS (private bytes where there is no PSS) minus the heap "
-    "run's non-weight overhead, in weights: ~1 when every session shares one copy",
-    "heap_copies_per_session": "heap summed PSS (private bytes where there is no PSS) over sessions x "
-    "weights: >= 1 when every heap session holds its own copy",
-    "peer_init_ratio": "median init of the mapped target over the peer target's mapped init (--peer)",
-    "failed_workers": "workers that crashed, hung, raised or were wrong, over every group",
-    "unknown_sessions": "sessions whose EP log gave no file-mapping evidence, over every group (qnn; not "
-    "measured elsewhere)",
-    "retried_sessions": "sessions where the EP retried with a direct read, over every group (qnn)",
-    "fallback_workers": "workers whose weights fell back to the heap, over every group",
-    "processes": "N of the headline (the largest N x M measured in both modes)",
-    "sessions": "N x M of the headline",
-    "contended_groups": "headline groups timed on a contended machine (load above the CPU count, or a worker "
-    "below half a CPU): timing gates read 'contended' when above 0",
-}
-
-
-#: Headline metrics that compare the mapped and heap modes: they need both modes measured.
-PAIR_METRICS = (*RATIO_COLUMNS, "mapped_weight_copies", "heap_copies_per_session")
 #: A system delta is trusted only when it is at least this many times the idle noise measured
 #: around its group: noise within a tenth of the delta moves a ratio by ~20 % at worst; noise of
 #: the delta's own order can flip its sign (-1.1 GiB to +1.9 GiB was seen between two runs).
@@ -94,13 +62,6 @@ def median(values: Iterable[float | int | None]) -> float | None:
     """Median of the figures present; None when there is none (missing is not zero)."""
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
-
-
-def _sum(values: Iterable[int | None]) -> int | None:
-    values = list(values)
-    if not values or any(v is None for v in values):
-        return None  # a missing figure makes the sum meaningless: report it empty
-    return int(sum(values))
 
 
 def session_counts(row: ResultRow) -> dict[str, int] | None:
@@ -213,10 +174,6 @@ def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = No
         complete = not (reasons := incomplete_reasons(members, key[2]))
         delta, noise = _system(measured := _measured(system, key))
         unreliable = system_delta_state(delta, noise)
-
-        def total(column: str, members: list[ResultRow] = members, complete: bool = complete) -> int | None:
-            return _sum(getattr(r, column) for r in members) if complete else None
-
         out.append(
             SummaryRow(
                 target=key[0],
@@ -225,20 +182,7 @@ def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = No
                 sessions_per_process=key[3],
                 repeat=key[4],
                 start=key[5],
-                init_s_median=median(r.init_s for r in ok),
-                create_s_median=median(r.create_s for r in ok),
-                first_run_s_median=median(r.first_run_s for r in ok),
-                startup_s_median=median(
-                    r.init_s + r.first_run_s for r in ok if r.init_s is not None and r.first_run_s is not None
-                ),
-                latency_p50_s_median=median(r.latency_p50_s for r in ok),
-                latency_p90_s_median=median(r.latency_p90_s for r in ok),
-                latency_p99_s_median=median(r.latency_p99_s for r in ok),
                 page_cache="|".join(sorted({r.page_cache for r in members if r.page_cache})) or None,
-                sum_rss_bytes=total("rss_bytes"),
-                sum_uss_bytes=total("uss_bytes"),
-                sum_pss_bytes=total("pss_bytes"),
-                sum_private_bytes=total("private_bytes"),
                 system_delta_bytes=delta,
                 weights_bytes=max((r.weights_bytes or 0) for r in members) or None,
                 ok_workers=len(ok),
@@ -250,6 +194,7 @@ def summarize(rows: Iterable[ResultRow], system: Mapping[tuple, Any] | None = No
                 complete=complete,
                 system_noise_bytes=noise,
                 note="; ".join([*reasons, *([unreliable] if unreliable else [])]) or None,
+                **group_figures(members, ok, complete),
                 **latency.group_figures(ok),
                 **fits.group_figures(ok, measured, members),
                 **composition(ok),
@@ -404,7 +349,7 @@ def headline_with_reasons(summary: Iterable[SummaryRow]) -> tuple[dict[str, floa
         why = f"incomplete data: {_where(broken)}: {broken.note or 'completeness unknown'}"
         return result | dict.fromkeys(pair_keys), dict.fromkeys(pair_keys, why)
     for name, column in RATIO_COLUMNS.items():  # timings from the timing pass (`passes`)
-        result[name] = median_ratio(timed_pairs if is_time_column(column) else pairs, column)
+        result[name] = median_ratio(timed_pairs if BY_RATIO[name].timing else pairs, column)
     if result["system_delta_ratio"] is None:
         noisy = next((s for pair in pairs for s in pair if s.note and "system delta" in s.note), None)
         if noisy is not None:

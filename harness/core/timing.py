@@ -34,10 +34,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .metrics import RATIO_COLUMNS, is_timing
 from .passes import timing_view
 from .schema import ResultRow, SummaryRow
 from .stats import MAX_PROJECTED_REPEATS, MIN_TIME_EFFECT, Interval, ratio_interval, repeats_to_decide
-from .summary import RATIO_COLUMNS, complete_pair, median, pair_ratio, primary_target, ratio, timing_pairs
+from .summary import complete_pair, median, pair_ratio, primary_target, ratio, timing_pairs
 from .vocab import GateStatus, Mode, Start
 
 #: How a timing gate reads its threshold: within the minimum time effect (see the module doc).
@@ -47,21 +48,12 @@ INTERLEAVED = "interleaved"
 #: A group's workers of the timing pass by round: {(target, mode, N, M, repeat): {worker: row}}.
 Rounds = dict[tuple, dict[int, ResultRow]]
 
-#: Metrics that are timing figures besides the mapped/heap ratios of a ``*_s_median`` column.
-PEER_TIMING = ("peer_init_ratio",)
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
     ">=": operator.ge,
     "<": operator.lt,
     ">": operator.gt,
 }
-
-
-def is_timing(metric: str) -> bool:
-    """True for a gate metric measured in time: the peer ratio and every mapped/heap ratio of a
-    column in seconds or per second (``*_s``, ``*_s_median``, ``inferences_per_s``), so ratios
-    added later are picked up."""
-    return metric in PEER_TIMING or RATIO_COLUMNS.get(metric, "").endswith(("_s", "_s_median"))
 
 
 def timing_rounds(run: Any) -> Rounds | None:

@@ -189,6 +189,15 @@ class Start(StrEnum):
     SEQUENTIAL = "sequential"
 
 
+class Aggregate(StrEnum):
+    """How a group's figure comes from its workers' (`harness.core.metrics.Figure`)."""
+
+    MEDIAN = "median"  # over the ok workers
+    SUM = "sum"  # over every worker, complete groups only
+    MIN = "min"
+    MAX = "max"
+
+
 class Tone(StrEnum):
     """The colour of a badge, named after the report's colour variables."""
 

@@ -3,6 +3,7 @@ for real (real ORT, real worker processes, real memory figures), and its refusal
 
 from __future__ import annotations
 
+import io
 import json
 
 import numpy as np
@@ -236,3 +237,43 @@ def test_a_group_query_attention_decoder_gets_its_sequence_lengths(harness_runne
     (row,) = outcome.results()
     assert row.tokens_ok and row.generated_tokens == " ".join(map(str, ids[5:]))
     assert row.kv_cache_bytes == per_token * (5 + 6 - 1)
+
+
+@pytest.mark.memory
+def test_the_summary_and_the_headline_carry_the_generate_figures(generate_run):
+    """Declared once in the metric registry: summary.csv, headline.json and the terminal show them."""
+    from statistics import median
+
+    rows = generate_run.results()
+    for s in generate_run.summary():
+        group = [r for r in rows if r.mode == s.mode]
+        assert s.ttft_s_median == pytest.approx(median(r.ttft_s for r in group))
+        assert s.decode_tokens_per_s_median == pytest.approx(median(r.decode_tokens_per_s for r in group))
+        assert s.sum_kv_cache_bytes == sum(r.kv_cache_bytes for r in group)
+    top = generate_run.headline()["per_n"][-1]
+    assert top["ratios"]["ttft_ratio"] == pytest.approx(top["mapped"]["ttft_s_median"] / top["heap"]["ttft_s_median"])
+    assert top["ratios"]["decode_throughput_ratio"] > 0
+
+
+def test_the_terminal_table_leaves_out_what_neither_mode_measured():
+    """An infer run has no TTFT line; a generate run shows tokens/s as a rate, not in seconds."""
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from harness.console import summary_table
+    from harness.core.schema import ResultRow
+    from harness.core.summary import summarize
+
+    row = ResultRow(target="cpu", mode="mapped", processes=1, sessions_per_process=1, repeat=0, worker=0)
+    row = replace(row, output_ok=True, init_s=0.01, uss_bytes=5, pss_bytes=5, rss_bytes=9, private_bytes=5)
+    infer = [row, replace(row, mode="heap")]
+    generate = [replace(r, ttft_s=0.5, decode_tokens_per_s=12.5, kv_cache_bytes=1024) for r in infer]
+
+    def text(rows):
+        out = Console(width=200, record=True, file=io.StringIO())
+        out.print(summary_table(summarize(rows)))
+        return out.export_text()
+
+    assert "TTFT" not in text(infer) and "decode tokens/s" not in text(infer) and "median init" in text(infer)
+    assert "median TTFT" in text(generate) and "12.5/s" in text(generate)

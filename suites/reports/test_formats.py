@@ -83,12 +83,14 @@ VERSION_3_COLUMNS = {
         "floor_s_median,memory_limit_bytes,oom_workers,container_peak_bytes"
     ),
 }
-#: Version 4: the generate workload's columns (results.csv only).
+#: Version 4: the generate workload's columns.
 VERSION_4_COLUMNS = {
     "results.csv": VERSION_3_COLUMNS["results.csv"]
     + ",ttft_s,decode_tokens_per_s,token_latency_p50_s,token_latency_p90_s,token_latency_p99_s,kv_cache_bytes,"
     "generated_tokens,tokens_ok",
-    "summary.csv": VERSION_3_COLUMNS["summary.csv"],
+    "summary.csv": VERSION_3_COLUMNS["summary.csv"]
+    + ",ttft_s_median,decode_tokens_per_s_median,token_latency_p50_s_median,token_latency_p99_s_median,"
+    "sum_kv_cache_bytes",
 }
 #: Every version's columns, frozen.
 FROZEN = {2: VERSION_2_COLUMNS, 3: VERSION_3_COLUMNS, 4: VERSION_4_COLUMNS}
@@ -164,8 +166,7 @@ def test_an_older_version_1_folder_gets_its_missing_columns_empty_and_says_so(a1
     assert run.written_in == 1
     assert all(r.memory_ok is None and r.peak_private_bytes is None for r in run.results)
     assert len(run.summary) == 4 and all(s.complete is not None for s in run.summary)  # recomputed, never assumed
-    # to 2, then to 3, then to 4 (results.csv only)
-    assert [m.split(" lacked")[0] for m in run.migrated] == ["results.csv", "summary.csv"] * 2 + ["results.csv"]
+    assert [m.split(" lacked")[0] for m in run.migrated] == ["results.csv", "summary.csv"] * 3  # to 2, 3, then 4
     assert "memory_ok" in run.migrated[0] and "complete" in run.migrated[1]
     notes = [n for n in judge(run).notes if n.title == "Older run folder"]
     assert (

@@ -9,7 +9,6 @@ from report_fixtures import GIB, MIB, Law, fake_results
 
 from harness.core.summary import summarize
 from reports.projection import (
-    choose_metric,
     consecutive_marginals,
     fit_sweep,
     project,
@@ -59,7 +58,7 @@ def test_single_n_says_a_sweep_is_needed():
 def test_uss_fallback_when_pss_is_missing():
     rows = fake_results(law=LAW, pss=False)
     summary = summarize(rows)
-    assert choose_metric(summary) == "uss"
+    assert fit_sweep(summary).metric == "private"  # the fair figure where there is no PSS: USS on Linux
     linux = fit_sweep(summary, system="Linux")
     # fake USS: heap = per_session + W each; mapped = per_session (+ W when alone)
     assert linux.fits["heap"].per_session_bytes == pytest.approx(LAW.per_session, abs=1)
@@ -84,7 +83,7 @@ def test_consecutive_marginals():
 
 
 def test_nothing_measured():
-    rows = [replace(r, pss_bytes=None, uss_bytes=None) for r in fake_results()]
+    rows = [replace(r, pss_bytes=None, uss_bytes=None, private_bytes=None) for r in fake_results()]
     assert projection_text(summarize(rows)) == ["No projection: all: no memory figures were measured."]
 
 
