@@ -156,6 +156,12 @@ class QnnTarget(Target):
         )
 
     def notes(self, opts) -> list[str]:
+        if opts.workload == Workload.GENERATE:
+            return [
+                *super().notes(opts),
+                "The generate workload on QNN: static prefill and decode graphs over a left-padded fixed-size KV "
+                "cache; every session's greedy ids must equal the un-compiled decoder's on ORT's CPU EP.",
+            ]
         return [
             *super().notes(opts),
             "The reference output of a model the harness compiles is the un-compiled model's output on "
