@@ -103,6 +103,7 @@ class Fit:
     per_worker_bytes: int
     sessions_per_worker: int
     workers: int  # how many workers fit
+    kv_cache_bytes: int | None = None  # per worker (generate): alive at its peak, so inside per_worker_bytes
 
     @property
     def sessions(self) -> int:
@@ -127,7 +128,8 @@ def fits(mapped: Any, heap: Any) -> dict[str, Fit]:
         if room is None or not peak:
             continue
         workers = workers_fitting(row.mode, room, peak, row.weights_bytes or 0, bound == "available memory")
-        out[row.mode] = Fit(row.mode, bound, room, peak, int(row.sessions_per_process or 1), int(workers))
+        kv = row.sum_kv_cache_bytes // row.processes if getattr(row, "sum_kv_cache_bytes", None) else None
+        out[row.mode] = Fit(row.mode, bound, room, peak, int(row.sessions_per_process or 1), int(workers), kv)
     return out
 
 
@@ -141,6 +143,11 @@ def fits_sentence(found: dict[str, Fit]) -> str | None:
         f"with heap, {heap.sessions} sessions of this model fit this machine's {heap.bound} "
         f"({fmt_bytes(heap.headroom_bytes)} free at start, {fmt_bytes(heap.per_worker_bytes)} peak per worker); "
         f"mapped, {mapped.sessions} fit ({fmt_bytes(mapped.per_worker_bytes)} peak per worker)"
+        + (
+            f"; each peak includes the worker's KV cache ({fmt_bytes(heap.kv_cache_bytes)})"
+            if heap.kv_cache_bytes
+            else ""
+        )
     )
 
 
@@ -154,6 +161,7 @@ def fits_document(found: dict[str, Fit]) -> dict[str, Any]:
                 "headroom_bytes": f.headroom_bytes,
                 "peak_per_worker_bytes": f.per_worker_bytes,
                 "sessions_fit": f.sessions,
+                "kv_cache_bytes_per_worker": f.kv_cache_bytes,
             }
             for mode, f in found.items()
         },
