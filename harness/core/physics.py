@@ -49,6 +49,15 @@ def weight_copies(mapped: SummaryRow, heap: SummaryRow) -> tuple[float | None, f
     return (m - overhead) / weights, h / (sessions * weights)
 
 
+def memory_budget_ratio(mapped: SummaryRow) -> float | None:
+    """Mapped summed fair memory over one copy of the weights plus N x the control worker's
+    private memory (the runtime with its sessions, inputs and KV cache, no weights)."""
+    m, weights, runtime = fair_bytes(mapped), mapped.weights_bytes, mapped.runtime_bytes
+    if m is None or not weights or runtime is None:
+        return None
+    return m / (weights + int(mapped.processes or 0) * runtime)
+
+
 def heap_overhead(heap: SummaryRow) -> int | None:
     """The heap run's memory beyond one copy of the weights per session (`weight_copies`' O)."""
     weights, h = heap.weights_bytes, fair_bytes(heap)
