@@ -105,20 +105,39 @@ class GenaiTarget(Target):
         from .ort_native import mapped_by_ort
 
         live = LiveSessions()
+        files = [Path(f) for f in spec.options["genai_files"]]
+        data = files[1:]
+        record.weights_bytes = sum(f.stat().st_size for f in data) or sum(m.weights_bytes for m in models)
+        before = _private_bytes()
         phases.mark("create")  # genai opens the model, ORT maps or reads its external data
         t0 = time.perf_counter()
         for _ in range(spec.sessions):
             live.add_group([og.Model(spec.options["genai_folder"])])
         record.create_s, record.load_s = time.perf_counter() - t0, 0.0
-        files = [Path(f) for f in spec.options["genai_files"]]
-        data = files[1:]  # mapped only when this process's maps show every data file; inline weights: heap
-        record.path_taken = mapped_by_ort(data) if data else PathTaken.HEAP
-        record.weights_bytes = sum(f.stat().st_size for f in data) or sum(m.weights_bytes for m in models)
+        grown = _private_bytes() - before if before is not None else None
+        # mapped: every data file in this process's maps and no private copy of half the weights or
+        # more made while the sessions were created (ORT's prepacking copies what it maps)
+        copied = not data or (grown is not None and grown >= record.weights_bytes / 2)
+        record.path_taken = PathTaken.HEAP if copied else mapped_by_ort(data)
         return live
 
     def generate(self, group: list, model, prompt_ids: list[int], new_tokens: int) -> GenaiGeneration:
         present = [name for name in model.outputs if name.startswith("present")]
         return genai_generate(group[0], prompt_ids, new_tokens, present)
+
+
+def _private_bytes() -> int | None:
+    """This process's private memory (anonymous pages; private bytes on Windows), None where unreadable."""
+    from harness.runner.procmem import open_reader
+
+    try:
+        reader = open_reader()
+    except OSError:
+        return None
+    try:
+        return reader.read_split()[0]
+    finally:
+        reader.close()
 
 
 def _decoder(opts) -> Path | None:

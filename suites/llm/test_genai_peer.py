@@ -114,6 +114,8 @@ def test_run_with_peer_genai_adds_genai_rows(run_harness) -> None:
     assert {r.kv_cache_bytes for r in genai} == {r.kv_cache_bytes for r in own}
     for r in genai:
         assert r.ttft_s > 0 and r.decode_tokens_per_s > 0 and r.token_latency_p50_s > 0 and r.init_s > 0
+        # the path from evidence: a private copy of half the weights or more made by og.Model is heap
+        assert (r.path_taken == "heap") == (r.uss_bytes >= r.weights_bytes / 2), (r.path_taken, r.uss_bytes)
 
 
 @pytest.mark.memory
