@@ -1,18 +1,8 @@
-"""`harness bench`: the headline benchmark is a run plus a gates file.
-
-The run: the cpu target (mapped and heap) with the ort-native target as its peer (mapped), at
-the same N and model size, repeated (8 times by default: memory criteria use the medians, timing
-criteria the 95 % interval over the repeats, because one ms-scale init time on a 2-core machine
-is noise). Every group runs twice: together (memory sampled with all N alive) and as a timing
-pass, its workers one at a time (`harness.runner.timingpass`), whose times the timing criteria
-judge: 4 workers on 2 cores still give an uncontended init time. `--intra-op-threads 1` takes out
-a scheduler tick that session creation waited at random for the pool's second thread
-(docs/models-and-cache.md). Beside the verdict the bench
-prints its start-up against the limits: the floor (map the file, touch nothing), the peer (ORT
-mapping its own external data), mapped and heap (`limits`). The criteria the project promises
-are gate expressions in ``bench.gates``, judged like any run's gates, so the terminal,
-report.html and ``bench.json`` agree.
-"""
+"""`harness bench`: the headline benchmark is a run plus a gates file (``bench.gates``; with
+``--workload generate``, ``bench_generate.gates`` and onnxruntime-genai as the peer). Repeated
+(memory criteria on the medians, timing criteria on the 95 % interval of the timing pass, one
+worker at a time); beside the verdict it prints start-up against its limits (or, generating,
+TTFT and tokens/s beside the peer's). docs/models-and-cache.md has the why."""
 
 from __future__ import annotations
 
@@ -89,11 +79,8 @@ LIMIT_ROWS = (
 
 
 def limits(summary: list) -> list[dict]:
-    """Start-up against its limits at the headline's N: per row the median init of the timing
-    pass (the judged one) and of the concurrent pass over complete groups, and how many times
-    the floor each is. The floor: the workers' own time to map the weights file read-only and
-    touch nothing (`harness.runner.floor`), median over the timing pass's workers (the
-    concurrent pass's when there is none)."""
+    """Start-up against its limits at the headline's N: per row the median init of the timing and the
+    concurrent pass, and its multiple of the floor (the workers' time to map the weights and touch nothing)."""
     from harness.core.passes import memory_view, timing_view
     from harness.core.summary import median, sessions_of
 

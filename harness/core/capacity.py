@@ -1,18 +1,7 @@
-"""Measured capacity: how many sessions of a model really fit under a memory limit, beside
-what the start-up peak projects (``python -m harness capacity``).
-
-Why: the "fits" figure (`harness.core.fits`) divides a headroom by one worker's start-up peak,
-assuming every worker peaks at once. Nothing checked it against a machine that runs out. The
-capacity command does: per mode, each probe is a group of N workers in a memory container of
-the limit (`harness.runner.container`), and the answer is the largest N whose workers all
-start, answer correctly and stay alive, found by doubling then bisection (`search`). This
-module holds what the answer means: a probe's outcome, the search, the projection for the same
-limit, the sentence, and ``capacity.json`` (written by the runner, read back with checks).
-
-A probe that failed for another reason than the limit (a timeout, a wrong output, a crash the
-kernel did not count) does not show where the limit is: a search whose boundary is such a probe
-is inconclusive, and says so.
-"""
+"""Measured capacity (``python -m harness capacity``): per mode, the largest N whose workers all
+start, answer right and stay alive in a memory container of the limit, found by doubling then
+bisection (`search`), beside what the start-up peak projects (`harness.core.fits`). A search
+bounded by a probe that failed for another reason than the limit is inconclusive and says so."""
 
 from __future__ import annotations
 

@@ -1,18 +1,7 @@
-"""Start-up peaks per group and what they mean for a machine: how many sessions fit.
-
-Why: a load fails at its transient peak (the heap path holds the read copy and the runtime's
-copy at once; a fallback holds the mapping and the copy), against the machine's commit limit
-(Windows) or its available memory (Linux, unless strict overcommit), not at the steady state
-the barrier samples. So the group figures here are the workers' start-up peaks
-(`peak_private_bytes`, sampled from outside each worker by the parent) and the system's side
-while they started (minimum available memory, maximum commit charge), and the "fits" figure
-divides the machine's headroom by the peak of one worker:
-
-    "with heap, 2 sessions of this model fit this machine's commit limit; mapped, 11 fit"
-
-with its assumptions stated next to it (`ASSUMPTIONS`). `peak_projection` scales the peaks to
-another model for ``--project-to``.
-"""
+"""How many sessions fit a machine, from the workers' start-up peaks: a load fails at its
+transient peak (heap holds the read copy and the runtime's at once) against the commit limit or
+available memory, not at the barrier's steady state. The sentence states its `ASSUMPTIONS`;
+`peak_projection` scales the peaks to another model for ``--project-to``."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""Physical ranges of the derived figures: a figure outside its range is no measurement.
-
-Why: a formula over noisy or surprising inputs can produce numbers physics forbids (-2.79
-mapped copies of the weights, seen on an ort-native run whose heap workers held 2.9 copies
-each), and a gate like ``mapped_weight_copies<=1.25`` then "passes" on nonsense. Each metric's
-range is a lower (or upper) bound every sound measurement meets with margin; a value outside
-it becomes None with the reason "implausible: ...", so its gate reads "not measured" (a
-failure, never a pass) and the reason says why. A figure the run's noise cannot resolve at
-all (copies of weights smaller than that noise) is None with "not measurable: ..." instead.
-"""
+"""Physical ranges of the derived figures: a value outside its range (-2.79 mapped copies were
+once seen) becomes None with "implausible: ..." (or "not measurable: ..." below the run's noise),
+so its gate reads not measured instead of passing on nonsense."""
 
 from __future__ import annotations
 

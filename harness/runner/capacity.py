@@ -1,17 +1,6 @@
-"""``python -m harness capacity``: per mode, the largest N whose workers all start, answer
-correctly and stay alive under a memory limit, each probe a group run in a container.
-
-The search is `harness.core.capacity.search` (doubling, then bisection); a probe is a group of
-N workers of one mode in a memory container of the limit (`harness.runner.container`), with the
-weights' pages evicted first (Linux: a cgroup charges the page cache its processes fault in, as
-a device's memory holds it). A probe runs no control worker: the control exists to split memory,
-and inside the limit it would take one runtime floor the deployment does not have.
-
-The capacity run is a run folder like any other: every probe's rows in results.csv (groups
-``<target>-<mode>-n<N>-r0``), summary.csv, metadata.json (``kind``: capacity), and
-``capacity.json`` with the answer, the projection and the probes; report.html shows N against
-survived for both modes.
-"""
+"""``python -m harness capacity``: each probe a group of N workers of one mode in a container of
+the limit (weights' pages evicted first; no control worker: the deployment has none), written as a
+run folder like any other plus ``capacity.json`` (`harness.core.capacity`)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,7 @@
-"""The interface every target implements, in the way psutil keeps one module per platform
-behind one API: the runner and the worker only ever talk to a `Target`.
-
-A target has two sides:
-
-- parent side (the `harness run` process): declare its options, check them against the run's
-  options, prepare the model(s) and their cache, say which files to warm, its notes, its default
-  gates and the versions of what it runs on;
-- worker side (each worker process): create the M session groups (one session per model of
-  the run: usually one, several for a pipeline), say which path each took, run them and check
-  the outputs against the reference.
-
-Target options travel as one generic mapping (``RunOptions.target_options`` ->
-``WorkerSpec.options``), never as target-named fields threaded through the runner; what every
-worker needs whatever its target (the models, the session knobs, --runs...) is a typed field
-of the spec (``WorkerSpec.models``, ``WorkerSpec.settings``), never a key of that mapping.
-"""
+"""The interface every target implements (as psutil keeps one module per platform behind one API):
+parent side (options, checks, preparation, notes, default gates, versions) and worker side (the M
+session groups, the path each took, running and checking them). Target options travel as one
+generic mapping (``WorkerSpec.options``); what every worker needs is a typed field of the spec."""
 
 from __future__ import annotations
 
@@ -151,10 +138,8 @@ class Target(ABC):
         return {}
 
     def version_keys(self) -> dict[str, str]:
-        """The keys `versions` reports, each with what reports call it (``{"qnn_sdk": "QNN
-        SDK"}``): headline.json, the history's columns and the report's environment take their
-        version keys from here (`harness.targets.version_labels`), so a target with versions of
-        its own touches no generic module. Declarative: no import, no probe."""
+        """The keys `versions` reports and what reports call them (``{"qnn_sdk": "QNN SDK"}``), so a
+        target's versions touch no generic module. Declarative: no import, no probe."""
         return {}
 
     def probe(self, timeout_s: float) -> Any | None:

@@ -127,17 +127,13 @@ class GenaiTarget(Target):
 
 
 def _private_bytes() -> int | None:
-    """This process's private memory (anonymous pages; private bytes on Windows), None where unreadable."""
-    from harness.runner.procmem import open_reader
+    """This process's private memory (USS), None where psutil cannot read it."""
+    try:
+        import psutil
 
-    try:
-        reader = open_reader()
-    except OSError:
+        return int(psutil.Process().memory_full_info().uss)
+    except Exception:  # psutil raises several types (AccessDenied, NotImplementedError...)
         return None
-    try:
-        return reader.read_split()[0]
-    finally:
-        reader.close()
 
 
 def _decoder(opts) -> Path | None:

@@ -341,7 +341,11 @@ def test_bench_and_the_plugin_take_the_declared_types():
         assert keywords.get("type") is declared[name].type
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     bench = {a.dest: a for a in commands["bench"]._actions if a.dest in declared}
-    assert set(bench) == {"model_size", "processes", "repeat", "intra_op_threads", "out", "replace", "cache_dir"}
+    assert set(bench) == {"model_size", "processes", "repeat", "intra_op_threads", "out", "replace", "cache_dir"} | {
+        "workload",
+        "prompt_tokens",
+        "new_tokens",
+    }
     for name, action in bench.items():
         assert action.option_strings == [declared[name].flag] and action.type is declared[name].type
 

@@ -1,11 +1,6 @@
-"""The qnn target: the real QNN EP from onnxruntime-qnn loading a compiled EPContext model, with
-the provider option ``disable_file_mapped_weights`` doing the work ("0" mapped, "1" heap).
-
-On Linux x86_64 the HTP backend runs in a simulator and the EP reports the feature unavailable
-(it needs Windows on ARM64): the EP's own log says so and every row records it. Modules:
-`ep` (register, session options, output comparison), `compile` (models and compilation),
-`eplog` (what the EP's log says about file mapping).
-"""
+"""The qnn target: the real QNN EP (onnxruntime-qnn) loading compiled EPContext models, the
+provider option ``disable_file_mapped_weights`` doing the work ("0" mapped, "1" heap); on the
+Linux x86_64 simulator the EP reports the feature unavailable, and every row records it."""
 
 from __future__ import annotations
 
@@ -98,7 +93,7 @@ class QnnTarget(Target):
         from .simulator import apply_default_soc_model
 
         if opts.workload == Workload.GENERATE:
-            from .llm import prepare_generate
+            from .prepare import prepare_generate
 
             note = apply_default_soc_model(opts)
             prepared = prepare_generate(opts, progress)

@@ -1,10 +1,6 @@
-"""Compiling a model for the qnn target: once, by the real QNN EP, to an EPContext model
-(``*_ctx.onnx`` + ``*_qnn.bin``), cached by content (the models themselves: `prepare`).
-
-Compilation runs in a child process (`child`): the QNN compiler can crash, and the EP's own
-log goes to a file named in every error. The compiled model must also load and run once, or
-it is refused: a partial compile the EP cannot load is found once, not in every worker.
-"""
+"""Compiling for the qnn target: once, by the real QNN EP in a child process (`child`: the compiler
+can crash), to an EPContext model (``*_ctx.onnx`` + ``*_qnn.bin``) cached by content; it must also
+load and run once, so a compile the EP cannot load is found here, not in every worker."""
 
 from __future__ import annotations
 
@@ -219,15 +215,9 @@ def compile_epcontext(
     on_status: StatusCallback | None = None,
     plan: CompilePlan | None = None,
 ) -> CompiledModel:
-    """Compile `src` for QNN into an EPContext model under `out_dir`, reusing an earlier result.
-
-    The entry is ``out_dir/<stem>_em<mode>-<backend>-<key>/``: ``<stem>_em<mode>_ctx.onnx``
-    (+ the ``..._qnn.bin`` the EP names, for embed_mode 0), ``compile.log`` (the EP's own log)
-    and ``manifest.json``, published by the model cache (`harness.cache.cached_build`), keyed by
-    the source's files and the options. The compiler runs in a child process (`child`); with
-    ``check_folder`` (a prepared model with its reference) the result must also load and run
-    once, right. ``label`` names the user's file in errors (default: ``src``). With ``plan``, a
-    long compile is announced first and its CPU times recorded (`estimate`)."""
+    """Compile `src` for QNN into a cached EPContext entry under `out_dir` (``<stem>_em<mode>_ctx.onnx``,
+    its ``.bin``, ``compile.log``, ``manifest.json``), keyed by the source's files and options; with
+    ``check_folder`` it must also load and run right once; ``plan`` announces a long compile."""
     if embed_mode not in (0, 1):
         raise ValueError(f"embed_mode must be 0 (context in a .bin) or 1 (in the onnx), got {embed_mode!r}")
     src, out_dir = Path(src), Path(out_dir)

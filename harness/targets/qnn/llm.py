@@ -1,7 +1,6 @@
 """The generate workload on the qnn target: a decoder as the two static graphs the NPU needs, a
-prefill of P tokens and a decode of one, over a fixed KV cache of C - 1 tokens (C = P + G), compiled
-into ONE weight-sharing context binary (``ep.share_ep_contexts=1``, the last graph with
-``ep.stop_share_ep_contexts=1``), and the host loop that runs them.
+prefill of P tokens and a decode of one, over a fixed KV cache of C - 1 tokens (C = P + G), and the
+host loop that runs them (`prepare.prepare_generate` compiles them into one weight-sharing binary).
 
 The cache is left-padded: the graphs' past is always full size, the attention mask hides the
 empty slots, and each step's present (past + 1 token) drops its oldest slot to become the next
@@ -90,78 +89,3 @@ def static_generate(prefill: Any, decode: Any, prompt: list[int], new_tokens: in
         out.kv = {n: result[PRESENT_PREFIX + n[len(PAST_PREFIX) :]][:, :, 1:] for n in out.kv}
         position, step, session = position + len(step), out.ids[-1:], decode
     return out
-
-
-def _shared_note(name: str, why: str) -> str:
-    """Why the workers load one binary per graph: the backend could not load the shared one."""
-    from .simulator import is_simulator
-
-    where = (
-        "; onnxruntime-qnn 2.7.0's HTP simulator dies in contextCreateFromBinary on a two-graph binary"
-        if is_simulator()
-        else ""
-    )
-    return (
-        f"The prefill and decode graphs compiled into one weight-sharing context binary ({name}), but this "
-        f"QNN backend could not load it ({why}{where}): they were compiled into one binary each, so every "
-        "session loads the weights twice."
-    )
-
-
-def prepare_generate(opts: Any, progress: Any) -> Any:
-    """The decoder (generated or the user's) as static prefill and decode graphs compiled into one
-    weight-sharing binary, checked to load and run in a child; where the backend cannot load that
-    binary (the simulator), one binary per graph, said in a note. The reference model is the
-    dynamic decoder: the parent's reference ids come from it."""
-    from harness.cache import cached_build
-    from harness.prep.decoder import DEFAULT_NEW_TOKENS, prompt_length
-    from harness.prep.models import prepare_cpu_models
-    from harness.targets.base import Prepared
-
-    from .child import run_child
-    from .compile import compile_epcontext, compile_shared, qnn_log_dir
-    from .prepare import qnn_compiler
-
-    compiler = qnn_compiler(opts, progress)
-    reference = prepare_cpu_models(opts, progress)[0]
-    tokens = prompt_length(opts)
-    context = tokens + (opts.new_tokens or DEFAULT_NEW_TOKENS)
-    folder = compiler.cache_dir / f"qnn-llm-{reference.folder.name}-p{tokens}-c{context}"
-    graphs = cached_build(folder, lambda scratch: _static_pair(reference.onnx_path, scratch, tokens, context), _pair)
-    logs, options = qnn_log_dir(compiler.cache_dir), dict(opts.session_settings().provider_options)
-    common = {"backend_type": compiler.backend, "provider_options": options, "on_status": compiler.on_status}
-    label = f"the decoder {reference.source}"
-    compiled = compile_shared(graphs, folder.parent, label=label, log_dir=logs, **common)
-    job = {"kind": "generate", "onnx": [str(c.onnx_path) for c in compiled], "share_ep_contexts": True}
-    job |= {"backend_type": compiler.backend, "provider_options": options}
-    job |= {"prompt": [1] * tokens, "new_tokens": 2}
-    loaded = run_child(job, logs / f"{folder.name}-shared-load.log", on_status=compiler.on_status)
-    notes, shared = [], compiled[0].bin_paths
-    if not loaded.get("ok"):
-        notes.append(_shared_note(shared[0].name, str(loaded.get("error") or loaded.get("stage"))))
-        compiled = [compile_epcontext(g, folder.parent / "apart", label=label, log_dir=logs, **common) for g in graphs]
-    bins = list(dict.fromkeys(b for c in compiled for b in c.bin_paths))
-    onnx = [c.onnx_path for c in compiled]
-    return Prepared(
-        reference,
-        sum(b.stat().st_size for b in bins),
-        [*onnx, *bins],
-        worker_options={"onnx": [str(p) for p in onnx], "share_ep_contexts": bool(loaded.get("ok"))},
-        source=f"{reference.source} as QNN prefill ({tokens} tokens) and decode graphs, a {context - 1}-token KV cache",
-        notes=notes,
-        logs=[c.onnx_path.parent / "compile.log" for c in compiled],
-    )
-
-
-def _static_pair(src: Path, folder: Path, tokens: int, context: int) -> None:
-    static_graph(src, folder / "prefill.onnx", tokens=tokens, past=context - tokens)
-    static_graph(src, folder / "decode.onnx", tokens=1, past=context - 1)
-
-
-def _pair(folder: Path) -> list[Path]:
-    from harness.core.errors import CorruptEntry
-
-    graphs = [folder / "prefill.onnx", folder / "decode.onnx"]
-    if not all(g.is_file() for g in graphs):
-        raise CorruptEntry("a static graph is missing")
-    return graphs
