@@ -1,15 +1,7 @@
-"""Command line of the harness: ``run``, ``bench``, ``capacity``, ``report``, ``cache``, ``doctor``.
-
-One program name everywhere: ``python -m harness`` (the same program is installed as the
-``qnn-fmw-harness`` console script). Every option's help shows its default and unit.
-
-This module is the composition root: with `harness.publish` (which it shares with the pytest
-plugin) the only module of `harness` that imports `reports`. The parser is
-`harness.cli_parser`; the run options are declared once, in `harness.contract.options`.
-
-Exit codes (a contract CI relies on): 0 success, 1 a worker failed, a gate failed or the run is
-incomplete, 2 usage or input error (one line on stderr, never a traceback), 130 interrupted.
-"""
+"""Command line of the harness (``python -m harness``: run, bench, capacity, report, cache, doctor),
+the composition root: with `harness.publish` the only module importing `reports`. Exit codes (CI
+relies on them): 0 success, 1 a worker or gate failed or the run is incomplete, 2 usage or input
+error (one line, never a traceback), 130 interrupted."""
 
 from __future__ import annotations
 
@@ -44,11 +36,8 @@ def _options(ns: argparse.Namespace, argv: list[str]):
 
 
 def _interrupt_on_sigterm() -> None:
-    """SIGTERM (a CI timeout, ``kill``, a container stop) and SIGHUP (the terminal or SSH
-    session closed) end the run like Ctrl-C: workers are killed, what was measured is written
-    and metadata.json says "interrupted". By default either would end this process on the spot
-    with the run left "running". A disposition someone chose deliberately (ignored, e.g. under
-    nohup, or a handler) is left alone."""
+    """SIGTERM and SIGHUP end the run like Ctrl-C (workers killed, what was measured written,
+    "interrupted"), unless someone chose another disposition (nohup, a handler)."""
     import signal
     import threading
 

@@ -100,10 +100,8 @@ class Fit:
 
 
 def workers_fitting(mode: str, room: int, peak: int, weights_bytes: int, file_pages_count: bool) -> int:
-    """Workers of ``peak`` private bytes each that ``room`` holds when they peak at once.
-    Mapped: the weights' file pages are reclaimable page cache, but they must be resident to
-    run: where the bound counts file pages (available memory, a cgroup's limit; never a commit
-    limit) they take ``weights_bytes`` once for every worker."""
+    """Workers of ``peak`` private bytes that ``room`` holds peaking at once; mapped, where the bound
+    counts file pages (available memory, a cgroup; never a commit limit), the weights take their bytes once."""
     shared = weights_bytes if mode == Mode.MAPPED and file_pages_count else 0
     return int(max(0, (room - shared) // peak)) if peak > 0 else 0
 

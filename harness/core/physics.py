@@ -27,12 +27,8 @@ COPY_METRICS = ("mapped_weight_copies", "heap_copies_per_session")
 
 
 def weight_copies(mapped: SummaryRow, heap: SummaryRow) -> tuple[float | None, float | None]:
-    """(mapped copies of the weights, heap copies per session), from one mapped/heap pair.
-
-    The heap run holds S = N x M copies of the weights W plus an overhead O (Python, ORT, the
-    sessions): O = heap - S x W. Whatever the mapped run holds beyond O is its weights, so
-    (mapped - O) / W counts how many copies it really keeps (1 = all share one). Both assume
-    one copy per heap session: `bounded` refuses what that assumption makes impossible."""
+    """(mapped copies of the weights, heap copies per session) of a pair: the heap run's overhead is
+    O = heap - S x W, so (mapped - O) / W counts the copies mapped keeps (1: all share one)."""
     weights = heap.weights_bytes or mapped.weights_bytes
     m, h = fair_bytes(mapped), fair_bytes(heap)
     sessions = int(heap.processes or 0) * int(heap.sessions_per_process or 1)

@@ -39,10 +39,8 @@ CHILD_TIMEOUT_S = 3600.0
 def run_child(
     job: dict, log_path: Path, *, timeout_s: float = CHILD_TIMEOUT_S, on_status: StatusCallback | None = None
 ) -> dict:
-    """Run one `child` job in a child process whose stdout and stderr (the EP's and the QNN
-    libraries' own log) go to ``log_path``; returns its result. A child killed by a signal or
-    past ``timeout_s`` gives ``{"ok": False, "stage": "crash", ...}``; no child is left behind.
-    ``on_status`` hears what the child says it is doing (compiling, loading, running once)."""
+    """Run one job in a child whose output (the EP's log) goes to ``log_path``; its result, or
+    ``{"ok": False, "stage": "crash"}`` when killed or past ``timeout_s``. No child is left behind."""
     import subprocess
     import tempfile
 

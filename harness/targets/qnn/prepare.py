@@ -93,10 +93,8 @@ def prepare_qnn_source(
     quantize: QuantizeSpec | None = None,
     on_status: StatusCallback | None = None,
 ) -> PreparedModel:
-    """A user's (uncompiled) model for the qnn target: compiled AS IT IS, weights untouched,
-    unless ``quantize`` asks for its QDQ model (`quantize`). The folder holds the CPU reference
-    of the float model and, when input shapes had to be fixed for the compiler, a shape-fixed
-    copy of the graph (its external data linked, not copied), and the quantized model."""
+    """A user's model for the qnn target, compiled AS IT IS (or its QDQ model with ``quantize``): the
+    folder holds the float model's CPU reference and, where inputs had to be fixed, a shape-fixed copy."""
     from harness.prep.inputs import fixed_shape_copy
 
     quantize = quantize or QuantizeSpec()
@@ -231,10 +229,8 @@ class QnnModel:
 
 
 def prepare_qnn(opts: Any, progress: Any = None) -> list[QnnModel]:
-    """Every model of the run, ready for the QNN EP: compiled (the generated QDQ chain, or the
-    user's model as it is) or the user's own EPContext model. Every problem the user can fix
-    (platform, missing package, dynamic shapes, nothing for QNN, a compile the EP refuses or
-    crashes in) is an InputError. ``progress`` (a `Progress`) shows what the QNN child is doing."""
+    """Every model of the run, ready for the QNN EP: compiled, or the user's own EPContext model;
+    every problem the user can fix is an InputError."""
     compiler = qnn_compiler(opts, progress)
     options = opts.target_options
     quantize = QuantizeSpec(options.get("quantize", "none"), options.get("calibration_size", CALIBRATION_SIZE))
