@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from harness.core.errors import CorruptEntry, InputError
-from harness.core.files import create_file
+from harness.core.files import contained, create_file
 from harness.core.inputfiles import JSON_MAX_BYTES, parse_json_bounded, read_text_bounded
 
 T = TypeVar("T")
@@ -139,8 +139,6 @@ def _recorded(folder: Path) -> dict[str, dict]:
 def check_entry(folder: Path) -> None:
     """CorruptEntry unless the record names exactly the files the entry holds, each unchanged."""
     recorded = _recorded(folder)
-    from harness.prep.containment import contained
-
     present = {p.relative_to(folder).as_posix() for p in _entry_files(folder)}
     if present - recorded.keys():
         raise CorruptEntry(f"holds {len(present - recorded.keys())} file(s) its {ENTRY_RECORD} does not name")

@@ -206,7 +206,7 @@ def cmd_doctor(ns: argparse.Namespace) -> int:
         replaceable_path(ns.json, "--json")
         check_writable(ns.json, "--json", folder=False)
     target = get_target(ns.target)
-    what = f": {target.probe_summary}" if getattr(target, "probe_summary", "") else ""
+    what = f": {target.probe_summary}" if target.probe_summary else ""
     print(f"doctor: probing --target {ns.target} in a child process{what} (at most {ns.timeout:g} s)", file=sys.stderr)
     report = target.probe(ns.timeout)
     for line in report.lines():

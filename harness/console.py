@@ -15,12 +15,11 @@ from harness.core.metrics import FIGURES
 from harness.core.passes import SEQUENTIAL, memory_view, start_of
 from harness.core.schema import ResultRow, SummaryRow
 from harness.core.summary import complete_pair, pair_ratio, paired, timing_pairs
-from harness.core.units import fmt_bytes, fmt_ratio, fmt_seconds
+from harness.core.units import fmt_bytes, fmt_ratio, fmt_seconds, fmt_value
 from harness.core.vocab import EpState, PathTaken
 
-#: The figures of the table (`metrics.Figure.terminal`), and how each unit is shown.
+#: The figures of the table (`metrics.Figure.terminal`).
 TABLE_FIGURES = [f for f in FIGURES if f.terminal]
-FORMATS = {"bytes": fmt_bytes, "count/s": lambda v: "-" if v is None else f"{v:.3g}/s"}
 
 
 #: Width of tables when the output is not a terminal (CI logs, pipes): rich's default of 80
@@ -52,7 +51,7 @@ def summary_table(summary: list[SummaryRow]) -> Any:
             f for f in TABLE_FIGURES if (getattr(mapped, f.column), getattr(heap, f.column)) != (None, None)
         ]
         for figure in shown_figures:  # a figure neither mode measured (TTFT of an infer run) is left out
-            column, fmt = figure.column, FORMATS.get(figure.unit, fmt_seconds)
+            column = figure.column
             m, h = getattr(mapped, column), getattr(heap, column)
             shown = pair_ratio(mapped, heap, column)
             why = "incomplete" if not complete_pair(mapped, heap) else "noise" if column == "system_delta_bytes" else ""
@@ -61,8 +60,8 @@ def summary_table(summary: list[SummaryRow]) -> Any:
                 f"{mapped.processes} x {mapped.sessions_per_process}" if first else "",
                 str(mapped.repeat) if first else "",
                 figure.terminal,
-                fmt(m),
-                fmt(h),
+                fmt_value(m, figure.unit),
+                fmt_value(h, figure.unit),
                 fmt_ratio(shown) if shown is not None or not why else why,
                 end_section=figure is shown_figures[-1],
             )
@@ -168,9 +167,11 @@ def startup_lines(run: Any) -> list[str]:
 def note_lines(judgement: Any) -> list[str]:
     """Errors and warnings with their text and first details, other notes by title (the report
     has their text)."""
+    from harness.core.notes import RSS_NOTE
+
     lines = []
     for note in judgement.notes:
-        if note.title.startswith("Why RSS"):
+        if note == RSS_NOTE:
             continue  # always true, explained in the report
         full = note.kind in ("error", "warn") or note.terminal
         lines.append(f"note: {note.title}: {note.text}" if full else f"note: {note.title}")

@@ -19,6 +19,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from harness.contract.modelargs import parse_free_dims, parse_input_values, parse_key_values, parse_shapes
+from harness.contract.spec import SessionSettings
 from harness.core import argtypes
 from harness.core.schema import MODES
 from harness.core.vocab import PAGE_CACHE_CHOICES, Workload
@@ -66,16 +68,9 @@ def flag(default: Any = None, *, factory: Callable[[], Any] | None = None, **spe
     return field(default=default, metadata=meta)
 
 
-def _parsed(parse: str, flag_name: str | None = None) -> Callable[[Any, argparse.Namespace], Any]:
-    """A converter calling ``harness.prep.modelargs``/``sessions`` parsers lazily (heavy-free)."""
-
-    def convert(values: Any, ns: argparse.Namespace) -> Any:
-        from harness.prep import modelargs, sessions
-
-        fn = getattr(modelargs, parse, None) or getattr(sessions, parse)
-        return fn(values, flag_name) if flag_name else fn(values)
-
-    return convert
+def _given(parse: Callable[..., Any], *flag_name: str) -> Callable[[Any, argparse.Namespace], Any]:
+    """A converter of the values given for a flag (`harness.contract.modelargs`)."""
+    return lambda values, ns: parse(values, *flag_name)
 
 
 def _gates(exprs: list[str], ns: argparse.Namespace) -> list[str]:
@@ -126,7 +121,7 @@ class RunOptions:
         flag="--shape",
         action="append",
         metavar="NAME=1x3x224x224",
-        convert=_parsed("parse_shapes"),
+        convert=_given(parse_shapes),
         help="fix a dynamic input shape of --model (repeatable)",
     )
     free_dims: dict[str, int] = flag(
@@ -134,7 +129,7 @@ class RunOptions:
         flag="--free-dim",
         action="append",
         metavar="NAME=VALUE",
-        convert=_parsed("parse_free_dims"),
+        convert=_given(parse_free_dims),
         help="set a named symbolic dimension in every input, as onnxruntime_perf_test -f (repeatable)",
     )
     input_values: dict[str, str] = flag(
@@ -142,7 +137,7 @@ class RunOptions:
         flag="--input",
         action="append",
         metavar="NAME=FILE.npy|NAME=VALUE",
-        convert=_parsed("parse_input_values"),
+        convert=_given(parse_input_values),
         help="feed this input real values: a .npy array, or one value filled to its shape, e.g. sr=16000 (repeatable)",
     )
     session_config: dict[str, str] = flag(
@@ -150,7 +145,7 @@ class RunOptions:
         flag="--session-config",
         action="append",
         metavar="KEY=VALUE",
-        convert=_parsed("parse_key_values", "--session-config"),
+        convert=_given(parse_key_values, "--session-config"),
         help="ORT session config entry for every session, both modes, and the reference (repeatable)",
     )
     provider_options: dict[str, str] = flag(
@@ -158,7 +153,7 @@ class RunOptions:
         flag="--provider-option",
         action="append",
         metavar="KEY=VALUE",
-        convert=_parsed("parse_key_values", "--provider-option"),
+        convert=_given(parse_key_values, "--provider-option"),
         help="QNN EP provider option, e.g. soc_model=60 (repeatable; not disable_file_mapped_weights)",
     )
     intra_op_threads: int | None = flag(
@@ -362,17 +357,9 @@ class RunOptions:
             values[f.name] = spec.convert(value, ns) if spec.convert else value
         return cls(**values, **given)
 
-    def session_settings(self):
+    def session_settings(self) -> SessionSettings:
         """The ORT session knobs every session (mapped and heap) and the reference share."""
-        from harness.prep.sessions import SessionSettings
-
         return SessionSettings(dict(self.session_config), self.intra_op_threads, dict(self.provider_options))
-
-    def input_request(self):
-        """What --shape, --free-dim and --input say about the model's inputs."""
-        from harness.prep.inputs import InputRequest
-
-        return InputRequest(dict(self.shapes), dict(self.free_dims), dict(self.input_values))
 
 
 def command_line_fields() -> list:

@@ -14,6 +14,35 @@ from typing import Any
 from harness.core.files import write_json_atomic
 from harness.core.vocab import EpState
 
+
+@dataclass
+class SessionSettings:
+    """What the command line says about sessions; travels to the workers as a dict."""
+
+    config: dict[str, str] = field(default_factory=dict)  # --session-config KEY=VALUE
+    intra_op_threads: int | None = None  # --intra-op-threads N (None: ORT's default)
+    provider_options: dict[str, str] = field(default_factory=dict)  # --provider-option (qnn)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> SessionSettings:
+        data = data or {}
+        return cls(
+            dict(data.get("config") or {}), data.get("intra_op_threads"), dict(data.get("provider_options") or {})
+        )
+
+    def apply(self, so: Any) -> Any:
+        """Put the user's session knobs on ``so`` (after the harness's own entries: a user entry
+        of the same key wins, deliberately)."""
+        for key, value in self.config.items():
+            so.add_session_config_entry(key, value)
+        if self.intra_op_threads is not None:
+            so.intra_op_num_threads = self.intra_op_threads
+        return so
+
+
 #: 5: the run's settings every worker applies are typed fields (`WorkerSpec.models`,
 #: `WorkerSpec.settings`), no longer keys of ``options``, which keeps a target's own options only.
 SPEC_VERSION = 5
@@ -25,7 +54,7 @@ class WorkerSettings:
     target) reads ``spec.settings.runs``, never ``int(spec.options.get("runs") or 0)``."""
 
     #: The ORT session knobs of every session, both modes and the reference
-    #: (`harness.prep.sessions.SessionSettings` as a dict: config, intra_op_threads,
+    #: (`SessionSettings` as a dict: config, intra_op_threads,
     #: provider_options); read it with `session_settings`.
     session: dict[str, Any] = field(default_factory=dict)
     runs: int = 0  # timed inferences after the first (--runs)
@@ -45,11 +74,8 @@ class WorkerSettings:
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ValueError(f"settings.{name} must be a whole number >= {least}, not {value!r}")
 
-    def session_settings(self):
-        """The session knobs as `SessionSettings` (imported here: the worker imports the spec
-        before anything heavy)."""
-        from harness.prep.sessions import SessionSettings
-
+    def session_settings(self) -> SessionSettings:
+        """The session knobs as `SessionSettings`."""
         return SessionSettings.from_dict(self.session)
 
 
@@ -157,6 +183,8 @@ class WorkerRecord:
     token_latency_p90_s: float | None = None
     token_latency_p99_s: float | None = None
     kv_cache_bytes: int | None = None
+    prefill_private_bytes: int | None = None
+    last_token_private_bytes: int | None = None
     generated_tokens: str = ""
     tokens_ok: bool | None = None
     #: The start-up peak as the worker saw it at its phase changes (harness.runner.peak); the

@@ -21,23 +21,10 @@ from typing import Any
 
 from .compare import Change, Comparison, MinEffect
 from .stats import ALPHA, MIN_REPEATS
-from .units import fmt_bytes, fmt_percent, fmt_ratio, fmt_seconds
+from .units import fmt_bytes, fmt_percent, fmt_value
 
 COMPARISON_FORMAT_VERSION = 1
 TEST_NAME = "Welch's t-test, two-sided, on per-repeat values"
-
-
-def fmt_value(value: float | None, unit: str, *, signed: bool = False) -> str:
-    if value is None:
-        return "-"
-    sign = "+" if signed and value > 0 else ""
-    if unit == "bytes":
-        return sign + fmt_bytes(value)
-    if unit == "s":
-        return sign + fmt_seconds(value) if value >= 0 else "-" + fmt_seconds(-value)
-    if unit == "count/s":
-        return f"{value:+.1f}/s" if signed else f"{value:.1f}/s"
-    return f"{value:+.3f}" if signed else fmt_ratio(value)
 
 
 def fmt_range(values: Sequence[float], unit: str) -> str:

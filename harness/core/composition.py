@@ -26,14 +26,8 @@ MIN_CPU_SHARE = 0.5
 
 def contention(members: list[ResultRow]) -> dict[str, Any]:
     """Highest load average, lowest CPU share and whether the group's timings were contended:
-    load above the CPU count, or a worker with under `MIN_CPU_SHARE` of a CPU. Memory figures
-    do not depend on it; only timing verdicts do.
-
-    The sequential (timing) pass replaces the load average, which lags a minute behind (right
-    after a concurrent group of 4 workers it still reads 3 on a machine now idle), by what the
-    rest of the machine used over each worker's own life (`foreign_cpus`): a worker that had
-    less than one CPU to itself (foreign work above cpu_count - 1) was contended. A worker
-    without that figure is judged by the load average, as a concurrent one."""
+    load above the CPU count (sequential pass: other processes' CPUs, `foreign_cpus`, above
+    cpu_count - 1, as the load average lags a minute), or a worker under `MIN_CPU_SHARE` of a CPU."""
     loads = [r.load_avg for r in members if r.load_avg is not None]
     shares = [r.cpu_s / r.busy_s for r in members if r.cpu_s is not None and r.busy_s]
     counts = [r.cpu_count for r in members if r.cpu_count]

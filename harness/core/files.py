@@ -22,10 +22,11 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import IO, Any
 
 from .errors import InputError
+from .inputfiles import check_regular, open_regular
 
 #: The process umask, read once: temp files are created 0600 and get umask-normal modes back.
 _UMASK = os.umask(0o022)
@@ -139,8 +140,6 @@ def copy_file(src: Path | str, dst: Path | str, what: str = "") -> None:
     log named in a cache may have been replaced by a FIFO or ``/dev/zero``)."""
     import shutil
 
-    from .inputfiles import open_regular
-
     with open_regular(src, what or "copy of", None) as source, create_file(dst, what) as target:
         shutil.copyfileobj(source, target, 1 << 20)
 
@@ -218,3 +217,37 @@ def write_json_atomic(path: Path | str, data: Any, *, what: str = "") -> Path:
 def read_json(path: Path | str) -> Any:
     """Parse a JSON file; OSError/ValueError propagate (callers turn them into their message)."""
     return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def contained(base_dir: Path, name: str, label: str, what: str) -> Path:
+    """``base_dir / name`` resolved, if ``name`` is a relative path that stays inside
+    ``base_dir`` (links followed); InputError naming ``what`` (which names ``name``, e.g.
+    "external data file 'w.bin' (of tensor 'W0')")."""
+    if not name or "\0" in name:
+        raise InputError(f"{label}: {what} is an empty or invalid path")
+    if PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute() or PureWindowsPath(name).drive:
+        raise InputError(f"{label}: {what} is an absolute path; only paths inside the model's folder are accepted")
+    base = real_path(base_dir)
+    path = real_path(base / name)
+    if path != base and base not in path.parents:
+        raise InputError(f"{label}: {what} points outside the model's folder {base}; refused")
+    return path
+
+
+def contained_file(base_dir: Path, name: str, label: str, what: str) -> Path:
+    """`contained`, and the path must be an existing regular file."""
+    path = contained(base_dir, name, label, what)
+    if not path.exists():
+        raise InputError(f"{label}: {what} is missing (expected at {path})")
+    check_regular(path, f"{label}: {what}")
+    return path
+
+
+def inside(folder: Path, path: Path) -> Path:
+    """``path`` if, resolved, it is inside ``folder`` (a target we are about to write); a
+    RuntimeError otherwise: the preparation never writes elsewhere, and reaching here with
+    such a path is a bug, not a user mistake."""
+    base, resolved = real_path(folder), real_path(path)
+    if base not in resolved.parents:
+        raise RuntimeError(f"refusing to write {path}: outside {folder}")
+    return path

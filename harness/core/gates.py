@@ -1,16 +1,7 @@
-"""Pass/fail gates over a run's headline figures: parse, evaluate, defaults per target.
-
-A gate is ``METRIC OP NUMBER`` (ops ``<= < >= > == !=``), optionally followed by
-``if METRIC OP NUMBER [and ...]``: a gate whose condition does not hold, or cannot be checked,
-is *skipped* rather than failed, so e.g. a sharing gate only applies once two processes exist.
-Metric names are the keys of `harness.core.summary.headline` plus ``weights_bytes`` (the model's
-weights size: every saving the feature makes is in proportion to it). A ``*_bytes`` metric's
-threshold may carry a size unit (``128MiB``); ratios and counts take plain finite numbers. A
-measured value of ``None`` fails a gate with the reason "not measured" and why (an incomplete
-group, a delta lost in noise, one mode only): a gate that cannot see its figure must not pass
-silently. A gate on a timing metric is judged on its repeats' 95 % interval, its threshold read
-within the 5 % timing margin (`harness.core.timing`): pass, fail, or *inconclusive*, which is
-never a pass.
+"""Pass/fail gates over a run's headline figures (``METRIC OP NUMBER [if METRIC OP NUMBER [and
+...]]``, metrics from `harness.core.metrics`): parse, evaluate, defaults per target. A figure not
+measured fails its gate saying why; a condition that does not hold skips it; a timing gate is
+judged on its repeats' interval (`harness.core.timing`). docs/gates.md has the rules.
 """
 
 from __future__ import annotations

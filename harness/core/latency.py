@@ -1,16 +1,7 @@
-"""Latency as a first-class figure: per worker, per group, mapped over heap, in the headline.
-
-Why its own module: the memory figures say what the feature saves; these say what it costs
-per inference (mapped pages are faulted in by the first run, not at init) and whether shared
-read-only pages cost anything under concurrent reads (``--concurrency C``). Defined once here
-and quoted by the worker, the summary, the gates, ``headline.json``, the compare and the
-terminal, as `onnxruntime_perf_test` reports them: mean, stdev, min, p50, p90, p95, p99, max and
-inferences/s, after ``--warmup K`` untimed runs.
-
-Per group, from the workers' rows (exact where the rows allow it): the mean and the pooled
-stdev over every timed inference (all workers run the same count), the min of the minima, the
-max of the maxima; the percentiles and inferences/s are medians over the workers (pooling
-percentiles needs the samples, which stay in the workers).
+"""Latency per worker and per group, as `onnxruntime_perf_test` reports it (mean, stdev, min,
+p50, p90, p95, p99, max, inferences/s after ``--warmup K``): what the feature costs per inference.
+A group pools the mean and stdev over every timed inference (exact from the workers' counts);
+the other statistics are declared in `harness.core.metrics` (percentiles: medians over workers).
 """
 
 from __future__ import annotations
@@ -22,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .metrics import LATENCY_STATS
 from .vocab import Mode
 
 #: Per-worker latency figures (WorkerRecord and ResultRow share these names).
@@ -35,17 +27,8 @@ WORKER_FIELDS = (
     "latency_max_s",
     "inferences_per_s",
 )
-#: (label, key of `LatencyStats`) in the order every table shows them.
-SHOWN = (
-    ("mean", "mean"),
-    ("stdev", "stdev"),
-    ("min", "min"),
-    ("p50", "p50"),
-    ("p90", "p90"),
-    ("p95", "p95"),
-    ("p99", "p99"),
-    ("max", "max"),
-)
+#: The statistics (`metrics.LATENCY_STATS`, keys of `LatencyStats`) in the order tables show them.
+SHOWN = ("mean", "stdev", "min", "p50", "p90", "p95", "p99", "max")
 
 
 @dataclass
@@ -165,22 +148,9 @@ def group_figures(ok: Sequence[Any]) -> dict[str, Any]:
     }
 
 
-#: SummaryRow column of each shown statistic (the group's figure).
-GROUP_COLUMNS = {
-    "mean": "latency_mean_s",
-    "stdev": "latency_stdev_s",
-    "min": "latency_min_s",
-    "p50": "latency_p50_s_median",
-    "p90": "latency_p90_s_median",
-    "p95": "latency_p95_s_median",
-    "p99": "latency_p99_s_median",
-    "max": "latency_max_s",
-}
-
-
 def mode_block(row: Any) -> dict[str, Any]:
     """One group's latency and start-up figures for headline.json (seconds; None: not measured)."""
-    block: dict[str, Any] = {key: getattr(row, column) for key, column in GROUP_COLUMNS.items()}
+    block: dict[str, Any] = {key: getattr(row, LATENCY_STATS[key]) for key in SHOWN}
     block["inferences_per_s"] = row.inferences_per_s
     block["init_s"] = row.init_s_median
     block["first_run_s"] = row.first_run_s_median
@@ -217,11 +187,11 @@ def latency_lines(pairs: Sequence[tuple[Any, Any]], fmt: Callable[[float | None]
     timed = [(m, h) for m, h in pairs if m.latency_p50_s_median is not None or h.latency_p50_s_median is not None]
     if not timed:
         return []
-    head = ["mode", "rep", *[label for label, _ in SHOWN], "inf/s", "init", "first", "init+first"]
+    head = ["mode", "rep", *SHOWN, "inf/s", "init", "first", "init+first"]
     rows = [head]
     for mapped, heap in timed:
         for row in (mapped, heap):
-            cells = [row.mode, str(row.repeat), *[fmt(getattr(row, GROUP_COLUMNS[key])) for _, key in SHOWN]]
+            cells = [row.mode, str(row.repeat), *[fmt(getattr(row, LATENCY_STATS[key])) for key in SHOWN]]
             rate = row.inferences_per_s
             cells += [f"{rate:.1f}" if rate is not None else "-"]
             cells += [fmt(row.init_s_median), fmt(row.first_run_s_median), fmt(row.startup_s_median)]

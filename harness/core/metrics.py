@@ -9,7 +9,6 @@ systems measure it. A new figure: its columns in `schema`, one `Figure` in `FIGU
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -35,6 +34,7 @@ class Figure:
     ratio: str = ""  # the headline/gate metric mapped/heap of it ("": none)
     terminal: str = ""  # its line in the terminal table ("": not shown there)
     hint: str = ""  # how to read it, in the report's headline table ("": not shown there)
+    stat: str = ""  # its name in the latency table and headline.json's ``latency`` ("": not there)
     per_n: bool = True  # given per mode in headline.json's per_n
     positive: bool = True  # a live process's figure: a ratio at or below 0 is implausible
     higher_is_better: bool = False
@@ -60,15 +60,22 @@ class Figure:
     def name(self) -> str:
         return self.short or self.label
 
+    def worker_value(self, row: ResultRow) -> Any:
+        """One worker's figure behind the group's (None: the figure has no worker `source`)."""
+        if self.source is None:
+            return None
+        return self.source(row) if callable(self.source) else getattr(row, self.source)
+
     def group_value(self, members: Sequence[ResultRow], ok: Sequence[ResultRow], complete: bool) -> Any:
         """The group's figure from its worker rows (sums: every member, complete groups only)."""
-        get = self.source if callable(self.source) else (lambda r, c=self.source: getattr(r, c))
         if self.aggregate == Aggregate.SUM:
-            values = [get(r) for r in members]
+            values = [self.worker_value(r) for r in members]
             return int(sum(values)) if complete and values and None not in values else None
-        present = [v for v in map(get, ok) if v is not None]
+        present = [v for v in map(self.worker_value, ok) if v is not None]
         if not present:
             return None
+        import statistics  # not at import: the worker imports the registry (`latency`) before its timed runs
+
         return {Aggregate.MEDIAN: statistics.median, Aggregate.MAX: max, Aggregate.MIN: min}[self.aggregate](present)
 
 
@@ -111,14 +118,14 @@ FIGURES: tuple[Figure, ...] = (
     ),
     Figure(
         "latency_p50_s_median", "latency p50", source="latency_p50_s", ratio="latency_p50_ratio",
-        compare="latency_p50", compare_ratio=True,
+        compare="latency_p50", compare_ratio=True, stat="p50",
     ),
-    Figure("latency_p90_s_median", "latency p90", source="latency_p90_s", ratio="latency_p90_ratio"),
+    Figure("latency_p90_s_median", "latency p90", source="latency_p90_s", ratio="latency_p90_ratio", stat="p90"),
     Figure(
         "latency_p99_s_median", "latency p99", source="latency_p99_s", ratio="latency_p99_ratio",
-        compare="latency_p99",
+        compare="latency_p99", stat="p99",
     ),
-    Figure("latency_mean_s", "latency mean", ratio="latency_mean_ratio"),
+    Figure("latency_mean_s", "latency mean", ratio="latency_mean_ratio", stat="mean"),
     Figure(
         "first_run_s_median", "median first inference", "first inference", "first_run_s", ratio="first_run_ratio",
         compare_ratio=True,
@@ -135,10 +142,10 @@ FIGURES: tuple[Figure, ...] = (
         "max_peak_private_bytes", "start-up peak private", "start-up peak", ratio="peak_private_ratio",
         terminal="peak private", compare="peak_private", compare_ratio=True,
     ),
-    Figure("latency_stdev_s", "latency stdev"),
-    Figure("latency_min_s", "latency min", source="latency_min_s", aggregate=Aggregate.MIN),
-    Figure("latency_p95_s_median", "latency p95", source="latency_p95_s"),
-    Figure("latency_max_s", "latency max", source="latency_max_s", aggregate=Aggregate.MAX),
+    Figure("latency_stdev_s", "latency stdev", stat="stdev"),
+    Figure("latency_min_s", "latency min", source="latency_min_s", aggregate=Aggregate.MIN, stat="min"),
+    Figure("latency_p95_s_median", "latency p95", source="latency_p95_s", stat="p95"),
+    Figure("latency_max_s", "latency max", source="latency_max_s", aggregate=Aggregate.MAX, stat="max"),
     Figure("sum_peak_private_bytes", "summed start-up peak private"),
     Figure("floor_s_median", "median floor", "floor", "floor_s", per_n=False),
     Figure("system_min_available_bytes", "lowest system available memory"),
@@ -178,6 +185,8 @@ FIGURES: tuple[Figure, ...] = (
     ),
 )  # fmt: skip
 BY_COLUMN = {f.column: f for f in FIGURES}
+#: The latency statistics (`Figure.stat`) -> their SummaryRow column.
+LATENCY_STATS = {f.stat: f.column for f in FIGURES if f.stat}
 #: Headline metric -> the SummaryRow column whose mapped/heap ratio it is.
 RATIO_COLUMNS = {f.ratio: f.column for f in FIGURES if f.ratio}
 BY_RATIO = {f.ratio: f for f in FIGURES if f.ratio}

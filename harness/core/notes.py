@@ -15,8 +15,8 @@ from .faultnotes import fault_notes
 from .figurenotes import figure_notes
 from .passes import memory_view
 from .rundata import RunData
-from .schema import FORMAT_VERSION
-from .summary import SYSTEM_NOISE_FACTOR, row_ok
+from .schema import FORMAT_VERSION, SummaryRow
+from .summary import SYSTEM_NOISE_FACTOR, delta_doubt, row_ok, system_delta_state
 from .units import fmt_bytes
 from .vocab import EpState, Mode, PathTaken, RunStatus
 
@@ -189,7 +189,7 @@ def _failure_notes(run: RunData) -> list[Note]:
                 "no sums, and gates on their ratios fail saying so:",
                 [
                     f"{s.target} {s.mode} N={s.processes} x M={s.sessions_per_process} repeat {s.repeat}: "
-                    f"{(s.note or 'completeness unknown').split('; system delta')[0]}"
+                    f"{_incompleteness(s)}"
                     for s in incomplete
                 ][:MAX_DETAILS],
             )
@@ -210,9 +210,15 @@ def _failure_notes(run: RunData) -> list[Note]:
     return notes
 
 
+def _incompleteness(row: SummaryRow) -> str:
+    """Why a group is incomplete: its note without the system delta's doubt (a note of its own)."""
+    state = system_delta_state(row.system_delta_bytes, row.system_noise_bytes)
+    return (row.note or "").removesuffix(state).removesuffix("; ") or "completeness unknown"
+
+
 def _path_notes(run: RunData) -> list[Note]:
     notes = []
-    noisy = [s for s in run.summary if s.note and "system delta unreliable" in s.note]
+    noisy = [s for s in run.summary if delta_doubt(s)]
     if noisy:
         notes.append(
             Note(
@@ -222,10 +228,7 @@ def _path_notes(run: RunData) -> list[Note]:
                 "runs. The idle available memory was read before and after each group; where that "
                 f"drift is more than 1/{SYSTEM_NOISE_FACTOR} of the group's delta, the delta is "
                 "reported but not turned into a ratio or judged by a gate.",
-                _counted(
-                    f"{s.mode} N={s.processes} repeat {s.repeat}: {s.note.split('system delta unreliable: ')[-1]}"
-                    for s in noisy
-                ),
+                _counted(f"{s.mode} N={s.processes} repeat {s.repeat}: {delta_doubt(s)}" for s in noisy),
             )
         )
     fallback = [r for r in run.results if r.path_taken == PathTaken.FALLBACK]

@@ -1,16 +1,7 @@
-"""The two passes of a group's start-up, and which figures each one answers for (issue 32).
-
-- ``concurrent``: the N workers of a group start together and wait at the barrier, where every
-  worker's memory is sampled with all N alive. Its timings are those of N sessions starting at
-  once: with more workers than cores they wait for each other, and the contention rule says so.
-- ``sequential`` (the timing pass, `run --sequential-timing`, always in `bench`): the same N
-  workers started one after another, each alone (released and reaped before the next starts),
-  no memory sampled. Its timings are judged on any machine with a core to spare: 4 workers on
-  2 cores still give an uncontended init time.
-
-Memory figures (sums, copies, peaks) come from the concurrent pass only; timing figures (init,
-create, latency and the peer's init) from the sequential pass when the run has one, else from
-the concurrent pass. Both passes' rows, summaries and times are kept and shown, labelled.
+"""The two passes of a group's start-up (issue 32): ``concurrent``, the N workers started
+together and their memory sampled with all N alive; ``sequential`` (the timing pass), the same
+workers one at a time, no memory sampled. Memory figures come from the concurrent pass, timing
+figures from the sequential one when the run has it (docs/gates.md, "Which pass a figure comes from").
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from typing import Any
 
 from .errors import InputError
 from .fits import stated_system
+from .headline import HEADLINE_JSON
 from .migrate import migrate
 from .schema import FORMAT_VERSION, MODES, OLDEST_FORMAT_VERSION, ResultRow, SummaryRow
 from .summary import group_key, headline, primary_target, summarize, system_delta_state
@@ -23,7 +24,6 @@ from .tables import RESULTS_CSV, SUMMARY_CSV, TextTable, parse_rows, read_text_t
 from .vocab import FAILED_PREFIX, RunStatus
 
 METADATA_JSON = "metadata.json"
-HEADLINE_JSON = "headline.json"
 #: The largest JSON file of a run folder read (metadata.json, headline.json): the runner's own
 #: are a few KiB; a bigger one is not ours and is not read into memory.
 MAX_JSON_BYTES = 16 * 1024**2

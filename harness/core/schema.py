@@ -250,40 +250,19 @@ class ResultRow:
     container_peak_bytes: int = col(
         "Int64", "bytes", "highest charge of the group's container (Linux: page cache included)", since=3
     )
-    # -- the generate workload (--workload generate; empty for infer) --
-    ttft_s: float = col(
-        "Float64", "s", "time to first token: the prefill and its token, median over the worker's sessions", since=4
-    )
-    decode_tokens_per_s: float = col(
-        "Float64", "count/s", "tokens after the first over the time of their decode steps, all sessions", since=4
-    )
+    # -- the generate workload (--workload generate; empty for infer; docs/llm.md) --
+    ttft_s: float = col("Float64", "s", "time to first token: prefill and its token, median over sessions", since=4)
+    decode_tokens_per_s: float = col("Float64", "count/s", "tokens after the first over their decode time", since=4)
     token_latency_p50_s: float = col("Float64", "s", "median time of one decode step (one token)", since=4)
     token_latency_p90_s: float = col("Float64", "s", "90th percentile time of one decode step", since=4)
     token_latency_p99_s: float = col("Float64", "s", "99th percentile time of one decode step", since=4)
     kv_cache_bytes: int = col(
-        "Int64",
-        "bytes",
-        "bytes of the KV tensors at the end, from their shapes, summed over the worker's sessions (alive at "
-        "the memory sample; the control holds as many, so runtime_bytes includes them)",
-        since=4,
+        "Int64", "bytes", "KV tensors at the last token, from their shapes, all sessions", since=4
     )
-    generated_tokens: str = col("string", "", "the greedy token ids of the first session, space-separated", since=4)
-    tokens_ok: bool = col(
-        "boolean", "", "every session generated the reference run's ids (a mismatch fails the worker)", since=4
-    )
-
-
-#: The generate workload's columns: a worker's record and its row share these names.
-GENERATE_COLUMNS = (
-    "ttft_s",
-    "decode_tokens_per_s",
-    "token_latency_p50_s",
-    "token_latency_p90_s",
-    "token_latency_p99_s",
-    "kv_cache_bytes",
-    "generated_tokens",
-    "tokens_ok",
-)
+    prefill_private_bytes: int = col("Int64", "bytes", "private memory after the first session's prefill", since=4)
+    last_token_private_bytes: int = col("Int64", "bytes", "private memory after the last session's last token", since=4)
+    generated_tokens: str = col("string", "", "the first session's greedy token ids, space-separated", since=4)
+    tokens_ok: bool = col("boolean", "", "every session generated the reference's ids (else the worker fails)", since=4)
 
 
 @dataclass
@@ -401,15 +380,11 @@ class SummaryRow:
     memory_limit_bytes: int = col("Int64", "bytes", "the group's container memory limit", since=3)
     oom_workers: int = col("Int64", "count", "workers the container's memory limit ended", since=3)
     container_peak_bytes: int = col("Int64", "bytes", "highest charge of the group's container", since=3)
-    ttft_s_median: float = col("Float64", "s", "median ttft_s over the ok workers (generate)", since=4)
-    decode_tokens_per_s_median: float = col(
-        "Float64", "count/s", "median decode_tokens_per_s over the ok workers (generate)", since=4
-    )
+    ttft_s_median: float = col("Float64", "s", "median ttft_s over the ok workers", since=4)
+    decode_tokens_per_s_median: float = col("Float64", "count/s", "median decode_tokens_per_s of ok workers", since=4)
     token_latency_p50_s_median: float = col("Float64", "s", "median over ok workers of token_latency_p50_s", since=4)
     token_latency_p99_s_median: float = col("Float64", "s", "median over ok workers of token_latency_p99_s", since=4)
-    sum_kv_cache_bytes: int = col(
-        "Int64", "bytes", "sum of kv_cache_bytes over the N workers (generate); empty unless complete", since=4
-    )
+    sum_kv_cache_bytes: int = col("Int64", "bytes", "sum of kv_cache_bytes over the N workers, if complete", since=4)
 
 
 def columns(row_type: type) -> list[str]:
@@ -448,3 +423,7 @@ def row_from_dict(row_type: type, data: dict) -> Any:
     """Build a row from a dict, ignoring unknown keys (newer writers) and keeping defaults."""
     names = _column_names(row_type)
     return row_type(**{k: v for k, v in data.items() if k in names})
+
+
+#: The generate workload's columns (those format 4 added to results.csv): a worker's record has them too.
+GENERATE_COLUMNS = tuple(columns_since(ResultRow, 4))

@@ -120,27 +120,37 @@ def incomplete_reasons(members: list[ResultRow], processes: int | None) -> list[
 
 def system_delta_state(delta: int | None, noise: int | None) -> str:
     """ "" when the system delta can be trusted, else why not (for the summary note)."""
+    doubt = _delta_doubt(delta, noise)
+    return f"{UNRELIABLE_DELTA}{doubt}" if doubt else ""
+
+
+#: How the summary note begins the reason a group's system delta is not trusted.
+UNRELIABLE_DELTA = "system delta unreliable: "
+
+
+def _delta_doubt(delta: int | None, noise: int | None) -> str:
     from .units import fmt_bytes
 
     if delta is None:
         return ""
     if noise is None:
-        return "system delta unreliable: no idle noise measured around it"
+        return "no idle noise measured around it"
     if delta <= 0:
         return (
-            f"system delta unreliable: available memory rose by {fmt_bytes(-delta)} while the workers were "
-            f"alive (idle noise {fmt_bytes(noise)})"
+            f"available memory rose by {fmt_bytes(-delta)} while the workers were alive (idle noise {fmt_bytes(noise)})"
         )
     if noise * SYSTEM_NOISE_FACTOR > delta:
-        return (
-            f"system delta unreliable: idle noise {fmt_bytes(noise)} is more than 1/{SYSTEM_NOISE_FACTOR} "
-            f"of the delta {fmt_bytes(delta)}"
-        )
+        return f"idle noise {fmt_bytes(noise)} is more than 1/{SYSTEM_NOISE_FACTOR} of the delta {fmt_bytes(delta)}"
     return ""
 
 
+def delta_doubt(row: SummaryRow) -> str:
+    """Why a group's system delta is not trusted, from its figures ("" when it is, or has none)."""
+    return _delta_doubt(row.system_delta_bytes, row.system_noise_bytes)
+
+
 def system_delta_reliable(row: SummaryRow) -> bool:
-    return row.system_delta_bytes is not None and not system_delta_state(row.system_delta_bytes, row.system_noise_bytes)
+    return row.system_delta_bytes is not None and not delta_doubt(row)
 
 
 def _system(value: Any) -> tuple[int | None, int | None]:
@@ -314,7 +324,7 @@ def _where(row: SummaryRow) -> str:
     return f"{row.mode} N={row.processes} x M={row.sessions_per_process} repeat {row.repeat}"
 
 
-def headline_with_reasons(summary: Iterable[SummaryRow]) -> tuple[dict[str, float | int | None], dict[str, str]]:
+def headline_with_reasons(summary: Iterable[SummaryRow]) -> tuple[dict[str, float | int | None], dict[str, Any]]:
     """(`headline`, why each missing value is missing). The reasons are what a gate on that
     value says when it fails: a gate must never fail as a bare "not measured" when the harness
     knows that a group was incomplete or a delta lost in noise."""
@@ -329,7 +339,7 @@ def headline_with_reasons(summary: Iterable[SummaryRow]) -> tuple[dict[str, floa
         "unknown_sessions": _total(s.unknown_sessions for s in summary),
         "retried_sessions": _total(s.retried_sessions for s in summary),
     }
-    reasons: dict[str, str] = {}
+    reasons: dict[str, Any] = {}  # a text, or physics' `Refusal`
     pair_keys = [*PAIR_METRICS, "peer_init_ratio"]
     if not top:
         modes = sorted({s.mode for s in own})
@@ -351,9 +361,9 @@ def headline_with_reasons(summary: Iterable[SummaryRow]) -> tuple[dict[str, floa
     for name, column in RATIO_COLUMNS.items():  # timings from the timing pass (`passes`)
         result[name] = median_ratio(timed_pairs if BY_RATIO[name].timing else pairs, column)
     if result["system_delta_ratio"] is None:
-        noisy = next((s for pair in pairs for s in pair if s.note and "system delta" in s.note), None)
+        noisy = next((s for pair in pairs for s in pair if delta_doubt(s)), None)
         if noisy is not None:
-            reasons["system_delta_ratio"] = f"{_where(noisy)}: {noisy.note.split('; ')[-1]}"
+            reasons["system_delta_ratio"] = f"{_where(noisy)}: {UNRELIABLE_DELTA}{delta_doubt(noisy)}"
     copies = [weight_copies(m, h) for m, h in pairs]
     result["mapped_weight_copies"] = median(c[0] for c in copies)
     result["heap_copies_per_session"] = median(c[1] for c in copies)

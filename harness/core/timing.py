@@ -1,30 +1,7 @@
-"""Timing gates judged on their repeats, not on one median: a gate on a timing ratio (init,
-create, latency, the peer's init) is judged on the 95 % interval of the ratio's geometric mean
-over the repeats (`harness.core.stats.ratio_interval`: the noise of a ratio is multiplicative),
-with a margin: it passes when the whole interval is on the right side of its threshold moved
-by the 5 % minimum time effect (`stats.MIN_TIME_EFFECT`, what ``report --baseline`` needs to
-call a time change), fails when the whole interval is on the wrong side of it, and is
-*inconclusive* otherwise, which is never a pass. With one repeat there is no interval:
-"inconclusive: 1 repeat".
-
-Why an interval: one ms-scale init time on a shared 2-core machine is noise.
-``peer_init_ratio<=2`` came out 0.91, 1.86 and 1.79 in three benches of the same code (per
-repeat 0.42 to 3.90): a median gate flips on that noise, an interval gate says it cannot decide.
-
-Why a margin (issue 32: "passes at 1.0 (its interval's upper bound at most 1.05)"): a ratio
-of two equal start-ups is 1.0, and the interval of a quantity that really is 1.0 lies on both
-sides of 1.0 however many repeats are taken: a gate ``<=1`` without a margin could never pass
-two equally quick loads. A difference smaller than 5 % is no difference the harness calls
-anywhere else, so a timing gate reads its threshold within that margin: ``X<=T`` passes when
-the upper bound is at most T x 1.05 and fails when the lower bound is above T x 1.05;
-``X>=T`` passes when the lower bound is at least T / 1.05 and fails when the upper bound is
-below it; ``==`` and ``!=`` compare the interval with the band T / 1.05 .. T x 1.05.
-
-Each repeat's value: where the run's timing pass was interleaved (`harness.runner.timingpass`:
-worker i of each group started one after another in round i), the median over the rounds of
-the ratio of the two workers of one round (paired in time: a drift moves both); otherwise, and
-for figures no worker row carries (latency means, throughput), the ratio of the two groups'
-medians.
+"""Timing gates judged on the 95 % interval of a ratio's geometric mean over the repeats, with
+the 5 % timing margin (`stats.MIN_TIME_EFFECT`): pass, fail, or inconclusive, never a pass. Why
+an interval and why the margin, and how each repeat's value is paired by round of an
+interleaved timing pass: docs/gates.md ("Timing gates are judged on their repeats").
 """
 
 from __future__ import annotations
@@ -34,12 +11,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .metrics import RATIO_COLUMNS, is_timing
+from .metrics import BY_COLUMN, RATIO_COLUMNS, is_timing
 from .passes import timing_view
 from .schema import ResultRow, SummaryRow
 from .stats import MAX_PROJECTED_REPEATS, MIN_TIME_EFFECT, Interval, ratio_interval, repeats_to_decide
 from .summary import complete_pair, median, pair_ratio, primary_target, ratio, timing_pairs
-from .vocab import GateStatus, Mode, Start
+from .vocab import Aggregate, GateStatus, Mode, Start
 
 #: How a timing gate reads its threshold: within the minimum time effect (see the module doc).
 TIMING_MARGIN = MIN_TIME_EFFECT
@@ -91,10 +68,9 @@ def _repeat_values(summary: Iterable[SummaryRow], rounds: Rounds | None) -> dict
 
 
 def _worker_value(row: ResultRow, column: str) -> float | None:
-    """A worker's own figure behind a summary column of medians (None: no per-worker figure)."""
-    if column == "startup_s_median":
-        return row.init_s + row.first_run_s if row.first_run_s is not None else None
-    return getattr(row, column.removesuffix("_median"), None) if column.endswith("_s_median") else None
+    """A worker's own time behind a group's median (None: the group's figure is no such median)."""
+    figure = BY_COLUMN[column]
+    return figure.worker_value(row) if figure.aggregate == Aggregate.MEDIAN and figure.unit == "s" else None
 
 
 def _repeat_ratio(a: SummaryRow, b: SummaryRow, column: str, rounds: Rounds | None) -> tuple[float | None, bool]:

@@ -106,6 +106,20 @@ def fmt_percent(value: float | None, *, signed: bool = False) -> str:
     return "0%" if round(percent) == 0 else f"{percent:.0f}%"
 
 
+def fmt_value(value: float | None, unit: str, *, signed: bool = False) -> str:
+    """A figure in its schema unit (bytes, s, count/s; else a ratio), "-" when not measured."""
+    if value is None:
+        return "-"
+    sign = "+" if signed and value > 0 else ""
+    if unit == "bytes":
+        return sign + fmt_bytes(value)
+    if unit == "s":
+        return sign + fmt_seconds(value) if value >= 0 else "-" + fmt_seconds(-value)
+    if unit == "count/s":
+        return f"{value:+.1f}/s" if signed else f"{value:.1f}/s"
+    return f"{value:+.3f}" if signed else fmt_ratio(value)
+
+
 def parse_projection(text: str) -> tuple[int, int]:
     """``"8x4GiB"`` -> (8 sessions, 4 GiB of weights): the deployment a report projects to."""
     sessions, sep, size = text.strip().partition("x")

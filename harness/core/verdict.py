@@ -33,6 +33,7 @@ from .gates import (
     parse_gates,
 )
 from .notes import Note, run_notes
+from .physics import Refusal
 from .rundata import RunData
 from .schema import MODES
 from .summary import row_ok
@@ -40,6 +41,7 @@ from .timing import timing_repeats, timing_rounds
 from .vocab import (
     MAPPED_PATH_STATES,
     UNDECIDED_GATE_STATUSES,
+    Doubt,
     EpState,
     FeatureStatus,
     GateStatus,
@@ -339,9 +341,10 @@ def judge(run: RunData, extra_gates: Iterable[Gate] = (), *, use_default_gates: 
             reasons.append(f"run status is {run.status}")
         if not any(row_ok(r) for r in run.results):
             reasons.append("no worker finished with a correct output")
+        # a figure physics forbids is missing evidence: never a pass
         reasons.extend(
-            why for why in missing.values() if why.startswith("implausible")
-        )  # a figure physics forbids is missing evidence: never a pass
+            str(why) for why in missing.values() if isinstance(why, Refusal) and why.doubt == Doubt.IMPLAUSIBLE
+        )
         incomplete = _incomplete_groups(run)
         if incomplete and run.results:
             shown = ", ".join(incomplete[:3]) + (f" and {len(incomplete) - 3} more" if len(incomplete) > 3 else "")

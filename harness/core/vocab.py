@@ -189,6 +189,13 @@ class Start(StrEnum):
     SEQUENTIAL = "sequential"
 
 
+class Doubt(StrEnum):
+    """Why physics refuses a derived figure (`harness.core.physics.Refusal`)."""
+
+    IMPLAUSIBLE = "implausible"  # physics forbids it: missing evidence, never a pass
+    NOT_MEASURABLE = "not measurable"  # below the run's noise: no measurement, no sign of a broken sample
+
+
 class Aggregate(StrEnum):
     """How a group's figure comes from its workers' (`harness.core.metrics.Figure`)."""
 

@@ -3,7 +3,8 @@
 A model is untrusted input. Its external-data ``location``, an EPContext node's
 ``ep_cache_context`` (``embed_mode`` 0), the ``filename`` values of a ``genai_config.json``:
 each is a path the model's author chose. Before the harness opens, stats, hashes, links or
-copies anything they name, `contained` applies ONNX Runtime's own external-data rule:
+copies anything they name, `contained` (`harness.core.files`) applies ONNX Runtime's own
+external-data rule:
 
 - the name is relative (no ``/etc/passwd``, no ``C:\\...``, no ``\\\\server\\share``);
 - resolved against the model's folder, symbolic links followed, it stays inside that folder
@@ -22,46 +23,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path
 from typing import Any
 
 from harness.core.errors import InputError
-from harness.core.files import real_path
-from harness.core.inputfiles import check_regular
-
-
-def contained(base_dir: Path, name: str, label: str, what: str) -> Path:
-    """``base_dir / name`` resolved, if ``name`` is a relative path that stays inside
-    ``base_dir`` (links followed); InputError naming ``what`` (which names ``name``, e.g.
-    "external data file 'w.bin' (of tensor 'W0')")."""
-    if not name or "\0" in name:
-        raise InputError(f"{label}: {what} is an empty or invalid path")
-    if PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute() or PureWindowsPath(name).drive:
-        raise InputError(f"{label}: {what} is an absolute path; only paths inside the model's folder are accepted")
-    base = real_path(base_dir)
-    path = real_path(base / name)
-    if path != base and base not in path.parents:
-        raise InputError(f"{label}: {what} points outside the model's folder {base}; refused")
-    return path
-
-
-def contained_file(base_dir: Path, name: str, label: str, what: str) -> Path:
-    """`contained`, and the path must be an existing regular file."""
-    path = contained(base_dir, name, label, what)
-    if not path.exists():
-        raise InputError(f"{label}: {what} is missing (expected at {path})")
-    check_regular(path, f"{label}: {what}")
-    return path
-
-
-def inside(folder: Path, path: Path) -> Path:
-    """``path`` if, resolved, it is inside ``folder`` (a target we are about to write); a
-    RuntimeError otherwise: the preparation never writes elsewhere, and reaching here with
-    such a path is a bug, not a user mistake."""
-    base, resolved = real_path(folder), real_path(path)
-    if base not in resolved.parents:
-        raise RuntimeError(f"refusing to write {path}: outside {folder}")
-    return path
+from harness.core.files import contained_file
 
 
 @dataclass(frozen=True)

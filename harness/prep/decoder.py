@@ -49,14 +49,25 @@ class DecoderIO:
         missing += [f"output {k[1]} of layer {k[0]} (present.N.key/value)" for k in past if k not in present]
         missing += ["output logits"] if "logits" not in outputs else []
         other = [n for n in inputs if n not in FED and n not in past.values()]
-        missing += [f"a way to feed input {n}" for n in other]
-        if missing:
-            raise InputError(f"{label}: not a decoder the generate workload can run: no {', no '.join(missing)}")
+        if missing or other:
+            said = [f"no {', no '.join(missing)}"] if missing else []
+            said += [f"input(s) the loop cannot feed: {', '.join(other)}"] if other else []
+            raise InputError(f"{label}: not a decoder the generate workload can run: {'; '.join(said)}")
         order = sorted(past)
         axis = _sequence_axis(inputs[past[order[0]]])
+        fixed = [n for n in past.values() if len(inputs[n]) > axis and _is_positive(inputs[n][axis])]
+        if fixed:
+            raise InputError(
+                f"{label}: a KV cache of fixed length ({fixed[0]}{inputs[fixed[0]]}): a static-cache export the "
+                "generate loop cannot grow; give the decoder with a dynamic past sequence length"
+            )
         return cls(
             [n for n in FED if n in inputs], [past[k] for k in order], [present[k] for k in order], "logits", axis
         )
+
+
+def _is_positive(dim: Any) -> bool:
+    return isinstance(dim, int) and dim > 0
 
 
 def _sequence_axis(dims: list) -> int:
@@ -104,27 +115,38 @@ def prompt(opts: Any, vocab: int) -> list[int]:
     return [int(i) for i in np.random.default_rng(PROMPT_SEED).integers(1, max(vocab, 2), prompt_length(opts))]
 
 
+def graph_vocab(graph: Any) -> int | None:
+    """The vocabulary of a decoder's graph: its logits' last dimension, None when not static."""
+    dims = next((o.type.tensor_type.shape.dim for o in graph.graph.output if o.name == "logits"), [])
+    return (dims[len(dims) - 1].dim_value or None) if len(dims) else None
+
+
+def check_prompt(opts: Any, vocab: int | None, positions: int | None = None) -> None:
+    """InputError for a prompt id outside the vocabulary, or a prompt and G beyond the positions."""
+    if vocab and max(opts.prompt_ids, default=0) >= vocab:
+        raise InputError(f"--prompt-ids: id {max(opts.prompt_ids)} is not below the model's vocabulary of {vocab}")
+    if positions and prompt_length(opts) + (opts.new_tokens or DEFAULT_NEW_TOKENS) > positions:
+        raise InputError(f"the prompt and --new-tokens need more than the model's {positions} positions")
+
+
 def vocab_size(model: Any) -> int:
     """The decoder's vocabulary: the prepared model's record of it, else its logits' last dimension."""
-    if model.extra.get("vocab_size"):
-        return int(model.extra["vocab_size"])
     from harness.prep.onnxfile import load_onnx
 
-    graph = load_onnx(model.onnx_path, external_data=False)
-    dims = next(o.type.tensor_type.shape.dim for o in graph.graph.output if o.name == "logits")
-    last = dims[len(dims) - 1].dim_value if len(dims) else 0
-    if not last:
+    found = model.extra.get("vocab_size") or graph_vocab(load_onnx(model.onnx_path, external_data=False))
+    if not found:
         raise InputError(
             f"{model.source}: its logits' vocabulary size is not static: give the prompt with --prompt-ids"
         )
-    return last
+    return int(found)
 
 
-def generation(opts: Any, model: Any, on_status: Any = None) -> dict:
+def generation(opts: Any, models: list, on_status: Any = None) -> dict:
     """The generate workload's `WorkerSettings` fields: the prompt, G, and the reference's ids."""
-    ids = prompt(opts, vocab_size(model))
+    DecoderIO.find(models[0].inputs, models[0].outputs, models[0].source)  # a target that built no decoder
+    ids = prompt(opts, vocab_size(models[0]))
     new_tokens = opts.new_tokens or DEFAULT_NEW_TOKENS
-    expected = reference_ids(model, ids, new_tokens, opts.session_settings(), on_status)
+    expected = reference_ids(models, ids, new_tokens, opts.session_settings(), on_status)
     return {"prompt_ids": ids, "new_tokens": new_tokens, "expected_ids": expected}
 
 
@@ -145,10 +167,13 @@ class Generation:
 Run = Callable[[dict], dict]
 
 
-def generate(run: Run, io: DecoderIO, kv_types: dict[str, Any], prompt_ids: list[int], new_tokens: int) -> Generation:
-    """Greedy: prefill ``prompt_ids``, then ``new_tokens - 1`` decode steps, each feeding the
-    last token and the previous step's present as past; ``kv_types`` is each past input's
-    (dtype, empty shape)."""
+def generate(
+    runs: list[Run], io: DecoderIO, kv_types: dict, prompt_ids: list[int], new_tokens: int, after_prefill: Any = None
+) -> Generation:
+    """Greedy: prefill ``prompt_ids`` (``runs[0]``), then ``new_tokens - 1`` decode steps
+    (``runs[-1]``), each feeding the last token and the previous step's present as past;
+    ``kv_types`` is each past input's (dtype, empty shape); ``after_prefill()`` is called once
+    the first token is out (untimed)."""
     import numpy as np
 
     out = Generation(kv={name: np.zeros(shape, dtype) for name, (dtype, shape) in kv_types.items()})
@@ -157,13 +182,15 @@ def generate(run: Run, io: DecoderIO, kv_types: dict[str, Any], prompt_ids: list
         t0 = time.perf_counter()
         feeds = _feeds(io, tokens, done)
         feeds.update(out.kv)
-        results = run(feeds)
+        results = runs[-1 if out.ids else 0](feeds)
         token = int(np.argmax(results[io.logits][0, -1]))
         elapsed = time.perf_counter() - t0
         if out.ids:
             out.step_s.append(elapsed)
         else:
             out.ttft_s = elapsed
+            if after_prefill is not None:
+                after_prefill()
         out.kv = {past: results[present] for past, present in zip(io.past, io.present, strict=True)}
         done += len(tokens)
         out.ids.append(token)
@@ -205,42 +232,43 @@ def session_runner(target: Any, session: Any, model: Any) -> Run:
     return run
 
 
-def generate_in_model(target: Any, session: Any, model: Any, prompt_ids: list[int], new_tokens: int) -> Generation:
-    """The loop over one prepared model's session (a worker's)."""
-    io = DecoderIO.find(model.inputs, model.outputs, model.source)
-    return generate(session_runner(target, session, model), io, kv_types(io, model), prompt_ids, new_tokens)
+def generate_in_models(
+    target: Any, sessions: list, models: list, settings: Any, after_prefill: Any = None
+) -> Generation:
+    """The loop over one session group as ``settings`` (`WorkerSettings`) say: its first model
+    prefills, its last decodes (a pipeline of a prefill and a decode graph; one model does both)."""
+    io = DecoderIO.find(models[0].inputs, models[0].outputs, models[0].source)
+    runs = [session_runner(target, s, m) for s, m in zip(sessions, models, strict=True)]
+    return generate(runs, io, kv_types(io, models[0]), settings.prompt_ids, settings.new_tokens, after_prefill)
 
 
-def reference_ids(
-    model: Any, prompt_ids: list[int], new_tokens: int, settings: Any, on_status: Any = None
-) -> list[int]:
-    """The ids ORT's CPU EP generates loading the model's weights itself, in a child process."""
+def reference_ids(models: list, prompt_ids: list[int], new_tokens: int, settings: Any, on_status: Any = None) -> list:
+    """The ids ORT's CPU EP generates loading the models' weights itself, in a child process."""
     from .ortjob import run_ort_job
 
-    job = {"kind": "generate", "model": str(model.folder), "prompt": prompt_ids, "new_tokens": new_tokens}
-    job.update(settings=settings.to_dict(), label=f"model {model.source}", level=model.session_level)
+    job = {"kind": "generate", "models": [str(m.folder) for m in models], "prompt": prompt_ids}
+    job.update(new_tokens=new_tokens, settings=settings.to_dict(), label=f"model {models[0].source}")
     return run_ort_job(job, job["label"], on_status)["ids"]
 
 
 def generate_in_process(job: dict) -> dict:
     """The child's side of `reference_ids`."""
     from pathlib import Path
+    from types import SimpleNamespace
 
     import onnxruntime as ort
 
     from harness.prep.folder import PreparedModel
     from harness.prep.sessions import SessionSettings, cpu_session_options, run_session
 
-    model = PreparedModel.load(Path(job["model"]), check_files=False)
-    so = cpu_session_options(SessionSettings.from_dict(job["settings"]), level=job["level"])
-    session = ort.InferenceSession(str(model.onnx_path), so, providers=["CPUExecutionProvider"])
-    io = DecoderIO.find(model.inputs, model.outputs, job["label"])
-
-    def run(feeds: dict) -> dict:
-        values = run_session(session, model.outputs, feeds, model.input_types, model.output_types)
-        return dict(zip(model.outputs, values, strict=True))
-
-    return {"ids": generate(run, io, kv_types(io, model), job["prompt"], job["new_tokens"]).ids}
+    models = [PreparedModel.load(Path(folder), check_files=False) for folder in job["models"]]
+    settings = SessionSettings.from_dict(job["settings"])
+    sessions = [
+        ort.InferenceSession(str(m.onnx_path), cpu_session_options(settings, level=m.session_level)) for m in models
+    ]
+    plain = SimpleNamespace(run=lambda s, m, f: run_session(s, m.outputs, f, m.input_types, m.output_types))
+    given = SimpleNamespace(prompt_ids=job["prompt"], new_tokens=job["new_tokens"])
+    return {"ids": generate_in_models(plain, sessions, models, given).ids}
 
 
 def token_stats(steps: list[float]) -> dict[str, float | None]:

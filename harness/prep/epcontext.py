@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.files import real_path
-from harness.prep.containment import contained_file
+from harness.core.files import contained_file, real_path
 
 EPCONTEXT_OP = "EPContext"
 

@@ -120,7 +120,8 @@ def link_external_data(path: Path, graph: Any, folder: Path) -> None:
     hard link (no copy), else a copy (another filesystem). Not a symlink: ORT resolves it and
     refuses external data outside the model's folder ("External data path escapes model
     directory")."""
-    from harness.prep.containment import external_refs, inside
+    from harness.core.files import inside
+    from harness.prep.containment import external_refs
 
     done = set()
     for ref in external_refs(Path(path), graph, f"--model {path}"):

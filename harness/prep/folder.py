@@ -96,7 +96,7 @@ def _onnx_file_allowed(folder: Path, onnx_file: str, outside: tuple[str, ...]) -
     """The ONNX file a manifest names is inside the entry, or one the preparation itself put
     outside it (the user's own model, measured where it is: ``outside``); CorruptEntry
     otherwise (a forged manifest pointing the workers at any file of the machine)."""
-    from harness.prep.containment import contained
+    from harness.core.files import contained
 
     if not onnx_file or onnx_file in outside:
         return

@@ -67,6 +67,11 @@ class InputRequest:
     free_dims: dict[str, int] = field(default_factory=dict)  # --free-dim
     values: dict[str, str] = field(default_factory=dict)  # --input NAME=FILE.npy | NAME=VALUE
 
+    @classmethod
+    def of(cls, opts: Any) -> InputRequest:
+        """What a run's --shape, --free-dim and --input say (`RunOptions`)."""
+        return cls(dict(opts.shapes), dict(opts.free_dims), dict(opts.input_values))
+
     def for_model(self, model: Any) -> InputRequest:
         """The part of a pipeline's request that names this model's inputs (--free-dim applies
         to every model that has the dimension)."""

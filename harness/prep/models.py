@@ -188,8 +188,9 @@ def prepare_cpu_models(opts: Any, progress: Any = None, *, target: str = "cpu") 
             )
         ]
     paths = resolve_models(opts.models).paths
-    request = opts.input_request()
-    check_pipeline_request(paths, request)
+    request = InputRequest.of(opts)
+    if not generate:  # the generate loop's feeds are the decoder's own (`decoder_request`)
+        check_pipeline_request(paths, request)
     models = []
     for path in paths:
         if progress is not None and len(paths) > 1:

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import InputError
-from harness.core.files import real_path
+from harness.core.files import contained_file, real_path
 from harness.core.inputfiles import read_json_bounded
-from harness.prep.containment import contained_file
 
 GENAI_CONFIG = "genai_config.json"
 #: The most models one run loads (a pipeline's folder or genai_config.json names a handful): a

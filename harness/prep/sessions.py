@@ -12,43 +12,15 @@ So the reference gets exactly the workers' settings, and the user's knobs
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from harness.contract.spec import SessionSettings
 from harness.core.errors import InputError
 
 #: The session config entry that keeps ORT from copying (prepacking) every weight.
 DISABLE_PREPACKING = "session.disable_prepacking"
 #: Graph optimization levels by name (what the manifest and the settings record).
 LEVELS = ("disabled", "basic", "extended", "all")
-
-
-@dataclass
-class SessionSettings:
-    """What the command line says about sessions; travels to the workers as a dict."""
-
-    config: dict[str, str] = field(default_factory=dict)  # --session-config KEY=VALUE
-    intra_op_threads: int | None = None  # --intra-op-threads N (None: ORT's default)
-    provider_options: dict[str, str] = field(default_factory=dict)  # --provider-option (qnn)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> SessionSettings:
-        data = data or {}
-        return cls(
-            dict(data.get("config") or {}), data.get("intra_op_threads"), dict(data.get("provider_options") or {})
-        )
-
-    def apply(self, so: Any) -> Any:
-        """Put the user's session knobs on ``so`` (after the harness's own entries: a user entry
-        of the same key wins, deliberately)."""
-        for key, value in self.config.items():
-            so.add_session_config_entry(key, value)
-        if self.intra_op_threads is not None:
-            so.intra_op_num_threads = self.intra_op_threads
-        return so
 
 
 def settings_notes(settings: SessionSettings) -> list[str]:
@@ -65,17 +37,6 @@ def settings_notes(settings: SessionSettings) -> list[str]:
             knobs.append(f"intra_op_num_threads={settings.intra_op_threads}")
         notes.append(f"Every session of both modes and the reference ran with {', '.join(knobs)}.")
     return notes
-
-
-def parse_key_values(items: list[str], flag: str) -> dict[str, str]:
-    """``["a=1", "b=x"]`` -> ``{"a": "1", "b": "x"}``; InputError naming ``flag`` otherwise."""
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise InputError(f"{flag} {item!r}: expected KEY=VALUE")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def ort_level(name: str) -> Any:

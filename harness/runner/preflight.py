@@ -177,23 +177,26 @@ def check_workload(opts: RunOptions) -> None:
             raise InputError(
                 f"{flag} does not apply to --workload generate: its loop feeds the decoder and times tokens"
             )
-    from harness.prep.decoder import decoder_request, prompt_length
+    from harness.prep.decoder import DecoderIO, check_prompt, graph_io, graph_vocab
 
     if not opts.models:
         from harness.prep.llama import CONTEXT, VOCAB
 
-        if max(opts.prompt_ids, default=0) >= VOCAB or prompt_length(opts) + (opts.new_tokens or 0) > CONTEXT:
-            raise InputError(
-                f"the generated decoder has {VOCAB} token ids and {CONTEXT} positions: prompt or --new-tokens too large"
-            )
+        check_prompt(opts, VOCAB, CONTEXT)
         return
     from harness.prep.onnxfile import load_onnx
     from harness.prep.pipeline import resolve_models
 
     paths = resolve_models(opts.models).paths
-    if len(paths) != 1:
-        raise InputError(f"--workload generate runs one decoder; --model names {len(paths)} models")
-    decoder_request(load_onnx(paths[0], external_data=False), f"--model {paths[0]}")
+    if len(paths) > 2:
+        raise InputError(
+            f"--workload generate runs a decoder, or its prefill and decode graphs; --model names {len(paths)}"
+        )
+    graphs = [load_onnx(path, external_data=False) for path in paths]
+    ios = [DecoderIO.find(*graph_io(g), f"--model {p}") for p, g in zip(paths, graphs, strict=True)]
+    if ios[0] != ios[-1]:
+        raise InputError(f"--model {paths[-1]}: the decode graph's inputs and KV cache differ from {paths[0].name}'s")
+    check_prompt(opts, graph_vocab(graphs[0]))
 
 
 def check_memory_limit(opts: RunOptions, available: int) -> list[str]:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from harness.contract.spec import WorkerRecord
 from harness.core.physics import NOISE_BYTES
+from harness.core.slack import SLACK_BYTES
 from harness.core.units import fmt_bytes, fmt_percent
-from harness.core.vocab import EpState, Mode, PathTaken
+from harness.core.vocab import MAPPED_PATH_STATES, EpState, Mode, PathTaken
 from harness.runner.exits import describe_exit
 
 #: A mapped worker holding at least this share of the weights as private copies, plus the
@@ -27,9 +28,6 @@ from harness.runner.exits import describe_exit
 #: one that copied them holds ~1 copy per session; partial copies below it stay a warning
 #: ("Mapped workers still copied weights").
 SILENT_COPY_SHARE = 0.5
-SLACK_BYTES = 1024**2
-#: What a mapped worker reports when it claims its weights came from the mapping.
-_CLAIMS_MAPPED = ("active", "n/a", "", None)
 
 
 def copy_bound(weights: int) -> float:
@@ -37,7 +35,7 @@ def copy_bound(weights: int) -> float:
     weights, never less than a worker's own memory noise (`physics.NOISE_BYTES`): the romanizer
     decoder's cpu mapped worker, 4.1 MiB of weights, held 3.1 MiB beyond its control in one CI run
     (ORT's own mapped worker of it, in the same run, 1.8 MiB), which half its weights alone called
-    a copy; plus the sampling slack."""
+    a copy; plus the sampling slack (`slack.SLACK_BYTES`)."""
     return max(SILENT_COPY_SHARE * weights, NOISE_BYTES) + SLACK_BYTES
 
 
@@ -56,7 +54,7 @@ def silent_copy(mode: str, record: WorkerRecord, copied: int | None) -> tuple[st
     weights = record.weights_bytes
     if mode != Mode.MAPPED or copied is None or not weights or record.path_taken != PathTaken.MAPPED:
         return None
-    if record.ep_file_mapping not in _CLAIMS_MAPPED:
+    if EpState.of(record.ep_file_mapping) not in MAPPED_PATH_STATES:  # it does not claim the mapping
         return None
     if weights < NOISE_BYTES:  # a copy smaller than a worker's own memory noise: no verdict either way
         return None

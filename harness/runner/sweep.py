@@ -230,7 +230,7 @@ def prepare_all(opts: RunOptions, progress) -> dict[str, Prepared]:
         from harness.prep.decoder import generation
 
         with progress.stage("generating the reference tokens"):
-            found = generation(opts, prepared[opts.target].model, getattr(progress, "step", None))
+            found = generation(opts, prepared[opts.target].models, getattr(progress, "step", None))
         for ready in prepared.values():
             ready.generation = found
     return prepared

@@ -1,10 +1,24 @@
-"""A worker process (``python -m harness.runner.worker SPEC.json``): creates its M session groups
-through its target, runs and checks them (one inference, or the generate loop), writes "ready",
-waits for the parent's memory sample (allocating nothing meanwhile), writes its final record and
-exits; it never outlives the harness (PR_SET_PDEATHSIG / a kill-on-close job, and a watchdog)."""
+"""A worker process: ``python -m harness.runner.worker SPEC.json``.
+
+Creates its M session groups through its target (one session per model of the run), runs one
+inference of each model and checks it against that model's reference, then (``--runs R``) R
+more timed inferences for the latency percentiles, writes a "ready" record, then blocks until
+the parent has sampled every worker's memory (the barrier, with a deadline of its own), writes
+its final record and exits. Between its last measured action and the sample it does nothing
+that allocates: the latency statistics are computed after the release, and its memory maps
+are read by the parent (`harness.runner.memory.mapped_pages`); the observer leaves no trace.
+With ``control`` in its spec it is the group's control worker (`harness.runner.control`).
+Its stdout/stderr go to a log file the parent chose (ORT and the QNN EP log there); results go
+only to the JSON files.
+
+A worker never outlives the harness that started it (`exit_with_parent`): the kernel kills it
+(Linux: ``PR_SET_PDEATHSIG``; Windows: the parent's kill-on-close job object), and a watchdog
+thread checks the parent named in the spec as a second line of defence.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
@@ -113,14 +127,18 @@ def _error_text(err: BaseException) -> str:
 
 
 def run_and_check(target, live, models, record: WorkerRecord, settings: WorkerSettings) -> tuple | None:
-    """First inference of every model in group 0 (timed, checked), then ``warmup`` and ``runs`` timed
-    passes for the latency figures; returns the timed runs raw, their statistics computed after the sample."""
+    """First inference of every model in session group 0 (timed, checked against each model's
+    reference), then ``warmup`` untimed and ``runs`` timed passes over all of them (on
+    ``concurrency`` threads) for the latency figures (`harness.core.latency`). The start-up
+    peak's sampling stops after the first inference: the timed runs are steady state. Returns
+    the timed runs raw (samples, wall): their statistics are computed after the sample
+    (`record_latency`), so the observer leaves no trace."""
     from harness.core.latency import timed_runs
     from harness.prep.reference import load_reference
     from harness.runner import peak
 
     if settings.new_tokens:
-        return run_generate(target, live, models[0], record, settings)
+        return run_generate(target, live, models, record, settings)
     references = [load_reference(m) for m in models]
     sessions = live.first_group()
     phases.mark("first_run")
@@ -151,7 +169,7 @@ def run_and_check(target, live, models, record: WorkerRecord, settings: WorkerSe
     return timed_runs(one_pass, settings.runs, record.concurrency) if settings.runs else None
 
 
-def run_generate(target, live, model, record: WorkerRecord, settings: WorkerSettings) -> list[float]:
+def run_generate(target, live, models, record: WorkerRecord, settings: WorkerSettings) -> list[float]:
     """Every session's greedy loop, checked against the reference ids; the KV caches stay alive
     until after the memory sample. Returns the decode steps' times (statistics after the release)."""
     from statistics import median
@@ -160,7 +178,10 @@ def run_generate(target, live, model, record: WorkerRecord, settings: WorkerSett
     from harness.runner.control import ControlTarget
 
     phases.mark("first_run")
-    runs = [target.generate(group, model, settings.prompt_ids, settings.new_tokens) for group in live.groups]
+    with _own_memory() as read:
+        prefilled: list = []
+        runs = [target.generate(g, models, settings, lambda: prefilled.append(read())) for g in live.groups]
+        record.prefill_private_bytes, record.last_token_private_bytes = prefilled[0], read()
     record_peak(record, peak.stop())
     live.keepalive.extend(r.kv for r in runs)
     record.first_run_s, record.ttft_s = runs[0].ttft_s, median(r.ttft_s for r in runs)
@@ -172,6 +193,22 @@ def run_generate(target, live, model, record: WorkerRecord, settings: WorkerSett
         shown = " ".join(map(str, settings.expected_ids))
         record.error = f"wrong tokens: {' '.join(map(str, wrong[0]))} where the reference generated {shown}"
     return [s for r in runs for s in r.step_s]
+
+
+@contextlib.contextmanager
+def _own_memory():
+    """Reads of this process's private memory (anonymous pages; Windows: private bytes), None where unreadable."""
+    from harness.runner.procmem import open_reader
+
+    try:
+        reader = open_reader()
+    except OSError:
+        yield lambda: None
+        return
+    try:
+        yield lambda: reader.read_split()[0]
+    finally:
+        reader.close()
 
 
 def _checked(target, got: list, feeds: dict, reference: dict, model) -> tuple[bool, str]:
@@ -223,8 +260,10 @@ def mapped_resident_bytes(folder: Path) -> int | None:
 
 
 def drop_weight_pages(live) -> None:
-    """Reliability suites only ("drop-weight-pages"): MADV_DONTNEED every weights page before "ready",
-    so the parent samples a process lacking what its mode must hold and must call it implausible."""
+    """Reliability suites only ("drop-weight-pages"): hand every page of the sessions' weights
+    back to the kernel (MADV_DONTNEED), after the worker measured what it holds and before it
+    reports ready: the parent then samples a process whose memory really lacks what its mode
+    must hold, and must call the sample implausible."""
     import ctypes
     import mmap
 
@@ -246,8 +285,12 @@ def drop_weight_pages(live) -> None:
 
 
 def quiet_collector() -> None:
-    """Collect and freeze the worker's start-up garbage before any clock starts, so no collection of
-    the harness's own imports lands inside one target's timed load and not another's."""
+    """Collect the worker's own start-up garbage (interpreter, imports, spec) and freeze what
+    survives, before any target's clock starts: otherwise a collection of it lands inside a
+    timed load when that load's allocations cross the collector's threshold, in one target's
+    clock and not another's (the cpu target's mapped load got a 0.15 ms generation-0 pass in
+    every worker, the peer's none), a cost of the harness's imports that the EP, in C++, never
+    pays. What the load itself allocates is still collected as usual."""
     gc.collect()
     gc.freeze()
 

@@ -1,7 +1,20 @@
-"""The interface every target implements (as psutil keeps one module per platform behind one API):
-parent side (options, checks, preparation, notes, default gates, versions) and worker side (the M
-session groups, the path each took, running and checking them). Target options travel as one
-generic mapping (``WorkerSpec.options``); what every worker needs is a typed field of the spec."""
+"""The interface every target implements, in the way psutil keeps one module per platform
+behind one API: the runner and the worker only ever talk to a `Target`.
+
+A target has two sides:
+
+- parent side (the `harness run` process): declare its options, check them against the run's
+  options, prepare the model(s) and their cache, say which files to warm, its notes, its default
+  gates and the versions of what it runs on;
+- worker side (each worker process): create the M session groups (one session per model of
+  the run: usually one, several for a pipeline), say which path each took, run them and check
+  the outputs against the reference.
+
+Target options travel as one generic mapping (``RunOptions.target_options`` ->
+``WorkerSpec.options``), never as target-named fields threaded through the runner; what every
+worker needs whatever its target (the models, the session knobs, --runs...) is a typed field
+of the spec (``WorkerSpec.models``, ``WorkerSpec.settings``), never a key of that mapping.
+"""
 
 from __future__ import annotations
 
@@ -103,6 +116,8 @@ class Target(ABC):
     #: Its models list their external tensors, so each group can run a weightless control
     #: worker beside the workers (`harness.runner.control`).
     has_control: bool = False
+    #: What ``doctor`` says it will do before its probe ("": nothing beyond the target's name).
+    probe_summary: str = ""
 
     # -- parent side -------------------------------------------------------------------
     def options_for(self, opts: RunOptions) -> dict[str, Any]:
@@ -112,7 +127,7 @@ class Target(ABC):
         return {o.name: given.get(o.name, o.default) for o in self.options}
 
     def check(self, opts: RunOptions) -> None:  # noqa: B027 - optional hook, deliberately empty
-        """Refuse (InputError) run options this target (the run's or its peer) cannot honour, before any work."""
+        """Refuse (InputError) run options this target cannot honour. Called before any work."""
 
     @abstractmethod
     def prepare(self, opts: RunOptions, progress: Any) -> Prepared:
@@ -138,8 +153,10 @@ class Target(ABC):
         return {}
 
     def version_keys(self) -> dict[str, str]:
-        """The keys `versions` reports and what reports call them (``{"qnn_sdk": "QNN SDK"}``), so a
-        target's versions touch no generic module. Declarative: no import, no probe."""
+        """The keys `versions` reports, each with what reports call it (``{"qnn_sdk": "QNN
+        SDK"}``): headline.json, the history's columns and the report's environment take their
+        version keys from here (`harness.targets.version_labels`), so a target with versions of
+        its own touches no generic module. Declarative: no import, no probe."""
         return {}
 
     def probe(self, timeout_s: float) -> Any | None:
@@ -164,11 +181,11 @@ class Target(ABC):
 
         return run_session(session, model.outputs, feeds, model.input_types, model.output_types)
 
-    def generate(self, group: list, model: PreparedModel, prompt_ids: list[int], new_tokens: int) -> Any:
+    def generate(self, group: list, models: list[PreparedModel], settings: Any, after_prefill: Any = None) -> Any:
         """One greedy loop of the generate workload in one session group (a `prep.decoder.Generation`)."""
-        from harness.prep.decoder import generate_in_model
+        from harness.prep.decoder import generate_in_models
 
-        return generate_in_model(self, group[0], model, prompt_ids, new_tokens)
+        return generate_in_models(self, group, models, settings, after_prefill)
 
     def check_output(self, outputs: list, reference: dict, model: PreparedModel) -> tuple[bool, str]:
         """Compare the first inference with the reference: (ok, detail). Tolerances follow each

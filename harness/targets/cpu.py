@@ -112,6 +112,11 @@ def prepared_cpu_models(models: list[PreparedModel], opts: RunOptions | None = N
                 f"{m.source}: {m.extra['lifted_constants']} Constant-node tensor(s) of 1 KiB or more were "
                 "lifted into initializers so they can be mapped."
             )
+    if len(models) > 1:
+        notes.append(
+            "The pipeline's models are prepared one by one, each into a weights file of its own: tensors they "
+            "share in the source are held once per model, mapped or copied."
+        )
     if models[0].extra.get("optimized_offline"):
         notes.append(
             "User models are optimized once by ORT (level all) before their weights are externalised; "

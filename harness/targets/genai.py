@@ -29,9 +29,12 @@ class GenaiGeneration(Generation):
         return self.kv_nbytes
 
 
-def genai_generate(model: Any, prompt: list[int], new_tokens: int, present: list[str] = ()) -> GenaiGeneration:
+def genai_generate(
+    model: Any, prompt: list[int], new_tokens: int, present: list[str] = (), after_prefill: Any = None
+) -> GenaiGeneration:
     """Greedy ``new_tokens`` after ``prompt`` with genai's own loop: ``append_tokens`` (the prefill)
-    then ``generate_next_token``, whose first call picks from the prefill's logits (the TTFT)."""
+    then ``generate_next_token``, whose first call picks from the prefill's logits (the TTFT);
+    ``after_prefill()`` once the first token is out (untimed)."""
     import onnxruntime_genai as og
 
     params = og.GeneratorParams(model)
@@ -44,10 +47,13 @@ def genai_generate(model: Any, prompt: list[int], new_tokens: int, present: list
         generator.generate_next_token()
         out.ids.append(int(generator.get_next_tokens()[0]))
         now = time.perf_counter()
-        if len(out.ids) == 1:
-            out.ttft_s = now - t0
-        else:
+        if len(out.ids) > 1:
             out.step_s.append(now - t0)
+        else:
+            out.ttft_s = now - t0
+            if after_prefill is not None:
+                after_prefill()
+            now = time.perf_counter()
         t0 = now
     out.kv_nbytes = sum(int(generator.get_output(name).nbytes) for name in present)
     return out
@@ -121,9 +127,9 @@ class GenaiTarget(Target):
         record.path_taken = PathTaken.HEAP if copied else mapped_by_ort(data)
         return live
 
-    def generate(self, group: list, model, prompt_ids: list[int], new_tokens: int) -> GenaiGeneration:
-        present = [name for name in model.outputs if name.startswith("present")]
-        return genai_generate(group[0], prompt_ids, new_tokens, present)
+    def generate(self, group: list, models: list, settings, after_prefill=None) -> GenaiGeneration:
+        present = [name for name in models[0].outputs if name.startswith("present")]
+        return genai_generate(group[0], settings.prompt_ids, settings.new_tokens, present, after_prefill)
 
 
 def _private_bytes() -> int | None:

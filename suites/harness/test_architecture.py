@@ -169,12 +169,42 @@ def test_no_import_circles():
     assert not cycles, "import circles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
 
 
+def package_of(module: str) -> str:
+    """The package a module belongs to: ``harness.<sub>`` (a subpackage, or a top-level module of
+    its own, as ``harness.cache``), ``reports``, ``mapper_impl``."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "harness" and len(parts) > 1 else parts[0]
+
+
+def package_graph(modules: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph between packages (`package_of`); ``harness`` itself (its ``__init__``) is
+    left out: every module of it is imported through it."""
+    graph: dict[str, set[str]] = {}
+    for module, reached in modules.items():
+        mine = package_of(module)
+        graph.setdefault(mine, set()).update(package_of(n) for n in reached if package_of(n) not in (mine, "harness"))
+    return graph
+
+
+def test_no_package_circles():
+    """A circle between packages through imports inside functions is a circle still (issue 41:
+    ``contract`` <-> ``prep``, ``cache`` <-> ``prep``): each package reaches the others one way."""
+    cycles = find_cycles(package_graph(import_graph()))
+    assert not cycles, "package circles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
 def test_the_circle_finder_finds_circles():
     """The test above would pass vacuously if the finder missed circles."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_cycles(graph) == [["a", "b", "c", "a"]]
     assert find_cycles({"a": {"b"}, "b": set()}) == []
     assert "harness.runner.sweep" in import_graph()["harness.cli"]
+    modules = {
+        "harness.prep.a": {"harness.contract.b"},
+        "harness.contract.b": {"harness.prep.c"},
+        "harness.prep.c": set(),
+    }
+    assert find_cycles(package_graph(modules)) == [["harness.contract", "harness.prep", "harness.contract"]]
 
 
 @pytest.mark.parametrize("name", __import__("harness.targets", fromlist=["NAMES"]).NAMES)
@@ -450,13 +480,16 @@ def _assigned(node: ast.Assign | ast.AnnAssign) -> list[ast.Constant]:
 def _spelled_out(node: ast.AST) -> tuple[list[ast.Constant], list[str]]:
     """A literal tuple/list/set of two or more strings, all values of one vocabulary: that
     vocabulary written again (and the vocabularies it copies)."""
-    if not isinstance(node, (ast.Tuple, ast.List, ast.Set)) or len(node.elts) < 2:
+    if not isinstance(node, (ast.Tuple, ast.List, ast.Set)):
         return [], []
-    if not all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+    if not all(isinstance(e, ast.Constant) and (e.value is None or isinstance(e.value, str)) for e in node.elts):
         return [], []
-    values = {e.value for e in node.elts}
+    named = [e for e in node.elts if e.value]  # ("active", "n/a", "", None): empty cells beside two states
+    if len(named) < 2:
+        return [], []
+    values = {e.value for e in named}
     copied = [v.__name__ for v in CHECKED_VOCABULARIES if values <= set(v.values())]
-    return (list(node.elts), copied) if copied else ([], [])
+    return (named, copied) if copied else ([], [])
 
 
 def _uses(node: ast.AST) -> list[tuple[str, ast.Constant]]:
@@ -476,6 +509,8 @@ def _uses(node: ast.AST) -> list[tuple[str, ast.Constant]]:
         return [("assigned", c) for c in _strings(node.value)]
     if isinstance(node, (ast.Assign, ast.AnnAssign)):
         return [("assigned", c) for c in _assigned(node)]
+    if isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple) and node.value.elts:
+        return [("returned", c) for c in _strings(node.value.elts[0])]  # ``return "ep-error", why``: a decision
     return []
 
 
@@ -548,6 +583,9 @@ status = "complete"
 fine = ("load", "run") + ("mapped", "other")
 if name == "n/a_column":
     pass
+CLAIMS = ("active", "n/a", "", None)
+def decide():
+    return "option-ignored", "why"
 """
     lines = vocabulary_literals(source, "x.py")
     shown = "\n".join(lines)
@@ -563,6 +601,8 @@ if name == "n/a_column":
     ]:
         assert any(f"{value!r}" in line and member in line for line in lines), (value, shown)
     assert "x.py:10: 'active' spelled out again: use EpState.ACTIVE" in shown, shown
+    assert "x.py:15: 'n/a' spelled out again: use EpState.NA" in shown, shown  # empty cells beside states
+    assert "x.py:17: 'option-ignored' returned as a literal" in shown, shown
     assert "'load'" not in shown and "'other'" not in shown and "n/a_column" not in shown, shown
     assert len([line for line in lines if "'mapped'" in line]) == 1, shown  # ("mapped", "other") is no vocabulary
 
@@ -627,3 +667,97 @@ def test_the_bindings_checker_sees_every_way_to_declare():
         assert windows_declarations(case), case
     assert windows_declarations("import ctypes\nx = ctypes.c_uint32(1)\nprint(x.value)") == []
     assert windows_declarations("def f(libc):\n    libc.mmap.restype = None") == [], "POSIX libc is not Windows"
+
+
+# ------------------------------------------------------------------ decisions from data, not prose
+
+#: Fields and names that hold words for people: a decision never reads them (issue 41: the
+#: verdict once asked ``why.startswith("implausible")``, the notes ``"system delta" in s.note``).
+PROSE = {"note", "memory_note", "reason", "why", "error", "sentence", "ep_reason", "hint", "label", "title"}
+#: Where verdicts, notes, summaries and row states are decided.
+DECIDERS = (
+    "harness/core",
+    "harness/runner/rowrules.py",
+    "harness/targets/qnn/eplog.py",
+    "harness/console.py",
+    "reports",
+)
+
+
+def _prose(node: ast.AST) -> str | None:
+    name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+    return name if name in PROSE else None
+
+
+def prose_decisions(source: str, where: str) -> list[str]:
+    """``where:line`` for each test of a prose field's words: ``x.startswith("...")``,
+    ``x.endswith("...")``, ``"..." in x``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in ("startswith", "endswith") and _prose(node.func.value):
+                found.append(f"{where}:{node.lineno}: {_prose(node.func.value)}.{node.func.attr}(...)")
+        elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str):
+            for op, right in zip(node.ops, node.comparators, strict=True):
+                if isinstance(op, (ast.In, ast.NotIn)) and _prose(right):
+                    found.append(f"{where}:{node.lineno}: {node.left.value!r} in {_prose(right)}")
+    return found
+
+
+def test_decisions_read_fields_not_sentences():
+    """A verdict, note or summary decided by searching a sentence breaks when the sentence is
+    reworded: decisions read a field or an enum (physics' `Refusal.doubt`, the system delta's
+    figures), never the words written for people."""
+    found = []
+    for entry in DECIDERS:
+        path = ROOT / entry
+        for module in modules_under(entry) if path.is_dir() else [path]:
+            found += prose_decisions(module.read_text(encoding="utf-8"), module.relative_to(ROOT).as_posix())
+    assert not found, "decisions read from prose:\n" + "\n".join(found)
+
+
+def test_the_prose_check_finds_the_old_decisions():
+    source = """
+reasons.extend(why for why in missing.values() if why.startswith("implausible"))
+noisy = [s for s in summary if s.note and "system delta unreliable" in s.note]
+fine = [s for s in summary if s.complete and "x" in s.modes]
+"""
+    assert prose_decisions(source, "x.py") == [
+        "x.py:2: why.startswith(...)",
+        "x.py:3: 'system delta unreliable' in note",
+    ]
+
+
+def _constants(path: Path) -> dict[str, str]:
+    """A module's UPPER_CASE constants set to a literal or arithmetic on literals, with their source."""
+    found = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        literal = isinstance(getattr(node, "value", None), (ast.Constant, ast.BinOp))
+        if isinstance(target, ast.Name) and target.id.isupper() and literal:
+            found[target.id] = ast.unparse(node.value)
+    return found
+
+
+def test_no_constant_is_declared_twice():
+    """A constant given the same name and value in two modules drifts apart (``rowrules.py``
+    re-declared ``slack.SLACK_BYTES``): one declares it, the other imports it."""
+    seen: dict[tuple[str, str], list[str]] = {}
+    for path in modules_under("harness"):
+        for name, value in _constants(path).items():
+            seen.setdefault((name, value), []).append(path.relative_to(ROOT).as_posix())
+    twice = {f"{name} = {value}": where for (name, value), where in seen.items() if len(where) > 1}
+    assert not twice, twice
+
+
+def test_the_command_line_reads_only_declared_target_attributes():
+    """``cli.py`` once read ``getattr(target, "probe_summary", "")``, an attribute only the qnn
+    target had: what a command reads of a target is declared on `Target`."""
+    from harness.targets.base import Target
+
+    found = []
+    for node in ast.walk(ast.parse((ROOT / "harness" / "cli.py").read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("getattr", "hasattr") and node.args:
+            if getattr(node.args[0], "id", "") == "target" and not hasattr(Target, node.args[1].value):
+                found.append(f"cli.py:{node.lineno}: {node.args[1].value}")
+    assert not found, found

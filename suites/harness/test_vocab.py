@@ -66,7 +66,7 @@ WRITTEN = {
 
 def test_every_vocabulary_is_in_the_contract():
     enums = {v for v in vars(vocab).values() if isinstance(v, type) and issubclass(v, vocab.StrEnum)}
-    assert enums - {vocab.StrEnum, vocab.Tone, vocab.Aggregate} == set(WRITTEN)
+    assert enums - {vocab.StrEnum, vocab.Tone, vocab.Aggregate, vocab.Doubt} == set(WRITTEN)
 
 
 @pytest.mark.parametrize("enum", list(WRITTEN), ids=lambda e: e.__name__)

@@ -87,7 +87,7 @@ VERSION_3_COLUMNS = {
 VERSION_4_COLUMNS = {
     "results.csv": VERSION_3_COLUMNS["results.csv"]
     + ",ttft_s,decode_tokens_per_s,token_latency_p50_s,token_latency_p90_s,token_latency_p99_s,kv_cache_bytes,"
-    "generated_tokens,tokens_ok",
+    "prefill_private_bytes,last_token_private_bytes,generated_tokens,tokens_ok",
     "summary.csv": VERSION_3_COLUMNS["summary.csv"]
     + ",ttft_s_median,decode_tokens_per_s_median,token_latency_p50_s_median,token_latency_p99_s_median,"
     "sum_kv_cache_bytes",

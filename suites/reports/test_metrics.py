@@ -183,3 +183,18 @@ def test_the_docs_table_of_gate_metrics_is_the_registry():
     found = re.search(r"^\| metric \| what \|\n(?:\|.*\n)+", text, re.M)
     assert found and found.group(0).strip() == gate_metrics_table(), gate_metrics_table()
     assert set(RUN_FACTS) == {"weights_bytes"}
+
+
+def test_the_terminal_shows_a_figure_in_its_unit(tmp_path, monkeypatch):
+    """A rate declared for the terminal table reads as a rate (tokens/s of the LLM workload,
+    here inferences/s), not as seconds."""
+    from rich.console import Console
+
+    import harness.console  # noqa: F401  (its table is derived at import)
+    from harness.console import print_judgement
+
+    _declare(monkeypatch, replace(metrics.BY_COLUMN["inferences_per_s"], terminal="inferences/s"))
+    out = io.StringIO()
+    print_judgement(Console(file=out, width=200, markup=False), _judged(tmp_path))
+    line = next(x for x in out.getvalue().splitlines() if " inferences/s " in x)
+    assert "90.0/s" in line and " ms " not in line, line

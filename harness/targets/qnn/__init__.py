@@ -236,11 +236,11 @@ class QnnTarget(Target):
         record.weights_bytes = spec.weights_bytes or sum(m.weights_bytes for m in models)
         return live
 
-    def generate(self, group: list, model, prompt_ids: list[int], new_tokens: int):
-        """The generate workload's loop over the group's prefill and decode sessions (`llm`)."""
+    def generate(self, group: list, models: list, settings, after_prefill=None):
+        """The generate workload's loop over the group's static prefill and decode sessions (`llm`)."""
         from .llm import static_generate
 
-        return static_generate(group[0], group[1], prompt_ids, new_tokens)
+        return static_generate(group[0], group[1], settings.prompt_ids, settings.new_tokens, after_prefill)
 
     def check_output(self, outputs: list, reference: dict, model) -> tuple[bool, str]:
         """The check the compile child already made once (`outputs.check_compiled_outputs`):

@@ -173,8 +173,8 @@ def _context_files(onnx_path: Path) -> tuple[list[str], int]:
 
 def _load_compiled(folder: Path, cached: bool = True, manifest: str = "manifest.json") -> CompiledModel:
     """A compiled entry of the cache, checked: files present, .bin sizes as recorded."""
+    from harness.core.files import contained
     from harness.core.inputfiles import JSON_MAX_BYTES, parse_json_bounded, read_text_bounded
-    from harness.prep.containment import contained
 
     try:
         m = parse_json_bounded(read_text_bounded(folder / manifest, "", JSON_MAX_BYTES), manifest, 16)

@@ -307,11 +307,11 @@ def _decide(hits: Sequence[_Hit], text: str, passed: str, echo: str | None) -> t
     activity = _activity(e) if any(e[x] for x in MAPPING_ACTIVITY) else ""
     if passed == "1" and activity:
         why = f'option ignored by the EP: the harness passed "1" but the log shows {activity}{said}'
-        return "option-ignored", why, note
+        return EpState.OPTION_IGNORED, why, note
     if read is not None and read != passed:
         how = "" if echo == ECHO_STRING else f', the enable flag: the EP read "{read}"'
         return (
-            "option-ignored",
+            EpState.OPTION_IGNORED,
             (
                 f'option ignored by the EP: the harness passed disable_file_mapped_weights="{passed}", '
                 f'the EP echoed "{echoed}"{how}'
@@ -319,14 +319,18 @@ def _decide(hits: Sequence[_Hit], text: str, passed: str, echo: str | None) -> t
             note,
         )
     if e["ep-error"]:
-        return "ep-error", "hard error in SetupBackend: " + _message(e["ep-error"][-1]), note
+        return EpState.EP_ERROR, "hard error in SetupBackend: " + _message(e["ep-error"][-1]), note
     if e["gate"]:
         if e["dma-ok"]:
-            return "unknown", "contradictory log: DMA data mapped after the platform gate turned mapping off", note
-        return "unavailable", "platform gate: " + _message(e["gate"][-1]), note
+            return (
+                EpState.UNKNOWN,
+                "contradictory log: DMA data mapped after the platform gate turned mapping off",
+                note,
+            )
+        return EpState.UNAVAILABLE, "platform gate: " + _message(e["gate"][-1]), note
     if passed == "1" and read == "1":
         flag = f' (its enable flag, "{echoed}")' if echo == ECHO_ENABLE_FLAG else ""
-        return "disabled", f"disable_file_mapped_weights=1 confirmed by the EP{flag}", note
+        return EpState.DISABLED, f"disable_file_mapped_weights=1 confirmed by the EP{flag}", note
     state, reason = _decide_mapped(e, hits, text, passed, echoed)
     return state, reason, note
 
@@ -335,9 +339,9 @@ def _decide_mapped(e: dict[str, list[_Hit]], hits: Sequence[_Hit], text: str, pa
     """The per-context outcome of a session the option and the gate left to the EP."""
     mapped = bool(e["map"]) and bool(e["dma-ok"])
     if e["retry"]:
-        return "retried", _message(e["retry"][-1]).rstrip(".")
+        return EpState.RETRIED, _message(e["retry"][-1]).rstrip(".")
     if e["map-failed"]:
-        return "retried", (
+        return EpState.RETRIED, (
             "mapping attempt failed ("
             + _message(e["map-failed"][0]).rstrip(".")
             + "); the session was created from a direct read"
@@ -346,13 +350,13 @@ def _decide_mapped(e: dict[str, list[_Hit]], hits: Sequence[_Hit], text: str, pa
     if e["ep-disabled"]:
         reasons = "; ".join(dict.fromkeys(h.pattern.reason for h in e["ep-disabled"]))
         if mapped and nodes_mapped and nodes_disabled:
-            return "mixed", f"{nodes_mapped} node(s) mapped, {nodes_disabled} disabled per node ({reasons})"
-        return "ep-disabled", reasons
+            return EpState.MIXED, f"{nodes_mapped} node(s) mapped, {nodes_disabled} disabled per node ({reasons})"
+        return EpState.EP_DISABLED, reasons
     if mapped:
         paths = sorted({h.value for h in e["map"] if h.pattern.name == "map-create" and h.value})
         reason = f"{len(e['dma-ok'])} DMA region(s) mapped" + (f" from {', '.join(paths)}" if paths else "")
-        return "active", reason
-    return "unknown", _missing(e, text, passed, echoed)
+        return EpState.ACTIVE, reason
+    return EpState.UNKNOWN, _missing(e, text, passed, echoed)
 
 
 def _missing(e: dict[str, list[_Hit]], text: str, passed: str, ep_option: str | None) -> str:
@@ -393,7 +397,7 @@ def aggregate(verdicts: Iterable[EpVerdict]) -> WorkerVerdict:
     """Counts per state and the worst state (`WORST_ORDER`) of a worker's session verdicts."""
     verdicts = list(verdicts)
     if not verdicts:
-        return WorkerVerdict("unknown", {}, "no session classified")
+        return WorkerVerdict(EpState.UNKNOWN, {}, "no session classified")
     counts: dict[str, int] = {}
     for v in verdicts:
         counts[v.state] = counts.get(v.state, 0) + 1

@@ -57,9 +57,9 @@ def static_graph(src: Path, out: Path, *, tokens: int, past: int) -> Path:
     return out
 
 
-def static_generate(prefill: Any, decode: Any, prompt: list[int], new_tokens: int) -> Any:
-    """Greedy ``new_tokens`` after ``prompt`` through two static sessions over a left-padded
-    cache: the decode graph's past has context - 1 slots, the prefill's context - P."""
+def static_generate(prefill: Any, decode: Any, prompt: list[int], new_tokens: int, after_prefill: Any = None) -> Any:
+    """Greedy ``new_tokens`` after ``prompt`` through two static sessions over a left-padded cache
+    (decode past: context - 1 slots, prefill past: context - P); ``after_prefill()`` untimed."""
     import time
 
     import numpy as np
@@ -86,6 +86,8 @@ def static_generate(prefill: Any, decode: Any, prompt: list[int], new_tokens: in
             out.step_s.append(elapsed)
         else:
             out.ttft_s = elapsed
+            if after_prefill is not None:
+                after_prefill()
         out.kv = {n: result[PRESENT_PREFIX + n[len(PAST_PREFIX) :]][:, :, 1:] for n in out.kv}
         position, step, session = position + len(step), out.ids[-1:], decode
     return out

@@ -19,6 +19,7 @@ from harness.prep.cachekeys import PREP_VERSION, source_key
 from harness.prep.epcontext import EpContextModel, epcontext_nodes, inspect_epcontext
 from harness.prep.externalise import link_external_data
 from harness.prep.folder import PreparedModel, cached_model
+from harness.prep.inputs import InputRequest
 from harness.prep.models import resolve_feeds
 from harness.prep.onnxfile import load_onnx, ort_reason
 from harness.prep.pipeline import check_pipeline_request, resolve_models
@@ -314,7 +315,7 @@ def _user_models(opts: Any, compiler: _Compiler, quantize: QuantizeSpec) -> list
     EPContext model, measured where it is with its own first inference as the reference."""
     settings = opts.session_settings()
     models = resolve_models(opts.models)
-    request = opts.input_request()
+    request = InputRequest.of(opts)
     check_pipeline_request(models.paths, request)
     job = {
         "backend_type": compiler.backend,

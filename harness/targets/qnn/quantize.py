@@ -74,7 +74,8 @@ def _quantize_input(src: Path, work: Path, label: str) -> Path:
 
     import onnx
 
-    from harness.prep.containment import external_refs, inside
+    from harness.core.files import inside
+    from harness.prep.containment import external_refs
     from harness.prep.onnxfile import load_onnx
 
     graph = load_onnx(src, external_data=False)

@@ -1,5 +1,5 @@
-"""The command line's model arguments (--shape, --free-dim, --input) parsed into mappings;
-InputError, one line, for a bad spec."""
+"""The command line's model and session arguments (--shape, --free-dim, --input,
+--session-config, --provider-option) parsed into mappings; InputError, one line, for a bad spec."""
 
 from __future__ import annotations
 
@@ -50,3 +50,14 @@ def parse_input_values(specs: list[str]) -> dict[str, str]:
             raise InputError(f"--input {spec!r}: expected NAME=FILE.npy or NAME=VALUE, e.g. sr=16000")
         values[name.strip()] = value
     return values
+
+
+def parse_key_values(items: list[str], flag: str) -> dict[str, str]:
+    """``["a=1", "b=x"]`` -> ``{"a": "1", "b": "x"}``; InputError naming ``flag`` otherwise."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise InputError(f"{flag} {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
