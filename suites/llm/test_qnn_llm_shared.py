@@ -181,3 +181,12 @@ def test_run_qnn_generate(run_harness, tmp_path, model) -> None:
     assert any("one weight-sharing context binary" in n and "SIGSEGV" in n for n in meta["target_notes"]), meta[
         "target_notes"
     ]
+
+
+def test_qnn_generate_refuses_a_pipeline(run_harness, tmp_path) -> None:
+    """qnn makes its own prefill and decode graphs from one decoder: two models are refused in one line."""
+    from conftest import one_line_error
+
+    paths = [str(write_decoder(tmp_path / name, VARIANTS["mha-pos-fp32"])) for name in ("a", "b")]
+    outcome = run_harness("run", "--target", "qnn", "--workload", "generate", "--model", paths[0], "--model", paths[1])
+    one_line_error(outcome, 2, "from ONE decoder")

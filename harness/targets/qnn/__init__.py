@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from harness.core.errors import InputError
 from harness.core.schema import disable_flag
 from harness.core.vocab import EpState, PathTaken, Workload
 from harness.targets.base import LiveSessions, Prepared, Target, TargetOption
@@ -87,6 +88,15 @@ class QnnTarget(Target):
             metavar="N",
         ),
     )
+
+    def check(self, opts) -> None:
+        if opts.workload == Workload.GENERATE and opts.models:
+            from harness.prep.pipeline import resolve_models
+
+            if len(resolve_models(opts.models).paths) > 1:
+                raise InputError(
+                    "--target qnn --workload generate makes its prefill and decode graphs from ONE decoder"
+                )
 
     def prepare(self, opts, progress) -> Prepared:
         from .partitions import load_level, load_note

@@ -377,10 +377,7 @@ def prepare_generate(opts: Any, progress: Any) -> Any:
     from .compile import compile_shared
 
     compiler = qnn_compiler(opts, progress)
-    references = prepare_cpu_models(opts, progress)
-    if len(references) > 1:
-        raise InputError("--target qnn --workload generate makes its prefill and decode graphs from ONE decoder")
-    reference = references[0]
+    reference = prepare_cpu_models(opts, progress)[0]
     tokens = prompt_length(opts)
     context = tokens + (opts.new_tokens or DEFAULT_NEW_TOKENS)
     folder = compiler.cache_dir / f"qnn-llm-{reference.folder.name}-p{tokens}-c{context}"
