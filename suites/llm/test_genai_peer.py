@@ -98,12 +98,12 @@ def test_run_with_peer_genai_adds_genai_rows(run_harness) -> None:
     """The issue's command with --peer genai on the generated decoder: rows of target genai
     (mapped, every worker) whose TTFT, tokens/s, KV bytes and ids are filled, the ids and KV
     bytes equal to the harness's own rows'."""
-    rows = _rows(
-        run_harness(
-            "run", "--workload", "generate", "--peer", "genai", "--processes", "2", "--prompt-tokens", "16",
-            "--new-tokens", "8", "--quiet", "--no-report",
-        )
+    outcome = run_harness(
+        "run", "--workload", "generate", "--peer", "genai", "--processes", "2", "--prompt-tokens", "16",
+        "--new-tokens", "8", "--quiet", "--no-report",
     )  # fmt: skip
+    rows = _rows(outcome)
+    assert "mapped only: TTFT / tokens/s" in outcome.stdout  # the peer's figures beside the harness's
     genai = [r for r in rows if r.target == "genai"]
     own = [r for r in rows if r.target == "cpu"]
     assert len(genai) == 2 and {r.mode for r in genai} == {"mapped"} and len(own) == 4
