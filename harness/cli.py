@@ -93,11 +93,17 @@ def _say_interrupted(outcome: Any) -> None:
 
 
 def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
-    from harness.bench import bench_options, limits, limits_lines, write_bench_json
+    from harness import bench
+    from harness.core.vocab import Workload
     from harness.runner.sweep import command_line
 
-    opts = bench_options(
-        model_size=ns.model_size,
+    generate = ns.workload == Workload.GENERATE
+    sized = any(a == "--model-size" or a.startswith("--model-size=") for a in argv)
+    opts = bench.bench_options(
+        model_size=bench.GENERATE_SIZE if generate and not sized else ns.model_size,
+        workload=ns.workload,
+        prompt_tokens=ns.prompt_tokens,
+        new_tokens=ns.new_tokens,
         processes=ns.processes,
         repeat=ns.repeat,
         intra_op_threads=ns.intra_op_threads,
@@ -110,9 +116,13 @@ def cmd_bench(ns: argparse.Namespace, argv: list[str]) -> int:
     try:
         _say_interrupted(outcome)
         judgement = report_run(outcome.out, history=None, render=bool(outcome.rows), outcomes=False, kind="bench")
-        for line in limits_lines(limits(judgement.run.summary), opts.intra_op_threads):
-            print(line)
-        path = write_bench_json(outcome.out, judgement)
+        summary = judgement.run.summary
+        if generate:
+            lines = bench.generate_lines(bench.generate_figures(summary))
+        else:
+            lines = bench.limits_lines(bench.limits(summary), opts.intra_op_threads)
+        print("\n".join(lines))
+        path = bench.write_bench_json(outcome.out, judgement, ns.workload)
     finally:
         outcome.release()
     print(f"bench: {path}")

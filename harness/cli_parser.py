@@ -151,7 +151,9 @@ def _add_cache_parser(sub: Any) -> None:
 
 #: ``bench`` measures one N of a larger model, repeated more: its own defaults and help.
 BENCH_VARIANTS = {
-    "model_size": Variant(default="512MiB"),
+    "model_size": Variant(
+        default="512MiB", help="weights of the generated model ({size_help}); 1GiB with --workload generate"
+    ),
     "processes": Variant(default="4", metavar="N", help="worker processes (count)"),
     "repeat": Variant(
         default="8",
@@ -178,7 +180,8 @@ def _add_bench_parser(sub: Any) -> None:
     )
     add_run_options(
         bench,
-        ["model_size", "processes", "repeat", "intra_op_threads", "out", "replace", "cache_dir"],
+        ["model_size", "processes", "repeat", "intra_op_threads", "workload", "prompt_tokens", "new_tokens"]
+        + ["out", "replace", "cache_dir"],
         kind="bench",
         variants=BENCH_VARIANTS,
     )
@@ -197,6 +200,10 @@ CAPACITY_OPTIONS = [
     "provider_options",
     "intra_op_threads",
     "sessions_per_process",
+    "workload",
+    "prompt_tokens",
+    "prompt_ids",
+    "new_tokens",
     "modes",
     "memory_limit",
     "worker_timeout_s",

@@ -76,6 +76,10 @@ def summary_table(summary: list[SummaryRow]) -> Any:
             fmt_seconds(s.init_s_median),
             "-",
         )
+        if s.ttft_s_median is not None:  # a generate peer: its TTFT and tokens/s beside the harness's
+            rate = s.decode_tokens_per_s_median
+            tps = f"{rate:.1f}/s" if rate is not None else "-"
+            table.add_row("", "", "", f"{s.mode} only: TTFT / tokens/s", fmt_seconds(s.ttft_s_median), tps, "-")
     return table
 
 

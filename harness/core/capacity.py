@@ -139,6 +139,11 @@ def sentence(limit_bytes: int, modes: list[ModeCapacity]) -> str:
     return f"under {fmt_bytes(limit_bytes)}: " + ", ".join(_answer(m) for m in modes)
 
 
+def kv_clause(kv_bytes: int | None, tokens: int | None) -> str:
+    """What a generate run's sessions hold beside the weights, in every probe and every peak."""
+    return f", each session with its KV cache at {tokens} tokens ({fmt_bytes(kv_bytes)})" if kv_bytes else ""
+
+
 def probe_line(mode: str, probe: Probe) -> str:
     """The progress line of one probe, with its time."""
     what = {
@@ -157,7 +162,8 @@ def document(limit_bytes: int, cap: int, modes: list[ModeCapacity], facts: dict[
         "memory_limit_bytes": limit_bytes,
         "max_processes_cap": cap,
         **facts,
-        "sentence": sentence(limit_bytes, modes),
+        "sentence": sentence(limit_bytes, modes)
+        + kv_clause(facts.get("kv_cache_bytes_per_session"), facts.get("tokens")),
         "modes": {m.mode: {k: v for k, v in asdict(m).items() if k != "mode"} for m in modes},
     }
 

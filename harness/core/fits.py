@@ -90,6 +90,7 @@ class Fit:
     per_worker_bytes: int
     sessions_per_worker: int
     workers: int  # how many workers fit
+    kv_cache_bytes: int | None = None  # per worker (generate): alive at its peak, so inside per_worker_bytes
 
     @property
     def sessions(self) -> int:
@@ -97,10 +98,8 @@ class Fit:
 
 
 def workers_fitting(mode: str, room: int, peak: int, weights_bytes: int, file_pages_count: bool) -> int:
-    """Workers of ``peak`` private bytes each that ``room`` holds when they peak at once.
-    Mapped: the weights' file pages are reclaimable page cache, but they must be resident to
-    run: where the bound counts file pages (available memory, a cgroup's limit; never a commit
-    limit) they take ``weights_bytes`` once for every worker."""
+    """Workers of ``peak`` private bytes that ``room`` holds peaking at once; mapped, where the bound
+    counts file pages (available memory, a cgroup; never a commit limit), the weights take their bytes once."""
     shared = weights_bytes if mode == Mode.MAPPED and file_pages_count else 0
     return int(max(0, (room - shared) // peak)) if peak > 0 else 0
 
@@ -114,7 +113,8 @@ def fits(mapped: Any, heap: Any) -> dict[str, Fit]:
         if room is None or not peak:
             continue
         workers = workers_fitting(row.mode, room, peak, row.weights_bytes or 0, bound == "available memory")
-        out[row.mode] = Fit(row.mode, bound, room, peak, int(row.sessions_per_process or 1), int(workers))
+        kv = row.sum_kv_cache_bytes // row.processes if getattr(row, "sum_kv_cache_bytes", None) else None
+        out[row.mode] = Fit(row.mode, bound, room, peak, int(row.sessions_per_process or 1), int(workers), kv)
     return out
 
 
@@ -128,6 +128,11 @@ def fits_sentence(found: dict[str, Fit]) -> str | None:
         f"with heap, {heap.sessions} sessions of this model fit this machine's {heap.bound} "
         f"({fmt_bytes(heap.headroom_bytes)} free at start, {fmt_bytes(heap.per_worker_bytes)} peak per worker); "
         f"mapped, {mapped.sessions} fit ({fmt_bytes(mapped.per_worker_bytes)} peak per worker)"
+        + (
+            f"; each peak includes the worker's KV cache ({fmt_bytes(heap.kv_cache_bytes)})"
+            if heap.kv_cache_bytes
+            else ""
+        )
     )
 
 
@@ -141,6 +146,7 @@ def fits_document(found: dict[str, Fit]) -> dict[str, Any]:
                 "headroom_bytes": f.headroom_bytes,
                 "peak_per_worker_bytes": f.per_worker_bytes,
                 "sessions_fit": f.sessions,
+                "kv_cache_bytes_per_worker": f.kv_cache_bytes,
             }
             for mode, f in found.items()
         },

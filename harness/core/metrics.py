@@ -204,6 +204,12 @@ OTHER_METRICS: tuple[tuple[str, str, bool], ...] = (
         "session holds its own copy",
         True,
     ),
+    (
+        "mapped_memory_budget_ratio",
+        "mapped summed PSS (private bytes where there is no PSS) over one copy of the weights plus N x the control "
+        "worker's private memory (its runtime, KV cache included): <= 1.1 when the sessions share one copy",
+        True,
+    ),
     ("peer_init_ratio", "median init of the mapped target over the peer target's mapped init (--peer)", False),
     ("failed_workers", "workers that crashed, hung, raised or were wrong, over every group", False),
     (

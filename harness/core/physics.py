@@ -26,12 +26,8 @@ COPY_METRICS = ("mapped_weight_copies", "heap_copies_per_session")
 
 
 def weight_copies(mapped: SummaryRow, heap: SummaryRow) -> tuple[float | None, float | None]:
-    """(mapped copies of the weights, heap copies per session), from one mapped/heap pair.
-
-    The heap run holds S = N x M copies of the weights W plus an overhead O (Python, ORT, the
-    sessions): O = heap - S x W. Whatever the mapped run holds beyond O is its weights, so
-    (mapped - O) / W counts how many copies it really keeps (1 = all share one). Both assume
-    one copy per heap session: `bounded` refuses what that assumption makes impossible."""
+    """(mapped copies of the weights, heap copies per session) of a pair: the heap run's overhead is
+    O = heap - S x W, so (mapped - O) / W counts the copies mapped keeps (1: all share one)."""
     weights = heap.weights_bytes or mapped.weights_bytes
     m, h = fair_bytes(mapped), fair_bytes(heap)
     sessions = int(heap.processes or 0) * int(heap.sessions_per_process or 1)
@@ -39,6 +35,15 @@ def weight_copies(mapped: SummaryRow, heap: SummaryRow) -> tuple[float | None, f
         return None, None
     overhead = h - sessions * weights
     return (m - overhead) / weights, h / (sessions * weights)
+
+
+def memory_budget_ratio(mapped: SummaryRow) -> float | None:
+    """Mapped summed fair memory over one copy of the weights plus N x the control worker's
+    private memory (the runtime with its sessions, inputs and KV cache, no weights)."""
+    m, weights, runtime = fair_bytes(mapped), mapped.weights_bytes, mapped.runtime_bytes
+    if m is None or not weights or runtime is None:
+        return None
+    return m / (weights + int(mapped.processes or 0) * runtime)
 
 
 def heap_overhead(heap: SummaryRow) -> int | None:

@@ -16,7 +16,7 @@ from . import fits, latency
 from .composition import composition
 from .metrics import BY_RATIO, PAIR_METRICS, RATIO_COLUMNS, group_figures
 from .passes import SEQUENTIAL, memory_view, start_of, timing_view
-from .physics import bounded, heap_overhead, weight_copies
+from .physics import bounded, heap_overhead, memory_budget_ratio, weight_copies
 from .schema import ResultRow, SummaryRow
 from .slack import short_of
 from .vocab import EpState, Mode, PathTaken
@@ -367,6 +367,7 @@ def headline_with_reasons(summary: Iterable[SummaryRow]) -> tuple[dict[str, floa
     copies = [weight_copies(m, h) for m, h in pairs]
     result["mapped_weight_copies"] = median(c[0] for c in copies)
     result["heap_copies_per_session"] = median(c[1] for c in copies)
+    result["mapped_memory_budget_ratio"] = median(memory_budget_ratio(m) for m, _ in pairs)
     weights = max((h.weights_bytes or m.weights_bytes or 0) for m, h in pairs) or None
     overhead = median(heap_overhead(h) for _, h in pairs)
     for name in PAIR_METRICS:  # physics first: an impossible figure is no measurement

@@ -62,7 +62,7 @@ def generated_decoder(
 
     settings = settings or SessionSettings()
     dims = LlamaDims.of_size(weights_bytes)
-    name = f"llama-d{dims.hidden}-l{dims.layers}-v{dims.vocab}-s{seed}{settings_tag(settings)}"
+    name = f"llama-cm-d{dims.hidden}-l{dims.layers}-v{dims.vocab}-s{seed}{settings_tag(settings)}"
 
     def build(tmp: Path) -> PreparedModel:
         import onnx
@@ -186,10 +186,14 @@ def _write_decoder(tmp: Path, dims: LlamaDims, seed: int) -> list[TensorEntry]:
 
 
 def _attention_bias(g: _Graph) -> str:
-    """[B, 1, S, T]: -1e9 where a key is in a query's future (by position_ids) or masked out."""
+    """[B, 1, S, T]: -1e9 where a key is in a query's future or masked out. A query's place is its
+    slot in the cache (the last S of T), as optimum's masks count, not its position_ids: a
+    left-padded fixed-size cache (the qnn target's static graphs) then stays causal."""
     total = g.op("Gather", g.op("Shape", "attention_mask"), g.const("one_index", 1), axis=0)
     keys = g.op("Range", g.const("start", 0), total, g.const("step", 1))
-    queries = g.op("Unsqueeze", "position_ids", g.const("query_axes", [1, 3]))
+    new = g.op("Gather", g.op("Shape", "input_ids"), "one_index", axis=0)
+    slots = g.op("Range", g.op("Sub", total, new), total, "step")
+    queries = g.op("Unsqueeze", slots, g.const("query_axes", [1]))
     causal = g.op("Where", g.op("Greater", keys, queries), "neg", "zero")
     mask = g.op("Cast", "attention_mask", to=1)
     padding = g.op("Mul", g.op("Sub", "one", mask), "neg")

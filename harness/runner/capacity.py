@@ -17,7 +17,7 @@ from harness.core.errors import InputError, RunFailed, SpawnError, raise_if_inte
 from harness.core.files import write_json_atomic
 from harness.core.schema import ResultRow
 from harness.core.summary import group_key, summarize
-from harness.core.vocab import Mode, RunStatus
+from harness.core.vocab import Mode, RunStatus, Workload
 from harness.runner.container import COUNTS_PAGE_CACHE, session
 from harness.runner.group import run_group
 from harness.runner.outdir import RunFolder
@@ -189,6 +189,7 @@ def _search_all(opts: RunOptions, prepared, folder: RunFolder, progress, json_pa
         "sessions_per_process": opts.sessions_per_process,
         "container": container_kind(),
         "counts_file_pages": COUNTS_PAGE_CACHE,
+        **_generate_facts(opts, search.rows),
     }
     document = cap.document(int(opts.memory_limit or 0), max(opts.processes), found, facts)
     write_json_atomic(folder.path / cap.CAPACITY_JSON, document)
@@ -196,3 +197,16 @@ def _search_all(opts: RunOptions, prepared, folder: RunFolder, progress, json_pa
         write_json_atomic(json_path, document, what="--json")
     code = 0 if all(m.max_processes is not None for m in found) else 1
     return CapacityOutcome(folder.path, document, code, status, folder)
+
+
+def _generate_facts(opts: RunOptions, rows: list[ResultRow]) -> dict[str, Any]:
+    """A generate run's workload and the KV cache each session held in the probes (P + G - 1 tokens
+    fed, its bytes from the tensors' shapes; the workers' peaks include it)."""
+    generation = opts.workload == Workload.GENERATE and next((r for r in rows if r.kv_cache_bytes), None)
+    if not generation:
+        return {}
+    from harness.prep.decoder import DEFAULT_NEW_TOKENS, prompt_length
+
+    per_session = generation.kv_cache_bytes // (generation.sessions_per_process or 1)
+    tokens = prompt_length(opts) + (opts.new_tokens or DEFAULT_NEW_TOKENS)
+    return {"workload": opts.workload, "tokens": tokens, "kv_cache_bytes_per_session": per_session}

@@ -137,7 +137,8 @@ def check_options(opts: RunOptions) -> None:
             raise InputError(f"--peer {opts.peer}: the peer must be another target than --target")
         if Mode.MAPPED not in opts.modes:
             raise InputError("--peer is compared with the mapped mode: keep mapped in --modes")
-    get_target(opts.target).check(opts)
+    for name in filter(None, (opts.target, opts.peer)):
+        get_target(name).check(opts)
 
 
 def check_workload(opts: RunOptions) -> None:

@@ -7,7 +7,12 @@ import importlib
 from .base import Target, TargetOption
 
 #: target name -> module defining ``TARGET``.
-_MODULES = {"cpu": "harness.targets.cpu", "ort-native": "harness.targets.ort_native", "qnn": "harness.targets.qnn"}
+_MODULES = {
+    "cpu": "harness.targets.cpu",
+    "ort-native": "harness.targets.ort_native",
+    "qnn": "harness.targets.qnn",
+    "genai": "harness.targets.genai",
+}
 NAMES: tuple[str, ...] = tuple(_MODULES)
 DEFAULT = "cpu"
 

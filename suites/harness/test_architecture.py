@@ -371,7 +371,11 @@ def test_bench_and_the_plugin_take_the_declared_types():
         assert keywords.get("type") is declared[name].type
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     bench = {a.dest: a for a in commands["bench"]._actions if a.dest in declared}
-    assert set(bench) == {"model_size", "processes", "repeat", "intra_op_threads", "out", "replace", "cache_dir"}
+    assert set(bench) == {"model_size", "processes", "repeat", "intra_op_threads", "out", "replace", "cache_dir"} | {
+        "workload",
+        "prompt_tokens",
+        "new_tokens",
+    }
     for name, action in bench.items():
         assert action.option_strings == [declared[name].flag] and action.type is declared[name].type
 
@@ -384,7 +388,7 @@ def test_the_plugin_lists_the_registrys_targets(monkeypatch):
 
     monkeypatch.setattr(registry, "NAMES", (*registry.NAMES, "npu-x"))
     ((flag, keywords),) = [(f, k) for name, f, k in run_option_arguments() if name == "target"]
-    assert "cpu, ort-native, qnn or npu-x (default: cpu)" in keywords["help"]
+    assert "cpu, ort-native, qnn, genai or npu-x (default: cpu)" in keywords["help"]
     assert _parse(flag, "npu-x", keywords) == "npu-x"
     monkeypatch.undo()
     names = __import__("harness.targets", fromlist=["NAMES"]).NAMES

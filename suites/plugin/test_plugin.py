@@ -264,7 +264,7 @@ def test_report_dir_never_empties_a_runs_folder_it_did_not_write(project, tmp_pa
         ("--fmw-model-size", "100GiB", "--fmw-model-size 100.0 GiB: at most 64.0 GiB"),
         ("--fmw-processes", "2000", "--fmw-processes 2000: at most 1024"),
         ("--fmw-processes", "1,x", "--fmw-processes '1,x': expected a list like 1,2,4,8"),
-        ("--fmw-target", "gpu", "--fmw-target gpu: choose from cpu, ort-native, qnn"),
+        ("--fmw-target", "gpu", "--fmw-target gpu: choose from cpu, ort-native, qnn, genai"),
         ("--fmw-model-size", "9" * 400 + "MiB", "is absurd: more than 8 EiB"),
     ],
     ids=["below-one-layer", "above-the-bound", "too-many-processes", "not-a-list", "unknown-target", "400-digits"],

@@ -102,7 +102,7 @@ def test_a_bad_target_is_a_usage_error(project):
     project.makepyfile(test_ok="def test_ok():\n    pass\n")
     result = run_pytest(project, "--fmw-target", "gpu")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "--fmw-target gpu: choose from cpu, ort-native, qnn" in result.stderr.str()
+    assert "--fmw-target gpu: choose from cpu, ort-native, qnn, genai" in result.stderr.str()
     assert "Traceback" not in result.stderr.str()
 
 

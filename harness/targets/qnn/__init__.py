@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from harness.core.errors import InputError
 from harness.core.schema import disable_flag
-from harness.core.vocab import EpState, PathTaken
+from harness.core.vocab import EpState, PathTaken, Workload
 from harness.targets.base import LiveSessions, Prepared, Target, TargetOption
 
 from .ep import BACKEND_TYPES
@@ -87,6 +88,15 @@ class QnnTarget(Target):
         ),
     )
 
+    def check(self, opts) -> None:
+        if opts.workload == Workload.GENERATE and opts.models:
+            from harness.prep.pipeline import resolve_models
+
+            if len(resolve_models(opts.models).paths) > 1:
+                raise InputError(
+                    "--target qnn --workload generate makes its prefill and decode graphs from ONE decoder"
+                )
+
     def prepare(self, opts, progress) -> Prepared:
         from harness.core.units import fmt_bytes
         from harness.prep.externalise import mappable_bytes
@@ -99,6 +109,13 @@ class QnnTarget(Target):
         chosen = default_soc_model(opts)
         if chosen is not None:
             opts = replace(opts, provider_options=chosen[0])
+        if opts.workload == Workload.GENERATE:
+            from .prepare import prepare_generate
+
+            prepared = prepare_generate(opts, progress)
+            prepared.notes[:0] = [chosen[1]] if chosen else []
+            prepared.provider_options = chosen[0] if chosen else None
+            return prepared
         parts = prepare_qnn(opts, progress)
         bins = list(dict.fromkeys(b for p in parts for b in p.bins))
         embedded = sum(p.context_bytes - sum(b.stat().st_size for b in p.bins) for p in parts)
@@ -156,6 +173,12 @@ class QnnTarget(Target):
         )
 
     def notes(self, opts) -> list[str]:
+        if opts.workload == Workload.GENERATE:
+            return [
+                *super().notes(opts),
+                "The generate workload on QNN: static prefill and decode graphs over a left-padded fixed-size KV "
+                "cache; every session's greedy ids must equal the un-compiled decoder's on ORT's CPU EP.",
+            ]
         return [
             *super().notes(opts),
             "The reference output of a model the harness compiles is the un-compiled model's output on "
@@ -234,6 +257,12 @@ class QnnTarget(Target):
         record.path_taken = path_taken(worker.state, worker.counts)
         record.weights_bytes = spec.weights_bytes or sum(m.weights_bytes for m in models)
         return live
+
+    def generate(self, group: list, models: list, settings, after_prefill=None):
+        """The generate workload's loop over the group's static prefill and decode sessions (`llm`)."""
+        from .llm import static_generate
+
+        return static_generate(group[0], group[1], settings.prompt_ids, settings.new_tokens, after_prefill)
 
     def check_output(self, outputs: list, reference: dict, model) -> tuple[bool, str]:
         """The compile child's check again (`outputs.check_compiled_outputs`): by element type, cosine or shape."""

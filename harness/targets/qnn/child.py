@@ -97,20 +97,25 @@ def compile_job(job: dict) -> dict:
             so.add_session_config_entry(key, value)
         return so
 
-    so = options()
     t0, cpu0 = time.perf_counter(), time.process_time()
-    tell_status(job, f"compiling {Path(job['src']).name} for QNN")
+    pairs = list(zip(job["srcs"], job["outs"], strict=True)) if "srcs" in job else [(job["src"], job["out"])]
     try:
-        ort.ModelCompiler(
-            so, job["src"], bool(job.get("embed_mode")), flags=ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED
-        ).compile_to_file(job["out"])
+        for i, (src, out) in enumerate(pairs):  # several: one weight-sharing context, in this one process
+            tell_status(job, f"compiling {Path(src).name} for QNN")
+            so = options()
+            if len(pairs) > 1:
+                so.add_session_config_entry("ep.share_ep_contexts", "1")
+                if i == len(pairs) - 1:
+                    so.add_session_config_entry("ep.stop_share_ep_contexts", "1")
+            flags = ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED
+            ort.ModelCompiler(so, src, bool(job.get("embed_mode")), flags=flags).compile_to_file(out)
     except Exception as err:  # ORT raises its own Fail type
         error = _first_line(err)
         if NOTHING_COMPILED in error:
             from .support import log_node_support
 
             tell_status(job, "asking the EP which op it refuses (verbose log)")
-            log_node_support(options, job["src"])
+            log_node_support(options, src)
         return {"ok": False, "stage": "compile", "error": error}
     result = {
         "ok": True,
@@ -186,6 +191,21 @@ def reference_job(job: dict) -> dict:
     return {"ok": True, "stage": "reference", "nondeterministic": nondeterministic_outputs(runs[0], runs[1])}
 
 
+def generate_job(job: dict) -> dict:
+    """Load the prefill and decode EPContext models (``onnx``) and generate greedily with them."""
+    import onnxruntime as ort
+
+    from .llm import static_generate
+
+    tell_status(job, "loading the prefill and decode graphs and generating")
+    try:
+        sessions = [ort.InferenceSession(p, _session_options(job, disable="1", onnx_path=p)) for p in job["onnx"]]
+    except Exception as err:  # ORT raises its own Fail type
+        return {"ok": False, "stage": "load", "error": _first_line(err)}
+    run = static_generate(*sessions, job["prompt"], job["new_tokens"])
+    return {"ok": True, "stage": "generate", "ids": run.ids, "kv_cache_bytes": run.kv_bytes}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     job_path = Path(argv[0])
@@ -198,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
 
         os.kill(os.getpid(), getattr(signal, "SIGSEGV", signal.SIGABRT))
     try:
-        result = {"compile": compile_job, "reference": reference_job}[job["kind"]](job)
+        result = {"compile": compile_job, "reference": reference_job, "generate": generate_job}[job["kind"]](job)
     except Exception as err:  # anything else: the parent reports it in one line
         traceback.print_exc()
         result = {"ok": False, "stage": job.get("kind", "?"), "error": f"{type(err).__name__}: {_first_line(err)}"}

@@ -167,13 +167,13 @@ def _context_files(onnx_path: Path) -> tuple[list[str], int]:
     return bins, embedded
 
 
-def _load_compiled(folder: Path, cached: bool = True) -> CompiledModel:
+def _load_compiled(folder: Path, cached: bool = True, manifest: str = "manifest.json") -> CompiledModel:
     """A compiled entry of the cache, checked: files present, .bin sizes as recorded."""
     from harness.core.files import contained
     from harness.core.inputfiles import JSON_MAX_BYTES, parse_json_bounded, read_text_bounded
 
     try:
-        m = parse_json_bounded(read_text_bounded(folder / "manifest.json", "", JSON_MAX_BYTES), "manifest.json", 16)
+        m = parse_json_bounded(read_text_bounded(folder / manifest, "", JSON_MAX_BYTES), manifest, 16)
         # every file a worker loads is inside the entry (the record covers it)
         onnx_path = contained(folder, str(m["onnx"]), "manifest.json", "onnx")
         bins = [contained(folder, str(b), "manifest.json", "bin") for b in m["bins"][:4096]]
@@ -283,7 +283,9 @@ def _refuse_dynamic_inputs(model: Any, label: str) -> None:
         raise InputError(f"{label}: {shape_hint(dynamic, model)} (QNN needs static shapes)")
 
 
-def _write_manifest(scratch: Path, onnx_name: str, label: str, result: dict, recorded: dict, options: dict) -> None:
+def _write_manifest(
+    scratch: Path, onnx_name: str, label: str, result: dict, recorded: dict, options: dict, name: str = "manifest.json"
+) -> None:
     """The compiled entry's manifest.json (what `_load_compiled` checks), from the EPContext
     model the compile wrote; InputError when QNN took no node at all."""
     bins, embedded = _context_files(scratch / onnx_name)
@@ -293,7 +295,7 @@ def _write_manifest(scratch: Path, onnx_name: str, label: str, result: dict, rec
         n.op_type for n in load_onnx(scratch / onnx_name, external_data=False).graph.node if n.op_type != "EPContext"
     ]
     write_json_atomic(
-        scratch / "manifest.json",
+        scratch / name,
         {
             **recorded,
             "onnx": onnx_name,
@@ -305,3 +307,32 @@ def _write_manifest(scratch: Path, onnx_name: str, label: str, result: dict, rec
             "provider_options": options,
         },
     )
+
+
+def compile_shared(
+    srcs: list[Path], out_dir: Path, *, backend_type: str, provider_options: dict, label: str, log_dir: Path, on_status
+) -> list[CompiledModel]:
+    """Compile ``srcs`` (a prefill and a decode graph) in one process into ONE weight-sharing
+    context binary (`child`), cached like a single compile; one CompiledModel per graph, in order."""
+    keys = [_entry_key(s, load_onnx(s, external_data=False, label="model"), provider_options, None)[1] for s in srcs]
+    key = hashlib.sha256("|".join(keys).encode()).hexdigest()[:16]
+    log_path = log_dir / f"shared-{backend_type}-{key}-compile.log"
+    names = [f"{src.stem}_ctx.onnx" for src in srcs]
+
+    def build(scratch: Path) -> None:
+        job = {"kind": "compile", "srcs": [str(s) for s in srcs], "outs": [str(scratch / n) for n in names]}
+        job |= {"backend_type": backend_type, "provider_options": provider_options}
+        result = run_child(job, log_path, on_status=on_status)
+        if not result.get("ok"):
+            raise _failure(result, label, scratch / names[0], backend_type, provider_options, log_path)
+        with contextlib.suppress(OSError, InputError):
+            copy_file(log_path, scratch / "compile.log", "QNN log")
+        for i, name in enumerate(names):
+            recorded = {"source_sha256": key, "embed_mode": 0, "backend_type": backend_type}
+            _write_manifest(scratch, name, label, result, recorded, provider_options, name=f"manifest-{i}.json")
+        write_json_atomic(scratch / "manifest.json", {"graphs": len(names)})
+
+    def load(folder: Path) -> list[CompiledModel]:
+        return [_load_compiled(folder, manifest=f"manifest-{i}.json") for i in range(len(names))]
+
+    return cached_build(out_dir / f"shared-{backend_type}-{key}", build, load)

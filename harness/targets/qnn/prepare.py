@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cache import default_cache_dir
-from harness.core.errors import InputError, QnnUnavailableError
+from harness.core.errors import CorruptEntry, InputError, QnnUnavailableError
 from harness.core.files import copy_file, real_path
 from harness.prep.cachekeys import PREP_VERSION, source_key
 from harness.prep.epcontext import EpContextModel, epcontext_nodes, inspect_epcontext
@@ -92,7 +92,8 @@ def prepare_qnn_source(
     quantize: QuantizeSpec | None = None,
     on_status: StatusCallback | None = None,
 ) -> PreparedModel:
-    """A user's model compiled as it is (or its QDQ model), with its CPU reference and any shape-fixed copy."""
+    """A user's model for the qnn target, compiled AS IT IS (or its QDQ model with ``quantize``): the
+    folder holds the float model's CPU reference and, where inputs had to be fixed, a shape-fixed copy."""
     from harness.prep.inputs import fixed_shape_copy
 
     quantize = quantize or QuantizeSpec()
@@ -214,8 +215,22 @@ class QnnModel:
 
 
 def prepare_qnn(opts: Any, progress: Any = None) -> list[QnnModel]:
-    """Every model of the run ready for the QNN EP; every problem the user can fix is an InputError."""
-    on_status = progress.step if progress is not None else None
+    """Every model of the run, ready for the QNN EP: compiled, or the user's own EPContext model;
+    every problem the user can fix is an InputError."""
+    compiler = qnn_compiler(opts, progress)
+    options = opts.target_options
+    quantize = QuantizeSpec(options.get("quantize", "none"), options.get("calibration_size", CALIBRATION_SIZE))
+    cache_dir = compiler.cache_dir
+    if not opts.models:
+        if quantize.enabled:
+            raise InputError("--quantize qdq: needs --model (the generated model is already a QDQ model)")
+        source = generated_qdq(opts.model_size, cache_dir)
+        return [compiler.compiled(source, source.source)]
+    return _user_models(opts, compiler, quantize)
+
+
+def qnn_compiler(opts: Any, progress: Any = None) -> _Compiler:
+    """The run's compiler, once this platform and the QNN EP are known to be usable (else InputError)."""
     supported, why = qnn_platform_supported()
     if not supported:
         raise InputError(f"--target qnn: {why}")
@@ -224,16 +239,8 @@ def prepare_qnn(opts: Any, progress: Any = None) -> list[QnnModel]:
             register_qnn_ep()
     except QnnUnavailableError as err:
         raise InputError(f"--target qnn: {err}") from None
-    cache_dir = opts.cache_dir or default_cache_dir()
-    options = opts.target_options
-    quantize = QuantizeSpec(options.get("quantize", "none"), options.get("calibration_size", CALIBRATION_SIZE))
-    compiler = _Compiler(opts, cache_dir, on_status, progress.note if progress is not None else None)
-    if not opts.models:
-        if quantize.enabled:
-            raise InputError("--quantize qdq: needs --model (the generated model is already a QDQ model)")
-        source = generated_qdq(opts.model_size, cache_dir)
-        return [compiler.compiled(source, source.source)]
-    return _user_models(opts, compiler, quantize)
+    on_status, say = (progress.step, progress.note) if progress is not None else (None, None)
+    return _Compiler(opts, opts.cache_dir or default_cache_dir(), on_status, say)
 
 
 @dataclass
@@ -323,3 +330,76 @@ def _user_models(opts: Any, compiler: _Compiler, quantize: QuantizeSpec) -> list
             source = prepare_qnn_source(path, part, settings, compiler.cache_dir, quantize, compiler.on_status)
             out.append(compiler.compiled(source, f"--model {path}"))
     return out
+
+
+def _shared_note(name: str, why: str) -> str:
+    """Why the workers load one binary per graph: the backend could not load the shared one."""
+    from .simulator import is_simulator
+
+    where = (
+        "; onnxruntime-qnn 2.7.0's HTP simulator dies in contextCreateFromBinary on a two-graph binary"
+        if is_simulator()
+        else ""
+    )
+    return (
+        f"The prefill and decode graphs compiled into one weight-sharing context binary ({name}), but this "
+        f"QNN backend could not load it ({why}{where}): they were compiled into one binary each, so every "
+        "session loads the weights twice."
+    )
+
+
+def prepare_generate(opts: Any, progress: Any) -> Any:
+    """The decoder (generated or the user's) as static prefill and decode graphs compiled into one
+    weight-sharing binary, checked to load and run in a child; where the backend cannot load that
+    binary (the simulator), one binary per graph, said in a note. The reference model is the
+    dynamic decoder: the parent's reference ids come from it."""
+    from harness.cache import cached_build
+    from harness.prep.decoder import DEFAULT_NEW_TOKENS, prompt_length
+    from harness.prep.models import prepare_cpu_models
+    from harness.targets.base import Prepared
+
+    from .compile import compile_shared
+
+    compiler = qnn_compiler(opts, progress)
+    reference = prepare_cpu_models(opts, progress)[0]
+    tokens = prompt_length(opts)
+    context = tokens + (opts.new_tokens or DEFAULT_NEW_TOKENS)
+    folder = compiler.cache_dir / f"qnn-llm-{reference.folder.name}-p{tokens}-c{context}"
+    graphs = cached_build(folder, lambda scratch: _static_pair(reference.onnx_path, scratch, tokens, context), _pair)
+    logs, options = qnn_log_dir(compiler.cache_dir), dict(opts.session_settings().provider_options)
+    common = {"backend_type": compiler.backend, "provider_options": options, "on_status": compiler.on_status}
+    label = f"the decoder {reference.source}"
+    compiled = compile_shared(graphs, folder.parent, label=label, log_dir=logs, **common)
+    job = {"kind": "generate", "onnx": [str(c.onnx_path) for c in compiled], "share_ep_contexts": True}
+    job |= {"backend_type": compiler.backend, "provider_options": options}
+    job |= {"prompt": [1] * tokens, "new_tokens": 2}
+    loaded = run_child(job, logs / f"{folder.name}-shared-load.log", on_status=compiler.on_status)
+    notes, shared = [], compiled[0].bin_paths
+    if not loaded.get("ok"):
+        notes.append(_shared_note(shared[0].name, str(loaded.get("error") or loaded.get("stage"))))
+        compiled = [compile_epcontext(g, folder.parent / "apart", label=label, log_dir=logs, **common) for g in graphs]
+    bins = list(dict.fromkeys(b for c in compiled for b in c.bin_paths))
+    onnx = [c.onnx_path for c in compiled]
+    return Prepared(
+        reference,
+        sum(b.stat().st_size for b in bins),
+        [*onnx, *bins],
+        worker_options={"onnx": [str(p) for p in onnx], "share_ep_contexts": bool(loaded.get("ok"))},
+        source=f"{reference.source} as QNN prefill ({tokens} tokens) and decode graphs, a {context - 1}-token KV cache",
+        notes=notes,
+        logs=[c.onnx_path.parent / "compile.log" for c in compiled],
+    )
+
+
+def _static_pair(src: Path, folder: Path, tokens: int, context: int) -> None:
+    from .llm import static_graph
+
+    static_graph(src, folder / "prefill.onnx", tokens=tokens, past=context - tokens)
+    static_graph(src, folder / "decode.onnx", tokens=1, past=context - 1)
+
+
+def _pair(folder: Path) -> list[Path]:
+    graphs = [folder / "prefill.onnx", folder / "decode.onnx"]
+    if not all(g.is_file() for g in graphs):
+        raise CorruptEntry("a static graph is missing")
+    return graphs
