@@ -56,7 +56,7 @@ def test_session_settings_reach_every_session_and_the_reference(run_harness, tmp
     bad = run_harness(
         "run", *SMALL, "--session-config", "session.graph_optimizations_loop_level=x", *ONE, out=tmp_path / "bad"
     )
-    assert_usage_error(bad, "ONNX Runtime cannot run it", "stoi")
+    assert_usage_error(bad, "ONNX Runtime cannot load it", "stoi")
 
 
 @pytest.mark.parametrize(

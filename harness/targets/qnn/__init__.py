@@ -131,27 +131,7 @@ class QnnTarget(Target):
                 "The pipeline's models share QNN context binaries: every session is created with "
                 "ep.share_ep_contexts=1, as onnxruntime-genai runs QNN pipelines."
             )
-        for p in parts:
-            if not p.compiled:
-                notes.append(
-                    f"{p.model.source} is a pre-compiled EPContext model, measured as it is (no compile). "
-                    "There is no CPU original to compare with: its reference output is its own first "
-                    "inference on the QNN EP with file mapping disabled (disable_file_mapped_weights=1), "
-                    "and every worker must reproduce it within its output type's tolerance."
-                )
-            if p.model.extra.get("quantized"):
-                notes.append(
-                    f"{p.model.source} was quantized before the compile ({p.model.extra['quantized']}): its "
-                    "outputs are compared with the FLOAT model's CPU output by cosine similarity >= "
-                    f"{p.model.extra.get('min_cosine', MIN_COSINE)} (uint8 activations move every value by up "
-                    "to half a step)."
-                )
-            unstable = p.model.extra.get("nondeterministic") or {}
-            if unstable:
-                notes.append(
-                    f"{p.model.source}: output(s) {', '.join(unstable)} differ between two runs of the "
-                    "reference itself (non-deterministic): checked by shape only."
-                )
+        notes += [note for p in parts for note in _part_notes(p)]
         models = [p.model for p in parts]
         contexts = sum(b.stat().st_size for b in bins) + embedded
         cpu = sum(mappable_bytes(load_onnx(p.onnx_path, external_data=False)) for p in parts)  # QNN took none of it
@@ -283,3 +263,29 @@ def path_taken(state: str, counts: dict[str, int]) -> str:
 
 
 TARGET = QnnTarget()
+
+
+def _part_notes(p) -> list[str]:
+    """What a run's notes say of one prepared model: pre-compiled, quantized, non-deterministic."""
+    out: list[str] = []
+    if not p.compiled:
+        out.append(
+            f"{p.model.source} is a pre-compiled EPContext model, measured as it is (no compile). "
+            "There is no CPU original to compare with: its reference output is its own first "
+            "inference on the QNN EP with file mapping disabled (disable_file_mapped_weights=1), "
+            "and every worker must reproduce it within its output type's tolerance."
+        )
+    if p.model.extra.get("quantized"):
+        out.append(
+            f"{p.model.source} was quantized before the compile ({p.model.extra['quantized']}): its "
+            "outputs are compared with the FLOAT model's CPU output by cosine similarity >= "
+            f"{p.model.extra.get('min_cosine', MIN_COSINE)} (uint8 activations move every value by up "
+            "to half a step)."
+        )
+    unstable = p.model.extra.get("nondeterministic") or {}
+    if unstable:
+        out.append(
+            f"{p.model.source}: output(s) {', '.join(unstable)} differ between two runs of the "
+            "reference itself (non-deterministic): checked by shape only."
+        )
+    return out
