@@ -27,7 +27,7 @@ def make_console(*, stderr: bool = False) -> Any:
     """A rich Console that never interprets markup or highlights numbers in data."""
     from rich.console import Console
 
-    console = Console(stderr=stderr, highlight=False, soft_wrap=True, markup=False)
+    console = Console(stderr=stderr, highlight=False, soft_wrap=True, markup=False, emoji=False)
     if not console.is_terminal:
         console.width = LOG_WIDTH
     return console

@@ -49,22 +49,30 @@ def _rows() -> list[ResultRow]:
     return [base, heap]
 
 
-def test_run_id_and_errors_with_brackets_are_printed_verbatim(tmp_path):
+def test_run_id_and_errors_with_brackets_or_emoji_codes_are_printed_verbatim(tmp_path):
     rows = _rows()
     meta = {
         "status": "complete",
-        "run": {"run_id": "[r1]", "target": "cpu"},
+        "run": {"run_id": "[r1]:llama:", "target": "cpu"},
         "gates": ["failed_workers==0"],
         "default_gates": [],
     }
-    run = RunData(folder=tmp_path / "[r1]", meta=meta, results=rows, summary=summarize(rows))
+    run = RunData(folder=tmp_path / "[r1]:llama:", meta=meta, results=rows, summary=summarize(rows))
     buffer = io.StringIO()
     console = make_console()
     console.file = buffer
     print_judgement(console, judge(run))
     text = buffer.getvalue()
-    assert "FAIL [[r1]] failed_workers==0" in text
+    assert "FAIL [[r1]:llama:] failed_workers==0" in text  # no markup, no emoji code (generated:llama:...)
     assert ERROR in text  # the failed-worker note quotes the error as it is
+
+
+def test_emoji_codes_in_model_names_are_printed_verbatim():
+    """The generated decoder is ``generated:llama:5x1024...``: rich's emoji codes turned it into a llama."""
+    console = make_console()
+    console.file = io.StringIO()
+    console.print("note: the generated decoder (generated:llama:5x1024xfp32) :smile:")
+    assert "generated:llama:5x1024xfp32) :smile:" in console.file.getvalue()
 
 
 def test_progress_prints_worker_errors_verbatim(capsys):
