@@ -260,7 +260,14 @@ def differences_between(current: RunData, baseline: RunData) -> list[str]:
     if differ and current.target == baseline.target:
         out.append(f"different {current.target} options ({', '.join(differ)})")
     workload = [k for k in WORKLOAD_KEYS if current.run.get(k) != baseline.run.get(k)]
+    workload += ["workload"] if _generation(current) != _generation(baseline) else []
     return out + ([f"different workload ({', '.join(workload)})"] if workload else [])
+
+
+def _generation(run: RunData) -> tuple:
+    """The workload and what a generate run fed (an older folder has no key: it ran one inference)."""
+    given = run.run.get("generate") if isinstance(run.run.get("generate"), dict) else {}
+    return run.run.get("workload") or "infer", given.get("prompt_ids"), given.get("new_tokens")
 
 
 def _size(nm: tuple[int, int] | None) -> str:

@@ -213,6 +213,23 @@ def test_runs_with_other_target_options_are_warned_about(tmp_path):
     assert "different cpu options (fault)" in warnings, warnings
 
 
+@pytest.mark.parametrize(
+    "run",
+    [
+        {"workload": "generate", "generate": {"prompt_ids": [1, 2], "new_tokens": 8}},
+        {"workload": "infer"},  # the same as an older folder without the key: no difference
+    ],
+    ids=["generate-vs-infer", "infer-vs-no-key"],
+)
+def test_a_generate_run_is_not_compared_with_an_inference_run(tmp_path, run):
+    base = _run(tmp_path, "base", {})
+    meta = metadata(processes=[2], repeat=3)
+    meta["run"].update(run)
+    other = write_run(tmp_path / "other", fake_results(processes=(2,), repeats=3), meta)
+    differences = compare(load_run(other), load_run(base)).differences
+    assert differences == (["different workload (workload)"] if "generate" in run else []), differences
+
+
 def test_the_model_fingerprint_follows_the_weights_not_the_place_or_the_outputs(tmp_path):
     """Issue 43 item 7: `--baseline` compares model content by `model_fingerprint`: a copy of the
     model elsewhere is the same model, one changed weight byte is another; its reference outputs
