@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.core import units
 from harness.core.gates import GateResult
 from harness.core.headline import headline_sentence, per_n, target_version_labels, versions
 from harness.core.metrics import FAIR, FAIR_BY_KEY, FIGURES
@@ -71,10 +72,8 @@ def fmt_value(value: Any, unit: str) -> str:
     """One cell for people: sizes in KiB/MiB/GiB, times in ms/s, empty as a dash."""
     if value is None or value == "":
         return "–"
-    if unit == "bytes":
-        return fmt_bytes(value)
-    if unit == "s":
-        return fmt_seconds(value)
+    if unit in ("bytes", "s", "count/s"):
+        return units.fmt_value(value, unit)
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)

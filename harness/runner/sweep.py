@@ -154,7 +154,9 @@ def _metadata(opts: RunOptions, prepared: dict[str, Prepared], started: str, sta
         },
         "gates": list(opts.gates),
         "default_gates": [{"expr": expr, "why": why} for expr, why in default_gates],
-        "target_notes": target.notes(opts) + [n for ready in prepared.values() for n in ready.notes],
+        "target_notes": list(
+            dict.fromkeys(target.notes(opts) + [n for ready in prepared.values() for n in ready.notes])
+        ),
         "env": env,
     }
 

@@ -5,6 +5,7 @@ is layers x 2 x kv_heads x head_dim x tokens x element size."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -112,6 +113,8 @@ def test_run_with_peer_genai_adds_genai_rows(run_harness) -> None:
         own[0].generated_tokens.split()
     ) == 8
     assert {r.kv_cache_bytes for r in genai} == {r.kv_cache_bytes for r in own}
+    notes = json.loads((outcome.out / "metadata.json").read_text())["target_notes"]
+    assert len(notes) == len(set(notes)), notes  # the peer prepares the same decoder: its notes once
     for r in genai:
         assert r.ttft_s > 0 and r.decode_tokens_per_s > 0 and r.token_latency_p50_s > 0 and r.init_s > 0
         # the path from evidence: a private copy of half the weights or more made by og.Model is heap

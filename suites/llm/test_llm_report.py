@@ -152,3 +152,12 @@ def test_the_history_line_carries_the_generate_figures(generate_run, tmp_path):
         line = summary[(row.mode, str(row.processes))]
         assert int(line["sum_kv_cache_bytes"]) == row.kv_cache_bytes * row.processes
         assert float(line["ttft_s_median"]) > 0 and float(line["decode_tokens_per_s_median"]) > 0
+
+
+def test_the_report_writes_a_rate_with_its_unit_as_the_terminal_does():
+    """The headline table showed decode tokens/s as a bare 14.38 beside the terminal's 14.4/s."""
+    from harness.core.units import fmt_value as terminal_value
+    from reports.views import fmt_value
+
+    assert fmt_value(14.38, "count/s") == terminal_value(14.38, "count/s") == "14.4/s"
+    assert fmt_value(None, "count/s") == "–"
