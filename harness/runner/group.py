@@ -14,7 +14,7 @@ from typing import Any
 from harness.contract.phases import PHASES
 from harness.contract.spawn import KillOnCloseJob, measured_process_env, python_child, worker_pid_in_tree
 from harness.contract.spec import WorkerRecord, WorkerSettings, WorkerSpec
-from harness.core.errors import InputError, SpawnError
+from harness.core.errors import InputError, SpawnError, raise_if_interrupted
 from harness.core.files import create_file, make_folder, read_json
 from harness.core.latency import WORKER_FIELDS as LATENCY_FIELDS
 from harness.core.schema import GENERATE_COLUMNS, ResultRow, disable_flag
@@ -217,6 +217,7 @@ def _wait_until_ready(workers: list[_Worker], timeout_s: float, on_event: EventC
                 on_event(w.index, "timed out", f"after {timeout_s:g} s")
             return
         if pending:
+            raise_if_interrupted()  # a SIGTERM whose KeyboardInterrupt was swallowed must not wait out a hung worker
             time.sleep(POLL_S)
 
 

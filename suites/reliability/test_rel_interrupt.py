@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -254,3 +256,26 @@ def test_a_sigterm_swallowed_where_it_landed_is_raised_again_at_the_next_step():
     proc = subprocess.run([sys.executable, "-c", SWALLOWED], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.stdout.split() == ["survived", "interrupted"], proc.stdout + proc.stderr
     assert "Exception ignored" in proc.stderr
+
+
+def test_a_swallowed_interruption_ends_the_wait_for_a_hung_worker(tmp_path):
+    """A SIGTERM whose KeyboardInterrupt was dropped (raised inside a ``__del__``) while a group
+    waited for a hung worker 0 was lost until --worker-timeout (CI: 300 s, the two-SIGTERM test
+    timed out): the wait reads the kept request and ends within a poll."""
+    from types import SimpleNamespace
+
+    from harness.core.errors import INTERRUPT_REQUESTED
+    from harness.runner.group import _wait_until_ready
+
+    hung = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    worker = SimpleNamespace(index=0, spec=SimpleNamespace(ready_path=str(tmp_path / "w0.ready.json")), proc=hung)
+    INTERRUPT_REQUESTED.set()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            _wait_until_ready([worker], 300)
+        assert time.monotonic() - t0 < 5
+    finally:
+        INTERRUPT_REQUESTED.clear()
+        hung.kill()
+        hung.wait()
