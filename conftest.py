@@ -43,6 +43,27 @@ def pytest_configure(config: pytest.Config) -> None:
 
         for package in ("harness", "mapper_impl"):
             compileall.compile_dir(ROOT / package, quiet=2)
+    _dump_stacks_of_a_hung_session()
+
+
+#: Seconds after which a session still running has every thread's stack dumped (a CI step's hang).
+HUNG_SESSION_ENV = "QNN_FMW_HUNG_SESSION_S"
+
+
+def _dump_stacks_of_a_hung_session() -> None:
+    """In the controller and each xdist worker: every thread's stack on stderr once the session
+    has run ``$QNN_FMW_HUNG_SESSION_S`` seconds. pytest's ``faulthandler_timeout`` covers a test
+    only (and owns faulthandler's one timer); a hang between tests or at a worker's exit (a
+    thread it waits for) would name nothing."""
+    import faulthandler
+    import os
+    import threading
+
+    seconds = os.environ.get(HUNG_SESSION_ENV, "")
+    if seconds.isdigit() and int(seconds) > 0:
+        print_stacks = threading.Timer(int(seconds), faulthandler.dump_traceback, (sys.__stderr__, True))
+        print_stacks.daemon = True
+        print_stacks.start()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -49,6 +50,8 @@ WINDOWS_TESTS = [
 ]
 #: mapper: a test still running after this long has every thread's stack dumped (naming the test)
 HUNG_TEST_S = 300
+#: mapper: a session still running after this long has every thread of every pytest process dumped
+HUNG_SESSION_S = 600
 QNN_RUN = ["--target", "qnn", "--processes", "1", "--model-size", "4MiB", "--no-default-gates"]
 
 
@@ -101,7 +104,9 @@ def step_env(args: argparse.Namespace) -> int:
 
 
 def step_mapper(args: argparse.Namespace) -> int:
-    return python(planned(args)[0]).returncode
+    # the session past this, every thread of the controller and the workers is dumped (conftest.py)
+    env = dict(os.environ, QNN_FMW_HUNG_SESSION_S=str(HUNG_SESSION_S))
+    return python(planned(args)[0], env=env).returncode
 
 
 def step_collect(args: argparse.Namespace) -> int:

@@ -34,8 +34,9 @@ the harness starts (workers, compilers, probes) finds the checkout through it to
 
 Wine refuses files as a console program's standard handles ("init_sys_streams: can't
 initialize sys standard streams", WinError 6): the Windows python gets pipes, and its output
-is copied through. The prefix's services are booted with no inherited pipe and the run's
-wineserver is persistent until the end, so no service started later holds an output pipe open.
+is copied through. The prefix's services are booted with no inherited pipe, the run's
+wineserver is persistent until the end, and one windowless process (`keep_desktop`) keeps the
+desktop up from boot to the end, so no service or desktop started later holds a step's pipe open.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -214,14 +216,38 @@ def wine_env(prefix: Path) -> dict[str, str]:
 
 
 def boot(wine: str, wineserver: str, env: dict[str, str]) -> None:
-    """A persistent wineserver, the prefix's services and its desktop, started with no inherited
-    pipe. Wine starts the desktop (explorer.exe) for the first process that needs one (ORT's
-    DXGI probe does) and it inherits that process's standard handles and outlives it: a pipe
-    pytest reads to its end then never ends (the mapper step hung), a file is never deletable."""
+    """A persistent wineserver and the prefix's services, started with no inherited pipe."""
     quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     subprocess.Popen([wineserver, "-p"], env=env, start_new_session=True, **quiet)
     subprocess.run([wine, "wineboot", "-i"], env=env, check=True, timeout=600, **quiet)
-    subprocess.run([wine, "rundll32", "user32.dll,GetDesktopWindow"], env=env, check=True, timeout=120, **quiet)
+
+
+#: The desktop keeper's code (run by pythonw.exe: no console, no standard handle of ours).
+KEEP_DESKTOP = (
+    "import ctypes, sys, time; ctypes.windll.user32.GetDesktopWindow(); "
+    "open(sys.argv[1], 'w').close(); time.sleep(10**7)"
+)
+
+
+def keep_desktop(command: list[str], env: dict[str, str], ready: Path) -> subprocess.Popen:
+    """``command READY`` started with no handle of ours, once it has written READY: one desktop
+    user from boot to the end of the run.
+
+    Wine closes the desktop (explorer.exe) about a second after its last user leaves; the next
+    process that needs one (``import onnxruntime`` does: its DXGI probe) starts it again, and
+    explorer.exe keeps that process's stderr (user32's GetDesktopWindow passes it) for as long as
+    the desktop then has a user. A pipe read to its end then waits for an unrelated process to
+    exit (measured: 31.6 s, until another desktop user's 30 s sleep ended); a file stays open
+    (the cpu-run's sharing violation). suites/ci/test_wine_desktop.py shows both."""
+    quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    keeper = subprocess.Popen([*command, winpath(ready)], env=env, start_new_session=True, **quiet)
+    deadline = time.monotonic() + 120
+    while not ready.exists():
+        if keeper.poll() is not None or time.monotonic() > deadline:
+            keeper.kill()
+            raise SetupError(f"the desktop keeper did not start (exit {keeper.poll()}): {' '.join(command[:2])}")
+        time.sleep(0.1)
+    return keeper
 
 
 def build_prefix(wine: str, wineserver: str):
@@ -291,14 +317,14 @@ def run_windows(cmd: list[str], env: dict[str, str], timeout: float) -> int:
     )
     import threading
 
-    last = [b""]
+    tail = [b""]  # the output's last 4 KiB: a killed step's last line, unfinished ones too
 
-    def copy() -> None:
+    def copy() -> None:  # as it comes, not by line: pytest's progress dots end no line
         assert proc.stdout is not None
-        for line in proc.stdout:
-            sys.stdout.buffer.write(line)
+        for chunk in iter(lambda: proc.stdout.read1(4096), b""):
+            sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()
-            last[0] = line.strip() or last[0]
+            tail[0] = (tail[0] + chunk)[-4096:]
 
     copier = threading.Thread(target=copy, daemon=True)
     copier.start()
@@ -306,11 +332,15 @@ def run_windows(cmd: list[str], env: dict[str, str], timeout: float) -> int:
         code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        said = last[0].decode(errors="replace")
+        said = next((ln for ln in reversed(tail[0].decode(errors="replace").splitlines()) if ln.strip()), "")
         print(f"wine lane: {cmd[2:4]} did not finish in {timeout:.0f} s; its last line: {said!r}", flush=True)
         code = 124
     copier.join(timeout=30)
     return code
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -362,13 +392,25 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out.resolve() / time.strftime("%Y%m%d-%H%M%S")  # a folder of its own: nothing is replaced
     out.mkdir(parents=True)
     results: list[tuple[str, int, float]] = []
+    python = run / "python" / "python.exe"
     try:
-        boot(wine, wineserver, env)
+        signal.signal(signal.SIGTERM, _interrupted)  # a CI kill still stops the run's wineserver
+        try:
+            boot(wine, wineserver, env)
+            keeper = keep_desktop(
+                [wine, str(python.with_name("pythonw.exe")), "-c", KEEP_DESKTOP], env, run / "desktop"
+            )
+        except (SetupError, OSError, subprocess.SubprocessError) as err:
+            print(f"wine lane: cannot boot the run's prefix: {err}", file=sys.stderr)
+            return 2
         if args.python is not None:
-            return run_windows([wine, str(run / "python" / "python.exe"), *args.python], env, args.step_timeout)
+            return run_windows([wine, str(python), *args.python], env, args.step_timeout)
         for step in args.steps or list(LANE_STEPS):
             begun = time.monotonic()
-            code = run_step(wine, run / "python" / "python.exe", env, step, out, args.step_timeout)
+            code = run_step(wine, python, env, step, out, args.step_timeout)
+            if keeper.poll() is not None:
+                print(f"wine lane: the desktop keeper exited (code {keeper.returncode}) during {step}", flush=True)
+                code = code or 1
             results.append((step, code, time.monotonic() - begun))
     finally:
         subprocess.run([wineserver, "-k"], env=env, check=False)

@@ -88,16 +88,30 @@ def run_python(
 def _subprocess_python(
     args: Sequence[str], *, cwd: Path, env: dict[str, str], timeout: float, preexec: Callable[[], None] | None
 ) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        preexec_fn=preexec,
-    )
+    """``subprocess.run(capture_output=True, text=True)`` with files, not pipes, for the output: a
+    pipe reads to its end only once every holder of its write end has closed it (a worker left
+    behind, Wine's desktop: docs/testing.md), and on Windows ``run`` reads on after the kill, so
+    the timeout would not end the wait."""
+    import locale
+    import tempfile
+
+    argv = [sys.executable, *args]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd, env=env, preexec_fn=preexec
+        )
+        try:
+            proc.wait(timeout=timeout)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        texts = []
+        for file in (out, err):
+            file.seek(0)
+            text = file.read().decode(locale.getpreferredencoding(False), errors="replace")
+            texts.append(text.replace("\r\n", "\n").replace("\r", "\n"))
+    return subprocess.CompletedProcess(argv, proc.returncode, *texts)
 
 
 def session_runner() -> HarnessRunner | None:
