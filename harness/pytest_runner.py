@@ -90,7 +90,7 @@ def _subprocess_python(
 ) -> subprocess.CompletedProcess:
     """``subprocess.run(capture_output=True, text=True)`` with files, not pipes, for the output: a
     pipe reads to its end only once every holder of its write end has closed it (a worker left
-    behind, Wine's desktop: docs/testing.md), and on Windows ``run`` reads on after the kill, so
+    behind; under Wine, its desktop: docs/ci.md), and on Windows ``run`` reads on after the kill, so
     the timeout would not end the wait."""
     import locale
     import tempfile

@@ -10,6 +10,7 @@ run it for real with a gate on private bytes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -176,3 +177,34 @@ def test_the_kill_on_close_job_ends_its_worker_on_windows(assigned):
     finally:
         child.kill()
         child.wait()
+
+
+#: A child that leaves a grandchild holding its output and outlives the runner's timeout.
+_LEAVES_A_GRANDCHILD = """
+import subprocess, sys, time
+left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+open(sys.argv[1], "w").write(str(left.pid))
+time.sleep(120)
+"""
+
+
+def test_the_runners_timeout_ends_the_wait_when_a_grandchild_holds_the_output(tmp_path):
+    """`run_python`'s timeout holds although a process left behind still holds the child's
+    output: with pipes, Windows' ``subprocess.run`` reads them to their end after the kill and
+    waited the grandchild's 120 s out (under Wine, the desktop held them for the whole session)."""
+    import time
+
+    import psutil
+
+    from harness.pytest_runner import run_python
+
+    pid_file = tmp_path / "grandchild.pid"
+    started = time.monotonic()
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            run_python(["-c", _LEAVES_A_GRANDCHILD, str(pid_file)], cwd=tmp_path, env=dict(os.environ), timeout=5)
+        assert time.monotonic() - started < 60, "the wait outlived the timeout: it waited for the grandchild"
+    finally:
+        if pid_file.is_file():
+            with contextlib.suppress(psutil.Error, ValueError):
+                psutil.Process(int(pid_file.read_text())).kill()
