@@ -16,7 +16,8 @@ Steps (each exits 0 when it passed, 1 when it failed; a usage error is 2):
 - ``cpu-run``: the README's main job, ``python -m harness run`` (256 MiB, 4 processes; ``--model-size``
   and ``--processes`` change them) end to end with its report; passes when
   the run reached a verdict with every worker row, every output correct, the mapped workers on
-  the mapped path of the Windows mapper, metadata.json saying Windows, and no figure that the
+  the mapped path of the Windows mapper, metadata.json saying Windows, the first line of its
+  progress and of its results naming Windows (and Wine), and no figure that the
   OS refused (an empty figure must say why in the row's memory note). Extra arguments after
   ``--`` go to ``harness run`` (the ARM64 lane's private-bytes gates).
 - ``qnn-doctor``: ``python -m harness doctor --target qnn --json DIR/doctor.json``: must reach a
@@ -158,6 +159,22 @@ def check_cpu_run(out: Path, expected_rows: int) -> list[str]:
     return problems
 
 
+def platform_named() -> str:
+    """How a run here names its platform first: "Windows under Wine 8.0" or "Windows"."""
+    wine = wine_version()
+    return f"Windows under Wine {wine}" if wine else "Windows"
+
+
+def unnamed_platform(progress: str, results: str) -> list[str]:
+    """The run's outputs whose first line does not name this platform (Windows, and Wine)."""
+    problems = []
+    for name, text in (("progress (stderr)", progress), ("results (stdout)", results)):
+        first = next((line for line in text.splitlines() if line.strip()), "")
+        if not first.startswith(f"platform: {platform_named()}"):
+            problems.append(f"the first line of its {name} does not name the platform: {first!r}")
+    return problems
+
+
 WHICH_MAPPER = "from mapper_impl._platform import create_mapper; print(type(create_mapper()).__name__)"
 
 
@@ -167,12 +184,14 @@ def step_cpu_run(args: argparse.Namespace) -> int:
     if mapper.stdout.strip() != "WindowsFileMapper":
         print(f"cpu-run: mapper_impl's mapper is {mapper.stdout.strip() or mapper.stderr!r}, not WindowsFileMapper")
         return 1
-    code = python(planned(args)[0]).returncode
+    done = python(planned(args)[0], capture_output=True, text=True, errors="replace")
+    print(done.stderr + done.stdout, end="", flush=True)
+    code = done.returncode
     if not (out / "results.csv").is_file():
         print(f"cpu-run: harness run exited {code} with no results.csv")
         return 1
     processes = json.loads((out / "metadata.json").read_text(encoding="utf-8"))["run"]["processes"]
-    problems = check_cpu_run(out, 2 * sum(processes))
+    problems = [*unnamed_platform(done.stderr, done.stdout), *check_cpu_run(out, 2 * sum(processes))]
     for problem in problems:
         print(f"cpu-run: {problem}")
     if code != 0:

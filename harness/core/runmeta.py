@@ -162,18 +162,25 @@ def check_metadata(path: Path | str, meta: Any) -> None:
     check_value(path, "", meta, METADATA)
 
 
-def platform_line(env: dict[str, Any]) -> str | None:
-    """A Windows run's one line naming Windows (and Wine) and the figures it measures (None
-    elsewhere): its memory figures are not Linux's, and under Wine fewer still."""
+def platform_name(env: dict[str, Any]) -> str | None:
+    """ "Windows (ARM64)", "Windows under Wine 8.0 (AMD64)"; None off Windows (the figures are Linux's)."""
     if env.get("system") != "Windows":
         return None
     wine = env.get("wine")
-    where = f"Windows under Wine {wine}" if wine else "Windows"
+    return f"{f'Windows under Wine {wine}' if wine else 'Windows'} ({env.get('arch') or 'unknown arch'})"
+
+
+def platform_line(env: dict[str, Any]) -> str | None:
+    """A Windows run's one line naming Windows (and Wine) and the figures it measures (None
+    elsewhere): its memory figures are not Linux's, and under Wine fewer still."""
+    where = platform_name(env)
+    if where is None:
+        return None
     line = (
-        f"platform: {where} ({env.get('arch') or 'unknown arch'}): private bytes (commit charge) show the "
+        f"platform: {where}: private bytes (commit charge) show the "
         "saving; no PSS on Windows; the working set (RSS) counts shared file pages in every process"
     )
-    if wine:
+    if env.get("wine"):
         line += (
             "; Wine gives no USS or private working set, and ORT's 'Failed to create DXGI factory.' "
             "is its GPU probe finding no DirectX device there"

@@ -8,6 +8,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import platform
 import shlex
 import sys
 import time
@@ -284,8 +285,12 @@ def execute(opts: RunOptions, progress) -> RunOutcome:
 
 
 def _execute(opts: RunOptions, progress) -> RunOutcome:
+    from harness.core.runmeta import platform_name
     from harness.runner.memory import system_available_bytes
+    from harness.runner.metadata import wine_env
 
+    if where := platform_name({"system": platform.system(), "arch": platform.machine(), **wine_env()}):
+        progress.note(f"platform: {where}")  # first: what follows is measured with Windows' figures
     for name in check_before_work(opts):
         progress.note(f"memory limit: removed {name}, left behind by a run that was killed")
     prepared = prepare_all(opts, progress)
