@@ -115,3 +115,23 @@ def kill_unfinished(children: Iterable[subprocess.Popen]) -> None:
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+#: How long a test waits for a line a child it started promised (a deadline, not a timing).
+LINE_DEADLINE_S = 120.0
+
+
+def line_from(child: subprocess.Popen, what: str, timeout: float = LINE_DEADLINE_S) -> str:
+    """The next line of ``child``'s stdout, or a failure naming ``what`` was awaited: a child that
+    never writes it (hung at start, under Wine or a loaded machine) fails the test instead of
+    holding it, and its xdist worker, forever."""
+    import threading
+
+    box: list[str] = []
+    reader = threading.Thread(target=lambda: box.append(child.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not box:
+        child.kill()  # ends the read: the thread exits with the pipe
+        raise AssertionError(f"no {what} from child {child.pid} within {timeout:.0f} s (killed)")
+    return box[0]

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from conftest import line_from
 from harness.contract.phases import PHASES
 from harness.contract.spawn import python_child
 from harness.contract.spec import WorkerRecord
@@ -65,11 +66,11 @@ def test_the_parent_sees_a_transient_the_worker_s_own_samples_miss(tmp_path):
             child = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             watch.expect(0, child.pid)
             try:
-                assert child.stdout.readline().strip() == "holding"
+                assert line_from(child, "holding line").strip() == "holding"
                 _wait_for_samples(watch, 0, watch.samples(0))
                 child.stdin.write("go\n")
                 child.stdin.flush()
-                own = json.loads(child.stdout.readline())
+                own = json.loads(line_from(child, "own peak"))
                 assert child.wait(timeout=60) == 0
             finally:
                 child.kill()

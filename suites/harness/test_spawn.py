@@ -18,6 +18,7 @@ import sys
 
 import pytest
 
+from conftest import kill_unfinished, line_from
 from harness.contract.spawn import (
     harness_identity,
     measured_process_env,
@@ -58,7 +59,7 @@ def test_a_reported_pid_is_sampled_only_inside_the_spawned_tree():
         text=True,
     )
     try:
-        grandchild = int(child.stdout.readline())
+        grandchild = int(line_from(child, "grandchild pid"))
         assert worker_pid_in_tree(child.pid, child.pid)
         assert worker_pid_in_tree(child.pid, grandchild)  # a launcher in between: its child is ours
         assert not worker_pid_in_tree(child.pid, os.getpid())
@@ -173,7 +174,7 @@ def test_the_kill_on_close_job_ends_its_worker_on_windows(assigned):
         else:  # still alive after the close: it answers
             child.stdin.write("ping\n")
             child.stdin.flush()
-            assert child.stdout.readline().strip() == "ping"
+            assert line_from(child, "echo of ping").strip() == "ping"
     finally:
         child.kill()
         child.wait()
@@ -208,3 +209,15 @@ def test_the_runners_timeout_ends_the_wait_when_a_grandchild_holds_the_output(tm
         if pid_file.is_file():
             with contextlib.suppress(psutil.Error, ValueError):
                 psutil.Process(int(pid_file.read_text())).kill()
+
+
+def test_a_child_that_never_writes_its_line_fails_the_test_instead_of_holding_it():
+    """`line_from` (conftest.py), the bound on every line a Windows-run test awaits from a child."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+    try:
+        with pytest.raises(AssertionError, match="no ready line from child"):
+            line_from(child, "ready line", timeout=1)
+        child.wait(timeout=60)  # killed, not left behind
+    finally:
+        kill_unfinished([child])
+        child.stdout.close()

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from conftest import line_from
 from harness.contract import spawn
 from mapper_impl import _winapi
 
@@ -49,7 +50,7 @@ def _commit_in_job(limit: int, size: int) -> tuple[int, int, set[int] | None, in
     )
     try:
         container.add(proc)
-        pid = int(proc.stdout.readline())
+        pid = int(line_from(proc, "pid line"))
         proc.stdin.write(b"go\n")
         proc.stdin.close()
         code = proc.wait(timeout=120)

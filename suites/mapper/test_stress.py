@@ -20,7 +20,7 @@ from mapper_support import (  # noqa: F401 (stats_guard: autouse fixture)
     write_file,
 )
 
-from conftest import kill_unfinished
+from conftest import kill_unfinished, line_from
 from mapper_impl import FileAccessError, RegionError, load_weights, shared_users
 
 SIZE = 16 * GRANULARITY + 1234
@@ -212,7 +212,7 @@ def test_several_processes_map_one_file_at_once(tmp_path):
         for flag in flags
     ]
     try:
-        ready = [child.stdout.readline().split() for child in children]
+        ready = [line_from(child, "ready line").split() for child in children]
         assert ready == [["ready", "heap" if f == "1" else "mapped"] for f in flags], [
             child.stderr.read() for child in children if child.poll() is not None
         ]
