@@ -16,8 +16,8 @@ Steps (each exits 0 when it passed, 1 when it failed; a usage error is 2):
 - ``cpu-run``: the README's main job, ``python -m harness run`` (256 MiB, 4 processes; ``--model-size``
   and ``--processes`` change them) end to end with its report; passes when
   the run reached a verdict with every worker row, every output correct, the mapped workers on
-  the mapped path of the Windows mapper, metadata.json saying Windows, the first line of its
-  progress and of its results naming Windows (and Wine), and no figure that the
+  the mapped path of the Windows mapper, metadata.json saying Windows, its progress naming
+  Windows (and Wine) before it starts and its results on their first line, and no figure that the
   OS refused (an empty figure must say why in the row's memory note). Extra arguments after
   ``--`` go to ``harness run`` (the ARM64 lane's private-bytes gates).
 - ``qnn-doctor``: ``python -m harness doctor --target qnn --json DIR/doctor.json``: must reach a
@@ -166,12 +166,17 @@ def platform_named() -> str:
 
 
 def unnamed_platform(progress: str, results: str) -> list[str]:
-    """The run's outputs whose first line does not name this platform (Windows, and Wine)."""
+    """What does not name this platform first: the results' first line, or the progress before it
+    prepares the model (a library's import-time warning may come earlier: not the harness's)."""
+    named = f"platform: {platform_named()}"
     problems = []
-    for name, text in (("progress (stderr)", progress), ("results (stdout)", results)):
-        first = next((line for line in text.splitlines() if line.strip()), "")
-        if not first.startswith(f"platform: {platform_named()}"):
-            problems.append(f"the first line of its {name} does not name the platform: {first!r}")
+    first = next((line for line in results.splitlines() if line.strip()), "")
+    if not first.startswith(named):
+        problems.append(f"the first line of its results (stdout) does not name the platform: {first!r}")
+    lines = progress.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("preparing the ")), len(lines))
+    if not any(line.startswith(named) for line in lines[:start]):
+        problems.append(f"its progress (stderr) does not name the platform before it starts: {lines[:start][-3:]!r}")
     return problems
 
 

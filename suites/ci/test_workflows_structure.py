@@ -442,6 +442,26 @@ def test_the_qnn_run_step_accepts_a_verdict_and_nothing_else(code, stderr, verdi
     assert (windows_steps().judge_qnn_run(code, stderr) is None) is verdict
 
 
+WINE_PLATFORM = "platform: Windows under Wine 8.0 (AMD64)"
+
+
+@pytest.mark.parametrize(
+    "progress, results, named",
+    [
+        (f"{WINE_PLATFORM}\npreparing the cpu model...\n", f"{WINE_PLATFORM}: private bytes...\n", True),
+        (f"FutureWarning: x\n{WINE_PLATFORM}\npreparing the cpu model...\n", f"{WINE_PLATFORM}: p\n", True),
+        (f"preparing the cpu model...\n{WINE_PLATFORM}\n", f"{WINE_PLATFORM}: p\n", False),  # not first
+        (f"{WINE_PLATFORM}\npreparing the cpu model...\n", "file-mapped weights: mapped vs heap\n", False),
+        ("platform: Windows (AMD64)\npreparing the cpu model...\n", "platform: Windows (AMD64): p\n", False),
+    ],
+)
+def test_the_cpu_run_step_needs_the_platform_named_first(monkeypatch, progress, results, named):
+    """Issue 44: a Windows run says Windows (and Wine) on its first lines; under Wine 8.0 here."""
+    steps = windows_steps()
+    monkeypatch.setattr(steps, "wine_version", lambda: "8.0")
+    assert (steps.unnamed_platform(progress, results) == []) is named
+
+
 def test_ci_runs_the_wine_lane_after_the_readme_test_command():
     """`.ci/run` runs the Wine lane where Wine is installed, as a step of its own after the
     README's test command (not part of it)."""
