@@ -232,17 +232,7 @@ def test_a_group_query_attention_decoder_gets_its_sequence_lengths(harness_runne
         feeds["total_sequence_length"] = np.array(len(ids), np.int32)
         ids.append(int(np.argmax(session.run(["logits"], {**feeds, **empty})[0][0, -1])))
     args = ["run", "--workload", "generate", "--model", str(path), "--prompt-ids", "3,1,4,1,5", "--new-tokens", "6"]
-    outcome = harness_runner.run(
-        *args,
-        "--processes",
-        "1",
-        "--modes",
-        "mapped",
-        "--quiet",
-        "--no-report",
-        owner=request.node.nodeid,
-        scratch=tmp_path,
-    )
+    outcome = _one_mapped_worker(harness_runner, request, tmp_path, *args)
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr
     (row,) = outcome.results()
     assert row.tokens_ok and row.generated_tokens == " ".join(map(str, ids[5:]))
@@ -370,17 +360,7 @@ def test_the_infer_workload_takes_a_decoder_with_an_empty_past(harness_runner, r
     model = generated_decoder(1024**2, cache_dir=model_cache)
     dims = ["batch_size=1", "sequence_length=4", "past_sequence_length=0", "total_sequence_length=4"]
     args = ["run", "--model", str(model.onnx_path), *(a for d in dims for a in ("--free-dim", d))]
-    outcome = harness_runner.run(
-        *args,
-        "--processes",
-        "1",
-        "--modes",
-        "mapped",
-        "--quiet",
-        "--no-report",
-        owner=request.node.nodeid,
-        scratch=tmp_path,
-    )
+    outcome = _one_mapped_worker(harness_runner, request, tmp_path, *args)
     assert outcome.returncode == 0, outcome.stdout + outcome.stderr
     (row,) = outcome.results()
     assert row.output_ok and row.ttft_s is None and row.kv_cache_bytes is None
@@ -390,3 +370,9 @@ def test_a_decoder_whose_cache_has_a_fixed_length_is_refused_in_one_line(capsys,
     path, _ = _gqa_decoder(tmp_path / "static", past_len=16)
     line = _error_of(capsys, ["run", "--workload", "generate", "--model", str(path), "--out", str(tmp_path / "o")])
     assert "a KV cache of fixed length (past_key_values.0.key['batch', 2, 16, 8])" in line
+
+
+def _one_mapped_worker(harness_runner, request, tmp_path, *args: str):
+    """``python -m harness *args`` with one mapped worker, quiet, no report (the session's cache)."""
+    more = ["--processes", "1", "--modes", "mapped", "--quiet", "--no-report"]
+    return harness_runner.run(*args, *more, owner=request.node.nodeid, scratch=tmp_path)
